@@ -1,0 +1,73 @@
+package channel
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestKafkaRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		topic string
+		part  int32
+		want  string
+	}{
+		{"orders", 0, "kafka.orders"},
+		{"orders", 1, "kafka.orders~1"},
+		{"a.b_c-d", 255, "kafka.a.b_c-d~255"},
+	} {
+		got := KafkaPartition(tc.topic, tc.part)
+		if got != tc.want {
+			t.Fatalf("KafkaPartition(%q,%d) = %q, want %q", tc.topic, tc.part, got, tc.want)
+		}
+		topic, part, ok := ParseKafka(got)
+		if !ok || topic != tc.topic || part != tc.part {
+			t.Fatalf("ParseKafka(%q) = %q,%d,%v", got, topic, part, ok)
+		}
+		if err := Validate(got); err != nil {
+			t.Fatalf("Validate(%q): %v", got, err)
+		}
+	}
+}
+
+func TestParseKafkaRejects(t *testing.T) {
+	for _, name := range []string{"kafka.", "kafka.t~0", "kafka.t~01", "kafka.t~256", "kafka.t~x", "kafka.a~1~2", "gcp.t", "kafka..", "kafka.t~-1"} {
+		if _, _, ok := ParseKafka(name); ok {
+			t.Errorf("ParseKafka(%q) accepted", name)
+		}
+	}
+}
+
+func TestValidateKafkaTopic(t *testing.T) {
+	good := []string{"a", "orders", "A-b_c.d", strings.Repeat("x", 249), "_internal", "__consumer_offsets"}
+	bad := []string{"", ".", "..", "a~b", strings.Repeat("x", 250), "a b", "ä", "a/b"}
+	for _, n := range good {
+		if err := ValidateKafkaTopic(n); err != nil {
+			t.Errorf("ValidateKafkaTopic(%q): %v", n, err)
+		}
+	}
+	for _, n := range bad {
+		if err := ValidateKafkaTopic(n); !errors.Is(err, ErrInvalidTopic) {
+			t.Errorf("ValidateKafkaTopic(%q) = %v, want ErrInvalidTopic", n, err)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := Validate("_TRIBUTARY_x"); !errors.Is(err, ErrReserved) {
+		t.Fatalf("reserved: %v", err)
+	}
+	for _, n := range []string{"", "a b", "gcp.", "gcp.sub.", "kafka.x~0", strings.Repeat("a", 513)} {
+		if err := Validate(n); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("Validate(%q) = %v, want ErrInvalidName", n, err)
+		}
+	}
+	for _, n := range []string{"events", "gcp.orders", "gcp.sub.s1", "kafka._x", "kafka.t~7"} {
+		if err := Validate(n); err != nil {
+			t.Errorf("Validate(%q): %v", n, err)
+		}
+	}
+	if PubSubTopic("t") != "gcp.t" || PubSubSubscription("s") != "gcp.sub.s" {
+		t.Fatal("pubsub names")
+	}
+}

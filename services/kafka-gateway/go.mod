@@ -1,0 +1,8 @@
+module github.com/tributary/tributary/services/kafka-gateway
+
+go 1.26.0
+
+replace (
+	github.com/tributary/tributary/libs => ../../libs
+	github.com/tributary/tributary/proto => ../../proto
+)
