@@ -1,0 +1,58 @@
+# Tributary — one durable log store behind Kafka, Pub/Sub and MQTT.
+# `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+GO    ?= go
+TOOL  := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
+# Every Go package of the workspace, module by module (go.work lists them).
+MODULES := libs proto services/storage-core services/coordinator services/kafka-gateway tests/e2e deploy
+UNIT_PKGS := ./libs/... ./services/storage-core/... ./services/coordinator/... ./services/kafka-gateway/... ./deploy/...
+SERVICES := storage-core coordinator kafka-gateway
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the service binaries into ./bin
+	@mkdir -p bin
+	@for s in $(SERVICES); do $(GO) build -o bin/$$s ./services/$$s/cmd/$$s || exit 1; done
+
+.PHONY: up
+up: build ## Start storage-core, coordinator and kafka-gateway locally (logs and data under ./run)
+	@scripts/dev/up.sh
+
+.PHONY: down
+down: ## Stop the local stack started by `make up` (data under ./run is kept)
+	@scripts/dev/down.sh
+
+.PHONY: test
+test: unit e2e ## Run every test: unit and in-process tests, then end-to-end tests with real clients
+
+.PHONY: unit
+unit: ## Unit and in-process integration tests (needs Postgres and NATS, as .ci/run starts them)
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+.PHONY: e2e
+e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC clients
+	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
+
+.PHONY: bench
+bench: ## Kafka produce/consume benchmark: our stack beside franz-go's kfake, same run
+	$(GO) run ./tests/e2e/cmd/kafkabench
+
+.PHONY: proto
+proto: ## Regenerate Go code from proto/ (checked in)
+	cd proto && $(TOOL) buf lint && $(TOOL) buf generate
+
+.PHONY: proto-check
+proto-check: proto ## Fail if the checked-in generated code differs from `make proto`
+	@git diff --exit-code -- proto/gen || (echo "generated code is stale: run make proto and commit" >&2; exit 1)
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck over every module
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
+	$(TOOL) staticcheck $(addsuffix /...,$(addprefix ./,$(MODULES)))

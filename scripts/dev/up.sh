@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Starts the local stack as separate processes: storage-core, coordinator, kafka-gateway.
+# Needs PostgreSQL (127.0.0.1:5432) and NATS with JetStream (127.0.0.1:4222): starts them
+# when they are installed but stopped, and says how to install them when missing.
+# Logs: run/logs/<service>.log; data: run/data; pids: run/pids. `make down` stops it.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+need_postgres() {
+  port_open "$PG_HOST" "$PG_PORT" && return 0
+  if command -v pg_ctlcluster >/dev/null && ls /etc/postgresql >/dev/null 2>&1; then
+    echo "starting PostgreSQL..."
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+  for _ in $(seq 50); do port_open "$PG_HOST" "$PG_PORT" && return 0; sleep 0.2; done
+  cat >&2 <<MSG
+error: PostgreSQL is not reachable at $PG_HOST:$PG_PORT.
+  Install and start it (Debian/Ubuntu):  sudo apt-get install -y postgresql && sudo pg_ctlcluster 15 main start
+  The coordinator connects as user postgres (trust auth) and creates database "tributary".
+  Or point it elsewhere: TRIBUTARY_COORDINATOR_POSTGRES_URL=postgres://user@host:5432/tributary
+MSG
+  exit 1
+}
+
+need_nats() {
+  local hostport=${NATS_URL#nats://}
+  port_open "${hostport%:*}" "${hostport##*:}" && return 0
+  if command -v nats-server >/dev/null; then
+    echo "starting nats-server with JetStream..."
+    mkdir -p "$RUN_DIR/nats" "$RUN_DIR/logs"
+    nohup nats-server -a 127.0.0.1 -p "${hostport##*:}" -js -sd "$RUN_DIR/nats" \
+      >"$RUN_DIR/logs/nats-server.log" 2>&1 &
+    echo $! >"$RUN_DIR/nats.pid"
+  fi
+  for _ in $(seq 50); do port_open "${hostport%:*}" "${hostport##*:}" && return 0; sleep 0.2; done
+  cat >&2 <<MSG
+error: NATS is not reachable at $NATS_URL.
+  Install it (Debian/Ubuntu): sudo apt-get install -y nats-server
+  make up then starts it with JetStream, or run: nats-server -a 127.0.0.1 -p 4222 -js
+MSG
+  exit 1
+}
+
+need_postgres
+need_nats
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
+
+start() {
+  local name=$1; shift
+  local pidfile="$RUN_DIR/pids/$name.pid"
+  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name already running (pid $(cat "$pidfile"))"
+    return
+  fi
+  nohup "$ROOT/bin/$name" "$@" >>"$RUN_DIR/logs/$name.log" 2>&1 &
+  echo $! >"$pidfile"
+}
+
+start storage-core --data-dir "$RUN_DIR/data/storage"
+wait_ready storage-core http://127.0.0.1:7401/readyz 30
+start coordinator --nats-url "$NATS_URL"
+wait_ready coordinator http://127.0.0.1:7411/readyz 60
+start kafka-gateway --nats-url "$NATS_URL"
+wait_ready kafka-gateway http://127.0.0.1:7421/readyz 30
+
+cat <<MSG
+Tributary is up.
+  Kafka bootstrap         127.0.0.1:9092     (kcat -b 127.0.0.1:9092 -L)
+  storage-core gRPC       127.0.0.1:7400     (grpcurl -plaintext 127.0.0.1:7400 list)
+  coordinator gRPC        127.0.0.1:7410
+  metrics/health          :7401 storage-core  :7411 coordinator  :7421 kafka-gateway (/metrics /healthz /readyz)
+  logs                    $RUN_DIR/logs
+  data                    $RUN_DIR/data (kept across make down / make up)
+Stop with: make down
+MSG
