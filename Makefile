@@ -3,7 +3,9 @@
 
 SHELL := /usr/bin/env bash
 GO    ?= go
-TOOL  := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
+# Dev tools are pinned in tools/go.mod and built into bin/tools (go tool -modfile does not
+# work in workspace mode, so they are built with GOWORK=off and run from there).
+TOOLS := $(CURDIR)/bin/tools
 # Every Go package of the workspace, module by module (go.work lists them).
 MODULES := libs proto services/storage-core services/coordinator services/kafka-gateway tests/e2e deploy
 UNIT_PKGS := ./libs/... ./services/storage-core/... ./services/coordinator/... ./services/kafka-gateway/... ./deploy/...
@@ -44,15 +46,20 @@ bench: ## Kafka produce/consume benchmark: our stack beside franz-go's kfake, sa
 	$(GO) run ./tests/e2e/cmd/kafkabench
 
 .PHONY: proto
-proto: ## Regenerate Go code from proto/ (checked in)
-	cd proto && $(TOOL) buf lint && $(TOOL) buf generate
+proto: tools ## Regenerate Go code from proto/ (checked in)
+	cd proto && PATH="$(TOOLS):$$PATH" buf lint && PATH="$(TOOLS):$$PATH" buf generate
 
 .PHONY: proto-check
 proto-check: proto ## Fail if the checked-in generated code differs from `make proto`
 	@git diff --exit-code -- proto/gen || (echo "generated code is stale: run make proto and commit" >&2; exit 1)
 
+.PHONY: tools
+tools: ## Build the pinned dev tools (buf, protoc plugins, staticcheck, grpcurl) into bin/tools
+	@mkdir -p $(TOOLS)
+	@cd tools && GOWORK=off $(GO) build -o $(TOOLS)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc honnef.co/go/tools/cmd/staticcheck github.com/fullstorydev/grpcurl/cmd/grpcurl
+
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck over every module
+lint: tools ## gofmt, go vet and staticcheck over every module
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
-	$(TOOL) staticcheck $(addsuffix /...,$(addprefix ./,$(MODULES)))
+	$(TOOLS)/staticcheck $(addsuffix /...,$(addprefix ./,$(MODULES)))
