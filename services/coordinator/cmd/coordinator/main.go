@@ -1,0 +1,62 @@
+// Command coordinator runs the Tributary control plane: the Kafka topic registry and
+// producer ids in Postgres, served over gRPC (tributary.coordinator.v1).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/obs"
+	"github.com/tributary/tributary/services/coordinator/internal/server"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "coordinator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cfg := server.DefaultConfig()
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "CoordinatorService gRPC listen address (host:port)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address of /metrics, /healthz and /readyz")
+	fs.StringVar(&cfg.PostgresURL, "postgres-url", cfg.PostgresURL, "Postgres URL of the coordinator database (created when missing)")
+	urlFile := fs.String("postgres-url-file", "", "file holding the Postgres URL (overrides --postgres-url)")
+	fs.StringVar(&cfg.StorageAddr, "storage-addr", cfg.StorageAddr, "storage-core gRPC address")
+	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL, "NATS server URL")
+	fs.StringVar(&cfg.ClusterID, "cluster-id", cfg.ClusterID, "cluster id; NATS subjects start with tributary.<cluster-id>.")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := flagenv.Parse(fs, "coordinator", args); err != nil {
+		return err
+	}
+	if *urlFile != "" {
+		u, err := flagenv.ReadSecret(*urlFile)
+		if err != nil {
+			return err
+		}
+		cfg.PostgresURL = u
+	}
+	log, err := obs.NewLogger("coordinator", *level)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(cfg, log)
+	if err != nil {
+		log.Error("start failed", zap.Error(err))
+		return err
+	}
+	return srv.Run(ctx)
+}

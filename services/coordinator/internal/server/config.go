@@ -1,0 +1,59 @@
+package server
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// Config is the coordinator's configuration (flags --grpc-addr, --http-addr,
+// --postgres-url, --storage-addr, --nats-url, --cluster-id).
+type Config struct {
+	// GRPCAddr is the CoordinatorService listen address (host:port; port 0 picks one).
+	GRPCAddr string
+	// HTTPAddr serves /metrics, /healthz and /readyz (port 0 picks one).
+	HTTPAddr string
+	// PostgresURL names the coordinator database; it is created when missing.
+	PostgresURL string
+	// StorageAddr is storage-core's gRPC address.
+	StorageAddr string
+	// NATSURL is the NATS server URL (comma separated for several).
+	NATSURL string
+	// ClusterID prefixes NATS subjects: "tributary.<cluster-id>.".
+	ClusterID string
+}
+
+// DefaultConfig returns the defaults of the coordinator's flags.
+func DefaultConfig() Config {
+	return Config{
+		GRPCAddr:    "127.0.0.1:7410",
+		HTTPAddr:    "127.0.0.1:7411",
+		PostgresURL: "postgres://postgres@127.0.0.1:5432/tributary?sslmode=disable",
+		StorageAddr: "127.0.0.1:7400",
+		NATSURL:     "nats://127.0.0.1:4222",
+		ClusterID:   "tributary",
+	}
+}
+
+// clusterIDPattern keeps the cluster id a single NATS subject token.
+var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Validate checks that every setting is present and well formed. Errors wrap
+// ErrInvalidConfig.
+func (c Config) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}, {"postgres-url", c.PostgresURL},
+		{"storage-addr", c.StorageAddr}, {"nats-url", c.NATSURL},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("%w: --%s is empty", ErrInvalidConfig, f.name)
+		}
+	}
+	if !clusterIDPattern.MatchString(c.ClusterID) {
+		return fmt.Errorf("%w: --cluster-id %q must be 1..64 of [A-Za-z0-9_-]", ErrInvalidConfig, c.ClusterID)
+	}
+	return nil
+}
+
+// TopicsChangedSubject is the NATS subject topic changes are announced on (payload: the
+// topic name).
+func (c Config) TopicsChangedSubject() string { return "tributary." + c.ClusterID + ".topics.changed" }

@@ -1,0 +1,262 @@
+// Package server wires the coordinator: Postgres (package store), the storage-core
+// client, NATS, the CoordinatorService handler, gRPC and the observability endpoints.
+// New binds the listeners; Run serves until its context ends.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/obs"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/handler"
+	"github.com/tributary/tributary/services/coordinator/internal/store"
+)
+
+// Timings of the background loops.
+const (
+	// prepareBackoffMax caps the wait between attempts to create and migrate the database.
+	prepareBackoffMax = 5 * time.Second
+	// gaugeRefresh is how often the topics gauge is re-read (other replicas change topics too).
+	gaugeRefresh = 30 * time.Second
+	// shutdownGrace bounds the graceful gRPC stop.
+	shutdownGrace = 5 * time.Second
+	// natsReconnectWait is the pause between NATS reconnect attempts.
+	natsReconnectWait = time.Second
+)
+
+// Server is a running coordinator.
+type Server struct {
+	cfg Config
+	log *zap.Logger
+
+	store       *store.Store
+	storageConn *grpc.ClientConn
+	storage     storagev1.StorageServiceClient
+	nc          *nats.Conn
+	metrics     *metrics
+
+	grpc   *grpc.Server
+	health *health.Server
+	grpcLn net.Listener
+	http   *obs.HTTP
+
+	refresh chan struct{} // wakes the topics gauge refresher; buffered 1
+}
+
+// New validates cfg, opens the Postgres pool (lazily), the storage-core client and the
+// NATS connection (which retries in the background), and binds the gRPC and HTTP
+// listeners. Nothing is served on gRPC until Run.
+func New(cfg Config, log *zap.Logger) (s *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s = &Server{cfg: cfg, log: log, refresh: make(chan struct{}, 1)}
+	defer func() {
+		if err != nil {
+			s.closeClients()
+		}
+	}()
+
+	if s.store, err = store.Open(cfg.PostgresURL, log.Named("store")); err != nil {
+		return nil, err
+	}
+	if s.storageConn, err = grpcx.Dial(cfg.StorageAddr); err != nil {
+		return nil, err
+	}
+	s.storage = storagev1.NewStorageServiceClient(s.storageConn)
+	if s.nc, err = s.connectNATS(); err != nil {
+		return nil, err
+	}
+
+	reg := obs.NewRegistry()
+	s.metrics = newMetrics(reg)
+	s.http = obs.NewHTTP(reg, log.Named("http"))
+	s.http.AddReadyCheck("postgres", s.store.Ready)
+	s.http.AddReadyCheck("nats", s.natsReady)
+	s.http.AddReadyCheck("storage-core", s.storageReady)
+
+	s.grpc = grpcx.NewServer(log.Named("grpc"), grpc.ChainUnaryInterceptor(s.metrics.interceptor))
+	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, handler.New(s.store, s.storage, s, log.Named("handler")))
+	s.health = grpcx.RegisterStandard(s.grpc)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
+	}
+	if err = s.http.Listen(cfg.HTTPAddr); err != nil {
+		_ = s.grpcLn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) connectNATS() (*nats.Conn, error) {
+	log := s.log.Named("nats")
+	nc, err := nats.Connect(s.cfg.NATSURL,
+		nats.Name("tributary-coordinator"),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(natsReconnectWait),
+		nats.ConnectHandler(func(c *nats.Conn) { log.Info("nats connected", zap.String("url", c.ConnectedUrl())) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", zap.String("url", c.ConnectedUrl())) }),
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if !c.IsClosed() {
+				log.Warn("nats disconnected", zap.Error(err))
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("nats error", zap.Error(err)) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", s.cfg.NATSURL, err)
+	}
+	return nc, nil
+}
+
+// GRPCAddr is the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (s *Server) HTTPAddr() string { return s.http.Addr() }
+
+// Ready runs the readiness checks (/readyz): nil, or the first failure.
+func (s *Server) Ready(ctx context.Context) error { return s.http.Ready(ctx) }
+
+func (s *Server) natsReady(context.Context) error {
+	if !s.nc.IsConnected() {
+		return fmt.Errorf("%w to %s (%s)", ErrNATSNotConnected, s.cfg.NATSURL, s.nc.Status())
+	}
+	return nil
+}
+
+func (s *Server) storageReady(ctx context.Context) error {
+	resp, err := healthpb.NewHealthClient(s.storageConn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.cfg.StorageAddr, err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("%s: %w (%s)", s.cfg.StorageAddr, ErrStorageNotServing, resp.GetStatus())
+	}
+	return nil
+}
+
+// TopicChanged announces a topic change on NATS and refreshes the topics gauge.
+func (s *Server) TopicChanged(topic string) {
+	if err := s.nc.Publish(s.cfg.TopicsChangedSubject(), []byte(topic)); err != nil {
+		s.metrics.notified.WithLabelValues("error").Inc()
+		s.log.Warn("could not announce topic change", zap.String("topic", topic), zap.Error(err))
+	} else {
+		s.metrics.notified.WithLabelValues("ok").Inc()
+	}
+	select {
+	case s.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// Run serves until ctx ends, then shuts down gracefully and releases everything New
+// opened. It returns nil after a clean shutdown, or the error that stopped gRPC.
+func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("listening", zap.String("grpc", s.GRPCAddr()), zap.String("http", s.HTTPAddr()))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { s.prepare(ctx) })
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("grpc serve: %w", err)
+	}
+	cancel()
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownGrace):
+		s.grpc.Stop()
+		<-stopped
+	}
+	hctx, hcancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer hcancel()
+	if herr := s.http.Close(hctx); herr != nil && !errors.Is(herr, context.DeadlineExceeded) {
+		s.log.Warn("http shutdown", zap.Error(herr))
+	}
+	wg.Wait()
+	s.closeClients()
+	s.log.Info("stopped")
+	return err
+}
+
+// prepare creates and migrates the database, retrying with backoff until it succeeds
+// or ctx ends; then marks gRPC health SERVING and keeps the topics gauge fresh.
+func (s *Server) prepare(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.store.Prepare(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("postgres not ready, retrying", zap.String("database", s.store.Database()), zap.Duration("backoff", backoff), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, prepareBackoffMax)
+	}
+	s.log.Info("postgres ready", zap.String("database", s.store.Database()))
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	tick := time.NewTicker(gaugeRefresh)
+	defer tick.Stop()
+	for {
+		if n, err := s.store.CountTopics(ctx); err == nil {
+			s.metrics.topics.Set(float64(n))
+		} else if ctx.Err() == nil {
+			s.log.Warn("could not count topics", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-s.refresh:
+		}
+	}
+}
+
+func (s *Server) closeClients() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.storageConn != nil {
+		_ = s.storageConn.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+}
