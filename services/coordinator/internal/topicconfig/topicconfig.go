@@ -47,7 +47,7 @@ var (
 
 var defs = []Def{
 	{Name: "cleanup.policy", Type: coordinatorv1.ConfigType_CONFIG_TYPE_LIST, Default: "delete",
-		Doc: `"delete" discards old segments by time or size; "compact" keeps the latest record per key; both may be given.`,
+		Doc:   `"delete" discards old segments by time or size; "compact" keeps the latest record per key; both may be given.`,
 		check: listOf(cleanupPolicies)},
 	{Name: "compression.type", Type: coordinatorv1.ConfigType_CONFIG_TYPE_STRING, Default: "producer",
 		Doc:   `Compression of stored batches; "producer" keeps what the producer sent.`,
