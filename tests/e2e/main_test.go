@@ -51,12 +51,13 @@ func sharedStack(t *testing.T) *stack.Stack {
 		t.Fatalf("start shared stack: %v", sharedErr)
 	}
 	s := shared
+	marks := s.LogMarks()
 	t.Cleanup(func() {
 		for _, c := range s.Crashes() {
 			t.Errorf("process crash: %s", c)
 		}
 		if t.Failed() {
-			t.Logf("shared stack logs:\n%s", s.LogTails(60))
+			t.Logf("shared stack logs written during this test:\n%s", s.LogsSince(marks, 60))
 		}
 	})
 	return s

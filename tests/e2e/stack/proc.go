@@ -215,10 +215,16 @@ func (p *Proc) waitReady(ctx context.Context) error {
 }
 
 // Tail returns the last n lines of the file at path (or a note why it cannot).
-func Tail(path string, n int) string {
+func Tail(path string, n int) string { return tailFrom(path, 0, n) }
+
+// tailFrom returns the last n lines of the file at path from byte offset from on.
+func tailFrom(path string, from int64, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(%v)", err)
+	}
+	if from > 0 && from <= int64(len(b)) {
+		b = b[from:]
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {

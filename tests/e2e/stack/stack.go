@@ -306,6 +306,33 @@ func (s *Stack) LogTails(n int) string {
 	return b.String()
 }
 
+// LogMarks records how long each process's log is now, for LogsSince.
+func (s *Stack) LogMarks() map[string]int64 {
+	m := map[string]int64{}
+	for _, p := range s.Procs() {
+		if p == nil {
+			continue
+		}
+		if fi, err := os.Stat(p.LogPath); err == nil {
+			m[p.Name] = fi.Size()
+		}
+	}
+	return m
+}
+
+// LogsSince returns, for every process, at most the last n lines written to its log
+// after marks were taken (LogMarks).
+func (s *Stack) LogsSince(marks map[string]int64, n int) string {
+	var b strings.Builder
+	for _, p := range s.Procs() {
+		if p == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "----- %s (%s), new lines (last %d at most) -----\n%s\n", p.Name, p.LogPath, n, tailFrom(p.LogPath, marks[p.Name], n))
+	}
+	return b.String()
+}
+
 // KeepEnv names an environment variable; when it is "1" Close keeps the temp data and
 // log directories (and the database) for inspection.
 const KeepEnv = "TRIBUTARY_E2E_KEEP"

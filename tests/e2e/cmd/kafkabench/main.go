@@ -1,0 +1,340 @@
+// Command kafkabench measures Kafka produce and consume throughput (1 KiB records,
+// acks=all, idempotent kgo producer; 1 and 6 partitions) and produce latency at a fixed
+// rate against a Tributary stack started from the real binaries (storage-core with
+// fsync on) and against franz-go's in-memory kfake, side by side in one run, and
+// prints both figures and the ratio.
+//
+// Run from tests/e2e: go run ./cmd/kafkabench [-duration 5s] [-rate 20000]
+// It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
+// TRIBUTARY_TEST_NATS_URL); TRIBUTARY_BIN_DIR reuses prebuilt binaries.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/tributary/tributary/tests/e2e/testenv"
+)
+
+type config struct {
+	duration    time.Duration
+	latencyDur  time.Duration
+	rate        int
+	recordBytes int
+	fsync       string
+	targets     string
+	maxRecords  int
+}
+
+// target is a Kafka endpoint under test.
+type target struct {
+	name string
+	// fresh returns addresses for a new case; for kfake it starts a new in-memory
+	// cluster so earlier cases' records do not weigh on later ones.
+	fresh func() ([]string, func(), error)
+}
+
+type result struct {
+	records  int
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	p999     time.Duration
+	max      time.Duration
+}
+
+func (r result) perSec() float64 { return float64(r.records) / r.elapsed.Seconds() }
+
+func main() {
+	var cfg config
+	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "produce time per throughput case")
+	flag.DurationVar(&cfg.latencyDur, "latency-duration", 10*time.Second, "time per fixed-rate latency case")
+	flag.IntVar(&cfg.rate, "rate", 20000, "records/s for the latency case")
+	flag.IntVar(&cfg.recordBytes, "record-bytes", 1024, "value size in bytes")
+	flag.StringVar(&cfg.fsync, "fsync", "always", "storage-core --fsync")
+	flag.IntVar(&cfg.maxRecords, "max-records", 2_000_000, "stop a throughput case's produce early after this many records (bounds kfake's memory)")
+	flag.StringVar(&cfg.targets, "targets", "tributary,kfake", "targets to measure, comma separated (tributary, kfake); the ratio needs both")
+	flag.Parse()
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "kafkabench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	want := map[string]bool{}
+	for _, t := range strings.Split(cfg.targets, ",") {
+		want[strings.TrimSpace(t)] = true
+	}
+	var targets []target
+	if want["tributary"] {
+		if err := testenv.Check(ctx); err != nil {
+			return err
+		}
+		defer stack.RemoveBinaries()
+		fmt.Printf("starting tributary (fsync=%s)...\n", cfg.fsync)
+		s, err := stack.Start(ctx, stack.Options{Fsync: cfg.fsync, LogLevel: "warn"})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := s.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "close stack:", err)
+			}
+		}()
+		targets = append(targets, target{name: "tributary", fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
+	}
+	if want["kfake"] {
+		targets = append(targets, target{name: "kfake", fresh: func() ([]string, func(), error) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				return nil, nil, err
+			}
+			return c.ListenAddrs(), c.Close, nil
+		}})
+	}
+	if len(targets) == 0 {
+		return fmt.Errorf("no known target in -targets %q", cfg.targets)
+	}
+	// With one target, it is reported in both columns and the ratio is 1.
+	for len(targets) < 2 {
+		targets = append(targets, targets[0])
+	}
+
+	type row struct {
+		name      string
+		trib, fak result
+	}
+	var rows []row
+	for _, parts := range []int32{1, 6} {
+		var res [2][2]result // [target][produce, consume]
+		for i, tg := range targets {
+			p, c, err := throughput(ctx, cfg, tg, parts)
+			if err != nil {
+				return fmt.Errorf("%s, %d partitions: %w", tg.name, parts, err)
+			}
+			res[i] = [2]result{p, c}
+			fmt.Printf("  %-9s %d partition(s): produce %9.0f rec/s, consume %9.0f rec/s\n", tg.name, parts, p.perSec(), c.perSec())
+		}
+		rows = append(rows,
+			row{fmt.Sprintf("produce %d partition(s)", parts), res[0][0], res[1][0]},
+			row{fmt.Sprintf("consume %d partition(s)", parts), res[0][1], res[1][1]})
+	}
+	var lat [2]result
+	for i, tg := range targets {
+		r, err := latency(ctx, cfg, tg)
+		if err != nil {
+			return fmt.Errorf("%s latency: %w", tg.name, err)
+		}
+		lat[i] = r
+		fmt.Printf("  %-9s latency at %d rec/s: p50 %v p99 %v\n", tg.name, cfg.rate, r.p50, r.p99)
+	}
+
+	mib := float64(cfg.recordBytes) / (1 << 20)
+	fmt.Printf("\nKafka benchmark: %d B records, acks=all, idempotent kgo producer; tributary fsync=%s; kfake in memory\n", cfg.recordBytes, cfg.fsync)
+	fmt.Printf("%-24s %14s %14s %8s\n", "case (records/s)", "tributary", "kfake", "ratio")
+	for _, r := range rows {
+		fmt.Printf("%-24s %14.0f %14.0f %7.2fx   (%.1f vs %.1f MiB/s)\n", r.name, r.trib.perSec(), r.fak.perSec(), r.trib.perSec()/r.fak.perSec(), r.trib.perSec()*mib, r.fak.perSec()*mib)
+	}
+	fmt.Printf("%-24s %14s %14s\n", fmt.Sprintf("latency @%d rec/s", cfg.rate), "tributary", "kfake")
+	for _, q := range []struct {
+		name string
+		f    func(result) time.Duration
+	}{{"p50", func(r result) time.Duration { return r.p50 }}, {"p99", func(r result) time.Duration { return r.p99 }}, {"p99.9", func(r result) time.Duration { return r.p999 }}, {"max", func(r result) time.Duration { return r.max }}} {
+		fmt.Printf("%-24s %14v %14v\n", "  "+q.name, q.f(lat[0]).Round(10*time.Microsecond), q.f(lat[1]).Round(10*time.Microsecond))
+	}
+	fmt.Printf("%-24s %14.0f %14.0f\n", "  achieved rec/s", lat[0].perSec(), lat[1].perSec())
+	return nil
+}
+
+var topicSeq atomic.Int64
+
+func newTopic(ctx context.Context, addrs []string, parts int32) (string, error) {
+	name := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), topicSeq.Add(1))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, parts, -1, nil, name); err != nil {
+		return "", fmt.Errorf("create topic: %w", err)
+	}
+	// Wait until every partition has a leader.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		md, err := adm.Metadata(ctx, name)
+		if err == nil {
+			td := md.Topics[name]
+			ok := td.Err == nil && len(td.Partitions) == int(parts)
+			for _, p := range td.Partitions {
+				ok = ok && p.Leader >= 0
+			}
+			if ok {
+				return name, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", errors.New("topic not ready")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+}
+
+func producer(addrs []string, topic string) (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(30*time.Second))
+}
+
+// throughput produces as fast as the client allows for cfg.duration, flushes, then
+// consumes everything back with a fresh consumer.
+func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, cons result, err error) {
+	addrs, closeFn, err := tg.fresh()
+	if err != nil {
+		return prod, cons, err
+	}
+	defer closeFn()
+	topic, err := newTopic(ctx, addrs, parts)
+	if err != nil {
+		return prod, cons, err
+	}
+	cl, err := producer(addrs, topic)
+	if err != nil {
+		return prod, cons, err
+	}
+	value := make([]byte, cfg.recordBytes)
+	var (
+		acked   atomic.Int64
+		firstMu sync.Mutex
+		first   error
+	)
+	start := time.Now()
+	end := start.Add(cfg.duration)
+	for i := 0; i < cfg.maxRecords && time.Now().Before(end) && ctx.Err() == nil; i++ {
+		cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("k%d", i%1024)), Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				firstMu.Lock()
+				if first == nil {
+					first = err
+				}
+				firstMu.Unlock()
+				return
+			}
+			acked.Add(1)
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		cl.Close()
+		return prod, cons, err
+	}
+	prod = result{records: int(acked.Load()), elapsed: time.Since(start)}
+	cl.Close()
+	if first != nil {
+		return prod, cons, fmt.Errorf("produce: %w", first)
+	}
+
+	cc, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return prod, cons, err
+	}
+	defer cc.Close()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	start = time.Now()
+	n := 0
+	for n < prod.records {
+		fs := cc.PollFetches(cctx)
+		if cctx.Err() != nil {
+			return prod, cons, fmt.Errorf("consume: read %d of %d: %w", n, prod.records, cctx.Err())
+		}
+		if errs := fs.Errors(); len(errs) > 0 {
+			return prod, cons, fmt.Errorf("consume: %v", errs[0].Err)
+		}
+		n += fs.NumRecords()
+	}
+	cons = result{records: n, elapsed: time.Since(start)}
+	return prod, cons, nil
+}
+
+// latency produces at a fixed cfg.rate for cfg.latencyDur to 6 partitions and reports
+// percentiles of the time from Produce to the acknowledgement.
+func latency(ctx context.Context, cfg config, tg target) (result, error) {
+	addrs, closeFn, err := tg.fresh()
+	if err != nil {
+		return result{}, err
+	}
+	defer closeFn()
+	topic, err := newTopic(ctx, addrs, 6)
+	if err != nil {
+		return result{}, err
+	}
+	cl, err := producer(addrs, topic)
+	if err != nil {
+		return result{}, err
+	}
+	defer cl.Close()
+	value := make([]byte, cfg.recordBytes)
+	var (
+		mu    sync.Mutex
+		lats  []time.Duration
+		first error
+	)
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	sent := 0
+	for ctx.Err() == nil {
+		now := <-tick.C
+		el := now.Sub(start)
+		if el >= cfg.latencyDur {
+			break
+		}
+		due := int(el.Seconds() * float64(cfg.rate))
+		for ; sent < due; sent++ {
+			t0 := time.Now()
+			cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("k%d", sent%1024)), Value: value}, func(_ *kgo.Record, err error) {
+				d := time.Since(t0)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if first == nil {
+						first = err
+					}
+					return
+				}
+				lats = append(lats, d)
+			})
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return result{}, err
+	}
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if first != nil {
+		return result{}, first
+	}
+	if len(lats) == 0 {
+		return result{}, errors.New("no records acknowledged")
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
+	return result{records: len(lats), elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1]}, nil
+}
