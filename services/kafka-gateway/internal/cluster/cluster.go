@@ -1,0 +1,141 @@
+// Package cluster keeps the list of live kafka-gateway replicas. Each replica announces
+// itself on NATS subject "tributary.<cluster-id>.kafka.brokers" every second with a JSON
+// payload {node_id, host, port, rack}; entries not heard from for 5 s expire. The local
+// replica is always in the list, so a gateway without NATS still serves (as a cluster of
+// one).
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// Defaults of the announcement protocol.
+const (
+	// AnnounceInterval is how often a replica announces itself.
+	AnnounceInterval = time.Second
+	// Expiry is how long an announcement keeps a replica in the list.
+	Expiry = 5 * time.Second
+)
+
+// Member is one kafka-gateway replica, as announced on NATS.
+type Member struct {
+	NodeID int32   `json:"node_id"`
+	Host   string  `json:"host"`
+	Port   int32   `json:"port"`
+	Rack   *string `json:"rack"`
+}
+
+// BrokersSubject is the NATS subject kafka-gateway replicas announce themselves on.
+func BrokersSubject(clusterID string) string { return "tributary." + clusterID + ".kafka.brokers" }
+
+// TopicsChangedSubject is the NATS subject the coordinator publishes a topic name on
+// after any topic create, delete, partition or config change.
+func TopicsChangedSubject(clusterID string) string {
+	return "tributary." + clusterID + ".topics.changed"
+}
+
+type seen struct {
+	m  Member
+	at time.Time
+}
+
+// Membership tracks the live replicas.
+type Membership struct {
+	self     Member
+	subject  string
+	log      *zap.Logger
+	interval time.Duration
+	expiry   time.Duration
+
+	mu    sync.Mutex
+	peers map[int32]seen
+}
+
+// New returns a Membership for self in cluster clusterID.
+func New(clusterID string, self Member, log *zap.Logger) *Membership {
+	return &Membership{
+		self:     self,
+		subject:  BrokersSubject(clusterID),
+		log:      log,
+		interval: AnnounceInterval,
+		expiry:   Expiry,
+		peers:    map[int32]seen{},
+	}
+}
+
+// Self is the local replica.
+func (m *Membership) Self() Member { return m.self }
+
+// Live returns the live replicas sorted by node id, self always included. A peer
+// announcing the local node id is ignored (the local replica wins).
+func (m *Membership) Live() []Member {
+	now := time.Now()
+	m.mu.Lock()
+	out := []Member{m.self}
+	for id, s := range m.peers {
+		if now.Sub(s.at) > m.expiry {
+			delete(m.peers, id)
+			continue
+		}
+		if id == m.self.NodeID {
+			continue
+		}
+		out = append(out, s.m)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// observe records an announcement.
+func (m *Membership) observe(mem Member) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, known := m.peers[mem.NodeID]; !known && mem.NodeID != m.self.NodeID {
+		m.log.Info("kafka-gateway replica joined", zap.Int32("node_id", mem.NodeID), zap.String("host", mem.Host), zap.Int32("port", mem.Port))
+	}
+	m.peers[mem.NodeID] = seen{m: mem, at: time.Now()}
+}
+
+// Run subscribes to announcements and announces self every second until ctx ends. The
+// NATS connection may be down: nats.go reconnects in the background and announcements
+// resume then.
+func (m *Membership) Run(ctx context.Context, nc *nats.Conn) error {
+	sub, err := nc.Subscribe(m.subject, func(msg *nats.Msg) {
+		var mem Member
+		if err := json.Unmarshal(msg.Data, &mem); err != nil {
+			m.log.Warn("bad kafka broker announcement", zap.Error(err))
+			return
+		}
+		m.observe(mem)
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	payload, err := json.Marshal(m.self)
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	for {
+		if nc.IsConnected() {
+			if err := nc.Publish(m.subject, payload); err != nil {
+				m.log.Debug("broker announcement not published", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

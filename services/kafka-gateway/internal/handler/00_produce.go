@@ -1,0 +1,213 @@
+package handler
+
+// Produce (API key 0), versions 0-12 advertised, 3-12 served.
+//
+// Versions 0-2 carry magic 0/1 message sets, which storage-core does not store: they are
+// advertised anyway (librdkafka picks its compression codecs from Produce's advertised
+// range, so a minimum of 3 would make kcat silently stop compressing) and every partition
+// is answered with UNSUPPORTED_VERSION (35). v13 (topic ids, KIP-516) is not served.
+//
+// Behaviour:
+//   - acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition); acks=0
+//     gets no response at all. Every ack level waits for storage-core's fsync.
+//   - Topic names are validated (INVALID_TOPIC_EXCEPTION); unknown topics are created
+//     with the default partition count when auto-create is on (else
+//     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is
+//     UNKNOWN_TOPIC_OR_PARTITION.
+//   - Each partition's batches are checked (framing, magic 2, CRC-32C) and then all
+//     partitions go to storage-core in ONE AppendBatches call. BaseOffset =
+//     first_sequence - 1 (the original offset for an idempotent duplicate),
+//     LogAppendTime from storage (-1 for CreateTime topics), LogStartOffset =
+//     log_start_sequence - 1.
+//   - Transactions are not served yet: InitProducerId refuses transactional ids, and a
+//     produce carrying a transactional id or a transactional batch is answered with
+//     INVALID_TXN_STATE (48) for every partition: no transaction can be open, which is
+//     what that code says, and clients treat it as fatal rather than retrying forever.
+//   - Storage outages are retriable codes (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+//     KAFKA_STORAGE_ERROR), never UNKNOWN_SERVER_ERROR (the Java client would turn that
+//     into duplicates).
+//   - Storage writes of one connection's produce requests keep request order (Turn), so
+//     pipelined idempotent batches arrive in sequence order.
+//
+// KIPs: KIP-98 (idempotence, v3), KIP-110/KIP-390 (compression, kept as sent), KIP-467
+// (per-record errors, v8: not filled), KIP-482 (flexible v9+), KIP-951 (current leader
+// tags: not sent), KIP-890 (v12).
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+func init() { register(kmsg.Produce.Int16(), 0, 12, (*Handler).handleProduce) }
+
+// produceMinTimeout is the least time a produce is given to reach storage-core.
+const produceMinTimeout = 30 * time.Second
+
+func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+
+	// Skeleton in request order; every partition starts as "not written".
+	type slot struct{ t, p int }
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		rt.TopicID = t.TopicID
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.BaseOffset = -1
+			rp.LogAppendTime = -1
+			rp.LogStartOffset = -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	setAll := func(code int16) {
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				resp.Topics[i].Partitions[j].ErrorCode = code
+			}
+		}
+	}
+	respond := func() (kmsg.Response, error) {
+		if req.Acks == 0 {
+			return nil, nil
+		}
+		return resp, nil
+	}
+
+	switch {
+	case req.Version < 3:
+		setAll(kerr.UnsupportedVersion.Code)
+		return respond()
+	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
+		setAll(kerr.InvalidRequiredAcks.Code)
+		return resp, nil
+	case req.TransactionID != nil:
+		setAll(kerr.InvalidTxnState.Code)
+		return respond()
+	}
+
+	// Resolve topics (auto-create when enabled).
+	var names []string
+	for _, t := range req.Topics {
+		if validTopicName(t.Topic) {
+			names = append(names, t.Topic)
+		}
+	}
+	infos, codes, coordErr := h.resolveTopics(ctx, names, true)
+
+	var (
+		channels []*storagev1.ChannelBatches
+		slots    []slot
+		bytesIn  int
+	)
+	for ti, t := range req.Topics {
+		info := infos[t.Topic]
+		topicCode := int16(0)
+		switch {
+		case !validTopicName(t.Topic):
+			topicCode = kerr.InvalidTopicException.Code
+		case info == nil && coordErr != nil:
+			// Coordinator unreachable and topic not cached: let storage-core decide
+			// whether the partition's channel exists.
+		case info == nil:
+			topicCode = codes[t.Topic]
+			if topicCode == 0 {
+				topicCode = kerr.UnknownTopicOrPartition.Code
+			}
+		}
+		for pi, p := range t.Partitions {
+			rp := &resp.Topics[ti].Partitions[pi]
+			if topicCode != 0 {
+				rp.ErrorCode = topicCode
+				continue
+			}
+			if p.Partition < 0 || p.Partition >= channel.MaxPartitions || (info != nil && p.Partition >= info.Partitions) {
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				continue
+			}
+			chk := checkBatches(p.Records)
+			if chk.code != 0 {
+				rp.ErrorCode = chk.code
+				continue
+			}
+			if chk.transactional {
+				rp.ErrorCode = kerr.InvalidTxnState.Code
+				continue
+			}
+			bytesIn += len(p.Records)
+			channels = append(channels, &storagev1.ChannelBatches{
+				Channel: channel.KafkaPartition(t.Topic, p.Partition),
+				Batches: p.Records,
+			})
+			slots = append(slots, slot{ti, pi})
+		}
+	}
+	h.metrics.addProduceBytes(bytesIn)
+	if len(channels) == 0 {
+		return respond()
+	}
+
+	timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
+	if timeout < produceMinTimeout {
+		timeout = produceMinTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.Turn.Wait(sctx); err != nil {
+		for _, s := range slots {
+			resp.Topics[s.t].Partitions[s.p].ErrorCode = kerr.RequestTimedOut.Code
+		}
+		return respond()
+	}
+	out, err := h.storage.AppendBatches(sctx, &storagev1.AppendBatchesRequest{Channels: channels})
+	if err != nil {
+		code := dataCode(err)
+		h.log.Warn("storage AppendBatches failed", zap.Int("partitions", len(channels)), zap.Int16("kafka_code", code), zap.Error(err))
+		for _, s := range slots {
+			resp.Topics[s.t].Partitions[s.p].ErrorCode = code
+		}
+		return respond()
+	}
+	results := out.GetResults()
+	for i, s := range slots {
+		rp := &resp.Topics[s.t].Partitions[s.p]
+		if i >= len(results) {
+			rp.ErrorCode = kerr.KafkaStorageError.Code
+			continue
+		}
+		res := results[i]
+		if res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+			rp.ErrorCode = storageCode(res.GetError())
+			if msg := res.GetErrorMessage(); msg != "" && req.Version >= 8 {
+				rp.ErrorMessage = &msg
+			}
+			if res.GetError() == storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
+				h.topics.invalidate(req.Topics[s.t].Topic)
+			}
+			if res.GetLogStartSequence() > 0 {
+				rp.LogStartOffset = res.GetLogStartSequence() - 1
+			}
+			continue
+		}
+		rp.BaseOffset = res.GetFirstSequence() - 1
+		rp.LogAppendTime = -1
+		if res.GetLogAppendTimeMs() > 0 {
+			rp.LogAppendTime = res.GetLogAppendTimeMs()
+		}
+		rp.LogStartOffset = res.GetLogStartSequence() - 1
+		if rp.LogStartOffset < 0 {
+			rp.LogStartOffset = 0
+		}
+	}
+	return respond()
+}

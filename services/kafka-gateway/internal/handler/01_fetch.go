@@ -1,0 +1,191 @@
+package handler
+
+// Fetch (API key 1), versions 4-16.
+//
+// Behaviour:
+//   - ONE storage-core Fetch call for every partition of the request: from_sequence =
+//     fetch_offset + 1, max_wait_ms / min_bytes / max_bytes / partition_max_bytes and
+//     the isolation level passed through. Stored batches are returned byte for byte (the
+//     first may start before the fetch offset; clients skip those records).
+//   - Every partition response carries HighWatermark, LastStableOffset and LogStartOffset,
+//     error or not (-1 when unknown); responses keep request order.
+//   - fetch_offset == high watermark is the normal tail: empty, after waiting. Below the
+//     log start or above the high watermark: OFFSET_OUT_OF_RANGE (storage-core decides).
+//   - v13+ identifies topics by id (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
+//   - Aborted transactions are never sent on read_uncommitted (franz-go would skip
+//     records); read_committed gets an empty list and stops at the last stable offset.
+//   - Fetch sessions (KIP-227) are not kept: every answer has session id 0, which all
+//     clients accept as "sessionless"; a request naming a session id we never handed out
+//     gets FETCH_SESSION_ID_NOT_FOUND. Forgotten topics are therefore ignored.
+//   - Preferred read replica (KIP-392): never set (-1); any replica serves any partition.
+//
+// KIPs: KIP-74 (max_bytes), KIP-98 (isolation), KIP-227 (sessions), KIP-320 (leader
+// epochs), KIP-392, KIP-482 (flexible v12+), KIP-516 (topic ids v13+), KIP-951 (v16).
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+func init() { register(kmsg.Fetch.Int16(), 4, 16, (*Handler).handleFetch) }
+
+// fetchMaxWait caps a client's max_wait_ms.
+const fetchMaxWait = 5 * time.Minute
+
+func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.FetchRequest)
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	resp.SessionID = 0
+
+	if req.Version >= 7 && req.SessionID != 0 {
+		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		return resp, nil
+	}
+	if req.Version >= 7 && req.SessionEpoch > 0 {
+		resp.ErrorCode = kerr.InvalidFetchSessionEpoch.Code
+		return resp, nil
+	}
+
+	type slot struct{ t, p int }
+	var (
+		channels []*storagev1.FetchChannel
+		slots    []slot
+	)
+	for _, t := range req.Topics {
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = t.Topic
+		rt.TopicID = t.TopicID
+		name := t.Topic
+		topicCode := int16(0)
+		if req.Version >= 13 {
+			ti, err := h.topicByID(ctx, t.TopicID)
+			switch {
+			case err != nil:
+				topicCode = kerr.NotLeaderForPartition.Code
+			case ti == nil:
+				topicCode = kerr.UnknownTopicID.Code
+			default:
+				name = ti.Name
+			}
+		} else if !validTopicName(name) {
+			topicCode = kerr.UnknownTopicOrPartition.Code
+		}
+		for _, p := range t.Partitions {
+			rp := kmsg.NewFetchResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.HighWatermark = -1
+			rp.LastStableOffset = -1
+			rp.LogStartOffset = -1
+			rp.PreferredReadReplica = -1
+			switch {
+			case topicCode != 0:
+				rp.ErrorCode = topicCode
+			case p.Partition < 0 || p.Partition >= channel.MaxPartitions:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case p.FetchOffset < 0:
+				rp.ErrorCode = kerr.OffsetOutOfRange.Code
+			default:
+				maxBytes := p.PartitionMaxBytes
+				channels = append(channels, &storagev1.FetchChannel{
+					Channel:      channel.KafkaPartition(name, p.Partition),
+					FromSequence: p.FetchOffset + 1,
+					MaxBytes:     maxBytes,
+				})
+				slots = append(slots, slot{len(resp.Topics), len(rt.Partitions)})
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(channels) == 0 {
+		return resp, nil
+	}
+
+	wait := time.Duration(req.MaxWaitMillis) * time.Millisecond
+	if wait < 0 {
+		wait = 0
+	}
+	if wait > fetchMaxWait {
+		wait = fetchMaxWait
+	}
+	maxBytes := req.MaxBytes
+	if req.Version < 3 || maxBytes <= 0 {
+		maxBytes = 1 << 30
+	}
+	iso := storagev1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED
+	if req.IsolationLevel == 1 {
+		iso = storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+	}
+	sctx, cancel := context.WithTimeout(ctx, wait+15*time.Second)
+	defer cancel()
+	out, err := h.storage.Fetch(sctx, &storagev1.FetchRequest{
+		Channels:       channels,
+		MaxWaitMs:      int32(wait / time.Millisecond),
+		MinBytes:       req.MinBytes,
+		MaxBytes:       maxBytes,
+		IsolationLevel: iso,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		code := dataCode(err)
+		h.log.Warn("storage Fetch failed", zap.Int("partitions", len(channels)), zap.Int16("kafka_code", code), zap.Error(err))
+		for _, s := range slots {
+			resp.Topics[s.t].Partitions[s.p].ErrorCode = code
+		}
+		return resp, nil
+	}
+	results := out.GetResults()
+	bytesOut := 0
+	for i, s := range slots {
+		rp := &resp.Topics[s.t].Partitions[s.p]
+		if i >= len(results) {
+			rp.ErrorCode = kerr.KafkaStorageError.Code
+			continue
+		}
+		res := results[i]
+		if res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+			rp.ErrorCode = storageCode(res.GetError())
+			if res.GetError() == storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+				continue
+			}
+		}
+		fillOffsets(rp, res)
+		if iso == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
+			rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+		}
+		rp.RecordBatches = res.GetBatches()
+		bytesOut += len(rp.RecordBatches)
+	}
+	h.metrics.addFetchBytes(bytesOut)
+	return resp, nil
+}
+
+// fillOffsets sets a partition's HighWatermark, LastStableOffset and LogStartOffset from
+// a storage result. The storage high watermark (sequence of the last durable record) is
+// numerically the Kafka high watermark; the Kafka log start offset is
+// log_start_sequence - 1. Without transactions the last stable offset is the high
+// watermark; storage's value is used when it lies in [0, HWM].
+func fillOffsets(rp *kmsg.FetchResponseTopicPartition, res *storagev1.FetchChannelResult) {
+	hwm := res.GetHighWatermark()
+	rp.HighWatermark = hwm
+	lso := res.GetLastStableSequence()
+	if lso <= 0 || lso > hwm {
+		lso = hwm
+	}
+	rp.LastStableOffset = lso
+	ls := res.GetLogStartSequence() - 1
+	if ls < 0 {
+		ls = 0
+	}
+	rp.LogStartOffset = ls
+}

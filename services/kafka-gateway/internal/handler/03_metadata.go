@@ -1,0 +1,145 @@
+package handler
+
+// Metadata (API key 3), versions 0-12.
+//
+// Behaviour:
+//   - Brokers are the live kafka-gateway replicas (NATS announcements, self always
+//     included), sorted by node id; the controller is the lowest node id; the cluster id
+//     is derived from --cluster-id (stable across replicas and restarts).
+//   - Partition leaders are spread deterministically over the sorted live brokers:
+//     leader = brokers[(fnv32a(topic) + partition) % n]; replicas = isr = [leader],
+//     leader epoch 0. Any replica serves any partition, so leader placement only spreads
+//     load and never causes NOT_LEADER_OR_FOLLOWER.
+//   - Topic ids (v10+) are the coordinator's UUIDs; topics may be asked by id (v10+),
+//     an unknown id is UNKNOWN_TOPIC_ID.
+//   - Unknown topics are created (default partition count) when auto-create is enabled
+//     and the client allows it (always for v0-3, allow_auto_topic_creation for v4+);
+//     else UNKNOWN_TOPIC_OR_PARTITION. Invalid names are INVALID_TOPIC_EXCEPTION. When
+//     the coordinator cannot be reached, uncached topics are LEADER_NOT_AVAILABLE
+//     (retriable).
+//   - Authorized operations (KIP-430) are not computed: left at "not provided".
+//
+// KIPs: KIP-204 (allow auto create, v4), KIP-430 (v8), KIP-482 (flexible v9+),
+// KIP-516 (topic ids, v10+).
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"hash/fnv"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+)
+
+func init() { register(kmsg.Metadata.Int16(), 0, 12, (*Handler).handleMetadata) }
+
+// KafkaClusterID derives the Kafka cluster id (22 characters of URL-safe base64, like a
+// Kafka-generated id) from the Tributary cluster id, so every replica reports the same.
+func KafkaClusterID(clusterID string) string {
+	sum := sha256.Sum256([]byte("tributary/" + clusterID))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// leaderFor returns the node id leading partition p of topic among sorted brokers.
+func leaderFor(topic string, p int32, brokers []Broker) int32 {
+	if len(brokers) == 0 {
+		return -1
+	}
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(topic))
+	idx := (uint64(f.Sum32()) + uint64(p)) % uint64(len(brokers))
+	return brokers[idx].NodeID
+}
+
+func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.MetadataRequest)
+	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+
+	brokers := h.liveBrokers()
+	for _, b := range brokers {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port, mb.Rack = b.NodeID, b.Host, b.Port, b.Rack
+		resp.Brokers = append(resp.Brokers, mb)
+	}
+	cid := h.kafkaID
+	resp.ClusterID = &cid
+	resp.ControllerID = brokers[0].NodeID
+
+	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+	if all {
+		topics, err := h.allTopics(ctx)
+		if err != nil {
+			h.log.Warn("metadata for all topics without coordinator", zap.Error(err))
+		}
+		sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
+		for _, ti := range topics {
+			resp.Topics = append(resp.Topics, h.metadataTopic(ti, brokers))
+		}
+		return resp, nil
+	}
+
+	allowCreate := req.Version < 4 || req.AllowAutoTopicCreation
+	var names []string
+	for _, t := range req.Topics {
+		if t.Topic != nil && validTopicName(*t.Topic) {
+			names = append(names, *t.Topic)
+		}
+	}
+	infos, codes, _ := h.resolveTopics(ctx, names, allowCreate)
+	for _, t := range req.Topics {
+		var mt kmsg.MetadataResponseTopic
+		switch {
+		case t.Topic == nil:
+			ti, err := h.topicByID(ctx, t.TopicID)
+			switch {
+			case err != nil:
+				mt = kmsg.NewMetadataResponseTopic()
+				mt.TopicID = t.TopicID
+				mt.ErrorCode = kerr.LeaderNotAvailable.Code
+			case ti == nil:
+				mt = kmsg.NewMetadataResponseTopic()
+				mt.TopicID = t.TopicID
+				mt.ErrorCode = kerr.UnknownTopicID.Code
+			default:
+				mt = h.metadataTopic(ti, brokers)
+			}
+		case !validTopicName(*t.Topic):
+			mt = kmsg.NewMetadataResponseTopic()
+			mt.Topic = t.Topic
+			mt.ErrorCode = kerr.InvalidTopicException.Code
+		case infos[*t.Topic] != nil:
+			mt = h.metadataTopic(infos[*t.Topic], brokers)
+		default:
+			mt = kmsg.NewMetadataResponseTopic()
+			mt.Topic = t.Topic
+			mt.ErrorCode = codes[*t.Topic]
+			if mt.ErrorCode == 0 {
+				mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			}
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	return resp, nil
+}
+
+// metadataTopic describes one topic with its partitions led by brokers.
+func (h *Handler) metadataTopic(ti *topicInfo, brokers []Broker) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	name := ti.Name
+	mt.Topic = &name
+	mt.TopicID = ti.ID
+	for p := int32(0); p < ti.Partitions; p++ {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition = p
+		mp.Leader = leaderFor(ti.Name, p, brokers)
+		mp.LeaderEpoch = 0
+		mp.Replicas = []int32{mp.Leader}
+		mp.ISR = []int32{mp.Leader}
+		mp.OfflineReplicas = []int32{}
+		mt.Partitions = append(mt.Partitions, mp)
+	}
+	return mt
+}

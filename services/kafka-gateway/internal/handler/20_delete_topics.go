@@ -1,0 +1,106 @@
+package handler
+
+// DeleteTopics (API key 20), versions 1-6.
+//
+// Behaviour: topics are named (v1-5: names; v6+: name or topic id, KIP-516). Ids are
+// resolved to names through the metadata cache (refreshed on a miss); an unknown id is
+// UNKNOWN_TOPIC_ID. The coordinator deletes the topic and its channels in one call; an
+// unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one INVALID_TOPIC_EXCEPTION.
+// Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
+//
+// KIPs: KIP-482 (flexible v4+), KIP-516 (ids, v6).
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+func init() { register(kmsg.DeleteTopics.Int16(), 1, 6, (*Handler).handleDeleteTopics) }
+
+func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.DeleteTopicsRequest)
+	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
+
+	type item struct {
+		name *string
+		id   [16]byte
+	}
+	var items []item
+	if req.Version >= 6 {
+		for _, t := range req.Topics {
+			items = append(items, item{name: t.Topic, id: t.TopicID})
+		}
+	} else {
+		for _, n := range req.TopicNames {
+			items = append(items, item{name: &n})
+		}
+	}
+	dreq := &coordinatorv1.DeleteTopicsRequest{}
+	idx := map[string][]int{}
+	for _, it := range items {
+		rt := kmsg.NewDeleteTopicsResponseTopic()
+		rt.Topic, rt.TopicID = it.name, it.id
+		i := len(resp.Topics)
+		resp.Topics = append(resp.Topics, rt)
+		name := ""
+		if it.name != nil {
+			name = *it.name
+		} else {
+			ti, err := h.topicByID(ctx, it.id)
+			switch {
+			case err != nil:
+				resp.Topics[i].ErrorCode = controlCode(err)
+				continue
+			case ti == nil:
+				resp.Topics[i].ErrorCode = kerr.UnknownTopicID.Code
+				continue
+			}
+			name = ti.Name
+			resp.Topics[i].Topic = &name
+		}
+		if !validTopicName(name) {
+			resp.Topics[i].ErrorCode = kerr.InvalidTopicException.Code
+			continue
+		}
+		if _, dup := idx[name]; !dup {
+			dreq.Names = append(dreq.Names, name)
+		}
+		idx[name] = append(idx[name], i)
+	}
+	if len(dreq.Names) == 0 {
+		return resp, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	out, err := h.coord.DeleteTopics(cctx, dreq)
+	for _, n := range dreq.Names {
+		h.topics.invalidate(n)
+	}
+	if err != nil {
+		code := controlCode(err)
+		h.log.Warn("coordinator DeleteTopics failed", zap.Strings("topics", dreq.Names), zap.Error(err))
+		for _, is := range idx {
+			for _, i := range is {
+				resp.Topics[i].ErrorCode = code
+				resp.Topics[i].ErrorMessage = errMessage(err)
+			}
+		}
+		return resp, nil
+	}
+	for _, res := range out.GetResults() {
+		for _, i := range idx[res.GetName()] {
+			rt := &resp.Topics[i]
+			rt.ErrorCode = int16(res.GetErrorCode())
+			rt.ErrorMessage = strPtr(res.GetErrorMessage())
+			if t := res.GetTopic(); t != nil && rt.TopicID == ([16]byte{}) {
+				copy(rt.TopicID[:], t.GetTopicId())
+			}
+		}
+	}
+	return resp, nil
+}

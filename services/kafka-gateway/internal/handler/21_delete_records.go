@@ -1,0 +1,77 @@
+package handler
+
+// DeleteRecords (API key 21), versions 0-2.
+//
+// Behaviour: per partition, storage-core DeleteRecords moves the log start to the given
+// offset (before_sequence = offset + 1); offset -1 means the high watermark (delete
+// everything). The answer's low watermark is the new log start offset. An offset outside
+// [log start, high watermark] is OFFSET_OUT_OF_RANGE; unknown partitions
+// UNKNOWN_TOPIC_OR_PARTITION; storage outage NOT_LEADER_OR_FOLLOWER (retriable).
+//
+// KIPs: KIP-107, KIP-482 (flexible v2).
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+func init() { register(kmsg.DeleteRecords.Int16(), 0, 2, (*Handler).handleDeleteRecords) }
+
+func (h *Handler) handleDeleteRecords(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.DeleteRecordsRequest)
+	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
+
+	type job struct {
+		rp     *kmsg.DeleteRecordsResponseTopicPartition
+		ch     string
+		before int64
+	}
+	var jobs []job
+	for _, t := range req.Topics {
+		rt := kmsg.NewDeleteRecordsResponseTopic()
+		rt.Topic = t.Topic
+		rt.Partitions = make([]kmsg.DeleteRecordsResponseTopicPartition, len(t.Partitions))
+		resp.Topics = append(resp.Topics, rt)
+	}
+	for ti, t := range req.Topics {
+		valid := validTopicName(t.Topic)
+		for pi, p := range t.Partitions {
+			rp := &resp.Topics[ti].Partitions[pi]
+			*rp = kmsg.NewDeleteRecordsResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.LowWatermark = -1
+			switch {
+			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case p.Offset < -1:
+				rp.ErrorCode = kerr.OffsetOutOfRange.Code
+			default:
+				before := int64(-1)
+				if p.Offset >= 0 {
+					before = p.Offset + 1
+				}
+				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition), before: before})
+			}
+		}
+	}
+	forEach(len(jobs), func(i int) {
+		j := jobs[i]
+		cctx, cancel := context.WithTimeout(ctx, storageCallTimeout)
+		defer cancel()
+		out, err := h.storage.DeleteRecords(cctx, &storagev1.DeleteRecordsRequest{Channel: j.ch, BeforeSequence: j.before})
+		if err != nil {
+			j.rp.ErrorCode = dataCode(err)
+			if j.rp.ErrorCode == kerr.InvalidRequest.Code {
+				j.rp.ErrorCode = kerr.OffsetOutOfRange.Code
+			}
+			return
+		}
+		j.rp.LowWatermark = out.GetLogStartSequence() - 1
+	})
+	return resp, nil
+}

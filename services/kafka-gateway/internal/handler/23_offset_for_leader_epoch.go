@@ -1,0 +1,75 @@
+package handler
+
+// OffsetForLeaderEpoch (API key 23), versions 2-4.
+//
+// Every partition has leader epoch 0 forever (one durable copy, any replica serves it).
+// Behaviour, per partition: a requested epoch of 0 or more returns epoch 0 and end
+// offset = the high watermark (storage-core GetChannel); a current_leader_epoch above 0
+// is UNKNOWN_LEADER_EPOCH (the client knows an epoch we never handed out); a requested
+// epoch below 0 returns epoch -1 / offset -1 (UNDEFINED). Unknown partition:
+// UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER.
+//
+// KIPs: KIP-101, KIP-279, KIP-320 (v2 current epoch), KIP-392 (v3 replica id),
+// KIP-482 (flexible v4).
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+func init() {
+	register(kmsg.OffsetForLeaderEpoch.Int16(), 2, 4, (*Handler).handleOffsetForLeaderEpoch)
+}
+
+func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.OffsetForLeaderEpochRequest)
+	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+
+	type job struct {
+		rp *kmsg.OffsetForLeaderEpochResponseTopicPartition
+		ch string
+	}
+	var jobs []job
+	for _, t := range req.Topics {
+		rt := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		rt.Topic = t.Topic
+		rt.Partitions = make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(t.Partitions))
+		resp.Topics = append(resp.Topics, rt)
+	}
+	for ti, t := range req.Topics {
+		valid := validTopicName(t.Topic)
+		for pi, p := range t.Partitions {
+			rp := &resp.Topics[ti].Partitions[pi]
+			*rp = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.LeaderEpoch, rp.EndOffset = -1, -1
+			switch {
+			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case p.CurrentLeaderEpoch > 0:
+				rp.ErrorCode = kerr.UnknownLeaderEpoch.Code
+			case p.LeaderEpoch < 0:
+			default:
+				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition)})
+			}
+		}
+	}
+	forEach(len(jobs), func(i int) {
+		j := jobs[i]
+		cctx, cancel := context.WithTimeout(ctx, storageCallTimeout)
+		defer cancel()
+		out, err := h.storage.GetChannel(cctx, &storagev1.GetChannelRequest{Name: j.ch})
+		if err != nil {
+			j.rp.ErrorCode = dataCode(err)
+			return
+		}
+		j.rp.LeaderEpoch = 0
+		j.rp.EndOffset = out.GetChannel().GetHighWatermark()
+	})
+	return resp, nil
+}

@@ -1,0 +1,78 @@
+package handler
+
+// CreatePartitions (API key 37), versions 0-3.
+//
+// Behaviour: the coordinator grows topics to the new total count (partitions only grow,
+// 1..256: INVALID_PARTITIONS otherwise; unknown topic: UNKNOWN_TOPIC_OR_PARTITION).
+// Manual assignments are INVALID_REQUEST; a topic named twice is INVALID_REQUEST;
+// validate_only is passed through. Grown topics leave the metadata cache at once.
+// Coordinator outage: REQUEST_TIMED_OUT.
+//
+// KIPs: KIP-195, KIP-482 (flexible v2+).
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+func init() { register(kmsg.CreatePartitions.Int16(), 0, 3, (*Handler).handleCreatePartitions) }
+
+func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.CreatePartitionsRequest)
+	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
+
+	count := map[string]int{}
+	for _, t := range req.Topics {
+		count[t.Topic]++
+	}
+	creq := &coordinatorv1.CreatePartitionsRequest{ValidateOnly: req.ValidateOnly}
+	idx := map[string]int{}
+	for _, t := range req.Topics {
+		rt := kmsg.NewCreatePartitionsResponseTopic()
+		rt.Topic = t.Topic
+		switch {
+		case count[t.Topic] > 1:
+			rt.ErrorCode = kerr.InvalidRequest.Code
+			rt.ErrorMessage = strPtr("topic named more than once in the request")
+		case !validTopicName(t.Topic):
+			rt.ErrorCode = kerr.InvalidTopicException.Code
+		case len(t.Assignment) > 0:
+			rt.ErrorCode = kerr.InvalidRequest.Code
+			rt.ErrorMessage = strPtr("manual partition assignment is not supported")
+		default:
+			creq.Topics = append(creq.Topics, &coordinatorv1.PartitionGrowth{Name: t.Topic, Count: t.Count})
+			idx[t.Topic] = len(resp.Topics)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(creq.Topics) == 0 {
+		return resp, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	out, err := h.coord.CreatePartitions(cctx, creq)
+	for n := range idx {
+		h.topics.invalidate(n)
+	}
+	if err != nil {
+		code := controlCode(err)
+		h.log.Warn("coordinator CreatePartitions failed", zap.Error(err))
+		for _, i := range idx {
+			resp.Topics[i].ErrorCode = code
+			resp.Topics[i].ErrorMessage = errMessage(err)
+		}
+		return resp, nil
+	}
+	for _, res := range out.GetResults() {
+		if i, ok := idx[res.GetName()]; ok {
+			resp.Topics[i].ErrorCode = int16(res.GetErrorCode())
+			resp.Topics[i].ErrorMessage = strPtr(res.GetErrorMessage())
+		}
+	}
+	return resp, nil
+}

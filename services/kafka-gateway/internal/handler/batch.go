@@ -1,0 +1,87 @@
+package handler
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// RecordBatch v2 layout (Kafka's DefaultRecordBatch):
+//
+//	baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+//	crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+//	maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+//	recordCount int32 | records...
+//
+// batchLength counts the bytes after itself; the CRC-32C covers attributes to the end.
+const (
+	batchHeaderLen   = 61
+	batchLenOffset   = 8
+	magicOffset      = 16
+	crcOffset        = 17
+	attrOffset       = 21
+	attrTxnBit       = 0x10
+	attrControlBit   = 0x20
+	batchLogOverhead = 12
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// batchCheck is what checkBatches learned about a partition's records.
+type batchCheck struct {
+	code          int16 // Kafka error code; 0 when the records are acceptable
+	transactional bool
+	batches       int
+}
+
+// checkBatches validates the framing of the record batches a producer sent for one
+// partition before they go to storage-core (which validates them again): every batch
+// must be a complete magic-2 batch with a correct CRC-32C.
+//
+//	no records, short or overlong frame, bad CRC -> CORRUPT_MESSAGE (2)
+//	magic other than 2                           -> INVALID_RECORD (87)
+//	control batch from a producer                -> INVALID_RECORD (87)
+func checkBatches(b []byte) batchCheck {
+	var c batchCheck
+	if len(b) == 0 {
+		c.code = kerr.CorruptMessage.Code
+		return c
+	}
+	for len(b) > 0 {
+		if len(b) < batchLogOverhead+5 {
+			c.code = kerr.CorruptMessage.Code
+			return c
+		}
+		n := int64(int32(binary.BigEndian.Uint32(b[batchLenOffset:])))
+		total := n + batchLogOverhead
+		if n < 0 || total > int64(len(b)) {
+			c.code = kerr.CorruptMessage.Code
+			return c
+		}
+		if b[magicOffset] != 2 {
+			c.code = kerr.InvalidRecord.Code
+			return c
+		}
+		if total < batchHeaderLen {
+			c.code = kerr.CorruptMessage.Code
+			return c
+		}
+		batch := b[:total]
+		if crc32.Checksum(batch[attrOffset:], castagnoli) != binary.BigEndian.Uint32(batch[crcOffset:]) {
+			c.code = kerr.CorruptMessage.Code
+			return c
+		}
+		attrs := binary.BigEndian.Uint16(batch[attrOffset:])
+		if attrs&attrControlBit != 0 {
+			c.code = kerr.InvalidRecord.Code
+			return c
+		}
+		if attrs&attrTxnBit != 0 {
+			c.transactional = true
+		}
+		c.batches++
+		b = b[total:]
+	}
+	return c
+}

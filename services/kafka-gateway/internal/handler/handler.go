@@ -1,0 +1,197 @@
+// Package handler answers Kafka requests, one file per API key (franz-go kfake layout:
+// 00_produce.go, 01_fetch.go, ...). Each file registers the version range it serves in
+// init; ApiVersions is built from those registrations only, so the gateway never claims
+// an API or version it does not serve.
+//
+// Kafka errors are data: handlers put error codes into the response. A Go error returned
+// by a handler means the connection must be closed (the request could not be answered
+// at all). Data goes to storage-core (storagev1), topic administration and producer ids
+// to the coordinator (coordinatorv1); errors.go maps their failures to Kafka codes.
+package handler
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// Broker is one live kafka-gateway replica as listed in Metadata and DescribeCluster.
+type Broker struct {
+	NodeID int32
+	Host   string
+	Port   int32
+	Rack   *string
+}
+
+// Config holds the gateway behaviour the handlers need.
+type Config struct {
+	// NodeID is this replica's Kafka broker id.
+	NodeID int32
+	// ClusterID is the Tributary cluster id; the Kafka cluster id is derived from it.
+	ClusterID string
+	// AutoCreateTopics creates unknown topics on Metadata (when the client allows it)
+	// and on Produce.
+	AutoCreateTopics bool
+	// DefaultPartitions is the partition count of auto-created topics and of
+	// CreateTopics requests asking for -1.
+	DefaultPartitions int32
+	// TopicCacheTTL is how long a GetTopics answer is reused (0 = 10 s). Entries are
+	// also dropped on topics.changed NATS messages and refreshed on a miss.
+	TopicCacheTTL time.Duration
+}
+
+// Deps are the handler's collaborators.
+type Deps struct {
+	Storage     storagev1.StorageServiceClient
+	Coordinator coordinatorv1.CoordinatorServiceClient
+	// Brokers returns the live kafka-gateway replicas, self included, sorted by node id.
+	Brokers func() []Broker
+	Log     *zap.Logger
+	// Metrics may be nil (no metrics recorded).
+	Metrics *Metrics
+}
+
+// Request is one decoded Kafka request.
+type Request struct {
+	// Body is the decoded request; its version is set.
+	Body          kmsg.Request
+	CorrelationID int32
+	ClientID      *string
+	// Turn orders one connection's produce requests: a produce handler calls
+	// Turn.Wait just before writing to storage so batches of one connection reach
+	// storage in request order (idempotent sequences). Nil for other APIs.
+	Turn *Turn
+}
+
+// Handler answers Kafka requests. It is safe for concurrent use.
+type Handler struct {
+	cfg     Config
+	storage storagev1.StorageServiceClient
+	coord   coordinatorv1.CoordinatorServiceClient
+	brokers func() []Broker
+	log     *zap.Logger
+	metrics *Metrics
+	topics  *topicCache
+	kafkaID string
+}
+
+type handleFunc func(h *Handler, ctx context.Context, r *Request) (kmsg.Response, error)
+
+type api struct {
+	key      int16
+	min, max int16
+	fn       handleFunc
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[int16]api{}
+)
+
+// register adds an API key served at versions min..max. Called from each file's init.
+func register(key, minV, maxV int16, fn handleFunc) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[key]; dup {
+		panic(fmt.Sprintf("handler: api key %d registered twice", key))
+	}
+	registry[key] = api{key: key, min: minV, max: maxV, fn: fn}
+}
+
+// Supported returns the version range served for key; ok is false for an API key the
+// gateway does not serve.
+func Supported(key int16) (minV, maxV int16, ok bool) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	a, ok := registry[key]
+	return a.min, a.max, ok
+}
+
+// apis returns the registrations sorted by key.
+func apis() []api {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	out := make([]api, 0, len(registry))
+	for _, a := range registry {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// New builds a Handler.
+func New(cfg Config, deps Deps) *Handler {
+	if cfg.DefaultPartitions <= 0 {
+		cfg.DefaultPartitions = 1
+	}
+	if cfg.TopicCacheTTL <= 0 {
+		cfg.TopicCacheTTL = 10 * time.Second
+	}
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	brokers := deps.Brokers
+	if brokers == nil {
+		brokers = func() []Broker { return nil }
+	}
+	return &Handler{
+		cfg:     cfg,
+		storage: deps.Storage,
+		coord:   deps.Coordinator,
+		brokers: brokers,
+		log:     log,
+		metrics: deps.Metrics,
+		topics:  newTopicCache(cfg.TopicCacheTTL),
+		kafkaID: KafkaClusterID(cfg.ClusterID),
+	}
+}
+
+// Handle answers one request. A nil response with a nil error means "send nothing"
+// (Produce with acks=0). A non-nil error means the connection must be closed.
+func (h *Handler) Handle(ctx context.Context, r *Request) (kmsg.Response, error) {
+	key := r.Body.Key()
+	registryMu.Lock()
+	a, ok := registry[key]
+	registryMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: key %d", ErrUnsupportedAPI, key)
+	}
+	v := r.Body.GetVersion()
+	if v < a.min || v > a.max {
+		return nil, fmt.Errorf("%w: key %d version %d (serving %d..%d)", ErrUnsupportedVersion, key, v, a.min, a.max)
+	}
+	start := time.Now()
+	resp, err := a.fn(h, ctx, r)
+	if err == nil && resp != nil {
+		resp.SetVersion(v)
+	}
+	h.metrics.observe(key, resp, time.Since(start))
+	return resp, err
+}
+
+// InvalidateTopic drops a topic from the metadata cache ("" drops everything). Called
+// on "tributary.<cluster-id>.topics.changed" NATS messages.
+func (h *Handler) InvalidateTopic(name string) { h.topics.invalidate(name) }
+
+// liveBrokers returns the live brokers, never empty: self is added when missing.
+func (h *Handler) liveBrokers() []Broker {
+	bs := h.brokers()
+	for _, b := range bs {
+		if b.NodeID == h.cfg.NodeID {
+			return bs
+		}
+	}
+	out := append([]Broker(nil), bs...)
+	out = append(out, Broker{NodeID: h.cfg.NodeID, Host: "127.0.0.1", Port: 9092})
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}

@@ -1,0 +1,290 @@
+package handler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/channel"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+// coordTimeout bounds one coordinator call made on behalf of a Kafka request.
+const coordTimeout = 10 * time.Second
+
+// topicInfo is a topic as the coordinator registered it.
+type topicInfo struct {
+	Name       string
+	ID         [16]byte
+	Partitions int32
+	Configs    map[string]string
+}
+
+func topicFromProto(t *coordinatorv1.Topic) *topicInfo {
+	ti := &topicInfo{Name: t.GetName(), Partitions: t.GetPartitions(), Configs: t.GetConfigs()}
+	copy(ti.ID[:], t.GetTopicId())
+	return ti
+}
+
+type cacheEntry struct {
+	info *topicInfo
+	at   time.Time
+}
+
+// topicCache keeps GetTopics answers for ttl. invalidate bumps a generation so that an
+// answer fetched before an invalidation is not stored after it.
+type topicCache struct {
+	ttl time.Duration
+
+	mu     sync.Mutex
+	gen    uint64
+	byName map[string]cacheEntry
+	byID   map[[16]byte]string
+}
+
+func newTopicCache(ttl time.Duration) *topicCache {
+	return &topicCache{ttl: ttl, byName: map[string]cacheEntry{}, byID: map[[16]byte]string{}}
+}
+
+func (c *topicCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+func (c *topicCache) get(name string) (*topicInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byName[name]
+	if !ok || time.Since(e.at) > c.ttl {
+		return nil, false
+	}
+	return e.info, true
+}
+
+func (c *topicCache) nameForID(id [16]byte) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.byID[id]
+	if !ok {
+		return "", false
+	}
+	e, ok := c.byName[n]
+	if !ok || time.Since(e.at) > c.ttl {
+		return "", false
+	}
+	return n, true
+}
+
+// put stores infos fetched at generation gen, unless an invalidation happened since.
+func (c *topicCache) put(gen uint64, infos ...*topicInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return
+	}
+	now := time.Now()
+	for _, ti := range infos {
+		if old, ok := c.byName[ti.Name]; ok && old.info.ID != ti.ID {
+			delete(c.byID, old.info.ID)
+		}
+		c.byName[ti.Name] = cacheEntry{info: ti, at: now}
+		c.byID[ti.ID] = ti.Name
+	}
+}
+
+func (c *topicCache) invalidate(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	if name == "" {
+		c.byName = map[string]cacheEntry{}
+		c.byID = map[[16]byte]string{}
+		return
+	}
+	if e, ok := c.byName[name]; ok {
+		delete(c.byID, e.info.ID)
+		delete(c.byName, name)
+	}
+}
+
+// getTopics returns the registered topics among names: fresh cache entries, and one
+// GetTopics call for the others (for all of them when force is set). Names that do not
+// exist are absent from the map. err is the coordinator's failure, if any; cached topics
+// are still returned then.
+func (h *Handler) getTopics(ctx context.Context, names []string, force bool) (map[string]*topicInfo, error) {
+	out := make(map[string]*topicInfo, len(names))
+	var miss []string
+	for _, n := range names {
+		if _, dup := out[n]; dup {
+			continue
+		}
+		if !force {
+			if ti, ok := h.topics.get(n); ok {
+				out[n] = ti
+				continue
+			}
+		}
+		miss = append(miss, n)
+	}
+	if len(miss) == 0 {
+		return out, nil
+	}
+	if h.coord == nil {
+		return out, status503()
+	}
+	gen := h.topics.generation()
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	resp, err := h.coord.GetTopics(cctx, &coordinatorv1.GetTopicsRequest{Names: miss})
+	if err != nil {
+		h.log.Warn("coordinator GetTopics failed", zap.Int("topics", len(miss)), zap.Error(err))
+		return out, err
+	}
+	var found []*topicInfo
+	for _, t := range resp.GetTopics() {
+		if t.GetErrorCode() != 0 {
+			continue
+		}
+		ti := topicFromProto(t)
+		out[ti.Name] = ti
+		found = append(found, ti)
+	}
+	h.topics.put(gen, found...)
+	return out, nil
+}
+
+// allTopics lists every registered topic (and refreshes the cache with them).
+func (h *Handler) allTopics(ctx context.Context) ([]*topicInfo, error) {
+	if h.coord == nil {
+		return nil, status503()
+	}
+	gen := h.topics.generation()
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	resp, err := h.coord.GetTopics(cctx, &coordinatorv1.GetTopicsRequest{All: true})
+	if err != nil {
+		h.log.Warn("coordinator GetTopics(all) failed", zap.Error(err))
+		return nil, err
+	}
+	out := make([]*topicInfo, 0, len(resp.GetTopics()))
+	for _, t := range resp.GetTopics() {
+		if t.GetErrorCode() != 0 {
+			continue
+		}
+		out = append(out, topicFromProto(t))
+	}
+	h.topics.put(gen, out...)
+	return out, nil
+}
+
+// topicByID resolves a topic id (Fetch v13+, Metadata v10+, DeleteTopics v6+). It
+// returns nil, nil when no topic has that id.
+func (h *Handler) topicByID(ctx context.Context, id [16]byte) (*topicInfo, error) {
+	if n, ok := h.topics.nameForID(id); ok {
+		if ti, ok := h.topics.get(n); ok {
+			return ti, nil
+		}
+	}
+	all, err := h.allTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, ti := range all {
+		if ti.ID == id {
+			return ti, nil
+		}
+	}
+	return nil, nil
+}
+
+// resolveTopics returns the registered topics among names, creating missing ones with
+// the default partition count when create is set (TOPIC_ALREADY_EXISTS races are
+// resolved by reading the topic again). codes holds a Kafka error code for every name
+// that could not be resolved: UNKNOWN_TOPIC_OR_PARTITION when it does not exist,
+// LEADER_NOT_AVAILABLE (retriable) when the coordinator could not be asked, or the
+// coordinator's own code (e.g. INVALID_TOPIC_EXCEPTION) when creation was refused.
+// coordErr is set when the coordinator was unreachable.
+func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool) (infos map[string]*topicInfo, codes map[string]int16, coordErr error) {
+	infos, coordErr = h.getTopics(ctx, names, false)
+	codes = map[string]int16{}
+	var missing []string
+	for _, n := range names {
+		if _, ok := infos[n]; ok {
+			continue
+		}
+		if _, seen := codes[n]; seen {
+			continue
+		}
+		if coordErr != nil {
+			codes[n] = kerr.LeaderNotAvailable.Code
+			continue
+		}
+		codes[n] = kerr.UnknownTopicOrPartition.Code
+		missing = append(missing, n)
+	}
+	if !create || !h.cfg.AutoCreateTopics || len(missing) == 0 {
+		return infos, codes, coordErr
+	}
+	req := &coordinatorv1.CreateTopicsRequest{}
+	for _, n := range missing {
+		req.Topics = append(req.Topics, &coordinatorv1.CreatableTopic{Name: n, Partitions: h.cfg.DefaultPartitions})
+	}
+	gen := h.topics.generation()
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	resp, err := h.coord.CreateTopics(cctx, req)
+	if err != nil {
+		h.log.Warn("coordinator CreateTopics (auto-create) failed", zap.Strings("topics", missing), zap.Error(err))
+		for _, n := range missing {
+			codes[n] = kerr.LeaderNotAvailable.Code
+		}
+		return infos, codes, err
+	}
+	var reread []string
+	for _, r := range resp.GetResults() {
+		switch int16(r.GetErrorCode()) {
+		case 0:
+			if r.GetTopic() != nil {
+				ti := topicFromProto(r.GetTopic())
+				if ti.Name == "" {
+					ti.Name = r.GetName()
+				}
+				infos[ti.Name] = ti
+				delete(codes, ti.Name)
+				h.topics.put(gen, ti)
+				h.log.Info("topic auto-created", zap.String("topic", ti.Name), zap.Int32("partitions", ti.Partitions))
+			} else {
+				reread = append(reread, r.GetName())
+			}
+		case kerr.TopicAlreadyExists.Code:
+			reread = append(reread, r.GetName())
+		default:
+			codes[r.GetName()] = int16(r.GetErrorCode())
+		}
+	}
+	if len(reread) > 0 {
+		again, err := h.getTopics(ctx, reread, true)
+		for _, n := range reread {
+			if ti, ok := again[n]; ok {
+				infos[n] = ti
+				delete(codes, n)
+			} else if err != nil {
+				codes[n] = kerr.LeaderNotAvailable.Code
+			} else {
+				// Created but not yet visible: retriable.
+				codes[n] = kerr.LeaderNotAvailable.Code
+			}
+		}
+	}
+	return infos, codes, nil
+}
+
+// validTopicName reports whether a Kafka topic name is acceptable (libs/channel grammar).
+func validTopicName(name string) bool { return channel.ValidateKafkaTopic(name) == nil }
+
+// topicNameError explains why a topic name is invalid.
+func topicNameError(name string) error { return channel.ValidateKafkaTopic(name) }

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"fmt"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// Defaults.
+const (
+	// DefaultMaxFrameBytes is the largest request frame accepted (Kafka
+	// socket.request.max.bytes), in bytes.
+	DefaultMaxFrameBytes = 100 << 20
+	// DefaultMaxInFlight is how many requests of one connection may be in progress at
+	// once; the connection's reader waits beyond that.
+	DefaultMaxInFlight = 64
+)
+
+// Config configures the kafka-gateway server. The flags of cmd/kafka-gateway map to it
+// one to one.
+type Config struct {
+	// Listen is the Kafka listener address (host:port; port 0 picks one).
+	Listen string
+	// AdvertisedAddr is the host:port announced to clients and peers; empty = the bound
+	// listener address. A port of 0 is replaced by the bound port; an unspecified host
+	// (0.0.0.0, ::) by 127.0.0.1.
+	AdvertisedAddr string
+	// HTTPAddr serves /metrics, /healthz, /readyz ("" = disabled).
+	HTTPAddr string
+	// NodeID is this replica's Kafka broker id (unique per replica).
+	NodeID int32
+	// Rack is the broker rack announced in Metadata (optional).
+	Rack string
+	// StorageAddr and CoordinatorAddr are the gRPC addresses of storage-core and the
+	// coordinator; ignored when Storage / Coordinator are set.
+	StorageAddr     string
+	CoordinatorAddr string
+	// NATSURL is the NATS server ("" = no NATS: a cluster of one).
+	NATSURL string
+	// ClusterID prefixes NATS subjects and derives the Kafka cluster id.
+	ClusterID string
+	// AutoCreateTopics creates unknown topics on Metadata and Produce.
+	AutoCreateTopics bool
+	// DefaultPartitions is the partition count of auto-created topics.
+	DefaultPartitions int32
+	// MaxFrameBytes is the largest request frame (0 = DefaultMaxFrameBytes); a larger
+	// one closes the connection.
+	MaxFrameBytes int32
+	// MaxInFlight bounds concurrent requests per connection (0 = DefaultMaxInFlight).
+	MaxInFlight int
+
+	// Storage and Coordinator, when set, are used instead of dialing (tests).
+	Storage     storagev1.StorageServiceClient
+	Coordinator coordinatorv1.CoordinatorServiceClient
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		return fmt.Errorf("%w: listen address is empty", ErrConfig)
+	}
+	if c.ClusterID == "" {
+		return fmt.Errorf("%w: cluster id is empty", ErrConfig)
+	}
+	if c.NodeID < 0 {
+		return fmt.Errorf("%w: node id %d is negative", ErrConfig, c.NodeID)
+	}
+	if c.DefaultPartitions == 0 {
+		c.DefaultPartitions = 1
+	}
+	if c.DefaultPartitions < 1 || c.DefaultPartitions > 256 {
+		return fmt.Errorf("%w: default partitions %d outside 1..256", ErrConfig, c.DefaultPartitions)
+	}
+	if c.Storage == nil && c.StorageAddr == "" {
+		return fmt.Errorf("%w: storage address is empty", ErrConfig)
+	}
+	if c.Coordinator == nil && c.CoordinatorAddr == "" {
+		return fmt.Errorf("%w: coordinator address is empty", ErrConfig)
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	return nil
+}

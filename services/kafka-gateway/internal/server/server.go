@@ -1,0 +1,495 @@
+// Package server is the kafka-gateway process: the Kafka TCP listener (one reader per
+// connection, requests handled concurrently, responses written in request order), the
+// gRPC clients of storage-core and the coordinator, NATS membership and topic-change
+// invalidation, and the /metrics /healthz /readyz endpoints.
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/obs"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
+)
+
+// Server is a running kafka-gateway.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	ln      net.Listener
+	http    *obs.HTTP
+	reg     *prometheus.Registry
+	h       *handler.Handler
+	members *cluster.Membership
+	grpc    []*grpc.ClientConn
+
+	natsMu  sync.Mutex
+	natsErr error
+
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+}
+
+// New binds the Kafka (and HTTP) listeners and prepares the gRPC clients; nothing is
+// served until Run. Port 0 picks free ports (see KafkaAddr, HTTPAddr).
+func New(cfg Config, log *zap.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}}
+	s.reg = obs.NewRegistry()
+	s.http = obs.NewHTTP(s.reg, log)
+	storage, coord := cfg.Storage, cfg.Coordinator
+	if storage == nil {
+		cc, err := grpcx.Dial(cfg.StorageAddr)
+		if err != nil {
+			return nil, err
+		}
+		s.grpc = append(s.grpc, cc)
+		storage = storagev1.NewStorageServiceClient(cc)
+		s.httpCheck("storage-core", cc)
+	}
+	if coord == nil {
+		cc, err := grpcx.Dial(cfg.CoordinatorAddr)
+		if err != nil {
+			s.closeGRPC()
+			return nil, err
+		}
+		s.grpc = append(s.grpc, cc)
+		coord = coordinatorv1.NewCoordinatorServiceClient(cc)
+		s.httpCheck("coordinator", cc)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		s.closeGRPC()
+		return nil, fmt.Errorf("kafka listen %s: %w", cfg.Listen, err)
+	}
+	s.ln = ln
+	self, err := advertised(cfg.AdvertisedAddr, ln.Addr())
+	if err != nil {
+		_ = ln.Close()
+		s.closeGRPC()
+		return nil, err
+	}
+	self.NodeID = cfg.NodeID
+	if cfg.Rack != "" {
+		rack := cfg.Rack
+		self.Rack = &rack
+	}
+	s.members = cluster.New(cfg.ClusterID, self, log)
+
+	s.h = handler.New(handler.Config{
+		NodeID:            cfg.NodeID,
+		ClusterID:         cfg.ClusterID,
+		AutoCreateTopics:  cfg.AutoCreateTopics,
+		DefaultPartitions: cfg.DefaultPartitions,
+	}, handler.Deps{
+		Storage:     storage,
+		Coordinator: coord,
+		Brokers:     s.brokers,
+		Log:         log,
+		Metrics:     handler.NewMetrics(s.reg),
+	})
+	if cfg.NATSURL != "" {
+		s.http.AddReadyCheck("nats", func(context.Context) error {
+			s.natsMu.Lock()
+			defer s.natsMu.Unlock()
+			return s.natsErr
+		})
+	}
+	if cfg.HTTPAddr != "" {
+		if err := s.http.Listen(cfg.HTTPAddr); err != nil {
+			_ = ln.Close()
+			s.closeGRPC()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// httpCheck makes /readyz depend on the gRPC health of a backend.
+func (s *Server) httpCheck(name string, cc *grpc.ClientConn) {
+	hc := healthpb.NewHealthClient(cc)
+	s.http.AddReadyCheck(name, func(ctx context.Context) error {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %s", resp.GetStatus())
+		}
+		return nil
+	})
+}
+
+// advertised computes the announced host and port from the configured advertised
+// address and the bound listener address.
+func advertised(adv string, bound net.Addr) (cluster.Member, error) {
+	var m cluster.Member
+	bhost, bport, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return m, err
+	}
+	host, port := bhost, bport
+	if adv != "" {
+		h, p, err := net.SplitHostPort(adv)
+		if err != nil {
+			return m, fmt.Errorf("%w: advertised address %q: %v", ErrConfig, adv, err)
+		}
+		host, port = h, p
+		if port == "0" || port == "" {
+			port = bport
+		}
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	p, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		return m, fmt.Errorf("%w: advertised port %q", ErrConfig, port)
+	}
+	m.Host, m.Port = host, int32(p)
+	return m, nil
+}
+
+// KafkaAddr is the bound Kafka listener address.
+func (s *Server) KafkaAddr() string { return s.ln.Addr().String() }
+
+// HTTPAddr is the bound HTTP address ("" when disabled).
+func (s *Server) HTTPAddr() string { return s.http.Addr() }
+
+// Handler exposes the request handler (tests).
+func (s *Server) Handler() *handler.Handler { return s.h }
+
+// Ready runs the readiness checks (what /readyz reports).
+func (s *Server) Ready(ctx context.Context) error { return s.http.Ready(ctx) }
+
+func (s *Server) brokers() []handler.Broker {
+	live := s.members.Live()
+	out := make([]handler.Broker, len(live))
+	for i, m := range live {
+		out[i] = handler.Broker{NodeID: m.NodeID, Host: m.Host, Port: m.Port, Rack: m.Rack}
+	}
+	return out
+}
+
+func (s *Server) closeGRPC() {
+	for _, cc := range s.grpc {
+		_ = cc.Close()
+	}
+	s.grpc = nil
+}
+
+// Run serves until ctx ends, then closes every connection and returns.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.log.Info("listening", zap.String("kafka", s.KafkaAddr()), zap.String("http", s.HTTPAddr()),
+		zap.String("advertised", net.JoinHostPort(s.members.Self().Host, strconv.Itoa(int(s.members.Self().Port)))),
+		zap.Int32("node_id", s.cfg.NodeID))
+
+	var bg sync.WaitGroup
+	if s.cfg.NATSURL != "" {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			s.runNATS(ctx)
+		}()
+	}
+
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- s.accept(ctx) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-acceptErr:
+	}
+	cancel()
+	_ = s.ln.Close()
+	if err == nil {
+		<-acceptErr
+	}
+	s.connsMu.Lock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.connsMu.Unlock()
+	s.wg.Wait()
+	bg.Wait()
+	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer shutCancel()
+	_ = s.http.Close(shutCtx)
+	s.closeGRPC()
+	s.log.Info("stopped")
+	return err
+}
+
+func (s *Server) accept(ctx context.Context) error {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("kafka accept: %w", err)
+		}
+		s.connsMu.Lock()
+		if ctx.Err() != nil {
+			s.connsMu.Unlock()
+			_ = c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.connsMu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(ctx, c)
+			s.connsMu.Lock()
+			delete(s.conns, c)
+			s.connsMu.Unlock()
+		}()
+	}
+}
+
+// runNATS connects to NATS (retrying in the background), announces this replica, and
+// drops cached topics on topics.changed messages. Without NATS the gateway still
+// serves, as a cluster of one, and /readyz says why.
+func (s *Server) runNATS(ctx context.Context) {
+	setErr := func(err error) {
+		s.natsMu.Lock()
+		s.natsErr = err
+		s.natsMu.Unlock()
+	}
+	setErr(errors.New("not connected yet"))
+	nc, err := nats.Connect(s.cfg.NATSURL,
+		nats.Name(fmt.Sprintf("kafka-gateway-%d", s.cfg.NodeID)),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.ConnectHandler(func(*nats.Conn) { setErr(nil) }),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			setErr(nil)
+			// Changes may have been missed while disconnected.
+			s.h.InvalidateTopic("")
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				err = errors.New("disconnected")
+			}
+			setErr(fmt.Errorf("disconnected: %w", err))
+		}),
+	)
+	if err != nil {
+		setErr(err)
+		s.log.Warn("nats unavailable; serving as a cluster of one", zap.String("url", s.cfg.NATSURL), zap.Error(err))
+		return
+	}
+	defer nc.Close()
+	if nc.IsConnected() {
+		setErr(nil)
+	} else {
+		s.log.Warn("nats not reachable yet; serving as a cluster of one until it is", zap.String("url", s.cfg.NATSURL))
+	}
+	sub, err := nc.Subscribe(cluster.TopicsChangedSubject(s.cfg.ClusterID), func(m *nats.Msg) {
+		s.h.InvalidateTopic(string(m.Data))
+	})
+	if err != nil {
+		s.log.Warn("nats subscribe failed", zap.Error(err))
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	if err := s.members.Run(ctx, nc); err != nil {
+		s.log.Warn("nats membership stopped", zap.Error(err))
+		<-ctx.Done()
+	}
+}
+
+// pending is one request in a connection's ordered response queue.
+type pending struct {
+	corr int32
+	done chan struct{}
+	resp kmsg.Response
+	err  error
+}
+
+// serveConn reads requests from c, handles each in its own goroutine, and writes the
+// responses in request order. A frame that is too large or cannot be parsed, an unknown
+// API key or an unsupported version (other than ApiVersions) closes the connection.
+func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	log := s.log.With(zap.String("remote", c.RemoteAddr().String()))
+	queue := make(chan *pending, s.cfg.MaxInFlight)
+	var handlers sync.WaitGroup
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		s.writeLoop(ctx, c, queue, log)
+		cancel()
+		_ = c.Close()
+	}()
+	defer func() {
+		close(queue)
+		<-writerDone
+		cancel()
+		handlers.Wait()
+		_ = c.Close()
+	}()
+
+	br := bufio.NewReaderSize(c, 64<<10)
+	var sizeBuf [4]byte
+	var produce handler.TurnChain
+	for {
+		frame, err := readFrame(br, sizeBuf[:], s.cfg.MaxFrameBytes)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				log.Info("closing kafka connection", zap.Error(err))
+			}
+			cancel()
+			return
+		}
+		p, req, err := s.decode(frame)
+		if err != nil {
+			log.Info("closing kafka connection", zap.Error(err))
+			cancel()
+			return
+		}
+		if req != nil {
+			if req.Body.Key() == kmsg.Produce.Int16() {
+				req.Turn = produce.Next()
+			}
+			handlers.Add(1)
+			go func() {
+				defer handlers.Done()
+				resp, err := s.h.Handle(ctx, req)
+				req.Turn.Finish()
+				p.resp, p.err = resp, err
+				close(p.done)
+			}()
+		}
+		select {
+		case queue <- p:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// decode parses a frame. It returns the queue entry and the request to handle, or a
+// ready entry (req nil) for an ApiVersions request above our maximum version.
+func (s *Server) decode(frame []byte) (*pending, *handler.Request, error) {
+	hdr, rest, err := parseHeader(frame)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &pending{corr: hdr.correlationID, done: make(chan struct{})}
+	minV, maxV, ok := handler.Supported(hdr.key)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %d", ErrUnknownAPI, hdr.key)
+	}
+	if hdr.key == kmsg.ApiVersions.Int16() && (hdr.version > maxV || hdr.version < minV) {
+		p.resp = handler.UnsupportedAPIVersions()
+		close(p.done)
+		return p, nil, nil
+	}
+	if hdr.version < minV || hdr.version > maxV {
+		return nil, nil, fmt.Errorf("%w: api %d version %d outside %d..%d", handler.ErrUnsupportedVersion, hdr.key, hdr.version, minV, maxV)
+	}
+	body := kmsg.RequestForKey(hdr.key)
+	if body == nil {
+		return nil, nil, fmt.Errorf("%w: %d", ErrUnknownAPI, hdr.key)
+	}
+	body.SetVersion(hdr.version)
+	if body.IsFlexible() {
+		if rest, err = skipTags(rest); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := body.ReadFrom(rest); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s v%d body: %v", ErrBadFrame, kmsg.NameForKey(hdr.key), hdr.version, err)
+	}
+	return p, &handler.Request{Body: body, CorrelationID: hdr.correlationID, ClientID: hdr.clientID}, nil
+}
+
+// writeLoop writes responses in queue order. Writes are buffered and flushed whenever
+// the writer would otherwise wait (for the next request or for a response not yet ready).
+func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pending, log *zap.Logger) {
+	bw := bufio.NewWriterSize(c, 64<<10)
+	var buf []byte
+	for {
+		var (
+			p  *pending
+			ok bool
+		)
+		select {
+		case p, ok = <-queue:
+		default:
+			if bw.Flush() != nil {
+				return
+			}
+			select {
+			case p, ok = <-queue:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !ok {
+			_ = bw.Flush()
+			return
+		}
+		select {
+		case <-p.done:
+		default:
+			if bw.Flush() != nil {
+				return
+			}
+			select {
+			case <-p.done:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if p.err != nil {
+			if ctx.Err() == nil {
+				log.Info("closing kafka connection", zap.Error(p.err))
+			}
+			_ = bw.Flush()
+			return
+		}
+		if p.resp == nil {
+			continue
+		}
+		buf = encodeResponse(buf, p.corr, p.resp)
+		if _, err := bw.Write(buf); err != nil {
+			return
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+}
