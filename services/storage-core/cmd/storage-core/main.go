@@ -1,0 +1,49 @@
+// Command storage-core serves tributary.storage.v1: named channel logs on local disk.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/obs"
+	"github.com/tributary/tributary/services/storage-core/internal/server"
+	"go.uber.org/zap"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "storage-core:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg server.Config
+	fs := flag.NewFlagSet("storage-core", flag.ContinueOnError)
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7400", "gRPC listen address (host:port; port 0 picks one)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7401", "HTTP listen address for /metrics /healthz /readyz")
+	fs.StringVar(&cfg.DataDir, "data-dir", "./run/data/storage", "data directory")
+	fs.StringVar(&cfg.Fsync, "fsync", "always", "always (fsync before ack, group commit) or interval=<duration>")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := flagenv.Parse(fs, "storage-core", os.Args[1:]); err != nil {
+		return err
+	}
+	log, err := obs.NewLogger("storage-core", *level)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	srv, err := server.New(cfg, log)
+	if err != nil {
+		log.Error("start failed", zap.Error(err))
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx)
+}

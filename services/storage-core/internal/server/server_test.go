@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"testing"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startServer runs a server on port 0 in a temp dir and returns a client.
+func startServer(t *testing.T, dir string) (storagev1.StorageServiceClient, func()) {
+	t.Helper()
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: dir}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc, err := grpcx.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := func() {
+		_ = cc.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+	return storagev1.NewStorageServiceClient(cc), stop
+}
+
+// kafkaBatch builds a RecordBatch v2 with kmsg, as a Kafka producer would.
+func kafkaBatch(t *testing.T, pid int64, epoch int16, seq int32, values ...string) []byte {
+	t.Helper()
+	var recs []byte
+	for i, v := range values {
+		r := kmsg.Record{OffsetDelta: int32(i), Value: []byte(v), Key: []byte("k")}
+		body := r.AppendTo(nil)
+		r.Length = int32(len(body) - 1) // Length 0 took one varint byte
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(len(values) - 1),
+		FirstTimestamp: 1000, MaxTimestamp: 1000, ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq,
+		NumRecords: int32(len(values)), Records: recs,
+	}
+	raw := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return raw
+}
+
+func TestGRPC(t *testing.T) {
+	c, stop := startServer(t, t.TempDir())
+	defer stop()
+	ctx := context.Background()
+
+	_, err := c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "_sys"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("reserved create: %v", err)
+	}
+	_, err = c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "bad/name"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad name: %v", err)
+	}
+	cr, err := c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "kafka.orders"})
+	if err != nil || !cr.Created {
+		t.Fatalf("create: %v %v", cr, err)
+	}
+	if cr.Channel.Config.MaxMessageBytes != 1048588 || cr.Channel.LogStartSequence != 1 || cr.Channel.HighWatermark != 0 {
+		t.Fatalf("channel: %v", cr.Channel)
+	}
+	if _, err = c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "kafka.orders"}); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("dup create: %v", err)
+	}
+
+	// Long poll woken by an append.
+	readDone := make(chan *storagev1.ReadResponse, 1)
+	go func() {
+		r, err := c.Read(ctx, &storagev1.ReadRequest{Channel: "kafka.orders", FromSequence: 1, WaitMs: 30000})
+		if err != nil {
+			t.Errorf("read: %v", err)
+		}
+		readDone <- r
+	}()
+	ar, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "kafka.orders", Records: []*storagev1.AppendRecord{
+		{Key: []byte("a"), Value: []byte("1"), Headers: []*storagev1.Header{{Key: "h", Value: []byte("v")}}},
+		{Value: []byte{}},
+	}})
+	if err != nil || ar.FirstSequence != 1 || ar.LastSequence != 2 {
+		t.Fatalf("append: %v %v", ar, err)
+	}
+	rr := <-readDone
+	if rr == nil || len(rr.Records) != 2 || rr.HighWatermark != 2 || rr.NextSequence != 3 {
+		t.Fatalf("read: %v", rr)
+	}
+	r0, r1 := rr.Records[0], rr.Records[1]
+	if string(r0.Key) != "a" || string(r0.Value) != "1" || len(r0.Headers) != 1 || r0.Sequence != 1 || r0.ProducerId != -1 {
+		t.Fatalf("record 0: %v", r0)
+	}
+	if r1.Key != nil || r1.Value == nil || len(r1.Value) != 0 {
+		t.Fatalf("record 1 null/empty: %v", r1)
+	}
+
+	// Raw Kafka batches, idempotent.
+	b := kafkaBatch(t, 7, 0, 0, "x", "y", "z")
+	resp, err := c.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{
+		{Channel: "kafka.orders", Batches: b},
+		{Channel: "kafka.missing", Batches: b},
+		{Channel: "_x", Batches: b},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Results[0]; r.Error != 0 || r.FirstSequence != 3 {
+		t.Fatalf("append batches: %v", r)
+	}
+	if resp.Results[1].Error != storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND || resp.Results[2].Error != storagev1.ErrorCode_ERROR_CODE_RESERVED_CHANNEL {
+		t.Fatalf("errors: %v", resp.Results)
+	}
+	// Retry of the same batch: the original sequence.
+	resp, err = c.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "kafka.orders", Batches: kafkaBatch(t, 7, 0, 0, "x", "y", "z")}}})
+	if err != nil || resp.Results[0].FirstSequence != 3 || resp.Results[0].Error != 0 {
+		t.Fatalf("dup: %v %v", resp, err)
+	}
+	// Corrupt CRC.
+	bad := kafkaBatch(t, -1, -1, -1, "q")
+	bad[len(bad)-1] ^= 0xff
+	resp, _ = c.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "kafka.orders", Batches: bad}}})
+	if resp.Results[0].Error != storagev1.ErrorCode_ERROR_CODE_CORRUPT_BATCH {
+		t.Fatalf("corrupt: %v", resp.Results[0])
+	}
+
+	// Fetch returns the stored frames.
+	fr, err := c.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "kafka.orders", FromSequence: 3, MaxBytes: 1 << 20}, {Channel: "kafka.nope", FromSequence: 1}}, MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := fr.Results[0]; r.Error != 0 || r.HighWatermark != 5 || len(r.Batches) != len(b) {
+		t.Fatalf("fetch: %v", r)
+	}
+	if fr.Results[1].Error != storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
+		t.Fatalf("fetch missing: %v", fr.Results[1])
+	}
+	// Fetch long poll woken by an append.
+	fetchDone := make(chan *storagev1.FetchResponse, 1)
+	go func() {
+		fr, err := c.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "kafka.orders", FromSequence: 6}}, MaxWaitMs: 30000, MinBytes: 1})
+		if err != nil {
+			t.Errorf("fetch: %v", err)
+		}
+		fetchDone <- fr
+	}()
+	if _, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "kafka.orders", Records: []*storagev1.AppendRecord{{Value: []byte("w")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if fr := <-fetchDone; fr == nil || len(fr.Results[0].Batches) == 0 {
+		t.Fatalf("fetch long poll: %v", fr)
+	}
+
+	// Subscribe from the first record.
+	sctx, scancel := context.WithCancel(ctx)
+	sub, err := c.Subscribe(sctx, &storagev1.SubscribeRequest{Channel: "kafka.orders", Start: &storagev1.SubscribeRequest_First{First: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < 6 {
+		m, err := sub.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(m.Records)
+	}
+	scancel()
+	for {
+		if _, err := sub.Recv(); err != nil {
+			break
+		}
+	}
+
+	ls, err := c.LookupSequence(ctx, &storagev1.LookupSequenceRequest{Channel: "kafka.orders", TimestampMs: -1})
+	if err != nil || ls.Sequence != 7 {
+		t.Fatalf("lookup latest: %v %v", ls, err)
+	}
+	ls, err = c.LookupSequence(ctx, &storagev1.LookupSequenceRequest{Channel: "kafka.orders", TimestampMs: 1000})
+	if err != nil || !ls.Found || ls.Sequence != 1 {
+		t.Fatalf("lookup time: %v %v", ls, err)
+	}
+	dr, err := c.DeleteRecords(ctx, &storagev1.DeleteRecordsRequest{Channel: "kafka.orders", BeforeSequence: 3})
+	if err != nil || dr.LogStartSequence != 3 {
+		t.Fatalf("delete records: %v %v", dr, err)
+	}
+	if _, err := c.Read(ctx, &storagev1.ReadRequest{Channel: "kafka.orders", FromSequence: 1}); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("read below log start: %v", err)
+	}
+	uc, err := c.UpdateChannelConfig(ctx, &storagev1.UpdateChannelConfigRequest{Name: "kafka.orders", Config: &storagev1.ChannelConfig{RetentionMs: 1000}, UpdateMask: []string{"retention_ms"}})
+	if err != nil || uc.Channel.Config.RetentionMs != 1000 {
+		t.Fatalf("update config: %v %v", uc, err)
+	}
+	lr, err := c.ListChannels(ctx, &storagev1.ListChannelsRequest{Prefix: "kafka."})
+	if err != nil || len(lr.Channels) != 1 {
+		t.Fatalf("list: %v %v", lr, err)
+	}
+	if _, err := c.DeleteChannel(ctx, &storagev1.DeleteChannelRequest{Name: "kafka.orders"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetChannel(ctx, &storagev1.GetChannelRequest{Name: "kafka.orders"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("get deleted: %v", err)
+	}
+}
+
+func TestRestartKeepsData(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	c, stop := startServer(t, dir)
+	if _, err := c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "gcp.t"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "gcp.t", Records: []*storagev1.AppendRecord{{Value: []byte("v")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	c, stop = startServer(t, dir)
+	defer stop()
+	g, err := c.GetChannel(ctx, &storagev1.GetChannelRequest{Name: "gcp.t"})
+	if err != nil || g.Channel.HighWatermark != 3 {
+		t.Fatalf("after restart: %v %v", g, err)
+	}
+}
+

@@ -1,0 +1,550 @@
+package server
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Limits of the native API (storage.proto comments).
+const (
+	maxAppendRecords     = 10000
+	defaultReadRecords   = 1000
+	maxReadRecords       = 10000
+	defaultReadBytes     = 1 << 20
+	defaultSubscribeRecs = 500
+	subscribeMaxBytes    = 4 << 20
+	defaultFetchBytes    = 1 << 20
+	maxFetchTotalBytes   = 64 << 20
+	maxWait              = 5 * time.Minute
+)
+
+type service struct {
+	storagev1.UnimplementedStorageServiceServer
+	st  *store.Store
+	log *zap.Logger
+
+	calls *prometheus.CounterVec
+
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func newService(st *store.Store, log *zap.Logger, reg prometheus.Registerer) *service {
+	s := &service{st: st, log: log, done: make(chan struct{}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tributary_storage_calls_total", Help: "gRPC calls by method and outcome (ok or error code)."},
+			[]string{"method", "outcome"}),
+	}
+	reg.MustRegister(s.calls)
+	return s
+}
+
+// stop ends long polls and streams (shutdown).
+func (s *service) stop() { s.stopOnce.Do(func() { close(s.done) }) }
+
+func (s *service) count(method string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = status.Code(err).String()
+	}
+	s.calls.WithLabelValues(method, outcome).Inc()
+}
+
+// channelFor validates name and returns its log.
+func (s *service) channelFor(name string) (*store.Log, error) {
+	if err := channel.Validate(name); err != nil {
+		return nil, err
+	}
+	return s.st.Get(name)
+}
+
+func configFromProto(c *storagev1.ChannelConfig) store.ChannelConfig {
+	if c == nil {
+		return store.ChannelConfig{}
+	}
+	return store.ChannelConfig{
+		RetentionMs: c.RetentionMs, RetentionBytes: c.RetentionBytes, MaxMessageBytes: c.MaxMessageBytes,
+		SegmentBytes: c.SegmentBytes, CleanupPolicy: int32(c.CleanupPolicy), TimestampType: int32(c.TimestampType),
+		SegmentMs: c.SegmentMs,
+	}
+}
+
+func configToProto(c store.ChannelConfig) *storagev1.ChannelConfig {
+	return &storagev1.ChannelConfig{
+		RetentionMs: c.RetentionMs, RetentionBytes: c.RetentionBytes, MaxMessageBytes: c.MaxMessageBytes,
+		SegmentBytes: c.SegmentBytes, CleanupPolicy: storagev1.CleanupPolicy(c.CleanupPolicy),
+		TimestampType: storagev1.TimestampType(c.TimestampType), SegmentMs: c.SegmentMs,
+	}
+}
+
+// describe builds the Channel message; config is the effective one (defaults filled).
+func describe(l *store.Log) *storagev1.Channel {
+	size, segs := l.Stats()
+	return &storagev1.Channel{
+		Name:             l.Name(),
+		Kind:             storagev1.ChannelKind_CHANNEL_KIND_LOG,
+		Config:           configToProto(l.Config().Effective()),
+		LogStartSequence: l.LogStart() + 1,
+		HighWatermark:    l.HighWatermark(),
+		SizeBytes:        size,
+		CreatedMs:        l.CreatedMs(),
+		SegmentCount:     int32(segs),
+	}
+}
+
+func (s *service) CreateChannel(_ context.Context, req *storagev1.CreateChannelRequest) (_ *storagev1.CreateChannelResponse, err error) {
+	defer func() { s.count("CreateChannel", err) }()
+	if req.Kind != storagev1.ChannelKind_CHANNEL_KIND_UNSPECIFIED && req.Kind != storagev1.ChannelKind_CHANNEL_KIND_LOG {
+		return nil, status.Errorf(codes.InvalidArgument, "channel kind %v is not supported", req.Kind)
+	}
+	l, created, err := s.st.Create(req.Name, configFromProto(req.Config), req.IfNotExists)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.CreateChannelResponse{Channel: describe(l), Created: created}, nil
+}
+
+func (s *service) GetChannel(_ context.Context, req *storagev1.GetChannelRequest) (_ *storagev1.GetChannelResponse, err error) {
+	defer func() { s.count("GetChannel", err) }()
+	l, err := s.channelFor(req.Name)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.GetChannelResponse{Channel: describe(l)}, nil
+}
+
+func (s *service) ListChannels(_ context.Context, req *storagev1.ListChannelsRequest) (_ *storagev1.ListChannelsResponse, err error) {
+	defer func() { s.count("ListChannels", err) }()
+	resp := &storagev1.ListChannelsResponse{}
+	for _, l := range s.st.List(req.Prefix) {
+		if channel.IsReserved(l.Name()) {
+			continue
+		}
+		resp.Channels = append(resp.Channels, describe(l))
+	}
+	return resp, nil
+}
+
+func (s *service) DeleteChannel(_ context.Context, req *storagev1.DeleteChannelRequest) (_ *storagev1.DeleteChannelResponse, err error) {
+	defer func() { s.count("DeleteChannel", err) }()
+	if err := channel.Validate(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.st.Delete(req.Name, req.IfExists); err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.DeleteChannelResponse{}, nil
+}
+
+func (s *service) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateChannelConfigRequest) (_ *storagev1.UpdateChannelConfigResponse, err error) {
+	defer func() { s.count("UpdateChannelConfig", err) }()
+	l, err := s.channelFor(req.Name)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	in := configFromProto(req.Config)
+	c := in
+	if len(req.UpdateMask) > 0 {
+		c = l.Config()
+		for _, f := range req.UpdateMask {
+			switch f {
+			case "retention_ms":
+				c.RetentionMs = in.RetentionMs
+			case "retention_bytes":
+				c.RetentionBytes = in.RetentionBytes
+			case "max_message_bytes":
+				c.MaxMessageBytes = in.MaxMessageBytes
+			case "segment_bytes":
+				c.SegmentBytes = in.SegmentBytes
+			case "cleanup_policy":
+				c.CleanupPolicy = in.CleanupPolicy
+			case "timestamp_type":
+				c.TimestampType = in.TimestampType
+			case "segment_ms":
+				c.SegmentMs = in.SegmentMs
+			default:
+				return nil, status.Errorf(codes.InvalidArgument, "update_mask: unknown field %q", f)
+			}
+		}
+	}
+	if err := l.UpdateConfig(c); err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.UpdateChannelConfigResponse{Channel: describe(l)}, nil
+}
+
+func (s *service) Append(_ context.Context, req *storagev1.AppendRequest) (_ *storagev1.AppendResponse, err error) {
+	defer func() { s.count("Append", err) }()
+	l, err := s.channelFor(req.Channel)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if n := len(req.Records); n < 1 || n > maxAppendRecords {
+		return nil, status.Errorf(codes.InvalidArgument, "append carries %d records; want 1..%d", n, maxAppendRecords)
+	}
+	recs := make([]store.NewRecord, len(req.Records))
+	for i, r := range req.Records {
+		if r.TimestampMs < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "record %d: negative timestamp %d", i, r.TimestampMs)
+		}
+		recs[i] = store.NewRecord{Timestamp: r.TimestampMs, Key: r.Key, Value: r.Value}
+		if len(r.Headers) > 0 {
+			hs := make([]store.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				hs[j] = store.Header{Key: h.Key, Value: h.Value}
+			}
+			recs[i].Headers = hs
+		}
+	}
+	res, ts, err := l.Append(recs)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.AppendResponse{FirstSequence: res.BaseOffset + 1, LastSequence: res.LastOffset + 1, TimestampMs: ts}, nil
+}
+
+func toProtoRecords(recs []store.Record) []*storagev1.Record {
+	out := make([]*storagev1.Record, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		pr := &storagev1.Record{
+			Sequence: r.Offset + 1, TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value,
+			ProducerId: r.ProducerID, ProducerEpoch: int32(r.ProducerEpoch),
+			Transactional: r.Transactional, Control: r.Control,
+		}
+		if len(r.Headers) > 0 {
+			pr.Headers = make([]*storagev1.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				pr.Headers[j] = &storagev1.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		out[i] = pr
+	}
+	return out
+}
+
+func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *storagev1.ReadResponse, err error) {
+	defer func() { s.count("Read", err) }()
+	l, err := s.channelFor(req.Channel)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.FromSequence < 0 || req.MaxRecords < 0 || req.MaxBytes < 0 || req.WaitMs < 0 {
+		return nil, status.Error(codes.InvalidArgument, "from_sequence, max_records, max_bytes and wait_ms must not be negative")
+	}
+	maxRecs := int(req.MaxRecords)
+	if maxRecs == 0 {
+		maxRecs = defaultReadRecords
+	}
+	maxRecs = min(maxRecs, maxReadRecords)
+	maxBytes := int(req.MaxBytes)
+	if maxBytes == 0 {
+		maxBytes = defaultReadBytes
+	}
+	off := req.FromSequence - 1
+	if req.FromSequence == 0 {
+		off = l.LogStart()
+	}
+	if off < l.LogStart() || off > l.HighWatermark() {
+		return nil, status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", off+1, l.LogStart()+1, l.HighWatermark()+1)
+	}
+	if req.WaitMs > 0 && off == l.HighWatermark() {
+		wctx, cancel := s.waitCtx(ctx)
+		l.Wait(wctx, off, min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
+		cancel()
+	}
+	recs, next, err := l.ReadRecords(off, maxRecs, maxBytes)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	hw := l.HighWatermark()
+	return &storagev1.ReadResponse{
+		Records: toProtoRecords(recs), HighWatermark: hw, LogStartSequence: l.LogStart() + 1,
+		LastStableSequence: hw, NextSequence: next + 1,
+	}, nil
+}
+
+// waitCtx is ctx, also cancelled at shutdown.
+func (s *service) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func (s *service) Subscribe(req *storagev1.SubscribeRequest, stream storagev1.StorageService_SubscribeServer) (err error) {
+	defer func() { s.count("Subscribe", err) }()
+	l, err := s.channelFor(req.Channel)
+	if err != nil {
+		return toStatus(err)
+	}
+	per := int(req.MaxRecordsPerMessage)
+	if per <= 0 {
+		per = defaultSubscribeRecs
+	}
+	per = min(per, maxReadRecords)
+	var off int64
+	switch st := req.Start.(type) {
+	case *storagev1.SubscribeRequest_First:
+		off = l.LogStart()
+	case *storagev1.SubscribeRequest_Sequence:
+		off = st.Sequence - 1
+		if st.Sequence < 1 || off < l.LogStart() || off > l.HighWatermark() {
+			return status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", st.Sequence, l.LogStart()+1, l.HighWatermark()+1)
+		}
+	case *storagev1.SubscribeRequest_TimeMs:
+		o, _, found, err := l.LookupTime(st.TimeMs)
+		if err != nil {
+			return toStatus(err)
+		}
+		off = l.HighWatermark()
+		if found {
+			off = o
+		}
+	case *storagev1.SubscribeRequest_LastN:
+		if st.LastN < 0 {
+			return status.Error(codes.InvalidArgument, "last_n must not be negative")
+		}
+		off = max(l.LogStart(), l.HighWatermark()-st.LastN)
+	default: // new, or unset
+		off = l.HighWatermark()
+	}
+	ctx, cancel := s.waitCtx(stream.Context())
+	defer cancel()
+	for {
+		changed := l.Changed()
+		recs, next, err := l.ReadRecords(off, per, subscribeMaxBytes)
+		if err != nil {
+			return toStatus(err)
+		}
+		off = next
+		if len(recs) > 0 {
+			if err := stream.Send(&storagev1.SubscribeResponse{Records: toProtoRecords(recs), HighWatermark: l.HighWatermark()}); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-changed:
+			if _, err := s.st.Get(req.Channel); err != nil {
+				return toStatus(err)
+			}
+		case <-ctx.Done():
+			if stream.Context().Err() != nil {
+				return status.FromContextError(stream.Context().Err()).Err()
+			}
+			return status.Error(codes.Unavailable, "server shutting down")
+		}
+	}
+}
+
+func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenceRequest) (_ *storagev1.LookupSequenceResponse, err error) {
+	defer func() { s.count("LookupSequence", err) }()
+	l, err := s.channelFor(req.Channel)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	switch ts := req.TimestampMs; {
+	case ts == -1:
+		return &storagev1.LookupSequenceResponse{Sequence: l.HighWatermark() + 1, TimestampMs: -1, Found: true}, nil
+	case ts == -2:
+		return &storagev1.LookupSequenceResponse{Sequence: l.LogStart() + 1, TimestampMs: -1, Found: true}, nil
+	case ts == -3:
+		off, rts, found, err := l.LookupMaxTime()
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if !found {
+			return &storagev1.LookupSequenceResponse{Sequence: l.HighWatermark() + 1, TimestampMs: -1}, nil
+		}
+		return &storagev1.LookupSequenceResponse{Sequence: off + 1, TimestampMs: rts, Found: true}, nil
+	case ts < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "timestamp_ms %d: want -1, -2, -3 or a time >= 0", ts)
+	default:
+		off, rts, found, err := l.LookupTime(ts)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if !found {
+			return &storagev1.LookupSequenceResponse{Sequence: l.HighWatermark() + 1, TimestampMs: -1}, nil
+		}
+		return &storagev1.LookupSequenceResponse{Sequence: off + 1, TimestampMs: rts, Found: true}, nil
+	}
+}
+
+func (s *service) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsRequest) (_ *storagev1.DeleteRecordsResponse, err error) {
+	defer func() { s.count("DeleteRecords", err) }()
+	l, err := s.channelFor(req.Channel)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	before := int64(-1)
+	if req.BeforeSequence != -1 {
+		if req.BeforeSequence < 1 {
+			return nil, status.Errorf(codes.OutOfRange, "before_sequence %d: want -1 or >= 1", req.BeforeSequence)
+		}
+		before = req.BeforeSequence - 1
+	}
+	start, err := l.DeleteRecords(before)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.DeleteRecordsResponse{LogStartSequence: start + 1}, nil
+}
+
+func (s *service) AppendBatches(_ context.Context, req *storagev1.AppendBatchesRequest) (_ *storagev1.AppendBatchesResponse, err error) {
+	defer func() { s.count("AppendBatches", err) }()
+	resp := &storagev1.AppendBatchesResponse{Results: make([]*storagev1.ChannelAppendResult, len(req.Channels))}
+	if len(req.Channels) == 1 {
+		resp.Results[0] = s.appendOne(req.Channels[0])
+		return resp, nil
+	}
+	var wg sync.WaitGroup
+	for i, cb := range req.Channels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp.Results[i] = s.appendOne(cb)
+		}()
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+func (s *service) appendOne(cb *storagev1.ChannelBatches) *storagev1.ChannelAppendResult {
+	r := &storagev1.ChannelAppendResult{Channel: cb.Channel, LogAppendTimeMs: -1}
+	l, err := s.channelFor(cb.Channel)
+	if err == nil {
+		var res store.AppendResult
+		res, err = l.AppendBatches(cb.Batches)
+		if err == nil {
+			r.FirstSequence = res.BaseOffset + 1
+			r.LogAppendTimeMs = res.LogAppendTime
+		}
+		r.LogStartSequence = l.LogStart() + 1
+	}
+	if err != nil {
+		r.Error = errorCode(err)
+		r.ErrorMessage = err.Error()
+		if r.Error == storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE {
+			s.log.Warn("append failed", zap.String("channel", cb.Channel), zap.Error(err))
+		}
+	}
+	return r
+}
+
+func (s *service) Fetch(ctx context.Context, req *storagev1.FetchRequest) (_ *storagev1.FetchResponse, err error) {
+	defer func() { s.count("Fetch", err) }()
+	if req.MaxWaitMs < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_wait_ms must not be negative")
+	}
+	logs := make([]*store.Log, len(req.Channels))
+	errs := make([]error, len(req.Channels))
+	for i, fc := range req.Channels {
+		logs[i], errs[i] = s.channelFor(fc.Channel)
+	}
+	deadline := time.Now().Add(min(time.Duration(req.MaxWaitMs)*time.Millisecond, maxWait))
+	var wctx context.Context
+	for {
+		waits := make([]<-chan struct{}, 0, len(logs))
+		for _, l := range logs {
+			if l != nil {
+				waits = append(waits, l.Changed())
+			}
+		}
+		resp, total, anyErr := s.fetchOnce(req, logs, errs)
+		if anyErr || total >= int(req.MinBytes) || total > 0 && req.MinBytes <= 0 || !time.Now().Before(deadline) || len(waits) == 0 {
+			return resp, nil
+		}
+		if wctx == nil {
+			var cancel context.CancelFunc
+			wctx, cancel = s.waitCtx(ctx)
+			defer cancel()
+		}
+		if !waitAny(wctx, waits, time.Until(deadline)) {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			resp, _, _ = s.fetchOnce(req, logs, errs)
+			return resp, nil
+		}
+	}
+}
+
+// waitAny waits until one of chs is closed (true), or timeout or ctx ends (false).
+func waitAny(ctx context.Context, chs []<-chan struct{}, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	if len(chs) == 1 {
+		select {
+		case <-chs[0]:
+			return true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	cases := make([]reflect.SelectCase, 0, len(chs)+2)
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	for _, c := range chs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+	}
+	i, _, _ := reflect.Select(cases)
+	return i >= 2
+}
+
+func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs []error) (*storagev1.FetchResponse, int, bool) {
+	resp := &storagev1.FetchResponse{Results: make([]*storagev1.FetchChannelResult, len(req.Channels))}
+	remaining := int(req.MaxBytes)
+	if remaining <= 0 {
+		remaining = maxFetchTotalBytes
+	}
+	total := 0
+	anyErr := false
+	for i, fc := range req.Channels {
+		r := &storagev1.FetchChannelResult{Channel: fc.Channel}
+		resp.Results[i] = r
+		l := logs[i]
+		if l == nil {
+			r.Error = errorCode(errs[i])
+			anyErr = true
+			continue
+		}
+		hw := l.HighWatermark()
+		r.HighWatermark, r.LastStableSequence, r.LogStartSequence = hw, hw, l.LogStart()+1
+		budget := int(fc.MaxBytes)
+		if budget <= 0 {
+			budget = defaultFetchBytes
+		}
+		budget = min(budget, remaining)
+		if budget <= 0 && total > 0 {
+			continue
+		}
+		data, err := l.ReadRaw(fc.FromSequence-1, max(budget, 1))
+		if err != nil {
+			r.Error = errorCode(err)
+			anyErr = true
+			continue
+		}
+		r.Batches = data
+		total += len(data)
+		remaining -= len(data)
+	}
+	return resp, total, anyErr
+}

@@ -1,0 +1,33 @@
+package store
+
+import "errors"
+
+// Sentinel errors of the log engine. Callers match them with errors.Is; the gRPC edge
+// (internal/server) maps each to a status code and a storagev1.ErrorCode.
+var (
+	// ErrNotFound: the channel does not exist.
+	ErrNotFound = errors.New("channel not found")
+	// ErrExists: the channel already exists (CreateChannel).
+	ErrExists = errors.New("channel already exists")
+	// ErrInvalidArgument: a bad argument (config value, bounds, record count).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrCorruptBatch: a RecordBatch frame failed validation (length, CRC, record count).
+	ErrCorruptBatch = errors.New("corrupt record batch")
+	// ErrInvalidRecord: a frame that is not a RecordBatch v2 (magic != 2) or is malformed
+	// in a way Kafka reports as INVALID_RECORD (e.g. no records).
+	ErrInvalidRecord = errors.New("invalid record")
+	// ErrBatchTooLarge: a batch larger than the channel's max_message_bytes.
+	ErrBatchTooLarge = errors.New("batch larger than max_message_bytes")
+	// ErrOutOfOrderSequence: an idempotent producer's sequence is not the next expected.
+	ErrOutOfOrderSequence = errors.New("out of order sequence number")
+	// ErrInvalidProducerEpoch: an idempotent producer's epoch is older than the known one.
+	ErrInvalidProducerEpoch = errors.New("invalid producer epoch")
+	// ErrOutOfRange: a read before the log start or past the high watermark + 1.
+	ErrOutOfRange = errors.New("sequence out of range")
+	// ErrUnsupportedCompression: a batch uses a compression codec we cannot decode.
+	ErrUnsupportedCompression = errors.New("unsupported compression")
+	// ErrStorage: a disk failure; the channel is fenced until restart.
+	ErrStorage = errors.New("storage failure")
+	// ErrClosed: the store or channel is closed (shutdown or channel deleted).
+	ErrClosed = errors.New("closed")
+)

@@ -1,0 +1,852 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// hwMark is the visible end of a log: the offset after the last durable record and
+// where it lies (segment base and file position in that segment).
+type hwMark struct {
+	next    int64
+	segBase int64
+	pos     int64
+}
+
+// Log is one channel: segments, producer state, durability and readers' wake-ups.
+// Lock order (see LOCKS.md): Store.mu -> Log.mu -> Log.segMu -> segment.idxMu;
+// Log.syncMu is never held while taking Log.mu; notifyMu is a leaf.
+type Log struct {
+	name string
+	dir  string
+	st   *Store
+	log  *zap.Logger
+
+	// mu guards the writer state below and serializes appends, rolls, config changes,
+	// DeleteRecords and retention.
+	mu        sync.Mutex
+	raw       ChannelConfig // as stored (zeros = default)
+	cfg       atomic.Pointer[ChannelConfig]
+	createdMs int64
+	active    *segment
+	next      int64 // next offset to assign
+	prods     producers
+	failed    error // disk failure: fenced until restart
+	closed    bool
+	dirty     bool // written but not fsynced (interval mode)
+	pending   int  // appends since the last fsync (group commit size)
+
+	// segMu guards segs; readers hold RLock while reading files, so files are closed
+	// only under Lock.
+	segMu sync.RWMutex
+	segs  []*segment
+
+	hw       atomic.Pointer[hwMark]
+	logStart atomic.Int64
+
+	syncMu   sync.Mutex
+	syncCond *sync.Cond
+	syncing  bool
+	durable  int64
+	syncErr  error
+
+	notifyMu sync.Mutex
+	notify   chan struct{}
+}
+
+// Name is the channel name.
+func (l *Log) Name() string { return l.name }
+
+// Config returns the stored config (zeros mean default).
+func (l *Log) Config() ChannelConfig {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.raw
+}
+
+// CreatedMs is the creation time, ms since epoch.
+func (l *Log) CreatedMs() int64 { return l.createdMs }
+
+// HighWatermark is the offset after the last durable record (Kafka high watermark).
+func (l *Log) HighWatermark() int64 { return l.hw.Load().next }
+
+// LogStart is the first retained offset (Kafka log start offset).
+func (l *Log) LogStart() int64 { return l.logStart.Load() }
+
+// Stats returns the bytes in segment files and the segment count.
+func (l *Log) Stats() (sizeBytes int64, segments int) {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	for _, s := range l.segs {
+		sizeBytes += s.size.Load()
+	}
+	return sizeBytes, len(l.segs)
+}
+
+// Changed returns a channel closed at the next high watermark advance (or close).
+func (l *Log) Changed() <-chan struct{} {
+	l.notifyMu.Lock()
+	defer l.notifyMu.Unlock()
+	return l.notify
+}
+
+func (l *Log) wake() {
+	l.notifyMu.Lock()
+	close(l.notify)
+	l.notify = make(chan struct{})
+	l.notifyMu.Unlock()
+}
+
+func (l *Log) publish(m hwMark) {
+	l.hw.Store(&m)
+	l.wake()
+}
+
+func openLog(st *Store, dir string) (*Log, error) {
+	m, err := readMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{name: m.Name, dir: dir, st: st, log: st.log.With(zap.String("channel", m.Name)),
+		raw: m.Config, createdMs: m.CreatedMs, prods: producers{}, notify: make(chan struct{})}
+	l.syncCond = sync.NewCond(&l.syncMu)
+	eff := m.Config.Effective()
+	l.cfg.Store(&eff)
+
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var bases []int64
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasSuffix(n, ".tmp") {
+			_ = os.Remove(filepath.Join(dir, n))
+			continue
+		}
+		if b, ok := strings.CutSuffix(n, ".log"); ok {
+			v, err := strconv.ParseInt(b, 10, 64)
+			if err != nil || len(b) != 20 {
+				l.log.Warn("ignoring unexpected file in channel directory", zap.String("file", n))
+				continue
+			}
+			bases = append(bases, v)
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	visit := l.prods.apply
+	if len(bases) == 0 {
+		s, err := createSegment(dir, max(m.LogStartOffset, 0), st.nowMs())
+		if err != nil {
+			return nil, err
+		}
+		l.segs = []*segment{s}
+	}
+	for i, b := range bases {
+		path := filepath.Join(dir, segmentName(b, ".log"))
+		if i < len(bases)-1 {
+			s, err := loadSealed(path, b, visit)
+			if err != nil {
+				l.closeFiles()
+				return nil, err
+			}
+			l.segs = append(l.segs, s)
+			continue
+		}
+		s, truncated, nbad, err := recoverActive(path, b, visit)
+		if err != nil {
+			l.closeFiles()
+			return nil, err
+		}
+		if nbad > 0 {
+			st.metrics.TruncatedBatches.Add(float64(nbad))
+			l.log.Warn("truncated torn or corrupt tail of the last segment",
+				zap.String("segment", path), zap.Int64("truncated_bytes", truncated), zap.Int64("valid_bytes", s.size.Load()))
+		}
+		l.segs = append(l.segs, s)
+	}
+	l.active = l.segs[len(l.segs)-1]
+	if _, err := l.active.f.Seek(l.active.size.Load(), 0); err != nil {
+		l.closeFiles()
+		return nil, err
+	}
+	l.next = l.active.next
+	l.durable = l.next
+	l.logStart.Store(min(max(m.LogStartOffset, l.segs[0].base), l.next))
+	l.publish(hwMark{next: l.next, segBase: l.active.base, pos: l.active.size.Load()})
+	return l, nil
+}
+
+func (l *Log) closeFiles() {
+	for _, s := range l.segs {
+		_ = s.close()
+	}
+}
+
+func (l *Log) writeMetaLocked() error {
+	return writeMeta(l.dir, &meta{Name: l.name, Config: l.raw, CreatedMs: l.createdMs, LogStartOffset: l.logStart.Load()})
+}
+
+// AppendResult describes a successful append.
+type AppendResult struct {
+	// BaseOffset is the offset of the first record; for a duplicate, the original's.
+	BaseOffset int64
+	// LastOffset is the offset of the last record appended (of the original, for a
+	// duplicate: its first batch's last offset is not tracked, so BaseOffset).
+	LastOffset int64
+	// LogAppendTime is the append time (ms) for LOG_APPEND_TIME channels, else -1.
+	LogAppendTime int64
+	// Duplicate is true when an idempotent retry was recognized; nothing was written.
+	Duplicate bool
+}
+
+// AppendBatches validates one or more concatenated RecordBatch v2 frames, assigns
+// their offsets (rewriting the base offset field) and appends them as they are. It
+// returns after the data is durable (fsync always) or written (fsync interval). b is
+// modified in place. Errors: ErrCorruptBatch, ErrInvalidRecord, ErrBatchTooLarge,
+// ErrUnsupportedCompression, ErrOutOfOrderSequence, ErrInvalidProducerEpoch,
+// ErrStorage, ErrClosed.
+func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
+	if len(b) == 0 {
+		return AppendResult{}, fmt.Errorf("%w: no batches", ErrCorruptBatch)
+	}
+	cfg := l.cfg.Load()
+	var hbuf [2]batchHeader
+	hdrs := hbuf[:0]
+	var pbuf [2]prevBatch
+	prev := pbuf[:0]
+	for p := 0; p < len(b); {
+		n, err := frameLen(b[p:])
+		if err != nil {
+			return AppendResult{}, err
+		}
+		if n > int(cfg.MaxMessageBytes) {
+			return AppendResult{}, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
+		}
+		h, err := checkFrame(b[p : p+n])
+		if err != nil {
+			return AppendResult{}, err
+		}
+		hdrs = append(hdrs, h)
+		p += n
+	}
+
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return AppendResult{}, ErrClosed
+	}
+	if l.failed != nil {
+		l.mu.Unlock()
+		return AppendResult{}, fmt.Errorf("%w: channel fenced after %v", ErrStorage, l.failed)
+	}
+	for i := range hdrs {
+		h := &hdrs[i]
+		dup, err := l.prods.check(h, prev)
+		if err != nil {
+			l.mu.Unlock()
+			return AppendResult{}, err
+		}
+		if dup != nil {
+			l.mu.Unlock()
+			return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.baseOffset + int64(dup.lastSeq-dup.firstSeq), LogAppendTime: -1, Duplicate: true}, nil
+		}
+		if h.ProducerID >= 0 {
+			prev = append(prev, prevBatch{pid: h.ProducerID, epoch: h.ProducerEpoch, lastSeq: h.LastSequence()})
+		}
+	}
+	now := l.st.nowMs()
+	res := AppendResult{BaseOffset: l.next, LogAppendTime: -1}
+	logAppend := l.cfg.Load().TimestampType == TimestampLogAppendTime
+	if logAppend {
+		res.LogAppendTime = now
+	}
+	off := l.next
+	p := 0
+	for i := range hdrs {
+		h := &hdrs[i]
+		frame := b[p : p+int(h.Length)]
+		binary.BigEndian.PutUint64(frame, uint64(off))
+		h.BaseOffset = off
+		if logAppend {
+			setLogAppendTime(frame, now)
+			h.MaxTimestamp = now
+			h.Attributes |= attrTimestampType
+		}
+		off = h.NextOffset()
+		p += int(h.Length)
+	}
+	res.LastOffset = off - 1
+	if err := l.maybeRollLocked(int64(len(b)), now); err != nil {
+		l.failLocked(err)
+		l.mu.Unlock()
+		return AppendResult{}, fmt.Errorf("%w: roll segment: %v", ErrStorage, err)
+	}
+	seg := l.active
+	pos := seg.size.Load()
+	if _, err := seg.f.WriteAt(b, pos); err != nil {
+		l.failLocked(err)
+		l.mu.Unlock()
+		return AppendResult{}, fmt.Errorf("%w: write: %v", ErrStorage, err)
+	}
+	p = 0
+	for i := range hdrs {
+		h := &hdrs[i]
+		seg.addIndex(h, pos+int64(p))
+		l.prods.apply(h)
+		p += int(h.Length)
+	}
+	seg.size.Store(pos + int64(len(b)))
+	l.next = off
+	l.pending++
+	interval := l.st.opts.FsyncInterval > 0
+	if interval {
+		l.dirty = true
+		l.publish(hwMark{next: off, segBase: seg.base, pos: pos + int64(len(b))})
+	}
+	l.mu.Unlock()
+	l.st.metrics.AppendBytes.Add(float64(len(b)))
+	if !interval {
+		if err := l.waitDurable(off); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	l.st.metrics.Appends.Inc()
+	return res, nil
+}
+
+// Append encodes records as one uncompressed batch (producer id -1) and appends it.
+func (l *Log) Append(recs []NewRecord) (AppendResult, int64, error) {
+	now := l.st.nowMs()
+	b := EncodeBatch(recs, now)
+	if b == nil {
+		return AppendResult{}, 0, fmt.Errorf("%w: no records", ErrInvalidArgument)
+	}
+	ts := int64(binary.BigEndian.Uint64(b[offMaxTS:]))
+	res, err := l.AppendBatches(b)
+	if res.LogAppendTime >= 0 {
+		ts = res.LogAppendTime
+	}
+	return res, ts, err
+}
+
+func (l *Log) activeBase() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.active.base
+}
+
+func (l *Log) failLocked(err error) {
+	if l.failed == nil {
+		l.failed = err
+		l.log.Error("disk failure; channel fenced until restart", zap.Error(err))
+	}
+}
+
+// maybeRollLocked starts a new segment when the active one would pass segment_bytes or
+// is older than segment_ms. The old segment is fsynced and its indexes written first,
+// so every segment but the active one is fully durable.
+func (l *Log) maybeRollLocked(incoming int64, nowMs int64) error {
+	cfg := l.cfg.Load()
+	a := l.active
+	size := a.size.Load()
+	if size == 0 {
+		return nil
+	}
+	rollBase := a.createdMs
+	if size+incoming <= cfg.SegmentBytes && nowMs-rollBase < cfg.SegmentMs {
+		return nil
+	}
+	return l.rollLocked(nowMs)
+}
+
+func (l *Log) rollLocked(nowMs int64) error {
+	a := l.active
+	if err := l.fsyncSeg(a); err != nil {
+		return err
+	}
+	if err := a.writeIndexes(); err != nil {
+		return err
+	}
+	s, err := createSegment(l.dir, l.next, nowMs)
+	if err != nil {
+		return err
+	}
+	if err := syncDir(l.dir); err != nil {
+		_ = s.close()
+		return err
+	}
+	l.segMu.Lock()
+	l.segs = append(l.segs, s)
+	l.segMu.Unlock()
+	l.active = s
+	return nil
+}
+
+func (l *Log) fsyncSeg(s *segment) error {
+	start := time.Now()
+	err := s.f.Sync()
+	l.st.metrics.Fsyncs.Inc()
+	l.st.metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
+	return err
+}
+
+// waitDurable blocks until offsets below target are fsynced. Group commit: one waiter
+// at a time is the leader and fsyncs everything written so far; the others wait for
+// it and, if still not covered, one of them leads the next round.
+func (l *Log) waitDurable(target int64) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	for l.durable < target {
+		if l.syncErr != nil {
+			return fmt.Errorf("%w: fsync: %v", ErrStorage, l.syncErr)
+		}
+		if l.syncing {
+			l.syncCond.Wait()
+			continue
+		}
+		l.syncing = true
+		l.syncMu.Unlock()
+
+		l.mu.Lock()
+		seg, upto, pos, n, closed := l.active, l.next, l.active.size.Load(), l.pending, l.closed
+		l.pending = 0
+		var err error
+		if closed {
+			err = ErrClosed
+		}
+		l.mu.Unlock()
+		if err == nil {
+			err = l.fsyncSeg(seg)
+			l.st.metrics.GroupCommitSize.Observe(float64(n))
+			if errors.Is(err, os.ErrClosed) && seg.base < l.activeBase() {
+				err = nil // sealed (fsynced at roll) and since removed by retention
+			}
+		}
+		if err != nil && !closed {
+			l.mu.Lock()
+			l.failLocked(err)
+			l.mu.Unlock()
+		}
+
+		l.syncMu.Lock()
+		l.syncing = false
+		if err != nil {
+			l.syncErr = err
+			l.syncCond.Broadcast()
+			if closed {
+				return ErrClosed
+			}
+			return fmt.Errorf("%w: fsync: %v", ErrStorage, err)
+		}
+		if upto > l.durable {
+			l.durable = upto
+			l.publish(hwMark{next: upto, segBase: seg.base, pos: pos})
+		}
+		l.syncCond.Broadcast()
+	}
+	return nil
+}
+
+// syncIfDirty fsyncs the active segment when written since the last fsync (interval
+// mode).
+func (l *Log) syncIfDirty() {
+	l.mu.Lock()
+	if !l.dirty || l.closed || l.failed != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.dirty = false
+	seg, n := l.active, l.pending
+	l.pending = 0
+	err := l.fsyncSeg(seg) // under mu: the file cannot be closed meanwhile
+	l.st.metrics.GroupCommitSize.Observe(float64(n))
+	if err != nil {
+		l.failLocked(err)
+	}
+	l.mu.Unlock()
+}
+
+// segmentFor returns the index in segs of the segment holding off. Caller holds segMu.
+func (l *Log) segmentFor(off int64) int {
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > off })
+	return max(i-1, 0)
+}
+
+// visibleEnd is the file position readers may read to in s, given hw.
+func visibleEnd(s *segment, hw *hwMark) int64 {
+	switch {
+	case s.base < hw.segBase:
+		return s.size.Load()
+	case s.base == hw.segBase:
+		return hw.pos
+	}
+	return 0
+}
+
+// ReadRaw returns whole stored frames starting with the one containing off, up to
+// maxBytes (at least one frame when one is available), from one segment. It returns
+// nil at the high watermark. Errors: ErrOutOfRange (off < log start or > high
+// watermark), ErrStorage.
+func (l *Log) ReadRaw(off int64, maxBytes int) ([]byte, error) {
+	hw := l.hw.Load()
+	if off < l.logStart.Load() || off > hw.next {
+		return nil, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOutOfRange, off, l.logStart.Load(), hw.next)
+	}
+	if off == hw.next {
+		return nil, nil
+	}
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	for i := l.segmentFor(off); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if s.base >= hw.next || s.closed.Load() {
+			return nil, nil
+		}
+		end := visibleEnd(s, hw)
+		pos, first, ok, err := s.findPos(off, end, hw.next)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		return s.readFrames(pos, first, maxBytes, end, hw.next)
+	}
+	return nil, nil
+}
+
+// ReadRecords decodes records from off: at most maxRecords, stopping once maxBytes of
+// keys, values and headers are collected (at least one record when available). next is
+// the offset to read from next.
+func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, next int64, err error) {
+	next = off
+	size := 0
+	for len(recs) < maxRecords && size < maxBytes {
+		raw, err := l.ReadRaw(next, max(maxBytes-size, 64<<10))
+		if err != nil {
+			if len(recs) > 0 && errors.Is(err, ErrOutOfRange) {
+				break
+			}
+			return recs, next, err
+		}
+		if len(raw) == 0 {
+			break
+		}
+		for len(raw) > 0 && len(recs) < maxRecords && size < maxBytes {
+			n, err := frameLen(raw)
+			if err != nil {
+				return recs, next, err
+			}
+			batch, err := DecodeBatch(raw[:n])
+			if err != nil {
+				return recs, next, err
+			}
+			h := parseHeader(raw)
+			raw = raw[n:]
+			for _, r := range batch {
+				if r.Offset < next {
+					continue
+				}
+				if len(recs) >= maxRecords || (size >= maxBytes && len(recs) > 0) {
+					return recs, next, nil
+				}
+				recs = append(recs, r)
+				size += len(r.Key) + len(r.Value)
+				for _, hd := range r.Headers {
+					size += len(hd.Key) + len(hd.Value)
+				}
+				next = r.Offset + 1
+			}
+			if next < h.NextOffset() && (len(recs) < maxRecords && size < maxBytes) {
+				next = h.NextOffset()
+			}
+		}
+	}
+	return recs, next, nil
+}
+
+// Wait blocks until the high watermark passes off, ctx ends or timeout passes. It
+// reports whether data is available.
+func (l *Log) Wait(ctx context.Context, off int64, timeout time.Duration) bool {
+	if timeout <= 0 {
+		return l.HighWatermark() > off
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		ch := l.Changed()
+		if l.HighWatermark() > off {
+			return true
+		}
+		if l.isClosed() {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return l.HighWatermark() > off
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (l *Log) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// LookupTime returns the offset and timestamp of the first record with timestamp >= ts
+// (ms), or found=false.
+func (l *Log) LookupTime(ts int64) (off, recTS int64, found bool, err error) {
+	hw := l.hw.Load()
+	start := l.logStart.Load()
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	for i := l.segmentFor(start); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if s.base >= hw.next || s.closed.Load() {
+			break
+		}
+		if s.maxTS.Load() < ts {
+			continue
+		}
+		end := visibleEnd(s, hw)
+		pos := s.lookupTime(ts)
+		r, ok, err := scanFrames(s, pos, end, hw.next, func(h *batchHeader, frame []byte) (Record, bool, error) {
+			if h.MaxTimestamp < ts || h.NextOffset() <= start {
+				return Record{}, false, nil
+			}
+			recs, err := DecodeBatch(frame)
+			if err != nil {
+				return Record{}, false, err
+			}
+			for _, r := range recs {
+				if r.Offset >= start && r.Timestamp >= ts {
+					return r, true, nil
+				}
+			}
+			return Record{}, false, nil
+		})
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if ok {
+			return r.Offset, r.Timestamp, true, nil
+		}
+	}
+	return 0, 0, false, nil
+}
+
+// LookupMaxTime returns the offset and timestamp of the record with the largest
+// timestamp (the first such), or found=false for an empty log.
+func (l *Log) LookupMaxTime() (off, recTS int64, found bool, err error) {
+	hw := l.hw.Load()
+	start := l.logStart.Load()
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	var best *segment
+	for i := l.segmentFor(start); i < len(l.segs); i++ {
+		s := l.segs[i]
+		if s.base >= hw.next || s.closed.Load() {
+			break
+		}
+		if best == nil || s.maxTS.Load() > best.maxTS.Load() {
+			best = s
+		}
+	}
+	if best == nil || best.maxTS.Load() < 0 {
+		return 0, 0, false, nil
+	}
+	target := best.maxTS.Load()
+	r, ok, err := scanFrames(best, 0, visibleEnd(best, hw), hw.next, func(h *batchHeader, frame []byte) (Record, bool, error) {
+		if h.MaxTimestamp != target || h.NextOffset() <= start {
+			return Record{}, false, nil
+		}
+		recs, err := DecodeBatch(frame)
+		if err != nil {
+			return Record{}, false, err
+		}
+		for _, r := range recs {
+			if r.Offset >= start && r.Timestamp == target {
+				return r, true, nil
+			}
+		}
+		return Record{}, false, nil
+	})
+	if err != nil || !ok {
+		return 0, 0, false, err
+	}
+	return r.Offset, r.Timestamp, true, nil
+}
+
+// scanFrames calls fn for each visible frame of s from pos until fn reports found.
+func scanFrames(s *segment, pos, end, limit int64, fn func(*batchHeader, []byte) (Record, bool, error)) (Record, bool, error) {
+	var hdr [batchHeaderLen]byte
+	for pos+batchHeaderLen <= end {
+		if _, err := s.f.ReadAt(hdr[:], pos); err != nil {
+			return Record{}, false, fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
+		}
+		h := parseHeader(hdr[:])
+		if h.BaseOffset >= limit || h.Length < batchHeaderLen || pos+int64(h.Length) > end {
+			break
+		}
+		frame := make([]byte, h.Length)
+		if _, err := s.f.ReadAt(frame, pos); err != nil {
+			return Record{}, false, fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
+		}
+		r, ok, err := fn(&h, frame)
+		if err != nil || ok {
+			return r, ok, err
+		}
+		pos += int64(h.Length)
+	}
+	return Record{}, false, nil
+}
+
+// DeleteRecords moves the log start to before (-1 = the high watermark), persisting it,
+// and deletes segments that fall wholly below it. Errors: ErrOutOfRange.
+func (l *Log) DeleteRecords(before int64) (int64, error) {
+	l.mu.Lock()
+	hw := l.hw.Load().next
+	if before == -1 {
+		before = hw
+	}
+	start := l.logStart.Load()
+	if before < start || before > hw {
+		l.mu.Unlock()
+		return start, fmt.Errorf("%w: %d outside [%d, %d]", ErrOutOfRange, before, start, hw)
+	}
+	if before > start {
+		l.logStart.Store(before)
+		if err := l.writeMetaLocked(); err != nil {
+			l.logStart.Store(start)
+			l.mu.Unlock()
+			return start, fmt.Errorf("%w: write meta: %v", ErrStorage, err)
+		}
+		if before == l.next && l.active.size.Load() > 0 && l.failed == nil && !l.closed {
+			if err := l.rollLocked(l.st.nowMs()); err != nil {
+				l.failLocked(err)
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.wake()
+	l.enforceRetention(l.st.nowMs())
+	return before, nil
+}
+
+// enforceRetention deletes the oldest non-active segments that are wholly below the
+// log start, older than retention_ms (by their largest timestamp) or beyond
+// retention_bytes, and moves the log start forward accordingly.
+func (l *Log) enforceRetention(nowMs int64) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	cfg := l.cfg.Load()
+	segs := l.segs // stable: only changed under mu
+	var total int64
+	for _, s := range segs {
+		total += s.size.Load()
+	}
+	start := l.logStart.Load()
+	k := 0
+	for ; k < len(segs)-1; k++ {
+		s := segs[k]
+		size := s.size.Load()
+		below := segs[k+1].base <= start
+		expired := cfg.RetentionMs >= 0 && nowMs-s.maxTS.Load() > cfg.RetentionMs
+		tooBig := cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
+		if !below && !expired && !tooBig {
+			break
+		}
+		total -= size
+	}
+	if k == 0 {
+		l.mu.Unlock()
+		return
+	}
+	victims := append([]*segment(nil), segs[:k]...)
+	l.segMu.Lock()
+	l.segs = append([]*segment(nil), segs[k:]...)
+	l.segMu.Unlock()
+	newStart := max(start, l.segs[0].base)
+	if newStart != start {
+		l.logStart.Store(newStart)
+		if err := l.writeMetaLocked(); err != nil {
+			l.log.Error("persist log start after retention", zap.Error(err))
+		}
+	}
+	l.mu.Unlock()
+	for _, s := range victims {
+		if err := s.remove(); err != nil {
+			l.log.Warn("remove segment", zap.String("segment", s.path), zap.Error(err))
+		}
+		l.st.metrics.RetentionDeleted.Inc()
+	}
+	l.log.Info("retention deleted segments", zap.Int("segments", len(victims)), zap.Int64("log_start", newStart))
+}
+
+// UpdateConfig replaces the stored config and persists it.
+func (l *Log) UpdateConfig(c ChannelConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.raw
+	l.raw = c
+	if err := l.writeMetaLocked(); err != nil {
+		l.raw = old
+		return fmt.Errorf("%w: write meta: %v", ErrStorage, err)
+	}
+	eff := c.Effective()
+	l.cfg.Store(&eff)
+	return nil
+}
+
+// close stops the log: pending and later appends fail with ErrClosed, waiters wake.
+func (l *Log) close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	var err error
+	if l.failed == nil && !l.active.closed.Load() {
+		err = l.active.f.Sync()
+		if werr := l.active.writeIndexes(); err == nil {
+			err = werr
+		}
+	}
+	l.segMu.Lock()
+	for _, s := range l.segs {
+		if cerr := s.close(); err == nil {
+			err = cerr
+		}
+	}
+	l.segMu.Unlock()
+	l.mu.Unlock()
+	l.syncMu.Lock()
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	l.wake()
+	return err
+}

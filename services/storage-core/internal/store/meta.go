@@ -1,0 +1,170 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Config defaults, from the ChannelConfig comments in storage.proto (Kafka's defaults).
+const (
+	DefaultRetentionMs     = 7 * 24 * 3600 * 1000
+	DefaultRetentionBytes  = -1
+	DefaultMaxMessageBytes = 1048588
+	DefaultSegmentBytes    = 1 << 30
+	DefaultSegmentMs       = 7 * 24 * 3600 * 1000
+	// minSegmentBytes is Kafka's lower bound for segment.bytes (LogConfig).
+	minSegmentBytes = 14
+)
+
+// Cleanup policies and timestamp types, numerically equal to the proto enums.
+const (
+	CleanupDelete        = 1
+	CleanupCompact       = 2
+	CleanupCompactDelete = 3
+
+	TimestampCreateTime    = 1
+	TimestampLogAppendTime = 2
+)
+
+// ChannelConfig is a channel's configuration as stored: zero means "default" (see
+// Effective). Values mirror storagev1.ChannelConfig.
+type ChannelConfig struct {
+	RetentionMs     int64 `json:"retention_ms,omitempty"`
+	RetentionBytes  int64 `json:"retention_bytes,omitempty"`
+	MaxMessageBytes int32 `json:"max_message_bytes,omitempty"`
+	SegmentBytes    int64 `json:"segment_bytes,omitempty"`
+	CleanupPolicy   int32 `json:"cleanup_policy,omitempty"`
+	TimestampType   int32 `json:"timestamp_type,omitempty"`
+	SegmentMs       int64 `json:"segment_ms,omitempty"`
+}
+
+// Validate reports a value outside its range (wrapping ErrInvalidArgument).
+func (c ChannelConfig) Validate() error {
+	switch {
+	case c.RetentionMs < -1:
+		return fmt.Errorf("%w: retention_ms %d < -1", ErrInvalidArgument, c.RetentionMs)
+	case c.RetentionBytes < -1:
+		return fmt.Errorf("%w: retention_bytes %d < -1", ErrInvalidArgument, c.RetentionBytes)
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("%w: max_message_bytes %d < 0", ErrInvalidArgument, c.MaxMessageBytes)
+	case c.SegmentBytes != 0 && (c.SegmentBytes < minSegmentBytes || c.SegmentBytes > math.MaxInt32):
+		return fmt.Errorf("%w: segment_bytes %d outside [%d, %d]", ErrInvalidArgument, c.SegmentBytes, minSegmentBytes, math.MaxInt32)
+	case c.SegmentMs < 0:
+		return fmt.Errorf("%w: segment_ms %d < 0", ErrInvalidArgument, c.SegmentMs)
+	case c.CleanupPolicy < 0 || c.CleanupPolicy > CleanupCompactDelete:
+		return fmt.Errorf("%w: cleanup_policy %d", ErrInvalidArgument, c.CleanupPolicy)
+	case c.TimestampType < 0 || c.TimestampType > TimestampLogAppendTime:
+		return fmt.Errorf("%w: timestamp_type %d", ErrInvalidArgument, c.TimestampType)
+	}
+	return nil
+}
+
+// Effective returns c with every zero replaced by its default.
+func (c ChannelConfig) Effective() ChannelConfig {
+	if c.RetentionMs == 0 {
+		c.RetentionMs = DefaultRetentionMs
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = DefaultRetentionBytes
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.CleanupPolicy == 0 {
+		c.CleanupPolicy = CleanupDelete
+	}
+	if c.TimestampType == 0 {
+		c.TimestampType = TimestampCreateTime
+	}
+	if c.SegmentMs == 0 {
+		c.SegmentMs = DefaultSegmentMs
+	}
+	return c
+}
+
+// meta is the small per-channel file "meta.json", replaced atomically.
+type meta struct {
+	Name           string        `json:"name"`
+	Config         ChannelConfig `json:"config"`
+	CreatedMs      int64         `json:"created_ms"`
+	LogStartOffset int64         `json:"log_start_offset"`
+}
+
+const metaFile = "meta.json"
+
+// dirName maps a channel name to a directory name. Valid names only hold
+// [a-zA-Z0-9._~-] and are never "." or "..", so short names are used as they are;
+// names too long for a file name become a prefix plus a SHA-256 of the whole name (the
+// real name is in meta.json).
+func dirName(name string) string {
+	if len(name) <= 200 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:100] + "~h~" + hex.EncodeToString(sum[:])
+}
+
+// writeFileAtomic writes data to dir/name via a temporary file, fsync, rename and a
+// directory fsync, so a crash leaves either the old or the new contents.
+func writeFileAtomic(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func writeMeta(dir string, m *meta) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(dir, metaFile, append(data, '\n'))
+}
+
+func readMeta(dir string) (*meta, error) {
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return nil, err
+	}
+	m := &meta{}
+	if err := json.Unmarshal(data, m); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", metaFile, err)
+	}
+	return m, nil
+}

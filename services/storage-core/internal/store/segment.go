@@ -1,0 +1,338 @@
+package store
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// indexIntervalBytes is the spacing of sparse index entries (Kafka index.interval.bytes).
+const indexIntervalBytes = 4096
+
+// segment is one file of concatenated RecordBatch v2 frames, named by its base offset
+// (Kafka layout: 00000000000000000000.log, .index, .timeindex). The in-memory indexes
+// are authoritative while running; the .index (8-byte entries: relative offset uint32,
+// position uint32) and .timeindex (12-byte entries: timestamp int64, relative offset
+// uint32) files are written when a segment is sealed (rolled) and on clean close. On
+// start the indexes are rebuilt from a walk of the batch headers (which the producer
+// state rebuild needs anyway); the active segment is also CRC-checked batch by batch.
+//
+// Fields after f are guarded by the owning log's mu (writers) and published to readers
+// through the log's segMu and high watermark; readers only use base, f and the index
+// slices under segMu.RLock.
+type segment struct {
+	base int64
+	path string // .log path
+	f    *os.File
+
+	size       atomic.Int64 // bytes written (readers: only up to the high watermark)
+	next       int64        // offset after the last batch
+	maxTS      atomic.Int64 // largest batch max timestamp; -1 when empty
+	firstTS    int64 // max timestamp of the first batch, for segment_ms; -1 when empty
+	createdMs  int64 // wall time the segment was created (or opened empty)
+	sinceIndex int64 // bytes since the last index entry
+
+	closed atomic.Bool // file closed (retention, delete, shutdown)
+
+	idxMu sync.RWMutex
+	idx   []indexEntry
+	tidx  []timeEntry
+}
+
+type indexEntry struct {
+	rel uint32
+	pos uint32
+}
+
+type timeEntry struct {
+	ts  int64
+	rel uint32
+}
+
+func segmentName(base int64, ext string) string { return fmt.Sprintf("%020d%s", base, ext) }
+
+func newSegment(base int64, path string, f *os.File, createdMs int64) *segment {
+	s := &segment{base: base, path: path, f: f, next: base, firstTS: -1, createdMs: createdMs}
+	s.maxTS.Store(-1)
+	return s
+}
+
+func createSegment(dir string, base, nowMs int64) (*segment, error) {
+	path := filepath.Join(dir, segmentName(base, ".log"))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(filepath.Join(dir, segmentName(base, ".index")))
+	_ = os.Remove(filepath.Join(dir, segmentName(base, ".timeindex")))
+	return newSegment(base, path, f, nowMs), nil
+}
+
+// addIndex records index entries for a batch written at pos. Called by the writer.
+func (s *segment) addIndex(h *batchHeader, pos int64) {
+	if s.sinceIndex == 0 && len(s.idx) == 0 || s.sinceIndex >= indexIntervalBytes {
+		s.idxMu.Lock()
+		s.idx = append(s.idx, indexEntry{rel: uint32(h.BaseOffset - s.base), pos: uint32(pos)})
+		if h.MaxTimestamp > s.maxTS.Load() {
+			s.tidx = append(s.tidx, timeEntry{ts: h.MaxTimestamp, rel: uint32(h.BaseOffset - s.base)})
+		}
+		s.idxMu.Unlock()
+		s.sinceIndex = 0
+	} else if h.MaxTimestamp > s.maxTS.Load() && len(s.tidx) == 0 {
+		s.idxMu.Lock()
+		s.tidx = append(s.tidx, timeEntry{ts: h.MaxTimestamp, rel: uint32(h.BaseOffset - s.base)})
+		s.idxMu.Unlock()
+	}
+	s.sinceIndex += int64(h.Length)
+	if h.MaxTimestamp > s.maxTS.Load() {
+		s.maxTS.Store(h.MaxTimestamp)
+	}
+	if s.firstTS < 0 {
+		s.firstTS = h.MaxTimestamp
+	}
+	s.next = h.NextOffset()
+}
+
+// lookup returns the file position of the last index entry at or before off.
+func (s *segment) lookup(off int64) int64 {
+	s.idxMu.RLock()
+	defer s.idxMu.RUnlock()
+	rel := off - s.base
+	i := sort.Search(len(s.idx), func(i int) bool { return int64(s.idx[i].rel) > rel })
+	if i == 0 {
+		return 0
+	}
+	return int64(s.idx[i-1].pos)
+}
+
+// lookupTime returns the file position to scan from for the first record with
+// timestamp >= ts: the batch of the last time index entry whose timestamp is < ts.
+func (s *segment) lookupTime(ts int64) int64 {
+	s.idxMu.RLock()
+	i := sort.Search(len(s.tidx), func(i int) bool { return s.tidx[i].ts >= ts })
+	var rel int64 = -1
+	if i > 0 {
+		rel = int64(s.tidx[i-1].rel)
+	}
+	s.idxMu.RUnlock()
+	if rel < 0 {
+		return 0
+	}
+	return s.lookup(s.base + rel)
+}
+
+// writeIndexes writes the .index and .timeindex files of a sealed segment and fsyncs
+// them. A missing or bad index file only costs a rebuild scan on start.
+func (s *segment) writeIndexes() error {
+	s.idxMu.RLock()
+	ib := make([]byte, 0, 8*len(s.idx))
+	for _, e := range s.idx {
+		ib = binary.BigEndian.AppendUint32(ib, e.rel)
+		ib = binary.BigEndian.AppendUint32(ib, e.pos)
+	}
+	tb := make([]byte, 0, 12*len(s.tidx))
+	for _, e := range s.tidx {
+		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
+		tb = binary.BigEndian.AppendUint32(tb, e.rel)
+	}
+	s.idxMu.RUnlock()
+	dir := filepath.Dir(s.path)
+	if err := writeFileAtomic(dir, segmentName(s.base, ".index"), ib); err != nil {
+		return err
+	}
+	return writeFileAtomic(dir, segmentName(s.base, ".timeindex"), tb)
+}
+
+// loadSealed opens a sealed (non-last) segment. It trusts the index files when they
+// are present and consistent with the file, and otherwise rebuilds them by scanning
+// batch headers. visit is called for every batch header (producer state rebuild).
+func loadSealed(path string, base int64, visit func(*batchHeader)) (*segment, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	s := newSegment(base, path, f, st.ModTime().UnixMilli())
+	size := st.Size()
+	s.size.Store(size)
+	// Walk headers: needed for producer state, next offset and max timestamp.
+	var hdr [batchHeaderLen]byte
+	pos := int64(0)
+	for pos < size {
+		if _, err := f.ReadAt(hdr[:], pos); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("read batch header at %d of %s: %w", pos, path, err)
+		}
+		h := parseHeader(hdr[:])
+		if h.Length < batchHeaderLen || pos+int64(h.Length) > size {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: bad batch at %d of sealed segment %s", ErrCorruptBatch, pos, path)
+		}
+		s.addIndex(&h, pos)
+		if visit != nil {
+			visit(&h)
+		}
+		pos += int64(h.Length)
+	}
+	return s, nil
+}
+
+// recoverActive opens the last segment, validates every batch (length, magic, CRC,
+// offset continuity) and truncates at the first bad one. It returns the segment and
+// the number of bytes truncated.
+func recoverActive(path string, base int64, visit func(*batchHeader)) (*segment, int64, int, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, 0, err
+	}
+	s := newSegment(base, path, f, st.ModTime().UnixMilli())
+	fileSize := st.Size()
+	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, fileSize), 1<<20)
+	pos := int64(0)
+	buf := make([]byte, 0, 64<<10)
+	bad := false
+	for pos < fileSize {
+		if fileSize-pos < batchHeaderLen {
+			bad = true
+			break
+		}
+		head, err := r.Peek(batchHeaderLen)
+		if err != nil {
+			bad = true
+			break
+		}
+		h := parseHeader(head)
+		if head[offMagic] != 2 || h.Length < batchHeaderLen || pos+int64(h.Length) > fileSize || h.BaseOffset != s.next || h.LastOffsetDelta < 0 {
+			bad = true
+			break
+		}
+		if cap(buf) < int(h.Length) {
+			buf = make([]byte, h.Length)
+		}
+		buf = buf[:h.Length]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			bad = true
+			break
+		}
+		if crc32.Checksum(buf[offAttributes:], castagnoli) != binary.BigEndian.Uint32(buf[offCRC:]) {
+			bad = true
+			break
+		}
+		s.addIndex(&h, pos)
+		if visit != nil {
+			visit(&h)
+		}
+		pos += int64(h.Length)
+	}
+	truncated := fileSize - pos
+	nbad := 0
+	if bad {
+		nbad = 1
+		if err := f.Truncate(pos); err != nil {
+			_ = f.Close()
+			return nil, 0, 0, fmt.Errorf("truncate %s at %d: %w", path, pos, err)
+		}
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return nil, 0, 0, fmt.Errorf("sync %s: %w", path, err)
+		}
+	}
+	s.size.Store(pos)
+	if _, err := f.Seek(pos, io.SeekStart); err != nil {
+		_ = f.Close()
+		return nil, 0, 0, err
+	}
+	return s, truncated, nbad, nil
+}
+
+// findPos returns the file position of the frame containing off, or the first frame
+// after it, and that frame's length. ok is false when no visible frame (below file
+// position end and base offset limit) is at or after off in this segment.
+func (s *segment) findPos(off int64, end, limit int64) (pos int64, length int64, ok bool, err error) {
+	pos = s.lookup(off)
+	var hdr [offBaseTS]byte
+	for {
+		if pos+batchHeaderLen > end {
+			return 0, 0, false, nil
+		}
+		if _, err := s.f.ReadAt(hdr[:], pos); err != nil {
+			return 0, 0, false, fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
+		}
+		base := int64(binary.BigEndian.Uint64(hdr[0:]))
+		if base >= limit {
+			return 0, 0, false, nil
+		}
+		length = int64(int32(binary.BigEndian.Uint32(hdr[offBatchLength:]))) + batchLengthField
+		last := base + int64(int32(binary.BigEndian.Uint32(hdr[offLastDelta:])))
+		if length < batchHeaderLen || pos+length > end {
+			return 0, 0, false, nil
+		}
+		if last >= off {
+			return pos, length, true, nil
+		}
+		pos += length
+	}
+}
+
+// readFrames reads whole frames from pos (where a frame of firstLen bytes starts),
+// ending before file position end and before base offset limit: at least the first
+// frame, then more while they fit in maxBytes.
+func (s *segment) readFrames(pos, firstLen int64, maxBytes int, end, limit int64) ([]byte, error) {
+	n := max(firstLen, min(int64(maxBytes), end-pos))
+	buf := make([]byte, n)
+	if _, err := s.f.ReadAt(buf, pos); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
+	}
+	return buf[:wholeFrames(buf, limit)], nil
+}
+
+// wholeFrames returns the length of the prefix of buf made of whole frames with base
+// offsets below limit.
+func wholeFrames(buf []byte, limit int64) int {
+	p := 0
+	for p+batchHeaderLen <= len(buf) {
+		base := int64(binary.BigEndian.Uint64(buf[p:]))
+		l := int(int32(binary.BigEndian.Uint32(buf[p+offBatchLength:]))) + batchLengthField
+		if base >= limit || l < batchHeaderLen || p+l > len(buf) {
+			break
+		}
+		p += l
+	}
+	return p
+}
+
+func (s *segment) close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.f.Close()
+}
+
+func (s *segment) remove() error {
+	_ = s.close()
+	dir := filepath.Dir(s.path)
+	var errs []error
+	for _, ext := range []string{".log", ".index", ".timeindex"} {
+		if err := os.Remove(filepath.Join(dir, segmentName(s.base, ext))); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
