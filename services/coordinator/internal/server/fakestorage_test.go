@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// fakeStorage is an in-process storage-core that keeps channel configs in memory and
+// records the admin calls it gets.
+type fakeStorage struct {
+	storagev1.UnimplementedStorageServiceServer
+
+	mu       sync.Mutex
+	channels map[string]*storagev1.ChannelConfig
+	calls    []string // "create kafka.t", "update kafka.t", "delete kafka.t"
+	// failCreate makes CreateChannel of these names fail with UNAVAILABLE.
+	failCreate map[string]bool
+
+	srv  *grpc.Server
+	addr string
+}
+
+func startFakeStorage(t *testing.T) *fakeStorage {
+	t.Helper()
+	f := &fakeStorage{channels: map[string]*storagev1.ChannelConfig{}, failCreate: map[string]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("fake storage listen: %v", err)
+	}
+	f.addr = ln.Addr().String()
+	f.srv = grpcx.NewServer(zap.NewNop())
+	storagev1.RegisterStorageServiceServer(f.srv, f)
+	grpcx.RegisterStandard(f.srv)
+	go func() { _ = f.srv.Serve(ln) }()
+	t.Cleanup(f.srv.Stop)
+	return f
+}
+
+func (f *fakeStorage) CreateChannel(_ context.Context, req *storagev1.CreateChannelRequest) (*storagev1.CreateChannelResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "create "+req.GetName())
+	if f.failCreate[req.GetName()] {
+		return nil, status.Error(codes.Unavailable, "injected failure")
+	}
+	if cfg, ok := f.channels[req.GetName()]; ok {
+		if !req.GetIfNotExists() {
+			return nil, status.Error(codes.AlreadyExists, "exists")
+		}
+		return &storagev1.CreateChannelResponse{Channel: &storagev1.Channel{Name: req.GetName(), Config: cfg}}, nil
+	}
+	cfg := proto.Clone(req.GetConfig()).(*storagev1.ChannelConfig)
+	if cfg == nil {
+		cfg = &storagev1.ChannelConfig{}
+	}
+	f.channels[req.GetName()] = cfg
+	return &storagev1.CreateChannelResponse{Channel: &storagev1.Channel{Name: req.GetName(), Config: cfg}, Created: true}, nil
+}
+
+func (f *fakeStorage) DeleteChannel(_ context.Context, req *storagev1.DeleteChannelRequest) (*storagev1.DeleteChannelResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "delete "+req.GetName())
+	if _, ok := f.channels[req.GetName()]; !ok && !req.GetIfExists() {
+		return nil, status.Error(codes.NotFound, "no such channel")
+	}
+	delete(f.channels, req.GetName())
+	return &storagev1.DeleteChannelResponse{}, nil
+}
+
+func (f *fakeStorage) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateChannelConfigRequest) (*storagev1.UpdateChannelConfigResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "update "+req.GetName())
+	cfg, ok := f.channels[req.GetName()]
+	if !ok {
+		return nil, status.Error(codes.NotFound, "no such channel")
+	}
+	next := proto.Clone(cfg).(*storagev1.ChannelConfig)
+	src := req.GetConfig().ProtoReflect()
+	dst := next.ProtoReflect()
+	for _, field := range req.GetUpdateMask() {
+		fd := src.Descriptor().Fields().ByName(protoreflect.Name(field))
+		if fd == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown field %s", field)
+		}
+		dst.Set(fd, src.Get(fd))
+	}
+	if len(req.GetUpdateMask()) == 0 {
+		next = proto.Clone(req.GetConfig()).(*storagev1.ChannelConfig)
+	}
+	f.channels[req.GetName()] = next
+	return &storagev1.UpdateChannelConfigResponse{Channel: &storagev1.Channel{Name: req.GetName(), Config: next}}, nil
+}
+
+// names returns the channel names, sorted.
+func (f *fakeStorage) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.channels))
+	for n := range f.channels {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (f *fakeStorage) config(name string) *storagev1.ChannelConfig {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.channels[name]
+	if c == nil {
+		return nil
+	}
+	return proto.Clone(c).(*storagev1.ChannelConfig)
+}
+
+func (f *fakeStorage) setFailCreate(name string, fail bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failCreate[name] = fail
+}
