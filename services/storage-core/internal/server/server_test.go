@@ -242,4 +242,3 @@ func TestRestartKeepsData(t *testing.T) {
 		t.Fatalf("after restart: %v %v", g, err)
 	}
 }
-

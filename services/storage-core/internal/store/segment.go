@@ -36,9 +36,9 @@ type segment struct {
 	size       atomic.Int64 // bytes written (readers: only up to the high watermark)
 	next       int64        // offset after the last batch
 	maxTS      atomic.Int64 // largest batch max timestamp; -1 when empty
-	firstTS    int64 // max timestamp of the first batch, for segment_ms; -1 when empty
-	createdMs  int64 // wall time the segment was created (or opened empty)
-	sinceIndex int64 // bytes since the last index entry
+	firstTS    int64        // max timestamp of the first batch, for segment_ms; -1 when empty
+	createdMs  int64        // wall time the segment was created (or opened empty)
+	sinceIndex int64        // bytes since the last index entry
 
 	closed atomic.Bool // file closed (retention, delete, shutdown)
 
