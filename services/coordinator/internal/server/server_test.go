@@ -559,3 +559,48 @@ func get(t *testing.T, u string) (string, int) {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b), resp.StatusCode
 }
+
+// TestConcurrentCreatesAcrossReplicas races creates of the same topic, and of colliding
+// names, on two coordinators sharing one database: exactly one wins each race.
+func TestConcurrentCreatesAcrossReplicas(t *testing.T) {
+	e := newEnv(t)
+	a := start(t, e.cfg, true)
+	b := start(t, e.cfg, true)
+	clients := []coordinatorv1.CoordinatorServiceClient{a.client, b.client}
+	names := []string{"race", "race", "race", "race", "x.y", "x_y", "x.y", "x_y"}
+	codes := make([]int32, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			resp, err := clients[i%2].CreateTopics(ctxT(t), &coordinatorv1.CreateTopicsRequest{Topics: []*coordinatorv1.CreatableTopic{{Name: n, Partitions: 2}}})
+			if err != nil {
+				t.Errorf("create %s: %v", n, err)
+				return
+			}
+			codes[i] = resp.GetResults()[0].GetErrorCode()
+		})
+	}
+	wg.Wait()
+	count := func(from, to int, code int32) int {
+		c := 0
+		for _, v := range codes[from:to] {
+			if v == code {
+				c++
+			}
+		}
+		return c
+	}
+	if count(0, 4, 0) != 1 || count(0, 4, 36) != 3 {
+		t.Errorf("same-name race codes %v: want one 0 and three 36", codes[:4])
+	}
+	if count(4, 8, 0) != 1 {
+		t.Errorf("colliding-name race codes %v: want exactly one 0", codes[4:])
+	}
+	all, err := b.client.GetTopics(ctxT(t), &coordinatorv1.GetTopicsRequest{All: true})
+	if err != nil || len(all.GetTopics()) != 2 {
+		t.Fatalf("topics after races: %v %v", all, err)
+	}
+	if n := len(e.storage.names()); n != 4 {
+		t.Fatalf("%d channels, want 4: %v", n, e.storage.names())
+	}
+}

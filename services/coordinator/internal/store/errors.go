@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -10,19 +11,24 @@ import (
 var (
 	// ErrNotReady is returned while the database has not been created and migrated yet
 	// (callers answer UNAVAILABLE).
-	ErrNotReady = errors.New("postgres not ready: schema not migrated yet")
+	ErrNotReady = errors.New("not created and migrated yet")
 	// ErrTopicNotFound is returned when no topic has the given name or id.
 	ErrTopicNotFound = errors.New("topic not found")
 	// ErrTopicExists is returned by InsertTopic for a name or id already registered.
 	ErrTopicExists = errors.New("topic already exists")
 )
 
-// Unavailable reports whether err means Postgres could not be reached or is not ready
-// (rather than a statement it refused): callers answer gRPC UNAVAILABLE.
+// Unavailable reports whether err means Postgres could not be reached, is not ready or
+// is shedding load (rather than refusing a statement): callers answer gRPC UNAVAILABLE.
+// PgErrors of class 08 (connection exception), 53 (insufficient resources) and 57P
+// (operator intervention: shutdown, cannot connect now) count as unavailable.
 func Unavailable(err error) bool {
 	if errors.Is(err, ErrNotReady) {
 		return true
 	}
 	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr)
+	if !errors.As(err, &pgErr) {
+		return true
+	}
+	return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "53") || strings.HasPrefix(pgErr.Code, "57P")
 }

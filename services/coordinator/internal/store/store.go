@@ -41,6 +41,9 @@ type Store struct {
 	pool     *pgxpool.Pool
 	log      *zap.Logger
 	migrated atomic.Bool
+	// lastPrepareErr is the last Prepare failure (error), reported by Ready until
+	// Prepare succeeds.
+	lastPrepareErr atomic.Value
 }
 
 // Open parses url and builds a connection pool. It does not connect: call Prepare
@@ -71,15 +74,21 @@ func (s *Store) Database() string { return s.pool.Config().ConnConfig.Database }
 // "postgres" database) and applies the embedded migrations under goose's advisory lock,
 // so concurrent replicas migrate once. After it succeeds the store is ready.
 func (s *Store) Prepare(ctx context.Context) error {
-	if err := s.ensureDatabase(ctx); err != nil {
-		return err
+	err := s.ensureDatabase(ctx)
+	if err == nil {
+		err = s.migrate(ctx)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err != nil {
+		s.lastPrepareErr.Store(err)
 		return err
 	}
 	s.migrated.Store(true)
 	return nil
 }
+
+// Pool is the connection pool over the migrated database, for other coordinator
+// components keeping state in it. Use it only after Prepare succeeded.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func (s *Store) ensureDatabase(ctx context.Context) error {
 	cc := s.pool.Config().ConnConfig.Copy()
@@ -135,7 +144,10 @@ func (s *Store) migrate(ctx context.Context) error {
 // Ready reports whether the store can serve: migrated and Postgres answering a ping.
 func (s *Store) Ready(ctx context.Context) error {
 	if !s.migrated.Load() {
-		return ErrNotReady
+		if err, ok := s.lastPrepareErr.Load().(error); ok {
+			return fmt.Errorf("database %s: %w: %v", s.Database(), ErrNotReady, err)
+		}
+		return fmt.Errorf("database %s: %w", s.Database(), ErrNotReady)
 	}
 	return s.pool.Ping(ctx)
 }
