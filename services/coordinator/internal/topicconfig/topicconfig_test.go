@@ -58,7 +58,9 @@ func TestAllDefaultsValid(t *testing.T) {
 }
 
 func TestAlter(t *testing.T) {
-	set := func(n, v string) Alteration { return Alteration{Name: n, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: v} }
+	set := func(n, v string) Alteration {
+		return Alteration{Name: n, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: v}
+	}
 	op := func(o coordinatorv1.AlterOp, n, v string) Alteration { return Alteration{Name: n, Op: o, Value: v} }
 	cur := map[string]string{"retention.ms": "1000"}
 	got, err := Alter(cur, []Alteration{
