@@ -15,8 +15,11 @@ func readFrame(r io.Reader, sizeBuf []byte, max int32) ([]byte, error) {
 		return nil, err
 	}
 	n := int32(binary.BigEndian.Uint32(sizeBuf[:4]))
-	if n < 8 || n > max {
+	if n < 0 || n > max {
 		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, max)
+	}
+	if n < 10 {
+		return nil, fmt.Errorf("%w: %d-byte frame is shorter than a request header", ErrBadFrame, n)
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
