@@ -512,8 +512,8 @@ func waitAny(ctx context.Context, chs []<-chan struct{}, timeout time.Duration) 
 func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs []error) (*storagev1.FetchResponse, int, bool) {
 	resp := &storagev1.FetchResponse{Results: make([]*storagev1.FetchChannelResult, len(req.Channels))}
 	remaining := int(req.MaxBytes)
-	if remaining <= 0 {
-		remaining = maxFetchTotalBytes
+	if remaining <= 0 || remaining > maxFetchTotalBytes {
+		remaining = maxFetchTotalBytes // stay well below the gRPC message limit
 	}
 	total := 0
 	anyErr := false

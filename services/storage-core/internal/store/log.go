@@ -510,6 +510,10 @@ func (l *Log) ReadRaw(off int64, maxBytes int) ([]byte, error) {
 	}
 	l.segMu.RLock()
 	defer l.segMu.RUnlock()
+	if off < l.segs[0].base {
+		// Retention removed the segment since the log start check above.
+		return nil, fmt.Errorf("%w: offset %d below the first segment %d", ErrOutOfRange, off, l.segs[0].base)
+	}
 	for i := l.segmentFor(off); i < len(l.segs); i++ {
 		s := l.segs[i]
 		if s.base >= hw.next || s.closed.Load() {
