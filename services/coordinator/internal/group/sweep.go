@@ -1,0 +1,220 @@
+package group
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// sweepLockKey is the KV key whose holder runs the group sweeps.
+const sweepLockKey = "groups"
+
+// sweeper runs the group sweeps on the one replica holding the sweep lock: a key in a
+// NATS JetStream KV bucket whose TTL is Config.SweepLockTTL. The holder renews it (Update
+// with the last revision) every TTL/3; when the holder dies the key ages out and another
+// replica's Create succeeds. A holder that fails to renew stops sweeping at once.
+type sweeper struct {
+	c     *Coordinator
+	owner string
+	held  atomic.Bool
+
+	kv        jetstream.KeyValue
+	rev       uint64
+	renewedAt time.Time
+	lastRet   time.Time
+}
+
+func newSweeper(c *Coordinator) *sweeper {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	host, _ := os.Hostname()
+	return &sweeper{c: c, owner: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))}
+}
+
+// bucketName is the KV bucket of the cluster's sweep locks (bucket names allow only
+// letters, digits, '-' and '_').
+func bucketName(clusterID string) string {
+	var sb strings.Builder
+	sb.WriteString("tributary_")
+	for _, r := range clusterID {
+		if r < 128 && (r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')) {
+			sb.WriteRune(r)
+		} else {
+			sb.WriteByte('_')
+		}
+	}
+	sb.WriteString("_sweeps")
+	return sb.String()
+}
+
+func (s *sweeper) run(ctx context.Context) {
+	t := time.NewTicker(s.c.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.release()
+			return
+		case <-t.C:
+		}
+		if !s.hold(ctx) {
+			continue
+		}
+		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+			s.c.log.Warn("group sweep failed", zap.Error(err))
+		}
+	}
+}
+
+// hold acquires or renews the sweep lock and reports whether this replica holds it.
+func (s *sweeper) hold(ctx context.Context) bool {
+	log := s.c.log
+	if s.kv == nil {
+		js, err := jetstream.New(s.c.nc)
+		if err != nil {
+			log.Warn("jetstream unavailable for the sweep lock", zap.Error(err))
+			return false
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		cfg := jetstream.KeyValueConfig{Bucket: bucketName(s.c.cfg.ClusterID), TTL: s.c.cfg.SweepLockTTL, History: 1, Storage: jetstream.MemoryStorage}
+		kv, err := js.CreateKeyValue(cctx, cfg)
+		if err != nil {
+			kv, err = js.KeyValue(cctx, cfg.Bucket)
+		}
+		if err != nil {
+			log.Warn("sweep lock bucket unavailable", zap.String("bucket", cfg.Bucket), zap.Error(err))
+			return false
+		}
+		s.kv = kv
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.c.cfg.SweepLockTTL/3)
+	defer cancel()
+	now := time.Now()
+	if !s.held.Load() {
+		rev, err := s.kv.Create(cctx, sweepLockKey, []byte(s.owner))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+				log.Debug("sweep lock not acquired", zap.Error(err))
+			}
+			return false
+		}
+		s.rev, s.renewedAt = rev, now
+		s.held.Store(true)
+		log.Info("acquired group sweep lock", zap.String("owner", s.owner))
+		return true
+	}
+	if now.Sub(s.renewedAt) < s.c.cfg.SweepLockTTL/3 {
+		return true
+	}
+	rev, err := s.kv.Update(cctx, sweepLockKey, []byte(s.owner), s.rev)
+	if err != nil {
+		s.held.Store(false)
+		log.Warn("lost group sweep lock", zap.Error(err))
+		return false
+	}
+	s.rev, s.renewedAt = rev, now
+	return true
+}
+
+// release deletes the lock (if still ours) so another replica takes over at once.
+func (s *sweeper) release() {
+	if !s.held.Swap(false) || s.kv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.kv.Delete(ctx, sweepLockKey, jetstream.LastRevision(s.rev)); err != nil {
+		s.c.log.Warn("release group sweep lock", zap.Error(err))
+		return
+	}
+	s.c.log.Info("released group sweep lock", zap.String("owner", s.owner))
+}
+
+// sweep expires member sessions, ends join phases and sync waits whose deadline passed,
+// and, every RetentionCheckInterval, expires the offsets of long-empty groups.
+func (s *sweeper) sweep(ctx context.Context) error {
+	now := s.c.now()
+	rows, err := s.c.pool.Query(ctx, `SELECT group_id FROM consumer_groups WHERE deadline <= $1 OR join_not_before <= $1
+		UNION SELECT group_id FROM consumer_group_members WHERE session_deadline <= $1 AND NOT awaiting_join`, now)
+	if err != nil {
+		return fmt.Errorf("find expired groups: %w", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("scan group id: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find expired groups: %w", err)
+	}
+	for _, id := range ids {
+		err := s.c.withGroup(ctx, id, false, func(g *group, now time.Time) error {
+			if !g.exists {
+				return errSkip
+			}
+			before, gen := g.State, g.Generation
+			g.expire(now, s.c.cfg.InitialRebalanceDelay)
+			if g.State != before || g.Generation != gen {
+				s.c.log.Info("group state changed by sweep", zap.String("group", id), zap.String("from", string(before)),
+					zap.String("to", string(g.State)), zap.Int32("generation", g.Generation))
+			}
+			if !g.dirty {
+				return errSkip
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if now.Sub(s.lastRet) >= s.c.cfg.RetentionCheckInterval {
+		s.lastRet = now
+		return s.expireOffsets(ctx, now)
+	}
+	return nil
+}
+
+// expireOffsets deletes the committed offsets of groups that have been Empty for longer
+// than OffsetsRetention (KIP-211; for groups that never had members, counted from each
+// commit), then Empty groups left with no offsets and no members.
+func (s *sweeper) expireOffsets(ctx context.Context, now time.Time) error {
+	cutoff := now.Add(-s.c.cfg.OffsetsRetention)
+	tag, err := s.c.pool.Exec(ctx, `DELETE FROM consumer_group_offsets o USING consumer_groups g
+		WHERE o.group_id = g.group_id AND g.state = 'Empty' AND GREATEST(g.empty_since, o.commit_time) < $1`, cutoff)
+	if err != nil {
+		return fmt.Errorf("expire offsets: %w", err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		s.c.log.Info("expired committed offsets", zap.Int64("partitions", n))
+	}
+	rows, err := s.c.pool.Query(ctx, `DELETE FROM consumer_groups g WHERE g.state = 'Empty' AND g.updated_at < $1
+		AND NOT EXISTS (SELECT 1 FROM consumer_group_offsets o WHERE o.group_id = g.group_id)
+		AND NOT EXISTS (SELECT 1 FROM consumer_group_members m WHERE m.group_id = g.group_id)
+		RETURNING g.group_id`, now.Add(-s.c.cfg.RetentionCheckInterval))
+	if err != nil {
+		return fmt.Errorf("delete empty groups: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err == nil {
+			_ = s.c.notify.publish(id)
+		}
+	}
+	return rows.Err()
+}
