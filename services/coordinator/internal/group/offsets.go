@@ -68,19 +68,8 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 			resp = all(code)
 			return errSkip
 		}
-		if !g.exists {
-			g.touch()
-		}
 		if m := g.member(memberID); m != nil && g.State == StateStable {
 			m.SessionDeadline, m.dirty = now.Add(m.SessionTimeout), true
-		}
-		// Save the group row first: a new group must exist before its offsets.
-		if err := saveGroup(ctx, tx, g); err != nil {
-			return err
-		}
-		g.dirty = false
-		for _, m := range g.members {
-			m.dirty = false
 		}
 		batch := &pgx.Batch{}
 		for _, t := range req.GetTopics() {
@@ -104,6 +93,7 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 				return fmt.Errorf("commit offsets: %w", err)
 			}
+			g.wrote = true
 		}
 		return nil
 	})
@@ -138,7 +128,7 @@ func (c *Coordinator) withGroupTx(ctx context.Context, tx pgx.Tx, id string, cre
 	if err != nil {
 		return err
 	}
-	if inserted && !g.dirty && !g.changed {
+	if inserted && !g.dirty && !g.wrote {
 		return nil
 	}
 	if err := saveGroup(ctx, tx, g); err != nil {

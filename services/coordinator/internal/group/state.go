@@ -26,22 +26,19 @@ const (
 
 // Kafka error codes used by the group coordinator.
 var (
-	codeNone                     = int32(0)
-	codeOffsetMetadataTooLarge   = int32(kerr.OffsetMetadataTooLarge.Code)
-	codeCoordinatorNotAvailable  = int32(kerr.CoordinatorNotAvailable.Code)
-	codeIllegalGeneration        = int32(kerr.IllegalGeneration.Code)
-	codeInconsistentGroupProto   = int32(kerr.InconsistentGroupProtocol.Code)
-	codeInvalidGroupID           = int32(kerr.InvalidGroupID.Code)
-	codeUnknownMemberID          = int32(kerr.UnknownMemberID.Code)
-	codeInvalidSessionTimeout    = int32(kerr.InvalidSessionTimeout.Code)
-	codeRebalanceInProgress      = int32(kerr.RebalanceInProgress.Code)
-	codeNonEmptyGroup            = int32(kerr.NonEmptyGroup.Code)
-	codeGroupIDNotFound          = int32(kerr.GroupIDNotFound.Code)
-	codeMemberIDRequired         = int32(kerr.MemberIDRequired.Code)
-	codeFencedInstanceID         = int32(kerr.FencedInstanceID.Code)
-	codeGroupSubscribedToTopic   = int32(kerr.GroupSubscribedToTopic.Code)
-	codeUnknownTopicOrPartition  = int32(kerr.UnknownTopicOrPartition.Code)
-	codeInvalidRequest           = int32(kerr.InvalidRequest.Code)
+	codeNone                   = int32(0)
+	codeOffsetMetadataTooLarge = int32(kerr.OffsetMetadataTooLarge.Code)
+	codeIllegalGeneration      = int32(kerr.IllegalGeneration.Code)
+	codeInconsistentGroupProto = int32(kerr.InconsistentGroupProtocol.Code)
+	codeInvalidGroupID         = int32(kerr.InvalidGroupID.Code)
+	codeUnknownMemberID        = int32(kerr.UnknownMemberID.Code)
+	codeInvalidSessionTimeout  = int32(kerr.InvalidSessionTimeout.Code)
+	codeRebalanceInProgress    = int32(kerr.RebalanceInProgress.Code)
+	codeNonEmptyGroup          = int32(kerr.NonEmptyGroup.Code)
+	codeGroupIDNotFound        = int32(kerr.GroupIDNotFound.Code)
+	codeMemberIDRequired       = int32(kerr.MemberIDRequired.Code)
+	codeFencedInstanceID       = int32(kerr.FencedInstanceID.Code)
+	codeGroupSubscribedToTopic = int32(kerr.GroupSubscribedToTopic.Code)
 )
 
 // protocol is one protocol a member supports, with its metadata.
@@ -135,6 +132,8 @@ type group struct {
 	deleted bool
 	// changed is set when waiters should be woken (anything but a session renewal).
 	changed bool
+	// wrote is set when fn wrote rows of its own (offsets) in the transaction.
+	wrote bool
 }
 
 func newGroup(id string) *group {
