@@ -10,6 +10,7 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,7 +21,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startServer runs a server on port 0 in a temp dir and returns a client.
 func startServer(t *testing.T, dir string) (storagev1.StorageServiceClient, func()) {
 	t.Helper()
-	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: dir}, zaptest.NewLogger(t))
+	return startServerLog(t, dir, zaptest.NewLogger(t))
+}
+
+func startServerTB(t testing.TB, dir string) (storagev1.StorageServiceClient, func()) {
+	return startServerLog(t, dir, zap.NewNop())
+}
+
+func startServerLog(t testing.TB, dir string, log *zap.Logger) (storagev1.StorageServiceClient, func()) {
+	t.Helper()
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: dir}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +52,7 @@ func startServer(t *testing.T, dir string) (storagev1.StorageServiceClient, func
 }
 
 // kafkaBatch builds a RecordBatch v2 with kmsg, as a Kafka producer would.
-func kafkaBatch(t *testing.T, pid int64, epoch int16, seq int32, values ...string) []byte {
+func kafkaBatch(t testing.TB, pid int64, epoch int16, seq int32, values ...string) []byte {
 	t.Helper()
 	var recs []byte
 	for i, v := range values {

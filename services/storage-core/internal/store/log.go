@@ -296,6 +296,7 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	}
 	seg := l.active
 	pos := seg.size.Load()
+	seg.reserve(pos, int64(len(b)), l.cfg.Load().SegmentBytes)
 	if _, err := seg.f.WriteAt(b, pos); err != nil {
 		l.failLocked(err)
 		l.mu.Unlock()
@@ -374,6 +375,9 @@ func (l *Log) maybeRollLocked(incoming int64, nowMs int64) error {
 
 func (l *Log) rollLocked(nowMs int64) error {
 	a := l.active
+	if err := a.seal(); err != nil {
+		return err
+	}
 	if err := l.fsyncSeg(a); err != nil {
 		return err
 	}
@@ -397,7 +401,7 @@ func (l *Log) rollLocked(nowMs int64) error {
 
 func (l *Log) fsyncSeg(s *segment) error {
 	start := time.Now()
-	err := s.f.Sync()
+	err := datasync(s.f)
 	l.st.metrics.Fsyncs.Inc()
 	l.st.metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
 	return err
@@ -456,6 +460,9 @@ func (l *Log) waitDurable(target int64) error {
 			l.publish(hwMark{next: upto, segBase: seg.base, pos: pos})
 		}
 		l.syncCond.Broadcast()
+		l.syncMu.Unlock()
+		seg.dropBehind(pos)
+		l.syncMu.Lock()
 	}
 	return nil
 }
@@ -475,6 +482,8 @@ func (l *Log) syncIfDirty() {
 	l.st.metrics.GroupCommitSize.Observe(float64(n))
 	if err != nil {
 		l.failLocked(err)
+	} else {
+		seg.dropBehind(seg.size.Load())
 	}
 	l.mu.Unlock()
 }
@@ -835,7 +844,10 @@ func (l *Log) close() error {
 	l.closed = true
 	var err error
 	if l.failed == nil && !l.active.closed.Load() {
-		err = l.active.f.Sync()
+		err = l.active.seal()
+		if serr := l.active.f.Sync(); err == nil {
+			err = serr
+		}
 		if werr := l.active.writeIndexes(); err == nil {
 			err = werr
 		}

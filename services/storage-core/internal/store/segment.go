@@ -39,6 +39,8 @@ type segment struct {
 	firstTS    int64        // max timestamp of the first batch, for segment_ms; -1 when empty
 	createdMs  int64        // wall time the segment was created (or opened empty)
 	sinceIndex int64        // bytes since the last index entry
+	prealloc   int64        // end of the preallocated region (writer only)
+	dropped    atomic.Int64 // page cache dropped below this position
 
 	closed atomic.Bool // file closed (retention, delete, shutdown)
 
@@ -74,6 +76,51 @@ func createSegment(dir string, base, nowMs int64) (*segment, error) {
 	_ = os.Remove(filepath.Join(dir, segmentName(base, ".index")))
 	_ = os.Remove(filepath.Join(dir, segmentName(base, ".timeindex")))
 	return newSegment(base, path, f, nowMs), nil
+}
+
+// preallocChunk is how far ahead of the write position segment blocks are reserved.
+const preallocChunk = 16 << 20
+
+// reserve preallocates blocks so a write of n bytes at pos lands in allocated space.
+// limit (the segment size limit) bounds the reservation. Writer only.
+func (s *segment) reserve(pos, n, limit int64) {
+	if pos+n <= s.prealloc {
+		return
+	}
+	start := max(pos, s.prealloc)
+	end := max(pos+n, min(start+preallocChunk, limit))
+	preallocate(s.f, start, end-start)
+	s.prealloc = end
+}
+
+// Page cache window: after an fsync, clean pages more than cacheWindow bytes behind the
+// durable position are dropped, in steps of cacheDropStep. Steady appends then reuse
+// recently freed pages instead of growing the page cache with fresh ones (on VMs with
+// free page reporting a fresh page costs a host fault, which made appends ~6x slower);
+// tailing readers stay within the window. Older reads come from disk.
+const (
+	cacheWindow   = 64 << 20
+	cacheDropStep = 8 << 20
+)
+
+// dropBehind drops the page cache of s below durable - cacheWindow. Called after an
+// fsync covering durable.
+func (s *segment) dropBehind(durable int64) {
+	from := s.dropped.Load()
+	to := durable - cacheWindow
+	if to-from < cacheDropStep || !s.dropped.CompareAndSwap(from, to) {
+		return
+	}
+	dropCache(s.f, from, to-from)
+}
+
+// seal releases preallocated blocks past the end of a segment that will not grow.
+func (s *segment) seal() error {
+	if s.prealloc > s.size.Load() {
+		s.prealloc = 0
+		return s.f.Truncate(s.size.Load())
+	}
+	return nil
 }
 
 // addIndex records index entries for a batch written at pos. Called by the writer.

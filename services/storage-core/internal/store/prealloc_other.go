@@ -1,0 +1,11 @@
+//go:build !linux
+
+package store
+
+import "os"
+
+func preallocate(*os.File, int64, int64) {}
+
+func datasync(f *os.File) error { return f.Sync() }
+
+func dropCache(*os.File, int64, int64) {}
