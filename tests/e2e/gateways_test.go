@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/tests/e2e/stack"
 )
@@ -42,16 +42,32 @@ func (c *requestCounter) count(node int32, key int16) int {
 	return c.n[node][key]
 }
 
-// waitBrokers polls Metadata through adm until it lists want brokers.
-func waitBrokers(t *testing.T, adm *kadm.Client, want int) kadm.Metadata {
+// waitBrokers polls one gateway (addr) with Metadata requests sent straight to it
+// (not kgo's cached view) until it lists want brokers, and returns them.
+func waitBrokers(t *testing.T, addr string, want int) []kmsg.MetadataResponseBroker {
 	t.Helper()
-	var md kadm.Metadata
-	var err error
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d brokers in Metadata", want), func() bool {
-		md, err = adm.BrokerMetadata(ctxT(t, 10*time.Second))
-		return err == nil && len(md.Brokers) == want
-	})
-	return md
+	cl := newClient(t, []string{addr})
+	seed := cl.SeedBrokers()[0]
+	var (
+		brokers []kmsg.MetadataResponseBroker
+		err     error
+	)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req := kmsg.NewPtrMetadataRequest()
+		req.Topics = []kmsg.MetadataRequestTopic{}
+		var resp *kmsg.MetadataResponse
+		if resp, err = req.RequestWith(ctxT(t, 10*time.Second), seed); err == nil {
+			brokers = resp.Brokers
+			if len(brokers) == want {
+				return brokers
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Metadata from %s did not list %d brokers within 30 s; last answer: brokers %+v, err %v", addr, want, brokers, err)
+		}
+		time.Sleep(100 * time.Millisecond) // poll interval
+	}
 }
 
 // TestTwoGateways: two kafka-gateway replicas on different ports both appear in
@@ -66,8 +82,7 @@ func TestTwoGateways(t *testing.T) {
 		wantBrokers[int32(i)] = a
 	}
 	for i, a := range s.KafkaAddrs {
-		md := waitBrokers(t, newAdmin(t, []string{a}), 2)
-		for _, b := range md.Brokers {
+		for _, b := range waitBrokers(t, a, 2) {
 			got := net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
 			if wantBrokers[b.NodeID] != got {
 				t.Errorf("metadata from gateway %d: broker %d at %s, want %s", i, b.NodeID, got, wantBrokers[b.NodeID])
@@ -79,9 +94,18 @@ func TestTwoGateways(t *testing.T) {
 	adm := newAdmin(t, s.KafkaAddrs)
 	createTopic(t, adm, topic, 6, nil)
 	for i, a := range s.KafkaAddrs {
-		td := waitTopic(t, newAdmin(t, []string{a}), topic, 6)
+		// Ask this gateway itself, not kgo's cached view of the cluster.
+		cl := newClient(t, []string{a})
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctxT(t, 10*time.Second), cl.SeedBrokers()[0])
+		if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 || len(resp.Topics[0].Partitions) != 6 {
+			t.Fatalf("metadata for %s from gateway %d: %v %+v", topic, i, err, resp)
+		}
 		leaders := map[int32][]int32{}
-		for _, p := range td.Partitions {
+		for _, p := range resp.Topics[0].Partitions {
 			leaders[p.Leader] = append(leaders[p.Leader], p.Partition)
 		}
 		if len(leaders[0]) == 0 || len(leaders[1]) == 0 || len(leaders) != 2 {

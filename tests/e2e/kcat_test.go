@@ -45,15 +45,16 @@ func writeLines(t *testing.T, n int, payload func(i int) string) (string, []stri
 // runKcat runs kcat with args and returns stdout; stderr is included in failures.
 func runKcat(t *testing.T, kcat string, args ...string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kcat, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("kcat %s: %v (ctx %v)\nstderr:\n%s", strings.Join(args, " "), err, ctx.Err(), tailString(stderr.String(), 3000))
+		t.Fatalf("kcat %s: %v (ctx %v; %d bytes of stdout)\nstderr:\n%s", strings.Join(args, " "), err, ctx.Err(), stdout.Len(), tailString(stderr.String(), 3000))
 	}
-	if s := stderr.String(); strings.Contains(s, "ERROR") || strings.Contains(s, "Delivery failed") {
+	// librdkafka logs errors at syslog level 3 ("%3|...").
+	if s := stderr.String(); strings.Contains(s, "ERROR") || strings.Contains(s, "Delivery failed") || strings.Contains(s, "%3|") {
 		t.Errorf("kcat %s reported errors:\n%s", strings.Join(args, " "), tailString(s, 3000))
 	}
 	return stdout.Bytes()
@@ -76,7 +77,7 @@ func kcatProduce(t *testing.T, kcat, addr, topic, file string, extra ...string) 
 // kcatConsume reads the whole topic from the beginning and exits at the end.
 func kcatConsume(t *testing.T, kcat, addr, topic string) []kcatLine {
 	t.Helper()
-	out := runKcat(t, kcat, "-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%p %o %k:%s\n")
+	out := runKcat(t, kcat, "-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-f", "%p %o %k:%s\n")
 	var res []kcatLine
 	for _, l := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
 		if l == "" {

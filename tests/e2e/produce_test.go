@@ -62,6 +62,11 @@ func TestIdempotentKeyed100k(t *testing.T) {
 	if len(byPart) != 6 {
 		t.Errorf("records on %d partitions, want 6", len(byPart))
 	}
+	counts := map[int32]int{}
+	for p, rs := range byPart {
+		counts[p] = len(rs)
+	}
+	t.Logf("read back %d records; per partition: %v", len(recs), counts)
 	seen := make([]bool, n)
 	keyPart := map[string]int32{}
 	for p, rs := range byPart {
