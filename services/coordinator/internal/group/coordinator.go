@@ -63,6 +63,8 @@ type Coordinator struct {
 
 	started atomic.Bool
 	closed  atomic.Bool
+	// closing is closed by Close: waiting calls return ErrClosed at once.
+	closing chan struct{}
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -85,12 +87,13 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		now = time.Now
 	}
 	c := &Coordinator{
-		cfg:    cfg,
-		pool:   deps.Pool,
-		nc:     deps.NATS,
-		log:    log,
-		now:    now,
-		notify: newNotifier(deps.NATS, cfg.ClusterID),
+		cfg:     cfg,
+		pool:    deps.Pool,
+		nc:      deps.NATS,
+		log:     log,
+		now:     now,
+		notify:  newNotifier(deps.NATS, cfg.ClusterID),
+		closing: make(chan struct{}),
 	}
 	c.sweeper = newSweeper(c)
 	c.metrics = newOffsetCollector(deps.Pool, deps.Storage, log)
@@ -118,11 +121,13 @@ func (c *Coordinator) Start(ctx context.Context) error {
 }
 
 // Close stops the sweeper (releasing the sweep lock) and the wake-up subscription.
-// In-flight calls finish on their own contexts.
+// Calls waiting for a rebalance return ErrClosed (UNAVAILABLE) at once; their members
+// stay in the group and retry on a replica that serves.
 func (c *Coordinator) Close() {
 	if c.closed.Swap(true) {
 		return
 	}
+	close(c.closing)
 	if c.cancel != nil {
 		c.cancel()
 	}
@@ -190,6 +195,8 @@ func (c *Coordinator) wait(ctx context.Context, id string, done func(g *group) b
 		case <-t.C:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-c.closing:
+			return ErrClosed
 		}
 	}
 }

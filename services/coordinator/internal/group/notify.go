@@ -38,8 +38,11 @@ func (n *notifier) start() error {
 		return err
 	}
 	n.sub = sub
-	// Flush makes sure the server has the subscription before callers rely on it.
-	return n.nc.Flush()
+	// Make sure the server has the subscription before callers rely on it; while NATS
+	// is (re)connecting the subscription is sent on connect, and waiters re-read the
+	// state every WaitRecheck meanwhile.
+	_ = n.nc.Flush()
+	return nil
 }
 
 func (n *notifier) stop() {
