@@ -149,6 +149,14 @@ func (e *env) testConfig() Config {
 // connection; stop (also run at cleanup) closes it.
 func (e *env) start(cfg Config) (*Coordinator, func()) {
 	e.t.Helper()
+	c, _, stop := e.startReplica(cfg)
+	return c, stop
+}
+
+// startReplica is start that also returns the replica's NATS connection, so a test can
+// cut it to simulate a crash (the sweep lock is then not released).
+func (e *env) startReplica(cfg Config) (*Coordinator, *nats.Conn, func()) {
+	e.t.Helper()
 	nc, err := nats.Connect(e.nc.ConnectedUrl())
 	if err != nil {
 		e.t.Fatalf("nats: %v", err)
@@ -172,7 +180,7 @@ func (e *env) start(cfg Config) (*Coordinator, func()) {
 		pool.Close()
 	}
 	e.t.Cleanup(stop)
-	return c, stop
+	return c, nc, stop
 }
 
 // eventually polls cond until it returns nil or the deadline passes.

@@ -1,7 +1,6 @@
 package group
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -303,11 +302,12 @@ func (e errString) Error() string { return string(e) }
 
 // TestTwoReplicas runs two coordinators over one database and one NATS: members served
 // by different replicas rebalance together (waking each other over NATS), and when the
-// sweep-lock holder stops, the other replica takes the lock and expires sessions.
+// sweep-lock holder crashes (its NATS connection drops; the lock is not released), the
+// other replica takes the lock within its TTL and expires sessions.
 func TestTwoReplicas(t *testing.T) {
 	e := newEnv(t)
-	c1, stop1 := e.start(e.testConfig())
-	c2, stop2 := e.start(e.testConfig())
+	c1, nc1, stop1 := e.startReplica(e.testConfig())
+	c2, nc2, stop2 := e.startReplica(e.testConfig())
 	waitSweeper(t, c1, c2)
 	if c1.HoldsSweepLock() && c2.HoldsSweepLock() {
 		t.Fatal("both replicas hold the sweep lock")
@@ -315,20 +315,20 @@ func TestTwoReplicas(t *testing.T) {
 	a, b := newClient(t, c1, "g"), newClient(t, c2, "g")
 	b.session = 1500
 	rebalance(t, a)
-	chb := b.joinAsync() // waits on replica 2
+	chb := b.joinAsync() // waits on replica 2, woken by replica 1's changes over NATS
 	waitRebalanceSignal(t, a)
 	l := rebalanceJoining(t, map[*client]<-chan *coordinatorv1.JoinGroupResponse{b: chb}, a, b)
 	if len(l.GetMembers()) != 2 {
 		t.Fatalf("members %d", len(l.GetMembers()))
 	}
 
-	holder, other, stopHolder := c1, c2, stop1
+	other, ncHolder, stopHolder := c2, nc1, stop1
 	if c2.HoldsSweepLock() {
-		holder, other, stopHolder = c2, c1, stop2
+		other, ncHolder, stopHolder = c1, nc2, stop2
 	}
-	_ = holder
+	ncHolder.Close() // crash: the lock stays in the KV bucket until its TTL ends
 	stopHolder()
-	eventually(t, 5*time.Second, "the other replica takes the sweep lock", func() error {
+	eventually(t, 10*time.Second, "the other replica takes the sweep lock", func() error {
 		if !other.HoldsSweepLock() {
 			return errString("not yet")
 		}
@@ -343,5 +343,44 @@ func TestTwoReplicas(t *testing.T) {
 		t.Fatalf("after expiry on the new lock holder: %d members", len(l.GetMembers()))
 	}
 	wantCode(t, "expired member", b.heartbeat(), kerr.UnknownMemberID)
-	_ = context.Background
+}
+
+// TestProtocolSelection: the group runs the protocol every member supports that most
+// members prefer (Kafka's vote), and a member's metadata for it reaches the leader.
+func TestProtocolSelection(t *testing.T) {
+	e := newEnv(t)
+	c, _ := e.start(e.testConfig())
+	a, b := newClient(t, c, "g"), newClient(t, c, "g")
+	a.protos = []*coordinatorv1.GroupProtocol{{Name: "range", Metadata: []byte("a-range")}, {Name: "roundrobin", Metadata: []byte("a-rr")}}
+	b.protos = []*coordinatorv1.GroupProtocol{{Name: "roundrobin", Metadata: []byte("b-rr")}, {Name: "sticky", Metadata: []byte("b-st")}}
+	chs := map[*client]<-chan *coordinatorv1.JoinGroupResponse{}
+	chs[a] = a.joinAsync()
+	eventually(t, 10*time.Second, "a joined", func() error {
+		if describe(t, c, "g").GetState() == "Dead" {
+			return errString("no group yet")
+		}
+		return nil
+	})
+	// a alone completes generation 1 with range; b's join starts generation 2.
+	recv(t, chs[a])
+	chs[b] = b.joinAsync()
+	waitRebalanceSignal(t, a)
+	delete(chs, a)
+	var leader *coordinatorv1.JoinGroupResponse
+	ca := a.joinAsync()
+	for _, r := range []*coordinatorv1.JoinGroupResponse{recv(t, ca), recv(t, chs[b])} {
+		if r.GetProtocolName() != "roundrobin" {
+			t.Fatalf("selected %q, want roundrobin (the only common protocol)", r.GetProtocolName())
+		}
+		if r.GetLeader() == r.GetMemberId() {
+			leader = r
+		}
+	}
+	got := map[string]string{}
+	for _, m := range leader.GetMembers() {
+		got[m.GetMemberId()] = string(m.GetMetadata())
+	}
+	if got[a.id] != "a-rr" || got[b.id] != "b-rr" {
+		t.Fatalf("leader got metadata %v", got)
+	}
 }
