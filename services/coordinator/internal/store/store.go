@@ -41,9 +41,9 @@ type Store struct {
 	pool     *pgxpool.Pool
 	log      *zap.Logger
 	migrated atomic.Bool
-	// lastPrepareErr is the last Prepare failure (error), reported by Ready until
-	// Prepare succeeds.
-	lastPrepareErr atomic.Value
+	// lastPrepareErr is the last Prepare failure, reported by Ready until Prepare
+	// succeeds.
+	lastPrepareErr atomic.Pointer[error]
 }
 
 // Open parses url and builds a connection pool. It does not connect: call Prepare
@@ -79,7 +79,7 @@ func (s *Store) Prepare(ctx context.Context) error {
 		err = s.migrate(ctx)
 	}
 	if err != nil {
-		s.lastPrepareErr.Store(err)
+		s.lastPrepareErr.Store(&err)
 		return err
 	}
 	s.migrated.Store(true)
@@ -144,8 +144,8 @@ func (s *Store) migrate(ctx context.Context) error {
 // Ready reports whether the store can serve: migrated and Postgres answering a ping.
 func (s *Store) Ready(ctx context.Context) error {
 	if !s.migrated.Load() {
-		if err, ok := s.lastPrepareErr.Load().(error); ok {
-			return fmt.Errorf("database %s: %w: %v", s.Database(), ErrNotReady, err)
+		if last := s.lastPrepareErr.Load(); last != nil {
+			return fmt.Errorf("database %s: %w: %v", s.Database(), ErrNotReady, *last)
 		}
 		return fmt.Errorf("database %s: %w", s.Database(), ErrNotReady)
 	}
