@@ -22,8 +22,11 @@ const storageParallelism = 16
 // wraps ErrStorage.
 func (h *Handler) createChannels(ctx context.Context, topic string, from, to int32, cfg *storagev1.ChannelConfig) error {
 	created := make([]bool, to-from)
-	g, gctx := errgroup.WithContext(ctx)
+	// No shared cancellation: every call runs to its end, so created tells exactly which
+	// channels this call made and must remove on failure.
+	var g errgroup.Group
 	g.SetLimit(storageParallelism)
+	gctx := ctx
 	for p := from; p < to; p++ {
 		name := channel.KafkaPartition(topic, p)
 		g.Go(func() error {

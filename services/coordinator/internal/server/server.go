@@ -21,6 +21,7 @@ import (
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/group"
 	"github.com/tributary/tributary/services/coordinator/internal/handler"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
@@ -47,6 +48,7 @@ type Server struct {
 	storage     storagev1.StorageServiceClient
 	nc          *nats.Conn
 	metrics     *metrics
+	groups      *group.Coordinator
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -88,11 +90,21 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.http.AddReadyCheck("nats", s.natsReady)
 	s.http.AddReadyCheck("storage-core", s.storageReady)
 
+	s.groups, err = group.New(group.Config{ClusterID: cfg.ClusterID}, group.Deps{
+		Pool: s.store.Pool(), NATS: s.nc, Storage: s.storage, Registerer: reg, Log: log.Named("group"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.http.AddReadyCheck("groups", s.groups.Ready)
+
 	s.grpc = grpcx.NewServer(log.Named("grpc"), grpc.ChainUnaryInterceptor(s.metrics.interceptor))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, handler.New(s.store, s.storage, s, log.Named("handler")))
+	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
 	s.health = grpcx.RegisterStandard(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
@@ -187,6 +199,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	cancel()
 	s.health.Shutdown()
+	wg.Wait()
+	s.groups.Close() // waiting JoinGroup/SyncGroup calls return now, so GracefulStop is quick
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
@@ -200,7 +214,6 @@ func (s *Server) Run(ctx context.Context) error {
 	if herr := s.http.Close(hctx); herr != nil && !errors.Is(herr, context.DeadlineExceeded) {
 		s.log.Warn("http shutdown", zap.Error(herr))
 	}
-	wg.Wait()
 	s.closeClients()
 	s.log.Info("stopped")
 	return err
@@ -229,8 +242,13 @@ func (s *Server) prepare(ctx context.Context) {
 		backoff = min(backoff*2, prepareBackoffMax)
 	}
 	s.log.Info("postgres ready", zap.String("database", s.store.Database()))
+	if err := s.groups.Start(ctx); err != nil {
+		// Only a NATS subscribe can fail here; the client retries the connection itself.
+		s.log.Error("group coordinator did not start", zap.Error(err))
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	tick := time.NewTicker(gaugeRefresh)
 	defer tick.Stop()
