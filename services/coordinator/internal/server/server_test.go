@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -603,4 +605,45 @@ func TestConcurrentCreatesAcrossReplicas(t *testing.T) {
 	if n := len(e.storage.names()); n != 4 {
 		t.Fatalf("%d channels, want 4: %v", n, e.storage.names())
 	}
+}
+
+// TestRecoversAfterPostgresDropsConnections kills every session of the coordinator's
+// database: calls may fail (UNAVAILABLE) until the pool reconnects, then work again.
+func TestRecoversAfterPostgresDropsConnections(t *testing.T) {
+	e := newEnv(t)
+	r := start(t, e.cfg, true)
+	createOne(t, r.client, "before", 1, nil)
+
+	u, err := url.Parse(e.cfg.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbName := strings.TrimPrefix(u.Path, "/")
+	u.Path = "/postgres"
+	admin, err := pgx.Connect(ctxT(t), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	var killed int
+	if err := admin.QueryRow(ctxT(t), "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", dbName).Scan(&killed); err != nil {
+		t.Fatal(err)
+	}
+	if killed == 0 {
+		t.Fatal("no coordinator session to terminate")
+	}
+	waitFor(t, "create after reconnect", func() error {
+		resp, err := r.client.CreateTopics(ctxT(t), &coordinatorv1.CreateTopicsRequest{Topics: []*coordinatorv1.CreatableTopic{{Name: "after", Partitions: 1}}})
+		if err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("error while reconnecting is %v, want UNAVAILABLE", err)
+			}
+			return err
+		}
+		if c := resp.GetResults()[0].GetErrorCode(); c != 0 && c != 36 {
+			t.Fatalf("create after reconnect: code %d", c)
+		}
+		return nil
+	})
+	waitFor(t, "ready after reconnect", func() error { return r.srv.Ready(ctxT(t)) })
 }
