@@ -219,8 +219,9 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// prepare creates and migrates the database, retrying with backoff until it succeeds
-// or ctx ends; then marks gRPC health SERVING and keeps the topics gauge fresh.
+// prepare creates and migrates the database and starts the group coordinator, each
+// retried with backoff until it succeeds or ctx ends; then marks gRPC health SERVING
+// and keeps the topics gauge fresh.
 func (s *Server) prepare(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
@@ -242,9 +243,22 @@ func (s *Server) prepare(ctx context.Context) {
 		backoff = min(backoff*2, prepareBackoffMax)
 	}
 	s.log.Info("postgres ready", zap.String("database", s.store.Database()))
-	if err := s.groups.Start(ctx); err != nil {
-		// Only a NATS subscribe can fail here; the client retries the connection itself.
-		s.log.Error("group coordinator did not start", zap.Error(err))
+	backoff = 100 * time.Millisecond
+	for {
+		// Only the NATS subscription can fail here.
+		err := s.groups.Start(ctx)
+		if err == nil {
+			break
+		}
+		s.log.Warn("group coordinator did not start, retrying", zap.Duration("backoff", backoff), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, prepareBackoffMax)
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
