@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -104,6 +105,25 @@ func (f *fakeStorage) UpdateChannelConfig(_ context.Context, req *storagev1.Upda
 	}
 	f.channels[req.GetName()] = next
 	return &storagev1.UpdateChannelConfigResponse{Channel: &storagev1.Channel{Name: req.GetName(), Config: next}}, nil
+}
+
+func (f *fakeStorage) ListChannels(_ context.Context, req *storagev1.ListChannelsRequest) (*storagev1.ListChannelsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &storagev1.ListChannelsResponse{}
+	for n, cfg := range f.channels {
+		if strings.HasPrefix(n, req.GetPrefix()) {
+			resp.Channels = append(resp.Channels, &storagev1.Channel{Name: n, Config: proto.Clone(cfg).(*storagev1.ChannelConfig)})
+		}
+	}
+	return resp, nil
+}
+
+// drop removes a channel behind the coordinator's back (lost storage).
+func (f *fakeStorage) drop(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.channels, name)
 }
 
 // names returns the channel names, sorted.

@@ -36,6 +36,10 @@ const (
 	shutdownGrace = 5 * time.Second
 	// natsReconnectWait is the pause between NATS reconnect attempts.
 	natsReconnectWait = time.Second
+	// reconcileInterval is how often registered topics are checked for channels
+	// storage-core lacks; reconcileRetry is the wait after a failed check.
+	reconcileInterval = 5 * time.Minute
+	reconcileRetry    = 10 * time.Second
 )
 
 // Server is a running coordinator.
@@ -49,6 +53,7 @@ type Server struct {
 	nc          *nats.Conn
 	metrics     *metrics
 	groups      *group.Coordinator
+	handler     *handler.Handler
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -99,7 +104,8 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.http.AddReadyCheck("groups", s.groups.Ready)
 
 	s.grpc = grpcx.NewServer(log.Named("grpc"), grpc.ChainUnaryInterceptor(s.metrics.interceptor))
-	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, handler.New(s.store, s.storage, s, log.Named("handler")))
+	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
+	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
 	s.health = grpcx.RegisterStandard(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -220,8 +226,9 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // prepare creates and migrates the database and starts the group coordinator, each
-// retried with backoff until it succeeds or ctx ends; then marks gRPC health SERVING
-// and keeps the topics gauge fresh.
+// retried with backoff until it succeeds or ctx ends; then marks gRPC health SERVING,
+// keeps the topics gauge fresh and re-creates channels storage-core lost (at start and
+// every reconcileInterval).
 func (s *Server) prepare(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
@@ -266,6 +273,8 @@ func (s *Server) prepare(ctx context.Context) {
 
 	tick := time.NewTicker(gaugeRefresh)
 	defer tick.Stop()
+	reconcile := time.NewTimer(0)
+	defer reconcile.Stop()
 	for {
 		if n, err := s.store.CountTopics(ctx); err == nil {
 			s.metrics.topics.Set(float64(n))
@@ -277,6 +286,18 @@ func (s *Server) prepare(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-s.refresh:
+		case <-reconcile.C:
+			n, err := s.handler.Reconcile(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				s.log.Warn("could not check topic channels, retrying", zap.Duration("backoff", reconcileRetry), zap.Error(err))
+				reconcile.Reset(reconcileRetry)
+			default:
+				if n > 0 {
+					s.log.Warn("recreated missing topic channels", zap.Int("channels", n))
+				}
+				reconcile.Reset(reconcileInterval)
+			}
 		}
 	}
 }

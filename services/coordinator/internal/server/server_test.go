@@ -647,3 +647,25 @@ func TestRecoversAfterPostgresDropsConnections(t *testing.T) {
 	})
 	waitFor(t, "ready after reconnect", func() error { return r.srv.Ready(ctxT(t)) })
 }
+
+// TestReconcileRecreatesLostChannels: channels storage-core lost are re-created with the
+// topic's configs when a coordinator starts.
+func TestReconcileRecreatesLostChannels(t *testing.T) {
+	e := newEnv(t)
+	r := start(t, e.cfg, true)
+	createOne(t, r.client, "lost", 3, map[string]string{"retention.ms": "4242"})
+	r.stop()
+	e.storage.drop("kafka.lost~1")
+	e.storage.drop("kafka.lost")
+	e.storage.drop("kafka.orphan") // not registered: nothing to do
+	start(t, e.cfg, true)
+	waitFor(t, "lost channels re-created", func() error {
+		if got := e.storage.names(); !slices.Equal(got, []string{"kafka.lost", "kafka.lost~1", "kafka.lost~2"}) {
+			return errors.New(strings.Join(got, ","))
+		}
+		return nil
+	})
+	if e.storage.config("kafka.lost~1").GetRetentionMs() != 4242 {
+		t.Fatalf("re-created channel config = %v", e.storage.config("kafka.lost~1"))
+	}
+}
