@@ -84,6 +84,9 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 			rp.LastStableOffset = -1
 			rp.LogStartOffset = -1
 			rp.PreferredReadReplica = -1
+			// Kafka always sends records, empty rather than null: librdkafka fails to
+			// parse a null record set ("invalid MessageSetSize -1").
+			rp.RecordBatches = []byte{}
 			switch {
 			case topicCode != 0:
 				rp.ErrorCode = topicCode
@@ -163,7 +166,9 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		if iso == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
 			rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 		}
-		rp.RecordBatches = res.GetBatches()
+		if b := res.GetBatches(); len(b) > 0 {
+			rp.RecordBatches = b
+		}
 		bytesOut += len(rp.RecordBatches)
 	}
 	h.metrics.addFetchBytes(bytesOut)
