@@ -261,6 +261,13 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 		}
 		if dup != nil {
 			l.mu.Unlock()
+			// The original may still be waiting for its fsync: acknowledge the retry
+			// only once the original is durable.
+			if l.st.opts.FsyncInterval <= 0 {
+				if err := l.waitDurable(dup.baseOffset + 1); err != nil {
+					return AppendResult{}, err
+				}
+			}
 			return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.baseOffset + int64(dup.lastSeq-dup.firstSeq), LogAppendTime: -1, Duplicate: true}, nil
 		}
 		if h.ProducerID >= 0 {
