@@ -291,8 +291,8 @@ func TestIdempotence(t *testing.T) {
 		return kbatch(t, batchOpt{pid: 9, epoch: epoch, seq: seq}, vals...)
 	}
 	mustAppend(t, l, kbatch(t, batchOpt{}, "other")) // offset 0
-	r1 := mustAppend(t, l, p(0, 0, "a", "b"))         // 1..2
-	r2 := mustAppend(t, l, p(0, 2, "c"))              // 3
+	r1 := mustAppend(t, l, p(0, 0, "a", "b"))        // 1..2
+	r2 := mustAppend(t, l, p(0, 2, "c"))             // 3
 	if r1.BaseOffset != 1 || r2.BaseOffset != 3 {
 		t.Fatalf("offsets %d %d", r1.BaseOffset, r2.BaseOffset)
 	}
