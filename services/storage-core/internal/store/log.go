@@ -147,6 +147,16 @@ func openLog(st *Store, dir string) (*Log, error) {
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	visit := l.prods.apply
+	// With a producer snapshot taken when the active segment was created, sealed
+	// segments load from their index files and only the active one is scanned.
+	snap, haveSnap := producers(nil), false
+	if len(bases) > 0 {
+		snap, haveSnap = readSnapshot(dir, bases[len(bases)-1])
+	}
+	if haveSnap {
+		l.prods = snap
+		visit = l.prods.apply
+	}
 	if len(bases) == 0 {
 		s, err := createSegment(dir, max(m.LogStartOffset, 0), st.nowMs())
 		if err != nil {
@@ -157,7 +167,17 @@ func openLog(st *Store, dir string) (*Log, error) {
 	for i, b := range bases {
 		path := filepath.Join(dir, segmentName(b, ".log"))
 		if i < len(bases)-1 {
-			s, err := loadSealed(path, b, visit)
+			if haveSnap {
+				if s, ok := loadIndexed(path, b, bases[i+1]); ok {
+					l.segs = append(l.segs, s)
+					continue
+				}
+			}
+			sealedVisit := visit
+			if haveSnap {
+				sealedVisit = nil // the snapshot already holds their producer state
+			}
+			s, err := loadSealed(path, b, sealedVisit)
 			if err != nil {
 				l.closeFiles()
 				return nil, err
@@ -389,6 +409,9 @@ func (l *Log) rollLocked(nowMs int64) error {
 		return err
 	}
 	if err := a.writeIndexes(); err != nil {
+		return err
+	}
+	if err := writeSnapshot(l.dir, l.next, l.prods); err != nil {
 		return err
 	}
 	s, err := createSegment(l.dir, l.next, nowMs)

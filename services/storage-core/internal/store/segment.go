@@ -40,6 +40,7 @@ type segment struct {
 	createdMs  int64        // wall time the segment was created (or opened empty)
 	sinceIndex int64        // bytes since the last index entry
 	prealloc   int64        // end of the preallocated region (writer only)
+	lastBase   int64        // base offset of the last batch
 	dropped    atomic.Int64 // page cache dropped below this position
 
 	closed atomic.Bool // file closed (retention, delete, shutdown)
@@ -146,6 +147,7 @@ func (s *segment) addIndex(h *batchHeader, pos int64) {
 		s.firstTS = h.MaxTimestamp
 	}
 	s.next = h.NextOffset()
+	s.lastBase = h.BaseOffset
 }
 
 // lookup returns the file position of the last index entry at or before off.
@@ -179,6 +181,14 @@ func (s *segment) lookupTime(ts int64) int64 {
 // writeIndexes writes the .index and .timeindex files of a sealed segment and fsyncs
 // them. A missing or bad index file only costs a rebuild scan on start.
 func (s *segment) writeIndexes() error {
+	s.idxMu.Lock()
+	if mx := s.maxTS.Load(); mx >= 0 && (len(s.tidx) == 0 || s.tidx[len(s.tidx)-1].ts < mx) {
+		// Close the time index with the segment's largest timestamp (as Kafka does at
+		// roll), so a load from the files knows it. The running max at the last batch
+		// is the segment max, so the entry is exact.
+		s.tidx = append(s.tidx, timeEntry{ts: mx, rel: uint32(s.lastBase - s.base)})
+	}
+	s.idxMu.Unlock()
 	s.idxMu.RLock()
 	ib := make([]byte, 0, 8*len(s.idx))
 	for _, e := range s.idx {
@@ -234,6 +244,58 @@ func loadSealed(path string, base int64, visit func(*batchHeader)) (*segment, er
 		pos += int64(h.Length)
 	}
 	return s, nil
+}
+
+// loadIndexed opens a sealed segment from its .index and .timeindex files without
+// reading the log. next is the following segment's base offset. ok is false when the
+// files are missing or inconsistent (the caller falls back to loadSealed).
+func loadIndexed(path string, base, next int64) (*segment, bool) {
+	dir := filepath.Dir(path)
+	ib, err1 := os.ReadFile(filepath.Join(dir, segmentName(base, ".index")))
+	tb, err2 := os.ReadFile(filepath.Join(dir, segmentName(base, ".timeindex")))
+	if err1 != nil || err2 != nil || len(ib)%8 != 0 || len(tb)%12 != 0 {
+		return nil, false
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, false
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, false
+	}
+	size := st.Size()
+	s := newSegment(base, path, f, st.ModTime().UnixMilli())
+	s.size.Store(size)
+	s.next = next
+	ok := size == 0 || len(ib) >= 8
+	for i := 0; ok && i < len(ib); i += 8 {
+		e := indexEntry{rel: binary.BigEndian.Uint32(ib[i:]), pos: binary.BigEndian.Uint32(ib[i+4:])}
+		if int64(e.pos) >= size || base+int64(e.rel) >= next || len(s.idx) > 0 && (e.rel <= s.idx[len(s.idx)-1].rel || e.pos <= s.idx[len(s.idx)-1].pos) {
+			ok = false
+		}
+		s.idx = append(s.idx, e)
+	}
+	if ok && len(s.idx) > 0 && (s.idx[0].rel != 0 || s.idx[0].pos != 0) {
+		ok = false
+	}
+	for i := 0; ok && i < len(tb); i += 12 {
+		e := timeEntry{ts: int64(binary.BigEndian.Uint64(tb[i:])), rel: binary.BigEndian.Uint32(tb[i+8:])}
+		if base+int64(e.rel) >= next || len(s.tidx) > 0 && e.ts < s.tidx[len(s.tidx)-1].ts {
+			ok = false
+		}
+		s.tidx = append(s.tidx, e)
+	}
+	if !ok {
+		_ = f.Close()
+		return nil, false
+	}
+	if len(s.tidx) > 0 {
+		s.maxTS.Store(s.tidx[len(s.tidx)-1].ts)
+		s.firstTS = s.tidx[0].ts
+	}
+	return s, true
 }
 
 // recoverActive opens the last segment, validates every batch (length, magic, CRC,
