@@ -252,3 +252,67 @@ func TestRestartKeepsData(t *testing.T) {
 		t.Fatalf("after restart: %v %v", g, err)
 	}
 }
+
+func TestSubscribeStartsAndFetchLimits(t *testing.T) {
+	c, stop := startServer(t, t.TempDir())
+	defer stop()
+	ctx := context.Background()
+	for _, n := range []string{"gcp.a", "gcp.b"} {
+		if _, err := c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "gcp.a", Records: []*storagev1.AppendRecord{{TimestampMs: int64(1000 + i), Value: []byte{byte(i)}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "gcp.b", Records: []*storagev1.AppendRecord{{Value: []byte("b")}}}); err != nil {
+		t.Fatal(err)
+	}
+	first := func(req *storagev1.SubscribeRequest) int64 {
+		t.Helper()
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		sub, err := c.Subscribe(sctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sub.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Records[0].Sequence
+	}
+	if got := first(&storagev1.SubscribeRequest{Channel: "gcp.a", Start: &storagev1.SubscribeRequest_LastN{LastN: 3}}); got != 8 {
+		t.Errorf("last_n 3 starts at %d", got)
+	}
+	if got := first(&storagev1.SubscribeRequest{Channel: "gcp.a", Start: &storagev1.SubscribeRequest_TimeMs{TimeMs: 1004}}); got != 5 {
+		t.Errorf("time 1004 starts at %d", got)
+	}
+	if got := first(&storagev1.SubscribeRequest{Channel: "gcp.a", Start: &storagev1.SubscribeRequest_Sequence{Sequence: 6}}); got != 6 {
+		t.Errorf("sequence 6 starts at %d", got)
+	}
+	// Errors of server streams arrive with the first Recv.
+	sub, err := c.Subscribe(ctx, &storagev1.SubscribeRequest{Channel: "_x"})
+	if err == nil {
+		_, err = sub.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("reserved subscribe: %v", err)
+	}
+	// Total max_bytes of 1: the first channel still gets one whole batch, the second none.
+	fr, err := c.Fetch(ctx, &storagev1.FetchRequest{MaxBytes: 1, Channels: []*storagev1.FetchChannel{
+		{Channel: "gcp.a", FromSequence: 1, MaxBytes: 1}, {Channel: "gcp.b", FromSequence: 1, MaxBytes: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fr.Results[0].Batches) == 0 || len(fr.Results[1].Batches) != 0 || fr.Results[1].HighWatermark != 1 {
+		t.Fatalf("fetch limits: %v", fr.Results)
+	}
+	// Past the high watermark: per-channel error, offsets still filled.
+	fr, err = c.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "gcp.b", FromSequence: 5}}})
+	if err != nil || fr.Results[0].Error != storagev1.ErrorCode_ERROR_CODE_SEQUENCE_OUT_OF_RANGE || fr.Results[0].LogStartSequence != 1 {
+		t.Fatalf("fetch out of range: %v %v", fr, err)
+	}
+}
