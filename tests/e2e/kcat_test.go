@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -74,15 +75,32 @@ func kcatProduce(t *testing.T, kcat, addr, topic, file string, extra ...string) 
 	runKcat(t, kcat, append(args, "-l", file)...)
 }
 
-// kcatConsume reads the whole topic from the beginning and exits at the end.
-func kcatConsume(t *testing.T, kcat, addr, topic string) []kcatLine {
+// kcatConsume reads the whole topic from the beginning with -e (exit at the end of
+// every partition). Once want lines are in, kcat gets 10 s to notice the end and exit;
+// if it does not, that is reported (t.Errorf) and kcat is killed, so the lines read
+// can still be checked.
+func kcatConsume(t *testing.T, kcat, addr, topic string, want int) []kcatLine {
 	t.Helper()
-	out := runKcat(t, kcat, "-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-f", "%p %o %k:%s\n")
+	args := []string{"-C", "-u", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-f", "%p %o %k:%s\n"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kcat, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("kcat: %v", err)
+	}
 	var res []kcatLine
-	for _, l := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
-		if l == "" {
-			continue
-		}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	exited := make(chan error, 1)
+	var timer *time.Timer
+	for sc.Scan() {
+		l := sc.Text()
 		f := strings.SplitN(l, " ", 3)
 		if len(f) != 3 {
 			t.Fatalf("kcat printed an unexpected line %q", l)
@@ -93,6 +111,22 @@ func kcatConsume(t *testing.T, kcat, addr, topic string) []kcatLine {
 			t.Fatalf("kcat printed an unexpected line %q", l)
 		}
 		res = append(res, kcatLine{int32(p), o, f[2]})
+		if len(res) == want {
+			timer = time.AfterFunc(10*time.Second, cancel)
+		}
+	}
+	go func() { exited <- cmd.Wait() }()
+	err = <-exited
+	if timer != nil {
+		timer.Stop()
+	}
+	switch {
+	case err != nil && len(res) >= want:
+		t.Errorf("kcat -C -e read all %d lines but did not exit at the end of the topic within 10 s (%v); stderr:\n%s", len(res), err, tailString(stderr.String(), 2000))
+	case err != nil:
+		t.Fatalf("kcat %s: %v after %d of %d lines; stderr:\n%s", strings.Join(args, " "), err, len(res), want, tailString(stderr.String(), 3000))
+	case strings.Contains(stderr.String(), "%3|"):
+		t.Errorf("kcat -C logged errors:\n%s", tailString(stderr.String(), 2000))
 	}
 	return res
 }
@@ -131,7 +165,7 @@ func TestKcatRoundTrip(t *testing.T) {
 	file, lines := writeLines(t, 10000, func(i int) string { return fmt.Sprintf("line %05d of the kcat e2e file: %x", i, i*7919) })
 	kcatProduce(t, kcat, addr, topic, file)
 
-	got := kcatConsume(t, kcat, addr, topic)
+	got := kcatConsume(t, kcat, addr, topic, len(lines))
 	gotLines := make([]string, len(got))
 	for i, l := range got {
 		gotLines[i] = l.line
@@ -190,7 +224,7 @@ func TestKcatCompression(t *testing.T) {
 			})
 			kcatProduce(t, kcat, addr, topic, file, "-z", c.name, "-X", "linger.ms=20")
 
-			got := kcatConsume(t, kcat, addr, topic)
+			got := kcatConsume(t, kcat, addr, topic, len(lines))
 			gotLines := make([]string, len(got))
 			for i, l := range got {
 				gotLines[i] = l.line
