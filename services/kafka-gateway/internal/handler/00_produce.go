@@ -104,6 +104,27 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		}
 	}
 	infos, codes, coordErr := h.resolveTopics(ctx, names, true)
+	// A partition beyond the cached count may have been added through another
+	// replica: read those topics again before answering UNKNOWN_TOPIC_OR_PARTITION.
+	var stale []string
+	for _, t := range req.Topics {
+		if info := infos[t.Topic]; info != nil {
+			for _, p := range t.Partitions {
+				if p.Partition >= info.Partitions && p.Partition < channel.MaxPartitions {
+					stale = append(stale, t.Topic)
+					break
+				}
+			}
+		}
+	}
+	if len(stale) > 0 {
+		fresh, err := h.getTopics(ctx, stale, true)
+		if err == nil {
+			for n, ti := range fresh {
+				infos[n] = ti
+			}
+		}
+	}
 
 	var (
 		channels []*storagev1.ChannelBatches

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
 )
 
@@ -560,9 +561,7 @@ func TestDeleteTopics(t *testing.T) {
 	a := e.createTopic(t, "da", 1, nil)
 	e.createTopic(t, "db", 1, nil)
 	req := kmsg.NewPtrDeleteTopicsRequest()
-	for _, tp := range []kmsg.DeleteTopicsRequestTopic{{TopicID: a.TopicID}, {Topic: kmsg.StringPtr("db")}, {Topic: kmsg.StringPtr("zz")}, {TopicID: [16]byte{9}}} {
-		req.Topics = append(req.Topics, tp)
-	}
+	req.Topics = append(req.Topics, []kmsg.DeleteTopicsRequestTopic{{TopicID: a.TopicID}, {Topic: kmsg.StringPtr("db")}, {Topic: kmsg.StringPtr("zz")}, {TopicID: [16]byte{9}}}...)
 	resp := e.do(t, req, 6).(*kmsg.DeleteTopicsResponse)
 	want := []int16{0, 0, kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicID.Code}
 	for i, w := range want {
@@ -738,5 +737,20 @@ func TestStorageCodeTable(t *testing.T) {
 	}
 	if got := storageCode(999); got != kerr.KafkaStorageError.Code {
 		t.Errorf("unknown storage code: %d", got)
+	}
+}
+
+func TestProduceSeesPartitionsAddedElsewhere(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTopic(t, "grow", 1, nil)
+	if p := e.produce(t, "grow", 0, batch("x")); p.ErrorCode != 0 {
+		t.Fatal(code(p.ErrorCode))
+	}
+	// Grow through the coordinator directly (another replica), no invalidation here.
+	if _, err := e.co.CreatePartitions(context.Background(), &coordinatorv1.CreatePartitionsRequest{Topics: []*coordinatorv1.PartitionGrowth{{Name: "grow", Count: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.produce(t, "grow", 1, batch("x")); p.ErrorCode != 0 {
+		t.Fatalf("produce to a partition added through another replica: %s", code(p.ErrorCode))
 	}
 }
