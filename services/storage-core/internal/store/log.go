@@ -26,7 +26,7 @@ type hwMark struct {
 }
 
 // Log is one channel: segments, producer state, durability and readers' wake-ups.
-// Lock order (see LOCKS.md): Store.mu -> Log.mu -> Log.segMu -> segment.idxMu;
+// Lock order (see LOCKS.md): Store.adminMu -> Store.mu -> Log.mu -> Log.segMu -> segment.idxMu;
 // Log.syncMu is never held while taking Log.mu; notifyMu is a leaf.
 type Log struct {
 	name string

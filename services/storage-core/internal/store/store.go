@@ -48,9 +48,12 @@ type Store struct {
 	metrics *Metrics
 	lock    *os.File
 
-	mu     sync.RWMutex
-	logs   map[string]*Log
-	closed bool
+	// adminMu serializes Create and Delete (their file operations run under it, not
+	// under mu, so lookups by appends and reads never wait for a create's fsyncs).
+	adminMu sync.Mutex
+	mu      sync.RWMutex
+	logs    map[string]*Log
+	closed  bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -184,12 +187,16 @@ func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, 
 	if err := cfg.Validate(); err != nil {
 		return nil, false, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	s.mu.RLock()
+	l, ok := s.logs[name]
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
 		return nil, false, ErrClosed
 	}
-	if l, ok := s.logs[name]; ok {
+	if ok {
 		if ifNotExists {
 			return l, false, nil
 		}
@@ -215,12 +222,19 @@ func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, 
 		_ = os.RemoveAll(dir)
 		return nil, false, fmt.Errorf("%w: sync dir: %v", ErrStorage, err)
 	}
-	l, err := openLog(s, dir)
+	l, err = openLog(s, dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, false, fmt.Errorf("%w: open: %v", ErrStorage, err)
 	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = l.close()
+		return nil, false, ErrClosed
+	}
 	s.logs[name] = l
+	s.mu.Unlock()
 	s.log.Info("channel created", zap.String("channel", name))
 	return l, true, nil
 }
@@ -256,19 +270,23 @@ func (s *Store) List(prefix string) []*Log {
 
 // Delete removes a channel and its data. Missing: ErrNotFound unless ifExists.
 func (s *Store) Delete(name string, ifExists bool) error {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return ErrClosed
 	}
 	l, ok := s.logs[name]
 	if !ok {
+		s.mu.Unlock()
 		if ifExists {
 			return nil
 		}
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
 	delete(s.logs, name)
+	s.mu.Unlock()
 	if err := l.close(); err != nil {
 		s.log.Warn("close deleted channel", zap.String("channel", name), zap.Error(err))
 	}
@@ -288,6 +306,8 @@ func (s *Store) Delete(name string, ifExists bool) error {
 
 // Close stops the background loops and closes every channel.
 func (s *Store) Close() error {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
