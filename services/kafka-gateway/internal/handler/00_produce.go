@@ -9,7 +9,9 @@ package handler
 //
 // Behaviour:
 //   - acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition); acks=0
-//     gets no response at all. Every ack level waits for storage-core's fsync.
+//     gets no response at all, and a failed partition closes the connection (as Kafka
+//     does) so the client refreshes its metadata. Every ack level waits for
+//     storage-core's fsync.
 //   - Topic names are validated (INVALID_TOPIC_EXCEPTION); unknown topics are created
 //     with the default partition count when auto-create is on (else
 //     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is
@@ -35,6 +37,7 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -78,10 +81,19 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		}
 	}
 	respond := func() (kmsg.Response, error) {
-		if req.Acks == 0 {
-			return nil, nil
+		if req.Acks != 0 {
+			return resp, nil
 		}
-		return resp, nil
+		// acks=0 gets no answer; like Kafka, close the connection when a partition
+		// failed so the client refreshes its metadata instead of writing into a void.
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					return nil, fmt.Errorf("%w: topic %q partition %d: %s", ErrAcksZeroFailed, t.Topic, p.Partition, kerr.ErrorForCode(p.ErrorCode))
+				}
+			}
+		}
+		return nil, nil
 	}
 
 	switch {

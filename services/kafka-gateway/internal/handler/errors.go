@@ -19,6 +19,9 @@ var (
 	// ErrUnsupportedVersion is returned for a version outside the registered range
 	// (ApiVersions is answered instead, with UNSUPPORTED_VERSION).
 	ErrUnsupportedVersion = errors.New("unsupported api version")
+	// ErrAcksZeroFailed is returned for an acks=0 produce that failed on some
+	// partition: the only way to tell the client is to close the connection.
+	ErrAcksZeroFailed = errors.New("acks=0 produce failed")
 )
 
 // storageCodes is the one table from storage-core's per-channel ErrorCode to Kafka error

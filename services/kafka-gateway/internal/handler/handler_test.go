@@ -280,6 +280,15 @@ func TestProduceErrors(t *testing.T) {
 	if got := e.st.HighWatermark("kafka.t~1"); got != 2 {
 		t.Errorf("acks=0 write: high watermark %d, want 2", got)
 	}
+	req = produceReq("t", 9, good)
+	req.Acks = 0
+	req.SetVersion(9)
+	r := &Request{Body: req, Turn: e.chain.Next()}
+	resp, err := e.h.Handle(context.Background(), r)
+	r.Turn.Finish()
+	if resp != nil || !errors.Is(err, ErrAcksZeroFailed) {
+		t.Errorf("failed acks=0 produce: %v %v, want connection close", resp, err)
+	}
 }
 
 func TestProduceAutoCreateAndDisabled(t *testing.T) {
