@@ -53,6 +53,8 @@ type Log struct {
 	segMu sync.RWMutex
 	segs  []*segment
 
+	closedFlag atomic.Bool // mirrors closed, for lock-free checks by waiters
+
 	hw       atomic.Pointer[hwMark]
 	logStart atomic.Int64
 
@@ -146,7 +148,9 @@ func openLog(st *Store, dir string) (*Log, error) {
 		}
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
-	visit := l.prods.apply
+	// Recovered producers count as active now: their expiry restarts at open.
+	openMs := st.nowMs()
+	visit := func(h *batchHeader) { l.prods.apply(h, openMs) }
 	// With a producer snapshot taken when the active segment was created, sealed
 	// segments load from their index files and only the active one is scanned.
 	snap, haveSnap := producers(nil), false
@@ -155,7 +159,6 @@ func openLog(st *Store, dir string) (*Log, error) {
 	}
 	if haveSnap {
 		l.prods = snap
-		visit = l.prods.apply
 	}
 	if len(bases) == 0 {
 		s, err := createSegment(dir, max(m.LogStartOffset, 0), st.nowMs())
@@ -333,7 +336,7 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	for i := range hdrs {
 		h := &hdrs[i]
 		seg.addIndex(h, pos+int64(p))
-		l.prods.apply(h)
+		l.prods.apply(h, now)
 		p += int(h.Length)
 	}
 	seg.size.Store(pos + int64(len(b)))
@@ -647,11 +650,7 @@ func (l *Log) Wait(ctx context.Context, off int64, timeout time.Duration) bool {
 	}
 }
 
-func (l *Log) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+func (l *Log) isClosed() bool { return l.closedFlag.Load() }
 
 // LookupTime returns the offset and timestamp of the first record with timestamp >= ts
 // (ms), or found=false.
@@ -802,6 +801,7 @@ func (l *Log) enforceRetention(nowMs int64) {
 		l.mu.Unlock()
 		return
 	}
+	l.prods.expire(nowMs)
 	cfg := l.cfg.Load()
 	segs := l.segs // stable: only changed under mu
 	var total int64
@@ -872,6 +872,7 @@ func (l *Log) close() error {
 		return nil
 	}
 	l.closed = true
+	l.closedFlag.Store(true)
 	var err error
 	if l.failed == nil && !l.active.closed.Load() {
 		err = l.active.seal()

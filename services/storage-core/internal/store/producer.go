@@ -7,6 +7,10 @@ import "fmt"
 // of an idempotent producer).
 const maxProducerBatches = 5
 
+// producerExpiryMs is how long a producer's state is kept after its last append
+// (Kafka producer.id.expiration.ms, 1 day).
+const producerExpiryMs = 24 * 3600 * 1000
+
 type producerBatch struct {
 	firstSeq, lastSeq int32
 	baseOffset        int64
@@ -17,6 +21,7 @@ type producerBatch struct {
 type producerState struct {
 	epoch   int16
 	n       int
+	lastMs  int64 // time of the last append (batch max timestamp when recovered)
 	batches [maxProducerBatches]producerBatch
 }
 
@@ -32,8 +37,8 @@ func (p *producerState) push(b producerBatch) {
 // producers maps producer id to state.
 type producers map[int64]*producerState
 
-// apply records a written (or recovered) batch.
-func (ps producers) apply(h *batchHeader) {
+// apply records a written (or recovered) batch appended at nowMs.
+func (ps producers) apply(h *batchHeader, nowMs int64) {
 	if h.ProducerID < 0 {
 		return
 	}
@@ -42,6 +47,7 @@ func (ps producers) apply(h *batchHeader) {
 		st = &producerState{epoch: h.ProducerEpoch}
 		ps[h.ProducerID] = st
 	}
+	st.lastMs = max(st.lastMs, nowMs)
 	if h.ProducerEpoch != st.epoch {
 		if h.ProducerEpoch < st.epoch {
 			return
@@ -106,4 +112,13 @@ func (ps producers) check(h *batchHeader, prev []prevBatch) (*producerBatch, err
 		return nil, fmt.Errorf("%w: producer %d epoch %d sequence %d, expected %d", ErrOutOfOrderSequence, h.ProducerID, h.ProducerEpoch, h.BaseSequence, want)
 	}
 	return nil, nil
+}
+
+// expire drops producers idle since before nowMs - producerExpiryMs.
+func (ps producers) expire(nowMs int64) {
+	for pid, st := range ps {
+		if st.lastMs < nowMs-producerExpiryMs {
+			delete(ps, pid)
+		}
+	}
 }

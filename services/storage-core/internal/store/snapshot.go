@@ -15,9 +15,9 @@ import (
 // <base>.snapshot, so a start only scans the active segment's batch headers on top of
 // it instead of every retained segment. Format (big endian):
 //
-//	"TPS1" | count uint32 | count x (pid int64, epoch int16, n uint8,
+//	"TPS2" | count uint32 | count x (pid int64, epoch int16, lastMs int64, n uint8,
 //	n x (firstSeq int32, lastSeq int32, baseOffset int64)) | crc32c of all before
-var snapshotMagic = []byte("TPS1")
+var snapshotMagic = []byte("TPS2")
 
 var errBadSnapshot = errors.New("bad producer snapshot")
 
@@ -29,6 +29,7 @@ func encodeSnapshot(ps producers) []byte {
 	for pid, st := range ps {
 		b = binary.BigEndian.AppendUint64(b, uint64(pid))
 		b = binary.BigEndian.AppendUint16(b, uint16(st.epoch))
+		b = binary.BigEndian.AppendUint64(b, uint64(st.lastMs))
 		b = append(b, byte(st.n))
 		for i := 0; i < st.n; i++ {
 			pb := st.batches[i]
@@ -52,13 +53,13 @@ func decodeSnapshot(b []byte) (producers, error) {
 	p := body[8:]
 	ps := make(producers, n)
 	for i := uint32(0); i < n; i++ {
-		if len(p) < 11 {
+		if len(p) < 19 {
 			return nil, fmt.Errorf("%w: short", errBadSnapshot)
 		}
-		st := &producerState{epoch: int16(binary.BigEndian.Uint16(p[8:]))}
+		st := &producerState{epoch: int16(binary.BigEndian.Uint16(p[8:])), lastMs: int64(binary.BigEndian.Uint64(p[10:]))}
 		pid := int64(binary.BigEndian.Uint64(p))
-		cnt := int(p[10])
-		p = p[11:]
+		cnt := int(p[18])
+		p = p[19:]
 		if cnt > maxProducerBatches || len(p) < cnt*16 {
 			return nil, fmt.Errorf("%w: batches", errBadSnapshot)
 		}

@@ -660,3 +660,21 @@ func TestReopenFromSnapshotAndIndexes(t *testing.T) {
 		})
 	}
 }
+
+func TestProducerExpiry(t *testing.T) {
+	clk := &clock{}
+	clk.ms.Store(100_000_000)
+	s := openStore(t, t.TempDir(), clk)
+	defer s.Close()
+	l := mustCreate(t, s, "exp", ChannelConfig{})
+	mustAppend(t, l, kbatch(t, batchOpt{pid: 4, epoch: 0, seq: 0}, "a"))
+	if _, err := l.AppendBatches(kbatch(t, batchOpt{pid: 4, epoch: 0, seq: 7}, "b")); !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("gap: %v", err)
+	}
+	clk.ms.Add(producerExpiryMs + 1)
+	s.RunRetention()
+	// Expired: the producer is unknown again, so any sequence is accepted (Kafka).
+	if _, err := l.AppendBatches(kbatch(t, batchOpt{pid: 4, epoch: 0, seq: 7}, "b")); err != nil {
+		t.Fatalf("after expiry: %v", err)
+	}
+}
