@@ -80,6 +80,13 @@ func (s *Storage) SetFailure(err error) {
 	s.Err = err
 }
 
+// Calls returns how many Fetch calls were made.
+func (s *Storage) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.FetchCalls
+}
+
 // HighWatermark returns a channel's high watermark (last sequence), -1 if missing.
 func (s *Storage) HighWatermark(name string) int64 {
 	s.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,9 +45,10 @@ type Server struct {
 	natsMu  sync.Mutex
 	natsErr error
 
-	connsMu sync.Mutex
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup
+	connsMu  sync.Mutex
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
+	draining atomic.Bool
 }
 
 // New binds the Kafka (and HTTP) listeners and prepares the gRPC clients; nothing is
@@ -217,8 +219,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 
+	// Connections outlive ctx by up to shutdownGrace so in-flight requests are answered.
+	connCtx, connCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer connCancel()
 	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- s.accept(ctx) }()
+	go func() { acceptErr <- s.accept(ctx, connCtx) }()
 
 	var err error
 	select {
@@ -230,12 +235,34 @@ func (s *Server) Run(ctx context.Context) error {
 	if err == nil {
 		<-acceptErr
 	}
+	// Stop reading new requests; the writers drain what is in flight.
+	s.draining.Store(true)
 	s.connsMu.Lock()
 	for c := range s.conns {
-		_ = c.Close()
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.CloseRead()
+		} else {
+			_ = c.Close()
+		}
 	}
 	s.connsMu.Unlock()
-	s.wg.Wait()
+	drained := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(shutdownGrace):
+		s.log.Warn("closing connections with requests in flight", zap.Duration("grace", shutdownGrace))
+		connCancel()
+		s.connsMu.Lock()
+		for c := range s.conns {
+			_ = c.Close()
+		}
+		s.connsMu.Unlock()
+		<-drained
+	}
 	bg.Wait()
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer shutCancel()
@@ -245,7 +272,12 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) accept(ctx context.Context) error {
+// shutdownGrace is how long Run waits, after ctx ends, for in-flight requests to be
+// answered before closing connections.
+const shutdownGrace = 5 * time.Second
+
+// accept serves connections until ctx ends; connections run under connCtx.
+func (s *Server) accept(ctx, connCtx context.Context) error {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -269,7 +301,7 @@ func (s *Server) accept(ctx context.Context) error {
 		s.connsMu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.serveConn(ctx, c)
+			s.serveConn(connCtx, c)
 			s.connsMu.Lock()
 			delete(s.conns, c)
 			s.connsMu.Unlock()
@@ -367,7 +399,11 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	for {
 		frame, err := readFrame(br, sizeBuf[:], s.cfg.MaxFrameBytes)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, io.EOF) && s.draining.Load() {
+				// Shutdown closed the read side: answer what is in flight, then close.
+				return
+			}
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				log.Info("closing kafka connection", zap.Error(err))
 			}
 			cancel()

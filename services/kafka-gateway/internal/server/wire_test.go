@@ -14,6 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"go.uber.org/zap/zaptest"
+
+	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 )
 
@@ -239,5 +242,64 @@ func TestReadyzAndMetrics(t *testing.T) {
 	}
 	if s.srv.HTTPAddr() == "" {
 		t.Fatal("no http address")
+	}
+}
+
+func TestShutdownAnswersInFlightRequests(t *testing.T) {
+	st := fake.NewStorage()
+	co := fake.NewCoordinator(st)
+	srv, err := New(Config{Listen: "127.0.0.1:0", ClusterID: "test", Storage: st, Coordinator: co, AutoCreateTopics: true}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+
+	rc := dialRaw(t, srv.KafkaAddr())
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version = 4
+	tp := kmsg.NewCreateTopicsRequestTopic()
+	tp.Topic, tp.NumPartitions, tp.ReplicationFactor = "drain", 1, 1
+	ct.Topics = append(ct.Topics, tp)
+	rc.send(ct, 1)
+	if _, _, err := rc.recv(false); err != nil {
+		t.Fatal(err)
+	}
+	f := kmsg.NewPtrFetchRequest()
+	f.Version = 11
+	f.MaxWaitMillis = 500
+	f.MinBytes = 1
+	f.MaxBytes = 1 << 20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "drain"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	f.Topics = append(f.Topics, ft)
+	rc.send(f, 2)
+	// Wait until the fetch reached storage, then stop the server.
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Calls() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("fetch never reached storage")
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	cancel()
+	corr, body, err := rc.recv(false)
+	if err != nil || corr != 2 {
+		t.Fatalf("in-flight fetch during shutdown: corr %d err %v", corr, err)
+	}
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = 11
+	if err := resp.ReadFrom(body); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("fetch answer: %+v %v", resp, err)
+	}
+	if !rc.closed() {
+		t.Fatal("connection still open after shutdown")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
