@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
+	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -314,5 +315,23 @@ func TestSubscribeStartsAndFetchLimits(t *testing.T) {
 	fr, err = c.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "gcp.b", FromSequence: 5}}})
 	if err != nil || fr.Results[0].Error != storagev1.ErrorCode_ERROR_CODE_SEQUENCE_OUT_OF_RANGE || fr.Results[0].LogStartSequence != 1 {
 		t.Fatalf("fetch out of range: %v %v", fr, err)
+	}
+}
+
+func TestConfigFsync(t *testing.T) {
+	for in, want := range map[string]time.Duration{"always": 0, "interval=10ms": 10 * time.Millisecond} {
+		c := Config{Fsync: in}
+		if d, err := c.FsyncInterval(); err != nil || d != want {
+			t.Errorf("%q: %v %v", in, d, err)
+		}
+	}
+	for _, in := range []string{"never", "interval=", "interval=-1s", "interval=abc"} {
+		c := Config{Fsync: in}
+		if _, err := c.FsyncInterval(); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+	if _, err := New(Config{DataDir: t.TempDir(), Fsync: "sometimes", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, zap.NewNop()); err == nil {
+		t.Error("bad --fsync accepted by New")
 	}
 }
