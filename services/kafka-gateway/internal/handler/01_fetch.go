@@ -18,6 +18,8 @@ package handler
 //     clients accept as "sessionless"; a request naming a session id we never handed out
 //     gets FETCH_SESSION_ID_NOT_FOUND. Forgotten topics are therefore ignored.
 //   - Preferred read replica (KIP-392): never set (-1); any replica serves any partition.
+//   - On shutdown (Handler.Drain) a waiting long poll ends with NOT_LEADER_OR_FOLLOWER so
+//     the client refreshes its metadata and moves to a live replica.
 //
 // KIPs: KIP-74 (max_bytes), KIP-98 (isolation), KIP-227 (sessions), KIP-320 (leader
 // epochs), KIP-392, KIP-482 (flexible v12+), KIP-516 (topic ids v13+), KIP-951 (v16).
@@ -126,8 +128,13 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 	if req.IsolationLevel == 1 {
 		iso = storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 	}
+	if h.drainCtx.Err() != nil {
+		wait = 0
+	}
 	sctx, cancel := context.WithTimeout(ctx, wait+15*time.Second)
 	defer cancel()
+	stop := context.AfterFunc(h.drainCtx, cancel)
+	defer stop()
 	out, err := h.storage.Fetch(sctx, &storagev1.FetchRequest{
 		Channels:       channels,
 		MaxWaitMs:      int32(wait / time.Millisecond),

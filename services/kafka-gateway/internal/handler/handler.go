@@ -81,6 +81,10 @@ type Handler struct {
 	metrics *Metrics
 	topics  *topicCache
 	kafkaID string
+
+	// drainCtx ends when the server starts shutting down (Drain): long polls return.
+	drainCtx context.Context
+	drain    context.CancelFunc
 }
 
 type handleFunc func(h *Handler, ctx context.Context, r *Request) (kmsg.Response, error)
@@ -143,15 +147,18 @@ func New(cfg Config, deps Deps) *Handler {
 	if brokers == nil {
 		brokers = func() []Broker { return nil }
 	}
+	drainCtx, drain := context.WithCancel(context.Background())
 	return &Handler{
-		cfg:     cfg,
-		storage: deps.Storage,
-		coord:   deps.Coordinator,
-		brokers: brokers,
-		log:     log,
-		metrics: deps.Metrics,
-		topics:  newTopicCache(cfg.TopicCacheTTL),
-		kafkaID: KafkaClusterID(cfg.ClusterID),
+		drainCtx: drainCtx,
+		drain:    drain,
+		cfg:      cfg,
+		storage:  deps.Storage,
+		coord:    deps.Coordinator,
+		brokers:  brokers,
+		log:      log,
+		metrics:  deps.Metrics,
+		topics:   newTopicCache(cfg.TopicCacheTTL),
+		kafkaID:  KafkaClusterID(cfg.ClusterID),
 	}
 }
 
@@ -177,6 +184,11 @@ func (h *Handler) Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 	h.metrics.observe(key, resp, time.Since(start))
 	return resp, err
 }
+
+// Drain tells the handler the server is shutting down: Fetch long polls in progress end
+// at once with NOT_LEADER_OR_FOLLOWER (clients move to another replica) and new ones do
+// not wait.
+func (h *Handler) Drain() { h.drain() }
 
 // InvalidateTopic drops a topic from the metadata cache ("" drops everything). Called
 // on "tributary.<cluster-id>.topics.changed" NATS messages.

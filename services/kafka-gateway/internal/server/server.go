@@ -237,6 +237,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// Stop reading new requests; the writers drain what is in flight.
 	s.draining.Store(true)
+	s.h.Drain()
 	s.connsMu.Lock()
 	for c := range s.conns {
 		if tc, ok := c.(*net.TCPConn); ok {
@@ -520,12 +521,28 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 		if p.resp == nil {
 			continue
 		}
+		if buf == nil {
+			if b, ok := bigBufs.Get().(*[]byte); ok {
+				buf = *b
+			}
+		}
 		buf = encodeResponse(buf, p.corr, p.resp)
+		p.resp = nil
 		if _, err := bw.Write(buf); err != nil {
 			return
 		}
-		if cap(buf) > 1<<20 {
+		if cap(buf) > smallResponse {
+			// Large (Fetch) buffers go back to a pool shared by all connections
+			// instead of staying with an idle one.
+			b := buf[:0]
+			bigBufs.Put(&b)
 			buf = nil
 		}
 	}
 }
+
+// smallResponse is the largest encoding buffer a connection keeps for itself.
+const smallResponse = 64 << 10
+
+// bigBufs recycles large response encoding buffers (*[]byte) across connections.
+var bigBufs sync.Pool
