@@ -763,3 +763,25 @@ func TestProduceSeesPartitionsAddedElsewhere(t *testing.T) {
 		t.Fatalf("produce to a partition added through another replica: %s", code(p.ErrorCode))
 	}
 }
+
+func TestStaleTopicsServeWhileCoordinatorDown(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.TopicCacheTTL = time.Nanosecond })
+	ct := e.createTopic(t, "stale", 2, nil)
+	e.produce(t, "stale", 1, batch("x"))
+	e.co.SetFailure(status.Error(codes.Unavailable, "down"))
+
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("stale")
+	req.Topics = append(req.Topics, mt)
+	if got := e.do(t, req, 12).(*kmsg.MetadataResponse).Topics[0]; got.ErrorCode != 0 || len(got.Partitions) != 2 {
+		t.Errorf("metadata from an expired cache entry while the coordinator is down: %+v", got)
+	}
+	p := e.do(t, fetchReq("", ct.TopicID, 1, 0), 13).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+	if p.ErrorCode != 0 || len(p.RecordBatches) == 0 {
+		t.Errorf("fetch by id while the coordinator is down: %+v", p)
+	}
+	if p := e.produce(t, "stale", 1, batch("y")); p.ErrorCode != 0 || p.BaseOffset != 1 {
+		t.Errorf("produce while the coordinator is down: %+v", p)
+	}
+}

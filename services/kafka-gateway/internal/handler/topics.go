@@ -65,6 +65,32 @@ func (c *topicCache) get(name string) (*topicInfo, bool) {
 	return e.info, true
 }
 
+// getStale returns a cached topic however old (used while the coordinator is down).
+func (c *topicCache) getStale(name string) (*topicInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return e.info, true
+}
+
+// byIDStale resolves a topic id from the cache however old.
+func (c *topicCache) byIDStale(id [16]byte) (*topicInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.byID[id]
+	if !ok {
+		return nil, false
+	}
+	e, ok := c.byName[n]
+	if !ok {
+		return nil, false
+	}
+	return e.info, true
+}
+
 func (c *topicCache) nameForID(id [16]byte) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,7 +140,7 @@ func (c *topicCache) invalidate(name string) {
 // getTopics returns the registered topics among names: fresh cache entries, and one
 // GetTopics call for the others (for all of them when force is set). Names that do not
 // exist are absent from the map. err is the coordinator's failure, if any; cached topics
-// are still returned then.
+// are still returned then, expired ones included (stale beats unavailable).
 func (h *Handler) getTopics(ctx context.Context, names []string, force bool) (map[string]*topicInfo, error) {
 	out := make(map[string]*topicInfo, len(names))
 	var miss []string
@@ -142,6 +168,12 @@ func (h *Handler) getTopics(ctx context.Context, names []string, force bool) (ma
 	resp, err := h.coord.GetTopics(cctx, &coordinatorv1.GetTopicsRequest{Names: miss})
 	if err != nil {
 		h.log.Warn("coordinator GetTopics failed", zap.Int("topics", len(miss)), zap.Error(err))
+		// Serve what we knew, however old, while the coordinator is away.
+		for _, n := range miss {
+			if ti, ok := h.topics.getStale(n); ok {
+				out[n] = ti
+			}
+		}
 		return out, err
 	}
 	var found []*topicInfo
@@ -191,6 +223,9 @@ func (h *Handler) topicByID(ctx context.Context, id [16]byte) (*topicInfo, error
 	}
 	all, err := h.allTopics(ctx)
 	if err != nil {
+		if ti, ok := h.topics.byIDStale(id); ok {
+			return ti, nil
+		}
 		return nil, err
 	}
 	for _, ti := range all {
