@@ -49,6 +49,7 @@ type Server struct {
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
 	draining atomic.Bool
+	open     prometheus.Gauge
 }
 
 // New binds the Kafka (and HTTP) listeners and prepares the gRPC clients; nothing is
@@ -100,6 +101,8 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}
 	s.members = cluster.New(cfg.ClusterID, self, log)
 
+	s.open = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tributary_kafka_connections", Help: "Open Kafka client connections."})
+	s.reg.MustRegister(s.open)
 	s.h = handler.New(handler.Config{
 		NodeID:            cfg.NodeID,
 		ClusterID:         cfg.ClusterID,
@@ -300,8 +303,10 @@ func (s *Server) accept(ctx, connCtx context.Context) error {
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.connsMu.Unlock()
+		s.open.Inc()
 		go func() {
 			defer s.wg.Done()
+			defer s.open.Dec()
 			s.serveConn(connCtx, c)
 			s.connsMu.Lock()
 			delete(s.conns, c)
