@@ -1,6 +1,6 @@
 package handler
 
-// Metadata (API key 3), versions 0-12.
+// Metadata (API key 3), versions 0-13 (v13, KIP-1102: top-level error code, always 0).
 //
 // Behaviour:
 //   - Brokers are the live kafka-gateway replicas (NATS announcements, self always
@@ -34,7 +34,7 @@ import (
 	"go.uber.org/zap"
 )
 
-func init() { register(kmsg.Metadata.Int16(), 0, 12, (*Handler).handleMetadata) }
+func init() { register(kmsg.Metadata.Int16(), 0, 13, (*Handler).handleMetadata) }
 
 // KafkaClusterID derives the Kafka cluster id (22 characters of URL-safe base64, like a
 // Kafka-generated id) from the Tributary cluster id, so every replica reports the same.

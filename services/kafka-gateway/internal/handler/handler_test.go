@@ -718,7 +718,7 @@ func TestAPIVersionsFromRegistrations(t *testing.T) {
 	for _, k := range resp.ApiKeys {
 		got[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
 	}
-	want := map[int16][2]int16{0: {0, 12}, 1: {4, 16}, 10: {0, 5}, 2: {1, 10}, 3: {0, 12}, 18: {0, 4}, 19: {2, 7}, 20: {1, 6}, 21: {0, 2}, 22: {0, 5}, 23: {2, 4}, 32: {1, 4}, 37: {0, 3}, 44: {0, 1}, 60: {0, 2}}
+	want := map[int16][2]int16{0: {0, 12}, 1: {4, 16}, 10: {0, 5}, 2: {1, 10}, 3: {0, 13}, 18: {0, 4}, 19: {2, 7}, 20: {1, 6}, 21: {0, 2}, 22: {0, 5}, 23: {2, 4}, 32: {1, 4}, 37: {0, 3}, 44: {0, 1}, 60: {0, 2}}
 	if len(got) != len(want) {
 		t.Errorf("advertised %v, want %v", got, want)
 	}
