@@ -300,7 +300,9 @@ func DecodeBatch(b []byte) ([]Record, error) {
 			return nil, fmt.Errorf("%w: decompress: %v", ErrCorruptBatch, err)
 		}
 	}
-	out := make([]Record, 0, max(h.RecordCount, 0))
+	// The count is the producer's claim (not checked against compressed content):
+	// size the slice by what the bytes can hold, at least 7 bytes per record.
+	out := make([]Record, 0, min(max(int(h.RecordCount), 0), len(recs)/7+1))
 	logAppend := h.Attributes&attrTimestampType != 0
 	for i := 0; i < int(h.RecordCount); i++ {
 		l, k := binary.Varint(recs)
