@@ -58,6 +58,12 @@ func TestKafkaToNativeSubscribe(t *testing.T) {
 	}
 
 	st := storageClient(t, s.StorageAddr)
+	// A live subscription on partition 1, started before more records are produced.
+	liveCtx := ctxT(t, 30*time.Second)
+	live, err := st.Subscribe(liveCtx, &storagev1.SubscribeRequest{Channel: channel.KafkaPartition(topic, 1), Start: &storagev1.SubscribeRequest_New{New: true}})
+	if err != nil {
+		t.Fatalf("Subscribe new: %v", err)
+	}
 	for p := int32(0); p < 2; p++ {
 		ch := channel.KafkaPartition(topic, p)
 		want := byPart[p]
@@ -100,6 +106,20 @@ func TestKafkaToNativeSubscribe(t *testing.T) {
 				t.Errorf("%s seq %d: producer_id %d; kgo's idempotent producer wrote it", ch, g.Sequence, g.ProducerId)
 			}
 		}
+	}
+
+	// Records produced now reach the live subscription, and only those.
+	later := &kgo.Record{Partition: 1, Value: []byte("live")}
+	pcl := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := pcl.ProduceSync(ctxT(t, 20*time.Second), later).FirstErr(); err != nil {
+		t.Fatalf("produce live record: %v", err)
+	}
+	msg, err := live.Recv()
+	if err != nil {
+		t.Fatalf("live Subscribe: %v", err)
+	}
+	if len(msg.Records) == 0 || string(msg.Records[0].Value) != "live" || msg.Records[0].Sequence != later.Offset+1 {
+		t.Fatalf("live Subscribe got %v, want the record produced after it started (offset %d)", msg.Records, later.Offset)
 	}
 }
 

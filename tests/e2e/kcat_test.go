@@ -211,9 +211,17 @@ func TestKcatCompression(t *testing.T) {
 	addr := s.KafkaAddrs[0]
 	adm := newAdmin(t, s.KafkaAddrs)
 	codecs := []struct {
-		name string
-		id   int16 // RecordBatch attributes & 0x07
-	}{{"gzip", 1}, {"snappy", 2}, {"lz4", 3}, {"zstd", 4}}
+		name  string
+		id    int16 // RecordBatch attributes & 0x07
+		extra []string
+	}{
+		{"gzip", 1, []string{"-z", "gzip"}},
+		{"snappy", 2, []string{"-z", "snappy"}},
+		{"lz4", 3, []string{"-z", "lz4"}},
+		{"zstd", 4, []string{"-z", "zstd"}},
+		// librdkafka's idempotent producer (InitProducerId, sequence numbers).
+		{"zstd-idempotent", 4, []string{"-z", "zstd", "-X", "enable.idempotence=true"}},
+	}
 	for _, c := range codecs {
 		t.Run(c.name, func(t *testing.T) {
 			topic := topicName("kcat-" + c.name)
@@ -222,7 +230,7 @@ func TestKcatCompression(t *testing.T) {
 			file, lines := writeLines(t, 2000, func(i int) string {
 				return fmt.Sprintf("%05d %s", i, strings.Repeat(c.name+" compressible payload ", 8))
 			})
-			kcatProduce(t, kcat, addr, topic, file, "-z", c.name, "-X", "linger.ms=20")
+			kcatProduce(t, kcat, addr, topic, file, append(c.extra, "-X", "linger.ms=20")...)
 
 			got := kcatConsume(t, kcat, addr, topic, len(lines))
 			gotLines := make([]string, len(got))
