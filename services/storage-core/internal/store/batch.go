@@ -4,9 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"sync"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Kafka RecordBatch v2 layout (KIP-98, Kafka DefaultRecordBatch.java). All integers big
@@ -274,11 +271,6 @@ func appendVarBytes(b, v []byte) []byte {
 	return append(b, v...)
 }
 
-var (
-	decompressorOnce sync.Once
-	decompressor     kgo.Decompressor
-)
-
 // DecodeBatch decodes the records of one stored frame, decompressing gzip, snappy (raw
 // or xerial framed), lz4 (frame) and zstd. Records of a LogAppendTime batch get the
 // batch's max timestamp. The returned slices alias b or the decompressed buffer.
@@ -294,8 +286,7 @@ func DecodeBatch(b []byte) ([]Record, error) {
 		if codec > 4 {
 			return nil, fmt.Errorf("%w: codec %d", ErrUnsupportedCompression, codec)
 		}
-		decompressorOnce.Do(func() { decompressor = kgo.DefaultDecompressor() })
-		recs, err = decompressor.Decompress(recs, kgo.CompressionCodecType(codec))
+		recs, err = decompress(recs, codec)
 		if err != nil {
 			return nil, fmt.Errorf("%w: decompress: %v", ErrCorruptBatch, err)
 		}

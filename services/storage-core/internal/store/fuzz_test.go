@@ -10,7 +10,9 @@ import (
 func FuzzDecodeBatch(f *testing.F) {
 	t := &testing.T{}
 	f.Add(kbatch(t, batchOpt{}, "a", "b"))
-	f.Add(kbatch(t, batchOpt{codec: kgo.SnappyCompression()}, "a", "b", "c"))
+	for _, c := range []kgo.CompressionCodec{kgo.GzipCompression(), kgo.SnappyCompression(), kgo.Lz4Compression(), kgo.ZstdCompression()} {
+		f.Add(kbatch(t, batchOpt{codec: c}, "a", "b", "c"))
+	}
 	f.Add(EncodeBatch([]NewRecord{{Key: []byte("k"), Headers: []Header{{Key: "h"}}}}, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if n, err := frameLen(b); err == nil {
