@@ -181,7 +181,17 @@ func (h *Handler) Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 	if err == nil && resp != nil {
 		resp.SetVersion(v)
 	}
-	h.metrics.observe(key, resp, time.Since(start))
+	took := time.Since(start)
+	h.metrics.observe(key, resp, took)
+	if ce := h.log.Check(zap.DebugLevel, "kafka request"); ce != nil {
+		client := ""
+		if r.ClientID != nil {
+			client = *r.ClientID
+		}
+		ce.Write(zap.String("api", kmsg.NameForKey(key)), zap.Int16("version", v),
+			zap.Int32("correlation_id", r.CorrelationID), zap.String("client_id", client),
+			zap.Duration("took", took), zap.Error(err))
+	}
 	return resp, err
 }
 
