@@ -38,11 +38,11 @@ func TestKillStorageDuringProduce(t *testing.T) {
 		ackedCount atomic.Int64
 		finished   atomic.Int64
 	)
-	value := func(i int) []byte { return []byte("kill-" + strconv.Itoa(i)) }
+	value := func(i int) string { return "kill-" + strconv.Itoa(i) }
 	go func() {
 		for i := 0; i < n; i++ {
 			i := i
-			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%997), Value: value(i)}, func(r *kgo.Record, err error) {
+			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%997), Value: []byte(value(i))}, func(r *kgo.Record, err error) {
 				defer finished.Add(1)
 				mu.Lock()
 				defer mu.Unlock()
@@ -113,7 +113,7 @@ func TestKillStorageDuringProduce(t *testing.T) {
 		}
 	}
 	for i := 0; i < n; i++ {
-		v := string(value(i))
+		v := value(i)
 		a, ok := acked[i]
 		if !ok {
 			continue
