@@ -409,7 +409,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				// Shutdown closed the read side: answer what is in flight, then close.
 				return
 			}
-			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				log.Info("closing kafka connection", zap.Error(err))
 			}
 			cancel()
