@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +20,14 @@ import (
 // Every record acknowledged before the kill is there exactly once afterwards, the
 // producer goes on (all records end up acknowledged, with kgo's default infinite record
 // retries), and no record is stored twice.
-func TestKillStorageDuringProduce(t *testing.T) {
+func TestKillStorageDuringProduce(t *testing.T) { killDuringProduce(t, stack.StorageCore) }
+
+// TestKillGatewayDuringProduce: the same with the (only) kafka-gateway killed and
+// restarted on its port: idempotence state lives in storage-core, so the producer's
+// retries after reconnecting are deduplicated there.
+func TestKillGatewayDuringProduce(t *testing.T) { killDuringProduce(t, stack.KafkaGateway+"-0") }
+
+func killDuringProduce(t *testing.T, victim string) {
 	const n = 50_000
 	s := stack.StartT(t, stack.Options{})
 	topic := topicName("kill")
@@ -57,8 +65,8 @@ func TestKillStorageDuringProduce(t *testing.T) {
 	}()
 
 	waitFor(t, 60*time.Second, "5,000 acknowledged records before the kill", func() bool { return ackedCount.Load() >= 5000 })
-	if err := s.KillStorage(); err != nil {
-		t.Fatalf("kill storage-core: %v", err)
+	if err := s.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", victim, err)
 	}
 	mu.Lock()
 	ackedBeforeKill := make(map[int]produced, len(acked))
@@ -66,20 +74,20 @@ func TestKillStorageDuringProduce(t *testing.T) {
 		ackedBeforeKill[i] = a
 	}
 	mu.Unlock()
-	t.Logf("storage-core killed with %d records acknowledged", len(ackedBeforeKill))
+	t.Logf("%s killed with %d records acknowledged", victim, len(ackedBeforeKill))
 	if len(ackedBeforeKill) == n {
 		t.Fatalf("all %d records were acknowledged before the kill; the test needs a longer run", n)
 	}
 
-	// Leave storage-core down for a second (part of the scenario, not a readiness wait).
+	// Leave it down for a second (part of the scenario, not a readiness wait).
 	time.Sleep(time.Second)
 	ackedWhileDown := ackedCount.Load() - int64(len(ackedBeforeKill))
 	restartCtx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := s.RestartStorage(restartCtx); err != nil {
-		t.Fatalf("restart storage-core: %v", err)
+	if err := s.Restart(restartCtx, victim); err != nil {
+		t.Fatalf("restart %s: %v", victim, err)
 	}
-	t.Logf("storage-core restarted; %d acknowledgements arrived while it was down (responses in flight at the kill)", ackedWhileDown)
+	t.Logf("%s restarted; %d acknowledgements arrived while it was down (responses in flight at the kill)", victim, ackedWhileDown)
 
 	// The producer must finish on its own.
 	waitFor(t, 3*time.Minute, "every produce promise to complete after the restart", func() bool { return finished.Load() == n })
