@@ -38,6 +38,7 @@ func run() error {
 	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
 	fs.IntVar(&partitions, "default-partitions", 1, "partition count of auto-created topics (1..256)")
 	fs.IntVar(&maxFrame, "max-request-bytes", server.DefaultMaxFrameBytes, "largest Kafka request frame accepted, in bytes; larger closes the connection")
+	fs.Int64Var(&cfg.MaxInFlightBytes, "max-inflight-request-bytes", server.DefaultMaxInFlightBytes, "request bytes held in memory by all connections at once; readers wait beyond it")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "kafka-gateway", os.Args[1:]); err != nil {
 		return err

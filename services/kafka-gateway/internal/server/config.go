@@ -15,6 +15,8 @@ const (
 	// DefaultMaxInFlight is how many requests of one connection may be in progress at
 	// once; the connection's reader waits beyond that.
 	DefaultMaxInFlight = 64
+	// DefaultMaxInFlightBytes bounds the request bytes in memory across connections.
+	DefaultMaxInFlightBytes = 512 << 20
 )
 
 // Config configures the kafka-gateway server. The flags of cmd/kafka-gateway map to it
@@ -49,6 +51,9 @@ type Config struct {
 	MaxFrameBytes int32
 	// MaxInFlight bounds concurrent requests per connection (0 = DefaultMaxInFlight).
 	MaxInFlight int
+	// MaxInFlightBytes bounds the request bytes held by all connections at once (0 =
+	// DefaultMaxInFlightBytes); readers wait beyond it (Kafka queued.max.request.bytes).
+	MaxInFlightBytes int64
 
 	// Storage and Coordinator, when set, are used instead of dialing (tests).
 	Storage     storagev1.StorageServiceClient
@@ -83,6 +88,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxInFlightBytes <= 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
 	return nil
 }

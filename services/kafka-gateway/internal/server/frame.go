@@ -8,19 +8,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// readFrame reads one size-prefixed Kafka frame (int32 size + request) of at most max
-// bytes.
-func readFrame(r io.Reader, sizeBuf []byte, max int32) ([]byte, error) {
+// readSize reads a frame's int32 size and checks it against max bytes.
+func readSize(r io.Reader, sizeBuf []byte, max int32) (int32, error) {
 	if _, err := io.ReadFull(r, sizeBuf[:4]); err != nil {
-		return nil, err
+		return 0, err
 	}
 	n := int32(binary.BigEndian.Uint32(sizeBuf[:4]))
 	if n < 0 || n > max {
-		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, max)
+		return 0, fmt.Errorf("%w: %d bytes (limit %d)", ErrFrameTooLarge, n, max)
 	}
 	if n < 10 {
-		return nil, fmt.Errorf("%w: %d-byte frame is shorter than a request header", ErrBadFrame, n)
+		return 0, fmt.Errorf("%w: %d-byte frame is shorter than a request header", ErrBadFrame, n)
 	}
+	return n, nil
+}
+
+// readBody reads the n bytes of a frame after its size.
+func readBody(r io.Reader, n int32) ([]byte, error) {
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return nil, err

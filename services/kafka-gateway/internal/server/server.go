@@ -50,6 +50,7 @@ type Server struct {
 	wg       sync.WaitGroup
 	draining atomic.Bool
 	open     prometheus.Gauge
+	mem      *budget
 }
 
 // New binds the Kafka (and HTTP) listeners and prepares the gRPC clients; nothing is
@@ -58,7 +59,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes)}
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
 	storage, coord := cfg.Storage, cfg.Coordinator
@@ -403,7 +404,15 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	var sizeBuf [4]byte
 	var produce handler.TurnChain
 	for {
-		frame, err := readFrame(br, sizeBuf[:], s.cfg.MaxFrameBytes)
+		size, err := readSize(br, sizeBuf[:], s.cfg.MaxFrameBytes)
+		var frame []byte
+		if err == nil {
+			if err = s.mem.acquire(ctx, int64(size)); err == nil {
+				if frame, err = readBody(br, size); err != nil {
+					s.mem.release(int64(size))
+				}
+			}
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && s.draining.Load() {
 				// Shutdown closed the read side: answer what is in flight, then close.
@@ -416,6 +425,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			return
 		}
 		p, req, err := s.decode(frame)
+		if err != nil || req == nil {
+			s.mem.release(int64(size))
+		}
 		if err != nil {
 			log.Info("closing kafka connection", zap.Error(err))
 			cancel()
@@ -429,6 +441,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			go func() {
 				defer handlers.Done()
 				resp, err := s.h.Handle(ctx, req)
+				s.mem.release(int64(size))
 				req.Turn.Finish()
 				p.resp, p.err = resp, err
 				close(p.done)
