@@ -54,8 +54,9 @@ type Membership struct {
 	interval time.Duration
 	expiry   time.Duration
 
-	mu    sync.Mutex
-	peers map[int32]seen
+	mu       sync.Mutex
+	peers    map[int32]seen
+	warnedID bool
 }
 
 // New returns a Membership for self in cluster clusterID.
@@ -98,6 +99,14 @@ func (m *Membership) Live() []Member {
 func (m *Membership) observe(mem Member) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if mem.NodeID == m.self.NodeID && (mem.Host != m.self.Host || mem.Port != m.self.Port) {
+		if !m.warnedID {
+			m.warnedID = true
+			m.log.Warn("another kafka-gateway replica announces this node id; node ids must be unique",
+				zap.Int32("node_id", mem.NodeID), zap.String("host", mem.Host), zap.Int32("port", mem.Port))
+		}
+		return
+	}
 	if _, known := m.peers[mem.NodeID]; !known && mem.NodeID != m.self.NodeID {
 		m.log.Info("kafka-gateway replica joined", zap.Int32("node_id", mem.NodeID), zap.String("host", mem.Host), zap.Int32("port", mem.Port))
 	}
