@@ -22,6 +22,9 @@ var (
 	// ErrAcksZeroFailed is returned for an acks=0 produce that failed on some
 	// partition: the only way to tell the client is to close the connection.
 	ErrAcksZeroFailed = errors.New("acks=0 produce failed")
+	// ErrHandlerPanic is returned when a handler panicked (a bug): the connection is
+	// closed, the process keeps serving.
+	ErrHandlerPanic = errors.New("kafka handler panicked")
 )
 
 // storageCodes is the one table from storage-core's per-channel ErrorCode to Kafka error

@@ -177,7 +177,7 @@ func (h *Handler) Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 		return nil, fmt.Errorf("%w: key %d version %d (serving %d..%d)", ErrUnsupportedVersion, key, v, a.min, a.max)
 	}
 	start := time.Now()
-	resp, err := a.fn(h, ctx, r)
+	resp, err := h.call(ctx, a, r)
 	if err == nil && resp != nil {
 		resp.SetVersion(v)
 	}
@@ -199,6 +199,19 @@ func (h *Handler) Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 // at once with NOT_LEADER_OR_FOLLOWER (clients move to another replica) and new ones do
 // not wait.
 func (h *Handler) Drain() { h.drain() }
+
+// call runs a handler, turning a panic into an error (the connection closes; the
+// process and every other connection keep going).
+func (h *Handler) call(ctx context.Context, a api, r *Request) (resp kmsg.Response, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			h.log.Error("panic in kafka handler", zap.String("api", kmsg.NameForKey(a.key)),
+				zap.Int16("version", r.Body.GetVersion()), zap.Any("panic", p), zap.Stack("stack"))
+			resp, err = nil, fmt.Errorf("%w: %v", ErrHandlerPanic, p)
+		}
+	}()
+	return a.fn(h, ctx, r)
+}
 
 // InvalidateTopic drops a topic from the metadata cache ("" drops everything). Called
 // on "tributary.<cluster-id>.topics.changed" NATS messages.
