@@ -40,6 +40,7 @@ type config struct {
 	fsync       string
 	targets     string
 	maxRecords  int
+	rounds      int
 }
 
 // target is a Kafka endpoint under test.
@@ -62,7 +63,8 @@ func (r result) perSec() float64 { return float64(r.records) / r.elapsed.Seconds
 
 func main() {
 	var cfg config
-	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "produce time per throughput case")
+	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "produce time per throughput round")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "throughput rounds per case and target; the median is reported")
 	flag.DurationVar(&cfg.latencyDur, "latency-duration", 10*time.Second, "time per fixed-rate latency case")
 	flag.IntVar(&cfg.rate, "rate", 20000, "records/s for the latency case")
 	flag.IntVar(&cfg.recordBytes, "record-bytes", 1024, "value size in bytes")
@@ -124,14 +126,25 @@ func run(cfg config) error {
 	}
 	var rows []row
 	for _, parts := range []int32{1, 6} {
-		var res [2][2]result // [target][produce, consume]
-		for i, tg := range targets {
-			p, c, err := throughput(ctx, cfg, tg, parts)
-			if err != nil {
-				return fmt.Errorf("%s, %d partitions: %w", tg.name, parts, err)
+		// Rounds alternate between the targets; each figure is the median round, so a
+		// burst of noise on a small shared machine does not decide the ratio.
+		var runs [2][2][]result // [target][produce, consume][round]
+		for round := 0; round < cfg.rounds; round++ {
+			for i, tg := range targets {
+				p, c, err := throughput(ctx, cfg, tg, parts)
+				if err != nil {
+					return fmt.Errorf("%s, %d partitions: %w", tg.name, parts, err)
+				}
+				runs[i][0] = append(runs[i][0], p)
+				runs[i][1] = append(runs[i][1], c)
+				fmt.Printf("  round %d %-9s %d partition(s): produce %9.0f rec/s, consume %9.0f rec/s\n", round+1, tg.name, parts, p.perSec(), c.perSec())
 			}
-			res[i] = [2]result{p, c}
-			fmt.Printf("  %-9s %d partition(s): produce %9.0f rec/s, consume %9.0f rec/s\n", tg.name, parts, p.perSec(), c.perSec())
+		}
+		var res [2][2]result
+		for i := range runs {
+			for k := range runs[i] {
+				res[i][k] = median(runs[i][k])
+			}
 		}
 		rows = append(rows,
 			row{fmt.Sprintf("produce %d partition(s)", parts), res[0][0], res[1][0]},
@@ -149,7 +162,7 @@ func run(cfg config) error {
 
 	mib := float64(cfg.recordBytes) / (1 << 20)
 	fmt.Printf("\nKafka benchmark: %d B random records, uncompressed, acks=all, idempotent kgo producer; tributary fsync=%s; kfake in memory\n", cfg.recordBytes, cfg.fsync)
-	fmt.Printf("%-24s %14s %14s %8s\n", "case (records/s)", "tributary", "kfake", "ratio")
+	fmt.Printf("%-24s %14s %14s %8s\n", fmt.Sprintf("median of %d (records/s)", cfg.rounds), "tributary", "kfake", "ratio")
 	for _, r := range rows {
 		fmt.Printf("%-24s %14.0f %14.0f %7.2fx   (%.1f vs %.1f MiB/s)\n", r.name, r.trib.perSec(), r.fak.perSec(), r.trib.perSec()/r.fak.perSec(), r.trib.perSec()*mib, r.fak.perSec()*mib)
 	}
@@ -162,6 +175,13 @@ func run(cfg config) error {
 	}
 	fmt.Printf("%-24s %14.0f %14.0f\n", "  achieved rec/s", lat[0].perSec(), lat[1].perSec())
 	return nil
+}
+
+// median returns the result with the median rate.
+func median(rs []result) result {
+	rs = append([]result(nil), rs...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].perSec() < rs[j].perSec() })
+	return rs[len(rs)/2]
 }
 
 var topicSeq atomic.Int64
