@@ -29,7 +29,7 @@ func run() error {
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:9092", "Kafka listener address (host:port; port 0 picks one)")
 	fs.StringVar(&cfg.AdvertisedAddr, "advertised-addr", "", "host:port announced to clients and peers (default: the listen address)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7421", "HTTP address for /metrics, /healthz, /readyz")
-	fs.IntVar(&nodeID, "node-id", 0, "Kafka broker id of this replica (unique per replica)")
+	fs.IntVar(&nodeID, "node-id", 0, "Kafka broker id of this replica (unique per replica; -1 derives one from the advertised address)")
 	fs.StringVar(&cfg.Rack, "rack", "", "broker rack announced in Metadata (optional)")
 	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address")
 	fs.StringVar(&cfg.CoordinatorAddr, "coordinator-addr", "127.0.0.1:7410", "coordinator gRPC address")

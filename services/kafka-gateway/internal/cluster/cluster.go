@@ -2,7 +2,9 @@
 // itself on NATS subject "tributary.<cluster-id>.kafka.brokers" every second with a JSON
 // payload {node_id, host, port, rack}; entries not heard from for 5 s expire. The local
 // replica is always in the list, so a gateway without NATS still serves (as a cluster of
-// one).
+// one). A starting replica's first announcement carries a reply subject; every peer
+// answers it at once with its own announcement, so a new replica knows its peers after
+// one round trip instead of after a full announcement interval (Synced).
 package cluster
 
 import (
@@ -22,6 +24,9 @@ const (
 	AnnounceInterval = time.Second
 	// Expiry is how long an announcement keeps a replica in the list.
 	Expiry = 5 * time.Second
+	// DiscoveryWindow is how long a starting replica collects answers to its first
+	// announcement before it reports itself Synced.
+	DiscoveryWindow = 250 * time.Millisecond
 )
 
 // Member is one kafka-gateway replica, as announced on NATS.
@@ -57,6 +62,9 @@ type Membership struct {
 	mu       sync.Mutex
 	peers    map[int32]seen
 	warnedID bool
+
+	synced     chan struct{}
+	syncedOnce sync.Once
 }
 
 // New returns a Membership for self in cluster clusterID.
@@ -68,8 +76,13 @@ func New(clusterID string, self Member, log *zap.Logger) *Membership {
 		interval: AnnounceInterval,
 		expiry:   Expiry,
 		peers:    map[int32]seen{},
+		synced:   make(chan struct{}),
 	}
 }
+
+// Synced is closed once the first discovery round over NATS is over: from then on Live
+// includes every peer that was alive when this replica started.
+func (m *Membership) Synced() <-chan struct{} { return m.synced }
 
 // Self is the local replica.
 func (m *Membership) Self() Member { return m.self }
@@ -114,36 +127,61 @@ func (m *Membership) observe(mem Member) {
 }
 
 // Run subscribes to announcements and announces self every second until ctx ends. The
-// NATS connection may be down: nats.go reconnects in the background and announcements
-// resume then.
+// first announcement asks every peer to answer at once (see Synced). The NATS connection
+// may be down: nats.go reconnects in the background and announcements resume then.
 func (m *Membership) Run(ctx context.Context, nc *nats.Conn) error {
-	sub, err := nc.Subscribe(m.subject, func(msg *nats.Msg) {
+	payload, err := json.Marshal(m.self)
+	if err != nil {
+		return err
+	}
+	handle := func(msg *nats.Msg) {
 		var mem Member
 		if err := json.Unmarshal(msg.Data, &mem); err != nil {
 			m.log.Warn("bad kafka broker announcement", zap.Error(err))
 			return
 		}
 		m.observe(mem)
-	})
+		if msg.Reply != "" && mem.NodeID != m.self.NodeID {
+			if err := nc.Publish(msg.Reply, payload); err != nil {
+				m.log.Debug("discovery answer not published", zap.Error(err))
+			}
+		}
+	}
+	sub, err := nc.Subscribe(m.subject, handle)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	payload, err := json.Marshal(m.self)
+	inbox := nc.NewRespInbox()
+	isub, err := nc.Subscribe(inbox, handle)
 	if err != nil {
 		return err
 	}
+	defer func() { _ = isub.Unsubscribe() }()
+
+	discovered := false
+	var window <-chan time.Time
 	t := time.NewTicker(m.interval)
 	defer t.Stop()
 	for {
 		if nc.IsConnected() {
-			if err := nc.Publish(m.subject, payload); err != nil {
+			var err error
+			if discovered {
+				err = nc.Publish(m.subject, payload)
+			} else if err = nc.PublishRequest(m.subject, inbox, payload); err == nil {
+				discovered = true
+				window = time.After(DiscoveryWindow)
+			}
+			if err != nil {
 				m.log.Debug("broker announcement not published", zap.Error(err))
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-window:
+			window = nil
+			m.syncedOnce.Do(func() { close(m.synced) })
 		case <-t.C:
 		}
 	}

@@ -90,3 +90,45 @@ func TestAnnouncementsOverNATS(t *testing.T) {
 	<-done
 	<-done
 }
+
+// A replica that starts after its peer knows the peer as soon as it is Synced, long
+// before the peer's next periodic announcement.
+func TestLateJoinerDiscoversPeersAtOnce(t *testing.T) {
+	u := natsURL(t)
+	cluster := "test-late-" + time.Now().Format("150405.000000000")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{}, 2)
+	start := func(id int32) *Membership {
+		nc, err := nats.Connect(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		m := New(cluster, Member{NodeID: id, Host: "127.0.0.1", Port: 9092 + id}, zaptest.NewLogger(t))
+		m.interval = time.Hour
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if err := m.Run(ctx, nc); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+		select {
+		case <-m.Synced():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("replica %d never synced", id)
+		}
+		return m
+	}
+	first := start(0)
+	second := start(1)
+	if live := second.Live(); len(live) != 2 {
+		t.Fatalf("late joiner sees %+v right after sync, want both replicas", live)
+	}
+	if live := first.Live(); len(live) != 2 {
+		t.Fatalf("first replica sees %+v after the late joiner's first announcement", live)
+	}
+	cancel()
+	<-done
+	<-done
+}

@@ -30,7 +30,9 @@ type Config struct {
 	AdvertisedAddr string
 	// HTTPAddr serves /metrics, /healthz, /readyz ("" = disabled).
 	HTTPAddr string
-	// NodeID is this replica's Kafka broker id (unique per replica).
+	// NodeID is this replica's Kafka broker id (unique per replica). -1 derives a stable
+	// id from the advertised address (FNV-1a of host:port, 31 bits), for replicas that
+	// are scaled without per-replica configuration (Kubernetes Deployments).
 	NodeID int32
 	// Rack is the broker rack announced in Metadata (optional).
 	Rack string
@@ -68,8 +70,8 @@ func (c *Config) Validate() error {
 	if c.ClusterID == "" {
 		return fmt.Errorf("%w: cluster id is empty", ErrConfig)
 	}
-	if c.NodeID < 0 {
-		return fmt.Errorf("%w: node id %d is negative", ErrConfig, c.NodeID)
+	if c.NodeID < -1 {
+		return fmt.Errorf("%w: node id %d is negative (-1 derives one from the advertised address)", ErrConfig, c.NodeID)
 	}
 	if c.DefaultPartitions == 0 {
 		c.DefaultPartitions = 1

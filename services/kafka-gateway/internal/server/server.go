@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"strconv"
@@ -95,6 +96,10 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		s.closeGRPC()
 		return nil, err
 	}
+	if cfg.NodeID == -1 {
+		cfg.NodeID = derivedNodeID(self)
+		s.cfg.NodeID = cfg.NodeID
+	}
 	self.NodeID = cfg.NodeID
 	if cfg.Rack != "" {
 		rack := cfg.Rack
@@ -122,6 +127,14 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 			defer s.natsMu.Unlock()
 			return s.natsErr
 		})
+		s.http.AddReadyCheck("cluster", func(context.Context) error {
+			select {
+			case <-s.members.Synced():
+				return nil
+			default:
+				return errors.New("discovering kafka-gateway peers")
+			}
+		})
 	}
 	if cfg.HTTPAddr != "" {
 		if err := s.http.Listen(cfg.HTTPAddr); err != nil {
@@ -146,6 +159,14 @@ func (s *Server) httpCheck(name string, cc *grpc.ClientConn) {
 		}
 		return nil
 	})
+}
+
+// derivedNodeID is the broker id for --node-id=-1: FNV-1a of the advertised host:port,
+// masked to 31 bits so it is a valid non-negative Kafka broker id.
+func derivedNodeID(self cluster.Member) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(net.JoinHostPort(self.Host, strconv.Itoa(int(self.Port)))))
+	return int32(h.Sum32() & 0x7fffffff)
 }
 
 // advertised computes the announced host and port from the configured advertised

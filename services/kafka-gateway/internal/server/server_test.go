@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +130,14 @@ func TestKgoProduceConsume(t *testing.T) {
 	offs.Each(func(o kadm.ListedOffset) { total += o.Offset })
 	if total != n {
 		t.Fatalf("end offsets sum %d, want %d", total, n)
+	}
+}
+
+func TestDerivedNodeIDIsStableAndNonNegative(t *testing.T) {
+	a := derivedNodeID(cluster.Member{Host: "10.0.0.7", Port: 9092})
+	b := derivedNodeID(cluster.Member{Host: "10.0.0.7", Port: 9092})
+	c := derivedNodeID(cluster.Member{Host: "10.0.0.8", Port: 9092})
+	if a != b || a < 0 || c < 0 || a == c {
+		t.Fatalf("derived ids: %d %d %d", a, b, c)
 	}
 }
