@@ -1,7 +1,7 @@
 // Package obs is the observability kit every service shares: a zap logger, a Prometheus
 // registry, and the HTTP endpoints /metrics (Prometheus text), /healthz (liveness:
-// always 200 while the process serves) and /readyz (200 "ready", or 503 "not ready:
-// <why>" naming the first failing readiness check).
+// always 200 while the process serves), /readyz (200 "ready", or 503 "not ready:
+// <why>" naming the first failing readiness check) and /debug/pprof/ (Go profiles).
 package obs
 
 import (
@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -74,6 +75,11 @@ func NewHTTP(reg *prometheus.Registry, log *zap.Logger) *HTTP {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", h.serveReady)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return h
 }
