@@ -17,7 +17,7 @@ package handler
 //     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is
 //     UNKNOWN_TOPIC_OR_PARTITION.
 //   - Each partition's batches are checked (framing, magic 2, CRC-32C) and then all
-//     partitions go to storage-core in ONE AppendBatches call. BaseOffset =
+//     partitions go to storage-core in ONE request (AppendStream, see below). BaseOffset =
 //     first_sequence - 1 (the original offset for an idempotent duplicate),
 //     LogAppendTime from storage (-1 for CreateTime topics), LogStartOffset =
 //     log_start_sequence - 1.
@@ -29,7 +29,11 @@ package handler
 //     KAFKA_STORAGE_ERROR), never UNKNOWN_SERVER_ERROR (the Java client would turn that
 //     into duplicates).
 //   - Storage writes of one connection's produce requests keep request order (Turn), so
-//     pipelined idempotent batches arrive in sequence order.
+//     pipelined idempotent batches arrive in sequence order. They go on one AppendStream
+//     per connection (appendstream.go): the Turn is held only until the request is
+//     sent, so the connection's in-flight requests are written while earlier ones wait
+//     for their fsync, and share it. A broken stream fails its waiting requests with
+//     NOT_LEADER_OR_FOLLOWER (retriable); the next produce opens a new stream.
 //
 // KIPs: KIP-98 (idempotence, v3), KIP-110/KIP-390 (compression, kept as sent), KIP-467
 // (per-record errors, v8: not filled), KIP-482 (flexible v9+), KIP-951 (current leader
@@ -202,16 +206,15 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		}
 		return respond()
 	}
-	out, err := h.storage.AppendBatches(sctx, &storagev1.AppendBatchesRequest{Channels: channels})
+	results, err := h.storeBatches(ctx, sctx, r.Turn, channels)
 	if err != nil {
 		code := dataCode(err)
-		h.log.Warn("storage AppendBatches failed", zap.Int("partitions", len(channels)), zap.Int16("kafka_code", code), zap.Error(err))
+		h.log.Warn("storage append failed", zap.Int("partitions", len(channels)), zap.Int16("kafka_code", code), zap.Error(err))
 		for _, s := range slots {
 			resp.Topics[s.t].Partitions[s.p].ErrorCode = code
 		}
 		return respond()
 	}
-	results := out.GetResults()
 	for i, s := range slots {
 		rp := &resp.Topics[s.t].Partitions[s.p]
 		if i >= len(results) {
@@ -243,4 +246,22 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		}
 	}
 	return respond()
+}
+
+// storeBatches writes channels to storage-core. With a Turn (held by the caller, already
+// waited for) the request goes on the connection's AppendStream and the Turn is
+// finished as soon as it is sent, so the connection's next produce can be sent while
+// this one waits for its fsync; without one it is a unary AppendBatches. connCtx is the
+// connection's context (the stream's lifetime), ctx bounds this request.
+func (h *Handler) storeBatches(connCtx, ctx context.Context, turn *Turn, channels []*storagev1.ChannelBatches) ([]*storagev1.ChannelAppendResult, error) {
+	if turn == nil || turn.stream == nil {
+		out, err := h.storage.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: channels})
+		return out.GetResults(), err
+	}
+	t, err := turn.stream.submit(connCtx, h.storage, channels)
+	turn.Finish()
+	if err != nil {
+		return nil, err
+	}
+	return t.wait(ctx)
 }

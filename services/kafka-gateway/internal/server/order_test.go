@@ -33,6 +33,11 @@ func (s *slowFirstStorage) AppendBatches(ctx context.Context, req *storagev1.App
 	return s.Storage.AppendBatches(ctx, req, opts...)
 }
 
+// AppendStream routes the stream's requests through AppendBatches above.
+func (s *slowFirstStorage) AppendStream(ctx context.Context, _ ...grpc.CallOption) (storagev1.StorageService_AppendStreamClient, error) {
+	return fake.NewAppendStream(ctx, s.AppendBatches), nil
+}
+
 // TestPipelinedProducesReachStorageInOrder: five produce requests sent back to back on
 // one connection reach storage in request order even though the first one is slow.
 func TestPipelinedProducesReachStorageInOrder(t *testing.T) {

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"io"
 	"reflect"
 	"sync"
 	"time"
@@ -411,7 +413,7 @@ func (s *service) AppendBatches(_ context.Context, req *storagev1.AppendBatchesR
 	defer func() { s.count("AppendBatches", err) }()
 	resp := &storagev1.AppendBatchesResponse{Results: make([]*storagev1.ChannelAppendResult, len(req.Channels))}
 	if len(req.Channels) == 1 {
-		resp.Results[0] = s.appendOne(req.Channels[0])
+		resp.Results[0] = s.beginAppend(req.Channels[0]).result(s)
 		return resp, nil
 	}
 	var wg sync.WaitGroup
@@ -419,30 +421,143 @@ func (s *service) AppendBatches(_ context.Context, req *storagev1.AppendBatchesR
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp.Results[i] = s.appendOne(cb)
+			resp.Results[i] = s.beginAppend(cb).result(s)
 		}()
 	}
 	wg.Wait()
 	return resp, nil
 }
 
-func (s *service) appendOne(cb *storagev1.ChannelBatches) *storagev1.ChannelAppendResult {
-	r := &storagev1.ChannelAppendResult{Channel: cb.Channel, LogAppendTimeMs: -1}
-	l, err := s.channelFor(cb.Channel)
+// maxStreamInFlight bounds the requests of one AppendStream that are written but not
+// yet answered; the stream stops reading (and HTTP/2 flow control pushes back on the
+// caller) until one is answered.
+const maxStreamInFlight = 64
+
+// AppendStream applies each request's appends in stream order (the write phase,
+// BeginAppend, of every channel of a request completes before the next request is
+// read) and answers each one from its own goroutine once it is durable, so the fsyncs
+// of pipelined requests are shared (group commit). Sends are serialized. The stream
+// ends when the caller closes its side (after every answer is sent), on a receive
+// error, or at shutdown (UNAVAILABLE, after answering what was begun).
+func (s *service) AppendStream(stream storagev1.StorageService_AppendStreamServer) (err error) {
+	defer func() { s.count("AppendStream", err) }()
+	ctx := stream.Context()
+	reqs := make(chan *storagev1.AppendStreamRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var (
+		wg     sync.WaitGroup
+		sendMu sync.Mutex
+		sem    = make(chan struct{}, maxStreamInFlight)
+	)
+	defer wg.Wait()
+	for {
+		select {
+		case m := <-reqs:
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			pend := s.beginAppends(m.Channels)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp := &storagev1.AppendStreamResponse{Id: m.Id, Results: make([]*storagev1.ChannelAppendResult, len(pend))}
+				for i, p := range pend {
+					resp.Results[i] = p.result(s)
+				}
+				sendMu.Lock()
+				if err := stream.Send(resp); err != nil {
+					s.log.Debug("append stream send failed", zap.Error(err))
+				}
+				sendMu.Unlock()
+				<-sem
+			}()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if st, ok := status.FromError(err); ok {
+				return st.Err()
+			}
+			return status.Error(codes.Unavailable, err.Error())
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.done:
+			return status.Error(codes.Unavailable, "storage-core is shutting down")
+		}
+	}
+}
+
+// beginAppends runs the write phase of every channel of one request, concurrently
+// when there are several, and returns when all are written.
+func (s *service) beginAppends(cbs []*storagev1.ChannelBatches) []*chanAppend {
+	out := make([]*chanAppend, len(cbs))
+	if len(cbs) == 1 {
+		out[0] = s.beginAppend(cbs[0])
+		return out
+	}
+	var wg sync.WaitGroup
+	for i, cb := range cbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = s.beginAppend(cb)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// chanAppend is one channel's append after its write phase.
+type chanAppend struct {
+	cb   *storagev1.ChannelBatches
+	l    *store.Log
+	pend *store.PendingAppend
+	err  error
+}
+
+func (s *service) beginAppend(cb *storagev1.ChannelBatches) *chanAppend {
+	a := &chanAppend{cb: cb}
+	a.l, a.err = s.channelFor(cb.Channel)
+	if a.err == nil {
+		a.pend = a.l.BeginAppend(cb.Batches)
+	}
+	return a
+}
+
+// result waits for the append's durability and builds its result.
+func (a *chanAppend) result(s *service) *storagev1.ChannelAppendResult {
+	r := &storagev1.ChannelAppendResult{Channel: a.cb.Channel, LogAppendTimeMs: -1}
+	err := a.err
 	if err == nil {
 		var res store.AppendResult
-		res, err = l.AppendBatches(cb.Batches)
+		res, err = a.pend.Wait()
 		if err == nil {
 			r.FirstSequence = res.BaseOffset + 1
 			r.LogAppendTimeMs = res.LogAppendTime
 		}
-		r.LogStartSequence = l.LogStart() + 1
+		r.LogStartSequence = a.l.LogStart() + 1
 	}
 	if err != nil {
 		r.Error = errorCode(err)
 		r.ErrorMessage = err.Error()
 		if r.Error == storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE {
-			s.log.Warn("append failed", zap.String("channel", cb.Channel), zap.Error(err))
+			s.log.Warn("append failed", zap.String("channel", a.cb.Channel), zap.Error(err))
 		}
 	}
 	return r

@@ -242,8 +242,51 @@ type AppendResult struct {
 // ErrUnsupportedCompression, ErrOutOfOrderSequence, ErrInvalidProducerEpoch,
 // ErrStorage, ErrClosed.
 func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
+	return l.BeginAppend(b).Wait()
+}
+
+// PendingAppend is an append that was written (offsets and producer state assigned)
+// and may still be waiting for its fsync. Wait returns its outcome.
+type PendingAppend struct {
+	l      *Log
+	res    AppendResult
+	target int64 // wait until offsets below this are durable; 0 = nothing to wait for
+	err    error
+}
+
+// BeginAppend is the write phase of AppendBatches: it validates b, checks
+// idempotent-producer state, assigns offsets and writes the bytes under Log.mu, and
+// returns without waiting for durability. Appends begun one after another on a log
+// reach it in that order; their Waits may run concurrently and share one fsync (group
+// commit). A duplicate of an idempotent batch waits, in Wait, for the original's
+// durability. b is modified in place and must not be reused until Wait returns.
+func (l *Log) BeginAppend(b []byte) *PendingAppend {
+	res, target, err := l.beginAppend(b)
+	return &PendingAppend{l: l, res: res, target: target, err: err}
+}
+
+// Wait blocks until the append is durable (fsync always; at once in interval mode) and
+// returns its result. Errors: as AppendBatches. Safe to call once.
+func (p *PendingAppend) Wait() (AppendResult, error) {
+	if p.err != nil {
+		return AppendResult{}, p.err
+	}
+	if p.target > 0 {
+		if err := p.l.waitDurable(p.target); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	if !p.res.Duplicate {
+		p.l.st.metrics.Appends.Inc()
+	}
+	return p.res, nil
+}
+
+// beginAppend writes b and returns its result and the offset bound its durability
+// waits for (0: none).
+func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 	if len(b) == 0 {
-		return AppendResult{}, fmt.Errorf("%w: no batches", ErrCorruptBatch)
+		return AppendResult{}, 0, fmt.Errorf("%w: no batches", ErrCorruptBatch)
 	}
 	cfg := l.cfg.Load()
 	var hbuf [2]batchHeader
@@ -253,14 +296,14 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	for p := 0; p < len(b); {
 		n, err := frameLen(b[p:])
 		if err != nil {
-			return AppendResult{}, err
+			return AppendResult{}, 0, err
 		}
 		if n > int(cfg.MaxMessageBytes) {
-			return AppendResult{}, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
+			return AppendResult{}, 0, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
 		}
 		h, err := checkFrame(b[p : p+n])
 		if err != nil {
-			return AppendResult{}, err
+			return AppendResult{}, 0, err
 		}
 		hdrs = append(hdrs, h)
 		p += n
@@ -269,29 +312,28 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return AppendResult{}, ErrClosed
+		return AppendResult{}, 0, ErrClosed
 	}
 	if l.failed != nil {
 		l.mu.Unlock()
-		return AppendResult{}, fmt.Errorf("%w: channel fenced after %v", ErrStorage, l.failed)
+		return AppendResult{}, 0, fmt.Errorf("%w: channel fenced after %v", ErrStorage, l.failed)
 	}
 	for i := range hdrs {
 		h := &hdrs[i]
 		dup, err := l.prods.check(h, prev)
 		if err != nil {
 			l.mu.Unlock()
-			return AppendResult{}, err
+			return AppendResult{}, 0, err
 		}
 		if dup != nil {
 			l.mu.Unlock()
 			// The original may still be waiting for its fsync: acknowledge the retry
 			// only once the original is durable.
+			var target int64
 			if l.st.opts.FsyncInterval <= 0 {
-				if err := l.waitDurable(dup.baseOffset + 1); err != nil {
-					return AppendResult{}, err
-				}
+				target = dup.baseOffset + 1
 			}
-			return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.baseOffset + int64(dup.lastSeq-dup.firstSeq), LogAppendTime: -1, Duplicate: true}, nil
+			return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.baseOffset + int64(dup.lastSeq-dup.firstSeq), LogAppendTime: -1, Duplicate: true}, target, nil
 		}
 		if h.ProducerID >= 0 {
 			prev = append(prev, prevBatch{pid: h.ProducerID, epoch: h.ProducerEpoch, lastSeq: h.LastSequence()})
@@ -322,7 +364,7 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	if err := l.maybeRollLocked(int64(len(b)), now); err != nil {
 		l.failLocked(err)
 		l.mu.Unlock()
-		return AppendResult{}, fmt.Errorf("%w: roll segment: %v", ErrStorage, err)
+		return AppendResult{}, 0, fmt.Errorf("%w: roll segment: %v", ErrStorage, err)
 	}
 	seg := l.active
 	pos := seg.size.Load()
@@ -330,7 +372,7 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	if _, err := seg.f.WriteAt(b, pos); err != nil {
 		l.failLocked(err)
 		l.mu.Unlock()
-		return AppendResult{}, fmt.Errorf("%w: write: %v", ErrStorage, err)
+		return AppendResult{}, 0, fmt.Errorf("%w: write: %v", ErrStorage, err)
 	}
 	p = 0
 	for i := range hdrs {
@@ -349,13 +391,10 @@ func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	}
 	l.mu.Unlock()
 	l.st.metrics.AppendBytes.Add(float64(len(b)))
-	if !interval {
-		if err := l.waitDurable(off); err != nil {
-			return AppendResult{}, err
-		}
+	if interval {
+		return res, 0, nil
 	}
-	l.st.metrics.Appends.Inc()
-	return res, nil
+	return res, off, nil
 }
 
 // Append encodes records as one uncompressed batch (producer id -1) and appends it.

@@ -678,3 +678,41 @@ func TestProducerExpiry(t *testing.T) {
 		t.Fatalf("after expiry: %v", err)
 	}
 }
+
+// TestBeginAppendPipelined: appends begun back to back (write phase only) get offsets
+// in begin order, are not visible before they are durable, and a duplicate begun before
+// the original is durable is answered with the original's offset; waiting in reverse
+// order works (one fsync covers them all).
+func TestBeginAppendPipelined(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "pipe", ChannelConfig{})
+	var pend []*PendingAppend
+	for i := range 10 {
+		pend = append(pend, l.BeginAppend(kbatch(t, batchOpt{pid: 3, epoch: 0, seq: int32(2 * i)}, "a", "b")))
+	}
+	dup := l.BeginAppend(kbatch(t, batchOpt{pid: 3, epoch: 0, seq: 16}, "a", "b"))
+	gap := l.BeginAppend(kbatch(t, batchOpt{pid: 3, epoch: 0, seq: 99}, "a"))
+	if hw := l.HighWatermark(); hw != 0 {
+		t.Fatalf("high watermark %d before any wait, want 0", hw)
+	}
+	d, err := dup.Wait()
+	if err != nil || !d.Duplicate || d.BaseOffset != 16 {
+		t.Fatalf("duplicate: %+v %v", d, err)
+	}
+	if hw := l.HighWatermark(); hw < 18 {
+		t.Fatalf("high watermark %d after the duplicate's wait, want >= 18 (original durable)", hw)
+	}
+	if _, err := gap.Wait(); !errors.Is(err, ErrOutOfOrderSequence) {
+		t.Fatalf("gap: %v", err)
+	}
+	for i := len(pend) - 1; i >= 0; i-- {
+		r, err := pend[i].Wait()
+		if err != nil || r.BaseOffset != int64(2*i) {
+			t.Fatalf("append %d: %+v %v", i, r, err)
+		}
+	}
+	if hw := l.HighWatermark(); hw != 20 {
+		t.Fatalf("high watermark %d, want 20", hw)
+	}
+}

@@ -115,20 +115,19 @@ func run(cfg config) error {
 	if len(targets) == 0 {
 		return fmt.Errorf("no known target in -targets %q", cfg.targets)
 	}
-	// With one target, it is reported in both columns and the ratio is 1.
-	for len(targets) < 2 {
-		targets = append(targets, targets[0])
-	}
+	// Columns are the measured targets, in -targets order tributary then kfake; the
+	// ratio (tributary / kfake) is printed only when both were measured.
+	both := len(targets) == 2
 
 	type row struct {
-		name      string
-		trib, fak result
+		name string
+		res  []result // per target
 	}
 	var rows []row
 	for _, parts := range []int32{1, 6} {
 		// Rounds alternate between the targets; each figure is the median round, so a
 		// burst of noise on a small shared machine does not decide the ratio.
-		var runs [2][2][]result // [target][produce, consume][round]
+		runs := make([][2][]result, len(targets)) // [target][produce, consume][round]
 		for round := 0; round < cfg.rounds; round++ {
 			for i, tg := range targets {
 				p, c, err := throughput(ctx, cfg, tg, parts)
@@ -140,17 +139,15 @@ func run(cfg config) error {
 				fmt.Printf("  round %d %-9s %d partition(s): produce %9.0f rec/s, consume %9.0f rec/s\n", round+1, tg.name, parts, p.perSec(), c.perSec())
 			}
 		}
-		var res [2][2]result
+		prod := row{name: fmt.Sprintf("produce %d partition(s)", parts)}
+		cons := row{name: fmt.Sprintf("consume %d partition(s)", parts)}
 		for i := range runs {
-			for k := range runs[i] {
-				res[i][k] = median(runs[i][k])
-			}
+			prod.res = append(prod.res, median(runs[i][0]))
+			cons.res = append(cons.res, median(runs[i][1]))
 		}
-		rows = append(rows,
-			row{fmt.Sprintf("produce %d partition(s)", parts), res[0][0], res[1][0]},
-			row{fmt.Sprintf("consume %d partition(s)", parts), res[0][1], res[1][1]})
+		rows = append(rows, prod, cons)
 	}
-	var lat [2]result
+	lat := make([]result, len(targets))
 	for i, tg := range targets {
 		r, err := latency(ctx, cfg, tg)
 		if err != nil {
@@ -162,18 +159,46 @@ func run(cfg config) error {
 
 	mib := float64(cfg.recordBytes) / (1 << 20)
 	fmt.Printf("\nKafka benchmark: %d B random records, uncompressed, acks=all, idempotent kgo producer; tributary fsync=%s; kfake in memory\n", cfg.recordBytes, cfg.fsync)
-	fmt.Printf("%-24s %14s %14s %8s\n", fmt.Sprintf("median of %d (records/s)", cfg.rounds), "tributary", "kfake", "ratio")
-	for _, r := range rows {
-		fmt.Printf("%-24s %14.0f %14.0f %7.2fx   (%.1f vs %.1f MiB/s)\n", r.name, r.trib.perSec(), r.fak.perSec(), r.trib.perSec()/r.fak.perSec(), r.trib.perSec()*mib, r.fak.perSec()*mib)
+	header := fmt.Sprintf("%-24s", fmt.Sprintf("median of %d (records/s)", cfg.rounds))
+	for _, tg := range targets {
+		header += fmt.Sprintf(" %14s", tg.name)
 	}
-	fmt.Printf("%-24s %14s %14s\n", fmt.Sprintf("latency @%d rec/s", cfg.rate), "tributary", "kfake")
+	if both {
+		header += fmt.Sprintf(" %8s", "ratio")
+	}
+	fmt.Println(header)
+	for _, r := range rows {
+		line := fmt.Sprintf("%-24s", r.name)
+		for _, x := range r.res {
+			line += fmt.Sprintf(" %14.0f", x.perSec())
+		}
+		if both {
+			line += fmt.Sprintf(" %7.2fx   (%.1f vs %.1f MiB/s)", r.res[0].perSec()/r.res[1].perSec(), r.res[0].perSec()*mib, r.res[1].perSec()*mib)
+		} else {
+			line += fmt.Sprintf("   (%.1f MiB/s)", r.res[0].perSec()*mib)
+		}
+		fmt.Println(line)
+	}
+	header = fmt.Sprintf("%-24s", fmt.Sprintf("latency @%d rec/s", cfg.rate))
+	for _, tg := range targets {
+		header += fmt.Sprintf(" %14s", tg.name)
+	}
+	fmt.Println(header)
 	for _, q := range []struct {
 		name string
 		f    func(result) time.Duration
 	}{{"p50", func(r result) time.Duration { return r.p50 }}, {"p99", func(r result) time.Duration { return r.p99 }}, {"p99.9", func(r result) time.Duration { return r.p999 }}, {"max", func(r result) time.Duration { return r.max }}} {
-		fmt.Printf("%-24s %14v %14v\n", "  "+q.name, q.f(lat[0]).Round(10*time.Microsecond), q.f(lat[1]).Round(10*time.Microsecond))
+		line := fmt.Sprintf("%-24s", "  "+q.name)
+		for _, r := range lat {
+			line += fmt.Sprintf(" %14v", q.f(r).Round(10*time.Microsecond))
+		}
+		fmt.Println(line)
 	}
-	fmt.Printf("%-24s %14.0f %14.0f\n", "  achieved rec/s", lat[0].perSec(), lat[1].perSec())
+	line := fmt.Sprintf("%-24s", "  achieved rec/s")
+	for _, r := range lat {
+		line += fmt.Sprintf(" %14.0f", r.perSec())
+	}
+	fmt.Println(line)
 	return nil
 }
 

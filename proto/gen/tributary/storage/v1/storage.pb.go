@@ -2168,6 +2168,114 @@ func (x *AppendBatchesResponse) GetResults() []*ChannelAppendResult {
 	return nil
 }
 
+type AppendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the caller, echoed in the response; unique among the stream's requests
+	// in flight.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// As in AppendBatchesRequest.
+	Channels      []*ChannelBatches `protobuf:"bytes,2,rep,name=channels,proto3" json:"channels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamRequest) Reset() {
+	*x = AppendStreamRequest{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamRequest) ProtoMessage() {}
+
+func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
+func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AppendStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AppendStreamRequest) GetChannels() []*ChannelBatches {
+	if x != nil {
+		return x.Channels
+	}
+	return nil
+}
+
+type AppendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// In request order, as in AppendBatchesResponse.
+	Results       []*ChannelAppendResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AppendStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AppendStreamResponse) GetResults() []*ChannelAppendResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type FetchChannel struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Channel      string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
@@ -2181,7 +2289,7 @@ type FetchChannel struct {
 
 func (x *FetchChannel) Reset() {
 	*x = FetchChannel{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2301,7 @@ func (x *FetchChannel) String() string {
 func (*FetchChannel) ProtoMessage() {}
 
 func (x *FetchChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2314,7 @@ func (x *FetchChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChannel.ProtoReflect.Descriptor instead.
 func (*FetchChannel) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchChannel) GetChannel() string {
@@ -2245,7 +2353,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2365,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2378,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FetchRequest) GetChannels() []*FetchChannel {
@@ -2324,7 +2432,7 @@ type FetchChannelResult struct {
 
 func (x *FetchChannelResult) Reset() {
 	*x = FetchChannelResult{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2444,7 @@ func (x *FetchChannelResult) String() string {
 func (*FetchChannelResult) ProtoMessage() {}
 
 func (x *FetchChannelResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2457,7 @@ func (x *FetchChannelResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChannelResult.ProtoReflect.Descriptor instead.
 func (*FetchChannelResult) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchChannelResult) GetChannel() string {
@@ -2404,7 +2512,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2524,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2537,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FetchResponse) GetResults() []*FetchChannelResult {
@@ -2572,7 +2680,13 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x12log_append_time_ms\x18\x05 \x01(\x03R\x0flogAppendTimeMs\x12,\n" +
 	"\x12log_start_sequence\x18\x06 \x01(\x03R\x10logStartSequence\"\\\n" +
 	"\x15AppendBatchesResponse\x12C\n" +
-	"\aresults\x18\x01 \x03(\v2).tributary.storage.v1.ChannelAppendResultR\aresults\"j\n" +
+	"\aresults\x18\x01 \x03(\v2).tributary.storage.v1.ChannelAppendResultR\aresults\"g\n" +
+	"\x13AppendStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12@\n" +
+	"\bchannels\x18\x02 \x03(\v2$.tributary.storage.v1.ChannelBatchesR\bchannels\"k\n" +
+	"\x14AppendStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12C\n" +
+	"\aresults\x18\x02 \x03(\v2).tributary.storage.v1.ChannelAppendResultR\aresults\"j\n" +
 	"\fFetchChannel\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12#\n" +
 	"\rfrom_sequence\x18\x02 \x01(\x03R\ffromSequence\x12\x1b\n" +
@@ -2622,7 +2736,8 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
-	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\xbf\t\n" +
+	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\xaa\n" +
+	"\n" +
 	"\x0eStorageService\x12h\n" +
 	"\rCreateChannel\x12*.tributary.storage.v1.CreateChannelRequest\x1a+.tributary.storage.v1.CreateChannelResponse\x12_\n" +
 	"\n" +
@@ -2635,7 +2750,8 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\tSubscribe\x12&.tributary.storage.v1.SubscribeRequest\x1a'.tributary.storage.v1.SubscribeResponse0\x01\x12k\n" +
 	"\x0eLookupSequence\x12+.tributary.storage.v1.LookupSequenceRequest\x1a,.tributary.storage.v1.LookupSequenceResponse\x12h\n" +
 	"\rDeleteRecords\x12*.tributary.storage.v1.DeleteRecordsRequest\x1a+.tributary.storage.v1.DeleteRecordsResponse\x12h\n" +
-	"\rAppendBatches\x12*.tributary.storage.v1.AppendBatchesRequest\x1a+.tributary.storage.v1.AppendBatchesResponse\x12P\n" +
+	"\rAppendBatches\x12*.tributary.storage.v1.AppendBatchesRequest\x1a+.tributary.storage.v1.AppendBatchesResponse\x12i\n" +
+	"\fAppendStream\x12).tributary.storage.v1.AppendStreamRequest\x1a*.tributary.storage.v1.AppendStreamResponse(\x010\x01\x12P\n" +
 	"\x05Fetch\x12\".tributary.storage.v1.FetchRequest\x1a#.tributary.storage.v1.FetchResponseBIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
 
 var (
@@ -2651,7 +2767,7 @@ func file_tributary_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: tributary.storage.v1.ErrorCode
 	(CleanupPolicy)(0),                  // 1: tributary.storage.v1.CleanupPolicy
@@ -2687,10 +2803,12 @@ var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(*AppendBatchesRequest)(nil),        // 31: tributary.storage.v1.AppendBatchesRequest
 	(*ChannelAppendResult)(nil),         // 32: tributary.storage.v1.ChannelAppendResult
 	(*AppendBatchesResponse)(nil),       // 33: tributary.storage.v1.AppendBatchesResponse
-	(*FetchChannel)(nil),                // 34: tributary.storage.v1.FetchChannel
-	(*FetchRequest)(nil),                // 35: tributary.storage.v1.FetchRequest
-	(*FetchChannelResult)(nil),          // 36: tributary.storage.v1.FetchChannelResult
-	(*FetchResponse)(nil),               // 37: tributary.storage.v1.FetchResponse
+	(*AppendStreamRequest)(nil),         // 34: tributary.storage.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),        // 35: tributary.storage.v1.AppendStreamResponse
+	(*FetchChannel)(nil),                // 36: tributary.storage.v1.FetchChannel
+	(*FetchRequest)(nil),                // 37: tributary.storage.v1.FetchRequest
+	(*FetchChannelResult)(nil),          // 38: tributary.storage.v1.FetchChannelResult
+	(*FetchResponse)(nil),               // 39: tributary.storage.v1.FetchResponse
 }
 var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ChannelConfig.cleanup_policy:type_name -> tributary.storage.v1.CleanupPolicy
@@ -2713,39 +2831,43 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	30, // 17: tributary.storage.v1.AppendBatchesRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
 	0,  // 18: tributary.storage.v1.ChannelAppendResult.error:type_name -> tributary.storage.v1.ErrorCode
 	32, // 19: tributary.storage.v1.AppendBatchesResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
-	34, // 20: tributary.storage.v1.FetchRequest.channels:type_name -> tributary.storage.v1.FetchChannel
-	4,  // 21: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
-	0,  // 22: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
-	36, // 23: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
-	7,  // 24: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
-	9,  // 25: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
-	11, // 26: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
-	13, // 27: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
-	15, // 28: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
-	20, // 29: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
-	22, // 30: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
-	24, // 31: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
-	26, // 32: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
-	28, // 33: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
-	31, // 34: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
-	35, // 35: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
-	8,  // 36: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
-	10, // 37: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
-	12, // 38: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
-	14, // 39: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
-	16, // 40: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
-	21, // 41: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
-	23, // 42: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
-	25, // 43: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
-	27, // 44: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
-	29, // 45: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
-	33, // 46: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
-	37, // 47: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
-	36, // [36:48] is the sub-list for method output_type
-	24, // [24:36] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	30, // 20: tributary.storage.v1.AppendStreamRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
+	32, // 21: tributary.storage.v1.AppendStreamResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
+	36, // 22: tributary.storage.v1.FetchRequest.channels:type_name -> tributary.storage.v1.FetchChannel
+	4,  // 23: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	0,  // 24: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
+	38, // 25: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
+	7,  // 26: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
+	9,  // 27: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
+	11, // 28: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
+	13, // 29: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
+	15, // 30: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
+	20, // 31: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
+	22, // 32: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
+	24, // 33: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
+	26, // 34: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
+	28, // 35: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
+	31, // 36: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
+	34, // 37: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
+	37, // 38: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
+	8,  // 39: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
+	10, // 40: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
+	12, // 41: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
+	14, // 42: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
+	16, // 43: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
+	21, // 44: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
+	23, // 45: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
+	25, // 46: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
+	27, // 47: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
+	29, // 48: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
+	33, // 49: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
+	35, // 50: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
+	39, // 51: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
+	39, // [39:52] is the sub-list for method output_type
+	26, // [26:39] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_storage_proto_init() }
@@ -2768,7 +2890,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_storage_proto_rawDesc), len(file_tributary_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

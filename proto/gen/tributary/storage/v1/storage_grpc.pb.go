@@ -45,6 +45,7 @@ const (
 	StorageService_LookupSequence_FullMethodName      = "/tributary.storage.v1.StorageService/LookupSequence"
 	StorageService_DeleteRecords_FullMethodName       = "/tributary.storage.v1.StorageService/DeleteRecords"
 	StorageService_AppendBatches_FullMethodName       = "/tributary.storage.v1.StorageService/AppendBatches"
+	StorageService_AppendStream_FullMethodName        = "/tributary.storage.v1.StorageService/AppendStream"
 	StorageService_Fetch_FullMethodName               = "/tributary.storage.v1.StorageService/Fetch"
 )
 
@@ -83,6 +84,19 @@ type StorageServiceClient interface {
 	// AppendBatches appends raw Kafka RecordBatch v2 bytes to one or more channels, as a
 	// Kafka producer sent them (compression kept). Used by kafka-gateway for Produce.
 	AppendBatches(ctx context.Context, in *AppendBatchesRequest, opts ...grpc.CallOption) (*AppendBatchesResponse, error)
+	// AppendStream is AppendBatches pipelined on one bidirectional stream, so a caller
+	// can keep several appends in flight without giving up their order (kafka-gateway
+	// opens one per Kafka connection that produces). Requests on one stream are applied
+	// to the logs in stream order: a request's batches are written, and their offsets
+	// and idempotent-producer state assigned, before the next request on the stream is
+	// looked at. Responses carry the request's id and may arrive out of order; each is
+	// sent only once that request's data is durable (as for AppendBatches: after fsync
+	// with --fsync=always; an idempotent duplicate is answered once the original is
+	// durable). Per-channel outcomes are in the results; the stream itself ends with a
+	// gRPC status only for a broken stream or shutdown (UNAVAILABLE), after which the
+	// fate of unanswered requests is unknown: retry them (idempotent producers make a
+	// retry safe) on a new stream.
+	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error)
 	// Fetch returns raw stored RecordBatch bytes from one or more channels, long-polling
 	// up to max_wait_ms until min_bytes are available. Used by kafka-gateway for Fetch.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
@@ -215,6 +229,19 @@ func (c *storageServiceClient) AppendBatches(ctx context.Context, in *AppendBatc
 	return out, nil
 }
 
+func (c *storageServiceClient) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &StorageService_ServiceDesc.Streams[1], StorageService_AppendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendStreamRequest, AppendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type StorageService_AppendStreamClient = grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse]
+
 func (c *storageServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FetchResponse)
@@ -260,6 +287,19 @@ type StorageServiceServer interface {
 	// AppendBatches appends raw Kafka RecordBatch v2 bytes to one or more channels, as a
 	// Kafka producer sent them (compression kept). Used by kafka-gateway for Produce.
 	AppendBatches(context.Context, *AppendBatchesRequest) (*AppendBatchesResponse, error)
+	// AppendStream is AppendBatches pipelined on one bidirectional stream, so a caller
+	// can keep several appends in flight without giving up their order (kafka-gateway
+	// opens one per Kafka connection that produces). Requests on one stream are applied
+	// to the logs in stream order: a request's batches are written, and their offsets
+	// and idempotent-producer state assigned, before the next request on the stream is
+	// looked at. Responses carry the request's id and may arrive out of order; each is
+	// sent only once that request's data is durable (as for AppendBatches: after fsync
+	// with --fsync=always; an idempotent duplicate is answered once the original is
+	// durable). Per-channel outcomes are in the results; the stream itself ends with a
+	// gRPC status only for a broken stream or shutdown (UNAVAILABLE), after which the
+	// fate of unanswered requests is unknown: retry them (idempotent producers make a
+	// retry safe) on a new stream.
+	AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error
 	// Fetch returns raw stored RecordBatch bytes from one or more channels, long-polling
 	// up to max_wait_ms until min_bytes are available. Used by kafka-gateway for Fetch.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
@@ -305,6 +345,9 @@ func (UnimplementedStorageServiceServer) DeleteRecords(context.Context, *DeleteR
 }
 func (UnimplementedStorageServiceServer) AppendBatches(context.Context, *AppendBatchesRequest) (*AppendBatchesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendBatches not implemented")
+}
+func (UnimplementedStorageServiceServer) AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
 }
 func (UnimplementedStorageServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
@@ -521,6 +564,13 @@ func _StorageService_AppendBatches_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_AppendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StorageServiceServer).AppendStream(&grpc.GenericServerStream[AppendStreamRequest, AppendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type StorageService_AppendStreamServer = grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]
+
 func _StorageService_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FetchRequest)
 	if err := dec(in); err != nil {
@@ -596,6 +646,12 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Subscribe",
 			Handler:       _StorageService_Subscribe_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "AppendStream",
+			Handler:       _StorageService_AppendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "tributary/storage/v1/storage.proto",
