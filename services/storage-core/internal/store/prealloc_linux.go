@@ -46,3 +46,15 @@ func dropCache(f *os.File, off, n int64) {
 		return nil
 	})
 }
+
+// willNeed asks the kernel to read [off, off+n) of f into the page cache in the
+// background (POSIX_FADV_WILLNEED). Errors (e.g. f closed meanwhile) are ignored.
+func willNeed(f *os.File, off, n int64) {
+	_ = withFd(f, func(fd int) error {
+		_, _, e := syscall.Syscall6(syscall.SYS_FADVISE64, uintptr(fd), uintptr(off), uintptr(n), 3, 0, 0)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+}

@@ -42,6 +42,7 @@ type segment struct {
 	prealloc   int64        // end of the preallocated region (writer only)
 	lastBase   int64        // base offset of the last batch
 	dropped    atomic.Int64 // page cache dropped below this position
+	readahead  atomic.Int64 // readers' prefetch (WILLNEED) was issued below this position
 
 	closed atomic.Bool // file closed (retention, delete, shutdown)
 
@@ -409,7 +410,32 @@ func (s *segment) readFrames(pos, firstLen int64, maxBytes int, end, limit int64
 	if _, err := s.f.ReadAt(buf, pos); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
 	}
+	s.prefetch(pos+n, end)
 	return buf[:wholeFrames(buf, limit)], nil
+}
+
+// Reader prefetch: a reader behind the page cache window (dropBehind) reads from disk,
+// one fetch at a time per partition. After each read the next prefetchAhead bytes are
+// requested from the kernel in the background (POSIX_FADV_WILLNEED), in steps of at
+// least prefetchStep, so the reader's next fetch finds them in the page cache while
+// the disk works ahead. For cached data (tailing readers) the call finds the pages
+// present and does no I/O.
+const (
+	prefetchAhead = 16 << 20
+	prefetchStep  = 4 << 20
+)
+
+// prefetch starts background readahead of [from, min(from+prefetchAhead, end)) unless
+// all but prefetchStep of it was already requested. One position per segment is
+// tracked: with several readers, the one furthest ahead drives it.
+func (s *segment) prefetch(from, end int64) {
+	to := min(from+prefetchAhead, end)
+	ra := s.readahead.Load()
+	start := max(ra, from)
+	if to-start < prefetchStep || !s.readahead.CompareAndSwap(ra, to) {
+		return
+	}
+	go willNeed(s.f, start, to-start)
 }
 
 // wholeFrames returns the length of the prefix of buf made of whole frames with base

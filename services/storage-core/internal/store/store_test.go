@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -714,5 +715,40 @@ func TestBeginAppendPipelined(t *testing.T) {
 	}
 	if hw := l.HighWatermark(); hw != 20 {
 		t.Fatalf("high watermark %d, want 20", hw)
+	}
+}
+
+// TestReadPrefetch: a read requests the next prefetchAhead bytes ahead of the reader,
+// a read that would add less than a prefetch step does not, and reads further on move
+// the readahead position up to the visible end.
+func TestReadPrefetch(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "ra", ChannelConfig{})
+	val := strings.Repeat("v", 100<<10)
+	for range 100 { // ~300 KiB per batch (key, value, header)
+		mustAppend(t, l, kbatch(t, batchOpt{}, val))
+	}
+	seg := l.segs[0]
+	size := seg.size.Load()
+	raw, err := l.ReadRaw(0, 1<<20)
+	if err != nil || len(raw) == 0 {
+		t.Fatalf("read: %d bytes, %v", len(raw), err)
+	}
+	ra := seg.readahead.Load()
+	if want := int64(1<<20) + prefetchAhead; ra != want {
+		t.Fatalf("readahead %d after the first read, want %d", ra, want)
+	}
+	if _, err := l.ReadRaw(3, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if got := seg.readahead.Load(); got != ra {
+		t.Fatalf("readahead moved from %d to %d for less than a step", ra, got)
+	}
+	if _, err := l.ReadRaw(60, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if got := seg.readahead.Load(); got != size {
+		t.Fatalf("readahead %d, want the visible end %d", got, size)
 	}
 }
