@@ -476,10 +476,7 @@ func (s *service) AppendStream(stream storagev1.StorageService_AppendStreamServe
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp := &storagev1.AppendStreamResponse{Id: m.Id, Results: make([]*storagev1.ChannelAppendResult, len(pend))}
-				for i, p := range pend {
-					resp.Results[i] = p.result(s)
-				}
+				resp := &storagev1.AppendStreamResponse{Id: m.Id, Results: results(s, pend)}
 				sendMu.Lock()
 				if err := stream.Send(resp); err != nil {
 					s.log.Debug("append stream send failed", zap.Error(err))
@@ -517,6 +514,26 @@ func (s *service) beginAppends(cbs []*storagev1.ChannelBatches) []*chanAppend {
 		go func() {
 			defer wg.Done()
 			out[i] = s.beginAppend(cb)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// results waits for every channel's durability, concurrently (each log has its own
+// fsync), and returns their results in request order.
+func results(s *service, pend []*chanAppend) []*storagev1.ChannelAppendResult {
+	out := make([]*storagev1.ChannelAppendResult, len(pend))
+	if len(pend) == 1 {
+		out[0] = pend[0].result(s)
+		return out
+	}
+	var wg sync.WaitGroup
+	for i, p := range pend {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = p.result(s)
 		}()
 	}
 	wg.Wait()
