@@ -18,6 +18,9 @@ package handler
 //     clients accept as "sessionless"; a request naming a session id we never handed out
 //     gets FETCH_SESSION_ID_NOT_FOUND. Forgotten topics are therefore ignored.
 //   - Preferred read replica (KIP-392): never set (-1); any replica serves any partition.
+//   - Fetch-ahead (fetchahead.go): when every partition of an answer returned data and
+//     has more, the next ranges are read from storage-core right away, and the
+//     consumer's next Fetch for exactly those ranges is answered from that read.
 //   - On shutdown (Handler.Drain) a waiting long poll ends with NOT_LEADER_OR_FOLLOWER so
 //     the client refreshes its metadata and moves to a live replica.
 //
@@ -135,13 +138,27 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 	defer cancel()
 	stop := context.AfterFunc(h.drainCtx, cancel)
 	defer stop()
-	out, err := h.storage.Fetch(sctx, &storagev1.FetchRequest{
+	sreq := &storagev1.FetchRequest{
 		Channels:       channels,
 		MaxWaitMs:      int32(wait / time.Millisecond),
 		MinBytes:       req.MinBytes,
 		MaxBytes:       maxBytes,
 		IsolationLevel: iso,
-	})
+	}
+	keys := make([]fetchAheadKey, len(channels))
+	for i, fc := range channels {
+		keys[i] = fetchAheadKey{channel: fc.Channel, from: fc.FromSequence, maxBytes: fc.MaxBytes, iso: iso}
+	}
+	var out *storagev1.FetchResponse
+	var err error
+	if res, ok := h.ahead.take(sctx, keys); ok {
+		out = &storagev1.FetchResponse{Results: res}
+	} else {
+		out, err = h.storage.Fetch(sctx, sreq)
+	}
+	if err == nil && h.drainCtx.Err() == nil {
+		h.ahead.start(h.storage, h.drainCtx, sreq, out.GetResults())
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

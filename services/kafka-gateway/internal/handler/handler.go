@@ -80,6 +80,7 @@ type Handler struct {
 	log     *zap.Logger
 	metrics *Metrics
 	topics  *topicCache
+	ahead   *fetchAhead
 	kafkaID string
 
 	// drainCtx ends when the server starts shutting down (Drain): long polls return.
@@ -158,6 +159,7 @@ func New(cfg Config, deps Deps) *Handler {
 		log:      log,
 		metrics:  deps.Metrics,
 		topics:   newTopicCache(cfg.TopicCacheTTL),
+		ahead:    newFetchAhead(),
 		kafkaID:  KafkaClusterID(cfg.ClusterID),
 	}
 }
@@ -215,7 +217,10 @@ func (h *Handler) call(ctx context.Context, a api, r *Request) (resp kmsg.Respon
 
 // InvalidateTopic drops a topic from the metadata cache ("" drops everything). Called
 // on "tributary.<cluster-id>.topics.changed" NATS messages.
-func (h *Handler) InvalidateTopic(name string) { h.topics.invalidate(name) }
+func (h *Handler) InvalidateTopic(name string) {
+	h.topics.invalidate(name)
+	h.ahead.clear()
+}
 
 // liveBrokers returns the live brokers, never empty: self is added when missing.
 func (h *Handler) liveBrokers() []Broker {
