@@ -151,7 +151,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 	}
 	var out *storagev1.FetchResponse
 	var err error
-	if res, ok := h.ahead.take(sctx, keys); ok {
+	if res, ok := h.ahead.take(sctx, keys, req.MinBytes); ok {
 		out = &storagev1.FetchResponse{Results: res}
 	} else {
 		out, err = h.storage.Fetch(sctx, sreq)

@@ -52,8 +52,9 @@ func newFetchAhead() *fetchAhead { return &fetchAhead{entries: map[fetchAheadKey
 
 // take removes and returns the prefetched results for exactly keys, waiting (up to ctx)
 // for a call still in flight; ok is false unless every key was prefetched and every
-// result has data and no error (the caller then reads from storage-core as usual).
-func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey) (res []*storagev1.FetchChannelResult, ok bool) {
+// result has data and no error, and they hold at least minBytes in all (the caller
+// then reads from storage-core as usual, which waits for min_bytes).
+func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey, minBytes int32) (res []*storagev1.FetchChannelResult, ok bool) {
 	f.mu.Lock()
 	calls := make([]*aheadCall, len(keys))
 	now := time.Now()
@@ -70,6 +71,7 @@ func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey) (res []*sto
 	}
 	f.mu.Unlock()
 	res = make([]*storagev1.FetchChannelResult, len(keys))
+	total := 0
 	for i, c := range calls {
 		select {
 		case <-c.done:
@@ -81,8 +83,9 @@ func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey) (res []*sto
 			return nil, false
 		}
 		res[i] = r
+		total += len(r.GetBatches())
 	}
-	return res, true
+	return res, total >= int(minBytes)
 }
 
 func (f *fetchAhead) removeLocked(k fetchAheadKey) {
