@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -23,13 +26,51 @@ func readSize(r io.Reader, sizeBuf []byte, max int32) (int32, error) {
 	return n, nil
 }
 
-// readBody reads the n bytes of a frame after its size.
-func readBody(r io.Reader, n int32) ([]byte, error) {
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, err
+// Connection timeouts.
+const (
+	// IdleTimeout closes a connection that sends no request for this long (Kafka's
+	// connections.max.idle.ms default, 10 minutes).
+	IdleTimeout = 10 * time.Minute
+	// BodyProgressTimeout closes a connection whose request body stops arriving: each
+	// chunk of a frame's body must arrive within it.
+	BodyProgressTimeout = 30 * time.Second
+	// bodyChunk is how much of a body is read, and reserved in the memory budget, at a
+	// time.
+	bodyChunk = 1 << 20
+)
+
+// deadliner is the part of net.Conn readBody needs; nil disables deadlines (tests).
+type deadliner interface{ SetReadDeadline(time.Time) error }
+
+// readBody reads the n bytes of a frame after its size, in chunks. Memory is reserved
+// in mem (and the buffer grown) only as bytes actually arrive, so a client that
+// announces a large frame and then stalls holds only what it sent, and is cut off after
+// BodyProgressTimeout without progress (or without memory budget for the next chunk).
+// It returns the bytes reserved, which the caller
+// releases (also on error).
+func readBody(ctx context.Context, r io.Reader, d deadliner, mem *budget, n int32) (buf []byte, reserved int64, err error) {
+	buf = make([]byte, 0, min(int(n), bodyChunk))
+	for len(buf) < int(n) {
+		chunk := min(int(n)-len(buf), bodyChunk)
+		// Bounded wait: connections that each hold part of the budget and wait for
+		// more would otherwise wait for each other forever.
+		actx, cancel := context.WithTimeout(ctx, BodyProgressTimeout)
+		err := mem.acquire(actx, int64(chunk))
+		cancel()
+		if err != nil {
+			return nil, reserved, fmt.Errorf("request memory budget: %w", err)
+		}
+		reserved += int64(chunk)
+		if d != nil {
+			_ = d.SetReadDeadline(time.Now().Add(BodyProgressTimeout))
+		}
+		buf = slices.Grow(buf, chunk)
+		if _, err := io.ReadFull(r, buf[len(buf):len(buf)+chunk]); err != nil {
+			return nil, reserved, err
+		}
+		buf = buf[:len(buf)+chunk]
 	}
-	return buf, nil
+	return buf, reserved, nil
 }
 
 // header is a parsed request header (v1, or v2 for flexible requests).

@@ -425,13 +425,13 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	var sizeBuf [4]byte
 	var produce handler.TurnChain
 	for {
+		_ = c.SetReadDeadline(time.Now().Add(IdleTimeout))
 		size, err := readSize(br, sizeBuf[:], s.cfg.MaxFrameBytes)
 		var frame []byte
 		if err == nil {
-			if err = s.mem.acquire(ctx, int64(size)); err == nil {
-				if frame, err = readBody(br, size); err != nil {
-					s.mem.release(int64(size))
-				}
+			var reserved int64
+			if frame, reserved, err = readBody(ctx, br, c, s.mem, size); err != nil {
+				s.mem.release(reserved)
 			}
 		}
 		if err != nil {

@@ -304,3 +304,37 @@ func TestShutdownAnswersInFlightRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Clients that announce large frames and then stall hold only the bytes they sent: the
+// memory budget stays available to everyone else (it used to be reserved for the
+// announced size, so a few stalled connections froze the gateway).
+func TestStalledLargeFramesDoNotStarveOthers(t *testing.T) {
+	s := startServer(t, func(c *Config) { c.MaxInFlightBytes = 64 << 20 })
+	for i := 0; i < 2; i++ {
+		rc := dialRaw(t, s.addr)
+		b := binary.BigEndian.AppendUint32(nil, 32<<20) // 32 MiB announced
+		rc.sendBytes(append(b, 0, 0, 0, 0))             // then 4 bytes, then nothing
+	}
+	// Wait until both stalled readers hold their reservation.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.srv.mem.mu.Lock()
+		used := s.srv.mem.used
+		s.srv.mem.mu.Unlock()
+		if used >= 2*bodyChunk {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled readers reserved %d bytes", used)
+		}
+	}
+	rc := dialRaw(t, s.addr)
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.Version = 3
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "test", "1"
+	rc.send(req, 7)
+	_ = rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	corr, _, err := rc.recv(false)
+	if err != nil || corr != 7 {
+		t.Fatalf("ApiVersions behind stalled large frames: corr %d, err %v", corr, err)
+	}
+}
