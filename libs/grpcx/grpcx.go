@@ -7,9 +7,11 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -59,10 +61,19 @@ func RegisterStandard(s *grpc.Server) *health.Server {
 	return hs
 }
 
+// ReconnectMaxDelay caps the wait between reconnection attempts to an internal service.
+// gRPC's default cap is 120 s, which kept a coordinator failing for two minutes after
+// storage-core came back.
+const ReconnectMaxDelay = 2 * time.Second
+
 // Dial opens a client connection to an internal service at target (host:port) with
-// the bus message limits. It does not block; the first call connects.
+// the bus message limits and a reconnect backoff capped at ReconnectMaxDelay. It does
+// not block; the first call connects.
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = ReconnectMaxDelay
 	base := []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	}
