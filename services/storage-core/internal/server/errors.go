@@ -21,6 +21,7 @@ var errorTable = []struct {
 	code storagev1.ErrorCode
 	grpc codes.Code
 }{
+	{store.ErrDataLoss, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.DataLoss}, // before the batch errors it may wrap
 	{channel.ErrReserved, storagev1.ErrorCode_ERROR_CODE_RESERVED_CHANNEL, codes.PermissionDenied},
 	{channel.ErrInvalidName, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.InvalidArgument},
 	{store.ErrNotFound, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.NotFound},
@@ -35,6 +36,7 @@ var errorTable = []struct {
 	{store.ErrOutOfRange, storagev1.ErrorCode_ERROR_CODE_SEQUENCE_OUT_OF_RANGE, codes.OutOfRange},
 	{store.ErrInvalidArgument, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
 	{store.ErrStorage, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
+	{store.ErrInternal, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Internal},
 	{context.Canceled, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Canceled},
 	{context.DeadlineExceeded, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.DeadlineExceeded},
 }

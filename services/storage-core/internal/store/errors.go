@@ -30,4 +30,10 @@ var (
 	ErrStorage = errors.New("storage failure")
 	// ErrClosed: the store or channel is closed (shutdown or channel deleted).
 	ErrClosed = errors.New("closed")
+	// ErrDataLoss: stored data failed to decode or verify (CRC, record structure); the
+	// bytes on disk are damaged. gRPC DATA_LOSS, per-channel STORAGE_FAILURE.
+	ErrDataLoss = errors.New("stored data is corrupt")
+	// ErrInternal: an inconsistency the caller cannot fix (e.g. a channel's directory
+	// already holds another channel's data). gRPC INTERNAL.
+	ErrInternal = errors.New("internal error")
 )

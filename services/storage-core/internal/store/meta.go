@@ -100,16 +100,23 @@ type meta struct {
 
 const metaFile = "meta.json"
 
+// hashedSep separates the prefix of a long channel name from its SHA-256 in the
+// directory name. '#' is outside the channel grammar (libs/channel.Validate accepts
+// only [a-zA-Z0-9._~-]), so a hashed directory name can never be the directory of
+// another channel; it is an ordinary byte in Linux and macOS file names.
+const hashedSep = "#h#"
+
 // dirName maps a channel name to a directory name. Valid names only hold
 // [a-zA-Z0-9._~-] and are never "." or "..", so short names are used as they are;
-// names too long for a file name become a prefix plus a SHA-256 of the whole name (the
-// real name is in meta.json).
+// names too long for a file name (over 200 bytes) become a prefix, hashedSep and a
+// SHA-256 of the whole name (the real name is in meta.json, which is what Open
+// reads: directories named by the older "~h~" scheme still open under their name).
 func dirName(name string) string {
 	if len(name) <= 200 {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
-	return name[:100] + "~h~" + hex.EncodeToString(sum[:])
+	return name[:100] + hashedSep + hex.EncodeToString(sum[:])
 }
 
 // writeFileAtomic writes data to dir/name via a temporary file, fsync, rename and a

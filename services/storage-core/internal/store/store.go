@@ -203,6 +203,14 @@ func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, 
 		return nil, false, fmt.Errorf("%w: %s", ErrExists, name)
 	}
 	dir := filepath.Join(s.channelsDir(), dirName(name))
+	// A directory left by an interrupted create (no meta.json) may be replaced; one
+	// holding a meta.json belongs to a channel (possibly another name mapping to the
+	// same directory, e.g. one hashed by the older "~h~" scheme) and is never removed.
+	if _, err := os.Lstat(filepath.Join(dir, metaFile)); err == nil {
+		return nil, false, fmt.Errorf("%w: directory %s already holds another channel's data; refusing to replace it", ErrInternal, dir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, false, fmt.Errorf("%w: stat %s: %v", ErrStorage, dir, err)
+	}
 	_ = os.RemoveAll(dir)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, false, fmt.Errorf("%w: mkdir: %v", ErrStorage, err)
