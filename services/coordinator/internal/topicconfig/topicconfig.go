@@ -106,7 +106,7 @@ var defs = []Def{
 	{Name: "retention.ms", Type: coordinatorv1.ConfigType_CONFIG_TYPE_LONG, Default: "604800000",
 		Doc: "Delete segments older than this, in ms (-1 = keep forever).", check: longAtLeast(-1)},
 	{Name: "segment.bytes", Type: coordinatorv1.ConfigType_CONFIG_TYPE_INT, Default: "1073741824",
-		Doc: "Segment file size at which a new segment is rolled, in bytes.", check: func(v string) error { return intIn(v, 14, math.MaxInt32) }},
+		Doc: "Segment file size at which a new segment is rolled, in bytes (at least 1 MiB, as Kafka 4.0, KIP-1030).", check: func(v string) error { return intIn(v, 1<<20, math.MaxInt32) }},
 	{Name: "segment.index.bytes", Type: coordinatorv1.ConfigType_CONFIG_TYPE_INT, Default: "10485760",
 		Doc: "Largest offset index per segment, in bytes.", check: func(v string) error { return intIn(v, 4, math.MaxInt32) }},
 	{Name: "segment.jitter.ms", Type: coordinatorv1.ConfigType_CONFIG_TYPE_LONG, Default: "0",

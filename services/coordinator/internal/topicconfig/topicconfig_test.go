@@ -20,6 +20,8 @@ func TestValidate(t *testing.T) {
 		{"retention.bytes", "0", nil},
 		{"max.message.bytes", "2147483648", ErrInvalidValue},
 		{"segment.bytes", "13", ErrInvalidValue},
+		{"segment.bytes", "1048575", ErrInvalidValue},
+		{"segment.bytes", "1048576", nil},
 		{"segment.ms", "0", ErrInvalidValue},
 		{"cleanup.policy", "compact, delete", nil},
 		{"cleanup.policy", "", nil},
