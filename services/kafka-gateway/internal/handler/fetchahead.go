@@ -152,6 +152,16 @@ func (f *fetchAhead) start(storage storagev1.StorageServiceClient, base context.
 		f.bytes += c.per
 	}
 	f.mu.Unlock()
+	// Drop what is not taken in time even if no other Fetch comes (idle gateway).
+	time.AfterFunc(fetchAheadTTL, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, k := range keys {
+			if f.entries[k] == c {
+				f.removeLocked(k)
+			}
+		}
+	})
 	go func() {
 		defer close(c.done)
 		ctx, cancel := context.WithTimeout(base, 15*time.Second)
