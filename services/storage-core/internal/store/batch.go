@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
 // Kafka RecordBatch v2 layout (KIP-98, Kafka DefaultRecordBatch.java). All integers big
@@ -111,10 +112,16 @@ func frameLen(b []byte) (int, error) {
 	return n, nil
 }
 
-// checkFrame validates one frame (exactly one batch in b): magic, CRC, record count and,
-// for uncompressed batches, that the records present match the count. It returns the
-// parsed header.
-func checkFrame(b []byte) (batchHeader, error) {
+// checkFrame validates one frame (exactly one batch in b) as Kafka's LogValidator does
+// at produce time: magic, CRC, record count, producer fields, no control batches, and
+// every record parsed (compressed batches decompressed, to at most maxDecompressed
+// bytes): framing, field lengths, offset deltas exactly 0..n-1. It returns the parsed
+// header. Errors: ErrCorruptBatch (CRC, lengths, count, undecodable compression: Kafka
+// CORRUPT_MESSAGE), ErrInvalidRecord (magic, offset deltas, record fields, control
+// batch, producer fields: Kafka INVALID_RECORD), ErrUnsupportedCompression.
+// Uncompressed records are parsed in place without allocating; compressed ones are
+// decompressed into pooled buffers.
+func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 	if b[offMagic] != 2 {
 		return batchHeader{}, fmt.Errorf("%w: magic %d, only RecordBatch v2 is accepted", ErrInvalidRecord, b[offMagic])
 	}
@@ -128,35 +135,109 @@ func checkFrame(b []byte) (batchHeader, error) {
 	if h.LastOffsetDelta != h.RecordCount-1 {
 		return h, fmt.Errorf("%w: last offset delta %d with %d records", ErrCorruptBatch, h.LastOffsetDelta, h.RecordCount)
 	}
+	if err := checkProducerFields(&h); err != nil {
+		return h, err
+	}
 	codec := h.Attributes & attrCompressionMask
 	switch {
 	case codec > 4:
 		return h, fmt.Errorf("%w: codec %d", ErrUnsupportedCompression, codec)
 	case codec == 0:
-		if err := countRecords(b[batchHeaderLen:], int(h.RecordCount)); err != nil {
+		if err := validateRecords(b[batchHeaderLen:], h.RecordCount); err != nil {
+			return h, err
+		}
+	default:
+		buf := getDecBuf()
+		defer putDecBuf(buf)
+		recs, err := decompressInto((*buf)[:0], b[batchHeaderLen:], codec, maxDecompressed)
+		if recs != nil {
+			*buf = recs[:0]
+		}
+		if err != nil {
+			return h, fmt.Errorf("%w: decompress: %v", ErrCorruptBatch, err)
+		}
+		if err := validateRecords(recs, h.RecordCount); err != nil {
 			return h, err
 		}
 	}
 	return h, nil
 }
 
-// countRecords walks uncompressed records (each a varint length then the body) and
-// checks there are exactly want of them filling recs.
-func countRecords(recs []byte, want int) error {
-	n := 0
+// checkProducerFields applies Kafka's batch checks on client-written batches
+// (LogValidator.validateBatch, ProducerStateManager): no control batches; producer id
+// -1 (none) or >= 0; without a producer id the base sequence is -1 and the batch is
+// not transactional; with one the base sequence is >= 0.
+func checkProducerFields(h *batchHeader) error {
+	switch {
+	case h.Attributes&attrControl != 0:
+		return fmt.Errorf("%w: clients may not write control batches", ErrInvalidRecord)
+	case h.ProducerID < -1:
+		return fmt.Errorf("%w: producer id %d", ErrInvalidRecord, h.ProducerID)
+	case h.ProducerID == -1 && h.Attributes&attrTransactional != 0:
+		return fmt.Errorf("%w: transactional batch without a producer id", ErrInvalidRecord)
+	case h.ProducerID == -1 && h.BaseSequence != -1:
+		return fmt.Errorf("%w: base sequence %d without a producer id", ErrInvalidRecord, h.BaseSequence)
+	case h.ProducerID >= 0 && h.BaseSequence < 0:
+		return fmt.Errorf("%w: base sequence %d for producer %d", ErrInvalidRecord, h.BaseSequence, h.ProducerID)
+	}
+	return nil
+}
+
+// validateRecords parses a batch's records section in place (no allocation): exactly
+// want records, each a varint length then a body that validateRecord accepts, filling
+// recs exactly.
+func validateRecords(recs []byte, want int32) error {
+	n := int32(0)
 	for len(recs) > 0 {
+		if n == want {
+			return fmt.Errorf("%w: header says %d records, %d bytes remain after them", ErrCorruptBatch, want, len(recs))
+		}
 		l, k := binary.Varint(recs)
 		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
 			return fmt.Errorf("%w: record %d has a bad length", ErrCorruptBatch, n)
 		}
+		if err := validateRecord(recs[k:k+int(l)], n); err != nil {
+			return err
+		}
 		recs = recs[k+int(l):]
 		n++
-		if n > want {
-			break
-		}
 	}
 	if n != want {
 		return fmt.Errorf("%w: header says %d records, found %d", ErrCorruptBatch, want, n)
+	}
+	return nil
+}
+
+// validateRecord checks one record body (Kafka DefaultRecord.readFrom): attributes,
+// timestamp delta, offset delta == i, key and value (length -1 = null), header count
+// >= 0, header keys non-null, and no bytes left over. Errors wrap ErrInvalidRecord.
+func validateRecord(body []byte, i int32) error {
+	if len(body) < 1 {
+		return fmt.Errorf("%w: record %d is empty", ErrInvalidRecord, i)
+	}
+	r := recReader{b: body[1:]}
+	_ = r.varint() // timestamp delta
+	if od := r.varint(); r.err == nil && od != int64(i) {
+		return fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, od)
+	}
+	_ = r.bytes() // key
+	_ = r.bytes() // value
+	nh := r.varint()
+	if r.err == nil && (nh < 0 || nh > int64(len(r.b))) {
+		return fmt.Errorf("%w: record %d has header count %d", ErrInvalidRecord, i, nh)
+	}
+	for j := int64(0); j < nh && r.err == nil; j++ {
+		if kl, _ := binary.Varint(r.b); kl < 0 {
+			return fmt.Errorf("%w: record %d header %d has a null key", ErrInvalidRecord, i, j)
+		}
+		_ = r.bytes()
+		_ = r.bytes()
+	}
+	if r.err != nil {
+		return fmt.Errorf("%w: record %d: %v", ErrInvalidRecord, i, r.err)
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: record %d has %d bytes past its fields", ErrInvalidRecord, i, len(r.b))
 	}
 	return nil
 }
@@ -272,44 +353,67 @@ func appendVarBytes(b, v []byte) []byte {
 }
 
 // DecodeBatch decodes the records of one stored frame, decompressing gzip, snappy (raw
-// or xerial framed), lz4 (frame) and zstd. Records of a LogAppendTime batch get the
-// batch's max timestamp. The returned slices alias b or the decompressed buffer.
+// or xerial framed), lz4 (frame) and zstd, after verifying its CRC-32C. Records of a
+// LogAppendTime batch get the batch's max timestamp. The returned slices alias b or the
+// decompressed buffer. Every error wraps ErrDataLoss: stored frames were validated at
+// append, so one that fails here was damaged on disk.
 func DecodeBatch(b []byte) ([]Record, error) {
+	return decodeBatchFrom(b, math.MinInt64, math.MaxInt, math.MaxInt)
+}
+
+// decodeBatchFrom is DecodeBatch returning only records at offset >= from, and stopping
+// once maxRecords records are decoded or their keys, values and headers reach maxBytes
+// (the record crossing maxBytes is included), so a small read of a batch of many
+// records does not decode them all.
+func decodeBatchFrom(b []byte, from int64, maxRecords, maxBytes int) ([]Record, error) {
 	n, err := frameLen(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrDataLoss, err)
 	}
 	b = b[:n]
+	if b[offMagic] != 2 {
+		return nil, fmt.Errorf("%w: magic %d", ErrDataLoss, b[offMagic])
+	}
+	if crc32.Checksum(b[offAttributes:], castagnoli) != binary.BigEndian.Uint32(b[offCRC:]) {
+		return nil, fmt.Errorf("%w: CRC mismatch in the batch at offset %d", ErrDataLoss, int64(binary.BigEndian.Uint64(b)))
+	}
 	h := parseHeader(b)
 	recs := b[batchHeaderLen:]
 	if codec := h.Attributes & attrCompressionMask; codec != 0 {
 		if codec > 4 {
-			return nil, fmt.Errorf("%w: codec %d", ErrUnsupportedCompression, codec)
+			return nil, fmt.Errorf("%w: codec %d", ErrDataLoss, codec)
 		}
 		recs, err = decompress(recs, codec)
 		if err != nil {
-			return nil, fmt.Errorf("%w: decompress: %v", ErrCorruptBatch, err)
+			return nil, fmt.Errorf("%w: decompress: %v", ErrDataLoss, err)
 		}
 	}
-	// The count is the producer's claim (not checked against compressed content):
-	// size the slice by what the bytes can hold, at least 7 bytes per record.
-	out := make([]Record, 0, min(max(int(h.RecordCount), 0), len(recs)/7+1))
+	// Size the slice by what is wanted and what the bytes can hold (>= 7 bytes a record).
+	out := make([]Record, 0, min(max(int(h.RecordCount), 0), len(recs)/7+1, maxRecords))
 	logAppend := h.Attributes&attrTimestampType != 0
-	for i := 0; i < int(h.RecordCount); i++ {
+	size := 0
+	for i := 0; i < int(h.RecordCount) && len(out) < maxRecords && size < maxBytes; i++ {
 		l, k := binary.Varint(recs)
 		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
-			return nil, fmt.Errorf("%w: record %d length", ErrCorruptBatch, i)
+			return nil, fmt.Errorf("%w: record %d length", ErrDataLoss, i)
 		}
 		body := recs[k : k+int(l)]
 		recs = recs[k+int(l):]
-		r, err := decodeRecord(body, &h)
+		if h.BaseOffset+int64(i) < from {
+			continue // offset deltas are 0..n-1 (checked at append)
+		}
+		r, err := decodeRecord(body, &h, int64(i))
 		if err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptBatch, i, err)
+			return nil, fmt.Errorf("%w: record %d: %v", ErrDataLoss, i, err)
 		}
 		if logAppend {
 			r.Timestamp = h.MaxTimestamp
 		}
 		out = append(out, r)
+		size += len(r.Key) + len(r.Value)
+		for _, hd := range r.Headers {
+			size += len(hd.Key) + len(hd.Value)
+		}
 	}
 	return out, nil
 }
@@ -349,15 +453,17 @@ func (r *recReader) bytes() []byte {
 	return v
 }
 
-func decodeRecord(body []byte, h *batchHeader) (Record, error) {
+// decodeRecord decodes record i of a batch. Its offset is the batch's base offset + i
+// (the offset delta, checked to be i at append, is not trusted again).
+func decodeRecord(body []byte, h *batchHeader, i int64) (Record, error) {
 	if len(body) < 1 {
 		return Record{}, fmt.Errorf("empty record")
 	}
 	r := recReader{b: body[1:]}
 	tsDelta := r.varint()
-	offDelta := r.varint()
+	_ = r.varint() // offset delta
 	rec := Record{
-		Offset:        h.BaseOffset + offDelta,
+		Offset:        h.BaseOffset + i,
 		Timestamp:     h.BaseTimestamp + tsDelta,
 		ProducerID:    h.ProducerID,
 		ProducerEpoch: h.ProducerEpoch,

@@ -16,7 +16,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(EncodeBatch([]NewRecord{{Key: []byte("k"), Headers: []Header{{Key: "h"}}}}, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if n, err := frameLen(b); err == nil {
-			_, _ = checkFrame(b[:n])
+			_, _ = checkFrame(b[:n], decompressLimit(DefaultMaxMessageBytes))
 		}
 		_, _ = DecodeBatch(b)
 	})

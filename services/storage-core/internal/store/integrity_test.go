@@ -1,11 +1,18 @@
 package store
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestHashedDirNameNotAChannel: a long name's hashed directory name is not a valid
@@ -49,5 +56,224 @@ func TestHashedDirNameNotAChannel(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "channels", oldDir, metaFile)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// rawRecord encodes one record as Kafka does, with a chosen offset delta.
+func rawRecord(delta int32, value string) []byte {
+	r := kmsg.Record{OffsetDelta: delta, Value: []byte(value)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	return r.AppendTo(nil)
+}
+
+// lenPrefixed frames body as one record (varint length + body).
+func lenPrefixed(body ...byte) []byte {
+	return append(binary.AppendVarint(nil, int64(len(body))), body...)
+}
+
+// batchWith builds a v2 batch of n records whose records section is recs, compressed
+// with codec (nil: none), with a valid CRC.
+func batchWith(t *testing.T, codec kgo.CompressionCodec, recs []byte, n int, garbage bool) []byte {
+	t.Helper()
+	vals := make([]string, n)
+	b := kbatch(t, batchOpt{recs: []byte{}}, vals...)
+	b = b[:batchHeaderLen]
+	var attrs uint16
+	if codec != (kgo.CompressionCodec{}) {
+		c, err := kgo.DefaultCompressor(codec)
+		if err != nil || c == nil {
+			t.Fatal(err)
+		}
+		out, cd := c.Compress(new(bytes.Buffer), recs)
+		recs = append([]byte(nil), out...)
+		attrs = uint16(cd)
+		if garbage {
+			for i := range recs {
+				recs[i] = byte(i*7 + 3)
+			}
+		}
+	}
+	b = append(b, recs...)
+	binary.BigEndian.PutUint16(b[offAttributes:], attrs)
+	binary.BigEndian.PutUint32(b[offBatchLength:], uint32(len(b)-batchLengthField))
+	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+	return b
+}
+
+func setHeader(b []byte, fn func(b []byte)) []byte {
+	b = bytes.Clone(b)
+	fn(b)
+	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+	return b
+}
+
+var allCodecs = map[string]kgo.CompressionCodec{
+	"gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
+	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
+}
+
+// TestAppendValidatesRecords: batches whose records cannot be decoded are refused at
+// append (as Kafka does), so they never reach native readers.
+func TestAppendValidatesRecords(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "recs", ChannelConfig{})
+	two := append(rawRecord(0, "a"), rawRecord(1, "b")...)
+	cases := map[string]struct {
+		b    []byte
+		want error
+	}{
+		"bad varint":         {batchWith(t, kgo.CompressionCodec{}, lenPrefixed(0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), 1, false), ErrInvalidRecord},
+		"key past end":       {batchWith(t, kgo.CompressionCodec{}, lenPrefixed(0, 0, 0, 40, 'k'), 1, false), ErrInvalidRecord},
+		"empty body":         {batchWith(t, kgo.CompressionCodec{}, lenPrefixed(), 1, false), ErrInvalidRecord},
+		"header count -1":    {batchWith(t, kgo.CompressionCodec{}, lenPrefixed(0, 0, 0, 1, 1, 1), 1, false), ErrInvalidRecord},
+		"trailing bytes":     {batchWith(t, kgo.CompressionCodec{}, lenPrefixed(0, 0, 0, 1, 1, 0, 9), 1, false), ErrInvalidRecord},
+		"null header key":    {batchWith(t, kgo.CompressionCodec{}, lenPrefixed(0, 0, 0, 1, 1, 2, 1, 1), 1, false), ErrInvalidRecord},
+		"records past count": {batchWith(t, kgo.CompressionCodec{}, two, 1, false), ErrCorruptBatch},
+	}
+	for name, c := range allCodecs {
+		cases[name+" garbage"] = struct {
+			b    []byte
+			want error
+		}{batchWith(t, c, two, 2, true), ErrCorruptBatch}
+		cases[name+" count"] = struct {
+			b    []byte
+			want error
+		}{batchWith(t, c, two, 3, false), ErrCorruptBatch}
+		cases[name+" bad record"] = struct {
+			b    []byte
+			want error
+		}{batchWith(t, c, lenPrefixed(0, 0, 0, 40, 'k'), 1, false), ErrInvalidRecord}
+	}
+	for name, c := range cases {
+		if _, err := l.AppendBatches(c.b); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", name, err, c.want)
+		}
+	}
+	if l.HighWatermark() != 0 {
+		t.Fatalf("corrupt batches were written: hw %d", l.HighWatermark())
+	}
+	for _, c := range allCodecs {
+		mustAppend(t, l, batchWith(t, c, two, 2, false))
+	}
+	if got := readAll(t, l, 0); len(got) != 8 || string(got[7].Value) != "b" {
+		t.Fatalf("read back %d records", len(got))
+	}
+}
+
+// TestAppendRejectsBadOffsetDeltas: inner offset deltas must be exactly 0..n-1.
+func TestAppendRejectsBadOffsetDeltas(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "deltas", ChannelConfig{})
+	for _, deltas := range [][]int32{{0, 0, 0}, {0, 1000000, 2}, {-5, 1, 2}, {1, 2, 3}} {
+		var recs []byte
+		for _, d := range deltas {
+			recs = append(recs, rawRecord(d, "v")...)
+		}
+		for name, c := range map[string]kgo.CompressionCodec{"none": {}, "zstd": kgo.ZstdCompression()} {
+			if _, err := l.AppendBatches(batchWith(t, c, recs, 3, false)); !errors.Is(err, ErrInvalidRecord) {
+				t.Errorf("deltas %v %s: got %v, want ErrInvalidRecord", deltas, name, err)
+			}
+		}
+	}
+	if l.HighWatermark() != 0 {
+		t.Fatalf("hw %d", l.HighWatermark())
+	}
+}
+
+// TestAppendProducerFieldChecks: Kafka's LogValidator batch checks.
+func TestAppendProducerFieldChecks(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "prod", ChannelConfig{})
+	good := kbatch(t, batchOpt{}, "a")
+	put := func(pid int64, seq int32, attrs uint16) []byte {
+		return setHeader(good, func(b []byte) {
+			binary.BigEndian.PutUint64(b[offProducerID:], uint64(pid))
+			binary.BigEndian.PutUint32(b[offBaseSequence:], uint32(seq))
+			binary.BigEndian.PutUint16(b[offAttributes:], attrs)
+		})
+	}
+	for name, b := range map[string][]byte{
+		"control":                put(-1, -1, attrControl),
+		"transactional no pid":   put(-1, -1, attrTransactional),
+		"pid -2":                 put(-2, -1, 0),
+		"seq without pid":        put(-1, 5, 0),
+		"negative seq with pid":  put(7, -3, 0),
+		"control idempotent pid": put(7, 0, attrControl|attrTransactional),
+	} {
+		if _, err := l.AppendBatches(b); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("%s: got %v, want ErrInvalidRecord", name, err)
+		}
+	}
+	mustAppend(t, l, put(7, 0, 0))
+}
+
+// TestAppendDecompressedLimit: a small batch that decompresses past the channel's
+// limit is refused.
+func TestAppendDecompressedLimit(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "bomb", ChannelConfig{})
+	r := kmsg.Record{Value: make([]byte, decompressLimit(DefaultMaxMessageBytes)+1)}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	b := batchWith(t, kgo.ZstdCompression(), r.AppendTo(nil), 1, false)
+	if len(b) > DefaultMaxMessageBytes {
+		t.Fatalf("bomb is %d bytes", len(b))
+	}
+	if _, err := l.AppendBatches(b); !errors.Is(err, ErrCorruptBatch) {
+		t.Fatalf("got %v, want ErrCorruptBatch", err)
+	}
+}
+
+// TestReadCorruptStoredData: a bit flip in stored data is reported as ErrDataLoss by
+// native reads (CRC-32C verified), not served.
+func TestReadCorruptStoredData(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "flip", ChannelConfig{})
+	b := kbatch(t, batchOpt{ts: 5000}, "hello")
+	mustAppend(t, l, b)
+	f, err := os.OpenFile(filepath.Join(l.dir, segmentName(0, ".log")), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip a bit of the base timestamp (covered by the CRC).
+	if _, err := f.WriteAt([]byte{b[offBaseTS+7] ^ 0x10}, offBaseTS+7); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if _, _, err := l.ReadRecords(0, 10, 1<<20); !errors.Is(err, ErrDataLoss) {
+		t.Fatalf("read of a flipped batch: %v, want ErrDataLoss", err)
+	}
+}
+
+// TestReadStopsAtMaxRecords: reading one record of a batch of many decodes only what
+// is returned.
+func TestReadStopsAtMaxRecords(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "many", ChannelConfig{MaxMessageBytes: 8 << 20})
+	const n = 100_000
+	var recs []byte
+	for i := 0; i < n; i++ {
+		recs = append(recs, rawRecord(int32(i), "")...)
+	}
+	mustAppend(t, l, batchWith(t, kgo.CompressionCodec{}, recs, n, false))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, next, err := l.ReadRecords(0, 1, 1<<20)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(got) != 1 || next != 1 {
+		t.Fatalf("read: %d records, next %d, %v", len(got), next, err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4<<20 {
+		t.Fatalf("reading 1 record allocated %d bytes", alloc)
+	}
+	got, next, err = l.ReadRecords(5, 3, 1<<20)
+	if err != nil || len(got) != 3 || got[0].Offset != 5 || next != 8 {
+		t.Fatalf("read from 5: %+v next %d %v", got, next, err)
 	}
 }

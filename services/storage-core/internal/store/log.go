@@ -301,7 +301,7 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 		if n > int(cfg.MaxMessageBytes) {
 			return AppendResult{}, 0, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
 		}
-		h, err := checkFrame(b[p : p+n])
+		h, err := checkFrame(b[p:p+n], decompressLimit(cfg.MaxMessageBytes))
 		if err != nil {
 			return AppendResult{}, 0, err
 		}
@@ -635,7 +635,7 @@ func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, n
 			if err != nil {
 				return recs, next, err
 			}
-			batch, err := DecodeBatch(raw[:n])
+			batch, err := decodeBatchFrom(raw[:n], next, maxRecords-len(recs), maxBytes-size)
 			if err != nil {
 				return recs, next, err
 			}

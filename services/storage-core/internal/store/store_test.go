@@ -211,7 +211,7 @@ func TestNativeAppendAndLogAppendTime(t *testing.T) {
 		}
 	}
 	raw, _ := la.ReadRaw(0, 1<<20)
-	if _, err := checkFrame(raw); err != nil {
+	if _, err := checkFrame(raw, decompressLimit(DefaultMaxMessageBytes)); err != nil {
 		t.Fatalf("stored LogAppendTime batch must have a valid CRC: %v", err)
 	}
 }
