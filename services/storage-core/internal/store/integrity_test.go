@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
 )
 
 // TestHashedDirNameNotAChannel: a long name's hashed directory name is not a valid
@@ -275,5 +276,28 @@ func TestReadStopsAtMaxRecords(t *testing.T) {
 	got, next, err = l.ReadRecords(5, 3, 1<<20)
 	if err != nil || len(got) != 3 || got[0].Offset != 5 || next != 8 {
 		t.Fatalf("read from 5: %+v next %d %v", got, next, err)
+	}
+}
+
+// TestSegmentBytesMinimum: segment_bytes below 1 MiB (Kafka 4.0's minimum) is refused
+// by Create and UpdateConfig, naming the bound.
+func TestSegmentBytesMinimum(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{RetentionInterval: -1}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, v := range []int64{14, 1000, MinSegmentBytes - 1} {
+		_, _, err := s.Create("seg", ChannelConfig{SegmentBytes: v}, false)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "1048576") {
+			t.Fatalf("segment_bytes %d: %v", v, err)
+		}
+	}
+	l := mustCreate(t, s, "seg", ChannelConfig{SegmentBytes: MinSegmentBytes})
+	if err := l.UpdateConfig(ChannelConfig{SegmentBytes: 14}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("update to 14: %v", err)
+	}
+	if got := l.Config().SegmentBytes; got != MinSegmentBytes {
+		t.Fatalf("segment_bytes %d after a refused update", got)
 	}
 }

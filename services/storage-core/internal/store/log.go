@@ -887,7 +887,7 @@ func (l *Log) enforceRetention(nowMs int64) {
 
 // UpdateConfig replaces the stored config and persists it.
 func (l *Log) UpdateConfig(c ChannelConfig) error {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(l.st.minSegmentBytes()); err != nil {
 		return err
 	}
 	l.mu.Lock()

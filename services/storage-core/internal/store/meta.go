@@ -17,8 +17,10 @@ const (
 	DefaultMaxMessageBytes = 1048588
 	DefaultSegmentBytes    = 1 << 30
 	DefaultSegmentMs       = 7 * 24 * 3600 * 1000
-	// minSegmentBytes is Kafka's lower bound for segment.bytes (LogConfig).
-	minSegmentBytes = 14
+	// MinSegmentBytes is the lower bound for segment_bytes: 1 MiB, Kafka 4.0's
+	// segment.bytes minimum (KIP-1030). Every segment keeps a file descriptor open, so
+	// tiny segments would let one channel exhaust the process's descriptors.
+	MinSegmentBytes = 1 << 20
 )
 
 // Cleanup policies and timestamp types, numerically equal to the proto enums.
@@ -43,8 +45,12 @@ type ChannelConfig struct {
 	SegmentMs       int64 `json:"segment_ms,omitempty"`
 }
 
-// Validate reports a value outside its range (wrapping ErrInvalidArgument).
-func (c ChannelConfig) Validate() error {
+// Validate reports a value outside its range (wrapping ErrInvalidArgument);
+// segment_bytes must be 0 (default) or in [MinSegmentBytes, MaxInt32].
+func (c ChannelConfig) Validate() error { return c.validate(MinSegmentBytes) }
+
+// validate is Validate with a lower segment_bytes bound (tests: Options.minSegmentBytes).
+func (c ChannelConfig) validate(minSegmentBytes int64) error {
 	switch {
 	case c.RetentionMs < -1:
 		return fmt.Errorf("%w: retention_ms %d < -1", ErrInvalidArgument, c.RetentionMs)

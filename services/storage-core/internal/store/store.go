@@ -34,6 +34,16 @@ type Options struct {
 	Now func() time.Time
 	// Metrics; nil creates unregistered ones.
 	Metrics *Metrics
+	// minSegmentBytes overrides MinSegmentBytes (tests with tiny segments); 0 = default.
+	minSegmentBytes int64
+}
+
+// minSegmentBytes is the segment_bytes lower bound Create and UpdateConfig apply.
+func (s *Store) minSegmentBytes() int64 {
+	if s.opts.minSegmentBytes > 0 {
+		return s.opts.minSegmentBytes
+	}
+	return MinSegmentBytes
 }
 
 // Store holds every channel under one data directory:
@@ -184,7 +194,7 @@ func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, 
 	if err := channel.Validate(name); err != nil {
 		return nil, false, err
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(s.minSegmentBytes()); err != nil {
 		return nil, false, err
 	}
 	s.adminMu.Lock()

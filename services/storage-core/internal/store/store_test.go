@@ -30,7 +30,7 @@ func (c *clock) now() time.Time { return time.UnixMilli(c.ms.Load()) }
 
 func openStore(t *testing.T, dir string, clk *clock) *Store {
 	t.Helper()
-	opts := Options{RetentionInterval: -1}
+	opts := Options{RetentionInterval: -1, minSegmentBytes: 14}
 	if clk != nil {
 		opts.Now = clk.now
 	}
@@ -486,7 +486,7 @@ func TestLookupTime(t *testing.T) {
 
 func TestGroupCommitConcurrent(t *testing.T) {
 	m := NewMetrics(nil)
-	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Metrics: m}, zaptest.NewLogger(t))
+	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Metrics: m, minSegmentBytes: 14}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
