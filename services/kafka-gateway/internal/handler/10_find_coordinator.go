@@ -1,16 +1,15 @@
 package handler
 
-// FindCoordinator (API key 10), versions 0-5.
+// FindCoordinator (API key 10), versions 0-6.
 //
-// Consumer groups and transactions are not served yet, so every key (group or
-// transactional id, v4+ batched keys too) is answered with COORDINATOR_NOT_AVAILABLE
-// (15), which clients treat as retriable. The API is registered anyway, from v0:
-// librdkafka enables LZ4 compression only when the broker advertises FindCoordinator v0
-// (its feature map ties LZ4 to Kafka 0.8.2, which introduced this API), so without it
-// kcat silently stops compressing with lz4.
+// Behaviour: every kafka-gateway replica can serve every group and transactional id
+// (their state lives in the coordinator service, in Postgres), so the answer is always
+// this replica, as it is listed in Metadata. Key types: 0 group, 1 transaction; any
+// other (2 share, KIP-932) is INVALID_REQUEST. v4+ batches keys (KIP-699); each key gets
+// its own entry. Registered from v0 also because librdkafka enables LZ4 only when the
+// broker advertises FindCoordinator v0 (its feature map ties LZ4 to Kafka 0.8.2).
 //
-// KIPs: KIP-98 (v1 key type), KIP-482 (flexible v3+), KIP-699 (batched keys, v4),
-// KIP-890 (v5).
+// KIPs: KIP-98 (key type, v1), KIP-482 (flexible v3+), KIP-699 (batched v4+).
 
 import (
 	"context"
@@ -19,24 +18,44 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-func init() { register(kmsg.FindCoordinator.Int16(), 0, 5, (*Handler).handleFindCoordinator) }
+func init() { register(kmsg.FindCoordinator.Int16(), 0, 6, (*Handler).handleFindCoordinator) }
+
+// self returns this replica as listed to clients.
+func (h *Handler) self() Broker {
+	for _, b := range h.liveBrokers() {
+		if b.NodeID == h.cfg.NodeID {
+			return b
+		}
+	}
+	return Broker{NodeID: h.cfg.NodeID, Host: "127.0.0.1", Port: 9092}
+}
 
 func (h *Handler) handleFindCoordinator(_ context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	msg := "consumer groups and transactions are not served yet"
+	me := h.self()
+	code := int16(0)
+	var msg *string
+	if req.CoordinatorType != 0 && req.CoordinatorType != 1 {
+		code = kerr.InvalidRequest.Code
+		msg = strPtr("only group (0) and transaction (1) coordinators are served")
+	}
 	if req.Version < 4 {
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		resp.ErrorMessage = &msg
-		resp.NodeID, resp.Port = -1, -1
+		resp.ErrorCode, resp.ErrorMessage = code, msg
+		if code == 0 {
+			resp.NodeID, resp.Host, resp.Port = me.NodeID, me.Host, me.Port
+		} else {
+			resp.NodeID = -1
+		}
 		return resp, nil
 	}
-	for _, k := range req.CoordinatorKeys {
+	for _, key := range req.CoordinatorKeys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
-		c.Key = k
-		c.NodeID, c.Port = -1, -1
-		c.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		c.ErrorMessage = &msg
+		c.Key, c.ErrorCode, c.ErrorMessage = key, code, msg
+		c.NodeID = -1
+		if code == 0 {
+			c.NodeID, c.Host, c.Port = me.NodeID, me.Host, me.Port
+		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}
 	return resp, nil

@@ -52,6 +52,8 @@ type Config struct {
 type Deps struct {
 	Storage     storagev1.StorageServiceClient
 	Coordinator coordinatorv1.CoordinatorServiceClient
+	// Groups serves the group and offset APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
+	Groups coordinatorv1.GroupCoordinatorServiceClient
 	// Brokers returns the live kafka-gateway replicas, self included, sorted by node id.
 	Brokers func() []Broker
 	Log     *zap.Logger
@@ -65,6 +67,9 @@ type Request struct {
 	Body          kmsg.Request
 	CorrelationID int32
 	ClientID      *string
+	// ClientHost is the client's address as Kafka shows it ("/127.0.0.1"), for
+	// DescribeGroups.
+	ClientHost string
 	// Turn orders one connection's produce requests: a produce handler calls
 	// Turn.Wait just before writing to storage so batches of one connection reach
 	// storage in request order (idempotent sequences). Nil for other APIs.
@@ -76,6 +81,7 @@ type Handler struct {
 	cfg     Config
 	storage storagev1.StorageServiceClient
 	coord   coordinatorv1.CoordinatorServiceClient
+	groups  coordinatorv1.GroupCoordinatorServiceClient
 	brokers func() []Broker
 	log     *zap.Logger
 	metrics *Metrics
@@ -155,6 +161,7 @@ func New(cfg Config, deps Deps) *Handler {
 		cfg:      cfg,
 		storage:  deps.Storage,
 		coord:    deps.Coordinator,
+		groups:   groupsOrUnavailable(deps.Groups),
 		brokers:  brokers,
 		log:      log,
 		metrics:  deps.Metrics,

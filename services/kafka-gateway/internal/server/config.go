@@ -60,6 +60,8 @@ type Config struct {
 	// Storage and Coordinator, when set, are used instead of dialing (tests).
 	Storage     storagev1.StorageServiceClient
 	Coordinator coordinatorv1.CoordinatorServiceClient
+	// Groups, when set, is used instead of the coordinator connection's group client.
+	Groups coordinatorv1.GroupCoordinatorServiceClient
 }
 
 // Validate checks the config and fills defaults.

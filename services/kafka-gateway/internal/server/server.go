@@ -63,7 +63,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes)}
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
-	storage, coord := cfg.Storage, cfg.Coordinator
+	storage, coord, groups := cfg.Storage, cfg.Coordinator, cfg.Groups
 	if storage == nil {
 		cc, err := grpcx.Dial(cfg.StorageAddr, storageDialOptions()...)
 		if err != nil {
@@ -81,6 +81,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		}
 		s.grpc = append(s.grpc, cc)
 		coord = coordinatorv1.NewCoordinatorServiceClient(cc)
+		if groups == nil {
+			groups = coordinatorv1.NewGroupCoordinatorServiceClient(cc)
+		}
 		s.httpCheck("coordinator", cc)
 	}
 
@@ -117,6 +120,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}, handler.Deps{
 		Storage:     storage,
 		Coordinator: coord,
+		Groups:      groups,
 		Brokers:     s.brokers,
 		Log:         log,
 		Metrics:     handler.NewMetrics(s.reg),
@@ -421,6 +425,10 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 		_ = c.Close()
 	}()
 
+	clientHost := "/" + c.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
+		clientHost = "/" + h
+	}
 	br := bufio.NewReaderSize(c, 64<<10)
 	var sizeBuf [4]byte
 	var produce handler.TurnChain
@@ -458,6 +466,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			if req.Body.Key() == kmsg.Produce.Int16() {
 				req.Turn = produce.Next()
 			}
+			req.ClientHost = clientHost
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()

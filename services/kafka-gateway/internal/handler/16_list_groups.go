@@ -1,0 +1,52 @@
+package handler
+
+// ListGroups (API key 16), versions 0-5.
+//
+// Behaviour: every group the coordinator knows, with its protocol type; v4+ adds the
+// state and a case-insensitive state filter (KIP-518); v5+ adds the group type (always
+// "classic": KIP-848 groups are not served) and a type filter on it. Coordinator
+// outage: COORDINATOR_NOT_AVAILABLE.
+//
+// KIPs: KIP-482 (flexible v3+), KIP-518 (v4), KIP-848 (v5).
+
+import (
+	"context"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+func init() { register(kmsg.ListGroups.Int16(), 0, 5, (*Handler).handleListGroups) }
+
+// classicGroupType is the KIP-848 group type of every group served.
+const classicGroupType = "classic"
+
+func (h *Handler) handleListGroups(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.ListGroupsRequest)
+	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
+	if len(req.TypesFilter) > 0 {
+		classic := false
+		for _, t := range req.TypesFilter {
+			classic = classic || strings.EqualFold(t, classicGroupType)
+		}
+		if !classic {
+			return resp, nil
+		}
+	}
+	cctx, cancel := groupCtx(ctx, groupCallTimeout)
+	defer cancel()
+	out, err := h.groups.ListGroups(cctx, &coordinatorv1.ListGroupsRequest{StatesFilter: req.StatesFilter})
+	if err != nil {
+		resp.ErrorCode = h.groupCode("ListGroups", err)
+		return resp, nil
+	}
+	resp.ErrorCode = int16(out.GetErrorCode())
+	for _, g := range out.GetGroups() {
+		rg := kmsg.NewListGroupsResponseGroup()
+		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = g.GetGroupId(), g.GetProtocolType(), g.GetState(), classicGroupType
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp, nil
+}
