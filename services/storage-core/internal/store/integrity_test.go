@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
@@ -300,4 +301,61 @@ func TestSegmentBytesMinimum(t *testing.T) {
 	if got := l.Config().SegmentBytes; got != MinSegmentBytes {
 		t.Fatalf("segment_bytes %d after a refused update", got)
 	}
+}
+
+// TestMidSegmentCorruptionFences: a bit flip in the middle of the active segment is
+// not a torn tail: nothing is truncated, that channel is fenced with an error naming
+// the file and position, other channels keep working, and the fenced one can be deleted.
+func TestMidSegmentCorruptionFences(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, nil)
+	a := mustCreate(t, s, "a", ChannelConfig{})
+	b := mustCreate(t, s, "b", ChannelConfig{})
+	var pos2 int64
+	for i := 0; i < 5; i++ {
+		if i == 2 {
+			pos2 = a.active.size.Load()
+		}
+		mustAppend(t, a, kbatch(t, batchOpt{}, "x", "y"))
+	}
+	mustAppend(t, b, kbatch(t, batchOpt{}, "b"))
+	seg := a.active.path
+	_ = s.Close()
+	st, _ := os.Stat(seg)
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x7f}, pos2+batchHeaderLen+3); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+
+	m := NewMetrics(nil)
+	s, err = Open(dir, Options{RetentionInterval: -1, Metrics: m}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("open must not fail for one corrupt channel: %v", err)
+	}
+	defer s.Close()
+	_, err = s.Get("a")
+	if !errors.Is(err, ErrStorage) || !strings.Contains(err.Error(), seg) || !strings.Contains(err.Error(), "byte") {
+		t.Fatalf("get fenced channel: %v", err)
+	}
+	if st2, _ := os.Stat(seg); st2.Size() != st.Size() {
+		t.Fatalf("segment truncated from %d to %d bytes", st.Size(), st2.Size())
+	}
+	if got := testutil.ToFloat64(m.TailTruncations); got != 0 {
+		t.Fatalf("truncations %v", got)
+	}
+	if _, _, err := s.Create("a", ChannelConfig{}, true); !errors.Is(err, ErrStorage) {
+		t.Fatalf("create over fenced channel: %v", err)
+	}
+	b, err = s.Get("b")
+	if err != nil || len(readAll(t, b, 0)) != 1 {
+		t.Fatalf("other channel: %v", err)
+	}
+	if err := s.Delete("a", false); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s, "a", ChannelConfig{})
 }

@@ -194,7 +194,7 @@ func openLog(st *Store, dir string) (*Log, error) {
 			return nil, err
 		}
 		if nbad > 0 {
-			st.metrics.TruncatedBatches.Add(float64(nbad))
+			st.metrics.TailTruncations.Inc()
 			l.log.Warn("truncated torn or corrupt tail of the last segment",
 				zap.String("segment", path), zap.Int64("truncated_bytes", truncated), zap.Int64("valid_bytes", s.size.Load()))
 		}

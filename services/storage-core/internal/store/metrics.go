@@ -4,13 +4,14 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the engine's Prometheus collectors.
 type Metrics struct {
-	Appends          prometheus.Counter
-	AppendBytes      prometheus.Counter
-	AppendErrors     *prometheus.CounterVec
-	Fsyncs           prometheus.Counter
-	FsyncSeconds     prometheus.Histogram
-	GroupCommitSize  prometheus.Histogram
-	TruncatedBatches prometheus.Counter
+	Appends         prometheus.Counter
+	AppendBytes     prometheus.Counter
+	AppendErrors    *prometheus.CounterVec
+	Fsyncs          prometheus.Counter
+	FsyncSeconds    prometheus.Histogram
+	GroupCommitSize prometheus.Histogram
+	// TailTruncations counts torn tails cut at start (one per segment, not per batch).
+	TailTruncations  prometheus.Counter
 	RetentionDeleted prometheus.Counter
 }
 
@@ -31,13 +32,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		GroupCommitSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tributary_storage_group_commit_appends", Help: "Appends made durable by one fsync.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
-		TruncatedBatches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tributary_storage_truncated_batches_total", Help: "Torn or corrupt tail batches truncated at start."}),
+		TailTruncations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tributary_storage_tail_truncations_total", Help: "Torn tails truncated at start (one per segment cut, however many batches it held)."}),
 		RetentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tributary_storage_retention_deleted_segments_total", Help: "Segments deleted by retention or DeleteRecords."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TruncatedBatches, m.RetentionDeleted)
+		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TailTruncations, m.RetentionDeleted)
 	}
 	return m
 }

@@ -300,8 +300,9 @@ func loadIndexed(path string, base, next int64) (*segment, bool) {
 }
 
 // recoverActive opens the last segment, validates every batch (length, magic, CRC,
-// offset continuity) and truncates at the first bad one. It returns the segment and
-// the number of bytes truncated.
+// offset continuity) and truncates at the first bad one when it starts a torn tail.
+// It returns the segment and the number of bytes truncated. A bad batch followed by an
+// intact one is ErrDataLoss (validFrameAfter), nothing is truncated.
 func recoverActive(path string, base int64, visit func(*batchHeader)) (*segment, int64, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 	if err != nil {
@@ -354,6 +355,11 @@ func recoverActive(path string, base int64, visit func(*batchHeader)) (*segment,
 	truncated := fileSize - pos
 	nbad := 0
 	if bad {
+		if at, ok := validFrameAfter(f, pos, fileSize, s.next); ok {
+			_ = f.Close()
+			return nil, 0, 0, fmt.Errorf("%w: bad batch at byte %d of %s (offset %d) is followed by an intact batch at byte %d: not a torn tail, refusing to truncate",
+				ErrDataLoss, pos, path, s.next, at)
+		}
 		nbad = 1
 		if err := f.Truncate(pos); err != nil {
 			_ = f.Close()

@@ -64,9 +64,22 @@ type Store struct {
 	mu      sync.RWMutex
 	logs    map[string]*Log
 	closed  bool
+	// fenced: channels whose data failed to load (corruption in the middle of a
+	// segment); they answer ErrStorage naming the damage until deleted.
+	fenced map[string]fencedChannel
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+}
+
+// fencedChannel is a channel that failed to load at start.
+type fencedChannel struct {
+	dir string
+	err error
+}
+
+func (f fencedChannel) error(name string) error {
+	return fmt.Errorf("%w: channel %s is fenced: its data failed to load at start (%v)", ErrStorage, name, f.err)
 }
 
 // Open opens (creating if needed) the data directory, recovers every channel and
@@ -81,7 +94,7 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 	if opts.RetentionInterval == 0 {
 		opts.RetentionInterval = 30 * time.Second
 	}
-	s := &Store{dir: dir, opts: opts, log: log, metrics: opts.Metrics, logs: map[string]*Log{}, stop: make(chan struct{})}
+	s := &Store{dir: dir, opts: opts, log: log, metrics: opts.Metrics, logs: map[string]*Log{}, fenced: map[string]fencedChannel{}, stop: make(chan struct{})}
 	for _, d := range []string{s.channelsDir(), s.trashDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
@@ -116,6 +129,16 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 			continue
 		}
 		l, err := openLog(s, cdir)
+		if err != nil && (errors.Is(err, ErrDataLoss) || errors.Is(err, ErrCorruptBatch)) {
+			// Corrupt data: fence this channel, serve the others.
+			name := e.Name()
+			if m, merr := readMeta(cdir); merr == nil {
+				name = m.Name
+			}
+			log.Error("channel fenced: its data is corrupt; fix or delete it", zap.String("channel", name), zap.String("dir", cdir), zap.Error(err))
+			s.fenced[name] = fencedChannel{dir: cdir, err: err}
+			continue
+		}
 		if err != nil {
 			s.closeAll()
 			return nil, fmt.Errorf("open channel dir %s: %w", cdir, err)
@@ -202,9 +225,13 @@ func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, 
 	s.mu.RLock()
 	l, ok := s.logs[name]
 	closed := s.closed
+	f, isFenced := s.fenced[name]
 	s.mu.RUnlock()
 	if closed {
 		return nil, false, ErrClosed
+	}
+	if isFenced {
+		return nil, false, f.error(name)
 	}
 	if ok {
 		if ifNotExists {
@@ -262,9 +289,13 @@ func (s *Store) Get(name string) (*Log, error) {
 	s.mu.RLock()
 	l, ok := s.logs[name]
 	closed := s.closed
+	f, isFenced := s.fenced[name]
 	s.mu.RUnlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if isFenced {
+		return nil, f.error(name)
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
@@ -296,6 +327,11 @@ func (s *Store) Delete(name string, ifExists bool) error {
 		return ErrClosed
 	}
 	l, ok := s.logs[name]
+	if f, isFenced := s.fenced[name]; isFenced && !ok {
+		delete(s.fenced, name)
+		s.mu.Unlock()
+		return s.trash(name, f.dir)
+	}
 	if !ok {
 		s.mu.Unlock()
 		if ifExists {
@@ -308,8 +344,13 @@ func (s *Store) Delete(name string, ifExists bool) error {
 	if err := l.close(); err != nil {
 		s.log.Warn("close deleted channel", zap.String("channel", name), zap.Error(err))
 	}
+	return s.trash(name, l.dir)
+}
+
+// trash moves a deleted channel's directory to the trash and removes it.
+func (s *Store) trash(name, dir string) error {
 	trash := filepath.Join(s.trashDir(), strconv.FormatInt(time.Now().UnixNano(), 36))
-	if err := os.Rename(l.dir, trash); err != nil {
+	if err := os.Rename(dir, trash); err != nil {
 		return fmt.Errorf("%w: move to trash: %v", ErrStorage, err)
 	}
 	if err := syncDir(s.channelsDir()); err != nil {

@@ -372,7 +372,7 @@ func TestTornTailRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s2.Close()
-			if got := testutil.ToFloat64(m.TruncatedBatches); got != 1 {
+			if got := testutil.ToFloat64(m.TailTruncations); got != 1 {
 				t.Fatalf("truncated counter %v", got)
 			}
 			l, _ = s2.Get("torn")
