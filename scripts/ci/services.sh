@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs (Debian packages) and starts what the tests need when it is missing:
 # PostgreSQL on 127.0.0.1:5432 with trust auth for user postgres, NATS with JetStream on
-# 127.0.0.1:4222, and kcat. Idempotent: what already runs is left alone.
+# 127.0.0.1:4222, kcat, and Node.js with npm. Idempotent: what already runs is left alone.
 set -euo pipefail
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -54,6 +54,12 @@ if ! command -v kcat >/dev/null; then
   apt_install kcat
 fi
 
+# Node.js and npm for the kafkajs end-to-end test (it installs kafkajs from npm)
+if ! command -v npm >/dev/null; then
+  echo "installing nodejs and npm"
+  apt_install nodejs npm
+fi
+
 # curl for the dev scripts' readiness polls
 command -v curl >/dev/null || apt_install curl
-echo "services ready: postgres 127.0.0.1:5432, nats 127.0.0.1:4222, kcat"
+echo "services ready: postgres 127.0.0.1:5432, nats 127.0.0.1:4222, kcat, node $(node --version)"
