@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
 	"github.com/tributary/tributary/tests/e2e/testenv"
 )
@@ -302,6 +304,22 @@ func TestGroupResumesAfterKill9(t *testing.T) {
 		if !strings.Contains(metrics, "tributary_group_committed_offset"+labels+" "+fmt.Sprint(end)) ||
 			!strings.Contains(metrics, "tributary_group_lag"+labels+" 0") {
 			t.Errorf("coordinator /metrics lacks committed offset %d and lag 0 for partition %d", end, p)
+		}
+	}
+	// storage-core's native API shows the same positions, read-only, as channels and
+	// sequences.
+	native, err := storageClient(t, s.StorageAddr).GetCommittedOffsets(ctxT(t, 20*time.Second),
+		&storagev1.GetCommittedOffsetsRequest{Group: group, Topic: topic})
+	if err != nil {
+		t.Fatalf("storage-core GetCommittedOffsets: %v", err)
+	}
+	if len(native.GetPositions()) != len(ends) {
+		t.Fatalf("storage-core reports %d positions, want %d: %v", len(native.GetPositions()), len(ends), native)
+	}
+	for _, pos := range native.GetPositions() {
+		end := ends[pos.GetPartition()]
+		if pos.GetChannel() != channel.KafkaPartition(topic, pos.GetPartition()) || pos.GetNextSequence() != end+1 || pos.GetLag() != 0 {
+			t.Errorf("storage-core position %v, want channel %s, next sequence %d, lag 0", pos, channel.KafkaPartition(topic, pos.GetPartition()), end+1)
 		}
 	}
 

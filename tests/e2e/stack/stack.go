@@ -139,6 +139,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		args: append([]string{
 			"--grpc-addr", storageGRPC, "--http-addr", storageHTTP,
 			"--data-dir", s.DataDir, "--fsync", opts.Fsync, "--log-level", opts.LogLevel,
+			"--coordinator-addr", coordGRPC,
 		}, opts.StorageFlags...),
 	}
 	s.Coordinator = &Proc{

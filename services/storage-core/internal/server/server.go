@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/zap"
@@ -33,6 +34,10 @@ type Config struct {
 	Fsync string
 	// RetentionInterval overrides how often retention runs (0 = 30 s); for tests.
 	RetentionInterval time.Duration
+	// CoordinatorAddr is the coordinator's gRPC address, asked for consumer groups'
+	// committed offsets (GetCommittedOffsets); "" disables that call. storage-core does
+	// not depend on it otherwise: it is ready without it.
+	CoordinatorAddr string
 }
 
 // Defaults fills unset fields with the contract's defaults.
@@ -85,6 +90,7 @@ type Server struct {
 	http  *obs.HTTP
 	ln    net.Listener
 	svc   *service
+	coord *grpc.ClientConn
 
 	closeOnce sync.Once
 }
@@ -105,6 +111,13 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, reg: reg, store: st}
 	s.svc = newService(st, log, reg)
+	if cfg.CoordinatorAddr != "" {
+		if s.coord, err = grpcx.Dial(cfg.CoordinatorAddr); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		s.svc.groups = coordinatorv1.NewGroupCoordinatorServiceClient(s.coord)
+	}
 	s.grpc = grpcx.NewServer(log, transportOptions()...)
 	storagev1.RegisterStorageServiceServer(s.grpc, s.svc)
 	grpcx.RegisterStandard(s.grpc)
@@ -168,6 +181,9 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) shutdown() {
 	s.closeOnce.Do(func() {
 		s.svc.stop()
+		if s.coord != nil {
+			_ = s.coord.Close()
+		}
 		stopped := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(stopped) }()
 		select {

@@ -2547,6 +2547,227 @@ func (x *FetchResponse) GetResults() []*FetchChannelResult {
 	return nil
 }
 
+type GetCommittedOffsetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kafka consumer group id.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Only this Kafka topic when set.
+	Topic         string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCommittedOffsetsRequest) Reset() {
+	*x = GetCommittedOffsetsRequest{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCommittedOffsetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCommittedOffsetsRequest) ProtoMessage() {}
+
+func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCommittedOffsetsRequest.ProtoReflect.Descriptor instead.
+func (*GetCommittedOffsetsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetCommittedOffsetsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GetCommittedOffsetsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+type CommittedPosition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Log channel of the partition (kafka.<topic> or kafka.<topic>~<p>).
+	Channel   string `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	Topic     string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Sequence of the next record the group will consume (Kafka committed offset + 1).
+	NextSequence int64 `protobuf:"varint,4,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
+	// The Kafka committed offset as stored.
+	CommittedOffset int64  `protobuf:"varint,5,opt,name=committed_offset,json=committedOffset,proto3" json:"committed_offset,omitempty"`
+	Metadata        string `protobuf:"bytes,6,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// Commit time, ms since epoch.
+	CommitTimeMs int64 `protobuf:"varint,7,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
+	// Records between the committed position and the high watermark (0 when caught up);
+	// -1 when the channel no longer exists.
+	Lag           int64 `protobuf:"varint,8,opt,name=lag,proto3" json:"lag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommittedPosition) Reset() {
+	*x = CommittedPosition{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommittedPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommittedPosition) ProtoMessage() {}
+
+func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommittedPosition.ProtoReflect.Descriptor instead.
+func (*CommittedPosition) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CommittedPosition) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *CommittedPosition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CommittedPosition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CommittedPosition) GetNextSequence() int64 {
+	if x != nil {
+		return x.NextSequence
+	}
+	return 0
+}
+
+func (x *CommittedPosition) GetCommittedOffset() int64 {
+	if x != nil {
+		return x.CommittedOffset
+	}
+	return 0
+}
+
+func (x *CommittedPosition) GetMetadata() string {
+	if x != nil {
+		return x.Metadata
+	}
+	return ""
+}
+
+func (x *CommittedPosition) GetCommitTimeMs() int64 {
+	if x != nil {
+		return x.CommitTimeMs
+	}
+	return 0
+}
+
+func (x *CommittedPosition) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+type GetCommittedOffsetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Group state as the coordinator reports it (Empty, Stable, PreparingRebalance, ...).
+	State         string               `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Positions     []*CommittedPosition `protobuf:"bytes,3,rep,name=positions,proto3" json:"positions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCommittedOffsetsResponse) Reset() {
+	*x = GetCommittedOffsetsResponse{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCommittedOffsetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCommittedOffsetsResponse) ProtoMessage() {}
+
+func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCommittedOffsetsResponse.ProtoReflect.Descriptor instead.
+func (*GetCommittedOffsetsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetCommittedOffsetsResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GetCommittedOffsetsResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GetCommittedOffsetsResponse) GetPositions() []*CommittedPosition {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
 var File_tributary_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_storage_proto_rawDesc = "" +
@@ -2705,7 +2926,23 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x12log_start_sequence\x18\x05 \x01(\x03R\x10logStartSequence\x12\x18\n" +
 	"\abatches\x18\x06 \x01(\fR\abatches\"S\n" +
 	"\rFetchResponse\x12B\n" +
-	"\aresults\x18\x01 \x03(\v2(.tributary.storage.v1.FetchChannelResultR\aresults*\xc8\x03\n" +
+	"\aresults\x18\x01 \x03(\v2(.tributary.storage.v1.FetchChannelResultR\aresults\"H\n" +
+	"\x1aGetCommittedOffsetsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\"\x85\x02\n" +
+	"\x11CommittedPosition\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12#\n" +
+	"\rnext_sequence\x18\x04 \x01(\x03R\fnextSequence\x12)\n" +
+	"\x10committed_offset\x18\x05 \x01(\x03R\x0fcommittedOffset\x12\x1a\n" +
+	"\bmetadata\x18\x06 \x01(\tR\bmetadata\x12$\n" +
+	"\x0ecommit_time_ms\x18\a \x01(\x03R\fcommitTimeMs\x12\x10\n" +
+	"\x03lag\x18\b \x01(\x03R\x03lag\"\x90\x01\n" +
+	"\x1bGetCommittedOffsetsResponse\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12E\n" +
+	"\tpositions\x18\x03 \x03(\v2'.tributary.storage.v1.CommittedPositionR\tpositions*\xc8\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_CODE_CHANNEL_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -2736,8 +2973,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
-	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\xaa\n" +
-	"\n" +
+	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\xa6\v\n" +
 	"\x0eStorageService\x12h\n" +
 	"\rCreateChannel\x12*.tributary.storage.v1.CreateChannelRequest\x1a+.tributary.storage.v1.CreateChannelResponse\x12_\n" +
 	"\n" +
@@ -2749,7 +2985,8 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x04Read\x12!.tributary.storage.v1.ReadRequest\x1a\".tributary.storage.v1.ReadResponse\x12^\n" +
 	"\tSubscribe\x12&.tributary.storage.v1.SubscribeRequest\x1a'.tributary.storage.v1.SubscribeResponse0\x01\x12k\n" +
 	"\x0eLookupSequence\x12+.tributary.storage.v1.LookupSequenceRequest\x1a,.tributary.storage.v1.LookupSequenceResponse\x12h\n" +
-	"\rDeleteRecords\x12*.tributary.storage.v1.DeleteRecordsRequest\x1a+.tributary.storage.v1.DeleteRecordsResponse\x12h\n" +
+	"\rDeleteRecords\x12*.tributary.storage.v1.DeleteRecordsRequest\x1a+.tributary.storage.v1.DeleteRecordsResponse\x12z\n" +
+	"\x13GetCommittedOffsets\x120.tributary.storage.v1.GetCommittedOffsetsRequest\x1a1.tributary.storage.v1.GetCommittedOffsetsResponse\x12h\n" +
 	"\rAppendBatches\x12*.tributary.storage.v1.AppendBatchesRequest\x1a+.tributary.storage.v1.AppendBatchesResponse\x12i\n" +
 	"\fAppendStream\x12).tributary.storage.v1.AppendStreamRequest\x1a*.tributary.storage.v1.AppendStreamResponse(\x010\x01\x12P\n" +
 	"\x05Fetch\x12\".tributary.storage.v1.FetchRequest\x1a#.tributary.storage.v1.FetchResponseBIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
@@ -2767,7 +3004,7 @@ func file_tributary_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: tributary.storage.v1.ErrorCode
 	(CleanupPolicy)(0),                  // 1: tributary.storage.v1.CleanupPolicy
@@ -2809,6 +3046,9 @@ var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(*FetchRequest)(nil),                // 37: tributary.storage.v1.FetchRequest
 	(*FetchChannelResult)(nil),          // 38: tributary.storage.v1.FetchChannelResult
 	(*FetchResponse)(nil),               // 39: tributary.storage.v1.FetchResponse
+	(*GetCommittedOffsetsRequest)(nil),  // 40: tributary.storage.v1.GetCommittedOffsetsRequest
+	(*CommittedPosition)(nil),           // 41: tributary.storage.v1.CommittedPosition
+	(*GetCommittedOffsetsResponse)(nil), // 42: tributary.storage.v1.GetCommittedOffsetsResponse
 }
 var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ChannelConfig.cleanup_policy:type_name -> tributary.storage.v1.CleanupPolicy
@@ -2837,37 +3077,40 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	4,  // 23: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
 	0,  // 24: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
 	38, // 25: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
-	7,  // 26: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
-	9,  // 27: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
-	11, // 28: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
-	13, // 29: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
-	15, // 30: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
-	20, // 31: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
-	22, // 32: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
-	24, // 33: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
-	26, // 34: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
-	28, // 35: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
-	31, // 36: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
-	34, // 37: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
-	37, // 38: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
-	8,  // 39: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
-	10, // 40: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
-	12, // 41: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
-	14, // 42: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
-	16, // 43: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
-	21, // 44: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
-	23, // 45: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
-	25, // 46: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
-	27, // 47: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
-	29, // 48: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
-	33, // 49: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
-	35, // 50: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
-	39, // 51: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
-	39, // [39:52] is the sub-list for method output_type
-	26, // [26:39] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	41, // 26: tributary.storage.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.storage.v1.CommittedPosition
+	7,  // 27: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
+	9,  // 28: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
+	11, // 29: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
+	13, // 30: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
+	15, // 31: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
+	20, // 32: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
+	22, // 33: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
+	24, // 34: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
+	26, // 35: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
+	28, // 36: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
+	40, // 37: tributary.storage.v1.StorageService.GetCommittedOffsets:input_type -> tributary.storage.v1.GetCommittedOffsetsRequest
+	31, // 38: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
+	34, // 39: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
+	37, // 40: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
+	8,  // 41: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
+	10, // 42: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
+	12, // 43: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
+	14, // 44: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
+	16, // 45: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
+	21, // 46: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
+	23, // 47: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
+	25, // 48: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
+	27, // 49: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
+	29, // 50: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
+	42, // 51: tributary.storage.v1.StorageService.GetCommittedOffsets:output_type -> tributary.storage.v1.GetCommittedOffsetsResponse
+	33, // 52: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
+	35, // 53: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
+	39, // 54: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
+	41, // [41:55] is the sub-list for method output_type
+	27, // [27:41] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_storage_proto_init() }
@@ -2890,7 +3133,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_storage_proto_rawDesc), len(file_tributary_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   35,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
