@@ -9,12 +9,16 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestHashedDirNameNotAChannel: a long name's hashed directory name is not a valid
@@ -358,4 +362,67 @@ func TestMidSegmentCorruptionFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCreate(t, s, "a", ChannelConfig{})
+}
+
+// TestReadAfterDeleteIsNotFound: a handle to a deleted channel reads ErrNotFound (so
+// long polls woken by the delete answer CHANNEL_NOT_FOUND instead of waiting on).
+func TestReadAfterDeleteIsNotFound(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	l := mustCreate(t, s, "gone", ChannelConfig{})
+	mustAppend(t, l, kbatch(t, batchOpt{}, "a"))
+	changed := l.Changed()
+	if err := s.Delete("gone", false); err != nil {
+		t.Fatal(err)
+	}
+	<-changed // the delete wakes long polls
+	if _, err := l.ReadRaw(1, 1<<20); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read raw after delete: %v", err)
+	}
+	if _, _, err := l.ReadRecords(0, 10, 1<<20); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read records after delete: %v", err)
+	}
+	l2 := mustCreate(t, s, "other", ChannelConfig{})
+	_ = s.Close()
+	if _, err := l2.ReadRaw(0, 1<<20); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after shutdown: %v", err)
+	}
+}
+
+// TestOpenWaitsForDyingLockHolder: Open waits (bounded) for a LOCK still held, as by
+// a process killed with SIGKILL that the kernel has not finished tearing down.
+func TestOpenWaitsForDyingLockHolder(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, nil)
+	_ = s.Close()
+	held, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	type result struct {
+		s   *Store
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := Open(dir, Options{RetentionInterval: -1, LockWait: time.Minute}, zap.New(core))
+		done <- result{s, err}
+	}()
+	for logs.FilterMessage("data dir lock is held; waiting for the holder to exit").Len() == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("open did not wait for the lock: %v", r.err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	_ = held.Close() // the holder dies
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	_ = r.s.Close()
 }

@@ -580,8 +580,11 @@ func visibleEnd(s *segment, hw *hwMark) int64 {
 // ReadRaw returns whole stored frames starting with the one containing off, up to
 // maxBytes (at least one frame when one is available), from one segment. It returns
 // nil at the high watermark. Errors: ErrOutOfRange (off < log start or > high
-// watermark), ErrStorage.
+// watermark), ErrStorage, ErrNotFound (channel deleted), ErrClosed (shutdown).
 func (l *Log) ReadRaw(off int64, maxBytes int) ([]byte, error) {
+	if l.isClosed() {
+		return nil, l.closedErr()
+	}
 	hw := l.hw.Load()
 	if off < l.logStart.Load() || off > hw.next {
 		return nil, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOutOfRange, off, l.logStart.Load(), hw.next)

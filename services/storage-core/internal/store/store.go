@@ -34,6 +34,11 @@ type Options struct {
 	Now func() time.Time
 	// Metrics; nil creates unregistered ones.
 	Metrics *Metrics
+	// LockWait is how long Open waits for the data directory's LOCK while another
+	// process holds it: a process killed with SIGKILL keeps its flock until the kernel
+	// has finished tearing it down (e.g. after an fsync in progress returns), so a
+	// restart right after kill -9 waits for it instead of failing. 0 = 10 s; < 0 = no wait.
+	LockWait time.Duration
 	// minSegmentBytes overrides MinSegmentBytes (tests with tiny segments); 0 = default.
 	minSegmentBytes int64
 }
@@ -100,13 +105,9 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	lf, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o644)
+	lf, err := lockDataDir(dir, opts.LockWait, log)
 	if err != nil {
-		return nil, fmt.Errorf("open lock file: %w", err)
-	}
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = lf.Close()
-		return nil, fmt.Errorf("data dir %s is in use by another process: %w", dir, err)
+		return nil, err
 	}
 	s.lock = lf
 	if err := os.RemoveAll(s.trashDir()); err != nil {

@@ -592,7 +592,7 @@ func TestChannelAdmin(t *testing.T) {
 	if got := s.List("kafka."); len(got) != 1 {
 		t.Fatalf("list %d", len(got))
 	}
-	if _, err := Open(dir, Options{}, zaptest.NewLogger(t)); err == nil {
+	if _, err := Open(dir, Options{LockWait: -1}, zaptest.NewLogger(t)); err == nil {
 		t.Fatal("second open of a locked dir succeeded")
 	}
 	_ = s.Close()
