@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tributary/tributary/services/coordinator/internal/store"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -28,8 +29,6 @@ func TestMain(m *testing.M) {
 const (
 	envPostgres = "TRIBUTARY_TEST_POSTGRES_URL"
 	envNATS     = "TRIBUTARY_TEST_NATS_URL"
-	// migrationFile is the group schema, applied to each test database.
-	migrationFile = "testdata/00100_groups.sql"
 )
 
 func getenv(k, def string) string {
@@ -55,7 +54,7 @@ func randomHex(n int) string {
 }
 
 // env is one test's outside world: its own database (tributary_grouptest_<random>,
-// dropped at the end) with the group schema, a NATS connection and a unique cluster id.
+// dropped at the end) with the coordinator's schema, a NATS connection and a unique cluster id.
 type env struct {
 	t         *testing.T
 	dbURL     string
@@ -97,15 +96,17 @@ func newEnv(t *testing.T) *env {
 	}
 	u.Path = "/" + name
 	e := &env{t: t, dbURL: u.String(), clusterID: "gt-" + randomHex(4)}
-	e.pool = e.openPool()
-	sql, err := os.ReadFile(migrationFile)
+	// The coordinator's own migrations, exactly as the service applies them.
+	st, err := store.Open(e.dbURL, zap.NewNop())
 	if err != nil {
-		t.Fatalf("read schema: %v", err)
+		t.Fatalf("open store: %v", err)
 	}
-	up := strings.SplitN(strings.SplitN(string(sql), "-- +goose Down", 2)[0], "-- +goose Up", 2)[1]
-	if _, err := e.pool.Exec(ctx, up); err != nil {
-		t.Fatalf("apply schema: %v", err)
+	err = st.Prepare(ctx)
+	st.Close()
+	if err != nil {
+		t.Fatalf("apply migrations: %v", err)
 	}
+	e.pool = e.openPool()
 	natsURL := getenv(envNATS, "nats://127.0.0.1:4222")
 	e.nc, err = nats.Connect(natsURL, nats.Timeout(3*time.Second))
 	if err != nil {

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -12,22 +10,6 @@ import (
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
-
-// TestGroupMigrationInSync keeps the served migration equal to the group package's copy
-// (its tests apply testdata/00100_groups.sql on their own).
-func TestGroupMigrationInSync(t *testing.T) {
-	served, err := os.ReadFile("../store/migrations/00100_groups.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	source, err := os.ReadFile("../group/testdata/00100_groups.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(served, source) {
-		t.Fatal("internal/store/migrations/00100_groups.sql differs from internal/group/testdata/00100_groups.sql: copy the group one over (or add a new migration)")
-	}
-}
 
 // TestGroupCoordinatorServed checks the wiring: GroupCoordinatorService answers on the
 // coordinator's gRPC port over the migrated database, and commits survive a restart.
