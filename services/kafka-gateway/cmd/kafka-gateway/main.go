@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/tributary/tributary/libs/flagenv"
@@ -16,25 +15,8 @@ import (
 	"github.com/tributary/tributary/services/kafka-gateway/internal/server"
 )
 
-// gcPercent replaces GOGC's default of 100. The data path allocates MiB-sized buffers
-// per request (Produce and Fetch bytes) over a live heap of a few tens of MiB, so at
-// 100 the collector ran every few requests; at 400 the heap may grow to ~5x the live
-// heap between collections, for ~10-25% more produce and consume throughput in
-// kafkabench. memoryLimit keeps that growth bounded: as the heap nears it the runtime
-// collects sooner whatever the percent (soft limit). GOGC and GOMEMLIMIT environment
-// variables win.
-const (
-	gcPercent   = 400
-	memoryLimit = 1 << 30
-)
-
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(memoryLimit)
-	}
+	obs.TuneDataPathGC()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "kafka-gateway:", err)
 		os.Exit(1)
