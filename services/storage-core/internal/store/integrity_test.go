@@ -426,3 +426,25 @@ func TestOpenWaitsForDyingLockHolder(t *testing.T) {
 	}
 	_ = r.s.Close()
 }
+
+// BenchmarkCheckFrame: append-time validation of a 100-record batch (~16 KB of
+// values), uncompressed (parsed in place) and zstd (pooled buffers and decoders).
+func BenchmarkCheckFrame(b *testing.B) {
+	vals := make([]string, 100)
+	for i := range vals {
+		vals[i] = strings.Repeat("v", 160)
+	}
+	t := &testing.T{}
+	for name, c := range map[string]kgo.CompressionCodec{"none": {}, "zstd": kgo.ZstdCompression(), "lz4": kgo.Lz4Compression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression()} {
+		batch := kbatch(t, batchOpt{codec: c}, vals...)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(batch)))
+			for i := 0; i < b.N; i++ {
+				if _, err := checkFrame(batch, decompressLimit(DefaultMaxMessageBytes)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
