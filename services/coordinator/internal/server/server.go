@@ -70,10 +70,12 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s = &Server{cfg: cfg, log: log, refresh: make(chan struct{}, 1)}
+	srv := &Server{cfg: cfg, log: log, refresh: make(chan struct{}, 1)}
+	s = srv
 	defer func() {
+		// Named on srv: the error returns below set s to nil.
 		if err != nil {
-			s.closeClients()
+			srv.closeClients()
 		}
 	}()
 

@@ -669,3 +669,20 @@ func TestReconcileRecreatesLostChannels(t *testing.T) {
 		t.Fatalf("re-created channel config = %v", e.storage.config("kafka.lost~1"))
 	}
 }
+
+// A taken port is an error from New, not a panic (the cleanup of a half-built server
+// used to run on a nil *Server).
+func TestNewWithTakenPortFails(t *testing.T) {
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := e.cfg
+	cfg.GRPCAddr = ln.Addr().String()
+	s, err := New(cfg, zaptest.NewLogger(t))
+	if err == nil || s != nil {
+		t.Fatalf("New on a taken port = %v, %v; want an error", s, err)
+	}
+}
