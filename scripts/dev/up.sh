@@ -46,23 +46,40 @@ need_postgres
 need_nats
 mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
 
+# start NAME SECONDS PORT... -- ARGS: starts bin/NAME unless this checkout's copy already
+# runs, after checking its ports are free (another stack, or another checkout's, may hold
+# them), then waits until its /readyz (on the last port) answers and it is still alive.
 start() {
-  local name=$1; shift
+  local name=$1 secs=$2; shift 2
+  local ports=()
+  while [[ $1 != -- ]]; do ports+=("$1"); shift; done
+  shift
   local pidfile="$RUN_DIR/pids/$name.pid"
   if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$name already running (pid $(cat "$pidfile"))"
     return
   fi
+  local p
+  for p in "${ports[@]}"; do
+    if port_open 127.0.0.1 "$p"; then
+      echo "error: port $p, which $name needs, is already in use (another Tributary stack? run 'make down' where it was started)" >&2
+      exit 1
+    fi
+  done
   nohup "$ROOT/bin/$name" "$@" >>"$RUN_DIR/logs/$name.log" 2>&1 &
-  echo $! >"$pidfile"
+  local pid=$!
+  echo "$pid" >"$pidfile"
+  if ! wait_ready "$name" "http://127.0.0.1:${ports[-1]}/readyz" "$secs" || ! kill -0 "$pid" 2>/dev/null; then
+    echo "error: $name did not start; the end of $RUN_DIR/logs/$name.log:" >&2
+    tail -n 20 "$RUN_DIR/logs/$name.log" >&2
+    rm -f "$pidfile"
+    exit 1
+  fi
 }
 
-start storage-core --data-dir "$RUN_DIR/data/storage"
-wait_ready storage-core http://127.0.0.1:7401/readyz 30
-start coordinator --nats-url "$NATS_URL"
-wait_ready coordinator http://127.0.0.1:7411/readyz 60
-start kafka-gateway --nats-url "$NATS_URL"
-wait_ready kafka-gateway http://127.0.0.1:7421/readyz 30
+start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
+start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
+start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
 
 cat <<MSG
 Tributary is up.
