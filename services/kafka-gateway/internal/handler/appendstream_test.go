@@ -63,7 +63,7 @@ func TestAppendStreamBreakAndReopen(t *testing.T) {
 	defer cancel()
 	var chain TurnChain
 	produce := func(v string) kmsg.ProduceResponseTopicPartition {
-		req := produceReq("s", 0, batch(v))
+		req := produceReq("s", 0, fake.Batch(v))
 		req.SetVersion(9)
 		r := &Request{Body: req, Turn: chain.Next()}
 		resp, err := h.Handle(connCtx, r)

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
 )
 
 // TestFetchAhead: a consumer reading a backlog one small fetch at a time gets every
@@ -20,7 +21,7 @@ func TestFetchAhead(t *testing.T) {
 	}
 	const n = 6
 	for i := range n {
-		if p := e.produce(t, "fa", 0, batch("a", "b")); p.ErrorCode != 0 || p.BaseOffset != int64(2*i) {
+		if p := e.produce(t, "fa", 0, fake.Batch("a", "b")); p.ErrorCode != 0 || p.BaseOffset != int64(2*i) {
 			t.Fatalf("produce %d: %+v", i, p)
 		}
 	}

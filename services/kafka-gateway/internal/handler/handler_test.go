@@ -84,42 +84,6 @@ func (e *env) createTopic(t *testing.T, name string, partitions int32, configs m
 	return &resp.Topics[0]
 }
 
-// batch encodes values as one uncompressed RecordBatch v2 with a correct CRC.
-func batch(values ...string) []byte {
-	ts := time.Now().UnixMilli()
-	var recs []byte
-	for i, v := range values {
-		var body []byte
-		body = append(body, 0)
-		body = binary.AppendVarint(body, 0)
-		body = binary.AppendVarint(body, int64(i))
-		body = binary.AppendVarint(body, -1)
-		body = binary.AppendVarint(body, int64(len(v)))
-		body = append(body, v...)
-		body = binary.AppendVarint(body, 0)
-		recs = binary.AppendVarint(recs, int64(len(body)))
-		recs = append(recs, body...)
-	}
-	b := make([]byte, 0, 61+len(recs))
-	b = binary.BigEndian.AppendUint64(b, 0)
-	b = binary.BigEndian.AppendUint32(b, 0)
-	b = binary.BigEndian.AppendUint32(b, 0xffffffff)
-	b = append(b, 2)
-	b = binary.BigEndian.AppendUint32(b, 0)
-	b = binary.BigEndian.AppendUint16(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(values)-1))
-	b = binary.BigEndian.AppendUint64(b, uint64(ts))
-	b = binary.BigEndian.AppendUint64(b, uint64(ts))
-	b = binary.BigEndian.AppendUint64(b, 0xffffffffffffffff)
-	b = binary.BigEndian.AppendUint16(b, 0xffff)
-	b = binary.BigEndian.AppendUint32(b, 0xffffffff)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(values)))
-	b = append(b, recs...)
-	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
-}
-
 func produceReq(topic string, partition int32, records []byte) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
 	req.Acks = -1
@@ -206,15 +170,15 @@ func TestProduceErrors(t *testing.T) {
 	e.createTopic(t, "t", 3, nil)
 	e.createTopic(t, "small", 1, map[string]string{"max.message.bytes": "1024"})
 
-	good := batch("a", "b")
+	good := fake.Batch("a", "b")
 	if p := e.produce(t, "t", 0, good); p.ErrorCode != 0 || p.BaseOffset != 0 || p.LogStartOffset != 0 || p.LogAppendTime != -1 {
 		t.Fatalf("good produce: %+v", p)
 	}
-	if p := e.produce(t, "t", 0, batch("c")); p.ErrorCode != 0 || p.BaseOffset != 2 {
+	if p := e.produce(t, "t", 0, fake.Batch("c")); p.ErrorCode != 0 || p.BaseOffset != 2 {
 		t.Fatalf("second produce: %+v", p)
 	}
 
-	bad := batch("x")
+	bad := fake.Batch("x")
 	bad[20] ^= 0xff
 	short := good[:len(good)-3]
 	cases := []struct {
@@ -227,7 +191,7 @@ func TestProduceErrors(t *testing.T) {
 		{"bad crc", "t", 0, bad, kerr.CorruptMessage.Code},
 		{"truncated", "t", 0, short, kerr.CorruptMessage.Code},
 		{"empty", "t", 0, nil, kerr.CorruptMessage.Code},
-		{"too large", "small", 0, batch(strings.Repeat("z", 4096)), kerr.MessageTooLarge.Code},
+		{"too large", "small", 0, fake.Batch(strings.Repeat("z", 4096)), kerr.MessageTooLarge.Code},
 		{"unknown partition", "t", 7, good, kerr.UnknownTopicOrPartition.Code},
 		{"negative partition", "t", -1, good, kerr.UnknownTopicOrPartition.Code},
 		{"tilde", "a~1", 0, good, kerr.InvalidTopicException.Code},
@@ -240,12 +204,12 @@ func TestProduceErrors(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, code(p.ErrorCode), code(c.want))
 		}
 	}
-	magic1 := batch("m")
+	magic1 := fake.Batch("m")
 	magic1[16] = 1
 	if p := e.produce(t, "t", 0, magic1); p.ErrorCode != kerr.InvalidRecord.Code {
 		t.Errorf("magic 1: %s", code(p.ErrorCode))
 	}
-	txn := batch("txn")
+	txn := fake.Batch("txn")
 	binary.BigEndian.PutUint16(txn[21:], 0x10)
 	binary.BigEndian.PutUint32(txn[17:21], crc32.Checksum(txn[21:], crc32.MakeTable(crc32.Castagnoli)))
 	if p := e.produce(t, "t", 0, txn); p.ErrorCode != kerr.InvalidTxnState.Code {
@@ -293,14 +257,14 @@ func TestProduceErrors(t *testing.T) {
 
 func TestProduceAutoCreateAndDisabled(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.DefaultPartitions = 2 })
-	if p := e.produce(t, "auto", 1, batch("x")); p.ErrorCode != 0 || p.BaseOffset != 0 {
+	if p := e.produce(t, "auto", 1, fake.Batch("x")); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("auto-create produce: %+v", p)
 	}
 	if hw := e.st.HighWatermark("kafka.auto~1"); hw != 1 {
 		t.Fatalf("auto-created partition 1 high watermark %d", hw)
 	}
 	off := newEnv(t, func(c *Config) { c.AutoCreateTopics = false })
-	if p := off.produce(t, "nope", 0, batch("x")); p.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+	if p := off.produce(t, "nope", 0, fake.Batch("x")); p.ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Fatalf("produce to unknown topic, auto-create off: %s", code(p.ErrorCode))
 	}
 }
@@ -318,7 +282,7 @@ func TestProduceOutages(t *testing.T) {
 		{errors.New("plain"), kerr.KafkaStorageError.Code},
 	} {
 		e.st.SetFailure(c.err)
-		if p := e.produce(t, "t", 0, batch("x")); p.ErrorCode != c.want {
+		if p := e.produce(t, "t", 0, fake.Batch("x")); p.ErrorCode != c.want {
 			t.Errorf("storage %v: %s, want %s", c.err, code(p.ErrorCode), code(c.want))
 		}
 	}
@@ -326,14 +290,14 @@ func TestProduceOutages(t *testing.T) {
 
 	// Coordinator down: cached topic still works; an uncached one goes to storage.
 	e.co.SetFailure(status.Error(codes.Unavailable, "down"))
-	if p := e.produce(t, "t", 0, batch("x")); p.ErrorCode != 0 {
+	if p := e.produce(t, "t", 0, fake.Batch("x")); p.ErrorCode != 0 {
 		t.Errorf("coordinator down, cached topic: %s", code(p.ErrorCode))
 	}
 	e.h.InvalidateTopic("")
-	if p := e.produce(t, "t", 0, batch("x")); p.ErrorCode != 0 {
+	if p := e.produce(t, "t", 0, fake.Batch("x")); p.ErrorCode != 0 {
 		t.Errorf("coordinator down, uncached existing topic: %s", code(p.ErrorCode))
 	}
-	if p := e.produce(t, "missing", 0, batch("x")); p.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+	if p := e.produce(t, "missing", 0, fake.Batch("x")); p.ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Errorf("coordinator down, missing topic: %s", code(p.ErrorCode))
 	}
 }
@@ -341,7 +305,7 @@ func TestProduceOutages(t *testing.T) {
 func TestFetch(t *testing.T) {
 	e := newEnv(t, nil)
 	ct := e.createTopic(t, "f", 2, nil)
-	e.produce(t, "f", 0, batch("a", "b", "c"))
+	e.produce(t, "f", 0, fake.Batch("a", "b", "c"))
 
 	for _, v := range []int16{4, 11, 12} {
 		resp := e.do(t, fetchReq("f", [16]byte{}, 0, 0), v).(*kmsg.FetchResponse)
@@ -418,7 +382,7 @@ func TestFetchLongPollWakes(t *testing.T) {
 	}()
 	// Produce until the fetch returns (the fetch may start after the first produce).
 	for {
-		e.produce(t, "lp", 0, batch("wake"))
+		e.produce(t, "lp", 0, fake.Batch("wake"))
 		select {
 		case p := <-got:
 			if p.ErrorCode != 0 || len(p.RecordBatches) == 0 {
@@ -434,8 +398,8 @@ func TestListOffsets(t *testing.T) {
 	e := newEnv(t, nil)
 	e.createTopic(t, "lo", 1, nil)
 	before := time.Now().UnixMilli()
-	e.produce(t, "lo", 0, batch("a", "b"))
-	e.produce(t, "lo", 0, batch("c"))
+	e.produce(t, "lo", 0, fake.Batch("a", "b"))
+	e.produce(t, "lo", 0, fake.Batch("c"))
 
 	ask := func(ts int64, v int16) kmsg.ListOffsetsResponseTopicPartition {
 		req := kmsg.NewPtrListOffsetsRequest()
@@ -545,7 +509,7 @@ func TestMetadata(t *testing.T) {
 func TestTopicCacheRefreshAfterPartitionGrowth(t *testing.T) {
 	e := newEnv(t, nil)
 	e.createTopic(t, "g", 1, nil)
-	if p := e.produce(t, "g", 0, batch("x")); p.ErrorCode != 0 {
+	if p := e.produce(t, "g", 0, fake.Batch("x")); p.ErrorCode != 0 {
 		t.Fatal(code(p.ErrorCode))
 	}
 	req := kmsg.NewPtrCreatePartitionsRequest()
@@ -555,7 +519,7 @@ func TestTopicCacheRefreshAfterPartitionGrowth(t *testing.T) {
 	if r := e.do(t, req, 3).(*kmsg.CreatePartitionsResponse); r.Topics[0].ErrorCode != 0 {
 		t.Fatalf("create partitions: %s", code(r.Topics[0].ErrorCode))
 	}
-	if p := e.produce(t, "g", 2, batch("x")); p.ErrorCode != 0 {
+	if p := e.produce(t, "g", 2, fake.Batch("x")); p.ErrorCode != 0 {
 		t.Fatalf("produce to new partition: %s", code(p.ErrorCode))
 	}
 	rt.Count = 2
@@ -591,7 +555,7 @@ func TestDeleteTopics(t *testing.T) {
 func TestDeleteRecordsAndOffsetForLeaderEpoch(t *testing.T) {
 	e := newEnv(t, nil)
 	e.createTopic(t, "dr", 1, nil)
-	e.produce(t, "dr", 0, batch("a", "b", "c", "d"))
+	e.produce(t, "dr", 0, fake.Batch("a", "b", "c", "d"))
 	del := func(off int64) kmsg.DeleteRecordsResponseTopicPartition {
 		req := kmsg.NewPtrDeleteRecordsRequest()
 		rt := kmsg.NewDeleteRecordsRequestTopic()
@@ -752,14 +716,14 @@ func TestStorageCodeTable(t *testing.T) {
 func TestProduceSeesPartitionsAddedElsewhere(t *testing.T) {
 	e := newEnv(t, nil)
 	e.createTopic(t, "grow", 1, nil)
-	if p := e.produce(t, "grow", 0, batch("x")); p.ErrorCode != 0 {
+	if p := e.produce(t, "grow", 0, fake.Batch("x")); p.ErrorCode != 0 {
 		t.Fatal(code(p.ErrorCode))
 	}
 	// Grow through the coordinator directly (another replica), no invalidation here.
 	if _, err := e.co.CreatePartitions(context.Background(), &coordinatorv1.CreatePartitionsRequest{Topics: []*coordinatorv1.PartitionGrowth{{Name: "grow", Count: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	if p := e.produce(t, "grow", 1, batch("x")); p.ErrorCode != 0 {
+	if p := e.produce(t, "grow", 1, fake.Batch("x")); p.ErrorCode != 0 {
 		t.Fatalf("produce to a partition added through another replica: %s", code(p.ErrorCode))
 	}
 }
@@ -767,7 +731,7 @@ func TestProduceSeesPartitionsAddedElsewhere(t *testing.T) {
 func TestStaleTopicsServeWhileCoordinatorDown(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.TopicCacheTTL = time.Nanosecond })
 	ct := e.createTopic(t, "stale", 2, nil)
-	e.produce(t, "stale", 1, batch("x"))
+	e.produce(t, "stale", 1, fake.Batch("x"))
 	e.co.SetFailure(status.Error(codes.Unavailable, "down"))
 
 	req := kmsg.NewPtrMetadataRequest()
@@ -781,7 +745,7 @@ func TestStaleTopicsServeWhileCoordinatorDown(t *testing.T) {
 	if p.ErrorCode != 0 || len(p.RecordBatches) == 0 {
 		t.Errorf("fetch by id while the coordinator is down: %+v", p)
 	}
-	if p := e.produce(t, "stale", 1, batch("y")); p.ErrorCode != 0 || p.BaseOffset != 1 {
+	if p := e.produce(t, "stale", 1, fake.Batch("y")); p.ErrorCode != 0 || p.BaseOffset != 1 {
 		t.Errorf("produce while the coordinator is down: %+v", p)
 	}
 }

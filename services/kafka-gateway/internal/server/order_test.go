@@ -68,7 +68,7 @@ func TestPipelinedProducesReachStorageInOrder(t *testing.T) {
 		rt := kmsg.NewProduceRequestTopic()
 		rt.Topic = "order"
 		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Records = testBatch(vals...)
+		rp.Records = fake.Batch(vals...)
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
 		rc.send(req, int32(10+i))

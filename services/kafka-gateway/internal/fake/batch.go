@@ -1,4 +1,4 @@
-package server
+package fake
 
 import (
 	"encoding/binary"
@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// testBatch encodes values as one uncompressed RecordBatch v2 with a correct CRC.
-func testBatch(values ...string) []byte {
+// Batch encodes values as one uncompressed Kafka RecordBatch v2 (magic 2, no producer
+// id, offsets 0..n-1, timestamps now) with a correct CRC-32C, as a producer sends it.
+func Batch(values ...string) []byte {
 	ts := time.Now().UnixMilli()
 	var recs []byte
 	for i, v := range values {
