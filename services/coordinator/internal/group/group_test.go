@@ -312,3 +312,30 @@ func waitSweeper(t *testing.T, cs ...*Coordinator) bool {
 	})
 	return true
 }
+
+// A group id of Kafka's maximum length (32767 bytes) neither breaks the replica's NATS
+// connection nor its sessions: its change subject stays short (it used to carry the
+// hex of the whole id, over NATS's 4 KiB line limit, and the server closed the
+// connection for good).
+func TestLongGroupIDKeepsNATS(t *testing.T) {
+	e := newEnv(t)
+	c, nc, _ := e.startReplica(e.testConfig())
+	waitSweeper(t, c)
+	gid := strings.Repeat("K", 32767)
+	m1, m2 := newClient(t, c, gid), newClient(t, c, gid)
+	m2.session = 500
+	rebalance(t, m1)
+	ch := m2.joinAsync()
+	waitRebalanceSignal(t, m1)
+	ch1 := m1.joinAsync()
+	recv(t, ch)
+	recv(t, ch1)
+	// m2's session ends; the sweep (which needs NATS for its lock) rebalances without it.
+	waitRebalanceSignal(t, m1)
+	if l := rebalance(t, m1); len(l.GetMembers()) != 1 {
+		t.Fatalf("after expiry: %d members", len(l.GetMembers()))
+	}
+	if err := nc.FlushTimeout(5 * time.Second); err != nil || !nc.IsConnected() {
+		t.Fatalf("NATS after a %d-byte group id: connected %v, flush %v", len(gid), nc.IsConnected(), err)
+	}
+}

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"strings"
 	"sync"
@@ -10,15 +11,18 @@ import (
 
 // notifier wakes the JoinGroup and SyncGroup calls waiting on this replica when any
 // replica changes their group. A change is announced on
-// "tributary.<cluster-id>.groups.changed.<hex(group id)>" (hex: a group id may hold any
-// character, a NATS token may not); each replica subscribes to the wildcard once and
-// closes the local wake channel of that group.
+// "tributary.<cluster-id>.groups.changed.<token>", the token being the first 128 bits of
+// SHA-256(group id) in hex: a group id may hold any character and up to 32767 bytes,
+// while a NATS token may not hold every character and a subject line over 4 KiB makes
+// the server close the connection. Each replica subscribes to the wildcard once and
+// closes the local wake channel of the token; a (vanishingly unlikely) shared token only
+// costs a spurious wake-up, since waiters re-read their group's state.
 type notifier struct {
 	nc     *nats.Conn
 	prefix string
 
 	mu    sync.Mutex
-	waits map[string]chan struct{}
+	waits map[string]chan struct{} // by token
 	sub   *nats.Subscription
 }
 
@@ -28,11 +32,7 @@ func newNotifier(nc *nats.Conn, clusterID string) *notifier {
 
 func (n *notifier) start() error {
 	sub, err := n.nc.Subscribe(n.prefix+"*", func(msg *nats.Msg) {
-		id, err := hex.DecodeString(strings.TrimPrefix(msg.Subject, n.prefix))
-		if err != nil {
-			return
-		}
-		n.wake(string(id))
+		n.wake(strings.TrimPrefix(msg.Subject, n.prefix))
 	})
 	if err != nil {
 		return err
@@ -54,29 +54,38 @@ func (n *notifier) stop() {
 // wait returns a channel closed at the next change of the group. Take it before
 // reading the group's state so no change between the read and the wait is missed.
 func (n *notifier) wait(groupID string) <-chan struct{} {
+	tok := groupToken(groupID)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ch, ok := n.waits[groupID]
+	ch, ok := n.waits[tok]
 	if !ok {
 		ch = make(chan struct{})
-		n.waits[groupID] = ch
+		n.waits[tok] = ch
 	}
 	return ch
 }
 
-func (n *notifier) wake(groupID string) {
+// wake closes the wake channel of a group token.
+func (n *notifier) wake(tok string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if ch, ok := n.waits[groupID]; ok {
+	if ch, ok := n.waits[tok]; ok {
 		close(ch)
-		delete(n.waits, groupID)
+		delete(n.waits, tok)
 	}
+}
+
+// groupToken is a group id's NATS subject token: 32 hex digits of its SHA-256.
+func groupToken(groupID string) string {
+	sum := sha256.Sum256([]byte(groupID))
+	return hex.EncodeToString(sum[:16])
 }
 
 // publish announces a change of the group to every replica (this one included). The
 // local waiters are woken at once as well, so a lost NATS message only costs the
 // remote replicas a recheck interval.
 func (n *notifier) publish(groupID string) error {
-	n.wake(groupID)
-	return n.nc.Publish(n.prefix+hex.EncodeToString([]byte(groupID)), nil)
+	tok := groupToken(groupID)
+	n.wake(tok)
+	return n.nc.Publish(n.prefix+tok, nil)
 }
