@@ -74,7 +74,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		s.httpCheck("storage-core", cc)
 	}
 	if coord == nil {
-		cc, err := grpcx.Dial(cfg.CoordinatorAddr)
+		cc, err := grpcx.Dial(cfg.CoordinatorAddr, grpc.WithChainUnaryInterceptor(sanitizeStrings))
 		if err != nil {
 			s.closeGRPC()
 			return nil, err
