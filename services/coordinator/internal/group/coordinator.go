@@ -182,7 +182,7 @@ func (c *Coordinator) wait(ctx context.Context, id string, done func(g *group) b
 	defer t.Stop()
 	for {
 		ch := c.notify.wait(id)
-		g, err := loadGroup(ctx, c.pool, id, false)
+		g, err := snapshotGroup(ctx, c.pool, id)
 		if err != nil {
 			return err
 		}

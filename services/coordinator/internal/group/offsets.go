@@ -252,7 +252,7 @@ func (c *Coordinator) ReadCommittedOffsets(ctx context.Context, req *coordinator
 		resp.ErrorCode = codeInvalidGroupID
 		return resp, nil
 	}
-	g, err := loadGroup(ctx, c.pool, req.GetGroupId(), false)
+	g, err := snapshotGroup(ctx, c.pool, req.GetGroupId())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 	}
@@ -288,7 +288,7 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.Des
 			dg.ErrorCode = codeInvalidGroupID
 			continue
 		}
-		g, err := loadGroup(ctx, c.pool, id, false)
+		g, err := snapshotGroup(ctx, c.pool, id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 		}

@@ -8,15 +8,29 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// querier is what load needs: a transaction (locked reads) or the pool (plain reads).
+// querier is what loadGroup needs: a transaction (locked reads or one snapshot).
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 const groupColumns = `state, generation, protocol_type, protocol, leader, deadline, join_not_before, join_members, empty_since`
+
+// snapshotGroup reads a group and its members without locking, from one snapshot: the
+// group row and the member rows come from the same committed state (a read-only
+// REPEATABLE READ transaction). Two plain statements could straddle a commit and pair
+// one generation's join snapshot with the next generation's members.
+func snapshotGroup(ctx context.Context, pool *pgxpool.Pool, id string) (*group, error) {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("load group: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	return loadGroup(ctx, tx, id, false)
+}
 
 // loadGroup reads a group and its members. With lock it takes the group row lock
 // (FOR UPDATE; q must be a transaction). A missing group comes back with exists false.
