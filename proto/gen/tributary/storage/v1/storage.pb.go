@@ -223,6 +223,8 @@ type ChannelKind int32
 const (
 	ChannelKind_CHANNEL_KIND_UNSPECIFIED ChannelKind = 0 // treated as LOG
 	ChannelKind_CHANNEL_KIND_LOG         ChannelKind = 1
+	// A log plus delivery state (queue.proto); created with QueueService.CreateQueue.
+	ChannelKind_CHANNEL_KIND_QUEUE ChannelKind = 2
 )
 
 // Enum value maps for ChannelKind.
@@ -230,10 +232,12 @@ var (
 	ChannelKind_name = map[int32]string{
 		0: "CHANNEL_KIND_UNSPECIFIED",
 		1: "CHANNEL_KIND_LOG",
+		2: "CHANNEL_KIND_QUEUE",
 	}
 	ChannelKind_value = map[string]int32{
 		"CHANNEL_KIND_UNSPECIFIED": 0,
 		"CHANNEL_KIND_LOG":         1,
+		"CHANNEL_KIND_QUEUE":       2,
 	}
 )
 
@@ -2966,10 +2970,11 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\rTimestampType\x12\x1e\n" +
 	"\x1aTIMESTAMP_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aTIMESTAMP_TYPE_CREATE_TIME\x10\x01\x12\"\n" +
-	"\x1eTIMESTAMP_TYPE_LOG_APPEND_TIME\x10\x02*A\n" +
+	"\x1eTIMESTAMP_TYPE_LOG_APPEND_TIME\x10\x02*Y\n" +
 	"\vChannelKind\x12\x1c\n" +
 	"\x18CHANNEL_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
-	"\x10CHANNEL_KIND_LOG\x10\x01*{\n" +
+	"\x10CHANNEL_KIND_LOG\x10\x01\x12\x16\n" +
+	"\x12CHANNEL_KIND_QUEUE\x10\x02*{\n" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
