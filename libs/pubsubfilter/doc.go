@@ -62,4 +62,7 @@
 //   - Terms are joined only by AND or OR; there is no implicit AND by juxtaposition.
 //   - Parentheses nest at most 32 deep.
 //   - A filter of only whitespace is rejected (only "" means "no filter").
+//
+// Google's Pub/Sub emulator (0.8.20) is no reference here: it stores any filter,
+// including unparseable and over-long ones, and never applies it.
 package pubsubfilter
