@@ -364,7 +364,7 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 		seen[b.Source] = true
 		f, err := ParseFilter(b.Filter)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: binding %d filter: %v", ErrInvalidArgument, i, err)
+			return nil, nil, fmt.Errorf("binding %d filter: %w", i, err)
 		}
 		l, err := m.st.Get(b.Source)
 		if err != nil {
