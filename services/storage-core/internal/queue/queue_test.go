@@ -641,3 +641,18 @@ func TestBindingFilter(t *testing.T) {
 		t.Fatalf("cursor %d, queue hw %d", in.Bindings[0].Cursor, q.log.HighWatermark())
 	}
 }
+
+func TestExactlyOnceAckAfterDeadline(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{ExactlyOnce: true}, Binding{Source: "gcp.t"})
+	publish(t, src, "a")
+	d := receive(t, q, 1, 1)[0]
+	e.clk.add(10 * time.Second) // the lease ends; no sweep ran
+	if rs := mustAck(t, q, d.AckID); rs[0] != AckExpired {
+		t.Fatalf("late ack %v", rs)
+	}
+	if d2 := receive(t, q, 1, 1)[0]; d2.Attempt != 2 {
+		t.Fatalf("redelivery %+v", d2)
+	}
+}
