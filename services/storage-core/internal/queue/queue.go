@@ -93,7 +93,6 @@ type Queue struct {
 	mu       sync.Mutex
 	meta     queueMeta
 	bindings []*binding
-	filters  map[string]Filter
 	pending  []*msg // unacked messages by offset, from the ack floor
 	loadPos  int64  // next queue offset to load into pending
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
@@ -117,12 +116,6 @@ func (q *Queue) Name() string { return q.name }
 func (q *Queue) wakeLocked() {
 	close(q.notify)
 	q.notify = make(chan struct{})
-}
-
-func (q *Queue) wake() {
-	q.mu.Lock()
-	q.wakeLocked()
-	q.mu.Unlock()
 }
 
 // usableLocked is the error delivery verbs answer for a deleted or detached queue.
