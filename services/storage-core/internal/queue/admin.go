@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
 
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -96,7 +99,12 @@ func (q *Queue) SeekTime(tsMs int64) error {
 	return op.wait()
 }
 
-// SeekSnapshot restores the acknowledgement state of a snapshot of this queue.
+// SeekSnapshot restores the acknowledgement state of a snapshot: of this queue
+// exactly (by queue offsets); of another queue bound to a source this one is bound to
+// too (Pub/Sub: another subscription of the same topic), by source sequences: a
+// message is acked when its source record was below the snapshot's cursor for that
+// source and not unacked then. Messages from a source the snapshot does not know stay
+// unacked.
 func (q *Queue) SeekSnapshot(name string) error {
 	s, err := q.m.snapshot(name)
 	if err != nil {
@@ -107,9 +115,22 @@ func (q *Queue) SeekSnapshot(name string) error {
 		q.mu.Unlock()
 		return err
 	}
-	if s.Queue != q.name || s.Incarnation != q.meta.Incarnation {
+	own := s.Queue == q.name && s.Incarnation == q.meta.Incarnation
+	shared := false
+	for _, b := range q.bindings {
+		shared = shared || s.Sources[b.source] != nil
+	}
+	q.mu.Unlock()
+	if !own {
+		if !shared {
+			return fmt.Errorf("%w: snapshot %s was taken of %s, which shares no source with %s", ErrNotQueue, name, s.Queue, q.name)
+		}
+		return q.seekForeign(s)
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
-		return fmt.Errorf("%w: snapshot %s was taken of %s, not of this queue (%s)", ErrNotQueue, name, s.Queue, q.name)
+		return err
 	}
 	floor := max(s.Floor, q.log.LogStart())
 	acked := map[int64]struct{}{}
@@ -127,17 +148,68 @@ func (q *Queue) SeekSnapshot(name string) error {
 			acked[off] = struct{}{}
 		}
 	}
-	// The floor moves up past a leading acked run.
+	op := q.resetLocked(compactFloor(floor, acked), acked)
+	q.mu.Unlock()
+	return op.wait()
+}
+
+// compactFloor moves floor up past a leading run of acked offsets (removing them).
+func compactFloor(floor int64, acked map[int64]struct{}) int64 {
 	for {
 		if _, ok := acked[floor]; !ok {
-			break
+			return floor
 		}
 		delete(acked, floor)
 		floor++
 	}
-	op := q.resetLocked(floor, acked)
+}
+
+// seekForeign applies another queue's snapshot by source sequences (SeekSnapshot).
+func (q *Queue) seekForeign(s snapshot) error {
+	start, hw := q.log.LogStart(), q.log.HighWatermark()
+	acked := map[int64]struct{}{}
+	for off := start; off < hw; {
+		recs, next, err := q.log.ReadRecords(off, 1000, 1<<20)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.Offset >= hw {
+				break
+			}
+			src, seq := sourceOf(r.Headers)
+			if ss := s.Sources[src]; ss != nil && !ss.unacked(seq) {
+				acked[r.Offset] = struct{}{}
+			}
+		}
+		if next <= off {
+			break
+		}
+		off = next
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	op := q.resetLocked(compactFloor(start, acked), acked)
 	q.mu.Unlock()
 	return op.wait()
+}
+
+// sourceOf returns a queue record's source channel and sequence (internal headers).
+func sourceOf(hs []store.Header) (string, int64) {
+	var src string
+	var seq int64
+	for _, h := range hs {
+		switch h.Key {
+		case HeaderSource:
+			src = string(h.Value)
+		case HeaderSourceSeq:
+			seq, _ = strconv.ParseInt(string(h.Value), 10, 64)
+		}
+	}
+	return src, seq
 }
 
 // snapshotLocked captures the queue's acknowledgement state.
@@ -156,7 +228,9 @@ func (q *Queue) snapshotLocked(now int64) snapshot {
 }
 
 // CreateSnapshot records the queue's acknowledgement state under name (unique per
-// storage-core). Errors: ErrInvalidArgument (name), ErrSnapshotExists, ErrDetached.
+// storage-core), by queue offsets and by source sequences (reading the part of the
+// queue log not in memory). Errors: ErrInvalidArgument (name), ErrSnapshotExists,
+// ErrDetached.
 func (q *Queue) CreateSnapshot(name string) (int64, error) {
 	if name == "" || len(name) > MaxSnapshotNameLen {
 		return 0, fmt.Errorf("%w: snapshot name must be 1..%d bytes", ErrInvalidArgument, MaxSnapshotNameLen)
@@ -168,8 +242,49 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 		q.mu.Unlock()
 		return 0, err
 	}
+	// Cursors before the high watermark: every record below a cursor is in the log
+	// below the high watermark read after it.
+	srcs := map[string]*snapSource{}
+	for _, b := range q.bindings {
+		srcs[b.source] = &snapSource{Cursor: b.cursor.Load()}
+	}
+	hw := q.log.HighWatermark()
 	s := q.snapshotLocked(q.m.nowMs())
+	for _, m := range q.pending {
+		if ss := srcs[m.source]; ss != nil && m.state != stAcked {
+			ss.Unacked = append(ss.Unacked, m.srcSeq)
+		}
+	}
+	ahead := make(map[int64]struct{}, len(q.ackedAhead))
+	for off := range q.ackedAhead {
+		ahead[off] = struct{}{}
+	}
 	q.mu.Unlock()
+	for off := s.End; off < hw; {
+		recs, next, err := q.log.ReadRecords(off, 1000, 1<<20)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range recs {
+			if _, ok := ahead[r.Offset]; ok || r.Offset >= hw {
+				continue
+			}
+			src, seq := sourceOf(r.Headers)
+			if ss := srcs[src]; ss != nil {
+				ss.Unacked = append(ss.Unacked, seq)
+			}
+		}
+		if next <= off {
+			break
+		}
+		off = next
+	}
+	for _, ss := range srcs {
+		slices.Sort(ss.Unacked)
+	}
+	if len(srcs) > 0 {
+		s.Sources = srcs
+	}
 	err := q.m.db.update(func(tx *bolt.Tx) error {
 		sb := tx.Bucket(bktSnapshots)
 		if sb.Get([]byte(name)) != nil {

@@ -1,5 +1,7 @@
 package queue
 
+import "slices"
+
 // snapshot is a queue's acknowledgement state at one moment (bucket "snapshots").
 // Every offset below Floor is acked; in [Floor, End) the offsets in Unacked are not;
 // at and after End, those in AckedAhead are acked.
@@ -11,4 +13,24 @@ type snapshot struct {
 	End         int64   `json:"end"`
 	Unacked     []int64 `json:"unacked,omitempty"`
 	AckedAhead  []int64 `json:"acked_ahead,omitempty"`
+	// Sources describes the same state by source sequences, for seeking another queue
+	// bound to the same sources: per source, the binding's cursor and the source
+	// sequences of the messages unacked then.
+	Sources map[string]*snapSource `json:"sources,omitempty"`
+}
+
+// snapSource is one source's part of a snapshot: source sequences below Cursor were
+// acked unless listed in Unacked (sorted); from Cursor on, nothing was seen yet.
+type snapSource struct {
+	Cursor  int64   `json:"cursor"`
+	Unacked []int64 `json:"unacked,omitempty"`
+}
+
+// unacked reports whether the source record seq was unacked in the snapshot.
+func (s *snapSource) unacked(seq int64) bool {
+	if seq >= s.Cursor {
+		return true
+	}
+	_, found := slices.BinarySearch(s.Unacked, seq)
+	return found
 }
