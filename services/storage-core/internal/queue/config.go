@@ -65,7 +65,7 @@ func (c *Config) Validate() error {
 	}
 	if d := c.DeadLetter; d != nil {
 		if err := channel.Validate(d.Channel); err != nil {
-			return fmt.Errorf("%w: dead_letter.channel: %v", ErrInvalidArgument, err)
+			return fmt.Errorf("dead_letter.channel: %w", err)
 		}
 		if d.MaxDeliveryAttempts < 1 || d.MaxDeliveryAttempts > MaxDeliveryAttempts {
 			return fmt.Errorf("%w: dead_letter.max_delivery_attempts %d outside [1, %d]", ErrInvalidArgument, d.MaxDeliveryAttempts, MaxDeliveryAttempts)

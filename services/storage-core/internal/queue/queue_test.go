@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -219,6 +220,8 @@ func TestBindingStartSequenceAndErrors(t *testing.T) {
 		{"gcp.sub.x", Config{}, []Binding{{Source: "gcp.sub.all"}}, ErrInvalidArgument},
 		{"gcp.sub.x", Config{AckDeadlineMs: 5000}, nil, ErrInvalidArgument},
 		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.dl", MaxDeliveryAttempts: 0}}, nil, ErrInvalidArgument},
+		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "_dl", MaxDeliveryAttempts: 5}}, nil, channel.ErrReserved},
+		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "bad name", MaxDeliveryAttempts: 5}}, nil, channel.ErrInvalidName},
 		{"gcp.sub.x", Config{Retry: &RetryPolicy{MinBackoffMs: 700_000}}, nil, ErrInvalidArgument},
 		{"gcp.sub.all", Config{}, nil, ErrExists},
 		{"gcp.t", Config{}, nil, ErrExists},
