@@ -370,9 +370,15 @@ func TestNackAndBackoff(t *testing.T) {
 	if d = receive(t, q, 2, 1)[0]; d.Attempt != 4 {
 		t.Fatalf("attempt %d", d.Attempt)
 	}
-	cfg := Config{Retry: &RetryPolicy{}}
-	if cfg.backoffMs(1) != 10_000 || cfg.backoffMs(7) != 600_000 || (&Config{}).backoffMs(3) != 0 {
-		t.Fatal("backoff defaults")
+	cfg := Config{Retry: &RetryPolicy{MinBackoffMs: 10_000, MaxBackoffMs: 600_000}}
+	if cfg.backoffMs(1) != 10_000 || cfg.backoffMs(3) != 40_000 || cfg.backoffMs(7) != 600_000 || (&Config{}).backoffMs(3) != 0 {
+		t.Fatal("backoff")
+	}
+	if zero := (&Config{Retry: &RetryPolicy{}}); zero.backoffMs(5) != 0 || zero.Validate() != nil {
+		t.Fatal("zero backoff")
+	}
+	if err := (&Config{Retry: &RetryPolicy{MinBackoffMs: 5000, MaxBackoffMs: 1000}}).Validate(); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("min > max: %v", err)
 	}
 }
 
