@@ -36,7 +36,9 @@ func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
 	q.leased = 0
 	q.loadPos = floor
 	q.ackedAhead = acked
-	q.attempts = map[int64]int32{}
+	q.attempts = map[int64]delivered{}
+	clear(q.dirty)
+	q.dirty = q.dirty[:0]
 	q.wakeLocked()
 	offs := make([]int64, 0, len(acked))
 	for off := range acked {

@@ -203,7 +203,7 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 			return err
 		}
 		if err := b.Bucket(bktAttempts).ForEach(func(k, v []byte) error {
-			q.attempts[keyOff(k)] = getU32(v)
+			q.attempts[keyOff(k)] = decodeDelivered(v)
 			return nil
 		}); err != nil {
 			return err
@@ -268,7 +268,7 @@ func (q *Queue) recoverCursors(from int64) error {
 
 func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
 	q := &Queue{m: m, name: qm.Name, log: l, meta: qm, ackedAhead: map[int64]struct{}{},
-		attempts: map[int64]int32{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
+		attempts: map[int64]delivered{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
 	for _, bm := range qm.Bindings {
 		f, err := ParseFilter(bm.Filter)
 		if err != nil {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -98,8 +99,12 @@ type Queue struct {
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
 	// or a snapshot); loading skips them.
 	ackedAhead map[int64]struct{}
-	// attempts holds delivery counts of messages not loaded yet (from the state file).
-	attempts map[int64]int32
+	// attempts holds the delivery counts and backoffs of messages not loaded yet (from
+	// the state file).
+	attempts map[int64]delivered
+	// dirty lists messages whose backoff changed (nack, expiry) and is not enqueued
+	// for the state file yet (flushDirtyLocked).
+	dirty []*msg
 	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
 	leased   int
 	leaseSeq uint64
@@ -262,8 +267,8 @@ func (q *Queue) fill() {
 				continue
 			}
 			m := q.newMsg(r)
-			if n, ok := q.attempts[r.Offset]; ok {
-				m.attempts = n
+			if d, ok := q.attempts[r.Offset]; ok {
+				m.attempts, m.notBefore = d.attempts, d.notBefore
 				delete(q.attempts, r.Offset)
 			}
 			q.pending = append(q.pending, m)
@@ -286,8 +291,75 @@ func (q *Queue) expireLocked(m *msg, now int64) bool {
 		return true
 	}
 	m.state = stAvailable
-	m.notBefore = now + cfg.backoffMs(m.attempts)
+	if d := cfg.backoffMs(m.attempts); d > 0 {
+		m.notBefore = now + d
+		q.dirty = append(q.dirty, m)
+	}
 	return false
+}
+
+// flushDirtyLocked enqueues the backoffs of q.dirty for the state file (nil: none).
+func (q *Queue) flushDirtyLocked() *dbOp {
+	if len(q.dirty) == 0 {
+		return nil
+	}
+	offs := make([]int64, 0, len(q.dirty))
+	vals := make([][]byte, 0, len(q.dirty))
+	for _, m := range q.dirty {
+		if m.state == stAvailable && q.find(m.off) == m {
+			offs = append(offs, m.off)
+			vals = append(vals, delivered{m.attempts, m.notBefore}.encode())
+		}
+	}
+	clear(q.dirty)
+	q.dirty = q.dirty[:0]
+	return q.putDeliveredLocked(offs, vals)
+}
+
+// putDeliveredLocked enqueues delivery records (attempts bucket) for offs.
+func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
+	if len(offs) == 0 {
+		return nil
+	}
+	name := q.name
+	return q.m.db.enqueue(func(tx *bolt.Tx) error {
+		b := stateBucket(tx, name)
+		if b == nil {
+			return nil // deleted meanwhile
+		}
+		at := b.Bucket(bktAttempts)
+		for i, off := range offs {
+			if err := at.Put(offKey(off), vals[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// delivered is a message's durable delivery record: deliveries so far and the time
+// (ms) before which it is not redelivered.
+type delivered struct {
+	attempts  int32
+	notBefore int64
+}
+
+func (d delivered) encode() []byte {
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b, uint32(d.attempts))
+	binary.BigEndian.PutUint64(b[4:], uint64(d.notBefore))
+	return b
+}
+
+func decodeDelivered(b []byte) delivered {
+	var d delivered
+	if len(b) >= 4 {
+		d.attempts = int32(binary.BigEndian.Uint32(b))
+	}
+	if len(b) >= 12 {
+		d.notBefore = int64(binary.BigEndian.Uint64(b[4:]))
+	}
+	return d
 }
 
 // leaseLocked leases up to max available messages for leaseMs. It also ends the
@@ -301,7 +373,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 	}
 	var size int64
 	var leasedOffs []int64
-	var leasedAttempts []int32
+	var leasedVals [][]byte
 	event := func(t int64) {
 		if t > now && (nextEvent == 0 || t < nextEvent) {
 			nextEvent = t
@@ -343,25 +415,12 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			AckID:  ackID{inc: q.meta.Incarnation, off: m.off, lease: m.lease}.String(),
 			Record: m.rec, Source: m.source, SourceSeq: m.srcSeq, Attempt: m.attempts,
 		})
+		m.notBefore = 0
 		leasedOffs = append(leasedOffs, m.off)
-		leasedAttempts = append(leasedAttempts, m.attempts)
+		leasedVals = append(leasedVals, delivered{attempts: m.attempts}.encode())
 	}
-	if len(out) > 0 {
-		name := q.name
-		op = q.m.db.enqueue(func(tx *bolt.Tx) error {
-			b := stateBucket(tx, name)
-			if b == nil {
-				return nil // deleted meanwhile
-			}
-			at := b.Bucket(bktAttempts)
-			for i, off := range leasedOffs {
-				if err := at.Put(offKey(off), u32(leasedAttempts[i])); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
+	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
+	op = q.putDeliveredLocked(leasedOffs, leasedVals)
 	return out, dl, nextEvent, op
 }
 
@@ -583,12 +642,17 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 		}
 		res[i] = q.finalResult(r)
 	}
+	var op *dbOp
 	if changed {
+		op = q.flushDirtyLocked()
 		q.wakeLocked()
 	}
 	q.mu.Unlock()
 	if len(dl) > 0 {
 		q.deadLetter(dl)
+	}
+	if err := op.wait(); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -615,6 +679,7 @@ func (q *Queue) sweep() {
 		}
 	}
 	if changed {
+		q.flushDirtyLocked()
 		q.wakeLocked()
 	}
 	q.mu.Unlock()
@@ -721,13 +786,3 @@ func (q *Queue) Info() Info {
 	return in
 }
 
-func u32(v int32) []byte {
-	return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
-}
-
-func getU32(b []byte) int32 {
-	if len(b) != 4 {
-		return 0
-	}
-	return int32(b[0])<<24 | int32(b[1])<<16 | int32(b[2])<<8 | int32(b[3])
-}

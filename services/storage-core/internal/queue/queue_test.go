@@ -370,6 +370,16 @@ func TestNackAndBackoff(t *testing.T) {
 	if d = receive(t, q, 2, 1)[0]; d.Attempt != 4 {
 		t.Fatalf("attempt %d", d.Attempt)
 	}
+	// A nack's backoff is durable: a restart does not redeliver early.
+	_, _ = q.ModifyAckDeadline([]string{d.AckID}, 0) // fourth: 3 s
+	mustAck(t, q, ds[1].AckID)
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	receive(t, q, 2, 0)
+	e.clk.add(3 * time.Second)
+	if d = receive(t, q, 2, 1)[0]; d.Attempt != 5 || string(d.Record.Value) != "a" {
+		t.Fatalf("after restart %+v", d)
+	}
 	cfg := Config{Retry: &RetryPolicy{MinBackoffMs: 10_000, MaxBackoffMs: 600_000}}
 	if cfg.backoffMs(1) != 10_000 || cfg.backoffMs(3) != 40_000 || cfg.backoffMs(7) != 600_000 || (&Config{}).backoffMs(3) != 0 {
 		t.Fatal("backoff")
