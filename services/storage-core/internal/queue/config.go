@@ -16,8 +16,8 @@ const (
 	DefaultRetentionMs   = 7 * 24 * 3600 * 1000
 	MaxDeliveryAttempts  = 100
 	MaxBackoffMs         = 600_000
-	MaxReceiveMessages  = 1000
-	MaxSnapshotNameLen  = 255
+	MaxReceiveMessages   = 1000
+	MaxSnapshotNameLen   = 255
 )
 
 // Config is a queue's delivery config as stored: zeros mean the default (see the

@@ -104,7 +104,7 @@ type Queue struct {
 	attempts map[int64]delivered
 	// dirty lists messages whose backoff changed (nack, expiry) and is not enqueued
 	// for the state file yet (flushDirtyLocked).
-	dirty []*msg
+	dirty    []*msg
 	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
 	leased   int
 	leaseSeq uint64
@@ -785,4 +785,3 @@ func (q *Queue) Info() Info {
 	}
 	return in
 }
-
