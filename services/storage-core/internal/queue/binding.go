@@ -145,6 +145,7 @@ func (b *binding) run(stop <-chan struct{}) {
 // pumpAppendBytes. On error it returns the source sequence of the first record not
 // copied.
 func (b *binding) copy(recs []store.Record) (int64, error) {
+	met := b.q.m.opts.Metrics
 	var chunk []store.NewRecord
 	chunkStart := int64(0) // source sequence of the chunk's first record
 	size := 0
@@ -153,11 +154,18 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 			return nil
 		}
 		_, _, err := b.q.log.Append(chunk)
+		if err == nil {
+			met.Copied.Add(float64(len(chunk)))
+		}
 		chunk, size = chunk[:0], 0
 		return err
 	}
 	for _, r := range recs {
-		if r.Control || !matches(b.filter, r.Headers) {
+		if r.Control {
+			continue
+		}
+		if !matches(b.filter, r.Headers) {
+			met.Filtered.Inc()
 			continue
 		}
 		seq := r.Offset + 1

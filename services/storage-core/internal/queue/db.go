@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -38,7 +39,8 @@ var (
 // enqueue order, so callers that enqueue under their own lock get their changes
 // applied in that lock's order.
 type stateDB struct {
-	b *bolt.DB
+	b       *bolt.DB
+	commits prometheus.Counter
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -62,7 +64,7 @@ func (o *dbOp) wait() error {
 	return o.err
 }
 
-func openStateDB(path string) (*stateDB, error) {
+func openStateDB(path string, m *Metrics) (*stateDB, error) {
 	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
@@ -79,7 +81,7 @@ func openStateDB(path string) (*stateDB, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
 	}
-	d := &stateDB{b: b, stopped: make(chan struct{})}
+	d := &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	go d.run()
 	return d, nil
@@ -142,6 +144,9 @@ func (d *stateDB) commit(ops []*dbOp) {
 		}
 		return nil
 	})
+	if err == nil {
+		d.commits.Inc()
+	}
 	if err != nil && len(ops) > 1 {
 		for _, o := range ops {
 			d.commit([]*dbOp{o})

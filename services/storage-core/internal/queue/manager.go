@@ -34,6 +34,8 @@ type Options struct {
 	SweepInterval time.Duration
 	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
 	MaxLoaded int
+	// Metrics; nil creates unregistered ones.
+	Metrics *Metrics
 	// MaintenanceInterval is how often retention runs (unacked messages past
 	// message_retention_ms dropped, the queue log trimmed); 0 = 30 s; < 0 disables the
 	// loop (tests call Maintain).
@@ -77,10 +79,13 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 10000
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
 	if opts.MaintenanceInterval == 0 {
 		opts.MaintenanceInterval = 30 * time.Second
 	}
-	db, err := openStateDB(path)
+	db, err := openStateDB(path, opts.Metrics)
 	if err != nil {
 		return nil, err
 	}

@@ -384,6 +384,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			break
 		}
 		if m.state == stLeased && m.deadline <= now {
+			q.m.opts.Metrics.Expired.Inc()
 			if q.expireLocked(m, now) {
 				dl = append(dl, m)
 			}
@@ -419,6 +420,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		leasedOffs = append(leasedOffs, m.off)
 		leasedVals = append(leasedVals, delivered{attempts: m.attempts}.encode())
 	}
+	q.m.opts.Metrics.Deliveries.Add(float64(len(out)))
 	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
 	op = q.putDeliveredLocked(leasedOffs, leasedVals)
 	return out, dl, nextEvent, op
@@ -540,6 +542,7 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 	}
 	var op *dbOp
 	if len(acked) > 0 {
+		q.m.opts.Metrics.Acks.Add(float64(len(acked)))
 		op = q.commitAcksLocked(acked)
 		q.wakeLocked()
 	}
@@ -632,6 +635,7 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 		}
 		if r == AckOK {
 			if deadlineMs == 0 {
+				q.m.opts.Metrics.Nacks.Inc()
 				if q.expireLocked(m, now) {
 					dl = append(dl, m)
 				}
@@ -669,6 +673,7 @@ func (q *Queue) sweep() {
 	changed := false
 	for _, m := range q.pending {
 		if m.state == stLeased && m.deadline <= now {
+			q.m.opts.Metrics.Expired.Inc()
 			if q.expireLocked(m, now) {
 				dl = append(dl, m)
 			}
@@ -713,6 +718,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 			m.state = stAvailable
 			m.notBefore = q.m.nowMs() + 1000
 		} else {
+			q.m.opts.Metrics.DeadLettered.Inc()
 			off := m.off
 			q.ackLocked(m)
 			op = q.commitAcksLocked([]int64{off})

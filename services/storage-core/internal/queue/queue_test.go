@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/goleak"
@@ -451,6 +452,11 @@ func TestDeadLetter(t *testing.T) {
 	receive(t, q, 1, 0)
 	if in := q.Info(); in.Backlog != 0 {
 		t.Fatalf("backlog %d", in.Backlog)
+	}
+	met := e.m.opts.Metrics
+	if testutil.ToFloat64(met.DeadLettered) != 1 || testutil.ToFloat64(met.Deliveries) != 2 || testutil.ToFloat64(met.Nacks) != 1 || testutil.ToFloat64(met.Expired) != 1 {
+		t.Fatalf("metrics: dead-lettered %v deliveries %v nacks %v expired %v", testutil.ToFloat64(met.DeadLettered),
+			testutil.ToFloat64(met.Deliveries), testutil.ToFloat64(met.Nacks), testutil.ToFloat64(met.Expired))
 	}
 	recs, _, err := dlq.ReadRecords(0, 10, 1<<20)
 	if err != nil || len(recs) != 1 {
