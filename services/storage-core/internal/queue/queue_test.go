@@ -681,3 +681,116 @@ func TestExactlyOnceAckAfterDeadline(t *testing.T) {
 		t.Fatalf("redelivery %+v", d2)
 	}
 }
+
+// TestOrderingUnderConcurrency: receivers ack, nack or drop (let expire) messages of
+// a few ordering keys at random while the clock moves; at no time are two messages
+// of one key leased, and per key no message is delivered again once acked.
+func TestOrderingUnderConcurrency(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	// Exactly-once, so an ack's result says whether it took (another receiver may
+	// hold the message again once the clock passed its deadline).
+	q := e.queue("gcp.sub.s", Config{OrderingKeyHeader: "k", ExactlyOnce: true}, Binding{Source: "gcp.t"})
+	const n = 600
+	keys := []string{"a", "b", "c", "d", "e"}
+	recs := make([]store.NewRecord, n)
+	for i := range recs {
+		recs[i] = store.NewRecord{Value: []byte(strconv.Itoa(i)), Headers: []store.Header{{Key: "k", Value: []byte(keys[i%len(keys)])}}}
+	}
+	if _, _, err := src.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+	// A lease taken by a Receive that started at clock c lasts at least until c+10 s;
+	// the checks only count what is certain despite the receivers' interleaving.
+	type hold struct {
+		off, until int64
+	}
+	type ackMark struct {
+		off int64 // acked offset + 1
+		seq int   // ack event number
+	}
+	var (
+		mu      sync.Mutex
+		held    = map[string]hold{}
+		lastAck = map[string]ackMark{}
+		events  int
+		acked   int
+		failed  error
+	)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				mu.Lock()
+				done := acked >= n || failed != nil
+				seq0 := events
+				mu.Unlock()
+				if done {
+					return
+				}
+				c := e.clk.ms.Load()
+				ds, err := q.Receive(context.Background(), 3, 0, 0, 20*time.Millisecond)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for j, d := range ds {
+					k := string(d.Record.Headers[0].Value)
+					now := e.clk.ms.Load()
+					mu.Lock()
+					if h, ok := held[k]; ok && h.until > now && h.off != d.Record.Offset {
+						failed = fmt.Errorf("key %s: offset %d delivered while %d is leased", k, d.Record.Offset, h.off)
+					}
+					if a := lastAck[k]; a.seq <= seq0 && d.Record.Offset < a.off {
+						failed = fmt.Errorf("key %s: offset %d delivered after %d was acked", k, d.Record.Offset, a.off-1)
+					}
+					held[k] = hold{d.Record.Offset, c + 10_000}
+					mu.Unlock()
+					switch (i + j + w) % 5 {
+					case 0: // nack
+						mu.Lock()
+						if h := held[k]; h.off == d.Record.Offset {
+							delete(held, k)
+						}
+						mu.Unlock()
+						if _, err := q.ModifyAckDeadline([]string{d.AckID}, 0); err != nil {
+							t.Error(err)
+						}
+					case 1: // drop: expires when the clock passes its deadline
+					default:
+						mu.Lock() // released before the ack: once acked, the next may go
+						if h := held[k]; h.off == d.Record.Offset {
+							delete(held, k)
+						}
+						mu.Unlock()
+						rs, err := q.Ack([]string{d.AckID})
+						if err != nil {
+							t.Error(err)
+							continue
+						}
+						mu.Lock()
+						if rs[0] == AckOK {
+							acked++
+							events++
+							lastAck[k] = ackMark{d.Record.Offset + 1, events}
+						}
+						mu.Unlock()
+					}
+				}
+				if len(ds) == 0 {
+					e.clk.add(11 * time.Second) // let dropped leases expire
+					e.m.Sweep()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if in := q.Info(); in.Backlog != 0 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+}
