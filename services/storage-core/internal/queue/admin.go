@@ -33,6 +33,7 @@ func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
 	q.gen++
 	clear(q.pending)
 	q.pending = nil
+	q.pendingBytes = 0
 	q.leased = 0
 	q.loadPos = floor
 	q.ackedAhead = acked

@@ -34,6 +34,9 @@ type Options struct {
 	SweepInterval time.Duration
 	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
 	MaxLoaded int
+	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
+	// message is loaded whatever its size.
+	MaxLoadedBytes int64
 	// Metrics; nil creates unregistered ones.
 	Metrics *Metrics
 	// MaintenanceInterval is how often retention runs (unacked messages past
@@ -78,6 +81,9 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 10000
+	}
+	if opts.MaxLoadedBytes <= 0 {
+		opts.MaxLoadedBytes = 64 << 20
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)

@@ -95,6 +95,8 @@ type Queue struct {
 	meta     queueMeta
 	bindings []*binding
 	pending  []*msg // unacked messages by offset, from the ack floor
+	// pendingBytes is the sum of the pending messages' sizes.
+	pendingBytes int64
 	loadPos  int64  // next queue offset to load into pending
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
 	// or a snapshot); loading skips them.
@@ -231,8 +233,12 @@ func (q *Queue) fill() {
 		}
 		pos, gen := q.loadPos, q.gen
 		room := q.m.opts.MaxLoaded - len(q.pending)
+		roomBytes := q.m.opts.MaxLoadedBytes - q.pendingBytes
+		if len(q.pending) == 0 {
+			roomBytes = max(roomBytes, 1)
+		}
 		q.mu.Unlock()
-		if room <= 0 {
+		if room <= 0 || roomBytes <= 0 {
 			return
 		}
 		if start := q.log.LogStart(); pos < start {
@@ -246,7 +252,7 @@ func (q *Queue) fill() {
 			q.mu.Unlock()
 			return
 		}
-		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), 1<<20)
+		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), int(min(roomBytes, 1<<20)))
 		if err != nil {
 			if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
 				q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
@@ -272,6 +278,7 @@ func (q *Queue) fill() {
 				delete(q.attempts, r.Offset)
 			}
 			q.pending = append(q.pending, m)
+			q.pendingBytes += m.size
 		}
 		q.loadPos = next
 		q.wakeLocked()
@@ -606,6 +613,8 @@ func (q *Queue) compactLocked() {
 	for _, m := range q.pending {
 		if m.state != stAcked {
 			out = append(out, m)
+		} else {
+			q.pendingBytes -= m.size
 		}
 	}
 	clear(q.pending[len(out):])

@@ -794,3 +794,48 @@ func TestOrderingUnderConcurrency(t *testing.T) {
 		t.Fatalf("backlog %d", in.Backlog)
 	}
 }
+
+// TestWindow: with a window of 3 messages (or 2 KiB), a backlog of 10 still flows as
+// messages are acked, and one message that is never acked holds one slot only.
+func TestWindow(t *testing.T) {
+	for _, lim := range []Options{{MaxLoaded: 3}, {MaxLoadedBytes: 2048}} {
+		t.Run(fmt.Sprintf("%d_%d", lim.MaxLoaded, lim.MaxLoadedBytes), func(t *testing.T) {
+			e := newEnv(t)
+			if lim.MaxLoaded > 0 {
+				e.m.opts.MaxLoaded = lim.MaxLoaded
+			} else {
+				e.m.opts.MaxLoadedBytes = lim.MaxLoadedBytes
+			}
+			src := e.log("gcp.t")
+			q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+			vals := make([]string, 10)
+			for i := range vals {
+				vals[i] = fmt.Sprintf("%04d%s", i, make([]byte, 900))
+			}
+			publish(t, src, vals...)
+			first := receive(t, q, 1, 1)[0] // never acked
+			var got []Delivery
+			for deadline := time.Now().Add(5 * time.Second); len(got) < 9 && time.Now().Before(deadline); {
+				ds, err := q.Receive(context.Background(), 10, 0, 0, 50*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q.mu.Lock()
+				n := len(q.pending)
+				q.mu.Unlock()
+				if n > 3 {
+					t.Fatalf("window holds %d", n)
+				}
+				mustAck(t, q, ackIDs(ds)...)
+				got = append(got, ds...)
+			}
+			if len(got) != 9 || got[0].Record.Offset != 1 || got[8].Record.Offset != 9 {
+				t.Fatalf("got %d messages", len(got))
+			}
+			if in := q.Info(); in.Backlog != 1 || in.Leased != 1 {
+				t.Fatalf("info %+v", in)
+			}
+			mustAck(t, q, first.AckID)
+		})
+	}
+}
