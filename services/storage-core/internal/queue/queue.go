@@ -97,7 +97,7 @@ type Queue struct {
 	pending  []*msg // unacked messages by offset, from the ack floor
 	// pendingBytes is the sum of the pending messages' sizes.
 	pendingBytes int64
-	loadPos  int64  // next queue offset to load into pending
+	loadPos      int64 // next queue offset to load into pending
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
 	// or a snapshot); loading skips them.
 	ackedAhead map[int64]struct{}
