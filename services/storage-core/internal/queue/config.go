@@ -132,4 +132,9 @@ type Binding struct {
 	Filter        string `json:"filter,omitempty"`
 	StartSequence int64  `json:"start_sequence,omitempty"`
 	Cursor        int64  `json:"-"`
+	// SourceCreatedMs is the source log's creation time when the binding was made: a
+	// log deleted and created again under the same name is another log, which the
+	// binding does not follow (Pub/Sub: a subscription outlives its deleted topic but
+	// never receives from a new topic of that name).
+	SourceCreatedMs int64 `json:"source_created_ms,omitempty"`
 }

@@ -287,7 +287,7 @@ func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
 				zap.String("source", bm.Source), zap.Error(err))
 			f = matchNone{}
 		}
-		q.bindings = append(q.bindings, &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence})
+		q.bindings = append(q.bindings, &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence, srcCreated: bm.SourceCreatedMs})
 	}
 	return q
 }
@@ -392,6 +392,7 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 			b.StartSequence = hw + 1
 		}
 		b.Cursor = 0
+		b.SourceCreatedMs = l.CreatedMs()
 		out[i], filters[i] = b, f
 	}
 	return out, filters, nil

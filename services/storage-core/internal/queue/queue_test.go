@@ -839,3 +839,22 @@ func TestWindow(t *testing.T) {
 		})
 	}
 }
+
+// A source deleted and created again is another log: the binding does not follow it.
+func TestSourceRecreated(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a")
+	receive(t, q, 10, 1)
+	if err := e.st.Delete("gcp.t", false); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.add(time.Second)
+	src = e.log("gcp.t")
+	publish(t, src, "b", "c")
+	receive(t, q, 10, 0)
+	if c := q.Info().Bindings[0].Cursor; c != 2 {
+		t.Fatalf("cursor %d", c)
+	}
+}
