@@ -221,10 +221,23 @@ func orderingKey(header string, hs []store.Header) string {
 
 // fill loads records of the queue log past loadPos into the window while it has room.
 // The reads run without Queue.mu; a rebuild of the window meanwhile (gen) discards
-// them.
+// them. Bindings call it after each copy and wait their turn (so what they copied is
+// loaded); a Receive does not wait when another fill runs (tryFill): that one loads
+// and wakes it.
 func (q *Queue) fill() {
 	q.fillMu.Lock()
 	defer q.fillMu.Unlock()
+	q.fillLocked()
+}
+
+func (q *Queue) tryFill() {
+	if q.fillMu.TryLock() {
+		defer q.fillMu.Unlock()
+		q.fillLocked()
+	}
+}
+
+func (q *Queue) fillLocked() {
 	for {
 		q.mu.Lock()
 		if q.deleted {
@@ -449,7 +462,7 @@ func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 	}
 	end := time.Now().Add(wait)
 	for {
-		q.fill()
+		q.tryFill()
 		q.mu.Lock()
 		if err := q.usableLocked(); err != nil {
 			q.mu.Unlock()
