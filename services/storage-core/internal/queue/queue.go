@@ -809,7 +809,13 @@ func (q *Queue) Info() Info {
 	}
 	if !q.meta.Detached {
 		hw := max(q.log.HighWatermark(), q.loadPos)
-		in.Backlog = int64(len(q.pending)) + hw - q.loadPos - int64(len(q.ackedAhead))
+		ahead := int64(0)
+		for off := range q.ackedAhead {
+			if off >= q.loadPos && off < hw {
+				ahead++
+			}
+		}
+		in.Backlog = max(int64(len(q.pending))+hw-q.loadPos-ahead, 0)
 	}
 	return in
 }
