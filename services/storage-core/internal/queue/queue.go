@@ -564,7 +564,11 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 	if len(acked) > 0 {
 		q.m.opts.Metrics.Acks.Add(float64(len(acked)))
 		op = q.commitAcksLocked(acked)
-		q.wakeLocked()
+		// An ack makes a message available only by freeing an ordering lane or room
+		// in the window for records not loaded yet; otherwise waiters sleep on.
+		if q.meta.Config.OrderingKeyHeader != "" || q.loadPos < q.log.HighWatermark() {
+			q.wakeLocked()
+		}
 	}
 	q.mu.Unlock()
 	if err := op.wait(); err != nil {
