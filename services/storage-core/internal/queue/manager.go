@@ -63,7 +63,9 @@ type Manager struct {
 	adminMu sync.Mutex
 	mu      sync.RWMutex
 	queues  map[string]*Queue
-	closed  bool
+	// fenced: queues whose log failed to load at start; they answer its error.
+	fenced map[string]error
+	closed bool
 
 	leaseBase uint64
 	stop      chan struct{}
@@ -95,7 +97,7 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{st: st, db: db, log: log, opts: opts, queues: map[string]*Queue{},
+	m := &Manager{st: st, db: db, log: log, opts: opts, queues: map[string]*Queue{}, fenced: map[string]error{},
 		leaseBase: uint64(time.Now().UnixNano()), stop: make(chan struct{})}
 	var metas []queueMeta
 	err = db.view(func(tx *bolt.Tx) error {
@@ -114,6 +116,13 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	for _, qm := range metas {
 		l, err := st.Get(qm.Name)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			// The log exists but failed to load (fenced): keep its state for a restart
+			// after the repair; the queue answers that error meanwhile.
+			log.Error("queue log unavailable; queue fenced", zap.String("queue", qm.Name), zap.Error(err))
+			m.fenced[qm.Name] = err
+			continue
+		}
 		if err != nil || l.Kind() != store.KindQueue {
 			log.Error("queue state without its queue log; removing the state", zap.String("queue", qm.Name), zap.Error(err))
 			_ = m.dropState(qm.Name)
@@ -128,11 +137,18 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 		m.queues[qm.Name] = q
 	}
 	for _, l := range st.List("") {
-		if l.Kind() == store.KindQueue && m.queues[l.Name()] == nil {
-			log.Warn("removing queue log without queue state (interrupted create or delete)", zap.String("queue", l.Name()))
-			if err := st.Delete(l.Name(), true); err != nil {
-				log.Error("remove orphaned queue log", zap.String("queue", l.Name()), zap.Error(err))
-			}
+		if l.Kind() != store.KindQueue || m.queues[l.Name()] != nil {
+			continue
+		}
+		if l.HighWatermark() > 0 {
+			// Not an interrupted create (whose log is empty): never drop records here.
+			log.Error("queue log without queue state kept; DeleteChannel removes it", zap.String("queue", l.Name()),
+				zap.Int64("high_watermark", l.HighWatermark()))
+			continue
+		}
+		log.Warn("removing empty queue log without queue state (interrupted create)", zap.String("queue", l.Name()))
+		if err := st.Delete(l.Name(), true); err != nil {
+			log.Error("remove orphaned queue log", zap.String("queue", l.Name()), zap.Error(err))
 		}
 	}
 	for _, q := range m.queues {
@@ -323,9 +339,13 @@ func (m *Manager) Get(name string) (*Queue, error) {
 	m.mu.RLock()
 	q, ok := m.queues[name]
 	closed := m.closed
+	ferr := m.fenced[name]
 	m.mu.RUnlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if ferr != nil {
+		return nil, ferr
 	}
 	if !ok {
 		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
@@ -336,12 +356,13 @@ func (m *Manager) Get(name string) (*Queue, error) {
 	return q, nil
 }
 
-// IsQueue reports whether name is a queue of this manager.
+// IsQueue reports whether name is a queue of this manager (fenced ones included).
 func (m *Manager) IsQueue(name string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	_, ok := m.queues[name]
-	return ok
+	_, fenced := m.fenced[name]
+	return ok || fenced
 }
 
 func randomIncarnation() uint64 {
@@ -486,7 +507,15 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 	if ok {
 		delete(m.queues, name)
 	}
+	_, fenced := m.fenced[name]
+	delete(m.fenced, name)
 	m.mu.Unlock()
+	if fenced {
+		if err := m.dropState(name); err != nil {
+			return err
+		}
+		return m.st.Delete(name, true)
+	}
 	if !ok {
 		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
 			return fmt.Errorf("%w: %s is a log", ErrNotQueue, name)
