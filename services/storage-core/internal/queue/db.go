@@ -65,7 +65,7 @@ func (o *dbOp) wait() error {
 }
 
 func openStateDB(path string, m *Metrics) (*stateDB, error) {
-	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second})
+	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
 	}
