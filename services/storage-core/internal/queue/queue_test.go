@@ -908,3 +908,34 @@ func TestStartWithDamage(t *testing.T) {
 		t.Fatalf("attempt %d", d.Attempt)
 	}
 }
+
+// A long-polling Receive ends at once when its queue is deleted or the engine closes.
+func TestLongPollEnds(t *testing.T) {
+	e := newEnv(t)
+	e.log("gcp.t")
+	for _, how := range []string{"delete", "close"} {
+		q := e.queue("gcp.sub."+how, Config{}, Binding{Source: "gcp.t"})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := q.Receive(context.Background(), 1, 0, 0, time.Minute)
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let it wait (the outcome does not depend on it)
+		start := time.Now()
+		if how == "delete" {
+			if err := e.m.Delete(q.Name(), false); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			e.close()
+		}
+		err := <-errc
+		want := ErrNotFound
+		if how == "close" {
+			want = ErrClosed
+		}
+		if !errors.Is(err, want) || time.Since(start) > 5*time.Second {
+			t.Fatalf("%s: %v after %v", how, err, time.Since(start))
+		}
+	}
+}
