@@ -126,7 +126,7 @@ func (q *Queue) SeekSnapshot(name string) error {
 	q.mu.Unlock()
 	if !own {
 		if !shared {
-			return fmt.Errorf("%w: snapshot %s was taken of %s, which shares no source with %s", ErrNotQueue, name, s.Queue, q.name)
+			return fmt.Errorf("%w: snapshot %s was taken of %s, which shares no source with %s", ErrSnapshotMismatch, name, s.Queue, q.name)
 		}
 		return q.seekForeign(s)
 	}

@@ -108,7 +108,7 @@ func TestSeekTimeAndSnapshot(t *testing.T) {
 	}
 	e.log("gcp.u")
 	unrelated := e.queue("gcp.sub.u", Config{}, Binding{Source: "gcp.u"})
-	if err := unrelated.SeekSnapshot("snap"); !errors.Is(err, ErrNotQueue) {
+	if err := unrelated.SeekSnapshot("snap"); !errors.Is(err, ErrSnapshotMismatch) {
 		t.Fatalf("unrelated queue's snapshot: %v", err)
 	}
 	if err := e.m.DeleteSnapshot("snap"); err != nil {
