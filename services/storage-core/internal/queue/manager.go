@@ -356,6 +356,16 @@ func (m *Manager) Get(name string) (*Queue, error) {
 	return q, nil
 }
 
+// Ready reports whether the engine serves (not closed).
+func (m *Manager) Ready() error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
 // IsQueue reports whether name is a queue of this manager (fenced ones included).
 func (m *Manager) IsQueue(name string) bool {
 	m.mu.RLock()

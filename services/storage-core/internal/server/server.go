@@ -140,6 +140,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	grpcx.RegisterStandard(s.grpc)
 	s.http = obs.NewHTTP(reg, log)
 	s.http.AddReadyCheck("data-dir", func(context.Context) error { return st.Ready() })
+	s.http.AddReadyCheck("queues", func(context.Context) error { return qm.Ready() })
 	ln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		_ = qm.Close()
