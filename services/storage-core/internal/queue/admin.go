@@ -26,10 +26,8 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 // below floor acked, plus those in acked; everything else unacked with no delivery
 // history. Leases end (their ack ids report EXPIRED). It enqueues the durable state
 // and returns the op to wait for after unlocking.
-func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
-	if acked == nil {
-		acked = map[int64]struct{}{}
-	}
+func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
+	acked.dropBelow(floor)
 	q.gen++
 	clear(q.pending)
 	q.pending = nil
@@ -41,11 +39,7 @@ func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
 	clear(q.dirty)
 	q.dirty = q.dirty[:0]
 	q.wakeLocked()
-	offs := make([]int64, 0, len(acked))
-	for off := range acked {
-		offs = append(offs, off)
-	}
-	slices.Sort(offs)
+	put := append(spans(nil), acked...)
 	name := q.name
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
 		b := stateBucket(tx, name)
@@ -59,8 +53,8 @@ func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
 		if err := clearBucket(ab); err != nil {
 			return err
 		}
-		for _, off := range offs {
-			if err := ab.Put(offKey(off), []byte{}); err != nil {
+		for _, sp := range put {
+			if err := ab.Put(offKey(sp.From), offKey(sp.To)); err != nil {
 				return err
 			}
 		}
@@ -136,41 +130,38 @@ func (q *Queue) SeekSnapshot(name string) error {
 		return err
 	}
 	floor := max(s.Floor, q.log.LogStart())
-	acked := map[int64]struct{}{}
-	unacked := map[int64]struct{}{}
-	for _, off := range s.Unacked {
-		unacked[off] = struct{}{}
-	}
-	for off := floor; off < s.End; off++ {
-		if _, ok := unacked[off]; !ok {
-			acked[off] = struct{}{}
+	// Acked: [floor, End) but the unacked offsets (sorted), then AckedAhead.
+	var acked spans
+	cur := floor
+	for _, u := range s.Unacked {
+		if u < cur {
+			continue
 		}
-	}
-	for _, off := range s.AckedAhead {
-		if off >= floor {
-			acked[off] = struct{}{}
+		if u > cur {
+			acked = append(acked, span{cur, u})
 		}
+		cur = u + 1
 	}
-	op := q.resetLocked(compactFloor(floor, acked), acked)
+	if cur < s.End {
+		acked = append(acked, span{cur, s.End})
+	}
+	for _, sp := range s.AckedAhead {
+		if n := len(acked); n > 0 && acked[n-1].To >= sp.From {
+			acked[n-1].To = max(acked[n-1].To, sp.To)
+			continue
+		}
+		acked = append(acked, sp)
+	}
+	floor = acked.raiseFloor(floor)
+	op := q.resetLocked(floor, acked)
 	q.mu.Unlock()
 	return op.wait()
-}
-
-// compactFloor moves floor up past a leading run of acked offsets (removing them).
-func compactFloor(floor int64, acked map[int64]struct{}) int64 {
-	for {
-		if _, ok := acked[floor]; !ok {
-			return floor
-		}
-		delete(acked, floor)
-		floor++
-	}
 }
 
 // seekForeign applies another queue's snapshot by source sequences (SeekSnapshot).
 func (q *Queue) seekForeign(s snapshot) error {
 	start, hw := q.log.LogStart(), q.log.HighWatermark()
-	acked := map[int64]struct{}{}
+	var acked spans
 	for off := start; off < hw; {
 		recs, next, err := q.log.ReadRecords(off, 1000, 1<<20)
 		if err != nil {
@@ -182,7 +173,7 @@ func (q *Queue) seekForeign(s snapshot) error {
 			}
 			src, seq := sourceOf(r.Headers)
 			if ss := s.Sources[src]; ss != nil && !ss.unacked(seq) {
-				acked[r.Offset] = struct{}{}
+				acked.add(r.Offset)
 			}
 		}
 		if next <= off {
@@ -195,7 +186,7 @@ func (q *Queue) seekForeign(s snapshot) error {
 		q.mu.Unlock()
 		return err
 	}
-	op := q.resetLocked(compactFloor(start, acked), acked)
+	op := q.resetLocked(acked.raiseFloor(start), acked)
 	q.mu.Unlock()
 	return op.wait()
 }
@@ -223,10 +214,7 @@ func (q *Queue) snapshotLocked(now int64) snapshot {
 			s.Unacked = append(s.Unacked, m.off)
 		}
 	}
-	for off := range q.ackedAhead {
-		s.AckedAhead = append(s.AckedAhead, off)
-	}
-	slices.Sort(s.AckedAhead)
+	s.AckedAhead = append([]span(nil), q.ackedAhead...)
 	return s
 }
 
@@ -258,10 +246,7 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 			ss.Unacked = append(ss.Unacked, m.srcSeq)
 		}
 	}
-	ahead := make(map[int64]struct{}, len(q.ackedAhead))
-	for off := range q.ackedAhead {
-		ahead[off] = struct{}{}
-	}
+	ahead := append(spans(nil), q.ackedAhead...)
 	q.mu.Unlock()
 	for off := s.End; off < hw; {
 		recs, next, err := q.log.ReadRecords(off, 1000, 1<<20)
@@ -269,7 +254,7 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 			return 0, err
 		}
 		for _, r := range recs {
-			if _, ok := ahead[r.Offset]; ok || r.Offset >= hw {
+			if ahead.contains(r.Offset) || r.Offset >= hw {
 				continue
 			}
 			src, seq := sourceOf(r.Headers)

@@ -15,7 +15,8 @@ import (
 //
 //	queues/<name>                 JSON queueMeta (config, bindings, detached, incarnation)
 //	state/<name>/floor            8 bytes: every queue offset below it is acked
-//	state/<name>/acked/<off>      acked offsets at or above the floor
+//	state/<name>/acked/<off>      8 bytes: end of a span [off, end) of acked offsets
+//	                              above the floor (spans.go)
 //	state/<name>/attempts/<off>   12 bytes: deliveries so far of an unacked message and
 //	                              the time (ms) before which it is not redelivered
 //	state/<name>/cursors/<source> 16 bytes: binding checkpoint (next source sequence,

@@ -223,10 +223,8 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 		if v := b.Get(keyFloor); len(v) == 8 {
 			q.loadPos = keyOff(v)
 		}
-		if err := b.Bucket(bktAcked).ForEach(func(k, _ []byte) error {
-			q.ackedAhead[keyOff(k)] = struct{}{}
-			return nil
-		}); err != nil {
+		var err error
+		if q.ackedAhead, err = readAckedSpans(b.Bucket(bktAcked)); err != nil {
 			return err
 		}
 		if err := b.Bucket(bktAttempts).ForEach(func(k, v []byte) error {
@@ -294,7 +292,7 @@ func (q *Queue) recoverCursors(from int64) error {
 }
 
 func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
-	q := &Queue{m: m, name: qm.Name, log: l, meta: qm, ackedAhead: map[int64]struct{}{},
+	q := &Queue{m: m, name: qm.Name, log: l, meta: qm,
 		attempts: map[int64]delivered{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
 	for _, bm := range qm.Bindings {
 		f, err := ParseFilter(bm.Filter)

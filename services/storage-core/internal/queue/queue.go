@@ -99,8 +99,8 @@ type Queue struct {
 	pendingBytes int64
 	loadPos      int64 // next queue offset to load into pending
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
-	// or a snapshot); loading skips them.
-	ackedAhead map[int64]struct{}
+	// or a snapshot), as spans; loading skips them.
+	ackedAhead spans
 	// attempts holds the delivery counts and backoffs of messages not loaded yet (from
 	// the state file).
 	attempts map[int64]delivered
@@ -281,8 +281,7 @@ func (q *Queue) fillLocked() {
 			return
 		}
 		for _, r := range recs {
-			if _, ok := q.ackedAhead[r.Offset]; ok {
-				delete(q.ackedAhead, r.Offset)
+			if q.ackedAhead.dropBelow(r.Offset); len(q.ackedAhead) > 0 && q.ackedAhead[0].From <= r.Offset {
 				continue
 			}
 			m := q.newMsg(r)
@@ -608,7 +607,7 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 		}
 		ab, at := b.Bucket(bktAcked), b.Bucket(bktAttempts)
 		for _, off := range above {
-			if err := ab.Put(offKey(off), []byte{}); err != nil {
+			if err := putAckedOffset(ab, off); err != nil {
 				return err
 			}
 		}
@@ -617,7 +616,7 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 				return err
 			}
 		}
-		if err := deleteBelow(ab, floor); err != nil {
+		if err := trimAckedBelow(ab, floor); err != nil {
 			return err
 		}
 		return deleteBelow(at, floor)
@@ -813,12 +812,7 @@ func (q *Queue) Info() Info {
 	}
 	if !q.meta.Detached {
 		hw := max(q.log.HighWatermark(), q.loadPos)
-		ahead := int64(0)
-		for off := range q.ackedAhead {
-			if off >= q.loadPos && off < hw {
-				ahead++
-			}
-		}
+		ahead := q.ackedAhead.count(q.loadPos, hw)
 		in.Backlog = max(int64(len(q.pending))+hw-q.loadPos-ahead, 0)
 	}
 	return in

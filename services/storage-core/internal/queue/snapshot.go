@@ -4,7 +4,7 @@ import "slices"
 
 // snapshot is a queue's acknowledgement state at one moment (bucket "snapshots").
 // Every offset below Floor is acked; in [Floor, End) the offsets in Unacked are not;
-// at and after End, those in AckedAhead are acked.
+// at and after End, those in the AckedAhead spans are acked.
 type snapshot struct {
 	Queue       string  `json:"queue"`
 	Incarnation uint64  `json:"incarnation"`
@@ -12,7 +12,7 @@ type snapshot struct {
 	Floor       int64   `json:"floor"`
 	End         int64   `json:"end"`
 	Unacked     []int64 `json:"unacked,omitempty"`
-	AckedAhead  []int64 `json:"acked_ahead,omitempty"`
+	AckedAhead  []span  `json:"acked_ahead,omitempty"`
 	// Sources describes the same state by source sequences, for seeking another queue
 	// bound to the same sources: per source, the binding's cursor and the source
 	// sequences of the messages unacked then.
