@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/tributary/tributary/services/storage-core/internal/store"
@@ -243,7 +242,7 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 	s := q.snapshotLocked(q.m.nowMs())
 	for _, m := range q.pending {
 		if ss := srcs[m.source]; ss != nil && m.state != stAcked {
-			ss.Unacked = append(ss.Unacked, m.srcSeq)
+			ss.Unacked.add(m.srcSeq)
 		}
 	}
 	ahead := append(spans(nil), q.ackedAhead...)
@@ -259,16 +258,13 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 			}
 			src, seq := sourceOf(r.Headers)
 			if ss := srcs[src]; ss != nil {
-				ss.Unacked = append(ss.Unacked, seq)
+				ss.Unacked.add(seq)
 			}
 		}
 		if next <= off {
 			break
 		}
 		off = next
-	}
-	for _, ss := range srcs {
-		slices.Sort(ss.Unacked)
 	}
 	if len(srcs) > 0 {
 		s.Sources = srcs

@@ -1,7 +1,5 @@
 package queue
 
-import "slices"
-
 // snapshot is a queue's acknowledgement state at one moment (bucket "snapshots").
 // Every offset below Floor is acked; in [Floor, End) the offsets in Unacked are not;
 // at and after End, those in the AckedAhead spans are acked.
@@ -20,10 +18,11 @@ type snapshot struct {
 }
 
 // snapSource is one source's part of a snapshot: source sequences below Cursor were
-// acked unless listed in Unacked (sorted); from Cursor on, nothing was seen yet.
+// acked unless in the Unacked spans; from Cursor on, nothing was seen yet. (A backlog
+// not yet read is mostly contiguous, so spans keep a large one small.)
 type snapSource struct {
-	Cursor  int64   `json:"cursor"`
-	Unacked []int64 `json:"unacked,omitempty"`
+	Cursor  int64 `json:"cursor"`
+	Unacked spans `json:"unacked,omitempty"`
 }
 
 // unacked reports whether the source record seq was unacked in the snapshot.
@@ -31,6 +30,5 @@ func (s *snapSource) unacked(seq int64) bool {
 	if seq >= s.Cursor {
 		return true
 	}
-	_, found := slices.BinarySearch(s.Unacked, seq)
-	return found
+	return s.Unacked.contains(seq)
 }
