@@ -37,10 +37,23 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
-	var b strings.Builder
 	if p.Line > 0 {
-		fmt.Fprintf(&b, "line %d: ", p.Line)
+		return fmt.Sprintf("line %d: %s", p.Line, p.Text())
 	}
+	return p.Text()
+}
+
+// In formats the problem as FILE:LINE: text, the way compilers do.
+func (p Problem) In(file string) string {
+	if p.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", file, p.Line, p.Text())
+	}
+	return file + ": " + p.Text()
+}
+
+// Text is the problem without its line.
+func (p Problem) Text() string {
+	var b strings.Builder
 	if p.Warning {
 		b.WriteString("warning: ")
 	}

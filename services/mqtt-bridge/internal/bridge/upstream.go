@@ -1,0 +1,366 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session/state"
+	"github.com/eclipse/paho.golang/paho/store/file"
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
+)
+
+// upstreamBatch bounds the messages stored (and then acknowledged) together.
+const upstreamBatch = 500
+
+// upstream is the bridge as a client of one broker: a persistent session whose QoS 1/2
+// messages are acknowledged only after storage-core has them, in the order received.
+type upstream struct {
+	b      *Bridge
+	cfg    config.Cluster
+	routes []*mapping.Route
+	log    *zap.Logger
+
+	cm         *autopaho.ConnectionManager
+	in         chan *inbound
+	subscribed atomic.Bool
+	connected  atomic.Bool
+}
+
+type inbound struct {
+	msg    *mapping.Message
+	pkt    *paho.Publish
+	client *paho.Client
+	at     time.Time
+	acked  bool
+}
+
+func newUpstream(b *Bridge, c config.Cluster, routes []*mapping.Route) *upstream {
+	return &upstream{b: b, cfg: c, routes: routes, log: b.log.With(zap.String("cluster", c.Name)), in: make(chan *inbound, upstreamBatch*2)}
+}
+
+// ready is nil once connected and subscribed.
+func (u *upstream) ready(context.Context) error {
+	switch {
+	case !u.connected.Load():
+		return fmt.Errorf("not connected to %s", u.cfg.Name)
+	case !u.subscribed.Load():
+		return fmt.Errorf("not subscribed on %s", u.cfg.Name)
+	}
+	return nil
+}
+
+func (u *upstream) start(ctx context.Context) error {
+	var urls []*url.URL
+	for _, s := range u.cfg.URLs {
+		p, err := url.Parse(s)
+		if err != nil {
+			return err
+		}
+		urls = append(urls, p)
+	}
+	tlsCfg, err := clientTLS(u.cfg.TLS)
+	if err != nil {
+		return err
+	}
+	sess := state.NewInMemory()
+	if u.cfg.SessionDir != "" {
+		dir := filepath.Join(u.cfg.SessionDir, u.cfg.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("session dir: %w", err)
+		}
+		cs, err := file.New(dir, "client-", ".pkt")
+		if err != nil {
+			return fmt.Errorf("session store: %w", err)
+		}
+		ss, err := file.New(dir, "server-", ".pkt")
+		if err != nil {
+			return fmt.Errorf("session store: %w", err)
+		}
+		sess = state.New(cs, ss)
+	}
+	if len(u.routes) == 0 {
+		u.subscribed.Store(true)
+	}
+	cc := autopaho.ClientConfig{
+		ServerUrls:                    urls,
+		TlsCfg:                        tlsCfg,
+		KeepAlive:                     u.cfg.KeepAlive,
+		CleanStartOnInitialConnection: false,
+		SessionExpiryInterval:         uint32(u.cfg.SessionExpiry / time.Second),
+		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, 5*time.Second, 500*time.Millisecond, 2),
+		ConnectTimeout:                10 * time.Second,
+		ConnectUsername:               u.cfg.Username,
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+			u.connected.Store(true)
+			u.log.Info("connected to broker", zap.Bool("session_present", ca.SessionPresent))
+			go u.subscribe(ctx, cm)
+		},
+		OnConnectionDown: func() bool {
+			u.connected.Store(false)
+			u.subscribed.Store(len(u.routes) == 0)
+			u.log.Warn("connection to broker lost")
+			return true
+		},
+		OnConnectError: func(err error) { u.log.Warn("connect to broker failed", zap.Error(err)) },
+		ClientConfig: paho.ClientConfig{
+			ClientID:                   u.cfg.ClientID,
+			Session:                    sess,
+			EnableManualAcknowledgment: true,
+			SendAcksInterval:           5 * time.Millisecond,
+			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){u.received},
+			OnClientError:              func(err error) { u.log.Warn("mqtt client error", zap.Error(err)) },
+		},
+	}
+	if u.cfg.Password != "" {
+		cc.ConnectPassword = []byte(u.cfg.Password)
+	}
+	cm, err := autopaho.NewConnection(ctx, cc)
+	if err != nil {
+		return err
+	}
+	u.cm = cm
+	return nil
+}
+
+// subscribe makes the subscriptions of this connection (every connect: the broker may
+// have dropped the session).
+func (u *upstream) subscribe(ctx context.Context, cm *autopaho.ConnectionManager) {
+	if len(u.routes) == 0 {
+		return
+	}
+	var subs []paho.SubscribeOptions
+	seen := map[string]bool{}
+	for _, r := range u.routes {
+		for _, f := range r.Filters() {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			subs = append(subs, paho.SubscribeOptions{Topic: f, QoS: byte(config.QoSOr(r.Cfg.QoS, 1)), NoLocal: true, RetainAsPublished: true})
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sa, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs})
+	if err != nil {
+		u.log.Error("subscribe failed", zap.Error(err))
+		return
+	}
+	for i, rc := range sa.Reasons {
+		if rc >= 0x80 && i < len(subs) {
+			u.log.Error("subscription refused", zap.String("filter", subs[i].Topic), zap.Uint8("reason", rc))
+		}
+	}
+	u.subscribed.Store(true)
+	u.log.Info("subscribed", zap.Int("filters", len(subs)))
+}
+
+// received is paho's callback, called in the order messages arrive.
+func (u *upstream) received(pr paho.PublishReceived) (bool, error) {
+	p := pr.Packet
+	msg := fromPaho(p)
+	in := &inbound{msg: msg, pkt: p, client: pr.Client, at: time.Now()}
+	// acknowledge: routed answers at once when every route taking it says so.
+	routed, any := true, false
+	for _, r := range u.routes {
+		if r.Matches(msg.Topic) {
+			any = true
+			routed = routed && r.Cfg.Acknowledge == config.AckRouted
+		}
+	}
+	if !any || routed {
+		u.ack(in)
+	}
+	if any {
+		u.in <- in
+	}
+	return true, nil
+}
+
+func (u *upstream) ack(in *inbound) {
+	if in.acked {
+		return
+	}
+	in.acked = true
+	if in.pkt.QoS == 0 {
+		return
+	}
+	if err := in.client.Ack(in.pkt); err != nil && !errors.Is(err, paho.ErrPacketNotFound) {
+		u.log.Warn("ack failed", zap.Error(err))
+	}
+}
+
+// run stores batches of received messages, then acknowledges them in order. A failed
+// append is retried (only the partitions that failed) until it succeeds or ctx ends:
+// nothing is acknowledged that is not stored.
+func (u *upstream) run(ctx context.Context) {
+	for {
+		var first *inbound
+		select {
+		case first = <-u.in:
+		case <-ctx.Done():
+			return
+		}
+		batch := []*inbound{first}
+	drain:
+		for len(batch) < upstreamBatch {
+			select {
+			case in := <-u.in:
+				batch = append(batch, in)
+			default:
+				break drain
+			}
+		}
+		msgs := make([]*mapping.Message, len(batch))
+		at := make([]time.Time, len(batch))
+		for i, in := range batch {
+			msgs[i], at[i] = in.msg, in.at
+		}
+		u.b.m.held.Add(float64(len(batch)))
+		if err := u.storeBatch(ctx, msgs, at); err != nil {
+			u.b.m.held.Sub(float64(len(batch)))
+			return // ctx ended: the broker redelivers what was not acknowledged
+		}
+		u.b.m.held.Sub(float64(len(batch)))
+		for _, in := range batch {
+			u.ack(in)
+		}
+	}
+}
+
+func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, at []time.Time) error {
+	backoff := 100 * time.Millisecond
+	wait := func() error {
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		return nil
+	}
+	var groups []*target
+	for {
+		var err error
+		groups, _, _, err = u.b.build(ctx, u.routes, msgs, at)
+		if err == nil {
+			break
+		}
+		u.log.Warn("partition lookup failed; retrying", zap.Error(err))
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	for {
+		err := u.b.appendGroups(ctx, groups)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		u.log.Warn("append failed; retrying before acknowledging", zap.Error(err))
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+}
+
+// publish sends m to the broker and waits for its acknowledgement (QoS 1/2).
+func (u *upstream) publish(ctx context.Context, m mapping.Message) (byte, error) {
+	if err := u.cm.AwaitConnection(ctx); err != nil {
+		return 0, err
+	}
+	resp, err := u.cm.Publish(ctx, toPaho(m))
+	if err != nil {
+		return 0, err
+	}
+	if resp == nil {
+		return 0, nil
+	}
+	return resp.ReasonCode, nil
+}
+
+func (u *upstream) stop(ctx context.Context) {
+	if u.cm == nil {
+		return
+	}
+	_ = u.cm.Disconnect(ctx)
+	<-u.cm.Done()
+}
+
+func fromPaho(p *paho.Publish) *mapping.Message {
+	m := &mapping.Message{Topic: p.Topic, Payload: p.Payload, QoS: p.QoS, Retain: p.Retain}
+	if pp := p.Properties; pp != nil {
+		m.ContentType = pp.ContentType
+		m.CorrelationData = pp.CorrelationData
+		m.PayloadFormatIndicator = pp.PayloadFormat
+		m.ResponseTopic = pp.ResponseTopic
+		m.MessageExpiryInterval = pp.MessageExpiry
+		for _, up := range pp.User {
+			m.UserProperties = append(m.UserProperties, mapping.UserProperty{Key: up.Key, Value: up.Value})
+		}
+	}
+	return m
+}
+
+func toPaho(m mapping.Message) *paho.Publish {
+	p := &paho.Publish{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, Retain: m.Retain, Properties: &paho.PublishProperties{
+		ContentType:     m.ContentType,
+		CorrelationData: m.CorrelationData,
+		ResponseTopic:   m.ResponseTopic,
+		PayloadFormat:   m.PayloadFormatIndicator,
+		MessageExpiry:   m.MessageExpiryInterval,
+	}}
+	for _, up := range m.UserProperties {
+		p.Properties.User = append(p.Properties.User, paho.UserProperty{Key: up.Key, Value: up.Value})
+	}
+	return p
+}
+
+func clientTLS(t *config.TLSConfig) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	c := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify, ServerName: t.ServerName, MinVersion: tls.VersionTLS12} //nolint:gosec // opt-in
+	if t.CAFile != "" {
+		pool, err := loadPool(t.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificates", path)
+	}
+	return pool, nil
+}
