@@ -36,8 +36,13 @@ type listener struct {
 
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*listener, error) {
 	l := &listener{b: b, cfg: c, routes: routes, slots: make(chan struct{}, c.QueueSize), log: b.log.With(zap.String("listener", c.Addr))}
+	caps := mqtt.NewDefaultServerCapabilities()
+	// An acknowledgement carries no copy of the publish's properties; with them the
+	// library would also encode its QoS 1 "granted" code (0x01) into a PUBACK.
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	opts := &mqtt.Options{
 		InlineClient: true,
+		Capabilities: caps,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	l.srv = mqtt.New(opts)

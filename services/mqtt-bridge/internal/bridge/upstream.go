@@ -285,6 +285,9 @@ func (u *upstream) publish(ctx context.Context, m mapping.Message) (byte, error)
 		return 0, err
 	}
 	resp, err := u.cm.Publish(ctx, toPaho(m))
+	if resp != nil && resp.ReasonCode >= 0x80 {
+		return resp.ReasonCode, nil // refused: paho reports it as an error too
+	}
 	if err != nil {
 		return 0, err
 	}
