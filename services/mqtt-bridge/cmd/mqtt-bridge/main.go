@@ -1,7 +1,7 @@
 // Command mqtt-bridge moves MQTT messages into Kafka topics (storage-core channels) and
 // Kafka records back to MQTT, as its YAML config says.
 //
-//	mqtt-bridge -C FILE            run
+//	mqtt-bridge -C FILE            run (--config=FILE is the same)
 //	mqtt-bridge check -C FILE      print every problem of FILE with its line; exit 0
 //	                               only when it would load (warnings allowed)
 //
@@ -45,6 +45,7 @@ func run(args []string) error {
 	}
 	fs := flag.NewFlagSet("mqtt-bridge", flag.ContinueOnError)
 	path := fs.String("C", "", "YAML config file (env TRIBUTARY_MQTT_CONFIG)")
+	fs.StringVar(path, "config", "", "the same as -C")
 	level := fs.String("log-level", "", "log level, overriding the file's log-level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
