@@ -37,6 +37,10 @@ type sinkRunner struct {
 	log  *zap.Logger
 	wg   sync.WaitGroup
 	seen map[string]bool
+	// discovered is set after the first successful discovery: a topic or partition
+	// that appears later is new, and is read from its start (nothing in it predates the
+	// mapping), whatever start-at says.
+	discovered bool
 }
 
 func (r *sinkRunner) run(ctx context.Context) {
@@ -69,6 +73,8 @@ func (r *sinkRunner) discover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	fromStart := r.discovered
+	r.discovered = true
 	for _, t := range resp.GetTopics() {
 		if t.GetErrorCode() != 0 || !r.s.Reads(t.GetName()) {
 			continue
@@ -82,7 +88,7 @@ func (r *sinkRunner) discover(ctx context.Context) error {
 			r.wg.Add(1)
 			go func(topic string, p int32) {
 				defer r.wg.Done()
-				r.partition(ctx, topic, p)
+				r.partition(ctx, topic, p, fromStart)
 			}(t.GetName(), p)
 		}
 	}
@@ -100,14 +106,14 @@ func retry(ctx context.Context, backoff *time.Duration) bool {
 	return true
 }
 
-func (r *sinkRunner) partition(ctx context.Context, topic string, p int32) {
+func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromStart bool) {
 	ch := channel.KafkaPartition(topic, p)
 	log := r.log.With(zap.String("channel", ch))
 	id := r.s.Cfg.ID
 	backoff := 100 * time.Millisecond
 	var next int64
 	for {
-		n, err := r.start(ctx, topic, p, ch)
+		n, err := r.start(ctx, topic, p, ch, fromStart)
 		if err == nil {
 			next = n
 			break
@@ -191,9 +197,10 @@ func (r *sinkRunner) send(ctx context.Context, log *zap.Logger, m mapping.Messag
 }
 
 // start is the sequence to read first: the group's committed offset + 1, or, for a
-// new group, the end (latest) or the log start (earliest), which is committed at once
-// so that a restart before the first record resumes there.
-func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string) (int64, error) {
+// new group, the end (latest) or the log start (earliest, or fromStart: a partition
+// that appeared while the mapping ran), which is committed at once so that a restart
+// before the first record resumes there.
+func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string, fromStart bool) (int64, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.b.cfg.StoreTimeout)
 	defer cancel()
 	resp, err := r.b.groups.OffsetFetch(cctx, &coordinatorv1.OffsetFetchRequest{Groups: []*coordinatorv1.OffsetFetchGroup{{
@@ -220,7 +227,7 @@ func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string
 		return 0, err
 	}
 	next := gc.GetChannel().GetHighWatermark() + 1
-	if r.s.Cfg.StartAt == "earliest" {
+	if r.s.Cfg.StartAt == "earliest" || fromStart {
 		next = max(gc.GetChannel().GetLogStartSequence(), 1)
 	}
 	if err := r.commit(cctx, topic, p, next-1); err != nil {
