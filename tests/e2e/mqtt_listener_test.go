@@ -87,6 +87,12 @@ mqtt-to-kafka:
 		t.Errorf("storage down: PUBACK reason %#x, want 0x97", rc)
 	}
 	t.Logf("0x97 after %v with storage-core down (store-timeout 2s)", time.Since(start).Round(time.Millisecond))
+	// An MQTT 3.1.1 publisher cannot be told: it is acknowledged and the refusal counted.
+	before := bridgeMetric(t, bridge, "tributary_mqtt_refused_total", "devices")
+	mosqPub(t, lis, "-V", "mqttv311", "-q", "1", "-t", "dev/"+id+"/v311", "-m", "old-client")
+	if got := bridgeMetric(t, bridge, "tributary_mqtt_refused_total", "devices"); got != before+1 {
+		t.Errorf("MQTT 3.1.1 refusal: refused_total %v → %v, want +1", before, got)
+	}
 	if err := s.RestartStorage(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -232,4 +235,57 @@ kafka-to-mqtt:
 		t.Fatalf("after restart, mosquitto_sub lines differ (resume from the committed offset): %s", d)
 	}
 	waitFor(t, 20*time.Second, "offset 6 committed", func() bool { return committed() == 6 })
+}
+
+// TestMQTTBridgeCheck runs `mqtt-bridge check`: every problem is printed with its file
+// and line (a misspelt key with the nearest real key, a bad template, an unknown
+// cluster, a loop as a warning) and the exit status says whether the file would load.
+func TestMQTTBridgeCheck(t *testing.T) {
+	bin, err := stack.Binaries(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(`id: check
+clusters:
+  - name: site
+    urls: [mqtt://127.0.0.1:1883]
+mqtt-to-kafka:
+  - id: in
+    source: sight
+    mqtt-topic-filters: ["a/#"]
+    kafka-topik: events
+  - id: in2
+    source: site
+    mqtt-topic-filters: ["b/#"]
+    kafka-topic: events
+    key: "${MQTT_TOPIC_LEVEL}"
+kafka-to-mqtt:
+  - id: out
+    kafka-topics: [events]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(bin, stack.MQTTBridge), "check", "-C", bad).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("check of a bad file: %v, want exit status 1\n%s", err, out)
+	}
+	for _, want := range []string{
+		bad + `:7: mqtt-to-kafka[0].source: unknown cluster "sight"; did you mean "site"?`,
+		bad + `:9: mqtt-to-kafka[0].kafka-topik: unknown key "kafka-topik"; did you mean "kafka-topic"?`,
+		bad + `:14: mqtt-to-kafka[1].key: bad template "${MQTT_TOPIC_LEVEL}"`,
+		bad + `:16: warning: kafka-to-mqtt[0]: loop: "out" reads Kafka topic "events", which mqtt-to-kafka "in2" writes`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("listener: {addr: 127.0.0.1:0}\nmqtt-to-kafka:\n  - {id: a, mqtt-topic-filters: [\"#\"], kafka-topic: t}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(bin, stack.MQTTBridge), "check", "-C", good).CombinedOutput(); err != nil {
+		t.Errorf("check of a good file: %v\n%s", err, out)
+	}
 }
