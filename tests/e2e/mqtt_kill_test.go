@@ -239,3 +239,160 @@ mqtt-to-kafka:
 		t.Errorf("messages acknowledged by Mosquitto but missing from Kafka: %d, e.g. %v", len(missing), first(missing, 10))
 	}
 }
+
+// TestMQTTStorageOutage stops storage-core for 10 seconds while 4 publishers send QoS 1
+// messages to the listener and one sends to Mosquitto for the upstream mapping. Listener
+// publishers see their acknowledgements held, then success once storage-core is back,
+// or 0x97 after store-timeout (4 s); every success is in Kafka exactly once, and every
+// message Mosquitto took is in Kafka at least once.
+func TestMQTTStorageOutage(t *testing.T) {
+	testenv.RequireMQTT(t)
+	s := stack.StartT(t, stack.Options{})
+	id := mqttID()
+	lisTopic, upTopic := "mqtt-out-lis-"+id, "mqtt-out-up-"+id
+	lis := stack.FreeAddr()
+	startBridge(t, s, "mqtt-bridge-outage", fmt.Sprintf(`
+id: outage-%[1]s
+store-timeout: 4s
+listener:
+  addr: %[2]s
+clusters:
+  - name: mosquitto
+    urls: [mqtt://%[3]s]
+    client-id: tributary-e2e-outage-%[1]s
+    session-expiry: 2m
+mqtt-to-kafka:
+  - id: lis
+    source: listener
+    mqtt-topic-filters: ["load/#"]
+    kafka-topic: %[4]s
+  - id: up
+    source: mosquitto
+    mqtt-topic-filters: ["e2e/%[1]s/#"]
+    kafka-topic: %[5]s
+`, id, lis, testenv.MQTTAddr(), lisTopic, upTopic))
+	ctx := ctxT(t, 3*time.Minute)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []string
+	var refused, heldOK int
+	var maxHeld time.Duration
+	for p := 0; p < 4; p++ {
+		c, err := pahoConnect(ctx, lis, fmt.Sprintf("out-%d", p), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				payload := fmt.Sprintf("p%d-%d", p, i)
+				start := time.Now()
+				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				resp, err := c.Publish(pctx, &paho.Publish{QoS: 1, Topic: fmt.Sprintf("load/%d", p), Payload: []byte(payload)})
+				cancel()
+				took := time.Since(start)
+				mu.Lock()
+				switch {
+				case err == nil && resp != nil && resp.ReasonCode == 0:
+					acked = append(acked, payload)
+					if took > time.Second {
+						heldOK++
+					}
+					maxHeld = max(maxHeld, took)
+				case resp != nil && resp.ReasonCode == 0x97:
+					refused++
+				default:
+					mu.Unlock()
+					t.Errorf("publish %s: %v (response %+v)", payload, err, resp)
+					return
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	up, err := pahoConnect(ctx, testenv.MQTTAddr(), "e2e-outage-pub-"+id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Disconnect(&paho.Disconnect{}) })
+	var upSent atomic.Int64
+	wg.Add(1)
+	go func() { // 50 messages a second: 500 wait in Mosquitto's session queue during the outage
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			_, err := up.Publish(pctx, &paho.Publish{QoS: 1, Topic: fmt.Sprintf("e2e/%s/up", id), Payload: []byte(fmt.Sprintf("u-%d", i))})
+			cancel()
+			if err != nil {
+				t.Errorf("publish to Mosquitto: %v", err)
+				return
+			}
+			upSent.Add(1)
+		}
+	}()
+	waitKafkaTotal(t, s, lisTopic, 200, time.Minute)
+	if err := s.KillStorage(); err != nil {
+		t.Fatal(err)
+	}
+	outage := time.NewTimer(10 * time.Second) // the scenario: storage-core away for 10 s
+	<-outage.C
+	if err := s.RestartStorage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := len(acked)
+	mu.Unlock()
+	waitFor(t, time.Minute, "200 more successes after the restart", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= n+200
+	})
+	close(stop)
+	wg.Wait()
+	waitKafkaTotal(t, s, upTopic, upSent.Load(), time.Minute)
+
+	counts := kafkaCounts(t, s, lisTopic)
+	var missing, dup []string
+	for _, a := range acked {
+		switch counts[a] {
+		case 1:
+		case 0:
+			missing = append(missing, a)
+		default:
+			dup = append(dup, a)
+		}
+	}
+	upCounts := kafkaCounts(t, s, upTopic)
+	var upMissing []string
+	for i := 0; i < int(upSent.Load()); i++ {
+		if upCounts[fmt.Sprintf("u-%d", i)] == 0 {
+			upMissing = append(upMissing, fmt.Sprintf("u-%d", i))
+		}
+	}
+	t.Logf("storage-core down 10s: listener %d successes (%d held over 1s, longest %v), %d answered 0x97; upstream %d sent, %d missing",
+		len(acked), heldOK, maxHeld.Round(time.Millisecond), refused, upSent.Load(), len(upMissing))
+	if len(missing) > 0 || len(dup) > 0 {
+		t.Errorf("listener: acknowledged but missing %v, duplicated %v", first(missing, 10), first(dup, 10))
+	}
+	if refused == 0 || heldOK == 0 {
+		t.Errorf("want both held-then-successful publishes and 0x97 refusals during the outage (held %d, refused %d)", heldOK, refused)
+	}
+	if len(upMissing) > 0 {
+		t.Errorf("upstream: %d messages Mosquitto acknowledged are missing, e.g. %v", len(upMissing), first(upMissing, 10))
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -164,7 +166,9 @@ func (s *store) write(name string, w chan *appendReq) {
 			recs = append(recs, r.recs...)
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-		_, err := s.storage.Append(ctx, &storagev1.AppendRequest{Channel: name, Records: recs})
+		// WaitForReady: while storage-core is unreachable the append waits (the
+		// acknowledgement is held) until it is back or the store timeout passes.
+		_, err := s.storage.Append(ctx, &storagev1.AppendRequest{Channel: name, Records: recs}, grpc.WaitForReady(true))
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("append %s: %w", name, err)
