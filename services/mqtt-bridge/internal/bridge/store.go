@@ -25,6 +25,12 @@ const topicRefresh = 30 * time.Second
 // maxBatchRecords bounds one Append of coalesced requests.
 const maxBatchRecords = 2000
 
+// appendsInFlight is how many Appends one channel may have in flight at once. Requests
+// that must keep their order relative to each other are never in flight together: a
+// listener client has one publish in flight, and upstream batches wait for the one
+// before them.
+const appendsInFlight = 4
+
 // store appends records to storage-core, coalescing concurrent appends to one channel
 // into one Append (one fsync), and knows each Kafka topic's partition count.
 type store struct {
@@ -142,6 +148,9 @@ func (s *store) writer(name string) chan *appendReq {
 
 func (s *store) write(name string, w chan *appendReq) {
 	defer s.wg.Done()
+	slots := make(chan struct{}, appendsInFlight)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
 	for {
 		var first *appendReq
 		select {
@@ -165,17 +174,23 @@ func (s *store) write(name string, w chan *appendReq) {
 		for _, r := range batch {
 			recs = append(recs, r.recs...)
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-		// WaitForReady: while storage-core is unreachable the append waits (the
-		// acknowledgement is held) until it is back or the store timeout passes.
-		_, err := s.storage.Append(ctx, &storagev1.AppendRequest{Channel: name, Records: recs}, grpc.WaitForReady(true))
-		cancel()
-		if err != nil {
-			err = fmt.Errorf("append %s: %w", name, err)
-		}
-		for _, r := range batch {
-			r.done <- err
-		}
+		slots <- struct{}{}
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+			defer cancel()
+			// WaitForReady: while storage-core is unreachable the append waits (the
+			// acknowledgement is held) until it is back or the store timeout passes.
+			_, err := s.storage.Append(ctx, &storagev1.AppendRequest{Channel: name, Records: recs}, grpc.WaitForReady(true))
+			if err != nil {
+				err = fmt.Errorf("append %s: %w", name, err)
+			}
+			for _, r := range batch {
+				r.done <- err
+			}
+		}()
 	}
 }
 

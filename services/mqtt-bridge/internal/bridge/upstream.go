@@ -119,7 +119,7 @@ func (u *upstream) start(ctx context.Context) error {
 			ClientID:                   u.cfg.ClientID,
 			Session:                    sess,
 			EnableManualAcknowledgment: true,
-			SendAcksInterval:           5 * time.Millisecond,
+			SendAcksInterval:           time.Millisecond,
 			OnPublishReceived:          []func(paho.PublishReceived) (bool, error){u.received},
 			OnClientError:              func(err error) { u.log.Warn("mqtt client error", zap.Error(err)) },
 		},
