@@ -243,8 +243,10 @@ mqtt-to-kafka:
 // TestMQTTStorageOutage stops storage-core for 10 seconds while 4 publishers send QoS 1
 // messages to the listener and one sends to Mosquitto for the upstream mapping. Listener
 // publishers see their acknowledgements held, then success once storage-core is back,
-// or 0x97 after store-timeout (4 s); every success is in Kafka exactly once, and every
-// message Mosquitto took is in Kafka at least once.
+// or 0x97 after store-timeout (8 s: shorter than the outage, so some publishes time
+// out, and longer than the rest of it, so the next ones are held until storage-core is
+// back); every success is in Kafka exactly once, and every message Mosquitto took is
+// in Kafka at least once.
 func TestMQTTStorageOutage(t *testing.T) {
 	testenv.RequireMQTT(t)
 	s := stack.StartT(t, stack.Options{})
@@ -253,7 +255,7 @@ func TestMQTTStorageOutage(t *testing.T) {
 	lis := stack.FreeAddr()
 	startBridge(t, s, "mqtt-bridge-outage", fmt.Sprintf(`
 id: outage-%[1]s
-store-timeout: 4s
+store-timeout: 8s
 listener:
   addr: %[2]s
 clusters:

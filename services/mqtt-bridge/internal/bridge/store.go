@@ -51,6 +51,7 @@ type topicInfo struct {
 }
 
 type appendReq struct {
+	ctx  context.Context // the caller's: a request it gave up on is not sent
 	recs []*storagev1.AppendRecord
 	done chan error
 }
@@ -118,7 +119,7 @@ func (s *store) fetchPartitions(ctx context.Context, topic string, create int32)
 // durable, or with the error. Concurrent appends to one channel share one Append.
 func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord) error {
 	name := channel.KafkaPartition(topic, p)
-	req := &appendReq{recs: recs, done: make(chan error, 1)}
+	req := &appendReq{ctx: ctx, recs: recs, done: make(chan error, 1)}
 	w := s.writer(name)
 	select {
 	case w <- req:
@@ -170,16 +171,44 @@ func (s *store) write(name string, w chan *appendReq) {
 				break drain
 			}
 		}
+		select {
+		case slots <- struct{}{}:
+		case <-s.ctx.Done():
+			return
+		}
+		// Requests whose callers gave up meanwhile (a listener publish already answered
+		// 0x97) are not stored; the Append lasts until the latest caller deadline.
+		live := batch[:0]
+		deadline := time.Now().Add(s.timeout)
+		latest := time.Time{}
+		for _, r := range batch {
+			if err := r.ctx.Err(); err != nil {
+				r.done <- err
+				continue
+			}
+			live = append(live, r)
+			d, ok := r.ctx.Deadline()
+			if !ok || d.After(deadline) {
+				d = deadline
+			}
+			if d.After(latest) {
+				latest = d
+			}
+		}
+		if len(live) == 0 {
+			<-slots
+			continue
+		}
+		batch = live
 		recs := make([]*storagev1.AppendRecord, 0, n)
 		for _, r := range batch {
 			recs = append(recs, r.recs...)
 		}
-		slots <- struct{}{}
 		inflight.Add(1)
 		go func() {
 			defer inflight.Done()
 			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+			ctx, cancel := context.WithDeadline(s.ctx, latest)
 			defer cancel()
 			// WaitForReady: while storage-core is unreachable the append waits (the
 			// acknowledgement is held) until it is back or the store timeout passes.
