@@ -34,6 +34,7 @@ type upstream struct {
 	log    *zap.Logger
 
 	cm         *autopaho.ConnectionManager
+	ctx        context.Context
 	in         chan *inbound
 	subscribed atomic.Bool
 	connected  atomic.Bool
@@ -63,6 +64,7 @@ func (u *upstream) ready(context.Context) error {
 }
 
 func (u *upstream) start(ctx context.Context) error {
+	u.ctx = ctx
 	var urls []*url.URL
 	for _, s := range u.cfg.URLs {
 		p, err := url.Parse(s)
@@ -185,7 +187,10 @@ func (u *upstream) received(pr paho.PublishReceived) (bool, error) {
 		u.ack(in)
 	}
 	if any {
-		u.in <- in
+		select {
+		case u.in <- in:
+		case <-u.ctx.Done(): // shutting down: the broker redelivers it
+		}
 	}
 	return true, nil
 }
