@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,7 +50,7 @@ func (b *Bridge) build(ctx context.Context, routes []*mapping.Route, msgs []*map
 				b.log.Warn("message too large for mapping", zap.String("mapping", r.Cfg.ID), zap.String("topic", m.Topic), zap.Int("bytes", rec.Size), zap.Int("max_record_bytes", r.Cfg.MaxRecordBytes))
 				continue
 			}
-			k := r.Cfg.ID + "\x00" + rec.Topic + "\x00" + string(rune(rec.Partition))
+			k := r.Cfg.ID + "\x00" + strconv.Itoa(int(rec.Partition))
 			g := byKey[k]
 			if g == nil {
 				g = &target{topic: rec.Topic, partition: rec.Partition, route: r}

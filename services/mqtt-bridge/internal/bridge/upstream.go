@@ -154,12 +154,20 @@ func (u *upstream) subscribe(ctx context.Context, cm *autopaho.ConnectionManager
 			subs = append(subs, paho.SubscribeOptions{Topic: f, QoS: byte(config.QoSOr(r.Cfg.QoS, 1)), NoLocal: true, RetainAsPublished: true})
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	sa, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs})
-	if err != nil {
-		u.log.Error("subscribe failed", zap.Error(err))
-		return
+	var sa *paho.Suback
+	backoff := 100 * time.Millisecond
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var err error
+		sa, err = cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs})
+		cancel()
+		if err == nil || sa != nil {
+			break // a SUBACK: refused filters are logged below
+		}
+		u.log.Error("subscribe failed; retrying", zap.Error(err))
+		if !u.connected.Load() || !retry(ctx, &backoff) {
+			return // the next connection subscribes again
+		}
 	}
 	for i, rc := range sa.Reasons {
 		if rc >= 0x80 && i < len(subs) {
