@@ -40,7 +40,10 @@ func headerList(r *kgo.Record) [][2]string {
 	return out
 }
 
-// TestMQTTUpstreamRoundTrip: mosquitto_pub (MQTT 5, QoS 1, retained, every property,
+// qos alternates the round trip's messages between QoS 1 and 2.
+func qos(i int) string { return fmt.Sprint(1 + i%2) }
+
+// TestMQTTUpstreamRoundTrip: mosquitto_pub (MQTT 5, QoS 1 and 2, retained, every property,
 // repeated user properties) → Mosquitto → bridge → Kafka topic (read with kgo: value,
 // key from a template, murmur2 partition, headers in order) → bridge (from-headers) →
 // Mosquitto → mosquitto_sub, which sees the identical message twice: the original and
@@ -61,6 +64,7 @@ clusters:
 mqtt-to-kafka:
   - id: in-%[1]s
     mqtt-topic-filters: ["e2e/%[1]s/+/data"]
+    qos: 2
     kafka-topic: %[3]s
     key: "dev-${MQTT_TOPIC_LEVEL_2}"
     headers: all
@@ -71,10 +75,10 @@ kafka-to-mqtt:
     start-at: earliest
 `, id, testenv.MQTTAddr(), topic))
 
-	sub := startMosqSub(t, testenv.MQTTAddr(), "-t", "e2e/"+id+"/#", "-q", "1", "--retain-as-published")
+	sub := startMosqSub(t, testenv.MQTTAddr(), "-t", "e2e/"+id+"/#", "-q", "2", "--retain-as-published")
 	devices := []string{"a1", "b2", "c3", "d4", "e5"}
 	for i, d := range devices {
-		mosqPub(t, testenv.MQTTAddr(), "-q", "1", "-r", "-t", "e2e/"+id+"/"+d+"/data", "-m", fmt.Sprintf("reading %d from %s", i, d),
+		mosqPub(t, testenv.MQTTAddr(), "-q", qos(i), "-r", "-t", "e2e/"+id+"/"+d+"/data", "-m", fmt.Sprintf("reading %d from %s", i, d),
 			"-D", "publish", "content-type", "text/plain",
 			"-D", "publish", "correlation-data", "corr-"+d,
 			"-D", "publish", "response-topic", "e2e/"+id+"/reply",
@@ -96,8 +100,8 @@ kafka-to-mqtt:
 		counts[l]++
 	}
 	for i, d := range devices {
-		want := fmt.Sprintf("e2e/%s/%s/data|q=1|r=1|ct=text/plain|cd=corr-%s|exp=3600|pf=1|rt=e2e/%s/reply|up=site:berlin mqtt-topic:spoofed site:hamburg|%s",
-			id, d, d, id, hex.EncodeToString([]byte(fmt.Sprintf("reading %d from %s", i, d))))
+		want := fmt.Sprintf("e2e/%s/%s/data|q=%s|r=1|ct=text/plain|cd=corr-%s|exp=3600|pf=1|rt=e2e/%s/reply|up=site:berlin mqtt-topic:spoofed site:hamburg|%s",
+			id, d, qos(i), d, id, hex.EncodeToString([]byte(fmt.Sprintf("reading %d from %s", i, d))))
 		if counts[want] != 2 {
 			t.Errorf("message %d: seen %d times, want 2 (original and republished); want line\n  %s\ngot lines:\n  %s", i, counts[want], want, strings.Join(lines, "\n  "))
 		}
@@ -124,7 +128,7 @@ kafka-to-mqtt:
 			t.Errorf("key %q in partition %d, want %d (murmur2)", r.Key, r.Partition, want)
 		}
 		want := [][2]string{
-			{"mqtt-topic", "e2e/" + id + "/" + d + "/data"}, {"mqtt-qos", "1"}, {"mqtt-retain", "true"},
+			{"mqtt-topic", "e2e/" + id + "/" + d + "/data"}, {"mqtt-qos", qos(i)}, {"mqtt-retain", "true"},
 			{"mqtt-content-type", "text/plain"}, {"mqtt-correlation-data", "corr-" + d},
 			{"mqtt-payload-format-indicator", "1"}, {"mqtt-response-topic", "e2e/" + id + "/reply"},
 			{"mqtt-message-expiry-interval", "3600"},
