@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tributary/tributary/tests/e2e/stack"
 )
@@ -35,6 +37,8 @@ func TestMQTTListener(t *testing.T) {
 	id := mqttID()
 	topic := "mqtt-lis-" + id
 	lis := stack.FreeAddr()
+	cmds := "mqtt-cmds-" + id
+	createTopic(t, newAdmin(t, s.KafkaAddrs), cmds, 1, nil)
 	bridge := startBridge(t, s, "mqtt-bridge-lis", fmt.Sprintf(`
 id: lis
 store-timeout: 2s
@@ -47,7 +51,13 @@ mqtt-to-kafka:
     key: clientid
     max-record-bytes: 200
     headers: [mqtt-topic, mqtt-clientid, mqtt-username, mqtt-user-properties]
-`, lis, topic))
+kafka-to-mqtt:
+  - id: to-devices
+    kafka-topics: [%[3]s]
+    mqtt-topic: "cmd/${KAFKA_KEY}"
+    start-at: earliest
+    properties: {content-type: text/plain, user-properties: [{name: from, value: kafka}]}
+`, lis, topic, cmds))
 	ctx := ctxT(t, 2*time.Minute)
 	c, err := pahoConnect(ctx, lis, "dev-"+id, "alice")
 	if err != nil {
@@ -66,6 +76,15 @@ mqtt-to-kafka:
 		t.Fatalf("publish %q: %v", payload, err)
 		return 0
 	}
+	// kafka-to-mqtt into the listener: a record produced with kgo reaches a subscriber.
+	sub := startMosqSub(t, lis, "-t", "cmd/#", "-q", "1")
+	if err := newClient(t, s.KafkaAddrs).ProduceSync(ctx, &kgo.Record{Topic: cmds, Key: []byte("dev-"+id), Value: []byte("reboot")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sub.next(t, 1, 30*time.Second)[0], "cmd/dev-"+id+"|q=1|r=0|ct=text/plain|cd=|exp=|pf=|rt=|up=from:kafka|"+hex.EncodeToString([]byte("reboot")); got != want {
+		t.Errorf("kafka-to-mqtt on the listener:\n got %s\nwant %s", got, want)
+	}
+
 	acked := []string{}
 	if rc := pub("21.5"); rc != 0 {
 		t.Fatalf("PUBACK reason %#x, want 0", rc)

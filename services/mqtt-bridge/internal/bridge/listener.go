@@ -40,6 +40,9 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	// An acknowledgement carries no copy of the publish's properties; with them the
 	// library would also encode its QoS 1 "granted" code (0x01) into a PUBACK.
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	// A message published without an expiry keeps none (the library's default would
+	// give every delivered message a one-day Message Expiry Interval).
+	caps.MaximumMessageExpiryInterval = 0
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
