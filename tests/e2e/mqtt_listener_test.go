@@ -78,7 +78,7 @@ kafka-to-mqtt:
 	}
 	// kafka-to-mqtt into the listener: a record produced with kgo reaches a subscriber.
 	sub := startMosqSub(t, lis, "-t", "cmd/#", "-q", "1")
-	if err := newClient(t, s.KafkaAddrs).ProduceSync(ctx, &kgo.Record{Topic: cmds, Key: []byte("dev-"+id), Value: []byte("reboot")}).FirstErr(); err != nil {
+	if err := newClient(t, s.KafkaAddrs).ProduceSync(ctx, &kgo.Record{Topic: cmds, Key: []byte("dev-" + id), Value: []byte("reboot")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := sub.next(t, 1, 30*time.Second)[0], "cmd/dev-"+id+"|q=1|r=0|ct=text/plain|cd=|exp=|pf=|rt=|up=from:kafka|"+hex.EncodeToString([]byte("reboot")); got != want {
