@@ -47,7 +47,9 @@ func qos(i int) string { return fmt.Sprint(1 + i%2) }
 // repeated user properties) → Mosquitto → bridge → Kafka topic (read with kgo: value,
 // key from a template, murmur2 partition, headers in order) → bridge (from-headers) →
 // Mosquitto → mosquitto_sub, which sees the identical message twice: the original and
-// the republished one. The republished one does not come back into Kafka (No Local).
+// the republished one. The republished one does not come back into Kafka (No Local),
+// and the mapping's overlapping filters do not store a message twice (subscription
+// identifiers).
 func TestMQTTUpstreamRoundTrip(t *testing.T) {
 	testenv.RequireMQTT(t)
 	s := sharedStack(t)
@@ -63,7 +65,7 @@ clusters:
     session-expiry: 1m
 mqtt-to-kafka:
   - id: in-%[1]s
-    mqtt-topic-filters: ["e2e/%[1]s/+/data"]
+    mqtt-topic-filters: ["e2e/%[1]s/+/data", "e2e/%[1]s/#"] # overlapping: one record each all the same
     qos: 2
     kafka-topic: %[3]s
     key: "dev-${MQTT_TOPIC_LEVEL_2}"

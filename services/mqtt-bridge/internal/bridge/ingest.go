@@ -23,25 +23,18 @@ type target struct {
 	done      bool
 }
 
-// build maps msgs through routes into per-partition groups (in message order). A
-// message too large for a route is counted and left out of that route; tooLarge[i]
-// reports it for message i. matched[i] reports whether any route took message i.
-func (b *Bridge) build(ctx context.Context, routes []*mapping.Route, msgs []*mapping.Message, at []time.Time) (groups []*target, matched, tooLarge []bool, err error) {
-	matched = make([]bool, len(msgs))
+// build maps each message through its routes (routes[i] for msgs[i]; the caller
+// chose them) into per-partition groups, in message order. A message too large for a
+// route is counted and left out of that route; tooLarge[i] reports it for message i.
+func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]*mapping.Route, at []time.Time) (groups []*target, tooLarge []bool, err error) {
 	tooLarge = make([]bool, len(msgs))
 	byKey := map[string]*target{}
 	now := time.Now().UnixMilli()
-	for _, r := range routes {
-		var parts int32
-		for i, m := range msgs {
-			if !r.Matches(m.Topic) {
-				continue
-			}
-			matched[i] = true
-			if parts == 0 {
-				if parts, err = b.store.partitions(ctx, r.Cfg.KafkaTopic, r.Cfg.Partitions); err != nil {
-					return nil, nil, nil, err
-				}
+	for i, m := range msgs {
+		for _, r := range routes[i] {
+			parts, err := b.store.partitions(ctx, r.Cfg.KafkaTopic, r.Cfg.Partitions)
+			if err != nil {
+				return nil, nil, err
 			}
 			rec, err := r.Build(m, parts)
 			if errors.Is(err, mapping.ErrTooLarge) {
@@ -61,7 +54,7 @@ func (b *Bridge) build(ctx context.Context, routes []*mapping.Route, msgs []*map
 			g.received = append(g.received, at[i])
 		}
 	}
-	return groups, matched, tooLarge, nil
+	return groups, tooLarge, nil
 }
 
 // appendGroups appends every group not yet done, concurrently, and marks the ones

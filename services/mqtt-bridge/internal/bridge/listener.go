@@ -143,7 +143,7 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		return pk, nil
 	}
 	ctx := l.b.ctx
-	groups, _, tooLarge, err := l.b.build(ctx, routes, []*mapping.Message{msg}, []time.Time{time.Now()})
+	groups, tooLarge, err := l.b.build(ctx, []*mapping.Message{msg}, [][]*mapping.Route{routes}, []time.Time{time.Now()})
 	if err == nil && tooLarge[0] {
 		return h.refuse(cl, pk, packets.ErrImplementationSpecificError)
 	}

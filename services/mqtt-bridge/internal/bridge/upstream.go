@@ -35,6 +35,10 @@ type upstream struct {
 
 	cm         *autopaho.ConnectionManager
 	ctx        context.Context
+	// filters are the distinct filters of the routes, in order; filter i is subscribed
+	// with subscription identifier i+1 when the broker supports them, so that each
+	// route takes one of the copies a broker sends for overlapping subscriptions.
+	filters []string
 	in         chan *inbound
 	subscribed atomic.Bool
 	connected  atomic.Bool
@@ -42,6 +46,7 @@ type upstream struct {
 
 type inbound struct {
 	msg    *mapping.Message
+	routes []*mapping.Route // the routes that take this copy
 	pkt    *paho.Publish
 	client *paho.Client
 	at     time.Time
@@ -49,7 +54,42 @@ type inbound struct {
 }
 
 func newUpstream(b *Bridge, c config.Cluster, routes []*mapping.Route) *upstream {
-	return &upstream{b: b, cfg: c, routes: routes, log: b.log.With(zap.String("cluster", c.Name)), in: make(chan *inbound, upstreamBatch*2)}
+	u := &upstream{b: b, cfg: c, routes: routes, log: b.log.With(zap.String("cluster", c.Name)), in: make(chan *inbound, upstreamBatch*2)}
+	seen := map[string]bool{}
+	for _, r := range routes {
+		for _, f := range r.Filters() {
+			if !seen[f] {
+				seen[f] = true
+				u.filters = append(u.filters, f)
+			}
+		}
+	}
+	return u
+}
+
+// routesFor picks the routes that take a received copy. With a subscription
+// identifier, a route takes the copy of the first of its filters that matches (a
+// broker sends one copy per matching subscription); without one, every route whose
+// filters match takes it.
+func (u *upstream) routesFor(topic string, subID *int) []*mapping.Route {
+	var out []*mapping.Route
+	for _, r := range u.routes {
+		var firstMatch string
+		for _, f := range r.Filters() {
+			if mapping.MatchFilter(f, topic) {
+				firstMatch = f
+				break
+			}
+		}
+		if firstMatch == "" {
+			continue
+		}
+		if subID != nil && *subID >= 1 && *subID <= len(u.filters) && u.filters[*subID-1] != firstMatch {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // ready is nil once connected and subscribed.
@@ -107,8 +147,9 @@ func (u *upstream) start(ctx context.Context) error {
 		ConnectUsername:               u.cfg.Username,
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, ca *paho.Connack) {
 			u.connected.Store(true)
-			u.log.Info("connected to broker", zap.Bool("session_present", ca.SessionPresent))
-			go u.subscribe(ctx, cm)
+			subIDs := ca.Properties == nil || ca.Properties.SubIDAvailable
+			u.log.Info("connected to broker", zap.Bool("session_present", ca.SessionPresent), zap.Bool("subscription_identifiers", subIDs))
+			go u.subscribe(ctx, cm, subIDs)
 		},
 		OnConnectionDown: func() bool {
 			u.connected.Store(false)
@@ -138,63 +179,76 @@ func (u *upstream) start(ctx context.Context) error {
 }
 
 // subscribe makes the subscriptions of this connection (every connect: the broker may
-// have dropped the session).
-func (u *upstream) subscribe(ctx context.Context, cm *autopaho.ConnectionManager) {
-	if len(u.routes) == 0 {
+// have dropped the session): one SUBSCRIBE per filter, each with its subscription
+// identifier, or, when the broker has none, one SUBSCRIBE for all.
+func (u *upstream) subscribe(ctx context.Context, cm *autopaho.ConnectionManager, subIDs bool) {
+	if len(u.filters) == 0 {
 		return
 	}
-	var subs []paho.SubscribeOptions
-	seen := map[string]bool{}
+	qos := map[string]byte{}
 	for _, r := range u.routes {
 		for _, f := range r.Filters() {
-			if seen[f] {
-				continue
+			qos[f] = max(qos[f], byte(config.QoSOr(r.Cfg.QoS, 1)))
+		}
+	}
+	opts := func(f string) paho.SubscribeOptions {
+		return paho.SubscribeOptions{Topic: f, QoS: qos[f], NoLocal: true, RetainAsPublished: true}
+	}
+	var reqs []*paho.Subscribe
+	if subIDs {
+		for i, f := range u.filters {
+			id := i + 1
+			reqs = append(reqs, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{opts(f)}, Properties: &paho.SubscribeProperties{SubscriptionIdentifier: &id}})
+		}
+	} else {
+		all := &paho.Subscribe{}
+		for _, f := range u.filters {
+			all.Subscriptions = append(all.Subscriptions, opts(f))
+		}
+		reqs = append(reqs, all)
+	}
+	for _, req := range reqs {
+		backoff := 100 * time.Millisecond
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			sa, err := cm.Subscribe(sctx, req)
+			cancel()
+			if sa != nil {
+				for i, rc := range sa.Reasons {
+					if rc >= 0x80 && i < len(req.Subscriptions) {
+						u.log.Error("subscription refused", zap.String("filter", req.Subscriptions[i].Topic), zap.Uint8("reason", rc))
+					}
+				}
+				break
 			}
-			seen[f] = true
-			subs = append(subs, paho.SubscribeOptions{Topic: f, QoS: byte(config.QoSOr(r.Cfg.QoS, 1)), NoLocal: true, RetainAsPublished: true})
-		}
-	}
-	var sa *paho.Suback
-	backoff := 100 * time.Millisecond
-	for {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		var err error
-		sa, err = cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs})
-		cancel()
-		if err == nil || sa != nil {
-			break // a SUBACK: refused filters are logged below
-		}
-		u.log.Error("subscribe failed; retrying", zap.Error(err))
-		if !u.connected.Load() || !retry(ctx, &backoff) {
-			return // the next connection subscribes again
-		}
-	}
-	for i, rc := range sa.Reasons {
-		if rc >= 0x80 && i < len(subs) {
-			u.log.Error("subscription refused", zap.String("filter", subs[i].Topic), zap.Uint8("reason", rc))
+			u.log.Error("subscribe failed; retrying", zap.Error(err))
+			if !u.connected.Load() || !retry(ctx, &backoff) {
+				return // the next connection subscribes again
+			}
 		}
 	}
 	u.subscribed.Store(true)
-	u.log.Info("subscribed", zap.Int("filters", len(subs)))
+	u.log.Info("subscribed", zap.Int("filters", len(u.filters)), zap.Bool("subscription_identifiers", subIDs))
 }
 
 // received is paho's callback, called in the order messages arrive.
 func (u *upstream) received(pr paho.PublishReceived) (bool, error) {
 	p := pr.Packet
 	msg := fromPaho(p)
-	in := &inbound{msg: msg, pkt: p, client: pr.Client, at: time.Now()}
-	// acknowledge: routed answers at once when every route taking it says so.
-	routed, any := true, false
-	for _, r := range u.routes {
-		if r.Matches(msg.Topic) {
-			any = true
-			routed = routed && r.Cfg.Acknowledge == config.AckRouted
-		}
+	var subID *int
+	if p.Properties != nil {
+		subID = p.Properties.SubscriptionIdentifier
 	}
-	if !any || routed {
+	in := &inbound{msg: msg, routes: u.routesFor(msg.Topic, subID), pkt: p, client: pr.Client, at: time.Now()}
+	// acknowledge: routed answers at once when every route taking it says so.
+	routed := true
+	for _, r := range in.routes {
+		routed = routed && r.Cfg.Acknowledge == config.AckRouted
+	}
+	if len(in.routes) == 0 || routed {
 		u.ack(in)
 	}
-	if any {
+	if len(in.routes) > 0 {
 		select {
 		case u.in <- in:
 		case <-u.ctx.Done(): // shutting down: the broker redelivers it
@@ -238,12 +292,13 @@ func (u *upstream) run(ctx context.Context) {
 			}
 		}
 		msgs := make([]*mapping.Message, len(batch))
+		routes := make([][]*mapping.Route, len(batch))
 		at := make([]time.Time, len(batch))
 		for i, in := range batch {
-			msgs[i], at[i] = in.msg, in.at
+			msgs[i], routes[i], at[i] = in.msg, in.routes, in.at
 		}
 		u.b.m.held.Add(float64(len(batch)))
-		if err := u.storeBatch(ctx, msgs, at); err != nil {
+		if err := u.storeBatch(ctx, msgs, routes, at); err != nil {
 			u.b.m.held.Sub(float64(len(batch)))
 			return // ctx ended: the broker redelivers what was not acknowledged
 		}
@@ -254,7 +309,7 @@ func (u *upstream) run(ctx context.Context) {
 	}
 }
 
-func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, at []time.Time) error {
+func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, routes [][]*mapping.Route, at []time.Time) error {
 	backoff := 100 * time.Millisecond
 	wait := func() error {
 		select {
@@ -268,7 +323,7 @@ func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, at [
 	var groups []*target
 	for {
 		var err error
-		groups, _, _, err = u.b.build(ctx, u.routes, msgs, at)
+		groups, _, err = u.b.build(ctx, msgs, routes, at)
 		if err == nil {
 			break
 		}
