@@ -33,12 +33,12 @@ type upstream struct {
 	routes []*mapping.Route
 	log    *zap.Logger
 
-	cm         *autopaho.ConnectionManager
-	ctx        context.Context
+	cm  *autopaho.ConnectionManager
+	ctx context.Context
 	// filters are the distinct filters of the routes, in order; filter i is subscribed
 	// with subscription identifier i+1 when the broker supports them, so that each
 	// route takes one of the copies a broker sends for overlapping subscriptions.
-	filters []string
+	filters    []string
 	in         chan *inbound
 	subscribed atomic.Bool
 	connected  atomic.Bool
