@@ -185,6 +185,11 @@ func (l *loader) validate(c *Config) {
 	if c.StoreTimeout < 0 {
 		l.add("store-timeout", "must be positive")
 	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		l.add("log-level", "%q: use debug, info, warn or error", c.LogLevel)
+	}
 	srcs := c.sources()
 	ids := map[string]bool{}
 	checkID := func(p, id string) {
