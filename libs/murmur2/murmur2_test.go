@@ -1,6 +1,12 @@
 package murmur2
 
-import "testing"
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Vectors from Apache Kafka's UtilsTest.testMurmur2 (shared/REFERENCE.md).
 func TestSum32KafkaVectors(t *testing.T) {
