@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -123,7 +124,19 @@ type storeHook struct {
 
 func (h *storeHook) ID() string { return "tributary-store" }
 
-func (h *storeHook) Provides(b byte) bool { return b == mqtt.OnPublish }
+func (h *storeHook) Provides(b byte) bool { return b == mqtt.OnPublish || b == mqtt.OnPacketRead }
+
+// OnPacketRead ends the connection of a client whose PUBLISH names an invalid topic
+// (wildcards, NUL) with DISCONNECT 0x90 (topic name invalid), where the library would
+// drop the packet without an answer and leave a QoS 1/2 publisher waiting.
+func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || !strings.ContainsAny(pk.TopicName, "+#\x00") {
+		return pk, nil
+	}
+	h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
+	_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+	return pk, packets.ErrRejectPacket
+}
 
 func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	l := h.l

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -241,5 +242,39 @@ func TestListenerRefusals(t *testing.T) {
 	close(gate)
 	if rc := <-held; rc != 0 {
 		t.Errorf("held publish: %#x, want 0", rc)
+	}
+}
+
+// A PUBLISH to a topic name with a wildcard is a protocol error: DISCONNECT 0x90.
+func TestListenerInvalidTopicName(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	conn, err := net.Dial("tcp", b.ListenerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// CONNECT (MQTT 5, clean start, keep alive 60, client id "x").
+	if _, err := conn.Write([]byte{0x10, 0x0e, 0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 60, 0, 0, 1, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	connack := make([]byte, 2)
+	if _, err := io.ReadFull(conn, connack); err != nil || connack[0] != 0x20 {
+		t.Fatalf("CONNACK: % x %v", connack, err)
+	}
+	if _, err := io.ReadFull(conn, make([]byte, connack[1])); err != nil {
+		t.Fatal(err)
+	}
+	// PUBLISH QoS 1 to "a/#", packet id 1, no properties, payload "x".
+	if _, err := conn.Write([]byte{0x32, 0x09, 0, 3, 'a', '/', '#', 0, 1, 0, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 3)
+	if _, err := io.ReadFull(conn, hdr); err != nil {
+		t.Fatalf("no answer to a PUBLISH with a wildcard topic: %v", err)
+	}
+	if hdr[0] != 0xe0 || hdr[2] != 0x90 {
+		t.Fatalf("answer % x, want DISCONNECT with reason 0x90", hdr)
 	}
 }
