@@ -3,7 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -394,5 +399,82 @@ mqtt-to-kafka:
 	}
 	if len(upMissing) > 0 {
 		t.Errorf("upstream: %d messages Mosquitto acknowledged are missing, e.g. %v", len(upMissing), first(upMissing, 10))
+	}
+}
+
+// ownMosquitto runs a private Mosquitto (no persistence) on a free port until stopped.
+type ownMosquitto struct {
+	addr, conf string
+	cmd        *exec.Cmd
+}
+
+func (m *ownMosquitto) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(testenv.RequireBinary(t, "mosquitto"), "-c", m.conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	m.cmd = cmd
+	waitFor(t, 10*time.Second, "mosquitto listening on "+m.addr, func() bool {
+		c, err := net.DialTimeout("tcp", m.addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+}
+
+func (m *ownMosquitto) stop() {
+	if m.cmd != nil {
+		_ = m.cmd.Process.Kill()
+		_ = m.cmd.Wait()
+		m.cmd = nil
+	}
+}
+
+// TestMQTTUpstreamBrokerRestart: the upstream broker (a private Mosquitto without
+// persistence) is killed and started again, so the bridge's session is gone; the bridge
+// reconnects, subscribes again, and messages published after the restart reach Kafka.
+// /readyz is 503 while the broker is away.
+func TestMQTTUpstreamBrokerRestart(t *testing.T) {
+	s := sharedStack(t)
+	id := mqttID()
+	topic := "mqtt-brk-" + id
+	addr := stack.FreeAddr()
+	_, port, _ := net.SplitHostPort(addr)
+	m := &ownMosquitto{addr: addr, conf: filepath.Join(t.TempDir(), "mosquitto.conf")}
+	if err := os.WriteFile(m.conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous true\npersistence false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.start(t)
+	t.Cleanup(m.stop)
+	bridge := startBridge(t, s, "mqtt-bridge-brk-"+id, fmt.Sprintf(`
+id: brk-%[1]s
+clusters:
+  - name: private
+    urls: [mqtt://%[2]s]
+mqtt-to-kafka:
+  - id: brk
+    mqtt-topic-filters: ["e2e/#"]
+    kafka-topic: %[3]s
+`, id, addr, topic))
+	mosqPub(t, addr, "-q", "1", "-t", "e2e/before", "-m", "before")
+	waitFor(t, 20*time.Second, "the first message stored", func() bool { return bridgeMetric(t, bridge, "tributary_mqtt_stored_total", "brk") == 1 })
+
+	m.stop()
+	waitFor(t, 20*time.Second, "/readyz 503 while the broker is down", func() bool {
+		code, body := readyz(bridge.HTTPAddr)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "private")
+	})
+	m.start(t)
+	waitFor(t, 30*time.Second, "/readyz 200 after the broker is back (connected and subscribed again)", func() bool {
+		code, _ := readyz(bridge.HTTPAddr)
+		return code == http.StatusOK
+	})
+	mosqPub(t, addr, "-q", "1", "-t", "e2e/after", "-m", "after")
+	waitFor(t, 20*time.Second, "the message after the restart stored", func() bool { return bridgeMetric(t, bridge, "tributary_mqtt_stored_total", "brk") == 2 })
+	counts := kafkaCounts(t, s, topic)
+	if counts["before"] != 1 || counts["after"] != 1 || len(counts) != 2 {
+		t.Errorf("Kafka topic holds %v, want before and after once each", counts)
 	}
 }
