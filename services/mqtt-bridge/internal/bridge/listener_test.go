@@ -96,7 +96,7 @@ func startBackend(t *testing.T) (*fakeBackend, string) {
 	return f, ln.Addr().String()
 }
 
-func startListenerBridge(t *testing.T, backend string, queue int) *Bridge {
+func startListenerBridge(t *testing.T, backend string, queue int, extra ...string) *Bridge {
 	t.Helper()
 	src := `
 store-timeout: 500ms
@@ -110,7 +110,7 @@ mqtt-to-kafka:
     kafka-topic: devices
     max-record-bytes: 64
     headers: [mqtt-clientid]
-`
+` + strings.Join(extra, "\n")
 	cfg, ps := config.Load([]byte(src), func(k string) (string, bool) {
 		switch k {
 		case "TRIBUTARY_MQTT_STORAGE_ADDR", "TRIBUTARY_MQTT_COORDINATOR_ADDR":
@@ -276,5 +276,33 @@ func TestListenerInvalidTopicName(t *testing.T) {
 	}
 	if hdr[0] != 0xe0 || hdr[2] != 0x90 {
 		t.Fatalf("answer % x, want DISCONNECT with reason 0x90", hdr)
+	}
+}
+
+// acknowledge: routed answers at once; the record is stored after.
+func TestListenerAcknowledgeRouted(t *testing.T) {
+	f, addr := startBackend(t)
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.gate = gate
+	f.mu.Unlock()
+	b := startListenerBridge(t, addr, 8, `  - id: fast
+    mqtt-topic-filters: ["fast/#"]
+    kafka-topic: fast
+    acknowledge: routed`)
+	c := connect(t, b.ListenerAddr(), "dev-4")
+	if rc, err := publish(c, "fast/1", "x"); err != nil || rc != 0 {
+		t.Fatalf("routed publish: %#x %v", rc, err)
+	}
+	if n := len(f.stored("kafka.fast")); n != 0 {
+		t.Fatalf("stored before the append returned: %d", n)
+	}
+	close(gate)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.stored("kafka.fast")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("routed message never stored")
+		}
+		<-time.After(10 * time.Millisecond)
 	}
 }
