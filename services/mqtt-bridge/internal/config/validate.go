@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/url"
 	"os"
@@ -356,12 +358,27 @@ func (l *loader) checkTLS(t *TLSConfig, p string, server bool) {
 	if server && t.RequireClientCert && t.CAFile == "" {
 		l.add(p, "require-client-cert needs ca-file")
 	}
+	missing := false
 	for _, f := range []struct{ k, v string }{{"cert-file", t.CertFile}, {"key-file", t.KeyFile}, {"ca-file", t.CAFile}} {
 		if f.v == "" {
 			continue
 		}
 		if _, err := os.Stat(f.v); err != nil {
 			l.add(p+"."+f.k, "%v", err)
+			missing = true
+		}
+	}
+	if missing {
+		return
+	}
+	if t.CertFile != "" && t.KeyFile != "" {
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			l.add(p+".cert-file", "%v", err)
+		}
+	}
+	if t.CAFile != "" {
+		if b, err := os.ReadFile(t.CAFile); err != nil || !x509.NewCertPool().AppendCertsFromPEM(b) {
+			l.add(p+".ca-file", "%s holds no PEM certificate", t.CAFile)
 		}
 	}
 }
