@@ -223,18 +223,26 @@ mqtt-to-kafka:
 		t.Fatal(err)
 	}
 	waitKafkaTotal(t, s, topic, killMessages, time.Minute)
-	counts := kafkaCounts(t, s, topic)
+	// Duplicates count toward the total: read until every message is there (or 30 s).
 	var missing []string
 	dups, stored := 0, 0
-	for i := 0; i < killMessages; i++ {
-		n := counts[fmt.Sprintf("m-%d", i)]
-		stored += n
-		if n == 0 {
-			missing = append(missing, fmt.Sprintf("m-%d", i))
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		counts := kafkaCounts(t, s, topic)
+		missing, dups, stored = nil, 0, 0
+		for i := 0; i < killMessages; i++ {
+			n := counts[fmt.Sprintf("m-%d", i)]
+			stored += n
+			if n == 0 {
+				missing = append(missing, fmt.Sprintf("m-%d", i))
+			}
+			if n > 1 {
+				dups += n - 1
+			}
 		}
-		if n > 1 {
-			dups += n - 1
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
 		}
+		<-time.After(200 * time.Millisecond)
 	}
 	t.Logf("upstream kill -9 after %d of %d published: Kafka holds %d records, %d distinct acknowledged messages missing, %d duplicates (redelivered after the crash)",
 		atKill, killMessages, stored, len(missing), dups)
@@ -382,12 +390,19 @@ mqtt-to-kafka:
 			dup = append(dup, a)
 		}
 	}
-	upCounts := kafkaCounts(t, s, upTopic)
 	var upMissing []string
-	for i := 0; i < int(upSent.Load()); i++ {
-		if upCounts[fmt.Sprintf("u-%d", i)] == 0 {
-			upMissing = append(upMissing, fmt.Sprintf("u-%d", i))
+	for deadline := time.Now().Add(30 * time.Second); ; { // duplicates count toward the total
+		upCounts := kafkaCounts(t, s, upTopic)
+		upMissing = nil
+		for i := 0; i < int(upSent.Load()); i++ {
+			if upCounts[fmt.Sprintf("u-%d", i)] == 0 {
+				upMissing = append(upMissing, fmt.Sprintf("u-%d", i))
+			}
 		}
+		if len(upMissing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		<-time.After(200 * time.Millisecond)
 	}
 	t.Logf("storage-core down 10s: listener %d successes (%d held over 1s, longest %v), %d answered 0x97; upstream %d sent, %d missing",
 		len(acked), heldOK, maxHeld.Round(time.Millisecond), refused, upSent.Load(), len(upMissing))
