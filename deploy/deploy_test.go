@@ -31,7 +31,7 @@ func TestComposeLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compose file does not load: %v", err)
 	}
-	want := []string{"coordinator", "kafka-gateway", "nats", "postgres", "storage-core"}
+	want := []string{"coordinator", "kafka-gateway", "mqtt-bridge", "nats", "postgres", "storage-core"}
 	got := p.ServiceNames()
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
@@ -45,7 +45,7 @@ func TestComposeLoads(t *testing.T) {
 	if !hasPublished(sc.Ports, "7400") {
 		t.Errorf("storage-core does not publish 7400: %+v", sc.Ports)
 	}
-	for _, name := range []string{"storage-core", "coordinator", "kafka-gateway"} {
+	for _, name := range []string{"storage-core", "coordinator", "kafka-gateway", "mqtt-bridge"} {
 		s, _ := p.GetService(name)
 		if s.Build == nil || s.Build.Args["SERVICE"] == nil || *s.Build.Args["SERVICE"] != name {
 			t.Errorf("%s: build arg SERVICE must name the service", name)
@@ -101,6 +101,8 @@ func TestK8sManifestsDecodeStrictly(t *testing.T) {
 			switch meta.Kind {
 			case "Service":
 				obj = &corev1.Service{}
+			case "ConfigMap":
+				obj = &corev1.ConfigMap{}
 			case "Deployment":
 				obj = &appsv1.Deployment{}
 			case "StatefulSet":
@@ -117,8 +119,8 @@ func TestK8sManifestsDecodeStrictly(t *testing.T) {
 			kinds[meta.Kind]++
 		}
 	}
-	if kinds["StatefulSet"] != 1 || kinds["Deployment"] != 2 || kinds["HorizontalPodAutoscaler"] != 1 {
-		t.Fatalf("kinds = %v: want storage-core StatefulSet, coordinator and kafka-gateway Deployments, a gateway HPA", kinds)
+	if kinds["StatefulSet"] != 1 || kinds["Deployment"] != 3 || kinds["HorizontalPodAutoscaler"] != 1 || kinds["ConfigMap"] != 1 {
+		t.Fatalf("kinds = %v: want storage-core StatefulSet, coordinator, kafka-gateway and mqtt-bridge Deployments, a gateway HPA, the bridge's ConfigMap", kinds)
 	}
 }
 

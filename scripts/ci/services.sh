@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs (Debian packages) and starts what the tests need when it is missing:
 # PostgreSQL on 127.0.0.1:5432 with trust auth for user postgres, NATS with JetStream on
-# 127.0.0.1:4222, kcat, and Node.js with npm. Idempotent: what already runs is left alone.
+# 127.0.0.1:4222, kcat, Node.js with npm, and Mosquitto (broker and clients) on
+# 127.0.0.1:1883 for the mqtt-bridge tests. Idempotent: what already runs is left alone.
 set -euo pipefail
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -60,6 +61,22 @@ if ! command -v npm >/dev/null; then
   apt_install nodejs npm
 fi
 
+# Mosquitto on 127.0.0.1:1883 (anonymous) and mosquitto_pub/mosquitto_sub for the
+# mqtt-bridge end-to-end tests
+command -v mosquitto_sub >/dev/null || { echo "installing mosquitto-clients"; apt_install mosquitto-clients; }
+if ! port_open 127.0.0.1 1883; then
+  if ! command -v mosquitto >/dev/null && [[ ! -x /usr/sbin/mosquitto ]]; then
+    echo "installing mosquitto"
+    apt_install mosquitto
+  fi
+  mkdir -p /tmp/tributary-ci-mosquitto
+  printf 'listener 1883 127.0.0.1\nallow_anonymous true\n' >/tmp/tributary-ci-mosquitto/mosquitto.conf
+  echo "starting mosquitto"
+  nohup "$(command -v mosquitto || echo /usr/sbin/mosquitto)" -c /tmp/tributary-ci-mosquitto/mosquitto.conf \
+    >/tmp/tributary-ci-mosquitto.log 2>&1 &
+  wait_port 127.0.0.1 1883
+fi
+
 # curl for the dev scripts' readiness polls
 command -v curl >/dev/null || apt_install curl
-echo "services ready: postgres 127.0.0.1:5432, nats 127.0.0.1:4222, kcat, node $(node --version)"
+echo "services ready: postgres 127.0.0.1:5432, nats 127.0.0.1:4222, mosquitto 127.0.0.1:1883, kcat, node $(node --version)"

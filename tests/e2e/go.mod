@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/eclipse/paho.golang v0.23.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/tributary/tributary/libs v0.0.0-00010101000000-000000000000
 	github.com/tributary/tributary/proto v0.0.0-00010101000000-000000000000
@@ -15,6 +16,7 @@ require (
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
 

@@ -27,6 +27,7 @@ type Proc struct {
 
 	bin  string
 	args []string
+	env  []string // added to the environment
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -69,7 +70,7 @@ func (p *Proc) start() error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout = f
 	cmd.Stderr = f
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), p.env...)
 	// The kernel kills the child if the test process dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

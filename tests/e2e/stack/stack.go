@@ -1,5 +1,6 @@
-// Package stack starts Tributary as real processes — storage-core, coordinator and
-// N kafka-gateway replicas — against the test Postgres and NATS, for end-to-end tests
+// Package stack starts Tributary as real processes — storage-core, coordinator,
+// N kafka-gateway replicas and, on request, mqtt-bridges (StartMQTTBridge) — against
+// the test Postgres and NATS, for end-to-end tests
 // and benchmarks. Each stack gets its own data directory, Postgres database
 // (tributary_e2e_<random>) and cluster id, and free ports on 127.0.0.1, so stacks can
 // run side by side. Processes can be killed and restarted on the same ports and data.
@@ -65,8 +66,11 @@ type Stack struct {
 	Storage     *Proc
 	Coordinator *Proc
 	Gateways    []*Proc
+	// Bridges are the mqtt-bridge processes started with StartMQTTBridge.
+	Bridges []*Proc
 
 	opts      Options
+	binDir    string
 	ownData   bool
 	ownLogs   bool
 	ownDB     bool
@@ -101,7 +105,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 	}
 	id := randomID()
-	s := &Stack{opts: opts, ClusterID: opts.ClusterID, DataDir: opts.DataDir, Database: opts.Database}
+	s := &Stack{opts: opts, ClusterID: opts.ClusterID, DataDir: opts.DataDir, Database: opts.Database, binDir: bin}
 	if s.ClusterID == "" {
 		s.ClusterID = "e2e-" + id
 	}
@@ -175,7 +179,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 
 // Procs lists every process in start order.
 func (s *Stack) Procs() []*Proc {
-	return append([]*Proc{s.Storage, s.Coordinator}, s.Gateways...)
+	return append(append([]*Proc{s.Storage, s.Coordinator}, s.Gateways...), s.Bridges...)
 }
 
 // Proc finds a process by name ("storage-core", "coordinator", "kafka-gateway-1").
@@ -208,8 +212,47 @@ func (s *Stack) StartAll(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, p := range s.Bridges {
+		if err := s.startProc(ctx, p); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// StartMQTTBridge writes configYAML to the stack's log directory and starts an
+// mqtt-bridge named name with it, pointed at this stack's storage-core and coordinator
+// and on a free HTTP port through the environment (TRIBUTARY_MQTT_STORAGE_ADDR, …,
+// which override the file), then waits until it is ready. Kill and Restart find it by
+// name.
+func (s *Stack) StartMQTTBridge(ctx context.Context, name, configYAML string) (*Proc, error) {
+	if _, err := s.Proc(name); err == nil {
+		return nil, fmt.Errorf("process %q already in this stack", name)
+	}
+	path := filepath.Join(s.LogDir, name+".yaml")
+	if err := os.WriteFile(path, []byte(configYAML), 0o644); err != nil {
+		return nil, err
+	}
+	httpAddr := freeAddr()
+	p := &Proc{
+		Name: name, HTTPAddr: httpAddr, LogPath: filepath.Join(s.LogDir, name+".log"),
+		bin:  filepath.Join(s.binDir, MQTTBridge),
+		args: []string{"-C", path, "--log-level", s.opts.LogLevel},
+		env: []string{
+			"TRIBUTARY_MQTT_HTTP_ADDR=" + httpAddr,
+			"TRIBUTARY_MQTT_STORAGE_ADDR=" + s.StorageAddr,
+			"TRIBUTARY_MQTT_COORDINATOR_ADDR=" + s.CoordinatorAddr,
+		},
+	}
+	s.Bridges = append(s.Bridges, p)
+	if err := s.startProc(ctx, p); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// FreeAddr returns a free 127.0.0.1:port not handed out before in this process.
+func FreeAddr() string { return freeAddr() }
 
 func (s *Stack) startProc(ctx context.Context, p *Proc) error {
 	if p.Running() {

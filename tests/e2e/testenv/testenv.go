@@ -94,3 +94,24 @@ func RequireBinary(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// DefaultMQTTAddr is the test MQTT broker (Mosquitto) when the environment names none.
+const DefaultMQTTAddr = "127.0.0.1:1883"
+
+// MQTTAddr is host:port of the test MQTT broker, anonymous, MQTT 5 (env
+// TRIBUTARY_TEST_MQTT_ADDR).
+func MQTTAddr() string { return env("TRIBUTARY_TEST_MQTT_ADDR", DefaultMQTTAddr) }
+
+// RequireMQTT skips (outside CI) or fails (CI=true) when nothing accepts a TCP
+// connection at MQTTAddr.
+func RequireMQTT(t testing.TB) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", MQTTAddr(), 3*time.Second)
+	if err != nil {
+		if InCI() {
+			t.Fatalf("required MQTT broker missing in CI: %s (TRIBUTARY_TEST_MQTT_ADDR): %v", MQTTAddr(), err)
+		}
+		t.Skipf("SKIP: required MQTT broker missing at %s (TRIBUTARY_TEST_MQTT_ADDR; set CI=true to fail instead): %v", MQTTAddr(), err)
+	}
+	_ = c.Close()
+}

@@ -1,0 +1,91 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
+)
+
+// target is one (topic, partition) of a batch with the records it gets, in order.
+type target struct {
+	topic     string
+	partition int32
+	route     *mapping.Route
+	recs      []*storagev1.AppendRecord
+	received  []time.Time
+	done      bool
+}
+
+// build maps each message through its routes (routes[i] for msgs[i]; the caller
+// chose them) into per-partition groups, in message order. A message too large for a
+// route is counted and left out of that route; tooLarge[i] reports it for message i.
+func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]*mapping.Route, at []time.Time) (groups []*target, tooLarge []bool, err error) {
+	tooLarge = make([]bool, len(msgs))
+	byKey := map[string]*target{}
+	now := time.Now().UnixMilli()
+	for i, m := range msgs {
+		for _, r := range routes[i] {
+			parts, err := b.store.partitions(ctx, r.Cfg.KafkaTopic, r.Cfg.Partitions)
+			if err != nil {
+				return nil, nil, err
+			}
+			rec, err := r.Build(m, parts)
+			if errors.Is(err, mapping.ErrTooLarge) {
+				tooLarge[i] = true
+				b.m.tooLarge.WithLabelValues(r.Cfg.ID).Inc()
+				b.log.Warn("message too large for mapping", zap.String("mapping", r.Cfg.ID), zap.String("topic", m.Topic), zap.Int("bytes", rec.Size), zap.Int("max_record_bytes", r.Cfg.MaxRecordBytes))
+				continue
+			}
+			k := r.Cfg.ID + "\x00" + strconv.Itoa(int(rec.Partition))
+			g := byKey[k]
+			if g == nil {
+				g = &target{topic: rec.Topic, partition: rec.Partition, route: r}
+				byKey[k] = g
+				groups = append(groups, g)
+			}
+			g.recs = append(g.recs, &storagev1.AppendRecord{TimestampMs: now, Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
+			g.received = append(g.received, at[i])
+		}
+	}
+	return groups, tooLarge, nil
+}
+
+// appendGroups appends every group not yet done, concurrently, and marks the ones
+// that became durable. It returns the first error.
+func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	for i, g := range groups {
+		if g.done {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := g.route.Cfg.ID
+			b.m.sent.WithLabelValues(id).Add(float64(len(g.recs)))
+			if err := b.store.append(ctx, g.topic, g.partition, g.recs); err != nil {
+				b.m.failed.WithLabelValues(id).Add(float64(len(g.recs)))
+				errs[i] = err
+				return
+			}
+			g.done = true
+			b.m.stored.WithLabelValues(id).Add(float64(len(g.recs)))
+			now := time.Now()
+			var sum float64
+			for _, t := range g.received {
+				sum += now.Sub(t).Seconds()
+			}
+			b.m.storeLatency.WithLabelValues(id).Add(sum)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,308 @@
+package bridge
+
+import (
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// grpc-go and the MQTT library keep a few background goroutines per process.
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("github.com/mochi-mqtt/server/v2.(*Server).eventLoop"),
+	)
+}
+
+// fakeBackend is storage-core and the coordinator in one gRPC server. Append blocks
+// while gate is closed and fails with fail when set.
+type fakeBackend struct {
+	storagev1.UnimplementedStorageServiceServer
+	coordinatorv1.UnimplementedCoordinatorServiceServer
+
+	mu      sync.Mutex
+	records map[string][]*storagev1.AppendRecord
+	gate    chan struct{} // Append waits for it to be closed (nil = open)
+	fail    error
+	entered chan struct{}
+}
+
+func (f *fakeBackend) Append(ctx context.Context, req *storagev1.AppendRequest) (*storagev1.AppendResponse, error) {
+	f.mu.Lock()
+	gate, fail, entered := f.gate, f.fail, f.entered
+	f.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if fail != nil {
+		return nil, fail
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.records[req.GetChannel()] = append(f.records[req.GetChannel()], req.GetRecords()...)
+	return &storagev1.AppendResponse{}, nil
+}
+
+func (f *fakeBackend) GetTopics(_ context.Context, req *coordinatorv1.GetTopicsRequest) (*coordinatorv1.GetTopicsResponse, error) {
+	var out []*coordinatorv1.Topic
+	for _, n := range req.GetNames() {
+		out = append(out, &coordinatorv1.Topic{Name: n, Partitions: 1})
+	}
+	return &coordinatorv1.GetTopicsResponse{Topics: out}, nil
+}
+
+func (f *fakeBackend) stored(ch string) []*storagev1.AppendRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*storagev1.AppendRecord(nil), f.records[ch]...)
+}
+
+func startBackend(t *testing.T) (*fakeBackend, string) {
+	t.Helper()
+	f := &fakeBackend{records: map[string][]*storagev1.AppendRecord{}}
+	srv := grpcx.NewServer(zap.NewNop())
+	storagev1.RegisterStorageServiceServer(srv, f)
+	coordinatorv1.RegisterCoordinatorServiceServer(srv, f)
+	grpcx.RegisterStandard(srv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return f, ln.Addr().String()
+}
+
+func startListenerBridge(t *testing.T, backend string, queue int, extra ...string) *Bridge {
+	t.Helper()
+	src := `
+store-timeout: 500ms
+http-addr: 127.0.0.1:0
+listener:
+  addr: 127.0.0.1:0
+  queue-size: ` + strconv.Itoa(queue) + `
+mqtt-to-kafka:
+  - id: dev
+    mqtt-topic-filters: ["dev/#"]
+    kafka-topic: devices
+    max-record-bytes: 64
+    headers: [mqtt-clientid]
+` + strings.Join(extra, "\n")
+	cfg, ps := config.Load([]byte(src), func(k string) (string, bool) {
+		switch k {
+		case "TRIBUTARY_MQTT_STORAGE_ADDR", "TRIBUTARY_MQTT_COORDINATOR_ADDR":
+			return backend, true
+		}
+		return "", false
+	})
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return b
+}
+
+func connect(t *testing.T, addr, id string) *paho.Client {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr) // bound by New, before Run
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() })
+	return c
+}
+
+func publish(c *paho.Client, topic, payload string) (byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: []byte(payload)})
+	if resp != nil {
+		return resp.ReasonCode, nil
+	}
+	return 0, err
+}
+
+// The PUBACK of a mapped QoS 1 publish is held until storage-core's Append returned.
+func TestListenerHoldsPubackUntilStored(t *testing.T) {
+	f, addr := startBackend(t)
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.gate, f.entered = gate, make(chan struct{}, 10)
+	f.mu.Unlock()
+	b := startListenerBridge(t, addr, 8)
+	c := connect(t, b.ListenerAddr(), "dev-1")
+	res := make(chan byte, 1)
+	go func() {
+		rc, err := publish(c, "dev/1/temp", "21.5")
+		if err != nil {
+			t.Error(err)
+		}
+		res <- rc
+	}()
+	<-f.entered // the append is in progress: no PUBACK may have been sent
+	select {
+	case rc := <-res:
+		t.Fatalf("PUBACK (%#x) before the append returned", rc)
+	default:
+	}
+	close(gate)
+	if rc := <-res; rc != 0 {
+		t.Fatalf("PUBACK reason %#x, want 0", rc)
+	}
+	recs := f.stored("kafka.devices")
+	if len(recs) != 1 || string(recs[0].GetValue()) != "21.5" || string(recs[0].GetKey()) != "dev/1/temp" ||
+		len(recs[0].GetHeaders()) != 1 || string(recs[0].GetHeaders()[0].GetValue()) != "dev-1" {
+		t.Fatalf("stored %v", recs)
+	}
+	// Not mapped: an ordinary broker publish, acknowledged, nothing stored.
+	if rc, err := publish(c, "other/x", "y"); err != nil || rc != 0 {
+		t.Fatalf("unmapped publish: %#x %v", rc, err)
+	}
+	if n := len(f.stored("kafka.devices")); n != 1 {
+		t.Fatalf("unmapped publish stored: %d records", n)
+	}
+}
+
+// Refusals: too large is 0x83 at once; a storage error or timeout is 0x97; a full
+// queue is 0x97 at once.
+func TestListenerRefusals(t *testing.T) {
+	f, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 1)
+	c := connect(t, b.ListenerAddr(), "dev-2")
+	if rc, err := publish(c, "dev/2", strings.Repeat("x", 100)); err != nil || rc != 0x83 {
+		t.Errorf("too large: %#x %v, want 0x83", rc, err)
+	}
+	f.mu.Lock()
+	f.fail = status.Error(codes.Unavailable, "disk gone")
+	f.mu.Unlock()
+	if rc, err := publish(c, "dev/2", "a"); err != nil || rc != 0x97 {
+		t.Errorf("storage refusal: %#x %v, want 0x97", rc, err)
+	}
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.fail, f.gate, f.entered = nil, gate, make(chan struct{}, 10)
+	f.mu.Unlock()
+	start := time.Now()
+	if rc, err := publish(c, "dev/2", "slow"); err != nil || rc != 0x97 {
+		t.Errorf("timeout: %#x %v, want 0x97", rc, err)
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Errorf("timeout answered after %v, before store-timeout (500ms)", d)
+	}
+	<-f.entered
+	// Queue of 1: while one publish waits for storage, another client is refused at once.
+	held := make(chan byte, 1)
+	go func() { rc, _ := publish(c, "dev/2", "held"); held <- rc }()
+	<-f.entered
+	c2 := connect(t, b.ListenerAddr(), "dev-3")
+	if rc, err := publish(c2, "dev/3", "b"); err != nil || rc != 0x97 {
+		t.Errorf("full queue: %#x %v, want 0x97", rc, err)
+	}
+	close(gate)
+	if rc := <-held; rc != 0 {
+		t.Errorf("held publish: %#x, want 0", rc)
+	}
+}
+
+// A PUBLISH to a topic name with a wildcard is a protocol error: DISCONNECT 0x90.
+func TestListenerInvalidTopicName(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	conn, err := net.Dial("tcp", b.ListenerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// CONNECT (MQTT 5, clean start, keep alive 60, client id "x").
+	if _, err := conn.Write([]byte{0x10, 0x0e, 0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 60, 0, 0, 1, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	connack := make([]byte, 2)
+	if _, err := io.ReadFull(conn, connack); err != nil || connack[0] != 0x20 {
+		t.Fatalf("CONNACK: % x %v", connack, err)
+	}
+	if _, err := io.ReadFull(conn, make([]byte, connack[1])); err != nil {
+		t.Fatal(err)
+	}
+	// PUBLISH QoS 1 to "a/#", packet id 1, no properties, payload "x".
+	if _, err := conn.Write([]byte{0x32, 0x09, 0, 3, 'a', '/', '#', 0, 1, 0, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 3)
+	if _, err := io.ReadFull(conn, hdr); err != nil {
+		t.Fatalf("no answer to a PUBLISH with a wildcard topic: %v", err)
+	}
+	if hdr[0] != 0xe0 || hdr[2] != 0x90 {
+		t.Fatalf("answer % x, want DISCONNECT with reason 0x90", hdr)
+	}
+}
+
+// acknowledge: routed answers at once; the record is stored after.
+func TestListenerAcknowledgeRouted(t *testing.T) {
+	f, addr := startBackend(t)
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.gate = gate
+	f.mu.Unlock()
+	b := startListenerBridge(t, addr, 8, `  - id: fast
+    mqtt-topic-filters: ["fast/#"]
+    kafka-topic: fast
+    acknowledge: routed`)
+	c := connect(t, b.ListenerAddr(), "dev-4")
+	if rc, err := publish(c, "fast/1", "x"); err != nil || rc != 0 {
+		t.Fatalf("routed publish: %#x %v", rc, err)
+	}
+	if n := len(f.stored("kafka.fast")); n != 0 {
+		t.Fatalf("stored before the append returned: %d", n)
+	}
+	close(gate)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.stored("kafka.fast")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("routed message never stored")
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,142 @@
+// Package config is the mqtt-bridge's YAML configuration: its shape, its defaults, the
+// strict loader (an unknown key is an error naming the nearest real key and its line),
+// environment overrides (TRIBUTARY_MQTT_<PATH>), secrets read from *-file keys, and
+// the checks `mqtt-bridge check` reports.
+package config
+
+import (
+	"time"
+)
+
+// Defaults.
+const (
+	DefaultHTTPAddr        = "127.0.0.1:9464"
+	DefaultStorageAddr     = "127.0.0.1:7400"
+	DefaultCoordinatorAddr = "127.0.0.1:7410"
+	DefaultListenerAddr    = "0.0.0.0:1883"
+	DefaultStoreTimeout    = 10 * time.Second
+	DefaultMaxRecordBytes  = 1 << 20
+	DefaultSessionExpiry   = time.Hour
+	DefaultQueueSize       = 10000
+	DefaultKeepAlive       = 30
+	// Listener is the source name of the embedded broker in mqtt-to-kafka mappings.
+	Listener = "listener"
+)
+
+// Config is the whole file.
+type Config struct {
+	// ID names this bridge (default consumer groups are tributary-<mapping id>-group;
+	// upstream client ids default to tributary-<id>-<cluster>).
+	ID              string        `yaml:"id"`
+	HTTPAddr        string        `yaml:"http-addr"`
+	StorageAddr     string        `yaml:"storage-addr"`
+	CoordinatorAddr string        `yaml:"coordinator-addr"`
+	LogLevel        string        `yaml:"log-level"`
+	StoreTimeout    time.Duration `yaml:"store-timeout"`
+	// Clusters are the upstream brokers the bridge connects to as a client.
+	Clusters []Cluster `yaml:"clusters"`
+	// Listener, when present, runs the embedded broker devices connect to.
+	Listener    *ListenerConfig `yaml:"listener"`
+	MQTTToKafka []MQTTToKafka   `yaml:"mqtt-to-kafka"`
+	KafkaToMQTT []KafkaToMQTT   `yaml:"kafka-to-mqtt"`
+}
+
+// Cluster is an upstream MQTT broker (or a set of equivalent URLs).
+type Cluster struct {
+	Name string `yaml:"name"`
+	// URLs: mqtt://host:port, tcp://…, tls://…, mqtts://…, ws://…, wss://….
+	URLs         []string `yaml:"urls"`
+	ClientID     string   `yaml:"client-id"`
+	Username     string   `yaml:"username"`
+	Password     string   `yaml:"password"`
+	PasswordFile string   `yaml:"password-file"`
+	// SessionExpiry is the MQTT 5 session expiry interval asked for (clean start is
+	// off, so a restarted bridge gets the messages queued meanwhile).
+	SessionExpiry time.Duration `yaml:"session-expiry"`
+	// SessionDir keeps the client's in-flight packet state across restarts.
+	SessionDir string     `yaml:"session-dir"`
+	KeepAlive  uint16     `yaml:"keep-alive"`
+	TLS        *TLSConfig `yaml:"tls"`
+}
+
+// TLSConfig is TLS for an upstream connection or the listener.
+type TLSConfig struct {
+	CertFile string `yaml:"cert-file"`
+	KeyFile  string `yaml:"key-file"`
+	// CAFile verifies the server (upstream) or client certificates (listener).
+	CAFile string `yaml:"ca-file"`
+	// RequireClientCert (listener) refuses clients without a certificate signed by CAFile.
+	RequireClientCert  bool   `yaml:"require-client-cert"`
+	InsecureSkipVerify bool   `yaml:"insecure-skip-verify"`
+	ServerName         string `yaml:"server-name"`
+}
+
+// ListenerConfig is the embedded MQTT broker.
+type ListenerConfig struct {
+	Addr string     `yaml:"addr"`
+	TLS  *TLSConfig `yaml:"tls"`
+	// QueueSize bounds the messages waiting for storage at once; beyond it a QoS 1/2
+	// publish is refused at once with 0x97 (quota exceeded).
+	QueueSize int `yaml:"queue-size"`
+}
+
+// MQTTToKafka moves messages matching filters into a Kafka topic.
+type MQTTToKafka struct {
+	ID string `yaml:"id"`
+	// Source is an upstream cluster name or "listener"; default the only source.
+	Source  string   `yaml:"source"`
+	Filters []string `yaml:"mqtt-topic-filters"`
+	// QoS is the subscription QoS upstream (default 1).
+	QoS               *int       `yaml:"qos"`
+	KafkaTopic        string     `yaml:"kafka-topic"`
+	Key               string     `yaml:"key"`
+	PartitionStrategy string     `yaml:"partition-strategy"`
+	Headers           HeaderSpec `yaml:"headers"`
+	MaxRecordBytes    int        `yaml:"max-record-bytes"`
+	// Acknowledge: "stored" (after storage-core has it on disk) or "routed".
+	Acknowledge string `yaml:"acknowledge"`
+	// Partitions is the partition count when the bridge creates the topic (default 1).
+	Partitions int32 `yaml:"partitions"`
+}
+
+// KafkaToMQTT publishes Kafka records to MQTT.
+type KafkaToMQTT struct {
+	ID string `yaml:"id"`
+	// Target is an upstream cluster name or "listener"; default the only one.
+	Target            string     `yaml:"target"`
+	KafkaTopics       []string   `yaml:"kafka-topics"`
+	KafkaTopicPattern string     `yaml:"kafka-topic-pattern"`
+	MQTTTopic         StringList `yaml:"mqtt-topic"`
+	QoS               *int       `yaml:"qos"`
+	Retain            bool       `yaml:"retain"`
+	Properties        Properties `yaml:"properties"`
+	FromHeaders       bool       `yaml:"from-headers"`
+	ConsumerGroup     string     `yaml:"consumer-group"`
+	// StartAt is where a group without committed offsets starts: latest (default) or
+	// earliest.
+	StartAt string `yaml:"start-at"`
+}
+
+// Properties are MQTT 5 properties set on every published message.
+type Properties struct {
+	ContentType            string         `yaml:"content-type"`
+	ResponseTopic          string         `yaml:"response-topic"`
+	CorrelationData        string         `yaml:"correlation-data"`
+	MessageExpiryInterval  *uint32        `yaml:"message-expiry-interval"`
+	PayloadFormatIndicator *byte          `yaml:"payload-format-indicator"`
+	UserProperties         []UserProperty `yaml:"user-properties"`
+}
+
+// UserProperty is one MQTT 5 user property.
+type UserProperty struct {
+	Name  string `yaml:"name"`
+	Value string `yaml:"value"`
+}
+
+// QoSOr returns *q, or def when unset.
+func QoSOr(q *int, def int) int {
+	if q == nil {
+		return def
+	}
+	return *q
+}

@@ -1,0 +1,205 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const good = `
+id: plant
+storage-addr: 127.0.0.1:7400
+clusters:
+  - name: site
+    urls: [mqtt://127.0.0.1:1883]
+listener:
+  addr: 127.0.0.1:0
+mqtt-to-kafka:
+  - id: telemetry
+    source: site
+    mqtt-topic-filters: ["plant/+/telemetry/#"]
+    kafka-topic: telemetry
+    key: "${MQTT_TOPIC_LEVEL_1}"
+    headers: all
+  - id: devices
+    source: listener
+    mqtt-topic-filters: ["dev/#"]
+    kafka-topic: devices
+    key: clientid
+    partition-strategy: uniform
+    headers:
+      - mqtt-topic
+      - mqtt-user-properties
+      - site: berlin
+kafka-to-mqtt:
+  - id: commands
+    target: site
+    kafka-topics: [commands]
+    mqtt-topic: "cmd/${KAFKA_KEY}"
+    qos: 1
+    from-headers: true
+`
+
+func noEnv(string) (string, bool) { return "", false }
+
+func TestLoadGood(t *testing.T) {
+	cfg, ps := Load([]byte(good), noEnv)
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 0 {
+		t.Errorf("unexpected warnings: %v", ps)
+	}
+	if cfg.Clusters[0].ClientID != "tributary-plant-site" || cfg.StoreTimeout != DefaultStoreTimeout {
+		t.Errorf("defaults not applied: %+v", cfg.Clusters[0])
+	}
+	d := cfg.MQTTToKafka[1]
+	if len(d.Headers.Names) != 2 || len(d.Headers.Fixed) != 1 || d.Headers.Fixed[0].Name != "site" || d.Headers.Fixed[0].Value != "berlin" {
+		t.Errorf("headers = %+v", d.Headers)
+	}
+	if !cfg.MQTTToKafka[0].Headers.All {
+		t.Errorf("headers all not parsed")
+	}
+	k := cfg.KafkaToMQTT[0]
+	if k.ConsumerGroup != "tributary-commands-group" || k.StartAt != "latest" || k.MQTTTopic[0] != "cmd/${KAFKA_KEY}" {
+		t.Errorf("kafka-to-mqtt = %+v", k)
+	}
+}
+
+func TestUnknownKeyNamesNearestAndLine(t *testing.T) {
+	src := strings.Replace(good, "    kafka-topic: telemetry", "    kafka-topik: telemetry", 1)
+	_, ps := Load([]byte(src), noEnv)
+	err := ps.Err()
+	if err == nil {
+		t.Fatal("misspelt key loaded")
+	}
+	var found bool
+	for _, p := range ps {
+		if strings.Contains(p.Msg, `unknown key "kafka-topik"; did you mean "kafka-topic"?`) {
+			found = true
+			if p.Line != 13 {
+				t.Errorf("line = %d, want 13", p.Line)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no unknown-key problem in %v", ps)
+	}
+}
+
+func TestEveryProblemReported(t *testing.T) {
+	src := `
+clusters:
+  - name: site
+    urls: [mqtt://127.0.0.1:1883]
+    pasword: x
+mqtt-to-kafka:
+  - id: a
+    source: sight
+    mqtt-topic-filters: ["a/#/b"]
+    kafka-topic: "bad~topic"
+    key: "${MQTT_TOPIK}"
+  - id: a
+    source: site
+    mqtt-topic-filters: ["x"]
+    kafka-topic: loop
+kafka-to-mqtt:
+  - id: back
+    kafka-topic-pattern: "lo.*"
+    mqtt-topic: "$$SYS/x"
+`
+	_, ps := Load([]byte(src), noEnv)
+	want := []struct {
+		line int
+		sub  string
+		warn bool
+	}{
+		{5, `unknown key "pasword"; did you mean "password"?`, false},
+		{8, `unknown cluster "sight"; did you mean "site"?`, false},
+		{9, `# must be alone`, false},
+		{10, `invalid topic name`, false},
+		{11, `unknown variable ${MQTT_TOPIK}`, false},
+		{12, `mapping id "a" is used twice`, false},
+		{17, `loop:`, true},
+		{19, `belong to the broker`, false},
+	}
+	for _, w := range want {
+		ok := false
+		for _, p := range ps {
+			if p.Line == w.line && strings.Contains(p.Msg, w.sub) && p.Warning == w.warn {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("missing problem at line %d containing %q; got:\n%v", w.line, w.sub, ps)
+		}
+	}
+}
+
+func TestEnvOverridesAndSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"TRIBUTARY_MQTT_STORAGE_ADDR":                            "10.0.0.1:7400",
+		"TRIBUTARY_MQTT_CLUSTERS_0_PASSWORD_FILE":                pw,
+		"TRIBUTARY_MQTT_MQTT_TO_KAFKA_0_MAX_RECORD_BYTES":        "2048",
+		"TRIBUTARY_MQTT_MQTT_TO_KAFKA_0_MQTT_TOPIC_FILTERS":      "a/#, b/+",
+		"TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_QOS":                     "2",
+		"TRIBUTARY_MQTT_CLUSTERS_0_SESSION_EXPIRY":               "5m",
+		"TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_PROPERTIES_CONTENT_TYPE": "text/plain",
+	}
+	cfg, ps := Load([]byte(good), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StorageAddr != "10.0.0.1:7400" || cfg.Clusters[0].Password != "s3cret" || cfg.MQTTToKafka[0].MaxRecordBytes != 2048 {
+		t.Errorf("env not applied: %+v %+v", cfg, cfg.Clusters[0])
+	}
+	if f := cfg.MQTTToKafka[0].Filters; len(f) != 2 || f[1] != "b/+" {
+		t.Errorf("filters = %q", f)
+	}
+	if QoSOr(cfg.KafkaToMQTT[0].QoS, 1) != 2 || cfg.Clusters[0].SessionExpiry.Minutes() != 5 || cfg.KafkaToMQTT[0].Properties.ContentType != "text/plain" {
+		t.Errorf("env not applied to pointer/duration/nested fields")
+	}
+	_, ps = Load([]byte(good), func(k string) (string, bool) {
+		if k == "TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_QOS" {
+			return "high", true
+		}
+		return "", false
+	})
+	if ps.Err() == nil || !strings.Contains(ps.Err().Error(), "TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_QOS") {
+		t.Errorf("bad env value not reported: %v", ps)
+	}
+}
+
+func TestYAMLSyntaxAndTypeErrorsHaveLines(t *testing.T) {
+	_, ps := Load([]byte("id: x\nclusters: [\n"), noEnv)
+	if ps.Err() == nil || ps[0].Line == 0 {
+		t.Errorf("syntax error without line: %v", ps)
+	}
+	_, ps = Load([]byte("id: x\nstore-timeout: soon\n"), noEnv)
+	if ps.Err() == nil || ps[0].Line != 2 {
+		t.Errorf("type error without line 2: %v", ps)
+	}
+}
+
+func TestValidateFilter(t *testing.T) {
+	for _, f := range []string{"#", "a/+/b", "+", "a/#", "$SYS/#", "/"} {
+		if err := ValidateFilter(f); err != nil {
+			t.Errorf("%q: %v", f, err)
+		}
+	}
+	for _, f := range []string{"", "a#", "a/#/b", "a+/b", "a/\x00"} {
+		if err := ValidateFilter(f); err == nil {
+			t.Errorf("%q accepted", f)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+// Command mqttbench measures MQTT QoS 1 throughput of 1 KiB messages from N publishers
+// (default 100), in one run:
+//
+//   - mosquitto: Mosquitto alone, publishers → one QoS 1 subscriber, in memory, no fsync
+//     (messages per second the subscriber received);
+//   - listener: publishers → mqtt-bridge's embedded broker → storage-core, PUBACK after
+//     fsync (acknowledged messages per second);
+//   - upstream: publishers → Mosquitto → mqtt-bridge (subscribed, manual acks after
+//     fsync) → storage-core (records stored per second, from the bridge's metrics).
+//
+// and prints the listener's rate as a multiple of Mosquitto's (the bar: ≥ 0.5×).
+//
+// Run from tests/e2e: go run ./cmd/mqttbench [-duration 5s] [-publishers 100]
+// It needs the test Postgres, NATS and Mosquitto (TRIBUTARY_TEST_MQTT_ADDR);
+// TRIBUTARY_BIN_DIR reuses prebuilt binaries.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/tributary/tributary/tests/e2e/testenv"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "mqttbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	duration := flag.Duration("duration", 5*time.Second, "how long each case publishes")
+	publishers := flag.Int("publishers", 100, "concurrent QoS 1 publishers")
+	size := flag.Int("bytes", 1024, "payload size")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := testenv.Check(ctx); err != nil {
+		return err
+	}
+	mosq := testenv.MQTTAddr()
+	if c, err := net.DialTimeout("tcp", mosq, 3*time.Second); err != nil {
+		return fmt.Errorf("mosquitto at %s (TRIBUTARY_TEST_MQTT_ADDR): %w", mosq, err)
+	} else {
+		_ = c.Close()
+	}
+	s, err := stack.Start(ctx, stack.Options{Fsync: "always"})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = s.Close() }()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	lis := stack.FreeAddr()
+	bridge, err := s.StartMQTTBridge(ctx, "mqtt-bridge-bench", fmt.Sprintf(`
+id: bench-%[1]s
+listener:
+  addr: %[2]s
+  queue-size: 100000
+clusters:
+  - name: mosquitto
+    urls: [mqtt://%[3]s]
+    client-id: tributary-bench-%[1]s
+    session-expiry: 1m
+mqtt-to-kafka:
+  - id: listener
+    source: listener
+    mqtt-topic-filters: ["bench/#"]
+    kafka-topic: mqttbench-listener-%[1]s
+    partitions: 6
+  - id: upstream
+    source: mosquitto
+    mqtt-topic-filters: ["bench-%[1]s/up/#"]
+    kafka-topic: mqttbench-upstream-%[1]s
+    partitions: 6
+`, id, lis, mosq))
+	if err != nil {
+		return err
+	}
+	payload := make([]byte, *size)
+	_, _ = rand.Read(payload)
+	fmt.Printf("MQTT QoS 1, %d B payloads, %d publishers, %v per case; storage-core fsync=always\n", *size, *publishers, *duration)
+
+	// Mosquitto alone: publishers → subscriber.
+	var received atomic.Int64
+	sub, err := connect(ctx, mosq, "bench-sub-"+id, func(paho.PublishReceived) (bool, error) {
+		received.Add(1)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "bench-" + id + "/mosq/#", QoS: 1}}}); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := publish(ctx, mosq, "bench-"+id+"/mosq", *publishers, *duration, payload); err != nil {
+		return err
+	}
+	mosqRate := float64(received.Load()) / time.Since(start).Seconds()
+	_ = sub.Disconnect(&paho.Disconnect{})
+	fmt.Printf("  %-44s %10.0f msg/s\n", "mosquitto alone (publisher → subscriber)", mosqRate)
+
+	// Listener: PUBACK after fsync.
+	lisN, err := publish(ctx, lis, "bench/l", *publishers, *duration, payload)
+	if err != nil {
+		return err
+	}
+	lisRate := float64(lisN) / duration.Seconds()
+	fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (bar ≥ 0.5×)\n", "listener (PUBACK after fsync)", lisRate, lisRate/mosqRate)
+
+	// Upstream: through Mosquitto into storage-core.
+	before, err := metric(bridge.HTTPAddr, "tributary_mqtt_stored_total", "upstream")
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	upN, err := publish(ctx, mosq, "bench-"+id+"/up", *publishers, *duration, payload)
+	if err != nil {
+		return err
+	}
+	// Let the bridge drain what Mosquitto queued for it.
+	deadline := time.Now().Add(30 * time.Second)
+	var stored float64
+	for {
+		v, err := metric(bridge.HTTPAddr, "tributary_mqtt_stored_total", "upstream")
+		if err != nil {
+			return err
+		}
+		stored = v - before
+		if stored >= float64(upN) || time.Now().After(deadline) {
+			break
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+	upRate := stored / time.Since(start).Seconds()
+	fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (%d published, %.0f stored)\n", "upstream (Mosquitto → bridge → fsync)", upRate, upRate/mosqRate, upN, stored)
+	if lisRate < 0.5*mosqRate {
+		fmt.Println("  listener below 0.5× Mosquitto's rate")
+	}
+	return nil
+}
+
+func connect(ctx context.Context, addr, id string, onPublish func(paho.PublishReceived) (bool, error)) (*paho.Client, error) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	cfg := paho.ClientConfig{Conn: conn, ClientID: id}
+	if onPublish != nil {
+		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){onPublish}
+	}
+	c := paho.NewClient(cfg)
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// publish runs n publishers, each sending QoS 1 messages one after the other for d,
+// and returns how many were acknowledged with success.
+func publish(ctx context.Context, addr, topic string, n int, d time.Duration, payload []byte) (int64, error) {
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	clients := make([]*paho.Client, n)
+	for i := range clients {
+		c, err := connect(ctx, addr, fmt.Sprintf("bench-pub-%d-%d", time.Now().UnixNano(), i), nil)
+		if err != nil {
+			return 0, err
+		}
+		clients[i] = c
+	}
+	end := time.Now().Add(d)
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
+			for time.Now().Before(end) {
+				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				resp, err := c.Publish(pctx, &paho.Publish{QoS: 1, Topic: topic + "/" + strconv.Itoa(i), Payload: payload})
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if resp == nil || resp.ReasonCode == 0 {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return ok.Load(), errors.Join(all...)
+}
+
+func metric(httpAddr, name, mapping string) (float64, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	prefix := name + `{mapping="` + mapping + `"} `
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, sc.Err()
+}
