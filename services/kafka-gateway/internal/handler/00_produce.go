@@ -16,7 +16,9 @@ package handler
 //     with the default partition count when auto-create is on (else
 //     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is
 //     UNKNOWN_TOPIC_OR_PARTITION.
-//   - Each partition's batches are checked (framing, magic 2, CRC-32C) and then all
+//   - Each partition's batches are checked (framing, magic 2; CRC-32C of control and
+//     transactional batches: storage-core verifies every CRC, a mismatch is
+//     CORRUPT_MESSAGE either way) and then all
 //     partitions go to storage-core in ONE request (AppendStream, see below). BaseOffset =
 //     first_sequence - 1 (the original offset for an idempotent duplicate),
 //     LogAppendTime from storage (-1 for CreateTime topics), LogStartOffset =
