@@ -1,6 +1,8 @@
 // Package grpcx holds the gRPC server and client options every service uses: a panic
 // recovery interceptor (a panic becomes INTERNAL for that call, never a crash), large
-// message limits for the internal bus, server reflection and the standard health service.
+// message limits for the internal bus, a buffer pool and codec that do not zero or
+// copy bulk bytes needlessly (codec.go), server reflection and the standard health
+// service.
 package grpcx
 
 import (
@@ -48,6 +50,7 @@ func NewServer(log *zap.Logger, opts ...grpc.ServerOption) *grpc.Server {
 			return handler(srv, ss)
 		}),
 	}
+	base = append(base, bufferOptions()...)
 	return grpc.NewServer(append(base, opts...)...)
 }
 
@@ -77,6 +80,7 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	}
+	base = append(base, bufferDialOptions()...)
 	cc, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)

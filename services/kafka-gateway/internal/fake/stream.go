@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 
@@ -73,6 +74,20 @@ func (c *AppendStreamClient) Send(req *storagev1.AppendStreamRequest) error {
 	case <-c.ctx.Done():
 	}
 	return nil
+}
+
+// SendMsg is Send for a request wrapped for grpcx.Codec (kafka-gateway's appendWire,
+// which the handler sends instead of the bare message).
+func (c *AppendStreamClient) SendMsg(m any) error {
+	switch v := m.(type) {
+	case *storagev1.AppendStreamRequest:
+		return c.Send(v)
+	case interface {
+		AppendStreamRequest() *storagev1.AppendStreamRequest
+	}:
+		return c.Send(v.AppendStreamRequest())
+	}
+	return fmt.Errorf("fake append stream: cannot send %T", m)
 }
 
 // Recv returns the next answer.

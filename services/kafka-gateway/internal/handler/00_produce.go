@@ -16,7 +16,9 @@ package handler
 //     with the default partition count when auto-create is on (else
 //     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is
 //     UNKNOWN_TOPIC_OR_PARTITION.
-//   - Each partition's batches are checked (framing, magic 2, CRC-32C) and then all
+//   - Each partition's batches are checked (framing, magic 2; CRC-32C of control and
+//     transactional batches: storage-core verifies every CRC, a mismatch is
+//     CORRUPT_MESSAGE either way) and then all
 //     partitions go to storage-core in ONE request (AppendStream, see below). BaseOffset =
 //     first_sequence - 1 (the original offset for an idempotent duplicate),
 //     LogAppendTime from storage (-1 for CreateTime topics), LogStartOffset =
@@ -206,7 +208,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		}
 		return respond()
 	}
-	results, err := h.storeBatches(ctx, sctx, r.Turn, channels)
+	results, err := h.storeBatches(ctx, sctx, r, channels)
 	if err != nil {
 		code := dataCode(err)
 		h.log.Warn("storage append failed", zap.Int("partitions", len(channels)), zap.Int16("kafka_code", code), zap.Error(err))
@@ -253,15 +255,27 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 // finished as soon as it is sent, so the connection's next produce can be sent while
 // this one waits for its fsync; without one it is a unary AppendBatches. connCtx is the
 // connection's context (the stream's lifetime), ctx bounds this request.
-func (h *Handler) storeBatches(connCtx, ctx context.Context, turn *Turn, channels []*storagev1.ChannelBatches) ([]*storagev1.ChannelAppendResult, error) {
+//
+// The stream sends the batches by reference (appendWire): until the answer arrives
+// gRPC may still be writing them, so on any other outcome the request's body is
+// marked in use and is not recycled.
+func (h *Handler) storeBatches(connCtx, ctx context.Context, r *Request, channels []*storagev1.ChannelBatches) ([]*storagev1.ChannelAppendResult, error) {
+	turn := r.Turn
 	if turn == nil || turn.stream == nil {
+		// Unary: the codec copies the message before the call returns.
 		out, err := h.storage.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: channels})
 		return out.GetResults(), err
 	}
+	r.bodyInUse.Store(true)
 	t, err := turn.stream.submit(connCtx, h.storage, channels)
 	turn.Finish()
 	if err != nil {
 		return nil, err
 	}
-	return t.wait(ctx)
+	res, err := t.wait(ctx)
+	if err == nil {
+		// Answered: storage-core had received all of it, so gRPC is done with it.
+		r.bodyInUse.Store(false)
+	}
+	return res, err
 }

@@ -81,7 +81,7 @@ func (a *appendStream) submit(ctx context.Context, client storagev1.StorageServi
 	}
 	sc.waiting[t.id] = t.ch
 	sc.mu.Unlock()
-	if err := sc.cs.Send(&storagev1.AppendStreamRequest{Id: t.id, Channels: channels}); err != nil {
+	if err := sc.cs.SendMsg(appendWire{&storagev1.AppendStreamRequest{Id: t.id, Channels: channels}}); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The stream ended; recvLoop delivers its status to every waiter, t included.
 			return t, nil

@@ -36,10 +36,12 @@ type batchCheck struct {
 }
 
 // checkBatches validates the framing of the record batches a producer sent for one
-// partition before they go to storage-core (which validates them again): every batch
-// must be a complete magic-2 batch with a correct CRC-32C.
+// partition before they go to storage-core (which validates them again, CRC-32C
+// included): every batch must be a complete magic-2 batch; a control or
+// transactional batch must also have a correct CRC-32C.
 //
-//	no records, short or overlong frame, bad CRC -> CORRUPT_MESSAGE (2)
+//	no records, short or overlong frame          -> CORRUPT_MESSAGE (2)
+//	bad CRC (here or in storage-core)            -> CORRUPT_MESSAGE (2)
 //	magic other than 2                           -> INVALID_RECORD (87)
 //	control batch from a producer                -> INVALID_RECORD (87)
 func checkBatches(b []byte) batchCheck {
@@ -68,11 +70,15 @@ func checkBatches(b []byte) batchCheck {
 			return c
 		}
 		batch := b[:total]
-		if crc32.Checksum(batch[attrOffset:], castagnoli) != binary.BigEndian.Uint32(batch[crcOffset:]) {
+		attrs := binary.BigEndian.Uint16(batch[attrOffset:])
+		// storage-core verifies every batch's CRC (CORRUPT_BATCH, answered as
+		// CORRUPT_MESSAGE), so it is checked here only when the answer depends on the
+		// attributes: a corrupt batch is CORRUPT_MESSAGE, not what its damaged bits
+		// would say. One pass less over every produced byte on the common path.
+		if attrs&(attrControlBit|attrTxnBit) != 0 && crc32.Checksum(batch[attrOffset:], castagnoli) != binary.BigEndian.Uint32(batch[crcOffset:]) {
 			c.code = kerr.CorruptMessage.Code
 			return c
 		}
-		attrs := binary.BigEndian.Uint16(batch[attrOffset:])
 		if attrs&attrControlBit != 0 {
 			c.code = kerr.InvalidRecord.Code
 			return c

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -74,7 +75,16 @@ type Request struct {
 	// Turn.Wait just before writing to storage so batches of one connection reach
 	// storage in request order (idempotent sequences). Nil for other APIs.
 	Turn *Turn
+
+	// bodyInUse is set when the request's bytes (which Body views) may still be read
+	// after Handle returns: a produce whose batches went to storage-core by reference
+	// (appendWire) without an answer, so gRPC may still be writing them.
+	bodyInUse atomic.Bool
 }
+
+// BodyInUse reports whether the frame Body was decoded from may still be read after
+// Handle returned; when false the caller may reuse it.
+func (r *Request) BodyInUse() bool { return r.bodyInUse.Load() }
 
 // Handler answers Kafka requests. It is safe for concurrent use.
 type Handler struct {

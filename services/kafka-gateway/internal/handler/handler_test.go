@@ -215,6 +215,11 @@ func TestProduceErrors(t *testing.T) {
 	if p := e.produce(t, "t", 0, txn); p.ErrorCode != kerr.InvalidTxnState.Code {
 		t.Errorf("transactional batch: %s", code(p.ErrorCode))
 	}
+	// A batch whose transactional bit came from damage is corrupt, not transactional.
+	txn[20] ^= 0xff
+	if p := e.produce(t, "t", 0, txn); p.ErrorCode != kerr.CorruptMessage.Code {
+		t.Errorf("transactional batch with a bad CRC: %s", code(p.ErrorCode))
+	}
 	if got := e.st.HighWatermark("kafka.t"); got != 3 {
 		t.Errorf("after rejected produces the high watermark is %d, want 3", got)
 	}

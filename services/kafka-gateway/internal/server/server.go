@@ -7,6 +7,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -52,6 +53,7 @@ type Server struct {
 	draining atomic.Bool
 	open     prometheus.Gauge
 	mem      *budget
+	bodies   *bodyPool // produce request bodies
 }
 
 // New binds the Kafka (and HTTP) listeners and prepares the gRPC clients; nothing is
@@ -60,7 +62,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes)}
+	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes), bodies: &bodyPool{}}
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
 	storage, coord, groups := cfg.Storage, cfg.Coordinator, cfg.Groups
@@ -435,10 +437,18 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(IdleTimeout))
 		size, err := readSize(br, sizeBuf[:], s.cfg.MaxFrameBytes)
-		var frame []byte
+		var (
+			frame  []byte
+			pooled bool // a produce body, recycled through s.bodies
+		)
 		if err == nil {
+			var into []byte
+			capTo := int(size)
+			if key, perr := br.Peek(2); perr == nil && int16(binary.BigEndian.Uint16(key)) == kmsg.Produce.Int16() {
+				pooled, into, capTo = true, s.bodies.get(int(size)), s.bodies.capFor(int(size))
+			}
 			var reserved int64
-			if frame, reserved, err = readBody(ctx, br, c, s.mem, size); err != nil {
+			if frame, reserved, err = readBody(ctx, br, c, s.mem, size, into, capTo); err != nil {
 				s.mem.release(reserved)
 			}
 		}
@@ -472,6 +482,9 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				defer handlers.Done()
 				resp, err := s.h.Handle(ctx, req)
 				s.mem.release(int64(size))
+				if pooled && !req.BodyInUse() {
+					s.bodies.put(frame)
+				}
 				req.Turn.Finish()
 				p.resp, p.err = resp, err
 				close(p.done)

@@ -305,8 +305,8 @@ func TestShutdownAnswersInFlightRequests(t *testing.T) {
 	}
 }
 
-// Clients that announce large frames and then stall hold only the bytes they sent: the
-// memory budget stays available to everyone else (it used to be reserved for the
+// Clients that announce large frames and then stall hold only (about twice, as the
+// buffer doubles) the bytes they sent: the memory budget stays available to everyone else (it used to be reserved for the
 // announced size, so a few stalled connections froze the gateway).
 func TestStalledLargeFramesDoNotStarveOthers(t *testing.T) {
 	s := startServer(t, func(c *Config) { c.MaxInFlightBytes = 64 << 20 })

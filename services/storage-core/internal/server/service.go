@@ -470,18 +470,21 @@ const maxStreamInFlight = 64
 func (s *service) AppendStream(stream storagev1.StorageService_AppendStreamServer) (err error) {
 	defer func() { s.count("AppendStream", err) }()
 	ctx := stream.Context()
-	reqs := make(chan *storagev1.AppendStreamRequest)
+	reqs := make(chan *appendRequest)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			m, err := stream.Recv()
-			if err != nil {
+			// Received into an appendRequest (not stream.Recv) so that grpcx.Codec
+			// leaves the batches in one pooled buffer instead of copying them out.
+			a := &appendRequest{}
+			if err := stream.RecvMsg(a); err != nil {
 				recvErr <- err
 				return
 			}
 			select {
-			case reqs <- m:
+			case reqs <- a:
 			case <-ctx.Done():
+				a.release()
 				return
 			}
 		}
@@ -494,13 +497,16 @@ func (s *service) AppendStream(stream storagev1.StorageService_AppendStreamServe
 	defer wg.Wait()
 	for {
 		select {
-		case m := <-reqs:
+		case a := <-reqs:
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
+				a.release()
 				return status.FromContextError(ctx.Err()).Err()
 			}
+			m := &a.req
 			pend := s.beginAppends(m.Channels)
+			a.release() // written: the batches are no longer needed
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

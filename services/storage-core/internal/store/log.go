@@ -270,7 +270,8 @@ type PendingAppend struct {
 // returns without waiting for durability. Appends begun one after another on a log
 // reach it in that order; their Waits may run concurrently and share one fsync (group
 // commit). A duplicate of an idempotent batch waits, in Wait, for the original's
-// durability. b is modified in place and must not be reused until Wait returns.
+// durability. b is modified in place; BeginAppend keeps no reference to it once it
+// returns (the bytes are written by then), so the caller may reuse b at once.
 func (l *Log) BeginAppend(b []byte) *PendingAppend {
 	res, target, err := l.beginAppend(b)
 	return &PendingAppend{l: l, res: res, target: target, err: err}
