@@ -15,21 +15,23 @@ import (
 const (
 	StorageCore  = "storage-core"
 	Coordinator  = "coordinator"
-	KafkaGateway = "kafka-gateway"
+	KafkaGateway  = "kafka-gateway"
+	PubSubGateway = "pubsub-gateway"
 )
 
 // BinDirEnv names the environment variable that points at a directory of prebuilt
-// binaries (storage-core, coordinator, kafka-gateway); when set nothing is built.
+// binaries (storage-core, coordinator, kafka-gateway, pubsub-gateway); when set nothing
+// is built.
 const BinDirEnv = "TRIBUTARY_BIN_DIR"
 
-var binaryNames = []string{StorageCore, Coordinator, KafkaGateway}
+var binaryNames = []string{StorageCore, Coordinator, KafkaGateway, PubSubGateway}
 
 var (
 	buildMu  sync.Mutex
 	builtDir string // set once Binaries built into a temp dir of ours
 )
 
-// Binaries returns a directory holding the three service binaries. When
+// Binaries returns a directory holding the service binaries. When
 // TRIBUTARY_BIN_DIR is set it is used as is (each binary must exist there). Otherwise
 // the binaries are built once per process with `go build` from the repository root into
 // a temp dir; RemoveBinaries deletes it. Errors carry the go build output.
