@@ -13,8 +13,8 @@ import (
 
 // Binary names, as built from services/<name>/cmd/<name>.
 const (
-	StorageCore  = "storage-core"
-	Coordinator  = "coordinator"
+	StorageCore   = "storage-core"
+	Coordinator   = "coordinator"
 	KafkaGateway  = "kafka-gateway"
 	PubSubGateway = "pubsub-gateway"
 )
