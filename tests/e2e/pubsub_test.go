@@ -216,7 +216,35 @@ func TestPubSubBadInput(t *testing.T) {
 			_, err := sc.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("bad-s")), Topic: topicPath(topic),
 				DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: topicPath(topic), MaxDeliveryAttempts: 4}})
 			return err
+		}, codes.OutOfRange},
+		{"subscription dead letter topic missing", func() error {
+			_, err := sc.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("bad-s")), Topic: topicPath(topic),
+				DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: topicPath("missing-" + topic), MaxDeliveryAttempts: 5}})
+			return err
+		}, codes.NotFound},
+		{"subscription invalid filter", func() error {
+			_, err := sc.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("bad-s")), Topic: topicPath(topic), Filter: "attributes.x = "})
+			return err
 		}, codes.InvalidArgument},
+		{"streaming pull without subscription", func() error {
+			st, err := sc.StreamingPull(ctx)
+			if err != nil {
+				return err
+			}
+			if err := st.Send(&pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10}); err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		}, codes.InvalidArgument},
+		{"modack negative", func() error {
+			_, err := sc.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: subPath(sub), AckIds: []string{"x"}, AckDeadlineSeconds: -1})
+			return err
+		}, codes.InvalidArgument},
+		{"ack on a missing subscription", func() error {
+			_, err := sc.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: subPath("missing-" + sub), AckIds: []string{"bogus"}})
+			return err
+		}, codes.NotFound},
 		{"pull without max_messages", func() error {
 			_, err := sc.Pull(ctx, &pubsubpb.PullRequest{Subscription: subPath(sub)})
 			return err

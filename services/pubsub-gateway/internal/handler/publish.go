@@ -92,7 +92,7 @@ func publishRecord(m *pubsubpb.PubsubMessage, id string, now time.Time, publishT
 func validatePublish(req *pubsubpb.PublishRequest) error {
 	n := len(req.GetMessages())
 	if n == 0 {
-		return invalid("The request contains no messages.")
+		return invalid("No messages to publish")
 	}
 	if n > maxPublishMessages {
 		return invalid("The value for message_count is too large. You passed %d in the request, but the maximum value is %d.", n, maxPublishMessages)
@@ -103,7 +103,7 @@ func validatePublish(req *pubsubpb.PublishRequest) error {
 	orderingKey := ""
 	for i, m := range req.GetMessages() {
 		if len(m.GetData()) == 0 && len(m.GetAttributes()) == 0 {
-			return invalid("Some messages are empty: message %d has neither data nor attributes.", i)
+			return invalid("Some messages are empty: message %d has neither data nor attributes", i)
 		}
 		if len(m.GetAttributes()) > maxAttributes {
 			return invalid("The value for num_attributes is too large. You passed %d in the request, but the maximum value is %d.", len(m.GetAttributes()), maxAttributes)

@@ -52,7 +52,7 @@ func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
 		return nil, nil
 	}
 	if err := d.CheckValid(); err != nil || d.AsDuration() < minTopicRetention || d.AsDuration() > maxRetention {
-		return nil, invalid("Invalid message_retention_duration: must be between 10 minutes and 31 days")
+		return nil, invalid("message_retention_duration out of bounds: it must be between 10 minutes and 31 days")
 	}
 	return &storagev1.ChannelConfig{RetentionMs: d.AsDuration().Milliseconds()}, nil
 }

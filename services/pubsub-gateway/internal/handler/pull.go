@@ -52,7 +52,7 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 		return nil, err
 	}
 	if req.GetMaxMessages() <= 0 {
-		return nil, invalid("max_messages must be greater than 0, got %d", req.GetMaxMessages())
+		return nil, invalid("No max_messages specified")
 	}
 	sub, err := h.subscription(ctx, r.id)
 	if err != nil {
@@ -173,7 +173,10 @@ func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 		return nil, err
 	}
 	if d := req.GetAckDeadlineSeconds(); d < 0 || d > maxModAckDeadline {
-		return nil, invalid("Invalid ack deadline given: %d. It must be between 0 and %d seconds.", d, maxModAckDeadline)
+		if d < 0 {
+			return nil, invalid("Ack deadline cannot be negative")
+		}
+		return nil, invalid("Invalid ack deadline given: %d. It must be at most %d seconds.", d, maxModAckDeadline)
 	}
 	if err := checkAckIDs(req.GetAckIds()); err != nil {
 		return nil, err

@@ -7,6 +7,9 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -54,12 +57,12 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 	case d == 0:
 		s.AckDeadlineSeconds = defaultAckDeadline
 	case d < minAckDeadline || d > maxAckDeadline:
-		return invalid("Invalid ack_deadline_seconds: %d. It must be between %d and %d.", d, minAckDeadline, maxAckDeadline)
+		return invalid("ack_deadline_secs out of bounds: %d, it must be between %d and %d", d, minAckDeadline, maxAckDeadline)
 	}
 	if d := s.GetMessageRetentionDuration(); d == nil {
 		s.MessageRetentionDuration = durationpb.New(defaultSubRetention)
 	} else if d.CheckValid() != nil || d.AsDuration() < minSubRetention || d.AsDuration() > maxRetention {
-		return invalid("Invalid message_retention_duration: must be between 10 minutes and 31 days")
+		return invalid("message_retention_duration out of bounds: it must be between 10 minutes and 31 days")
 	}
 	if s.ExpirationPolicy == nil {
 		s.ExpirationPolicy = &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(defaultExpiration)}
@@ -84,8 +87,10 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 		switch n := p.GetMaxDeliveryAttempts(); {
 		case n == 0:
 			p.MaxDeliveryAttempts = defaultMaxDeliveries
-		case n < minMaxDeliveries || n > maxMaxDeliveries:
-			return invalid("Invalid dead_letter_policy.max_delivery_attempts: %d. It must be between %d and %d.", n, minMaxDeliveries, maxMaxDeliveries)
+		case n < minMaxDeliveries:
+			return status.Errorf(codes.OutOfRange, "The value for max_delivery_attempts is too small. You passed %d in the request, but the minimum value is %d.", n, minMaxDeliveries)
+		case n > maxMaxDeliveries:
+			return status.Errorf(codes.OutOfRange, "The value for max_delivery_attempts is too large. You passed %d in the request, but the maximum value is %d.", n, maxMaxDeliveries)
 		}
 	}
 	if p := s.GetRetryPolicy(); p != nil {

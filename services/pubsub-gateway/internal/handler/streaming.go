@@ -46,14 +46,14 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 		return err
 	}
 	if first.GetSubscription() == "" {
-		return invalid("The first StreamingPullRequest must set subscription.")
+		return invalid("first message must set subscription")
 	}
 	r, err := parseName(first.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return err
 	}
 	if d := first.GetStreamAckDeadlineSeconds(); d < minAckDeadline || d > maxAckDeadline {
-		return invalid("Invalid stream_ack_deadline_seconds: %d. It must be between %d and %d.", d, minAckDeadline, maxAckDeadline)
+		return invalid("stream_ack_deadline_seconds must be between %d and %d seconds, got %d", minAckDeadline, maxAckDeadline, d)
 	}
 	sub, err := h.subscription(ctx, r.id)
 	if err != nil {
