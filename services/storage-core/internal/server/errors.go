@@ -6,6 +6,7 @@ import (
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -13,6 +14,11 @@ import (
 
 // ErrConfig is returned by New for an invalid Config.
 var ErrConfig = errors.New("invalid config")
+
+// ErrQueueChannel: a StorageService call that would change a queue's log (append,
+// config, delete records); a queue's log is written by its bindings only.
+// FAILED_PRECONDITION (per channel RESERVED_CHANNEL).
+var ErrQueueChannel = errors.New("channel is a queue")
 
 // errorTable maps engine and name errors to the per-channel ErrorCode of multi-channel
 // calls and to the gRPC status code of single-channel calls. First match wins.
@@ -25,6 +31,16 @@ var errorTable = []struct {
 	{channel.ErrReserved, storagev1.ErrorCode_ERROR_CODE_RESERVED_CHANNEL, codes.PermissionDenied},
 	{channel.ErrInvalidName, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.InvalidArgument},
 	{store.ErrNotFound, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.NotFound},
+	{queue.ErrNotFound, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.NotFound},
+	{queue.ErrSnapshotNotFound, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.NotFound},
+	{queue.ErrExists, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.AlreadyExists},
+	{queue.ErrSnapshotExists, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.AlreadyExists},
+	{queue.ErrInvalidArgument, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
+	{queue.ErrDetached, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.FailedPrecondition},
+	{queue.ErrNotQueue, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.FailedPrecondition},
+	{ErrQueueChannel, storagev1.ErrorCode_ERROR_CODE_RESERVED_CHANNEL, codes.FailedPrecondition},
+	{queue.ErrState, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
+	{queue.ErrClosed, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
 	{store.ErrClosed, storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, codes.Unavailable},
 	{store.ErrExists, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.AlreadyExists},
 	{store.ErrCorruptBatch, storagev1.ErrorCode_ERROR_CODE_CORRUPT_BATCH, codes.InvalidArgument},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -34,6 +36,8 @@ type Config struct {
 	Fsync string
 	// RetentionInterval overrides how often retention runs (0 = 30 s); for tests.
 	RetentionInterval time.Duration
+	// Queues configures the queue engine (tests: clock, sweep interval).
+	Queues queue.Options
 	// CoordinatorAddr is the coordinator's gRPC address, asked for consumer groups'
 	// committed offsets (GetCommittedOffsets); "" disables that call. storage-core does
 	// not depend on it otherwise: it is ready without it.
@@ -86,6 +90,7 @@ type Server struct {
 	log   *zap.Logger
 	reg   *prometheus.Registry
 	store *store.Store
+	qm    *queue.Manager
 	grpc  *grpc.Server
 	http  *obs.HTTP
 	ln    net.Listener
@@ -109,10 +114,17 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: log, reg: reg, store: st}
+	qm, err := queue.Open(st, filepath.Join(cfg.DataDir, "queues.db"), cfg.Queues, log.Named("queue"))
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("open queues: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, reg: reg, store: st, qm: qm}
 	s.svc = newService(st, log, reg)
+	s.svc.qm = qm
 	if cfg.CoordinatorAddr != "" {
 		if s.coord, err = grpcx.Dial(cfg.CoordinatorAddr); err != nil {
+			_ = qm.Close()
 			_ = st.Close()
 			return nil, err
 		}
@@ -120,17 +132,20 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}
 	s.grpc = grpcx.NewServer(log, transportOptions()...)
 	storagev1.RegisterStorageServiceServer(s.grpc, s.svc)
+	storagev1.RegisterQueueServiceServer(s.grpc, &queueService{s: s.svc, qm: qm})
 	grpcx.RegisterStandard(s.grpc)
 	s.http = obs.NewHTTP(reg, log)
 	s.http.AddReadyCheck("data-dir", func(context.Context) error { return st.Ready() })
 	ln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
+		_ = qm.Close()
 		_ = st.Close()
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
 	}
 	s.ln = ln
 	if err := s.http.Listen(cfg.HTTPAddr); err != nil {
 		_ = ln.Close()
+		_ = qm.Close()
 		_ = st.Close()
 		return nil, err
 	}
@@ -155,6 +170,9 @@ func (s *Server) GRPCAddr() string { return s.ln.Addr().String() }
 
 // HTTPAddr is the bound HTTP address.
 func (s *Server) HTTPAddr() string { return s.http.Addr() }
+
+// Queues exposes the queue engine (tests).
+func (s *Server) Queues() *queue.Manager { return s.qm }
 
 // Store exposes the engine (tests).
 func (s *Server) Store() *store.Store { return s.store }
@@ -191,6 +209,9 @@ func (s *Server) shutdown() {
 		case <-time.After(5 * time.Second):
 			s.grpc.Stop()
 			<-stopped
+		}
+		if err := s.qm.Close(); err != nil {
+			s.log.Error("close queues", zap.Error(err))
 		}
 		if err := s.store.Close(); err != nil {
 			s.log.Error("close store", zap.Error(err))

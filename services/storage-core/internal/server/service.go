@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -38,6 +40,8 @@ type service struct {
 	// groups reads committed offsets from the coordinator; nil without
 	// --coordinator-addr.
 	groups coordinatorv1.GroupCoordinatorServiceClient
+	// qm is the queue engine: DeleteChannel of a queue deletes it through qm.
+	qm *queue.Manager
 
 	calls *prometheus.CounterVec
 
@@ -74,6 +78,16 @@ func (s *service) channelFor(name string) (*store.Log, error) {
 	return s.st.Get(name)
 }
 
+// writableChannelFor is channelFor for calls that change a log: a queue's log is
+// refused (ErrQueueChannel); its bindings write it.
+func (s *service) writableChannelFor(name string) (*store.Log, error) {
+	l, err := s.channelFor(name)
+	if err == nil && l.Kind() == store.KindQueue {
+		return nil, fmt.Errorf("%w: %s is written by its bindings only (QueueService)", ErrQueueChannel, name)
+	}
+	return l, err
+}
+
 func configFromProto(c *storagev1.ChannelConfig) store.ChannelConfig {
 	if c == nil {
 		return store.ChannelConfig{}
@@ -98,7 +112,7 @@ func describe(l *store.Log) *storagev1.Channel {
 	size, segs := l.Stats()
 	return &storagev1.Channel{
 		Name:             l.Name(),
-		Kind:             storagev1.ChannelKind_CHANNEL_KIND_LOG,
+		Kind:             storagev1.ChannelKind(l.Kind()),
 		Config:           configToProto(l.Config().Effective()),
 		LogStartSequence: l.LogStart() + 1,
 		HighWatermark:    l.HighWatermark(),
@@ -111,6 +125,9 @@ func describe(l *store.Log) *storagev1.Channel {
 func (s *service) CreateChannel(_ context.Context, req *storagev1.CreateChannelRequest) (_ *storagev1.CreateChannelResponse, err error) {
 	defer func() { s.count("CreateChannel", err) }()
 	if req.Kind != storagev1.ChannelKind_CHANNEL_KIND_UNSPECIFIED && req.Kind != storagev1.ChannelKind_CHANNEL_KIND_LOG {
+		if req.Kind == storagev1.ChannelKind_CHANNEL_KIND_QUEUE {
+			return nil, status.Error(codes.InvalidArgument, "queues are created with QueueService.CreateQueue")
+		}
 		return nil, status.Errorf(codes.InvalidArgument, "channel kind %v is not supported", req.Kind)
 	}
 	l, created, err := s.st.Create(req.Name, configFromProto(req.Config), req.IfNotExists)
@@ -146,6 +163,13 @@ func (s *service) DeleteChannel(_ context.Context, req *storagev1.DeleteChannelR
 	if err := channel.Validate(req.Name); err != nil {
 		return nil, toStatus(err)
 	}
+	if s.qm != nil && s.qm.IsQueue(req.Name) {
+		// A queue goes with its delivery state and snapshots (QueueService.DeleteQueue).
+		if err := s.qm.Delete(req.Name, req.IfExists); err != nil {
+			return nil, toStatus(err)
+		}
+		return &storagev1.DeleteChannelResponse{}, nil
+	}
 	if err := s.st.Delete(req.Name, req.IfExists); err != nil {
 		return nil, toStatus(err)
 	}
@@ -154,7 +178,7 @@ func (s *service) DeleteChannel(_ context.Context, req *storagev1.DeleteChannelR
 
 func (s *service) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateChannelConfigRequest) (_ *storagev1.UpdateChannelConfigResponse, err error) {
 	defer func() { s.count("UpdateChannelConfig", err) }()
-	l, err := s.channelFor(req.Name)
+	l, err := s.writableChannelFor(req.Name)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -191,7 +215,7 @@ func (s *service) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateCh
 
 func (s *service) Append(_ context.Context, req *storagev1.AppendRequest) (_ *storagev1.AppendResponse, err error) {
 	defer func() { s.count("Append", err) }()
-	l, err := s.channelFor(req.Channel)
+	l, err := s.writableChannelFor(req.Channel)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -395,7 +419,7 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 
 func (s *service) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsRequest) (_ *storagev1.DeleteRecordsResponse, err error) {
 	defer func() { s.count("DeleteRecords", err) }()
-	l, err := s.channelFor(req.Channel)
+	l, err := s.writableChannelFor(req.Channel)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -554,7 +578,7 @@ type chanAppend struct {
 
 func (s *service) beginAppend(cb *storagev1.ChannelBatches) *chanAppend {
 	a := &chanAppend{cb: cb}
-	a.l, a.err = s.channelFor(cb.Channel)
+	a.l, a.err = s.writableChannelFor(cb.Channel)
 	if a.err == nil {
 		a.pend = a.l.BeginAppend(cb.Batches)
 	}

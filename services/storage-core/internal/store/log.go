@@ -40,6 +40,7 @@ type Log struct {
 	raw       ChannelConfig // as stored (zeros = default)
 	cfg       atomic.Pointer[ChannelConfig]
 	createdMs int64
+	kind      Kind
 	active    *segment
 	next      int64 // next offset to assign
 	prods     producers
@@ -77,6 +78,9 @@ func (l *Log) Config() ChannelConfig {
 	defer l.mu.Unlock()
 	return l.raw
 }
+
+// Kind is the channel's kind (KindLog or KindQueue).
+func (l *Log) Kind() Kind { return l.kind }
 
 // CreatedMs is the creation time, ms since epoch.
 func (l *Log) CreatedMs() int64 { return l.createdMs }
@@ -122,7 +126,10 @@ func openLog(st *Store, dir string) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{name: m.Name, dir: dir, st: st, log: st.log.With(zap.String("channel", m.Name)),
-		raw: m.Config, createdMs: m.CreatedMs, prods: producers{}, notify: make(chan struct{})}
+		raw: m.Config, createdMs: m.CreatedMs, kind: m.Kind, prods: producers{}, notify: make(chan struct{})}
+	if l.kind == 0 {
+		l.kind = KindLog
+	}
 	l.syncCond = sync.NewCond(&l.syncMu)
 	eff := m.Config.Effective()
 	l.cfg.Store(&eff)
@@ -219,7 +226,11 @@ func (l *Log) closeFiles() {
 }
 
 func (l *Log) writeMetaLocked() error {
-	return writeMeta(l.dir, &meta{Name: l.name, Config: l.raw, CreatedMs: l.createdMs, LogStartOffset: l.logStart.Load()})
+	m := &meta{Name: l.name, Config: l.raw, CreatedMs: l.createdMs, LogStartOffset: l.logStart.Load()}
+	if l.kind == KindQueue {
+		m.Kind = KindQueue
+	}
+	return writeMeta(l.dir, m)
 }
 
 // AppendResult describes a successful append.

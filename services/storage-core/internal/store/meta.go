@@ -96,9 +96,20 @@ func (c ChannelConfig) Effective() ChannelConfig {
 	return c
 }
 
+// Kind is a channel's kind, numerically equal to storagev1.ChannelKind.
+type Kind int32
+
+// Channel kinds. A queue's log is written only by its bindings (internal/queue).
+const (
+	KindLog   Kind = 1
+	KindQueue Kind = 2
+)
+
 // meta is the small per-channel file "meta.json", replaced atomically.
 type meta struct {
-	Name           string        `json:"name"`
+	Name string `json:"name"`
+	// Kind is 0 (= KindLog, for channels created before kinds existed) or KindQueue.
+	Kind           Kind          `json:"kind,omitempty"`
 	Config         ChannelConfig `json:"config"`
 	CreatedMs      int64         `json:"created_ms"`
 	LogStartOffset int64         `json:"log_start_offset"`

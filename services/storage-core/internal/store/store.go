@@ -212,9 +212,19 @@ func (s *Store) Ready() error {
 	return nil
 }
 
-// Create creates a channel. With ifNotExists an existing channel is returned with
+// Create creates a log channel. With ifNotExists an existing channel is returned with
 // created=false; otherwise that is ErrExists.
 func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, bool, error) {
+	return s.CreateKind(name, KindLog, cfg, ifNotExists)
+}
+
+// CreateKind is Create for a channel of the given kind (KindQueue: a queue's log,
+// created by internal/queue). With ifNotExists an existing channel is returned as it
+// is, whatever its kind.
+func (s *Store) CreateKind(name string, kind Kind, cfg ChannelConfig, ifNotExists bool) (*Log, bool, error) {
+	if kind != KindLog && kind != KindQueue {
+		return nil, false, fmt.Errorf("%w: channel kind %d", ErrInvalidArgument, kind)
+	}
 	if err := channel.Validate(name); err != nil {
 		return nil, false, err
 	}
@@ -260,6 +270,9 @@ func (s *Store) Create(name string, cfg ChannelConfig, ifNotExists bool) (*Log, 
 	}
 	_ = seg.close()
 	m := &meta{Name: name, Config: cfg, CreatedMs: s.nowMs()}
+	if kind == KindQueue {
+		m.Kind = KindQueue
+	}
 	if err := writeMeta(dir, m); err != nil { // fsyncs dir (segment entry too)
 		_ = os.RemoveAll(dir)
 		return nil, false, fmt.Errorf("%w: write meta: %v", ErrStorage, err)

@@ -1,0 +1,214 @@
+package queue
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+)
+
+// binding copies matching records of a source log into its queue's log, in source
+// order, exactly once. Every copied record carries HeaderSource and HeaderSourceSeq;
+// the cursor (next source sequence) is checkpointed in the state file now and then
+// together with the queue log's high watermark at that moment, and recovered at open
+// as max(checkpoint, last copied source sequence + 1 found in the queue log from the
+// checkpoint's offset on). A record is copied only after every earlier one was, and
+// the cursor moves only after the copy is durable, so a crash anywhere neither loses
+// nor repeats a record.
+type binding struct {
+	q          *Queue
+	source     string
+	filterExpr string
+	filter     Filter
+	start      int64
+	cursor     atomic.Int64 // next source sequence to look at
+
+	ckptCursor int64 // last checkpointed cursor (pump goroutine only)
+	ckptAt     time.Time
+}
+
+// Pump limits: records per source read, bytes per queue append.
+const (
+	pumpReadRecords = 1000
+	pumpReadBytes   = 4 << 20
+	pumpAppendBytes = 1 << 20
+	pumpRetry       = time.Second
+	ckptEvery       = time.Second
+)
+
+func encodeCkpt(cursor, queueOff int64) []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, uint64(cursor))
+	binary.BigEndian.PutUint64(b[8:], uint64(queueOff))
+	return b
+}
+
+func decodeCkpt(b []byte) (cursor, queueOff int64, ok bool) {
+	if len(b) != 16 {
+		return 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b)), int64(binary.BigEndian.Uint64(b[8:])), true
+}
+
+// run pumps until stop is closed or the queue's log is closed.
+func (b *binding) run(stop <-chan struct{}) {
+	defer b.q.pumps.Done()
+	log := b.q.m.log.With(zap.String("queue", b.q.name), zap.String("source", b.source))
+	retry := func() bool {
+		t := time.NewTimer(pumpRetry)
+		defer t.Stop()
+		select {
+		case <-stop:
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	warned := false
+	for {
+		select {
+		case <-stop:
+			b.checkpoint(true)
+			return
+		default:
+		}
+		src, err := b.q.m.st.Get(b.source)
+		if err != nil {
+			if !warned {
+				log.Warn("binding source unavailable; retrying", zap.Error(err))
+				warned = true
+			}
+			if !retry() {
+				return
+			}
+			continue
+		}
+		changed := src.Changed()
+		cur := b.cursor.Load()
+		off := cur - 1
+		if start := src.LogStart(); off < start {
+			log.Warn("binding cursor below the source's log start; records removed by retention are skipped",
+				zap.Int64("cursor", cur), zap.Int64("log_start_sequence", start+1))
+			off = start
+			b.cursor.Store(off + 1)
+		}
+		if off >= src.HighWatermark() {
+			b.checkpoint(false)
+			t := time.NewTimer(pumpRetry) // also notices a deleted and recreated source
+			select {
+			case <-stop:
+				t.Stop()
+				b.checkpoint(true)
+				return
+			case <-changed:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		recs, next, err := src.ReadRecords(off, pumpReadRecords, pumpReadBytes)
+		if err != nil {
+			if errors.Is(err, store.ErrOutOfRange) {
+				continue
+			}
+			log.Warn("binding read failed; retrying", zap.Error(err))
+			if !retry() {
+				return
+			}
+			continue
+		}
+		warned = false
+		done, err := b.copy(recs)
+		if err != nil {
+			if errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrNotFound) {
+				return // queue deleted or shutting down
+			}
+			log.Warn("binding append to the queue failed; retrying", zap.Error(err))
+			b.cursor.Store(done)
+			if !retry() {
+				return
+			}
+			continue
+		}
+		b.cursor.Store(next + 1)
+		b.q.fill()
+		b.checkpoint(false)
+	}
+}
+
+// copy appends the matching records of recs to the queue log, in chunks of about
+// pumpAppendBytes. On error it returns the source sequence of the first record not
+// copied.
+func (b *binding) copy(recs []store.Record) (int64, error) {
+	var chunk []store.NewRecord
+	chunkStart := int64(0) // source sequence of the chunk's first record
+	size := 0
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		_, _, err := b.q.log.Append(chunk)
+		chunk, size = chunk[:0], 0
+		return err
+	}
+	for _, r := range recs {
+		if r.Control || !matches(b.filter, r.Headers) {
+			continue
+		}
+		seq := r.Offset + 1
+		if len(chunk) == 0 {
+			chunkStart = seq
+		}
+		hs := make([]store.Header, 0, len(r.Headers)+2)
+		hs = append(hs, r.Headers...)
+		hs = append(hs, store.Header{Key: HeaderSource, Value: []byte(b.source)},
+			store.Header{Key: HeaderSourceSeq, Value: strconv.AppendInt(nil, seq, 10)})
+		ts := r.Timestamp
+		if ts <= 0 {
+			ts = 1 // 0 would mean "now" to the encoder
+		}
+		chunk = append(chunk, store.NewRecord{Timestamp: ts, Key: r.Key, Value: r.Value, Headers: hs})
+		size += len(r.Key) + len(r.Value) + 64
+		for _, h := range r.Headers {
+			size += len(h.Key) + len(h.Value)
+		}
+		if size >= pumpAppendBytes {
+			if err := flush(); err != nil {
+				return chunkStart, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return chunkStart, err
+	}
+	return 0, nil
+}
+
+// checkpoint records the cursor with the queue log's high watermark (everything this
+// binding copied so far is below it), at most every ckptEvery unless force. It does
+// not wait for the commit: a lost checkpoint only means a longer rescan at open.
+func (b *binding) checkpoint(force bool) {
+	cur := b.cursor.Load()
+	if cur == b.ckptCursor || !force && time.Since(b.ckptAt) < ckptEvery && b.ckptCursor != 0 {
+		return
+	}
+	b.ckptCursor, b.ckptAt = cur, time.Now()
+	hw := b.q.log.HighWatermark()
+	name, source := b.q.name, b.source
+	b.q.m.db.enqueue(func(tx *bolt.Tx) error {
+		s := stateBucket(tx, name)
+		if s == nil {
+			return nil
+		}
+		cb := s.Bucket(bktCursors)
+		if old, _, ok := decodeCkpt(cb.Get([]byte(source))); ok && old > cur {
+			return nil
+		}
+		return cb.Put([]byte(source), encodeCkpt(cur, hw))
+	})
+}

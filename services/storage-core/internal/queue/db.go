@@ -1,0 +1,228 @@
+package queue
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Delivery state lives in one bbolt file, <data-dir>/queues.db:
+//
+//	queues/<name>                 JSON queueMeta (config, bindings, detached, incarnation)
+//	state/<name>/floor            8 bytes: every queue offset below it is acked
+//	state/<name>/acked/<off>      acked offsets at or above the floor
+//	state/<name>/attempts/<off>   4 bytes: deliveries so far of an unacked message
+//	state/<name>/cursors/<source> 16 bytes: binding checkpoint (next source sequence,
+//	                              queue offset from which to rescan the queue log)
+//	snapshots/<name>              JSON snapshot (queue, created, ack state)
+//
+// Offsets are 8-byte big-endian, so keys sort by offset.
+var (
+	bktQueues    = []byte("queues")
+	bktState     = []byte("state")
+	bktSnapshots = []byte("snapshots")
+	bktAcked     = []byte("acked")
+	bktAttempts  = []byte("attempts")
+	bktCursors   = []byte("cursors")
+	keyFloor     = []byte("floor")
+)
+
+// stateDB wraps the bbolt file with a group committer: writers enqueue a function
+// and wait; one goroutine runs every function queued so far in one read-write
+// transaction (one fsync for all of them) and wakes their waiters. Functions run in
+// enqueue order, so callers that enqueue under their own lock get their changes
+// applied in that lock's order.
+type stateDB struct {
+	b *bolt.DB
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []*dbOp
+	closed  bool
+	stopped chan struct{}
+}
+
+type dbOp struct {
+	fn   func(tx *bolt.Tx) error
+	done chan struct{}
+	err  error
+}
+
+// wait blocks until the op's transaction committed (or failed).
+func (o *dbOp) wait() error {
+	if o == nil {
+		return nil
+	}
+	<-o.done
+	return o.err
+}
+
+func openStateDB(path string) (*stateDB, error) {
+	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		for _, n := range [][]byte{bktQueues, bktState, bktSnapshots} {
+			if _, err := tx.CreateBucketIfNotExists(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
+	}
+	d := &stateDB{b: b, stopped: make(chan struct{})}
+	d.cond = sync.NewCond(&d.mu)
+	go d.run()
+	return d, nil
+}
+
+// enqueue queues fn for the next commit and returns at once.
+func (d *stateDB) enqueue(fn func(tx *bolt.Tx) error) *dbOp {
+	o := &dbOp{fn: fn, done: make(chan struct{})}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		o.err = ErrClosed
+		close(o.done)
+		return o
+	}
+	d.queue = append(d.queue, o)
+	d.cond.Signal()
+	d.mu.Unlock()
+	return o
+}
+
+// update runs fn in a committed transaction (group commit) and returns its outcome.
+func (d *stateDB) update(fn func(tx *bolt.Tx) error) error { return d.enqueue(fn).wait() }
+
+func (d *stateDB) view(fn func(tx *bolt.Tx) error) error {
+	if err := d.b.View(fn); err != nil {
+		return fmt.Errorf("%w: %v", ErrState, err)
+	}
+	return nil
+}
+
+func (d *stateDB) run() {
+	defer close(d.stopped)
+	for {
+		d.mu.Lock()
+		for len(d.queue) == 0 && !d.closed {
+			d.cond.Wait()
+		}
+		ops := d.queue
+		d.queue = nil
+		closed := d.closed
+		d.mu.Unlock()
+		if len(ops) > 0 {
+			d.commit(ops)
+		}
+		if closed && len(ops) == 0 {
+			return
+		}
+	}
+}
+
+// commit applies ops in one transaction. When the transaction fails, each op is
+// retried alone so one bad op does not fail the others.
+func (d *stateDB) commit(ops []*dbOp) {
+	err := d.b.Update(func(tx *bolt.Tx) error {
+		for _, o := range ops {
+			if err := o.fn(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && len(ops) > 1 {
+		for _, o := range ops {
+			d.commit([]*dbOp{o})
+		}
+		return
+	}
+	for _, o := range ops {
+		if err != nil {
+			o.err = fmt.Errorf("%w: %v", ErrState, err)
+		}
+		close(o.done)
+	}
+}
+
+// close commits what is queued, stops the committer and closes the file.
+func (d *stateDB) close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.cond.Signal()
+	d.mu.Unlock()
+	<-d.stopped
+	return d.b.Close()
+}
+
+func offKey(off int64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(off))
+	return b[:]
+}
+
+func keyOff(k []byte) int64 { return int64(binary.BigEndian.Uint64(k)) }
+
+// stateBucket returns state/<name>, or nil when the queue was deleted.
+func stateBucket(tx *bolt.Tx, name string) *bolt.Bucket {
+	return tx.Bucket(bktState).Bucket([]byte(name))
+}
+
+// createStateBucket creates state/<name> afresh with its sub-buckets.
+func createStateBucket(tx *bolt.Tx, name string) (*bolt.Bucket, error) {
+	root := tx.Bucket(bktState)
+	if root.Bucket([]byte(name)) != nil {
+		if err := root.DeleteBucket([]byte(name)); err != nil {
+			return nil, err
+		}
+	}
+	b, err := root.CreateBucket([]byte(name))
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range [][]byte{bktAcked, bktAttempts, bktCursors} {
+		if _, err := b.CreateBucket(n); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func putJSON(b *bolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(key), data)
+}
+
+// deleteBelow deletes the keys of b below off. (Keys are collected first: deleting
+// under a bbolt cursor can make it skip the next key.)
+func deleteBelow(b *bolt.Bucket, off int64) error {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && keyOff(k) < off; k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clearBucket deletes every key of b.
+func clearBucket(b *bolt.Bucket) error {
+	return deleteBelow(b, 1<<62)
+}

@@ -1,0 +1,540 @@
+// Package queue is storage-core's queue engine: queue channels (a log of their own
+// plus delivery state) fed from source logs through bindings, delivered under leases
+// with acks, nacks, retry backoff, dead-lettering, ordering lanes, snapshots and seek.
+//
+// A queue's messages are the records of its log (a store channel of KindQueue), so
+// they share the log engine's durability and recovery. Delivery state (ack floor and
+// acked offsets, delivery counts, binding checkpoints, snapshots) lives in one bbolt
+// file committed with group commit; an Ack returns only after its commit. Leases are
+// in memory: after a restart every unacked message is available again (at-least-once).
+package queue
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Now is the clock for leases, backoff and retention (tests); nil = time.Now.
+	Now func() time.Time
+	// SweepInterval is how often expired leases are swept; 0 = 250 ms; < 0 disables
+	// the loop (tests call Sweep).
+	SweepInterval time.Duration
+	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
+	MaxLoaded int
+}
+
+// Queue log settings: the queue engine decides what to keep, so the log itself keeps
+// records until the engine moves its start (retention of acked and expired messages).
+const (
+	queueLogSegmentBytes = 64 << 20
+	queueLogMaxBatch     = 64 << 20
+)
+
+// Manager holds every queue of one data directory.
+type Manager struct {
+	st   *store.Store
+	db   *stateDB
+	log  *zap.Logger
+	opts Options
+
+	// adminMu serializes create, delete, detach, config and snapshot changes.
+	adminMu sync.Mutex
+	mu      sync.RWMutex
+	queues  map[string]*Queue
+	closed  bool
+
+	leaseBase uint64
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// Open opens the state file at path and every queue of st, and starts the sweep. A
+// queue log without state (a create interrupted by a crash) is removed.
+func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = 250 * time.Millisecond
+	}
+	if opts.MaxLoaded <= 0 {
+		opts.MaxLoaded = 10000
+	}
+	db, err := openStateDB(path)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{st: st, db: db, log: log, opts: opts, queues: map[string]*Queue{},
+		leaseBase: uint64(time.Now().UnixNano()), stop: make(chan struct{})}
+	var metas []queueMeta
+	err = db.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bktQueues).ForEach(func(k, v []byte) error {
+			var qm queueMeta
+			if err := json.Unmarshal(v, &qm); err != nil {
+				return fmt.Errorf("queue %s: %w", k, err)
+			}
+			metas = append(metas, qm)
+			return nil
+		})
+	})
+	if err != nil {
+		_ = db.close()
+		return nil, err
+	}
+	for _, qm := range metas {
+		l, err := st.Get(qm.Name)
+		if err != nil || l.Kind() != store.KindQueue {
+			log.Error("queue state without its queue log; removing the state", zap.String("queue", qm.Name), zap.Error(err))
+			_ = m.dropState(qm.Name)
+			continue
+		}
+		q, err := m.openQueue(qm, l)
+		if err != nil {
+			m.closeQueues()
+			_ = db.close()
+			return nil, fmt.Errorf("open queue %s: %w", qm.Name, err)
+		}
+		m.queues[qm.Name] = q
+	}
+	for _, l := range st.List("") {
+		if l.Kind() == store.KindQueue && m.queues[l.Name()] == nil {
+			log.Warn("removing queue log without queue state (interrupted create or delete)", zap.String("queue", l.Name()))
+			if err := st.Delete(l.Name(), true); err != nil {
+				log.Error("remove orphaned queue log", zap.String("queue", l.Name()), zap.Error(err))
+			}
+		}
+	}
+	for _, q := range m.queues {
+		q.startPumps()
+	}
+	if opts.SweepInterval > 0 {
+		m.wg.Add(1)
+		go m.sweepLoop()
+	}
+	log.Info("queues opened", zap.Int("queues", len(m.queues)))
+	return m, nil
+}
+
+func (m *Manager) nowMs() int64 { return m.opts.Now().UnixMilli() }
+
+func (m *Manager) sweepLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.opts.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Sweep ends expired leases of every queue once (the loop runs it every
+// SweepInterval).
+func (m *Manager) Sweep() {
+	for _, q := range m.list() {
+		q.sweep()
+	}
+}
+
+func (m *Manager) list() []*Queue {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*Queue, 0, len(m.queues))
+	for _, q := range m.queues {
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// openQueue loads a queue's state and recovers its binding cursors.
+func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
+	q := m.newQueue(qm, l)
+	ckpts := map[string][2]int64{}
+	err := m.db.view(func(tx *bolt.Tx) error {
+		b := stateBucket(tx, qm.Name)
+		if b == nil {
+			return fmt.Errorf("%w: state of %s missing", ErrState, qm.Name)
+		}
+		if v := b.Get(keyFloor); len(v) == 8 {
+			q.loadPos = keyOff(v)
+		}
+		if err := b.Bucket(bktAcked).ForEach(func(k, _ []byte) error {
+			q.ackedAhead[keyOff(k)] = struct{}{}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := b.Bucket(bktAttempts).ForEach(func(k, v []byte) error {
+			q.attempts[keyOff(k)] = getU32(v)
+			return nil
+		}); err != nil {
+			return err
+		}
+		return b.Bucket(bktCursors).ForEach(func(k, v []byte) error {
+			if c, off, ok := decodeCkpt(v); ok {
+				ckpts[string(k)] = [2]int64{c, off}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	scanFrom := l.HighWatermark()
+	for _, b := range q.bindings {
+		c, ok := ckpts[b.source]
+		if !ok {
+			c = [2]int64{b.start, 0}
+		}
+		b.cursor.Store(c[0])
+		scanFrom = min(scanFrom, c[1])
+	}
+	if err := q.recoverCursors(scanFrom); err != nil {
+		return nil, err
+	}
+	for _, b := range q.bindings {
+		b.ckptCursor = b.cursor.Load()
+	}
+	return q, nil
+}
+
+// recoverCursors moves each binding's cursor past the last record it copied into the
+// queue log at or after offset from.
+func (q *Queue) recoverCursors(from int64) error {
+	if len(q.bindings) == 0 {
+		return nil
+	}
+	by := map[string]*binding{}
+	for _, b := range q.bindings {
+		by[b.source] = b
+	}
+	from = max(from, q.log.LogStart())
+	for from < q.log.HighWatermark() {
+		recs, next, err := q.log.ReadRecords(from, 1000, 8<<20)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			mm := q.newMsg(r)
+			if b := by[mm.source]; b != nil && mm.srcSeq+1 > b.cursor.Load() {
+				b.cursor.Store(mm.srcSeq + 1)
+			}
+		}
+		if next <= from {
+			break
+		}
+		from = next
+	}
+	return nil
+}
+
+func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
+	q := &Queue{m: m, name: qm.Name, log: l, meta: qm, ackedAhead: map[int64]struct{}{},
+		attempts: map[int64]int32{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
+	for _, bm := range qm.Bindings {
+		f, err := ParseFilter(bm.Filter)
+		if err != nil {
+			m.log.Error("stored binding filter no longer parses; the binding matches nothing", zap.String("queue", qm.Name),
+				zap.String("source", bm.Source), zap.Error(err))
+			f = matchNone{}
+		}
+		q.bindings = append(q.bindings, &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence})
+	}
+	return q
+}
+
+type matchNone struct{}
+
+func (matchNone) MatchFunc(func(string) (string, bool)) bool { return false }
+
+func (q *Queue) startPumps() {
+	for _, b := range q.bindings {
+		q.pumps.Add(1)
+		go b.run(q.pumpStop)
+	}
+}
+
+// stopPumps stops the bindings' goroutines and waits for them.
+func (q *Queue) stopPumps() {
+	q.mu.Lock()
+	select {
+	case <-q.pumpStop:
+	default:
+		close(q.pumpStop)
+	}
+	q.mu.Unlock()
+	q.pumps.Wait()
+}
+
+// Get returns a queue: ErrNotFound when missing, ErrNotQueue for a log of that name.
+func (m *Manager) Get(name string) (*Queue, error) {
+	if err := channel.Validate(name); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	q, ok := m.queues[name]
+	closed := m.closed
+	m.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if !ok {
+		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
+			return nil, fmt.Errorf("%w: %s is a log", ErrNotQueue, name)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	return q, nil
+}
+
+// IsQueue reports whether name is a queue of this manager.
+func (m *Manager) IsQueue(name string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.queues[name]
+	return ok
+}
+
+func randomIncarnation() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:]) >> 1
+}
+
+// queueLogConfig is the channel config of a queue's log.
+func queueLogConfig() store.ChannelConfig {
+	return store.ChannelConfig{RetentionMs: -1, SegmentBytes: queueLogSegmentBytes, MaxMessageBytes: queueLogMaxBatch}
+}
+
+// checkBindings validates bindings against the store: each source an existing log,
+// once; filters parse; start sequences in [1, high watermark + 1] or 0. It returns
+// them with start 0 replaced by the source's high watermark + 1, and their filters.
+func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter, error) {
+	out := make([]Binding, len(bs))
+	filters := make([]Filter, len(bs))
+	seen := map[string]bool{}
+	for i, b := range bs {
+		if err := channel.Validate(b.Source); err != nil {
+			return nil, nil, fmt.Errorf("binding %d: %w", i, err)
+		}
+		if b.Source == queue {
+			return nil, nil, fmt.Errorf("%w: binding %d: a queue cannot be bound to itself", ErrInvalidArgument, i)
+		}
+		if seen[b.Source] {
+			return nil, nil, fmt.Errorf("%w: binding %d: source %s is bound twice", ErrInvalidArgument, i, b.Source)
+		}
+		seen[b.Source] = true
+		f, err := ParseFilter(b.Filter)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: binding %d filter: %v", ErrInvalidArgument, i, err)
+		}
+		l, err := m.st.Get(b.Source)
+		if err != nil {
+			return nil, nil, fmt.Errorf("binding %d source: %w", i, err)
+		}
+		if l.Kind() != store.KindLog {
+			return nil, nil, fmt.Errorf("%w: binding %d: source %s is a queue, not a log", ErrInvalidArgument, i, b.Source)
+		}
+		hw := l.HighWatermark()
+		switch {
+		case b.StartSequence < 0 || b.StartSequence > hw+1:
+			return nil, nil, fmt.Errorf("%w: binding %d: start_sequence %d outside [1, %d] (0 = new records only)", ErrInvalidArgument, i, b.StartSequence, hw+1)
+		case b.StartSequence == 0:
+			b.StartSequence = hw + 1
+		}
+		b.Cursor = 0
+		out[i], filters[i] = b, f
+	}
+	return out, filters, nil
+}
+
+// Create creates a queue with its bindings. With ifNotExists an existing queue is
+// returned with created=false. Errors: ErrInvalidArgument, ErrExists (also for a log
+// of that name), store.ErrNotFound (a missing source), channel name errors, ErrState.
+func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExists bool) (*Queue, bool, error) {
+	if err := channel.Validate(name); err != nil {
+		return nil, false, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, false, err
+	}
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	m.mu.RLock()
+	q, ok := m.queues[name]
+	closed := m.closed
+	m.mu.RUnlock()
+	if closed {
+		return nil, false, ErrClosed
+	}
+	if ok {
+		if ifNotExists {
+			return q, false, nil
+		}
+		return nil, false, fmt.Errorf("%w: %s", ErrExists, name)
+	}
+	if _, err := m.st.Get(name); err == nil {
+		return nil, false, fmt.Errorf("%w: a log named %s exists", ErrExists, name)
+	}
+	bs, _, err := m.checkBindings(name, bindings)
+	if err != nil {
+		return nil, false, err
+	}
+	l, _, err := m.st.CreateKind(name, store.KindQueue, queueLogConfig(), false)
+	if err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return nil, false, fmt.Errorf("%w: %s", ErrExists, name)
+		}
+		return nil, false, err
+	}
+	qm := queueMeta{Name: name, Config: cfg, Bindings: bs, CreatedMs: m.nowMs(), Incarnation: randomIncarnation()}
+	err = m.db.update(func(tx *bolt.Tx) error {
+		if err := putJSON(tx.Bucket(bktQueues), name, qm); err != nil {
+			return err
+		}
+		b, err := createStateBucket(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(keyFloor, offKey(0)); err != nil {
+			return err
+		}
+		for _, bd := range bs {
+			if err := b.Bucket(bktCursors).Put([]byte(bd.Source), encodeCkpt(bd.StartSequence, 0)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = m.st.Delete(name, true)
+		return nil, false, err
+	}
+	q = m.newQueue(qm, l)
+	for _, b := range q.bindings {
+		b.cursor.Store(b.start)
+		b.ckptCursor = b.start
+	}
+	m.mu.Lock()
+	m.queues[name] = q
+	m.mu.Unlock()
+	q.startPumps()
+	m.log.Info("queue created", zap.String("queue", name), zap.Int("bindings", len(bs)))
+	return q, true, nil
+}
+
+// Delete removes a queue, its bindings, delivery state and snapshots, then its log.
+// Missing: ErrNotFound unless ifExists (ErrNotQueue for a log of that name).
+func (m *Manager) Delete(name string, ifExists bool) error {
+	if err := channel.Validate(name); err != nil {
+		return err
+	}
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	m.mu.Lock()
+	q, ok := m.queues[name]
+	if ok {
+		delete(m.queues, name)
+	}
+	m.mu.Unlock()
+	if !ok {
+		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
+			return fmt.Errorf("%w: %s is a log", ErrNotQueue, name)
+		}
+		if ifExists {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	q.stopPumps()
+	q.mu.Lock()
+	q.deleted = true
+	q.wakeLocked()
+	q.mu.Unlock()
+	if err := m.dropState(name); err != nil {
+		return err
+	}
+	if err := m.st.Delete(name, true); err != nil {
+		return err
+	}
+	m.log.Info("queue deleted", zap.String("queue", name))
+	return nil
+}
+
+// dropState removes a queue's meta, state and snapshots from the state file.
+func (m *Manager) dropState(name string) error {
+	return m.db.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bktQueues).Delete([]byte(name)); err != nil {
+			return err
+		}
+		if tx.Bucket(bktState).Bucket([]byte(name)) != nil {
+			if err := tx.Bucket(bktState).DeleteBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		return deleteSnapshotsOf(tx, name)
+	})
+}
+
+// deleteSnapshotsOf removes the snapshots taken of queue.
+func deleteSnapshotsOf(tx *bolt.Tx, queue string) error {
+	sb := tx.Bucket(bktSnapshots)
+	var keys [][]byte
+	err := sb.ForEach(func(k, v []byte) error {
+		var s snapshot
+		if json.Unmarshal(v, &s) == nil && s.Queue == queue {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := sb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops the sweep and the bindings and closes the state file. Receives waiting
+// end with ErrClosed. The store is closed by its owner afterwards.
+func (m *Manager) Close() error {
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+	m.closeQueues()
+	return m.db.close()
+}
+
+func (m *Manager) closeQueues() {
+	for _, q := range m.queues {
+		q.stopPumps()
+	}
+}

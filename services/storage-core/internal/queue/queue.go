@@ -1,0 +1,706 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+)
+
+// Internal headers of queue records: the source log and sequence a binding copied the
+// record from. They are stripped from delivered records (ReceivedMessage carries them
+// as fields) and from dead-lettered copies; a native Read of the queue's log shows them.
+const (
+	HeaderSource    = "_tributary_source"
+	HeaderSourceSeq = "_tributary_source_seq"
+
+	internalHeaderPrefix = "_tributary_source"
+)
+
+// Message states (msg.state).
+const (
+	stAvailable     uint8 = iota // may be leased once notBefore has passed
+	stLeased                     // leased until deadline under lease
+	stDeadLettering              // being appended to the dead-letter log
+	stAcked                      // acked; dropped from the window by compactLocked
+)
+
+// msg is one unacked message of the in-memory window.
+type msg struct {
+	off       int64
+	rec       store.Record // internal headers stripped
+	source    string
+	srcSeq    int64
+	key       string // ordering key ("" = none)
+	size      int64
+	state     uint8
+	attempts  int32 // deliveries so far (durable at each Receive)
+	notBefore int64 // ms; retry backoff
+	deadline  int64 // ms; lease end while stLeased
+	lease     uint64
+}
+
+// Delivery is one leased message handed out by Receive.
+type Delivery struct {
+	AckID     string
+	Record    store.Record
+	Source    string
+	SourceSeq int64
+	Attempt   int32
+}
+
+// AckResult is the outcome of one ack id (numerically storagev1.AckResult).
+type AckResult int32
+
+// Ack results.
+const (
+	AckOK      AckResult = 0
+	AckInvalid AckResult = 1
+	AckExpired AckResult = 2
+)
+
+// queueMeta is a queue's durable description (bucket "queues").
+type queueMeta struct {
+	Name        string    `json:"name"`
+	Config      Config    `json:"config"`
+	Bindings    []Binding `json:"bindings,omitempty"`
+	Detached    bool      `json:"detached,omitempty"`
+	CreatedMs   int64     `json:"created_ms"`
+	Incarnation uint64    `json:"incarnation"`
+}
+
+// Queue is one queue channel: its log (records appended by its bindings) plus
+// delivery state. The window holds the unacked messages from the ack floor on, up to
+// Options.MaxLoaded of them, decoded; later ones are loaded as earlier ones are acked.
+//
+// Lock order (LOCKS.md): Queue.fillMu -> Queue.mu; Queue.mu is never held across log
+// I/O or a state commit wait (commits are enqueued under it, so they apply in order,
+// and waited for after it is released).
+type Queue struct {
+	m    *Manager
+	name string
+	log  *store.Log
+
+	fillMu sync.Mutex
+
+	mu       sync.Mutex
+	meta     queueMeta
+	bindings []*binding
+	filters  map[string]Filter
+	pending  []*msg // unacked messages by offset, from the ack floor
+	loadPos  int64  // next queue offset to load into pending
+	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
+	// or a snapshot); loading skips them.
+	ackedAhead map[int64]struct{}
+	// attempts holds delivery counts of messages not loaded yet (from the state file).
+	attempts map[int64]int32
+	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
+	leased   int
+	leaseSeq uint64
+	deleted  bool
+	notify   chan struct{}
+
+	pumpStop chan struct{}
+	pumps    sync.WaitGroup
+}
+
+// Name is the queue's channel name.
+func (q *Queue) Name() string { return q.name }
+
+func (q *Queue) wakeLocked() {
+	close(q.notify)
+	q.notify = make(chan struct{})
+}
+
+func (q *Queue) wake() {
+	q.mu.Lock()
+	q.wakeLocked()
+	q.mu.Unlock()
+}
+
+// usableLocked is the error delivery verbs answer for a deleted or detached queue.
+func (q *Queue) usableLocked() error {
+	if q.deleted {
+		return fmt.Errorf("%w: %s", ErrNotFound, q.name)
+	}
+	if q.meta.Detached {
+		return fmt.Errorf("%w: %s", ErrDetached, q.name)
+	}
+	return nil
+}
+
+// find returns the pending message at off, or nil.
+func (q *Queue) find(off int64) *msg {
+	i := sort.Search(len(q.pending), func(i int) bool { return q.pending[i].off >= off })
+	if i < len(q.pending) && q.pending[i].off == off {
+		return q.pending[i]
+	}
+	return nil
+}
+
+// floorLocked is the ack floor: every offset below it is acked.
+func (q *Queue) floorLocked() int64 {
+	if len(q.pending) > 0 {
+		return q.pending[0].off
+	}
+	return q.loadPos
+}
+
+// newMsg builds a window entry from a queue record, splitting off the internal
+// headers.
+func (q *Queue) newMsg(r store.Record) *msg {
+	m := &msg{off: r.Offset}
+	hs := r.Headers[:0:0]
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderSource:
+			m.source = string(h.Value)
+		case HeaderSourceSeq:
+			m.srcSeq, _ = strconv.ParseInt(string(h.Value), 10, 64)
+		default:
+			hs = append(hs, h)
+		}
+	}
+	r.Headers = hs
+	m.rec = r
+	m.key = orderingKey(q.meta.Config.OrderingKeyHeader, hs)
+	m.size = int64(len(r.Key) + len(r.Value))
+	for _, h := range hs {
+		m.size += int64(len(h.Key) + len(h.Value))
+	}
+	return m
+}
+
+func orderingKey(header string, hs []store.Header) string {
+	if header == "" {
+		return ""
+	}
+	for _, h := range hs {
+		if h.Key == header {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// fill loads records of the queue log past loadPos into the window while it has room.
+// The reads run without Queue.mu; a rebuild of the window meanwhile (gen) discards
+// them.
+func (q *Queue) fill() {
+	q.fillMu.Lock()
+	defer q.fillMu.Unlock()
+	for {
+		q.mu.Lock()
+		if q.deleted {
+			q.mu.Unlock()
+			return
+		}
+		pos, gen := q.loadPos, q.gen
+		room := q.m.opts.MaxLoaded - len(q.pending)
+		q.mu.Unlock()
+		if room <= 0 {
+			return
+		}
+		if start := q.log.LogStart(); pos < start {
+			pos = start // below the log start: gone with retention
+		}
+		if pos >= q.log.HighWatermark() {
+			q.mu.Lock()
+			if q.gen == gen && q.loadPos < pos {
+				q.loadPos = pos
+			}
+			q.mu.Unlock()
+			return
+		}
+		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), 8<<20)
+		if err != nil {
+			if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
+				q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
+			}
+			return
+		}
+		if len(recs) == 0 && next <= pos {
+			return
+		}
+		q.mu.Lock()
+		if q.gen != gen || q.deleted {
+			q.mu.Unlock()
+			return
+		}
+		for _, r := range recs {
+			if _, ok := q.ackedAhead[r.Offset]; ok {
+				delete(q.ackedAhead, r.Offset)
+				continue
+			}
+			m := q.newMsg(r)
+			if n, ok := q.attempts[r.Offset]; ok {
+				m.attempts = n
+				delete(q.attempts, r.Offset)
+			}
+			q.pending = append(q.pending, m)
+		}
+		q.loadPos = next
+		q.wakeLocked()
+		q.mu.Unlock()
+	}
+}
+
+// expireLocked ends m's lease (expiry or nack). It reports whether m is to be
+// dead-lettered (it then is stDeadLettering).
+func (q *Queue) expireLocked(m *msg, now int64) bool {
+	if m.state == stLeased {
+		q.leased--
+	}
+	cfg := &q.meta.Config
+	if dl := cfg.DeadLetter; dl != nil && m.attempts >= dl.MaxDeliveryAttempts {
+		m.state = stDeadLettering
+		return true
+	}
+	m.state = stAvailable
+	m.notBefore = now + cfg.backoffMs(m.attempts)
+	return false
+}
+
+// leaseLocked leases up to max available messages for leaseMs. It also ends the
+// leases that expired (returning those to dead-letter) and reports the earliest future
+// time (ms) a lease ends or a backoff passes (0: none), for a waiting Receive.
+func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (out []Delivery, dl []*msg, nextEvent int64, op *dbOp) {
+	ordered := q.meta.Config.OrderingKeyHeader != ""
+	var seen map[string]struct{}
+	if ordered {
+		seen = map[string]struct{}{}
+	}
+	var size int64
+	var leasedOffs []int64
+	var leasedAttempts []int32
+	event := func(t int64) {
+		if t > now && (nextEvent == 0 || t < nextEvent) {
+			nextEvent = t
+		}
+	}
+	for _, m := range q.pending {
+		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
+			break
+		}
+		if m.state == stLeased && m.deadline <= now {
+			if q.expireLocked(m, now) {
+				dl = append(dl, m)
+			}
+		}
+		if ordered && m.key != "" {
+			if _, ok := seen[m.key]; ok {
+				continue // an earlier message of this key is not acked yet
+			}
+			seen[m.key] = struct{}{}
+		}
+		switch {
+		case m.state == stLeased:
+			event(m.deadline)
+			continue
+		case m.state != stAvailable:
+			continue
+		case m.notBefore > now:
+			event(m.notBefore)
+			continue
+		}
+		m.state = stLeased
+		m.attempts++
+		q.leaseSeq++
+		m.lease = q.leaseSeq
+		m.deadline = now + leaseMs
+		q.leased++
+		size += m.size
+		out = append(out, Delivery{
+			AckID:  ackID{inc: q.meta.Incarnation, off: m.off, lease: m.lease}.String(),
+			Record: m.rec, Source: m.source, SourceSeq: m.srcSeq, Attempt: m.attempts,
+		})
+		leasedOffs = append(leasedOffs, m.off)
+		leasedAttempts = append(leasedAttempts, m.attempts)
+	}
+	if len(out) > 0 {
+		name := q.name
+		op = q.m.db.enqueue(func(tx *bolt.Tx) error {
+			b := stateBucket(tx, name)
+			if b == nil {
+				return nil // deleted meanwhile
+			}
+			at := b.Bucket(bktAttempts)
+			for i, off := range leasedOffs {
+				if err := at.Put(offKey(off), u32(leasedAttempts[i])); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return out, dl, nextEvent, op
+}
+
+// Receive leases up to maxMsgs messages for leaseMs (0 = the queue's ack deadline),
+// waiting up to wait when none is available. The delivery counts are durable before
+// it returns. Errors: ErrInvalidArgument, ErrNotFound, ErrDetached, ErrState,
+// ErrClosed, ctx's error.
+func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration) ([]Delivery, error) {
+	if maxMsgs < 1 || maxMsgs > MaxReceiveMessages {
+		return nil, fmt.Errorf("%w: max_messages %d outside [1, %d]", ErrInvalidArgument, maxMsgs, MaxReceiveMessages)
+	}
+	if leaseMs != 0 && (leaseMs < MinAckDeadlineMs || leaseMs > MaxAckDeadlineMs) {
+		return nil, fmt.Errorf("%w: ack_deadline_ms %d outside [%d, %d] (0 = the queue's)", ErrInvalidArgument, leaseMs, MinAckDeadlineMs, MaxAckDeadlineMs)
+	}
+	if maxBytes < 0 || wait < 0 {
+		return nil, fmt.Errorf("%w: max_bytes and wait_ms must not be negative", ErrInvalidArgument)
+	}
+	end := time.Now().Add(wait)
+	for {
+		q.fill()
+		q.mu.Lock()
+		if err := q.usableLocked(); err != nil {
+			q.mu.Unlock()
+			return nil, err
+		}
+		lease := leaseMs
+		if lease == 0 {
+			lease = q.meta.Config.ackDeadline()
+		}
+		now := q.m.nowMs()
+		out, dl, next, op := q.leaseLocked(now, maxMsgs, maxBytes, lease)
+		ch := q.notify
+		q.mu.Unlock()
+		if len(dl) > 0 {
+			q.deadLetter(dl)
+		}
+		if len(out) > 0 {
+			if err := op.wait(); err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+		remaining := time.Until(end)
+		if remaining <= 0 {
+			return nil, nil
+		}
+		if next > 0 {
+			remaining = min(remaining, time.Duration(next-now)*time.Millisecond)
+		}
+		t := time.NewTimer(remaining)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-q.m.stop:
+			t.Stop()
+			return nil, ErrClosed
+		}
+		t.Stop()
+	}
+}
+
+// resolveLocked looks an ack id up: the message when the id is its current lease,
+// else the result to report (before the exactly-once rule).
+func (q *Queue) resolveLocked(id string) (*msg, AckResult) {
+	a, ok := parseAckID(id)
+	if !ok || a.inc != q.meta.Incarnation {
+		return nil, AckInvalid
+	}
+	m := q.find(a.off)
+	if m == nil || m.state == stAcked {
+		if a.off < q.loadPos || a.off < q.log.HighWatermark() {
+			return nil, AckExpired // acked, or its lease is from before a rebuild
+		}
+		return nil, AckInvalid
+	}
+	if m.state == stLeased && m.lease == a.lease {
+		return m, AckOK
+	}
+	return m, AckExpired
+}
+
+// finalResult applies the exactly-once rule: without it a stale ack id is success.
+func (q *Queue) finalResult(r AckResult) AckResult {
+	if r == AckExpired && !q.meta.Config.ExactlyOnce {
+		return AckOK
+	}
+	return r
+}
+
+// Ack acknowledges leased messages, durably before it returns; one result per id.
+// Without exactly-once, a stale ack id of a message nobody holds a lease on acks it
+// too (it would only be redelivered); one whose message is leased by a later delivery
+// changes nothing.
+func (q *Queue) Ack(ids []string) ([]AckResult, error) {
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	res := make([]AckResult, len(ids))
+	var acked []int64
+	for i, id := range ids {
+		m, r := q.resolveLocked(id)
+		if m != nil && (r == AckOK || r == AckExpired && !q.meta.Config.ExactlyOnce && m.state == stAvailable) {
+			q.ackLocked(m)
+			acked = append(acked, m.off)
+		}
+		res[i] = q.finalResult(r)
+	}
+	var op *dbOp
+	if len(acked) > 0 {
+		op = q.commitAcksLocked(acked)
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if err := op.wait(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// ackLocked marks m acked (removed from the window by compactLocked).
+func (q *Queue) ackLocked(m *msg) {
+	if m.state == stLeased {
+		q.leased--
+	}
+	m.state = stAcked
+}
+
+// commitAcksLocked drops the acked messages from the window and enqueues their
+// durable ack: the new floor, the acked offsets above it, their delivery counts
+// removed.
+func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
+	q.compactLocked()
+	floor := q.floorLocked()
+	above := acked[:0:0]
+	for _, off := range acked {
+		if off >= floor {
+			above = append(above, off)
+		}
+	}
+	name := q.name
+	return q.m.db.enqueue(func(tx *bolt.Tx) error {
+		b := stateBucket(tx, name)
+		if b == nil {
+			return nil
+		}
+		if err := b.Put(keyFloor, offKey(floor)); err != nil {
+			return err
+		}
+		ab, at := b.Bucket(bktAcked), b.Bucket(bktAttempts)
+		for _, off := range above {
+			if err := ab.Put(offKey(off), []byte{}); err != nil {
+				return err
+			}
+		}
+		for _, off := range acked {
+			if err := at.Delete(offKey(off)); err != nil {
+				return err
+			}
+		}
+		if err := deleteBelow(ab, floor); err != nil {
+			return err
+		}
+		return deleteBelow(at, floor)
+	})
+}
+
+// compactLocked removes acked (tombstoned) messages from the window.
+func (q *Queue) compactLocked() {
+	out := q.pending[:0]
+	for _, m := range q.pending {
+		if m.state != stAcked {
+			out = append(out, m)
+		}
+	}
+	clear(q.pending[len(out):])
+	q.pending = out
+}
+
+// ModifyAckDeadline sets the lease of leased messages to deadlineMs from now; 0 is a
+// nack (available again after the retry backoff, or dead-lettered once the delivery
+// attempts are used up).
+func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, error) {
+	if deadlineMs < 0 || deadlineMs > MaxAckDeadlineMs {
+		return nil, fmt.Errorf("%w: ack_deadline_ms %d outside [0, %d]", ErrInvalidArgument, deadlineMs, MaxAckDeadlineMs)
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	now := q.m.nowMs()
+	res := make([]AckResult, len(ids))
+	var dl []*msg
+	changed := false
+	for i, id := range ids {
+		m, r := q.resolveLocked(id)
+		if r == AckOK && m.deadline <= now {
+			r = AckExpired // expired, not yet swept
+		}
+		if r == AckOK {
+			if deadlineMs == 0 {
+				if q.expireLocked(m, now) {
+					dl = append(dl, m)
+				}
+				changed = true
+			} else {
+				m.deadline = now + deadlineMs
+			}
+		}
+		res[i] = q.finalResult(r)
+	}
+	if changed {
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if len(dl) > 0 {
+		q.deadLetter(dl)
+	}
+	return res, nil
+}
+
+// sweep ends expired leases (waking receivers) and dead-letters what is due.
+func (q *Queue) sweep() {
+	q.mu.Lock()
+	if q.deleted || q.meta.Detached {
+		q.mu.Unlock()
+		return
+	}
+	now := q.m.nowMs()
+	var dl []*msg
+	changed := false
+	for _, m := range q.pending {
+		if m.state == stLeased && m.deadline <= now {
+			if q.expireLocked(m, now) {
+				dl = append(dl, m)
+			}
+			changed = true
+		} else if m.state == stAvailable && m.notBefore > 0 && m.notBefore <= now {
+			m.notBefore = 0
+			changed = true
+		}
+	}
+	if changed {
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if len(dl) > 0 {
+		q.deadLetter(dl)
+	}
+}
+
+// deadLetter appends each message to the dead-letter log, then acks it. When the
+// append fails the message becomes available again (retried after a second).
+func (q *Queue) deadLetter(ms []*msg) {
+	q.mu.Lock()
+	pol := q.meta.Config.DeadLetter
+	q.mu.Unlock()
+	for _, m := range ms {
+		var err error
+		if pol == nil {
+			err = errors.New("dead-letter policy removed")
+		} else {
+			err = q.appendDeadLetter(m, pol)
+		}
+		q.mu.Lock()
+		if m.state != stDeadLettering || q.find(m.off) != m {
+			q.mu.Unlock() // the window was rebuilt meanwhile
+			continue
+		}
+		var op *dbOp
+		if err != nil {
+			q.m.log.Warn("dead-letter append failed; message stays in the queue", zap.String("queue", q.name),
+				zap.Int64("sequence", m.off+1), zap.Error(err))
+			m.state = stAvailable
+			m.notBefore = q.m.nowMs() + 1000
+		} else {
+			off := m.off
+			q.ackLocked(m)
+			op = q.commitAcksLocked([]int64{off})
+		}
+		q.wakeLocked()
+		q.mu.Unlock()
+		if err := op.wait(); err != nil {
+			q.m.log.Warn("dead-lettered message ack not persisted", zap.String("queue", q.name), zap.Error(err))
+		}
+	}
+}
+
+// appendDeadLetter appends m to the policy's log: the record's key and value, its
+// headers minus drop_headers, then the policy's headers, then the delivery count and
+// source timestamp headers when named. The timestamp is the append time.
+func (q *Queue) appendDeadLetter(m *msg, pol *DeadLetterPolicy) error {
+	l, err := q.m.st.Get(pol.Channel)
+	if err != nil {
+		return err
+	}
+	if l.Kind() != store.KindLog {
+		return fmt.Errorf("%w: dead-letter channel %s is a queue", ErrInvalidArgument, pol.Channel)
+	}
+	hs := make([]store.Header, 0, len(m.rec.Headers)+len(pol.Headers)+2)
+	for _, h := range m.rec.Headers {
+		drop := false
+		for _, d := range pol.DropHeaders {
+			if h.Key == d {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			hs = append(hs, h)
+		}
+	}
+	hs = append(hs, pol.Headers...)
+	if pol.DeliveryCountHeader != "" {
+		hs = append(hs, store.Header{Key: pol.DeliveryCountHeader, Value: strconv.AppendInt(nil, int64(m.attempts), 10)})
+	}
+	if pol.SourceTimestampHeader != "" {
+		hs = append(hs, store.Header{Key: pol.SourceTimestampHeader, Value: strconv.AppendInt(nil, m.rec.Timestamp, 10)})
+	}
+	_, _, err = l.Append([]store.NewRecord{{Key: m.rec.Key, Value: m.rec.Value, Headers: hs}})
+	return err
+}
+
+// Info describes a queue (GetQueue).
+type Info struct {
+	Name      string
+	Config    Config
+	Bindings  []Binding
+	Detached  bool
+	Backlog   int64
+	Leased    int64
+	CreatedMs int64
+}
+
+// Info returns the queue's description and counts.
+func (q *Queue) Info() Info {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	in := Info{Name: q.name, Config: q.meta.Config, Detached: q.meta.Detached, CreatedMs: q.meta.CreatedMs, Leased: int64(q.leased)}
+	for _, b := range q.bindings {
+		in.Bindings = append(in.Bindings, Binding{Source: b.source, Filter: b.filterExpr, StartSequence: b.start, Cursor: b.cursor.Load()})
+	}
+	if !q.meta.Detached {
+		hw := max(q.log.HighWatermark(), q.loadPos)
+		in.Backlog = int64(len(q.pending)) + hw - q.loadPos - int64(len(q.ackedAhead))
+	}
+	return in
+}
+
+func u32(v int32) []byte {
+	return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+}
+
+func getU32(b []byte) int32 {
+	if len(b) != 4 {
+		return 0
+	}
+	return int32(b[0])<<24 | int32(b[1])<<16 | int32(b[2])<<8 | int32(b[3])
+}

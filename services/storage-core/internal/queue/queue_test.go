@@ -1,0 +1,611 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type clock struct{ ms atomic.Int64 }
+
+func (c *clock) now() time.Time      { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+type env struct {
+	t   *testing.T
+	dir string
+	clk *clock
+	st  *store.Store
+	m   *Manager
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), clk: &clock{}}
+	e.clk.ms.Store(1_700_000_000_000)
+	e.open()
+	t.Cleanup(e.close)
+	return e
+}
+
+func (e *env) open() {
+	e.t.Helper()
+	st, err := store.Open(filepath.Join(e.dir, "store"), store.Options{RetentionInterval: -1, Now: e.clk.now}, zaptest.NewLogger(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), Options{Now: e.clk.now, SweepInterval: -1}, zaptest.NewLogger(e.t))
+	if err != nil {
+		_ = st.Close()
+		e.t.Fatal(err)
+	}
+	e.st, e.m = st, m
+}
+
+func (e *env) close() {
+	if e.m != nil {
+		if err := e.m.Close(); err != nil {
+			e.t.Error(err)
+		}
+		if err := e.st.Close(); err != nil {
+			e.t.Error(err)
+		}
+		e.m, e.st = nil, nil
+	}
+}
+
+func (e *env) restart() {
+	e.close()
+	e.open()
+}
+
+func (e *env) log(name string) *store.Log {
+	e.t.Helper()
+	l, _, err := e.st.Create(name, store.ChannelConfig{}, true)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+func (e *env) queue(name string, cfg Config, bs ...Binding) *Queue {
+	e.t.Helper()
+	q, created, err := e.m.Create(name, cfg, bs, false)
+	if err != nil || !created {
+		e.t.Fatalf("create %s: %v %v", name, created, err)
+	}
+	return q
+}
+
+// publish appends records with the given values (and headers "k=v" pairs) to l.
+func publish(t *testing.T, l *store.Log, values ...string) {
+	t.Helper()
+	recs := make([]store.NewRecord, len(values))
+	for i, v := range values {
+		recs[i] = store.NewRecord{Value: []byte(v), Headers: []store.Header{{Key: "v", Value: []byte(v)}}}
+	}
+	if _, _, err := l.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publishWith(t *testing.T, l *store.Log, value string, hs ...string) {
+	t.Helper()
+	r := store.NewRecord{Value: []byte(value)}
+	for i := 0; i+1 < len(hs); i += 2 {
+		r.Headers = append(r.Headers, store.Header{Key: hs[i], Value: []byte(hs[i+1])})
+	}
+	if _, _, err := l.Append([]store.NewRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// receive long-polls up to 5 s for at least want messages (fewer when want is 0).
+func receive(t *testing.T, q *Queue, maxMsgs int, want int) []Delivery {
+	t.Helper()
+	var out []Delivery
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ds, err := q.Receive(context.Background(), maxMsgs-len(out), 0, 0, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ds...)
+		if len(out) >= want && (want > 0 || len(out) == 0) || time.Now().After(deadline) || len(out) >= maxMsgs {
+			break
+		}
+	}
+	if len(out) != want {
+		t.Fatalf("received %d messages, want %d: %v", len(out), want, values(out))
+	}
+	return out
+}
+
+func values(ds []Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = string(d.Record.Value)
+	}
+	return out
+}
+
+func ackIDs(ds []Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.AckID
+	}
+	return out
+}
+
+func mustAck(t *testing.T, q *Queue, ids ...string) []AckResult {
+	t.Helper()
+	rs, err := q.Ack(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+func TestReceiveAck(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	publish(t, src, "before") // before the binding: not delivered (start at the high watermark)
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a", "b", "c")
+	ds := receive(t, q, 10, 3)
+	if got := values(ds); fmt.Sprint(got) != "[a b c]" {
+		t.Fatalf("values %v", got)
+	}
+	for i, d := range ds {
+		if d.Attempt != 1 || d.Source != "gcp.t" || d.SourceSeq != int64(i+2) || d.Record.Offset != int64(i) {
+			t.Fatalf("delivery %d: %+v", i, d)
+		}
+		if len(d.Record.Headers) != 1 || d.Record.Headers[0].Key != "v" {
+			t.Fatalf("headers %v", d.Record.Headers)
+		}
+	}
+	in := q.Info()
+	if in.Backlog != 3 || in.Leased != 3 || in.Bindings[0].Cursor != 5 || in.Bindings[0].StartSequence != 2 {
+		t.Fatalf("info %+v", in)
+	}
+	if rs := mustAck(t, q, ackIDs(ds)...); fmt.Sprint(rs) != "[0 0 0]" {
+		t.Fatalf("ack %v", rs)
+	}
+	receive(t, q, 10, 0)
+	if in := q.Info(); in.Backlog != 0 || in.Leased != 0 {
+		t.Fatalf("info %+v", in)
+	}
+	// The queue's own log holds the copies with their source headers.
+	recs, _, err := q.log.ReadRecords(0, 10, 1<<20)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("queue log %v %v", recs, err)
+	}
+	if h := recs[2].Headers; len(h) != 3 || h[1].Key != HeaderSource || string(h[2].Value) != "4" {
+		t.Fatalf("queue record headers %v", h)
+	}
+}
+
+func TestBindingStartSequenceAndErrors(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	publish(t, src, "1", "2", "3")
+	q := e.queue("gcp.sub.all", Config{}, Binding{Source: "gcp.t", StartSequence: 2})
+	if got := values(receive(t, q, 10, 2)); fmt.Sprint(got) != "[2 3]" {
+		t.Fatalf("values %v", got)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		bs   []Binding
+		want error
+	}{
+		{"gcp.sub.x", Config{}, []Binding{{Source: "gcp.missing"}}, store.ErrNotFound},
+		{"gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", StartSequence: 5}}, ErrInvalidArgument},
+		{"gcp.sub.x", Config{}, []Binding{{Source: "gcp.t"}, {Source: "gcp.t"}}, ErrInvalidArgument},
+		{"gcp.sub.x", Config{}, []Binding{{Source: "gcp.sub.all"}}, ErrInvalidArgument},
+		{"gcp.sub.x", Config{AckDeadlineMs: 5000}, nil, ErrInvalidArgument},
+		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.dl", MaxDeliveryAttempts: 0}}, nil, ErrInvalidArgument},
+		{"gcp.sub.x", Config{Retry: &RetryPolicy{MinBackoffMs: 700_000}}, nil, ErrInvalidArgument},
+		{"gcp.sub.all", Config{}, nil, ErrExists},
+		{"gcp.t", Config{}, nil, ErrExists},
+	} {
+		if _, _, err := e.m.Create(tc.name, tc.cfg, tc.bs, false); !errors.Is(err, tc.want) {
+			t.Errorf("create %s %+v %+v: %v, want %v", tc.name, tc.cfg, tc.bs, err, tc.want)
+		}
+	}
+	if _, created, err := e.m.Create("gcp.sub.all", Config{}, nil, true); err != nil || created {
+		t.Fatalf("if_not_exists: %v %v", created, err)
+	}
+	if _, err := q.Receive(context.Background(), 0, 0, 0, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("max 0: %v", err)
+	}
+	if _, err := q.Receive(context.Background(), 1001, 0, 0, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("max 1001: %v", err)
+	}
+	if _, err := q.Receive(context.Background(), 1, 0, 9999, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("deadline 9999: %v", err)
+	}
+	if _, err := q.ModifyAckDeadline(nil, 600_001); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("modack 600001: %v", err)
+	}
+	if _, err := e.m.Get("gcp.t"); !errors.Is(err, ErrNotQueue) {
+		t.Fatalf("get log: %v", err)
+	}
+	if err := e.m.Delete("gcp.sub.all", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Get("gcp.sub.all"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get deleted: %v", err)
+	}
+	if _, err := e.st.Get("gcp.sub.all"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("queue log kept: %v", err)
+	}
+	if err := e.m.Delete("gcp.sub.all", true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLongPollWokenByPublish(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	got := make(chan []Delivery, 1)
+	start := time.Now()
+	go func() {
+		ds, err := q.Receive(context.Background(), 10, 0, 0, 30*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ds
+	}()
+	time.Sleep(20 * time.Millisecond) // let the receive start waiting (not a readiness wait)
+	publish(t, src, "x")
+	ds := <-got
+	if len(ds) != 1 || time.Since(start) > 10*time.Second {
+		t.Fatalf("long poll: %v after %v", values(ds), time.Since(start))
+	}
+}
+
+func TestExpiryRedeliveryAndAckIDs(t *testing.T) {
+	for _, eod := range []bool{false, true} {
+		t.Run("exactly_once="+strconv.FormatBool(eod), func(t *testing.T) {
+			e := newEnv(t)
+			src := e.log("gcp.t")
+			q := e.queue("gcp.sub.s", Config{ExactlyOnce: eod}, Binding{Source: "gcp.t"})
+			publish(t, src, "a")
+			d1 := receive(t, q, 1, 1)[0]
+			receive(t, q, 1, 0) // leased: nothing else
+			e.clk.add(9 * time.Second)
+			e.m.Sweep()
+			receive(t, q, 1, 0)
+			e.clk.add(time.Second + time.Millisecond)
+			e.m.Sweep()
+			d2 := receive(t, q, 1, 1)[0]
+			if d2.Attempt != 2 || d2.AckID == d1.AckID || d2.Record.Offset != d1.Record.Offset {
+				t.Fatalf("redelivery %+v after %+v", d2, d1)
+			}
+			// The first delivery's ack id no longer changes anything.
+			stale := AckOK
+			if eod {
+				stale = AckExpired
+			}
+			if rs, _ := q.ModifyAckDeadline([]string{d1.AckID}, 0); rs[0] != stale {
+				t.Fatalf("stale nack %v", rs)
+			}
+			if rs := mustAck(t, q, d1.AckID); rs[0] != stale {
+				t.Fatalf("stale ack %v", rs)
+			}
+			if q.Info().Leased != 1 {
+				t.Fatal("stale ack changed the lease")
+			}
+			bad := []string{"", "zz", "1.2", fmt.Sprintf("%x.0.1", q.meta.Incarnation+1), fmt.Sprintf("%x.ff.1", q.meta.Incarnation)}
+			for _, id := range bad {
+				if rs := mustAck(t, q, id); rs[0] != AckInvalid {
+					t.Fatalf("ack %q: %v", id, rs)
+				}
+			}
+			if rs := mustAck(t, q, d2.AckID, d2.AckID); rs[0] != AckOK || rs[1] != stale {
+				t.Fatalf("ack %v", rs)
+			}
+			// Extending a lease keeps it past its first deadline.
+			publish(t, src, "b")
+			d3 := receive(t, q, 1, 1)[0]
+			e.clk.add(8 * time.Second)
+			if rs, _ := q.ModifyAckDeadline([]string{d3.AckID}, 60_000); rs[0] != AckOK {
+				t.Fatalf("modack %v", rs)
+			}
+			e.clk.add(30 * time.Second)
+			e.m.Sweep()
+			receive(t, q, 1, 0)
+			e.clk.add(31 * time.Second)
+			if rs, _ := q.ModifyAckDeadline([]string{d3.AckID}, 60_000); rs[0] != stale {
+				t.Fatalf("modack of an expired lease %v", rs)
+			}
+			if d := receive(t, q, 1, 1)[0]; d.Attempt != 2 {
+				t.Fatalf("attempt %d", d.Attempt)
+			}
+		})
+	}
+}
+
+func TestNackAndBackoff(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{Retry: &RetryPolicy{MinBackoffMs: 1000, MaxBackoffMs: 3000}}, Binding{Source: "gcp.t"})
+	publish(t, src, "a", "b")
+	ds := receive(t, q, 2, 2)
+	if rs, err := q.ModifyAckDeadline([]string{ds[0].AckID}, 0); err != nil || rs[0] != AckOK {
+		t.Fatalf("nack %v %v", rs, err)
+	}
+	receive(t, q, 2, 0) // in backoff (1 s)
+	e.clk.add(time.Second)
+	d := receive(t, q, 2, 1)[0]
+	if string(d.Record.Value) != "a" || d.Attempt != 2 {
+		t.Fatalf("%+v", d)
+	}
+	_, _ = q.ModifyAckDeadline([]string{d.AckID}, 0) // second failure: 2 s
+	e.clk.add(1500 * time.Millisecond)
+	receive(t, q, 2, 0)
+	e.clk.add(500 * time.Millisecond)
+	d = receive(t, q, 2, 1)[0]
+	_, _ = q.ModifyAckDeadline([]string{d.AckID}, 0) // third: 4 s capped at 3 s
+	e.clk.add(3 * time.Second)
+	if d = receive(t, q, 2, 1)[0]; d.Attempt != 4 {
+		t.Fatalf("attempt %d", d.Attempt)
+	}
+	cfg := Config{Retry: &RetryPolicy{}}
+	if cfg.backoffMs(1) != 10_000 || cfg.backoffMs(7) != 600_000 || (&Config{}).backoffMs(3) != 0 {
+		t.Fatal("backoff defaults")
+	}
+}
+
+func TestOrderingLanes(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{OrderingKeyHeader: "_pubsub_ordering_key"}, Binding{Source: "gcp.t"})
+	for i, k := range []string{"x", "y", "x", "", "y", "x"} {
+		publishWith(t, src, fmt.Sprintf("%s%d", k, i), "_pubsub_ordering_key", k)
+	}
+	// One per key at a time; unkeyed messages are free.
+	ds := receive(t, q, 10, 3)
+	if got := values(ds); fmt.Sprint(got) != "[x0 y1 3]" {
+		t.Fatalf("first round %v", got)
+	}
+	receive(t, q, 10, 0)
+	mustAck(t, q, ds[1].AckID, ds[2].AckID) // y1 acked: y4 is next for y
+	ds2 := receive(t, q, 10, 1)
+	if got := values(ds2); fmt.Sprint(got) != "[y4]" {
+		t.Fatalf("after ack %v", got)
+	}
+	// A nack of x0 holds x2 back until x0 is redelivered.
+	_, _ = q.ModifyAckDeadline([]string{ds[0].AckID}, 0)
+	d := receive(t, q, 10, 1)[0]
+	if string(d.Record.Value) != "x0" || d.Attempt != 2 {
+		t.Fatalf("redelivery %+v", d)
+	}
+	// Expiry holds the lane too.
+	e.clk.add(11 * time.Second)
+	e.m.Sweep()
+	ds3 := receive(t, q, 10, 2) // x0 again and y4 again (both expired); never x2
+	if got := values(ds3); fmt.Sprint(got) != "[x0 y4]" {
+		t.Fatalf("after expiry %v", got)
+	}
+	mustAck(t, q, ackIDs(ds3)...)
+	if got := values(receive(t, q, 10, 1)); fmt.Sprint(got) != "[x2]" {
+		t.Fatalf("next in lane %v", got)
+	}
+}
+
+func TestDeadLetter(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	dlq := e.log("gcp.dead")
+	q := e.queue("gcp.sub.s", Config{DeadLetter: &DeadLetterPolicy{
+		Channel: "gcp.dead", MaxDeliveryAttempts: 2,
+		Headers:             []store.Header{{Key: "CloudPubSubDeadLetterSourceSubscription", Value: []byte("s")}},
+		DeliveryCountHeader: "CloudPubSubDeadLetterSourceDeliveryCount", SourceTimestampHeader: "CloudPubSubDeadLetterSourceTopicPublishTime",
+		DropHeaders: []string{"_pubsub_message_id"},
+	}}, Binding{Source: "gcp.t"})
+	if _, _, err := src.Append([]store.NewRecord{{Timestamp: 1234, Key: []byte("k"), Value: []byte("poison"),
+		Headers: []store.Header{{Key: "_pubsub_message_id", Value: []byte("7")}, {Key: "attr", Value: []byte("1")}}}}); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, q, 1, 1)[0]
+	_, _ = q.ModifyAckDeadline([]string{d.AckID}, 0) // attempt 1 failed
+	d = receive(t, q, 1, 1)[0]
+	e.clk.add(11 * time.Second) // attempt 2 expires: dead-lettered
+	e.m.Sweep()
+	receive(t, q, 1, 0)
+	if in := q.Info(); in.Backlog != 0 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+	recs, _, err := dlq.ReadRecords(0, 10, 1<<20)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("dead letters %v %v", recs, err)
+	}
+	r := recs[0]
+	want := "[{attr [49]} {CloudPubSubDeadLetterSourceSubscription [115]} {CloudPubSubDeadLetterSourceDeliveryCount [50]} {CloudPubSubDeadLetterSourceTopicPublishTime [49 50 51 52]}]"
+	if string(r.Value) != "poison" || string(r.Key) != "k" || fmt.Sprint(r.Headers) != want {
+		t.Fatalf("dead letter %s %s %v", r.Key, r.Value, r.Headers)
+	}
+	// A missing dead-letter log keeps the message in the queue.
+	q2 := e.queue("gcp.sub.s2", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.nowhere", MaxDeliveryAttempts: 1}}, Binding{Source: "gcp.t"})
+	publish(t, src, "z")
+	d = receive(t, q2, 1, 1)[0]
+	_, _ = q2.ModifyAckDeadline([]string{d.AckID}, 0)
+	if in := q2.Info(); in.Backlog != 1 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+}
+
+func TestConcurrentReceiversNeverShareALease(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	const n = 2000
+	vals := make([]string, n)
+	for i := range vals {
+		vals[i] = strconv.Itoa(i)
+	}
+	publish(t, src, vals...)
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ds, err := q.Receive(context.Background(), 37, 0, 0, 200*time.Millisecond)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(ds) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					seen[d.Record.Offset]++
+				}
+				mu.Unlock()
+				if w%2 == 0 {
+					if _, err := q.Ack(ackIDs(ds)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages, want %d", len(seen), n)
+	}
+	for off, c := range seen {
+		if c != 1 {
+			t.Fatalf("offset %d delivered %d times", off, c)
+		}
+	}
+}
+
+func TestRestartKeepsAcksAndCursors(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a", "b", "c", "d")
+	ds := receive(t, q, 4, 4)
+	mustAck(t, q, ds[0].AckID, ds[2].AckID) // a gap: b unacked below c
+	e.restart()
+	q, err := e.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := q.Info(); in.Backlog != 2 || in.Bindings[0].Cursor != 5 {
+		t.Fatalf("info after restart %+v", in)
+	}
+	ds = receive(t, q, 10, 2) // leases are gone: b and d again, attempt 2
+	if fmt.Sprint(values(ds)) != "[b d]" || ds[0].Attempt != 2 {
+		t.Fatalf("after restart %v %+v", values(ds), ds[0])
+	}
+	mustAck(t, q, ackIDs(ds)...)
+	publish(t, e.mustGet("gcp.t"), "e")
+	if got := values(receive(t, q, 10, 1)); fmt.Sprint(got) != "[e]" {
+		t.Fatalf("new record %v", got)
+	}
+}
+
+func (e *env) mustGet(name string) *store.Log {
+	e.t.Helper()
+	l, err := e.st.Get(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+// copyDir copies a data directory as it is on disk at this moment: what a crash
+// (kill -9) leaves, for everything that was fsynced.
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.Walk(from, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			_ = out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCrashKeepsAcks(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	vals := make([]string, 100)
+	for i := range vals {
+		vals[i] = strconv.Itoa(i)
+	}
+	publish(t, src, vals...)
+	ds := receive(t, q, 100, 100)
+	var acked []string
+	for i, d := range ds {
+		if i%3 != 0 {
+			acked = append(acked, d.AckID)
+		}
+	}
+	mustAck(t, q, acked...)
+	// Crash: the directory as it is now, without any close or flush.
+	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
+	copyDir(t, e.dir, crashed.dir)
+	crashed.open()
+	defer crashed.close()
+	q2, err := crashed.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := receive(t, q2, 100, 34)
+	for _, d := range got {
+		if d.Record.Offset%3 != 0 || d.Attempt != 2 {
+			t.Fatalf("redelivered %d (attempt %d) that was acked", d.Record.Offset, d.Attempt)
+		}
+	}
+	// The binding goes on exactly after the last copied record.
+	publish(t, crashed.mustGet("gcp.t"), "new")
+	if got := values(receive(t, q2, 100, 1)); fmt.Sprint(got) != "[new]" {
+		t.Fatalf("after crash %v", got)
+	}
+}
