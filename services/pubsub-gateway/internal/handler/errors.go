@@ -15,10 +15,11 @@ const (
 )
 
 // backendError maps a failed coordinator or storage-core call to the status a Pub/Sub
-// client gets: NOT_FOUND with notFound as message, the codes a client can act on
-// (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION, RESOURCE_EXHAUSTED) as they
-// are, the caller's own cancellation as CANCELLED / DEADLINE_EXCEEDED, and everything
-// else as UNAVAILABLE, which clients retry.
+// client gets: NOT_FOUND with notFound as message; the codes a client can act on
+// (INVALID_ARGUMENT, ALREADY_EXISTS, FAILED_PRECONDITION, RESOURCE_EXHAUSTED,
+// OUT_OF_RANGE, and UNIMPLEMENTED for a queue feature storage-core lacks) as they are;
+// the caller's own cancellation as CANCELLED / DEADLINE_EXCEEDED; everything else as
+// UNAVAILABLE, which clients retry.
 func backendError(ctx context.Context, err error, notFound string) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
@@ -37,7 +38,7 @@ func backendError(ctx context.Context, err error, notFound string) error {
 		}
 		return st.Err()
 	case codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.ResourceExhausted,
-		codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.OutOfRange, codes.Unimplemented:
 		return st.Err()
 	default:
 		return status.Error(codes.Unavailable, st.Message())

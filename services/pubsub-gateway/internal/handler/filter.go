@@ -1,6 +1,17 @@
 package handler
 
-// validateFilter checks a subscription filter's syntax. The full grammar lives in
-// libs/pubsubfilter; until it is merged, storage-core's CreateQueue (which applies the
-// filter) is the check, and its INVALID_ARGUMENT reaches the client.
-func validateFilter(string) error { return nil }
+import (
+	"github.com/tributary/tributary/libs/pubsubfilter"
+)
+
+// validateFilter checks a subscription filter's syntax (libs/pubsubfilter, the grammar
+// storage-core's bindings apply); an empty filter matches every message.
+func validateFilter(expr string) error {
+	if expr == "" {
+		return nil
+	}
+	if _, err := pubsubfilter.Parse(expr); err != nil {
+		return invalid("Invalid filter: %v", err)
+	}
+	return nil
+}
