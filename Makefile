@@ -7,9 +7,9 @@ GO    ?= go
 # work in workspace mode, so they are built with GOWORK=off and run from there).
 TOOLS := $(CURDIR)/bin/tools
 # Every Go package of the workspace, module by module (go.work lists them).
-MODULES := libs proto services/storage-core services/coordinator services/kafka-gateway tests/e2e deploy
-UNIT_PKGS := ./libs/... ./services/storage-core/... ./services/coordinator/... ./services/kafka-gateway/... ./deploy/...
-SERVICES := storage-core coordinator kafka-gateway
+MODULES := libs proto services/storage-core services/coordinator services/kafka-gateway services/pubsub-gateway tests/e2e deploy
+UNIT_PKGS := ./libs/... ./services/storage-core/... ./services/coordinator/... ./services/kafka-gateway/... ./services/pubsub-gateway/... ./deploy/...
+SERVICES := storage-core coordinator kafka-gateway pubsub-gateway
 
 .DEFAULT_GOAL := help
 
@@ -23,7 +23,7 @@ build: ## Build the service binaries into ./bin
 	@for s in $(SERVICES); do $(GO) build -o bin/$$s ./services/$$s/cmd/$$s || exit 1; done
 
 .PHONY: up
-up: build ## Start storage-core, coordinator and kafka-gateway locally (logs and data under ./run)
+up: build ## Start storage-core, coordinator, kafka-gateway and pubsub-gateway locally (logs and data under ./run)
 	@scripts/dev/up.sh
 
 .PHONY: down
