@@ -35,7 +35,7 @@ type binding struct {
 // Pump limits: records per source read, bytes per queue append.
 const (
 	pumpReadRecords = 1000
-	pumpReadBytes   = 4 << 20
+	pumpReadBytes   = 1 << 20
 	pumpAppendBytes = 1 << 20
 	pumpRetry       = time.Second
 	ckptEvery       = time.Second

@@ -149,7 +149,7 @@ func (d *stateDB) commit(ops []*dbOp) {
 	}
 	for _, o := range ops {
 		if err != nil {
-			o.err = fmt.Errorf("%w: %v", ErrState, err)
+			o.err = fmt.Errorf("%w: %w", ErrState, err)
 		}
 		close(o.done)
 	}

@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"fmt"
 	"strings"
 
+	"github.com/tributary/tributary/libs/pubsubfilter"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 )
 
@@ -20,7 +22,11 @@ func ParseFilter(expr string) (Filter, error) {
 	if expr == "" {
 		return nil, nil
 	}
-	return parseFilter(expr)
+	f, err := pubsubfilter.Parse(expr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return f, nil
 }
 
 // attributeLookup returns the lookup a Filter sees for a record's headers.

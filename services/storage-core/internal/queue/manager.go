@@ -34,6 +34,10 @@ type Options struct {
 	SweepInterval time.Duration
 	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
 	MaxLoaded int
+	// MaintenanceInterval is how often retention runs (unacked messages past
+	// message_retention_ms dropped, the queue log trimmed); 0 = 30 s; < 0 disables the
+	// loop (tests call Maintain).
+	MaintenanceInterval time.Duration
 }
 
 // Queue log settings: the queue engine decides what to keep, so the log itself keeps
@@ -72,6 +76,9 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 10000
+	}
+	if opts.MaintenanceInterval == 0 {
+		opts.MaintenanceInterval = 30 * time.Second
 	}
 	db, err := openStateDB(path)
 	if err != nil {
@@ -122,7 +129,11 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	if opts.SweepInterval > 0 {
 		m.wg.Add(1)
-		go m.sweepLoop()
+		go m.loop(opts.SweepInterval, m.Sweep)
+	}
+	if opts.MaintenanceInterval > 0 {
+		m.wg.Add(1)
+		go m.loop(opts.MaintenanceInterval, m.Maintain)
 	}
 	log.Info("queues opened", zap.Int("queues", len(m.queues)))
 	return m, nil
@@ -130,17 +141,27 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 
 func (m *Manager) nowMs() int64 { return m.opts.Now().UnixMilli() }
 
-func (m *Manager) sweepLoop() {
+func (m *Manager) loop(every time.Duration, fn func()) {
 	defer m.wg.Done()
-	t := time.NewTicker(m.opts.SweepInterval)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.Sweep()
+			fn()
 		}
+	}
+}
+
+// Maintain applies retention to every queue once (the loop runs it every
+// MaintenanceInterval).
+func (m *Manager) Maintain() {
+	floors := m.snapshotFloors()
+	for _, q := range m.list() {
+		f, pinned := floors[q.name]
+		q.maintain(f, pinned)
 	}
 }
 
@@ -343,7 +364,7 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 		seen[b.Source] = true
 		f, err := ParseFilter(b.Filter)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: binding %d filter: %v", ErrInvalidArgument, i, err)
+			return nil, nil, fmt.Errorf("binding %d filter: %w", i, err)
 		}
 		l, err := m.st.Get(b.Source)
 		if err != nil {

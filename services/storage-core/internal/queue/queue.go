@@ -93,7 +93,6 @@ type Queue struct {
 	mu       sync.Mutex
 	meta     queueMeta
 	bindings []*binding
-	filters  map[string]Filter
 	pending  []*msg // unacked messages by offset, from the ack floor
 	loadPos  int64  // next queue offset to load into pending
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
@@ -117,12 +116,6 @@ func (q *Queue) Name() string { return q.name }
 func (q *Queue) wakeLocked() {
 	close(q.notify)
 	q.notify = make(chan struct{})
-}
-
-func (q *Queue) wake() {
-	q.mu.Lock()
-	q.wakeLocked()
-	q.mu.Unlock()
 }
 
 // usableLocked is the error delivery verbs answer for a deleted or detached queue.
@@ -169,13 +162,42 @@ func (q *Queue) newMsg(r store.Record) *msg {
 		}
 	}
 	r.Headers = hs
-	m.rec = r
+	m.rec = ownRecord(r)
 	m.key = orderingKey(q.meta.Config.OrderingKeyHeader, hs)
 	m.size = int64(len(r.Key) + len(r.Value))
 	for _, h := range hs {
 		m.size += int64(len(h.Key) + len(h.Value))
 	}
 	return m
+}
+
+// ownRecord copies r's key, value and header values into one allocation of their
+// own: decoded records point into the read buffer, which holds many more records, and
+// the window keeps messages for long.
+func ownRecord(r store.Record) store.Record {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Value)
+	}
+	buf := make([]byte, 0, n)
+	own := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		buf = append(buf, b...)
+		return buf[len(buf)-len(b) : len(buf) : len(buf)]
+	}
+	r.Key, r.Value = own(r.Key), own(r.Value)
+	if len(r.Headers) > 0 {
+		hs := make([]store.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = store.Header{Key: h.Key, Value: own(h.Value)}
+		}
+		r.Headers = hs
+	} else {
+		r.Headers = nil
+	}
+	return r
 }
 
 func orderingKey(header string, hs []store.Header) string {
@@ -219,7 +241,7 @@ func (q *Queue) fill() {
 			q.mu.Unlock()
 			return
 		}
-		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), 8<<20)
+		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), 1<<20)
 		if err != nil {
 			if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
 				q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
@@ -444,9 +466,14 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 	}
 	res := make([]AckResult, len(ids))
 	var acked []int64
+	now := q.m.nowMs()
+	eod := q.meta.Config.ExactlyOnce
 	for i, id := range ids {
 		m, r := q.resolveLocked(id)
-		if m != nil && (r == AckOK || r == AckExpired && !q.meta.Config.ExactlyOnce && m.state == stAvailable) {
+		if r == AckOK && eod && m.deadline <= now {
+			r = AckExpired // the lease ended, though not swept yet
+		}
+		if m != nil && (r == AckOK || r == AckExpired && !eod && m.state == stAvailable) {
 			q.ackLocked(m)
 			acked = append(acked, m.off)
 		}

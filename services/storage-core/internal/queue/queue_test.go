@@ -48,7 +48,7 @@ func (e *env) open() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), Options{Now: e.clk.now, SweepInterval: -1}, zaptest.NewLogger(e.t))
+	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), Options{Now: e.clk.now, SweepInterval: -1, MaintenanceInterval: -1}, zaptest.NewLogger(e.t))
 	if err != nil {
 		_ = st.Close()
 		e.t.Fatal(err)
@@ -607,5 +607,52 @@ func TestCrashKeepsAcks(t *testing.T) {
 	publish(t, crashed.mustGet("gcp.t"), "new")
 	if got := values(receive(t, q2, 100, 1)); fmt.Sprint(got) != "[new]" {
 		t.Fatalf("after crash %v", got)
+	}
+}
+
+func TestBindingFilter(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.red", Config{}, Binding{Source: "gcp.t", Filter: `attributes.color = "red" AND NOT attributes:_pubsub_message_id`})
+	publishWith(t, src, "r1", "color", "red", "_pubsub_message_id", "1") // system header: not an attribute
+	publishWith(t, src, "b", "color", "blue")
+	publishWith(t, src, "r2", "color", "blue", "color", "red") // repeated: the last value wins
+	publishWith(t, src, "none")
+	ds := receive(t, q, 10, 2)
+	if got := values(ds); fmt.Sprint(got) != "[r1 r2]" {
+		t.Fatalf("filtered %v", got)
+	}
+	if ds[1].SourceSeq != 3 || ds[1].Record.Offset != 1 {
+		t.Fatalf("source sequence %+v", ds[1])
+	}
+	if _, _, err := e.m.Create("gcp.sub.bad", Config{}, []Binding{{Source: "gcp.t", Filter: "attributes.x ="}}, false); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad filter: %v", err)
+	}
+	// The cursor passes non-matching records durably enough: after a restart nothing is
+	// copied twice.
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.red")
+	publishWith(t, e.mustGet("gcp.t"), "r3", "color", "red")
+	ds = receive(t, q, 10, 3)
+	if got := values(ds); fmt.Sprint(got) != "[r1 r2 r3]" {
+		t.Fatalf("after restart %v", got)
+	}
+	if in := q.Info(); in.Bindings[0].Cursor != 6 || q.log.HighWatermark() != 3 {
+		t.Fatalf("cursor %d, queue hw %d", in.Bindings[0].Cursor, q.log.HighWatermark())
+	}
+}
+
+func TestExactlyOnceAckAfterDeadline(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{ExactlyOnce: true}, Binding{Source: "gcp.t"})
+	publish(t, src, "a")
+	d := receive(t, q, 1, 1)[0]
+	e.clk.add(10 * time.Second) // the lease ends; no sweep ran
+	if rs := mustAck(t, q, d.AckID); rs[0] != AckExpired {
+		t.Fatalf("late ack %v", rs)
+	}
+	if d2 := receive(t, q, 1, 1)[0]; d2.Attempt != 2 {
+		t.Fatalf("redelivery %+v", d2)
 	}
 }

@@ -184,3 +184,80 @@ func (qs *queueService) ModifyAckDeadline(_ context.Context, req *storagev1.Modi
 	}
 	return &storagev1.ModifyAckDeadlineResponse{Results: ackResults(rs)}, nil
 }
+
+func (qs *queueService) UpdateQueueConfig(_ context.Context, req *storagev1.UpdateQueueConfigRequest) (_ *storagev1.UpdateQueueConfigResponse, err error) {
+	defer func() { qs.s.count("UpdateQueueConfig", err) }()
+	q, err := qs.qm.Get(req.Name)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	in, err := q.UpdateConfig(queueConfigFromProto(req.Config), req.UpdateMask)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.UpdateQueueConfigResponse{Queue: queueToProto(in)}, nil
+}
+
+func (qs *queueService) Detach(_ context.Context, req *storagev1.DetachRequest) (_ *storagev1.DetachResponse, err error) {
+	defer func() { qs.s.count("Detach", err) }()
+	if err := qs.qm.Detach(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.DetachResponse{}, nil
+}
+
+func (qs *queueService) Seek(_ context.Context, req *storagev1.SeekRequest) (_ *storagev1.SeekResponse, err error) {
+	defer func() { qs.s.count("Seek", err) }()
+	q, err := qs.qm.Get(req.Queue)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	switch t := req.Target.(type) {
+	case *storagev1.SeekRequest_TimeMs:
+		if t.TimeMs < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "time_ms %d is negative", t.TimeMs)
+		}
+		err = q.SeekTime(t.TimeMs)
+	case *storagev1.SeekRequest_Snapshot:
+		err = q.SeekSnapshot(t.Snapshot)
+	default:
+		return nil, status.Error(codes.InvalidArgument, "seek needs time_ms or snapshot")
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.SeekResponse{}, nil
+}
+
+func (qs *queueService) CreateSnapshot(_ context.Context, req *storagev1.CreateSnapshotRequest) (_ *storagev1.CreateSnapshotResponse, err error) {
+	defer func() { qs.s.count("CreateSnapshot", err) }()
+	q, err := qs.qm.Get(req.Queue)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ms, err := q.CreateSnapshot(req.Name)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.CreateSnapshotResponse{CreatedMs: ms}, nil
+}
+
+func (qs *queueService) DeleteSnapshot(_ context.Context, req *storagev1.DeleteSnapshotRequest) (_ *storagev1.DeleteSnapshotResponse, err error) {
+	defer func() { qs.s.count("DeleteSnapshot", err) }()
+	if err := qs.qm.DeleteSnapshot(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.DeleteSnapshotResponse{}, nil
+}
+
+func (qs *queueService) Purge(_ context.Context, req *storagev1.PurgeRequest) (_ *storagev1.PurgeResponse, err error) {
+	defer func() { qs.s.count("Purge", err) }()
+	q, err := qs.qm.Get(req.Queue)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := q.Purge(); err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.PurgeResponse{}, nil
+}

@@ -62,6 +62,8 @@ func TestQueueServiceGRPC(t *testing.T) {
 	wantCode(t, "reserved source", err, codes.PermissionDenied)
 	_, err = c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "gcp.sub.s", Bindings: []*storagev1.Binding{{Source: "gcp.none"}}})
 	wantCode(t, "missing source", err, codes.NotFound)
+	_, err = c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "gcp.sub.s", Bindings: []*storagev1.Binding{{Source: "gcp.orders", Filter: "attributes.a = "}}})
+	wantCode(t, "bad filter", err, codes.InvalidArgument)
 	_, err = c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "bad name"})
 	wantCode(t, "bad name", err, codes.InvalidArgument)
 	_, err = c.st.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "gcp.sub.s", Kind: storagev1.ChannelKind_CHANNEL_KIND_QUEUE})

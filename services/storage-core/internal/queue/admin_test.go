@@ -1,0 +1,198 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+)
+
+func TestPurge(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{ExactlyOnce: true}, Binding{Source: "gcp.t"})
+	publish(t, src, "a", "b", "c")
+	d := receive(t, q, 1, 1)[0]
+	if err := q.Purge(); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, q, 10, 0)
+	if rs := mustAck(t, q, d.AckID); rs[0] != AckExpired {
+		t.Fatalf("ack after purge %v", rs)
+	}
+	if in := q.Info(); in.Backlog != 0 || in.Leased != 0 {
+		t.Fatalf("info %+v", in)
+	}
+	publish(t, src, "d")
+	if got := values(receive(t, q, 10, 1)); fmt.Sprint(got) != "[d]" {
+		t.Fatalf("after purge %v", got)
+	}
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	if got := values(receive(t, q, 10, 1)); fmt.Sprint(got) != "[d]" {
+		t.Fatalf("after restart %v", got)
+	}
+}
+
+func TestSeekTimeAndSnapshot(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{RetainAcked: true}, Binding{Source: "gcp.t"})
+	for i := 0; i < 6; i++ {
+		if _, _, err := src.Append([]store.NewRecord{{Timestamp: int64(1000 * (i + 1)), Value: []byte(strconv.Itoa(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := receive(t, q, 10, 6)
+	mustAck(t, q, ds[0].AckID, ds[1].AckID, ds[3].AckID) // unacked: 2, 4, 5
+	if _, err := q.CreateSnapshot("snap"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.CreateSnapshot("snap"); !errors.Is(err, ErrSnapshotExists) {
+		t.Fatalf("dup snapshot: %v", err)
+	}
+	if _, err := q.CreateSnapshot(""); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("empty name: %v", err)
+	}
+	mustAck(t, q, ackIDs(ds)...)
+	receive(t, q, 10, 0)
+
+	// Back in time: published at or after 3000 ms (values 2..5) are unacked again.
+	if err := q.SeekTime(3000); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[2 3 4 5]" {
+		t.Fatalf("seek time %v", got)
+	}
+	// Forward past everything: all acked.
+	if err := q.SeekTime(1 << 50); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, q, 10, 0)
+	if q.Info().Backlog != 0 {
+		t.Fatal("backlog after seek to the future")
+	}
+	// To the snapshot: 2, 4, 5 and what came after it.
+	if _, _, err := src.Append([]store.NewRecord{{Timestamp: 7000, Value: []byte("6")}}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, q, 10, 1)
+	if err := q.SeekSnapshot("snap"); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[2 4 5 6]" {
+		t.Fatalf("seek snapshot %v", got)
+	}
+	// Survives a restart (the state, not the leases).
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[2 4 5 6]" {
+		t.Fatalf("after restart %v", got)
+	}
+	if err := q.SeekSnapshot("nope"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("missing snapshot: %v", err)
+	}
+	other := e.queue("gcp.sub.other", Config{}, Binding{Source: "gcp.t"})
+	if err := other.SeekSnapshot("snap"); !errors.Is(err, ErrNotQueue) {
+		t.Fatalf("other queue's snapshot: %v", err)
+	}
+	if err := e.m.DeleteSnapshot("snap"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.DeleteSnapshot("snap"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("delete twice: %v", err)
+	}
+	// Deleting a queue removes its snapshots.
+	if _, err := other.CreateSnapshot("o"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Delete("gcp.sub.other", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.DeleteSnapshot("o"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("snapshot of a deleted queue: %v", err)
+	}
+}
+
+func TestDetach(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a")
+	d := receive(t, q, 1, 1)[0]
+	if err := e.m.Detach("gcp.sub.s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Detach("gcp.sub.s"); err != nil {
+		t.Fatalf("detach twice: %v", err)
+	}
+	if _, err := q.Receive(context.Background(), 1, 0, 0, 0); !errors.Is(err, ErrDetached) {
+		t.Fatalf("receive: %v", err)
+	}
+	if _, err := q.Ack([]string{d.AckID}); !errors.Is(err, ErrDetached) {
+		t.Fatalf("ack: %v", err)
+	}
+	in := q.Info()
+	if !in.Detached || len(in.Bindings) != 0 || in.Backlog != 0 {
+		t.Fatalf("info %+v", in)
+	}
+	publish(t, src, "b")
+	e.restart()
+	q, err := e.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := q.Info(); !in.Detached || q.log.HighWatermark() != 1 {
+		t.Fatalf("after restart %+v hw %d", in, q.log.HighWatermark())
+	}
+}
+
+func TestUpdateConfig(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	for _, k := range []string{"x", "x"} {
+		publishWith(t, src, k, "ok", k)
+	}
+	in, err := q.UpdateConfig(Config{OrderingKeyHeader: "ok", AckDeadlineMs: 20000}, []string{"ordering_key_header", "ack_deadline_ms"})
+	if err != nil || in.Config.OrderingKeyHeader != "ok" || in.Config.AckDeadlineMs != 20000 {
+		t.Fatalf("update %+v %v", in, err)
+	}
+	d := receive(t, q, 10, 1)[0] // ordered now: one of the two x's
+	e.clk.add(15 * time.Second)
+	e.m.Sweep()
+	receive(t, q, 10, 0) // the 20 s default lease holds
+	mustAck(t, q, d.AckID)
+	if _, err := q.UpdateConfig(Config{}, []string{"nope"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad mask: %v", err)
+	}
+	if _, err := q.UpdateConfig(Config{AckDeadlineMs: 1}, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad value: %v", err)
+	}
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	if c := q.Info().Config; c.OrderingKeyHeader != "ok" || c.AckDeadlineMs != 20000 {
+		t.Fatalf("after restart %+v", c)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{MessageRetentionMs: 60_000}, Binding{Source: "gcp.t"})
+	now := e.clk.ms.Load()
+	if _, _, err := src.Append([]store.NewRecord{{Timestamp: now - 120_000, Value: []byte("old")}, {Timestamp: now, Value: []byte("new")}}); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, q, 10, 2) // loads both
+	e.clk.add(11 * time.Second)
+	e.m.Sweep()
+	e.m.Maintain()
+	if got := values(receive(t, q, 10, 1)); fmt.Sprint(got) != "[new]" {
+		t.Fatalf("after retention %v", got)
+	}
+}

@@ -1,0 +1,92 @@
+package queue
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	"go.uber.org/zap"
+)
+
+// BenchmarkReceiveAck measures leased-and-acked messages per second: receivers take
+// batches of `batch` messages and ack them (each Receive and each Ack waits for its
+// group-committed state write, fsync included).
+func BenchmarkReceiveAck(b *testing.B) {
+	for _, tc := range []struct{ batch, receivers int }{{1, 1}, {100, 1}, {100, 4}} {
+		b.Run("batch="+strconv.Itoa(tc.batch)+"/receivers="+strconv.Itoa(tc.receivers), func(b *testing.B) {
+			dir := b.TempDir()
+			st, err := store.Open(filepath.Join(dir, "store"), store.Options{RetentionInterval: -1}, zap.NewNop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := Open(st, filepath.Join(dir, "queues.db"), Options{}, zap.NewNop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = m.Close(); _ = st.Close() }()
+			src, _, _ := st.Create("gcp.t", store.ChannelConfig{}, false)
+			q, _, err := m.Create("gcp.sub.s", Config{}, []Binding{{Source: "gcp.t"}}, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			value := make([]byte, 256)
+			for n := 0; n < b.N; {
+				k := min(1000, b.N-n)
+				recs := make([]store.NewRecord, k)
+				for i := range recs {
+					recs[i] = store.NewRecord{Value: value}
+				}
+				if _, _, err := src.Append(recs); err != nil {
+					b.Fatal(err)
+				}
+				n += k
+			}
+			for q.log.HighWatermark() < int64(b.N) { // the binding's copy is not measured
+				time.Sleep(time.Millisecond)
+			}
+			b.SetBytes(int64(len(value)))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			got := 0
+			for r := 0; r < tc.receivers; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						mu.Lock()
+						done := got >= b.N
+						mu.Unlock()
+						if done {
+							return
+						}
+						ds, err := q.Receive(context.Background(), tc.batch, 0, 0, 100*time.Millisecond)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if len(ds) == 0 {
+							continue
+						}
+						ids := make([]string, len(ds))
+						for i := range ds {
+							ids[i] = ds[i].AckID
+						}
+						if _, err := q.Ack(ids); err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						got += len(ds)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
