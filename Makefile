@@ -42,9 +42,10 @@ e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC client
 	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
 
 .PHONY: bench
-bench: ## Kafka produce/consume and consumer-group benchmarks: our stack beside franz-go's kfake, same run
+bench: ## Kafka and Pub/Sub benchmarks: our stack beside franz-go's kfake and the Go client's pstest, same run
 	$(GO) run ./tests/e2e/cmd/kafkabench
 	$(GO) run ./tests/e2e/cmd/groupbench
+	$(GO) run ./tests/e2e/cmd/pubsubbench
 
 .PHONY: proto
 proto: tools ## Regenerate Go code from proto/ (checked in)

@@ -28,6 +28,13 @@ const (
 	flowRecheck = time.Second
 	// backendRetry is the pause after a failed Receive before the stream gives up.
 	backendRetry = 200 * time.Millisecond
+	// windowFactor scales the client's max_outstanding_messages/bytes into the stream's
+	// window. Clients release a flow-control slot as soon as the application acks, but
+	// send acks in batches (the Go client every 100 ms, over unary Acknowledge), so a
+	// window of exactly the client's limit would cap a stream at ten windows per second
+	// while the client sits idle; the client's own flow control still holds the
+	// application to its limit.
+	windowFactor = 4
 )
 
 // StreamingPull delivers messages over a bidirectional stream: the first request names
@@ -64,7 +71,7 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 	}
 	st := &stream{
 		h: h, ss: ss, sub: sub, queue: channel.PubSubSubscription(r.id),
-		maxMsgs: first.GetMaxOutstandingMessages(), maxBytes: first.GetMaxOutstandingBytes(),
+		maxMsgs: first.GetMaxOutstandingMessages() * windowFactor, maxBytes: first.GetMaxOutstandingBytes() * windowFactor,
 		outstanding: map[string]lease{}, wake: make(chan struct{}, 1),
 		props: &pubsubpb.StreamingPullResponse_SubscriptionProperties{
 			ExactlyOnceDeliveryEnabled: sub.spec.GetEnableExactlyOnceDelivery(),
@@ -254,7 +261,37 @@ func (s *stream) notify() {
 	}
 }
 
+// deliverLoop receives from the queue and hands each batch to a sender goroutine, so the
+// next Receive overlaps the previous batch's Send.
 func (s *stream) deliverLoop(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan *pubsubpb.StreamingPullResponse, 1)
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				sendErr <- nil
+				return
+			case out := <-batches:
+				if err := s.send(out); err != nil {
+					cancel()
+					sendErr <- err
+					return
+				}
+			}
+		}
+	}()
+	err := s.receiveLoop(ctx, batches)
+	cancel()
+	if serr := <-sendErr; serr != nil {
+		return serr
+	}
+	return err
+}
+
+func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.StreamingPullResponse) error {
 	limited := s.maxMsgs > 0 || s.maxBytes > 0
 	for ctx.Err() == nil {
 		msgs, bytes, full := s.window(s.h.now())
@@ -301,8 +338,10 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 				s.track(rm.GetAckId(), int64(proto.Size(rm.GetMessage())), until)
 			}
 		}
-		if err := s.send(out); err != nil {
-			return err
+		select {
+		case batches <- out:
+		case <-ctx.Done():
+			return nil
 		}
 	}
 	return nil
