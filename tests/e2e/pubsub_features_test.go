@@ -66,6 +66,7 @@ func TestPubSubOrdering(t *testing.T) {
 	defer cancel()
 	sb := c.Subscriber(sub)
 	sb.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Behavior: pubsub.ShutdownBehaviorNackImmediately}
+	phase1Start := time.Now()
 	err := sb.Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -102,8 +103,13 @@ func TestPubSubOrdering(t *testing.T) {
 		}
 	}
 
-	// Phase 2: Pull and Acknowledge the rest, checking order per key.
+	t.Logf("phase 1 (Go client) took %v", time.Since(phase1Start))
+
+	// Phase 2: Pull and Acknowledge the rest, checking order per key. The last ack of
+	// phase 1 may not have reached the server before Receive returned: a key may start
+	// again one message back (at-least-once), never further and never ahead.
 	deadline := time.Now().Add(60 * time.Second)
+	first := map[string]bool{}
 	total := 0
 	for k := range acked {
 		total += acked[k]
@@ -120,9 +126,12 @@ func TestPubSubOrdering(t *testing.T) {
 		for _, rm := range pr.GetReceivedMessages() {
 			k := rm.GetMessage().GetOrderingKey()
 			i, _ := strconv.Atoi(string(rm.GetMessage().GetData()))
-			if i != acked[k] {
+			if !first[k] && i == acked[k]-1 {
+				total--
+			} else if i != acked[k] {
 				t.Fatalf("%s: pulled %d while %d is next", k, i, acked[k])
 			}
+			first[k] = true
 			acked[k] = i + 1
 			ids = append(ids, rm.GetAckId())
 		}

@@ -35,6 +35,8 @@ const (
 	// while the client sits idle; the client's own flow control still holds the
 	// application to its limit.
 	windowFactor = 4
+	// releaseTimeout bounds the nack of messages a closing stream could not send.
+	releaseTimeout = 5 * time.Second
 )
 
 // StreamingPull delivers messages over a bidirectional stream: the first request names
@@ -276,6 +278,7 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 				return
 			case out := <-batches:
 				if err := s.send(out); err != nil {
+					s.release(out)
 					cancel()
 					sendErr <- err
 					return
@@ -285,10 +288,34 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 	}()
 	err := s.receiveLoop(ctx, batches)
 	cancel()
-	if serr := <-sendErr; serr != nil {
+	serr := <-sendErr
+	select {
+	case out := <-batches:
+		s.release(out)
+	default:
+	}
+	if serr != nil {
 		return serr
 	}
 	return err
+}
+
+// release nacks messages leased for the stream but never sent to its client, so they
+// (and, with ordering, their keys' later messages) are redelivered at once rather than
+// after the lease.
+func (s *stream) release(out *pubsubpb.StreamingPullResponse) {
+	ids := make([]string, 0, len(out.GetReceivedMessages()))
+	for _, m := range out.GetReceivedMessages() {
+		ids = append(ids, m.GetAckId())
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if _, err := s.h.modAck(ctx, s.sub.id, ids, 0); err != nil {
+		s.h.log.Warn("could not release unsent messages; they return after their lease", zap.String("queue", s.queue), zap.Int("messages", len(ids)), zap.Error(err))
+	}
 }
 
 func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.StreamingPullResponse) error {
@@ -341,6 +368,7 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 		select {
 		case batches <- out:
 		case <-ctx.Done():
+			s.release(out)
 			return nil
 		}
 	}
