@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/tests/e2e/stack"
 )
 
 // TestPubSubAdmin: topics and subscriptions through the generated Publisher and
@@ -481,5 +483,89 @@ func TestPubSubReplicas(t *testing.T) {
 	if _, err := sc0.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: subPath(sub), AckIds: []string{again[0].GetAckId()}}); err != nil {
 		t.Fatalf("Acknowledge through replica 0: %v", err)
 	}
+	waitBacklog(t, q, sub, 0, 10*time.Second)
+}
+
+// TestPubSubReplicaKilled: a gateway replica is killed (SIGKILL) while its StreamingPull
+// client holds leased messages; they are redelivered through the other replica once
+// their ack deadline (10 s) passes.
+func TestPubSubReplicaKilled(t *testing.T) {
+	s := pubsubStack(t)
+	pub, sc0 := rawPubSub(t, s.PubSubAddrs[0])
+	_, q := storageClients(t, s.StorageAddr)
+	topic, sub := psID("kill"), psID("kill-sub")
+	mustCreateTopic(t, pub, topic)
+	mustCreateSub(t, sc0, sub, topic, nil)
+	const n = 50
+	msgs := make([]*pubsubpb.PubsubMessage, n)
+	for i := range msgs {
+		msgs[i] = &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i))}
+	}
+	if _, err := pub.Publish(ctxT(t, 10*time.Second), &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: msgs}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	c1 := psClient(t, s.PubSubAddrs[1])
+	sb := c1.Subscriber(sub)
+	sb.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Timeout: time.Second, Behavior: pubsub.ShutdownBehaviorNackImmediately}
+	// The stream's ack deadline (the leases' length) is this, not the client's 60 s default.
+	sb.ReceiveSettings.MaxDurationPerAckExtension = 10 * time.Second
+	rctx, cancel := context.WithTimeout(ctxT(t, time.Minute), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	held := map[string]bool{}
+	all := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- sb.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			held[string(m.Data)] = true // never acked
+			if len(held) == n {
+				close(all)
+			}
+		})
+	}()
+	select {
+	case <-all:
+	case <-rctx.Done():
+		t.Fatalf("the client got %d of %d messages through replica 1", len(held), n)
+	}
+	name := stack.PubSubGateway + "-1"
+	if err := s.Kill(name, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Restart(context.Background(), name); err != nil {
+			t.Errorf("restart %s: %v", name, err)
+		}
+	})
+	killed := time.Now()
+	cancel()
+	<-done
+	t.Logf("client stopped %v after the kill", time.Since(killed))
+
+	got := map[string]bool{}
+	deadline := time.Now().Add(45 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		pr, err := sc0.Pull(ctxT(t, 30*time.Second), &pubsubpb.PullRequest{Subscription: subPath(sub), MaxMessages: n})
+		if err != nil {
+			t.Fatalf("Pull through replica 0: %v", err)
+		}
+		var ids []string
+		for _, m := range pr.GetReceivedMessages() {
+			got[string(m.GetMessage().GetData())] = true
+			ids = append(ids, m.GetAckId())
+		}
+		if len(ids) > 0 {
+			if _, err := sc0.Acknowledge(ctxT(t, 10*time.Second), &pubsubpb.AcknowledgeRequest{Subscription: subPath(sub), AckIds: ids}); err != nil {
+				t.Fatalf("Acknowledge: %v", err)
+			}
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("redelivered through replica 0: %d of %d", len(got), n)
+	}
+	t.Logf("all redelivered %v after the kill", time.Since(killed))
 	waitBacklog(t, q, sub, 0, 10*time.Second)
 }
