@@ -30,7 +30,6 @@ const (
 	eodReason         = "EXACTLY_ONCE_ACKID_FAILURE"
 	eodDomain         = "pubsub.googleapis.com"
 	eodInvalidAckID   = "PERMANENT_FAILURE_INVALID_ACK_ID"
-	maxAckIDsPerCall  = 2500
 	maxModAckDeadline = 600
 )
 
@@ -133,9 +132,6 @@ func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMe
 func checkAckIDs(ids []string) error {
 	if len(ids) == 0 {
 		return invalid("No ack ids specified.")
-	}
-	if len(ids) > maxAckIDsPerCall {
-		return invalid("Too many ack ids: %d, at most %d per request.", len(ids), maxAckIDsPerCall)
 	}
 	for _, id := range ids {
 		if id == "" {
