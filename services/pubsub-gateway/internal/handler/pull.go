@@ -61,7 +61,8 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 		return nil, err
 	}
 	wait := maxPullWait
-	if req.GetReturnImmediately() { //nolint:staticcheck // deprecated but still sent by clients
+	//lint:ignore SA1019 deprecated in pubsub.proto, but clients still send it
+	if req.GetReturnImmediately() {
 		wait = 0
 	} else if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, max(time.Until(dl)-deadlineMargin, 0))
