@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // publishAll publishes msgs through the Go client and waits for every result.
@@ -352,4 +355,112 @@ func TestPubSubExactlyOnce(t *testing.T) {
 	if st, ok := statuses["late"]; !ok || st != pubsub.AcknowledgeStatusInvalidAckID {
 		t.Errorf("late ack: %v (seen %v), want AcknowledgeStatusInvalidAckID", st, ok)
 	}
+}
+
+// pullAll pulls until n messages arrived (acking them when ack is set) and returns
+// their data.
+func pullAll(t *testing.T, sc pubsubpb.SubscriberClient, sub string, n int, ack bool) []string {
+	t.Helper()
+	var out []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(out) < n && time.Now().Before(deadline) {
+		pr, err := sc.Pull(ctxT(t, 30*time.Second), &pubsubpb.PullRequest{Subscription: subPath(sub), MaxMessages: int32(n - len(out))})
+		if err != nil {
+			t.Fatalf("Pull %s: %v", sub, err)
+		}
+		var ids []string
+		for _, m := range pr.GetReceivedMessages() {
+			out = append(out, string(m.GetMessage().GetData()))
+			ids = append(ids, m.GetAckId())
+		}
+		if ack && len(ids) > 0 {
+			if _, err := sc.Acknowledge(ctxT(t, 10*time.Second), &pubsubpb.AcknowledgeRequest{Subscription: subPath(sub), AckIds: ids}); err != nil {
+				t.Fatalf("Acknowledge: %v", err)
+			}
+		}
+	}
+	if len(out) != n {
+		t.Fatalf("pulled %d of %d from %s", len(out), n, sub)
+	}
+	return out
+}
+
+// TestPubSubSnapshotSeekDetach: a snapshot taken before acking brings the messages back
+// on Seek; Seek to a time before the publish does too, Seek to now acks them; a detached
+// subscription refuses Pull with FAILED_PRECONDITION.
+func TestPubSubSnapshotSeekDetach(t *testing.T) {
+	s := pubsubStack(t)
+	pub, sc := rawPubSub(t, s.PubSubAddrs[0])
+	_, sc1 := rawPubSub(t, s.PubSubAddrs[1])
+	_, q := storageClients(t, s.StorageAddr)
+	ctx := ctxT(t, time.Minute)
+	topic, other, sub, osub, snap := psID("seek"), psID("seek-o"), psID("seek-sub"), psID("seek-osub"), psID("seek-snap")
+	mustCreateTopic(t, pub, topic)
+	mustCreateTopic(t, pub, other)
+	mustCreateSub(t, sc, sub, topic, nil)
+	mustCreateSub(t, sc, osub, other, nil)
+	before := time.Now().Add(-time.Second)
+	if _, err := pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: []*pubsubpb.PubsubMessage{{Data: []byte("a")}, {Data: []byte("b")}, {Data: []byte("c")}}}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	waitBacklog(t, q, sub, 3, 10*time.Second)
+	sn, err := sc.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: "projects/" + psProject + "/snapshots/" + snap, Subscription: subPath(sub)})
+	if err != nil || sn.GetTopic() != topicPath(topic) || sn.GetExpireTime() == nil {
+		t.Fatalf("CreateSnapshot = %v, %v", sn, err)
+	}
+	snapName := sn.GetName()
+	_, err = sc1.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: snapName, Subscription: subPath(sub)})
+	wantCode(t, "CreateSnapshot again", err, codes.AlreadyExists)
+	_, err = sc1.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: snapName + "x", Subscription: subPath("missing-" + sub)})
+	wantCode(t, "CreateSnapshot of a missing subscription", err, codes.NotFound)
+	ts, err := pub.ListTopicSnapshots(ctx, &pubsubpb.ListTopicSnapshotsRequest{Topic: topicPath(topic)})
+	if err != nil || len(ts.GetSnapshots()) != 1 || ts.GetSnapshots()[0] != snapName {
+		t.Fatalf("ListTopicSnapshots = %v, %v", ts, err)
+	}
+
+	pullAll(t, sc, sub, 3, true)
+	waitBacklog(t, q, sub, 0, 10*time.Second)
+	if _, err := sc1.Seek(ctx, &pubsubpb.SeekRequest{Subscription: subPath(sub), Target: &pubsubpb.SeekRequest_Snapshot{Snapshot: snapName}}); err != nil {
+		t.Fatalf("Seek to snapshot: %v", err)
+	}
+	got := pullAll(t, sc, sub, 3, true)
+	if fmt.Sprint(sortedStrings(got)) != "[a b c]" {
+		t.Fatalf("after Seek to the snapshot: %v", got)
+	}
+	if _, err := sc.Seek(ctx, &pubsubpb.SeekRequest{Subscription: subPath(sub), Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(before)}}); err != nil {
+		t.Fatalf("Seek to a time: %v", err)
+	}
+	waitBacklog(t, q, sub, 3, 10*time.Second)
+	if _, err := sc.Seek(ctx, &pubsubpb.SeekRequest{Subscription: subPath(sub), Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.Now()}}); err != nil {
+		t.Fatalf("Seek to now: %v", err)
+	}
+	waitBacklog(t, q, sub, 0, 10*time.Second)
+
+	_, err = sc.Seek(ctx, &pubsubpb.SeekRequest{Subscription: subPath(osub), Target: &pubsubpb.SeekRequest_Snapshot{Snapshot: snapName}})
+	wantCode(t, "Seek to another topic's snapshot", err, codes.FailedPrecondition)
+	_, err = sc.Seek(ctx, &pubsubpb.SeekRequest{Subscription: subPath(sub)})
+	wantCode(t, "Seek without target", err, codes.InvalidArgument)
+	_, err = sc.Seek(ctx, &pubsubpb.SeekRequest{Subscription: subPath(sub), Target: &pubsubpb.SeekRequest_Snapshot{Snapshot: snapName + "-missing"}})
+	wantCode(t, "Seek to a missing snapshot", err, codes.NotFound)
+	if _, err := sc.DeleteSnapshot(ctx, &pubsubpb.DeleteSnapshotRequest{Snapshot: snapName}); err != nil {
+		t.Fatalf("DeleteSnapshot: %v", err)
+	}
+	_, err = sc1.GetSnapshot(ctx, &pubsubpb.GetSnapshotRequest{Snapshot: snapName})
+	wantCode(t, "GetSnapshot deleted", err, codes.NotFound)
+
+	if _, err := pub.DetachSubscription(ctx, &pubsubpb.DetachSubscriptionRequest{Subscription: subPath(sub)}); err != nil {
+		t.Fatalf("DetachSubscription: %v", err)
+	}
+	gs, err := sc1.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: subPath(sub)})
+	if err != nil || !gs.GetDetached() {
+		t.Fatalf("detached subscription = %v, %v", gs, err)
+	}
+	_, err = sc1.Pull(ctx, &pubsubpb.PullRequest{Subscription: subPath(sub), MaxMessages: 1})
+	wantCode(t, "Pull on a detached subscription", err, codes.FailedPrecondition)
+}
+
+func sortedStrings(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
 }

@@ -401,6 +401,8 @@ func statusError(err error) error {
 		return status.Error(codes.NotFound, "topic not found")
 	case errors.Is(err, store.ErrSubscriptionNotFound):
 		return status.Error(codes.NotFound, "subscription not found")
+	case errors.Is(err, store.ErrSnapshotNotFound):
+		return status.Error(codes.NotFound, "snapshot not found")
 	}
 	if st, ok := status.FromError(err); ok {
 		return st.Err()

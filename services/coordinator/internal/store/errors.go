@@ -18,6 +18,8 @@ var (
 	ErrTopicExists = errors.New("topic already exists")
 	// ErrSubscriptionNotFound is returned when no Pub/Sub subscription has the given id.
 	ErrSubscriptionNotFound = errors.New("subscription not found")
+	// ErrSnapshotNotFound is returned when no Pub/Sub snapshot has the given id.
+	ErrSnapshotNotFound = errors.New("snapshot not found")
 )
 
 // Unavailable reports whether err means Postgres could not be reached, is not ready or

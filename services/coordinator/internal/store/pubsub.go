@@ -197,7 +197,7 @@ func (t *PubSubTx) SetSubscriptionDetached(ctx context.Context, id string) error
 	return nil
 }
 
-// DeleteSubscription unregisters subscription id.
+// DeleteSubscription unregisters subscription id; its snapshots stay.
 func (t *PubSubTx) DeleteSubscription(ctx context.Context, id string) error {
 	tag, err := t.tx.Exec(ctx, "DELETE FROM pubsub_subscriptions WHERE id = $1", id)
 	if err != nil {
@@ -205,6 +205,9 @@ func (t *PubSubTx) DeleteSubscription(ctx context.Context, id string) error {
 	}
 	if tag.RowsAffected() == 0 {
 		return ErrSubscriptionNotFound
+	}
+	if _, err := t.tx.Exec(ctx, "UPDATE pubsub_snapshots SET subscription_id = NULL WHERE subscription_id = $1", id); err != nil {
+		return fmt.Errorf("orphan snapshots of pubsub subscription %s: %w", id, err)
 	}
 	return nil
 }
@@ -249,4 +252,108 @@ func (s *Store) PubSubSubscriptions(ctx context.Context, topic, after string, li
 		return nil, fmt.Errorf("list pubsub subscriptions: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*PubSubSubscription, error) { return scanPubSubSub(r) })
+}
+
+// PubSubSnapshot is one registered Pub/Sub snapshot.
+type PubSubSnapshot struct {
+	ID string
+	// SubscriptionID is empty once the subscription was deleted.
+	SubscriptionID string
+	TopicID        string
+	// Spec is the gateway's serialized google.pubsub.v1.Snapshot (opaque here).
+	Spec      []byte
+	CreatedAt time.Time
+}
+
+// pubsubSnapLockClass is the first key of a snapshot's advisory lock.
+const pubsubSnapLockClass = 0x7073736e // "pssn"
+
+// LockSnapshot takes the cluster-wide lock of snapshot id until the transaction ends.
+func (t *PubSubTx) LockSnapshot(ctx context.Context, id string) error {
+	if _, err := t.tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", int32(pubsubSnapLockClass), id); err != nil {
+		return fmt.Errorf("lock pubsub snapshot %s: %w", id, err)
+	}
+	return nil
+}
+
+const pubsubSnapColumns = "id, coalesce(subscription_id, ''), topic_id, spec, created_at"
+
+func scanPubSubSnap(row pgx.Row) (*PubSubSnapshot, error) {
+	var s PubSubSnapshot
+	if err := row.Scan(&s.ID, &s.SubscriptionID, &s.TopicID, &s.Spec, &s.CreatedAt); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func getPubSubSnap(ctx context.Context, q querier, id string) (*PubSubSnapshot, error) {
+	s, err := scanPubSubSnap(q.QueryRow(ctx, "SELECT "+pubsubSnapColumns+" FROM pubsub_snapshots WHERE id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrSnapshotNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get pubsub snapshot %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// Snapshot returns snapshot id, or ErrSnapshotNotFound.
+func (t *PubSubTx) Snapshot(ctx context.Context, id string) (*PubSubSnapshot, error) {
+	return getPubSubSnap(ctx, t.tx, id)
+}
+
+// InsertSnapshot registers s (the caller checked it does not exist, under its lock).
+func (t *PubSubTx) InsertSnapshot(ctx context.Context, s *PubSubSnapshot) error {
+	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_snapshots (id, subscription_id, topic_id, spec) VALUES ($1, $2, $3, $4) RETURNING created_at",
+		s.ID, s.SubscriptionID, s.TopicID, s.Spec).Scan(&s.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("insert pubsub snapshot %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// UpdateSnapshotSpec replaces the spec of snapshot id.
+func (t *PubSubTx) UpdateSnapshotSpec(ctx context.Context, id string, spec []byte) error {
+	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_snapshots SET spec = $2 WHERE id = $1", id, spec)
+	if err != nil {
+		return fmt.Errorf("update pubsub snapshot %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrSnapshotNotFound
+	}
+	return nil
+}
+
+// DeleteSnapshot unregisters snapshot id.
+func (t *PubSubTx) DeleteSnapshot(ctx context.Context, id string) error {
+	tag, err := t.tx.Exec(ctx, "DELETE FROM pubsub_snapshots WHERE id = $1", id)
+	if err != nil {
+		return fmt.Errorf("delete pubsub snapshot %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrSnapshotNotFound
+	}
+	return nil
+}
+
+// PubSubSnapshot returns snapshot id, or ErrSnapshotNotFound.
+func (s *Store) PubSubSnapshot(ctx context.Context, id string) (*PubSubSnapshot, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return getPubSubSnap(ctx, s.pool, id)
+}
+
+// PubSubSnapshots returns up to limit snapshots with ids after "after", by id; only
+// topic's when topic is not empty.
+func (s *Store) PubSubSnapshots(ctx context.Context, topic, after string, limit int) ([]*PubSubSnapshot, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	q := "SELECT " + pubsubSnapColumns + " FROM pubsub_snapshots WHERE id > $1 AND ($2 = '' OR topic_id = $2) ORDER BY id LIMIT $3"
+	rows, err := s.pool.Query(ctx, q, after, topic, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list pubsub snapshots: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*PubSubSnapshot, error) { return scanPubSubSnap(r) })
 }

@@ -182,12 +182,26 @@ func (h *Handler) ListTopicSubscriptions(ctx context.Context, req *pubsubpb.List
 	return out, nil
 }
 
-// ListTopicSnapshots lists a topic's snapshots: none are kept yet.
+// ListTopicSnapshots pages through the names of a topic's snapshots.
 func (h *Handler) ListTopicSnapshots(ctx context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
-	if _, _, err := h.getTopic(ctx, req.GetTopic()); err != nil {
+	r, err := parseName(req.GetTopic(), collTopics)
+	if err != nil {
 		return nil, err
 	}
-	return &pubsubpb.ListTopicSnapshotsResponse{}, nil
+	if req.GetPageSize() < 0 {
+		return nil, invalid("page_size must not be negative")
+	}
+	resp, err := h.reg.ListPubSubSnapshots(ctx, &coordinatorv1.ListPubSubSnapshotsRequest{
+		TopicId: r.id, PageSize: req.GetPageSize(), PageToken: req.GetPageToken(),
+	})
+	if err != nil {
+		return nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	out := &pubsubpb.ListTopicSnapshotsResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, s := range resp.GetSnapshots() {
+		out.Snapshots = append(out.Snapshots, resource{project: r.project, id: s.GetId()}.name(collSnapshots))
+	}
+	return out, nil
 }
 
 // DeleteTopic unregisters a topic and deletes its log; its subscriptions stay, with

@@ -1247,6 +1247,546 @@ func (*DetachPubSubSubscriptionResponse) Descriptor() ([]byte, []int) {
 	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{23}
 }
 
+type PubSubSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Snapshot id (the last segment of projects/P/snapshots/ID); also its name in
+	// storage-core.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Subscription it was taken of (empty once that subscription was deleted) and that
+	// subscription's topic then.
+	SubscriptionId string `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	TopicId        string `protobuf:"bytes,3,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	// Serialized google.pubsub.v1.Snapshot, as the gateway stored it.
+	Spec          []byte `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	CreatedMs     int64  `protobuf:"varint,5,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PubSubSnapshot) Reset() {
+	*x = PubSubSnapshot{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PubSubSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PubSubSnapshot) ProtoMessage() {}
+
+func (x *PubSubSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PubSubSnapshot.ProtoReflect.Descriptor instead.
+func (*PubSubSnapshot) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PubSubSnapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PubSubSnapshot) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *PubSubSnapshot) GetTopicId() string {
+	if x != nil {
+		return x.TopicId
+	}
+	return ""
+}
+
+func (x *PubSubSnapshot) GetSpec() []byte {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *PubSubSnapshot) GetCreatedMs() int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return 0
+}
+
+type CreatePubSubSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id, subscription_id and spec are used; topic_id is the subscription's.
+	Snapshot      *PubSubSnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePubSubSnapshotRequest) Reset() {
+	*x = CreatePubSubSnapshotRequest{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePubSubSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePubSubSnapshotRequest) ProtoMessage() {}
+
+func (x *CreatePubSubSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePubSubSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreatePubSubSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CreatePubSubSnapshotRequest) GetSnapshot() *PubSubSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type CreatePubSubSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *PubSubSnapshot        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePubSubSnapshotResponse) Reset() {
+	*x = CreatePubSubSnapshotResponse{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePubSubSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePubSubSnapshotResponse) ProtoMessage() {}
+
+func (x *CreatePubSubSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePubSubSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreatePubSubSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CreatePubSubSnapshotResponse) GetSnapshot() *PubSubSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type GetPubSubSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPubSubSnapshotRequest) Reset() {
+	*x = GetPubSubSnapshotRequest{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPubSubSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPubSubSnapshotRequest) ProtoMessage() {}
+
+func (x *GetPubSubSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPubSubSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*GetPubSubSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetPubSubSnapshotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GetPubSubSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *PubSubSnapshot        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPubSubSnapshotResponse) Reset() {
+	*x = GetPubSubSnapshotResponse{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPubSubSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPubSubSnapshotResponse) ProtoMessage() {}
+
+func (x *GetPubSubSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPubSubSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*GetPubSubSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetPubSubSnapshotResponse) GetSnapshot() *PubSubSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type UpdatePubSubSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id and spec are used.
+	Snapshot      *PubSubSnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdatePubSubSnapshotRequest) Reset() {
+	*x = UpdatePubSubSnapshotRequest{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePubSubSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePubSubSnapshotRequest) ProtoMessage() {}
+
+func (x *UpdatePubSubSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePubSubSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*UpdatePubSubSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *UpdatePubSubSnapshotRequest) GetSnapshot() *PubSubSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type UpdatePubSubSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *PubSubSnapshot        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdatePubSubSnapshotResponse) Reset() {
+	*x = UpdatePubSubSnapshotResponse{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdatePubSubSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdatePubSubSnapshotResponse) ProtoMessage() {}
+
+func (x *UpdatePubSubSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdatePubSubSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*UpdatePubSubSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *UpdatePubSubSnapshotResponse) GetSnapshot() *PubSubSnapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ListPubSubSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this topic's snapshots when set (NOT_FOUND when the topic does not exist).
+	TopicId       string `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPubSubSnapshotsRequest) Reset() {
+	*x = ListPubSubSnapshotsRequest{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPubSubSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPubSubSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListPubSubSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPubSubSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListPubSubSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListPubSubSnapshotsRequest) GetTopicId() string {
+	if x != nil {
+		return x.TopicId
+	}
+	return ""
+}
+
+func (x *ListPubSubSnapshotsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPubSubSnapshotsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListPubSubSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*PubSubSnapshot      `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPubSubSnapshotsResponse) Reset() {
+	*x = ListPubSubSnapshotsResponse{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPubSubSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPubSubSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListPubSubSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPubSubSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListPubSubSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListPubSubSnapshotsResponse) GetSnapshots() []*PubSubSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *ListPubSubSnapshotsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type DeletePubSubSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePubSubSnapshotRequest) Reset() {
+	*x = DeletePubSubSnapshotRequest{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePubSubSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePubSubSnapshotRequest) ProtoMessage() {}
+
+func (x *DeletePubSubSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePubSubSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeletePubSubSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DeletePubSubSnapshotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeletePubSubSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePubSubSnapshotResponse) Reset() {
+	*x = DeletePubSubSnapshotResponse{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePubSubSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePubSubSnapshotResponse) ProtoMessage() {}
+
+func (x *DeletePubSubSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePubSubSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeletePubSubSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{34}
+}
+
 var File_tributary_coordinator_v1_pubsub_proto protoreflect.FileDescriptor
 
 const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
@@ -1322,7 +1862,37 @@ const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	" DeletePubSubSubscriptionResponse\"1\n" +
 	"\x1fDetachPubSubSubscriptionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\"\n" +
-	" DetachPubSubSubscriptionResponse2\xed\v\n" +
+	" DetachPubSubSubscriptionResponse\"\x97\x01\n" +
+	"\x0ePubSubSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\x12\x19\n" +
+	"\btopic_id\x18\x03 \x01(\tR\atopicId\x12\x12\n" +
+	"\x04spec\x18\x04 \x01(\fR\x04spec\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x05 \x01(\x03R\tcreatedMs\"c\n" +
+	"\x1bCreatePubSubSnapshotRequest\x12D\n" +
+	"\bsnapshot\x18\x01 \x01(\v2(.tributary.coordinator.v1.PubSubSnapshotR\bsnapshot\"d\n" +
+	"\x1cCreatePubSubSnapshotResponse\x12D\n" +
+	"\bsnapshot\x18\x01 \x01(\v2(.tributary.coordinator.v1.PubSubSnapshotR\bsnapshot\"*\n" +
+	"\x18GetPubSubSnapshotRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"a\n" +
+	"\x19GetPubSubSnapshotResponse\x12D\n" +
+	"\bsnapshot\x18\x01 \x01(\v2(.tributary.coordinator.v1.PubSubSnapshotR\bsnapshot\"c\n" +
+	"\x1bUpdatePubSubSnapshotRequest\x12D\n" +
+	"\bsnapshot\x18\x01 \x01(\v2(.tributary.coordinator.v1.PubSubSnapshotR\bsnapshot\"d\n" +
+	"\x1cUpdatePubSubSnapshotResponse\x12D\n" +
+	"\bsnapshot\x18\x01 \x01(\v2(.tributary.coordinator.v1.PubSubSnapshotR\bsnapshot\"s\n" +
+	"\x1aListPubSubSnapshotsRequest\x12\x19\n" +
+	"\btopic_id\x18\x01 \x01(\tR\atopicId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8d\x01\n" +
+	"\x1bListPubSubSnapshotsResponse\x12F\n" +
+	"\tsnapshots\x18\x01 \x03(\v2(.tributary.coordinator.v1.PubSubSnapshotR\tsnapshots\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"-\n" +
+	"\x1bDeletePubSubSnapshotRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x1e\n" +
+	"\x1cDeletePubSubSnapshotResponse2\x88\x11\n" +
 	"\x15PubSubRegistryService\x12|\n" +
 	"\x11CreatePubSubTopic\x122.tributary.coordinator.v1.CreatePubSubTopicRequest\x1a3.tributary.coordinator.v1.CreatePubSubTopicResponse\x12s\n" +
 	"\x0eGetPubSubTopic\x12/.tributary.coordinator.v1.GetPubSubTopicRequest\x1a0.tributary.coordinator.v1.GetPubSubTopicResponse\x12|\n" +
@@ -1334,7 +1904,12 @@ const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	"\x18UpdatePubSubSubscription\x129.tributary.coordinator.v1.UpdatePubSubSubscriptionRequest\x1a:.tributary.coordinator.v1.UpdatePubSubSubscriptionResponse\x12\x8e\x01\n" +
 	"\x17ListPubSubSubscriptions\x128.tributary.coordinator.v1.ListPubSubSubscriptionsRequest\x1a9.tributary.coordinator.v1.ListPubSubSubscriptionsResponse\x12\x91\x01\n" +
 	"\x18DeletePubSubSubscription\x129.tributary.coordinator.v1.DeletePubSubSubscriptionRequest\x1a:.tributary.coordinator.v1.DeletePubSubSubscriptionResponse\x12\x91\x01\n" +
-	"\x18DetachPubSubSubscription\x129.tributary.coordinator.v1.DetachPubSubSubscriptionRequest\x1a:.tributary.coordinator.v1.DetachPubSubSubscriptionResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x18DetachPubSubSubscription\x129.tributary.coordinator.v1.DetachPubSubSubscriptionRequest\x1a:.tributary.coordinator.v1.DetachPubSubSubscriptionResponse\x12\x85\x01\n" +
+	"\x14CreatePubSubSnapshot\x125.tributary.coordinator.v1.CreatePubSubSnapshotRequest\x1a6.tributary.coordinator.v1.CreatePubSubSnapshotResponse\x12|\n" +
+	"\x11GetPubSubSnapshot\x122.tributary.coordinator.v1.GetPubSubSnapshotRequest\x1a3.tributary.coordinator.v1.GetPubSubSnapshotResponse\x12\x85\x01\n" +
+	"\x14UpdatePubSubSnapshot\x125.tributary.coordinator.v1.UpdatePubSubSnapshotRequest\x1a6.tributary.coordinator.v1.UpdatePubSubSnapshotResponse\x12\x82\x01\n" +
+	"\x13ListPubSubSnapshots\x124.tributary.coordinator.v1.ListPubSubSnapshotsRequest\x1a5.tributary.coordinator.v1.ListPubSubSnapshotsResponse\x12\x85\x01\n" +
+	"\x14DeletePubSubSnapshot\x125.tributary.coordinator.v1.DeletePubSubSnapshotRequest\x1a6.tributary.coordinator.v1.DeletePubSubSnapshotResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_tributary_coordinator_v1_pubsub_proto_rawDescOnce sync.Once
@@ -1348,7 +1923,7 @@ func file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP() []byte {
 	return file_tributary_coordinator_v1_pubsub_proto_rawDescData
 }
 
-var file_tributary_coordinator_v1_pubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_tributary_coordinator_v1_pubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_tributary_coordinator_v1_pubsub_proto_goTypes = []any{
 	(*PubSubTopic)(nil),                      // 0: tributary.coordinator.v1.PubSubTopic
 	(*PubSubSubscription)(nil),               // 1: tributary.coordinator.v1.PubSubSubscription
@@ -1374,53 +1949,80 @@ var file_tributary_coordinator_v1_pubsub_proto_goTypes = []any{
 	(*DeletePubSubSubscriptionResponse)(nil), // 21: tributary.coordinator.v1.DeletePubSubSubscriptionResponse
 	(*DetachPubSubSubscriptionRequest)(nil),  // 22: tributary.coordinator.v1.DetachPubSubSubscriptionRequest
 	(*DetachPubSubSubscriptionResponse)(nil), // 23: tributary.coordinator.v1.DetachPubSubSubscriptionResponse
-	(*v1.ChannelConfig)(nil),                 // 24: tributary.storage.v1.ChannelConfig
-	(*v1.QueueConfig)(nil),                   // 25: tributary.storage.v1.QueueConfig
+	(*PubSubSnapshot)(nil),                   // 24: tributary.coordinator.v1.PubSubSnapshot
+	(*CreatePubSubSnapshotRequest)(nil),      // 25: tributary.coordinator.v1.CreatePubSubSnapshotRequest
+	(*CreatePubSubSnapshotResponse)(nil),     // 26: tributary.coordinator.v1.CreatePubSubSnapshotResponse
+	(*GetPubSubSnapshotRequest)(nil),         // 27: tributary.coordinator.v1.GetPubSubSnapshotRequest
+	(*GetPubSubSnapshotResponse)(nil),        // 28: tributary.coordinator.v1.GetPubSubSnapshotResponse
+	(*UpdatePubSubSnapshotRequest)(nil),      // 29: tributary.coordinator.v1.UpdatePubSubSnapshotRequest
+	(*UpdatePubSubSnapshotResponse)(nil),     // 30: tributary.coordinator.v1.UpdatePubSubSnapshotResponse
+	(*ListPubSubSnapshotsRequest)(nil),       // 31: tributary.coordinator.v1.ListPubSubSnapshotsRequest
+	(*ListPubSubSnapshotsResponse)(nil),      // 32: tributary.coordinator.v1.ListPubSubSnapshotsResponse
+	(*DeletePubSubSnapshotRequest)(nil),      // 33: tributary.coordinator.v1.DeletePubSubSnapshotRequest
+	(*DeletePubSubSnapshotResponse)(nil),     // 34: tributary.coordinator.v1.DeletePubSubSnapshotResponse
+	(*v1.ChannelConfig)(nil),                 // 35: tributary.storage.v1.ChannelConfig
+	(*v1.QueueConfig)(nil),                   // 36: tributary.storage.v1.QueueConfig
 }
 var file_tributary_coordinator_v1_pubsub_proto_depIdxs = []int32{
 	0,  // 0: tributary.coordinator.v1.CreatePubSubTopicRequest.topic:type_name -> tributary.coordinator.v1.PubSubTopic
-	24, // 1: tributary.coordinator.v1.CreatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
+	35, // 1: tributary.coordinator.v1.CreatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
 	0,  // 2: tributary.coordinator.v1.CreatePubSubTopicResponse.topic:type_name -> tributary.coordinator.v1.PubSubTopic
 	0,  // 3: tributary.coordinator.v1.GetPubSubTopicResponse.topic:type_name -> tributary.coordinator.v1.PubSubTopic
 	0,  // 4: tributary.coordinator.v1.UpdatePubSubTopicRequest.topic:type_name -> tributary.coordinator.v1.PubSubTopic
-	24, // 5: tributary.coordinator.v1.UpdatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
+	35, // 5: tributary.coordinator.v1.UpdatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
 	0,  // 6: tributary.coordinator.v1.UpdatePubSubTopicResponse.topic:type_name -> tributary.coordinator.v1.PubSubTopic
 	0,  // 7: tributary.coordinator.v1.ListPubSubTopicsResponse.topics:type_name -> tributary.coordinator.v1.PubSubTopic
 	1,  // 8: tributary.coordinator.v1.CreatePubSubSubscriptionRequest.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
-	25, // 9: tributary.coordinator.v1.CreatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
+	36, // 9: tributary.coordinator.v1.CreatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
 	1,  // 10: tributary.coordinator.v1.CreatePubSubSubscriptionResponse.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
 	1,  // 11: tributary.coordinator.v1.GetPubSubSubscriptionResponse.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
 	1,  // 12: tributary.coordinator.v1.UpdatePubSubSubscriptionRequest.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
-	25, // 13: tributary.coordinator.v1.UpdatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
+	36, // 13: tributary.coordinator.v1.UpdatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
 	1,  // 14: tributary.coordinator.v1.UpdatePubSubSubscriptionResponse.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
 	1,  // 15: tributary.coordinator.v1.ListPubSubSubscriptionsResponse.subscriptions:type_name -> tributary.coordinator.v1.PubSubSubscription
-	2,  // 16: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubTopic:input_type -> tributary.coordinator.v1.CreatePubSubTopicRequest
-	4,  // 17: tributary.coordinator.v1.PubSubRegistryService.GetPubSubTopic:input_type -> tributary.coordinator.v1.GetPubSubTopicRequest
-	6,  // 18: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubTopic:input_type -> tributary.coordinator.v1.UpdatePubSubTopicRequest
-	8,  // 19: tributary.coordinator.v1.PubSubRegistryService.ListPubSubTopics:input_type -> tributary.coordinator.v1.ListPubSubTopicsRequest
-	10, // 20: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubTopic:input_type -> tributary.coordinator.v1.DeletePubSubTopicRequest
-	12, // 21: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSubscription:input_type -> tributary.coordinator.v1.CreatePubSubSubscriptionRequest
-	14, // 22: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSubscription:input_type -> tributary.coordinator.v1.GetPubSubSubscriptionRequest
-	16, // 23: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSubscription:input_type -> tributary.coordinator.v1.UpdatePubSubSubscriptionRequest
-	18, // 24: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSubscriptions:input_type -> tributary.coordinator.v1.ListPubSubSubscriptionsRequest
-	20, // 25: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSubscription:input_type -> tributary.coordinator.v1.DeletePubSubSubscriptionRequest
-	22, // 26: tributary.coordinator.v1.PubSubRegistryService.DetachPubSubSubscription:input_type -> tributary.coordinator.v1.DetachPubSubSubscriptionRequest
-	3,  // 27: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubTopic:output_type -> tributary.coordinator.v1.CreatePubSubTopicResponse
-	5,  // 28: tributary.coordinator.v1.PubSubRegistryService.GetPubSubTopic:output_type -> tributary.coordinator.v1.GetPubSubTopicResponse
-	7,  // 29: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubTopic:output_type -> tributary.coordinator.v1.UpdatePubSubTopicResponse
-	9,  // 30: tributary.coordinator.v1.PubSubRegistryService.ListPubSubTopics:output_type -> tributary.coordinator.v1.ListPubSubTopicsResponse
-	11, // 31: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubTopic:output_type -> tributary.coordinator.v1.DeletePubSubTopicResponse
-	13, // 32: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSubscription:output_type -> tributary.coordinator.v1.CreatePubSubSubscriptionResponse
-	15, // 33: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSubscription:output_type -> tributary.coordinator.v1.GetPubSubSubscriptionResponse
-	17, // 34: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSubscription:output_type -> tributary.coordinator.v1.UpdatePubSubSubscriptionResponse
-	19, // 35: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSubscriptions:output_type -> tributary.coordinator.v1.ListPubSubSubscriptionsResponse
-	21, // 36: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSubscription:output_type -> tributary.coordinator.v1.DeletePubSubSubscriptionResponse
-	23, // 37: tributary.coordinator.v1.PubSubRegistryService.DetachPubSubSubscription:output_type -> tributary.coordinator.v1.DetachPubSubSubscriptionResponse
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	24, // 16: tributary.coordinator.v1.CreatePubSubSnapshotRequest.snapshot:type_name -> tributary.coordinator.v1.PubSubSnapshot
+	24, // 17: tributary.coordinator.v1.CreatePubSubSnapshotResponse.snapshot:type_name -> tributary.coordinator.v1.PubSubSnapshot
+	24, // 18: tributary.coordinator.v1.GetPubSubSnapshotResponse.snapshot:type_name -> tributary.coordinator.v1.PubSubSnapshot
+	24, // 19: tributary.coordinator.v1.UpdatePubSubSnapshotRequest.snapshot:type_name -> tributary.coordinator.v1.PubSubSnapshot
+	24, // 20: tributary.coordinator.v1.UpdatePubSubSnapshotResponse.snapshot:type_name -> tributary.coordinator.v1.PubSubSnapshot
+	24, // 21: tributary.coordinator.v1.ListPubSubSnapshotsResponse.snapshots:type_name -> tributary.coordinator.v1.PubSubSnapshot
+	2,  // 22: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubTopic:input_type -> tributary.coordinator.v1.CreatePubSubTopicRequest
+	4,  // 23: tributary.coordinator.v1.PubSubRegistryService.GetPubSubTopic:input_type -> tributary.coordinator.v1.GetPubSubTopicRequest
+	6,  // 24: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubTopic:input_type -> tributary.coordinator.v1.UpdatePubSubTopicRequest
+	8,  // 25: tributary.coordinator.v1.PubSubRegistryService.ListPubSubTopics:input_type -> tributary.coordinator.v1.ListPubSubTopicsRequest
+	10, // 26: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubTopic:input_type -> tributary.coordinator.v1.DeletePubSubTopicRequest
+	12, // 27: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSubscription:input_type -> tributary.coordinator.v1.CreatePubSubSubscriptionRequest
+	14, // 28: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSubscription:input_type -> tributary.coordinator.v1.GetPubSubSubscriptionRequest
+	16, // 29: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSubscription:input_type -> tributary.coordinator.v1.UpdatePubSubSubscriptionRequest
+	18, // 30: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSubscriptions:input_type -> tributary.coordinator.v1.ListPubSubSubscriptionsRequest
+	20, // 31: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSubscription:input_type -> tributary.coordinator.v1.DeletePubSubSubscriptionRequest
+	22, // 32: tributary.coordinator.v1.PubSubRegistryService.DetachPubSubSubscription:input_type -> tributary.coordinator.v1.DetachPubSubSubscriptionRequest
+	25, // 33: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSnapshot:input_type -> tributary.coordinator.v1.CreatePubSubSnapshotRequest
+	27, // 34: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSnapshot:input_type -> tributary.coordinator.v1.GetPubSubSnapshotRequest
+	29, // 35: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSnapshot:input_type -> tributary.coordinator.v1.UpdatePubSubSnapshotRequest
+	31, // 36: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSnapshots:input_type -> tributary.coordinator.v1.ListPubSubSnapshotsRequest
+	33, // 37: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSnapshot:input_type -> tributary.coordinator.v1.DeletePubSubSnapshotRequest
+	3,  // 38: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubTopic:output_type -> tributary.coordinator.v1.CreatePubSubTopicResponse
+	5,  // 39: tributary.coordinator.v1.PubSubRegistryService.GetPubSubTopic:output_type -> tributary.coordinator.v1.GetPubSubTopicResponse
+	7,  // 40: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubTopic:output_type -> tributary.coordinator.v1.UpdatePubSubTopicResponse
+	9,  // 41: tributary.coordinator.v1.PubSubRegistryService.ListPubSubTopics:output_type -> tributary.coordinator.v1.ListPubSubTopicsResponse
+	11, // 42: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubTopic:output_type -> tributary.coordinator.v1.DeletePubSubTopicResponse
+	13, // 43: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSubscription:output_type -> tributary.coordinator.v1.CreatePubSubSubscriptionResponse
+	15, // 44: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSubscription:output_type -> tributary.coordinator.v1.GetPubSubSubscriptionResponse
+	17, // 45: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSubscription:output_type -> tributary.coordinator.v1.UpdatePubSubSubscriptionResponse
+	19, // 46: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSubscriptions:output_type -> tributary.coordinator.v1.ListPubSubSubscriptionsResponse
+	21, // 47: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSubscription:output_type -> tributary.coordinator.v1.DeletePubSubSubscriptionResponse
+	23, // 48: tributary.coordinator.v1.PubSubRegistryService.DetachPubSubSubscription:output_type -> tributary.coordinator.v1.DetachPubSubSubscriptionResponse
+	26, // 49: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSnapshot:output_type -> tributary.coordinator.v1.CreatePubSubSnapshotResponse
+	28, // 50: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSnapshot:output_type -> tributary.coordinator.v1.GetPubSubSnapshotResponse
+	30, // 51: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSnapshot:output_type -> tributary.coordinator.v1.UpdatePubSubSnapshotResponse
+	32, // 52: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSnapshots:output_type -> tributary.coordinator.v1.ListPubSubSnapshotsResponse
+	34, // 53: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSnapshot:output_type -> tributary.coordinator.v1.DeletePubSubSnapshotResponse
+	38, // [38:54] is the sub-list for method output_type
+	22, // [22:38] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tributary_coordinator_v1_pubsub_proto_init() }
@@ -1434,7 +2036,7 @@ func file_tributary_coordinator_v1_pubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_coordinator_v1_pubsub_proto_rawDesc), len(file_tributary_coordinator_v1_pubsub_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,11 @@ const (
 	PubSubRegistryService_ListPubSubSubscriptions_FullMethodName  = "/tributary.coordinator.v1.PubSubRegistryService/ListPubSubSubscriptions"
 	PubSubRegistryService_DeletePubSubSubscription_FullMethodName = "/tributary.coordinator.v1.PubSubRegistryService/DeletePubSubSubscription"
 	PubSubRegistryService_DetachPubSubSubscription_FullMethodName = "/tributary.coordinator.v1.PubSubRegistryService/DetachPubSubSubscription"
+	PubSubRegistryService_CreatePubSubSnapshot_FullMethodName     = "/tributary.coordinator.v1.PubSubRegistryService/CreatePubSubSnapshot"
+	PubSubRegistryService_GetPubSubSnapshot_FullMethodName        = "/tributary.coordinator.v1.PubSubRegistryService/GetPubSubSnapshot"
+	PubSubRegistryService_UpdatePubSubSnapshot_FullMethodName     = "/tributary.coordinator.v1.PubSubRegistryService/UpdatePubSubSnapshot"
+	PubSubRegistryService_ListPubSubSnapshots_FullMethodName      = "/tributary.coordinator.v1.PubSubRegistryService/ListPubSubSnapshots"
+	PubSubRegistryService_DeletePubSubSnapshot_FullMethodName     = "/tributary.coordinator.v1.PubSubRegistryService/DeletePubSubSnapshot"
 )
 
 // PubSubRegistryServiceClient is the client API for PubSubRegistryService service.
@@ -79,6 +84,17 @@ type PubSubRegistryServiceClient interface {
 	// DetachPubSubSubscription detaches a subscription from its topic: its queue drops
 	// every message and stops receiving; the registry marks it detached.
 	DetachPubSubSubscription(ctx context.Context, in *DetachPubSubSubscriptionRequest, opts ...grpc.CallOption) (*DetachPubSubSubscriptionResponse, error)
+	// CreatePubSubSnapshot records a subscription's acknowledgement state as a snapshot
+	// (QueueService.CreateSnapshot, named by the snapshot id) and registers it.
+	CreatePubSubSnapshot(ctx context.Context, in *CreatePubSubSnapshotRequest, opts ...grpc.CallOption) (*CreatePubSubSnapshotResponse, error)
+	// GetPubSubSnapshot returns a snapshot.
+	GetPubSubSnapshot(ctx context.Context, in *GetPubSubSnapshotRequest, opts ...grpc.CallOption) (*GetPubSubSnapshotResponse, error)
+	// UpdatePubSubSnapshot replaces a snapshot's spec.
+	UpdatePubSubSnapshot(ctx context.Context, in *UpdatePubSubSnapshotRequest, opts ...grpc.CallOption) (*UpdatePubSubSnapshotResponse, error)
+	// ListPubSubSnapshots pages through snapshots by id, all or one topic's.
+	ListPubSubSnapshots(ctx context.Context, in *ListPubSubSnapshotsRequest, opts ...grpc.CallOption) (*ListPubSubSnapshotsResponse, error)
+	// DeletePubSubSnapshot deletes a snapshot's queue state, then its row.
+	DeletePubSubSnapshot(ctx context.Context, in *DeletePubSubSnapshotRequest, opts ...grpc.CallOption) (*DeletePubSubSnapshotResponse, error)
 }
 
 type pubSubRegistryServiceClient struct {
@@ -199,6 +215,56 @@ func (c *pubSubRegistryServiceClient) DetachPubSubSubscription(ctx context.Conte
 	return out, nil
 }
 
+func (c *pubSubRegistryServiceClient) CreatePubSubSnapshot(ctx context.Context, in *CreatePubSubSnapshotRequest, opts ...grpc.CallOption) (*CreatePubSubSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePubSubSnapshotResponse)
+	err := c.cc.Invoke(ctx, PubSubRegistryService_CreatePubSubSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pubSubRegistryServiceClient) GetPubSubSnapshot(ctx context.Context, in *GetPubSubSnapshotRequest, opts ...grpc.CallOption) (*GetPubSubSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPubSubSnapshotResponse)
+	err := c.cc.Invoke(ctx, PubSubRegistryService_GetPubSubSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pubSubRegistryServiceClient) UpdatePubSubSnapshot(ctx context.Context, in *UpdatePubSubSnapshotRequest, opts ...grpc.CallOption) (*UpdatePubSubSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdatePubSubSnapshotResponse)
+	err := c.cc.Invoke(ctx, PubSubRegistryService_UpdatePubSubSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pubSubRegistryServiceClient) ListPubSubSnapshots(ctx context.Context, in *ListPubSubSnapshotsRequest, opts ...grpc.CallOption) (*ListPubSubSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPubSubSnapshotsResponse)
+	err := c.cc.Invoke(ctx, PubSubRegistryService_ListPubSubSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pubSubRegistryServiceClient) DeletePubSubSnapshot(ctx context.Context, in *DeletePubSubSnapshotRequest, opts ...grpc.CallOption) (*DeletePubSubSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletePubSubSnapshotResponse)
+	err := c.cc.Invoke(ctx, PubSubRegistryService_DeletePubSubSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PubSubRegistryServiceServer is the server API for PubSubRegistryService service.
 // All implementations must embed UnimplementedPubSubRegistryServiceServer
 // for forward compatibility.
@@ -229,6 +295,17 @@ type PubSubRegistryServiceServer interface {
 	// DetachPubSubSubscription detaches a subscription from its topic: its queue drops
 	// every message and stops receiving; the registry marks it detached.
 	DetachPubSubSubscription(context.Context, *DetachPubSubSubscriptionRequest) (*DetachPubSubSubscriptionResponse, error)
+	// CreatePubSubSnapshot records a subscription's acknowledgement state as a snapshot
+	// (QueueService.CreateSnapshot, named by the snapshot id) and registers it.
+	CreatePubSubSnapshot(context.Context, *CreatePubSubSnapshotRequest) (*CreatePubSubSnapshotResponse, error)
+	// GetPubSubSnapshot returns a snapshot.
+	GetPubSubSnapshot(context.Context, *GetPubSubSnapshotRequest) (*GetPubSubSnapshotResponse, error)
+	// UpdatePubSubSnapshot replaces a snapshot's spec.
+	UpdatePubSubSnapshot(context.Context, *UpdatePubSubSnapshotRequest) (*UpdatePubSubSnapshotResponse, error)
+	// ListPubSubSnapshots pages through snapshots by id, all or one topic's.
+	ListPubSubSnapshots(context.Context, *ListPubSubSnapshotsRequest) (*ListPubSubSnapshotsResponse, error)
+	// DeletePubSubSnapshot deletes a snapshot's queue state, then its row.
+	DeletePubSubSnapshot(context.Context, *DeletePubSubSnapshotRequest) (*DeletePubSubSnapshotResponse, error)
 	mustEmbedUnimplementedPubSubRegistryServiceServer()
 }
 
@@ -271,6 +348,21 @@ func (UnimplementedPubSubRegistryServiceServer) DeletePubSubSubscription(context
 }
 func (UnimplementedPubSubRegistryServiceServer) DetachPubSubSubscription(context.Context, *DetachPubSubSubscriptionRequest) (*DetachPubSubSubscriptionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DetachPubSubSubscription not implemented")
+}
+func (UnimplementedPubSubRegistryServiceServer) CreatePubSubSnapshot(context.Context, *CreatePubSubSnapshotRequest) (*CreatePubSubSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePubSubSnapshot not implemented")
+}
+func (UnimplementedPubSubRegistryServiceServer) GetPubSubSnapshot(context.Context, *GetPubSubSnapshotRequest) (*GetPubSubSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPubSubSnapshot not implemented")
+}
+func (UnimplementedPubSubRegistryServiceServer) UpdatePubSubSnapshot(context.Context, *UpdatePubSubSnapshotRequest) (*UpdatePubSubSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdatePubSubSnapshot not implemented")
+}
+func (UnimplementedPubSubRegistryServiceServer) ListPubSubSnapshots(context.Context, *ListPubSubSnapshotsRequest) (*ListPubSubSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPubSubSnapshots not implemented")
+}
+func (UnimplementedPubSubRegistryServiceServer) DeletePubSubSnapshot(context.Context, *DeletePubSubSnapshotRequest) (*DeletePubSubSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePubSubSnapshot not implemented")
 }
 func (UnimplementedPubSubRegistryServiceServer) mustEmbedUnimplementedPubSubRegistryServiceServer() {}
 func (UnimplementedPubSubRegistryServiceServer) testEmbeddedByValue()                               {}
@@ -491,6 +583,96 @@ func _PubSubRegistryService_DetachPubSubSubscription_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PubSubRegistryService_CreatePubSubSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePubSubSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PubSubRegistryServiceServer).CreatePubSubSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PubSubRegistryService_CreatePubSubSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PubSubRegistryServiceServer).CreatePubSubSnapshot(ctx, req.(*CreatePubSubSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PubSubRegistryService_GetPubSubSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPubSubSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PubSubRegistryServiceServer).GetPubSubSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PubSubRegistryService_GetPubSubSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PubSubRegistryServiceServer).GetPubSubSnapshot(ctx, req.(*GetPubSubSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PubSubRegistryService_UpdatePubSubSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdatePubSubSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PubSubRegistryServiceServer).UpdatePubSubSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PubSubRegistryService_UpdatePubSubSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PubSubRegistryServiceServer).UpdatePubSubSnapshot(ctx, req.(*UpdatePubSubSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PubSubRegistryService_ListPubSubSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPubSubSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PubSubRegistryServiceServer).ListPubSubSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PubSubRegistryService_ListPubSubSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PubSubRegistryServiceServer).ListPubSubSnapshots(ctx, req.(*ListPubSubSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PubSubRegistryService_DeletePubSubSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePubSubSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PubSubRegistryServiceServer).DeletePubSubSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PubSubRegistryService_DeletePubSubSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PubSubRegistryServiceServer).DeletePubSubSnapshot(ctx, req.(*DeletePubSubSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PubSubRegistryService_ServiceDesc is the grpc.ServiceDesc for PubSubRegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -541,6 +723,26 @@ var PubSubRegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DetachPubSubSubscription",
 			Handler:    _PubSubRegistryService_DetachPubSubSubscription_Handler,
+		},
+		{
+			MethodName: "CreatePubSubSnapshot",
+			Handler:    _PubSubRegistryService_CreatePubSubSnapshot_Handler,
+		},
+		{
+			MethodName: "GetPubSubSnapshot",
+			Handler:    _PubSubRegistryService_GetPubSubSnapshot_Handler,
+		},
+		{
+			MethodName: "UpdatePubSubSnapshot",
+			Handler:    _PubSubRegistryService_UpdatePubSubSnapshot_Handler,
+		},
+		{
+			MethodName: "ListPubSubSnapshots",
+			Handler:    _PubSubRegistryService_ListPubSubSnapshots_Handler,
+		},
+		{
+			MethodName: "DeletePubSubSnapshot",
+			Handler:    _PubSubRegistryService_DeletePubSubSnapshot_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
