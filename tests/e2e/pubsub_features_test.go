@@ -464,3 +464,107 @@ func sortedStrings(s []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestPubSubStreamingPullProtocol drives StreamingPull by hand: the first response
+// carries the subscription's properties; an empty request (the clients' keepalive) is
+// answered; the server stops sending once the stream's flow-control window is full
+// (the gateway keeps four times the client's max_outstanding_messages in flight) and
+// resumes when acks free it.
+func TestPubSubStreamingPullProtocol(t *testing.T) {
+	s := pubsubStack(t)
+	pub, sc := rawPubSub(t, s.PubSubAddrs[0])
+	topic, sub := psID("sp"), psID("sp-sub")
+	mustCreateTopic(t, pub, topic)
+	mustCreateSub(t, sc, sub, topic, &pubsubpb.Subscription{EnableMessageOrdering: true})
+	msgs := make([]*pubsubpb.PubsubMessage, 100)
+	for i := range msgs {
+		msgs[i] = &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i))}
+	}
+	ctx := ctxT(t, time.Minute)
+	if _, err := pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: msgs}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	st, err := sc.StreamingPull(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pubsubpb.StreamingPullRequest{Subscription: subPath(sub), StreamAckDeadlineSeconds: 30, MaxOutstandingMessages: 5, ProtocolVersion: 1}); err != nil {
+		t.Fatal(err)
+	}
+	type recv struct {
+		r   *pubsubpb.StreamingPullResponse
+		err error
+	}
+	in := make(chan recv, 100)
+	go func() {
+		for {
+			r, err := st.Recv()
+			in <- recv{r, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	next := func(within time.Duration) (*pubsubpb.StreamingPullResponse, bool) {
+		select {
+		case r := <-in:
+			if r.err != nil {
+				t.Fatalf("stream: %v", r.err)
+			}
+			return r.r, true
+		case <-time.After(within):
+			return nil, false
+		}
+	}
+	first, ok := next(10 * time.Second)
+	if !ok || !first.GetSubscriptionProperties().GetMessageOrderingEnabled() || first.GetSubscriptionProperties().GetExactlyOnceDeliveryEnabled() {
+		t.Fatalf("first response %v", first)
+	}
+	var ids []string
+	count := len(first.GetReceivedMessages())
+	for _, m := range first.GetReceivedMessages() {
+		ids = append(ids, m.GetAckId())
+	}
+	for count < 20 {
+		r, ok := next(10 * time.Second)
+		if !ok {
+			t.Fatalf("got %d messages, want the full window of 20", count)
+		}
+		for _, m := range r.GetReceivedMessages() {
+			ids = append(ids, m.GetAckId())
+		}
+		count += len(r.GetReceivedMessages())
+	}
+	// Window full: a keepalive is answered, and no message comes with it.
+	if err := st.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, ok := next(2 * time.Second)
+		if !ok {
+			t.Fatal("keepalive not answered")
+		}
+		if n := len(r.GetReceivedMessages()); n > 0 {
+			t.Fatalf("%d more messages beyond the window of 20", n)
+		}
+		break
+	}
+	if _, ok := next(time.Second); ok {
+		t.Fatal("the server sent more while the window was full")
+	}
+	// Acks over the stream free the window.
+	if err := st.Send(&pubsubpb.StreamingPullRequest{AckIds: ids}); err != nil {
+		t.Fatal(err)
+	}
+	more := 0
+	for more == 0 {
+		r, ok := next(10 * time.Second)
+		if !ok {
+			t.Fatal("nothing delivered after the acks")
+		}
+		more += len(r.GetReceivedMessages())
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+}
