@@ -129,7 +129,7 @@ func getPubSubSub(ctx context.Context, q querier, id string) (*PubSubSubscriptio
 // InsertTopic registers t (the caller checked it does not exist, under its lock).
 func (t *PubSubTx) InsertTopic(ctx context.Context, topic *PubSubTopic) error {
 	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_topics (id, spec) VALUES ($1, $2) RETURNING created_at, updated_at",
-		topic.ID, topic.Spec).Scan(&topic.CreatedAt, &topic.UpdatedAt)
+		topic.ID, nonNil(topic.Spec)).Scan(&topic.CreatedAt, &topic.UpdatedAt)
 	if err != nil {
 		return fmt.Errorf("insert pubsub topic %s: %w", topic.ID, err)
 	}
@@ -138,7 +138,7 @@ func (t *PubSubTx) InsertTopic(ctx context.Context, topic *PubSubTopic) error {
 
 // UpdateTopicSpec replaces the spec of topic id.
 func (t *PubSubTx) UpdateTopicSpec(ctx context.Context, id string, spec []byte) error {
-	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_topics SET spec = $2, updated_at = now() WHERE id = $1", id, spec)
+	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_topics SET spec = $2, updated_at = now() WHERE id = $1", id, nonNil(spec))
 	if err != nil {
 		return fmt.Errorf("update pubsub topic %s: %w", id, err)
 	}
@@ -166,7 +166,7 @@ func (t *PubSubTx) DeleteTopic(ctx context.Context, id string) error {
 // InsertSubscription registers s (the caller checked it does not exist, under its lock).
 func (t *PubSubTx) InsertSubscription(ctx context.Context, s *PubSubSubscription) error {
 	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_subscriptions (id, topic_id, spec) VALUES ($1, $2, $3) RETURNING created_at, updated_at",
-		s.ID, s.TopicID, s.Spec).Scan(&s.CreatedAt, &s.UpdatedAt)
+		s.ID, s.TopicID, nonNil(s.Spec)).Scan(&s.CreatedAt, &s.UpdatedAt)
 	if err != nil {
 		return fmt.Errorf("insert pubsub subscription %s: %w", s.ID, err)
 	}
@@ -175,7 +175,7 @@ func (t *PubSubTx) InsertSubscription(ctx context.Context, s *PubSubSubscription
 
 // UpdateSubscriptionSpec replaces the spec of subscription id.
 func (t *PubSubTx) UpdateSubscriptionSpec(ctx context.Context, id string, spec []byte) error {
-	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_subscriptions SET spec = $2, updated_at = now() WHERE id = $1", id, spec)
+	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_subscriptions SET spec = $2, updated_at = now() WHERE id = $1", id, nonNil(spec))
 	if err != nil {
 		return fmt.Errorf("update pubsub subscription %s: %w", id, err)
 	}
@@ -305,7 +305,7 @@ func (t *PubSubTx) Snapshot(ctx context.Context, id string) (*PubSubSnapshot, er
 // InsertSnapshot registers s (the caller checked it does not exist, under its lock).
 func (t *PubSubTx) InsertSnapshot(ctx context.Context, s *PubSubSnapshot) error {
 	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_snapshots (id, subscription_id, topic_id, spec) VALUES ($1, $2, $3, $4) RETURNING created_at",
-		s.ID, s.SubscriptionID, s.TopicID, s.Spec).Scan(&s.CreatedAt)
+		s.ID, s.SubscriptionID, s.TopicID, nonNil(s.Spec)).Scan(&s.CreatedAt)
 	if err != nil {
 		return fmt.Errorf("insert pubsub snapshot %s: %w", s.ID, err)
 	}
@@ -314,7 +314,7 @@ func (t *PubSubTx) InsertSnapshot(ctx context.Context, s *PubSubSnapshot) error 
 
 // UpdateSnapshotSpec replaces the spec of snapshot id.
 func (t *PubSubTx) UpdateSnapshotSpec(ctx context.Context, id string, spec []byte) error {
-	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_snapshots SET spec = $2 WHERE id = $1", id, spec)
+	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_snapshots SET spec = $2 WHERE id = $1", id, nonNil(spec))
 	if err != nil {
 		return fmt.Errorf("update pubsub snapshot %s: %w", id, err)
 	}
@@ -356,4 +356,12 @@ func (s *Store) PubSubSnapshots(ctx context.Context, topic, after string, limit 
 		return nil, fmt.Errorf("list pubsub snapshots: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*PubSubSnapshot, error) { return scanPubSubSnap(r) })
+}
+
+// nonNil stores an absent spec as an empty one (the column is NOT NULL).
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
