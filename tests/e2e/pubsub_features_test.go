@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strconv"
 	"sync"
@@ -566,5 +570,98 @@ func TestPubSubStreamingPullProtocol(t *testing.T) {
 	}
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPubSubPush: a push subscription POSTs Google's JSON envelope to its endpoint,
+// redelivers after a failure (500) with the next delivery attempt, and acks on 2xx; a
+// no-wrapper subscription POSTs the bare data with x-goog-pubsub-* metadata headers;
+// ModifyPushConfig with an empty config turns it back into a pull subscription.
+func TestPubSubPush(t *testing.T) {
+	s := pubsubStack(t)
+	pub, sc := rawPubSub(t, s.PubSubAddrs[0])
+	_, q := storageClients(t, s.StorageAddr)
+	type push struct {
+		body   []byte
+		header http.Header
+	}
+	wrapped, bare := make(chan push, 10), make(chan push, 10)
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		p := push{b, r.Header.Clone()}
+		if r.URL.Path == "/bare" {
+			bare <- p
+			return
+		}
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		wrapped <- p
+		if first {
+			http.Error(w, "try again", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+
+	topic, sub, bsub := psID("push"), psID("push-sub"), psID("push-bare")
+	mustCreateTopic(t, pub, topic)
+	mustCreateSub(t, sc, sub, topic, &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: srv.URL + "/wrapped"}})
+	mustCreateSub(t, sc, bsub, topic, &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: srv.URL + "/bare",
+		Wrapper: &pubsubpb.PushConfig_NoWrapper_{NoWrapper: &pubsubpb.PushConfig_NoWrapper{WriteMetadata: true}}}})
+	_, err := sc.Pull(ctxT(t, 10*time.Second), &pubsubpb.PullRequest{Subscription: subPath(sub), MaxMessages: 1})
+	wantCode(t, "Pull on a push subscription", err, codes.FailedPrecondition)
+	resp, err := pub.Publish(ctxT(t, 10*time.Second), &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: []*pubsubpb.PubsubMessage{
+		{Data: []byte("pushed"), Attributes: map[string]string{"k": "v"}},
+	}})
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	recv := func(ch chan push, what string) push {
+		t.Helper()
+		select {
+		case p := <-ch:
+			return p
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s push within 30s", what)
+			return push{}
+		}
+	}
+	type envelope struct {
+		Message struct {
+			Data        []byte            `json:"data"`
+			Attributes  map[string]string `json:"attributes"`
+			MessageID   string            `json:"messageId"`
+			PublishTime string            `json:"publishTime"`
+		} `json:"message"`
+		Subscription string `json:"subscription"`
+	}
+	for i := range 2 { // the first answered 500, the second 200
+		p := recv(wrapped, "wrapped")
+		var env envelope
+		if err := json.Unmarshal(p.body, &env); err != nil {
+			t.Fatalf("push %d body %q: %v", i, p.body, err)
+		}
+		if string(env.Message.Data) != "pushed" || env.Message.Attributes["k"] != "v" || env.Message.MessageID != resp.GetMessageIds()[0] ||
+			env.Subscription != subPath(sub) || env.Message.PublishTime == "" || p.header.Get("Content-Type") != "application/json" {
+			t.Fatalf("push %d: %s", i, p.body)
+		}
+	}
+	b := recv(bare, "no-wrapper")
+	if string(b.body) != "pushed" || b.header.Get("k") != "v" || b.header.Get("x-goog-pubsub-message-id") != resp.GetMessageIds()[0] ||
+		b.header.Get("x-goog-pubsub-subscription-name") != subPath(bsub) {
+		t.Fatalf("no-wrapper push: %q %v", b.body, b.header)
+	}
+	waitBacklog(t, q, sub, 0, 15*time.Second)
+	waitBacklog(t, q, bsub, 0, 15*time.Second)
+
+	if _, err := sc.ModifyPushConfig(ctxT(t, 10*time.Second), &pubsubpb.ModifyPushConfigRequest{Subscription: subPath(sub), PushConfig: &pubsubpb.PushConfig{}}); err != nil {
+		t.Fatalf("ModifyPushConfig: %v", err)
+	}
+	gs, err := sc.GetSubscription(ctxT(t, 10*time.Second), &pubsubpb.GetSubscriptionRequest{Subscription: subPath(sub)})
+	if err != nil || gs.GetPushConfig().GetPushEndpoint() != "" {
+		t.Fatalf("after ModifyPushConfig: %v, %v", gs, err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package server wires the pubsub-gateway: clients of storage-core and the coordinator,
 // the google.pubsub.v1 and google.iam.v1 services (package handler) behind the
-// recovery -> logging -> readiness interceptors, and the observability endpoints.
+// recovery -> logging -> readiness interceptors, the push deliverer, and the
+// observability endpoints.
 // New binds the listeners; Run serves until its context ends.
 package server
 
@@ -57,6 +58,7 @@ type Server struct {
 	ready    atomic.Bool
 	notReady atomic.Pointer[string]
 	calls    *prometheus.CounterVec
+	pusher   *handler.Pusher
 }
 
 // New validates cfg, opens the backend clients and binds the listeners.
@@ -97,6 +99,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		Queues:   storagev1.NewQueueServiceClient(srv.storageConn),
 		Log:      log.Named("handler"),
 	})
+	srv.pusher = handler.NewPusher(h)
 	pubsubpb.RegisterPublisherServer(srv.grpc, h)
 	pubsubpb.RegisterSubscriberServer(srv.grpc, h)
 	iampb.RegisterIAMPolicyServer(srv.grpc, handler.NewIAM())
@@ -190,6 +193,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.watchReady(ctx) })
+	wg.Go(func() { s.pusher.Run(ctx) })
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
 	var err error
