@@ -292,6 +292,22 @@ func TestPubSubBadInput(t *testing.T) {
 	} {
 		wantCode(t, tc.name, tc.call(), tc.want)
 	}
+	// The largest request that fits the limits is stored whole: 10 messages of 990 kB.
+	large := make([]*pubsubpb.PubsubMessage, 10)
+	for i := range large {
+		large[i] = &pubsubpb.PubsubMessage{Data: make([]byte, 990*1000)}
+	}
+	ltopic, lsub := psID("bad-large"), psID("bad-large-sub")
+	mustCreateTopic(t, pub, ltopic)
+	mustCreateSub(t, sc, lsub, ltopic, nil)
+	if _, err := pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(ltopic), Messages: large}); err != nil {
+		t.Fatalf("Publish of 9.9 MB: %v", err)
+	}
+	for _, d := range pullAll(t, sc, lsub, 10, true) {
+		if len(d) != 990*1000 {
+			t.Fatalf("pulled a message of %d bytes, want 990000", len(d))
+		}
+	}
 	// Nothing of the rejected publishes was stored.
 	store, _ := storageClients(t, s.StorageAddr)
 	ch, err := store.GetChannel(ctx, &storagev1.GetChannelRequest{Name: channel.PubSubTopic(topic)})

@@ -84,7 +84,7 @@ func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.Cre
 		}
 		if !resp.GetCreated() && req.GetChannelConfig() != nil {
 			if _, err := r.storage.UpdateChannelConfig(ctx, &storagev1.UpdateChannelConfigRequest{
-				Name: name, Config: req.GetChannelConfig(), UpdateMask: []string{"retention_ms"},
+				Name: name, Config: req.GetChannelConfig(), UpdateMask: []string{"retention_ms", "max_message_bytes"},
 			}); err != nil {
 				return storageError("configure channel "+name, err)
 			}

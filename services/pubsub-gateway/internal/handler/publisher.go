@@ -46,15 +46,23 @@ func (h *Handler) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsubpb
 	return spec, nil
 }
 
+// maxLogBatchBytes is the largest append a topic's log takes: a whole 10 MB publish
+// plus the reserved headers (storage-core's default is Kafka's 1 MB).
+const maxLogBatchBytes = 16 << 20
+
+// topicChannelConfig is the config of a topic's log: retention from the topic (default
+// storage-core's), and appends large enough for any valid publish.
 func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
+	cfg := &storagev1.ChannelConfig{MaxMessageBytes: maxLogBatchBytes}
 	d := t.GetMessageRetentionDuration()
 	if d == nil {
-		return nil, nil
+		return cfg, nil
 	}
 	if err := d.CheckValid(); err != nil || d.AsDuration() < minTopicRetention || d.AsDuration() > maxRetention {
 		return nil, invalid("message_retention_duration out of bounds: it must be between 10 minutes and 31 days")
 	}
-	return &storagev1.ChannelConfig{RetentionMs: d.AsDuration().Milliseconds()}, nil
+	cfg.RetentionMs = d.AsDuration().Milliseconds()
+	return cfg, nil
 }
 
 func (h *Handler) getTopic(ctx context.Context, name string) (resource, *pubsubpb.Topic, error) {
@@ -122,9 +130,6 @@ func (h *Handler) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequ
 	cfg, err := topicChannelConfig(cur)
 	if err != nil {
 		return nil, err
-	}
-	if cfg == nil && mask != nil {
-		cfg = &storagev1.ChannelConfig{} // retention back to the default
 	}
 	b, _ := proto.Marshal(cur)
 	if _, err := h.reg.UpdatePubSubTopic(ctx, &coordinatorv1.UpdatePubSubTopicRequest{

@@ -23,6 +23,9 @@ const (
 	maxPullWait    = 30 * time.Second
 	deadlineMargin = 500 * time.Millisecond
 	maxPullBatch   = 1000
+	// maxResponseBytes caps the message data of one Pull or StreamingPull response (one
+	// message is always sent): clients' receive limits start at 20 MB.
+	maxResponseBytes = 10 << 20
 )
 
 // Exactly-once failure reporting (what Google's clients parse).
@@ -70,6 +73,7 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 	resp, err := h.queues.Receive(ctx, &storagev1.ReceiveRequest{
 		Queue:       channel.PubSubSubscription(r.id),
 		MaxMessages: min(req.GetMaxMessages(), maxPullBatch),
+		MaxBytes:    maxResponseBytes,
 		WaitMs:      int32(wait.Milliseconds()),
 	})
 	if err != nil {

@@ -221,8 +221,8 @@ func isKeepalive(req *pubsubpb.StreamingPullRequest) bool {
 	return req.GetSubscription() == "" && len(req.GetAckIds()) == 0 && len(req.GetModifyDeadlineAckIds()) == 0
 }
 
-// window returns how many messages and bytes the stream may still take (0 bytes = no
-// limit), first forgetting leases past their deadline.
+// window returns how many messages and bytes the stream may still take (at most one
+// response's worth), first forgetting leases past their deadline.
 func (s *stream) window(now time.Time) (msgs int32, bytes int64, full bool) {
 	var expired []string
 	defer func() { s.h.streams.forget(s, expired) }()
@@ -241,11 +241,12 @@ func (s *stream) window(now time.Time) (msgs int32, bytes int64, full bool) {
 		}
 		msgs = int32(min(int64(msgs), s.maxMsgs-s.count))
 	}
+	bytes = maxResponseBytes
 	if s.maxBytes > 0 {
 		if s.bytes >= s.maxBytes {
 			return 0, 0, true
 		}
-		bytes = s.maxBytes - s.bytes
+		bytes = min(bytes, s.maxBytes-s.bytes)
 	}
 	return msgs, bytes, false
 }
