@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
 
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -23,23 +25,20 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 // below floor acked, plus those in acked; everything else unacked with no delivery
 // history. Leases end (their ack ids report EXPIRED). It enqueues the durable state
 // and returns the op to wait for after unlocking.
-func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
-	if acked == nil {
-		acked = map[int64]struct{}{}
-	}
+func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
+	acked.dropBelow(floor)
 	q.gen++
 	clear(q.pending)
 	q.pending = nil
+	q.pendingBytes = 0
 	q.leased = 0
 	q.loadPos = floor
 	q.ackedAhead = acked
-	q.attempts = map[int64]int32{}
+	q.attempts = map[int64]delivered{}
+	clear(q.dirty)
+	q.dirty = q.dirty[:0]
 	q.wakeLocked()
-	offs := make([]int64, 0, len(acked))
-	for off := range acked {
-		offs = append(offs, off)
-	}
-	slices.Sort(offs)
+	put := append(spans(nil), acked...)
 	name := q.name
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
 		b := stateBucket(tx, name)
@@ -53,8 +52,8 @@ func (q *Queue) resetLocked(floor int64, acked map[int64]struct{}) *dbOp {
 		if err := clearBucket(ab); err != nil {
 			return err
 		}
-		for _, off := range offs {
-			if err := ab.Put(offKey(off), []byte{}); err != nil {
+		for _, sp := range put {
+			if err := ab.Put(offKey(sp.From), offKey(sp.To)); err != nil {
 				return err
 			}
 		}
@@ -96,7 +95,12 @@ func (q *Queue) SeekTime(tsMs int64) error {
 	return op.wait()
 }
 
-// SeekSnapshot restores the acknowledgement state of a snapshot of this queue.
+// SeekSnapshot restores the acknowledgement state of a snapshot: of this queue
+// exactly (by queue offsets); of another queue bound to a source this one is bound to
+// too (Pub/Sub: another subscription of the same topic), by source sequences: a
+// message is acked when its source record was below the snapshot's cursor for that
+// source and not unacked then. Messages from a source the snapshot does not know stay
+// unacked.
 func (q *Queue) SeekSnapshot(name string) error {
 	s, err := q.m.snapshot(name)
 	if err != nil {
@@ -107,37 +111,98 @@ func (q *Queue) SeekSnapshot(name string) error {
 		q.mu.Unlock()
 		return err
 	}
-	if s.Queue != q.name || s.Incarnation != q.meta.Incarnation {
+	own := s.Queue == q.name && s.Incarnation == q.meta.Incarnation
+	shared := false
+	for _, b := range q.bindings {
+		shared = shared || s.Sources[b.source] != nil
+	}
+	q.mu.Unlock()
+	if !own {
+		if !shared {
+			return fmt.Errorf("%w: snapshot %s was taken of %s, which shares no source with %s", ErrSnapshotMismatch, name, s.Queue, q.name)
+		}
+		return q.seekForeign(s)
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
-		return fmt.Errorf("%w: snapshot %s was taken of %s, not of this queue (%s)", ErrNotQueue, name, s.Queue, q.name)
+		return err
 	}
 	floor := max(s.Floor, q.log.LogStart())
-	acked := map[int64]struct{}{}
-	unacked := map[int64]struct{}{}
-	for _, off := range s.Unacked {
-		unacked[off] = struct{}{}
-	}
-	for off := floor; off < s.End; off++ {
-		if _, ok := unacked[off]; !ok {
-			acked[off] = struct{}{}
+	// Acked: [floor, End) but the unacked offsets (sorted), then AckedAhead.
+	var acked spans
+	cur := floor
+	for _, u := range s.Unacked {
+		if u < cur {
+			continue
 		}
-	}
-	for _, off := range s.AckedAhead {
-		if off >= floor {
-			acked[off] = struct{}{}
+		if u > cur {
+			acked = append(acked, span{cur, u})
 		}
+		cur = u + 1
 	}
-	// The floor moves up past a leading acked run.
-	for {
-		if _, ok := acked[floor]; !ok {
-			break
+	if cur < s.End {
+		acked = append(acked, span{cur, s.End})
+	}
+	for _, sp := range s.AckedAhead {
+		if n := len(acked); n > 0 && acked[n-1].To >= sp.From {
+			acked[n-1].To = max(acked[n-1].To, sp.To)
+			continue
 		}
-		delete(acked, floor)
-		floor++
+		acked = append(acked, sp)
 	}
+	floor = acked.raiseFloor(floor)
 	op := q.resetLocked(floor, acked)
 	q.mu.Unlock()
 	return op.wait()
+}
+
+// seekForeign applies another queue's snapshot by source sequences (SeekSnapshot).
+func (q *Queue) seekForeign(s snapshot) error {
+	start, hw := q.log.LogStart(), q.log.HighWatermark()
+	var acked spans
+	for off := start; off < hw; {
+		recs, next, err := q.log.ReadRecords(off, 1000, 1<<20)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.Offset >= hw {
+				break
+			}
+			src, seq := sourceOf(r.Headers)
+			if ss := s.Sources[src]; ss != nil && !ss.unacked(seq) {
+				acked.add(r.Offset)
+			}
+		}
+		if next <= off {
+			break
+		}
+		off = next
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	op := q.resetLocked(acked.raiseFloor(start), acked)
+	q.mu.Unlock()
+	return op.wait()
+}
+
+// sourceOf returns a queue record's source channel and sequence (internal headers).
+func sourceOf(hs []store.Header) (string, int64) {
+	var src string
+	var seq int64
+	for _, h := range hs {
+		switch h.Key {
+		case HeaderSource:
+			src = string(h.Value)
+		case HeaderSourceSeq:
+			seq, _ = strconv.ParseInt(string(h.Value), 10, 64)
+		}
+	}
+	return src, seq
 }
 
 // snapshotLocked captures the queue's acknowledgement state.
@@ -148,15 +213,14 @@ func (q *Queue) snapshotLocked(now int64) snapshot {
 			s.Unacked = append(s.Unacked, m.off)
 		}
 	}
-	for off := range q.ackedAhead {
-		s.AckedAhead = append(s.AckedAhead, off)
-	}
-	slices.Sort(s.AckedAhead)
+	s.AckedAhead = append([]span(nil), q.ackedAhead...)
 	return s
 }
 
 // CreateSnapshot records the queue's acknowledgement state under name (unique per
-// storage-core). Errors: ErrInvalidArgument (name), ErrSnapshotExists, ErrDetached.
+// storage-core), by queue offsets and by source sequences (reading the part of the
+// queue log not in memory). Errors: ErrInvalidArgument (name), ErrSnapshotExists,
+// ErrDetached.
 func (q *Queue) CreateSnapshot(name string) (int64, error) {
 	if name == "" || len(name) > MaxSnapshotNameLen {
 		return 0, fmt.Errorf("%w: snapshot name must be 1..%d bytes", ErrInvalidArgument, MaxSnapshotNameLen)
@@ -168,8 +232,43 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 		q.mu.Unlock()
 		return 0, err
 	}
+	// Cursors before the high watermark: every record below a cursor is in the log
+	// below the high watermark read after it.
+	srcs := map[string]*snapSource{}
+	for _, b := range q.bindings {
+		srcs[b.source] = &snapSource{Cursor: b.cursor.Load()}
+	}
+	hw := q.log.HighWatermark()
 	s := q.snapshotLocked(q.m.nowMs())
+	for _, m := range q.pending {
+		if ss := srcs[m.source]; ss != nil && m.state != stAcked {
+			ss.Unacked.add(m.srcSeq)
+		}
+	}
+	ahead := append(spans(nil), q.ackedAhead...)
 	q.mu.Unlock()
+	for off := s.End; off < hw; {
+		recs, next, err := q.log.ReadRecords(off, 1000, 1<<20)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range recs {
+			if ahead.contains(r.Offset) || r.Offset >= hw {
+				continue
+			}
+			src, seq := sourceOf(r.Headers)
+			if ss := srcs[src]; ss != nil {
+				ss.Unacked.add(seq)
+			}
+		}
+		if next <= off {
+			break
+		}
+		off = next
+	}
+	if len(srcs) > 0 {
+		s.Sources = srcs
+	}
 	err := q.m.db.update(func(tx *bolt.Tx) error {
 		sb := tx.Bucket(bktSnapshots)
 		if sb.Get([]byte(name)) != nil {

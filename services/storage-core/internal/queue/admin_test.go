@@ -96,9 +96,20 @@ func TestSeekTimeAndSnapshot(t *testing.T) {
 	if err := q.SeekSnapshot("nope"); !errors.Is(err, ErrSnapshotNotFound) {
 		t.Fatalf("missing snapshot: %v", err)
 	}
-	other := e.queue("gcp.sub.other", Config{}, Binding{Source: "gcp.t"})
-	if err := other.SeekSnapshot("snap"); !errors.Is(err, ErrNotQueue) {
+	// Another queue of the same source seeks by source sequences: its messages for
+	// source records 3, 5, 6 and 7 (unacked in the snapshot, or after it) are unacked.
+	other := e.queue("gcp.sub.other", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	receive(t, other, 10, 7)
+	if err := other.SeekSnapshot("snap"); err != nil {
 		t.Fatalf("other queue's snapshot: %v", err)
+	}
+	if got := values(receive(t, other, 10, 4)); fmt.Sprint(got) != "[2 4 5 6]" {
+		t.Fatalf("other queue after seek %v", got)
+	}
+	e.log("gcp.u")
+	unrelated := e.queue("gcp.sub.u", Config{}, Binding{Source: "gcp.u"})
+	if err := unrelated.SeekSnapshot("snap"); !errors.Is(err, ErrSnapshotMismatch) {
+		t.Fatalf("unrelated queue's snapshot: %v", err)
 	}
 	if err := e.m.DeleteSnapshot("snap"); err != nil {
 		t.Fatal(err)

@@ -53,6 +53,8 @@ func BenchmarkReceiveAck(b *testing.B) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			got := 0
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			for r := 0; r < tc.receivers; r++ {
 				wg.Add(1)
 				go func() {
@@ -64,7 +66,10 @@ func BenchmarkReceiveAck(b *testing.B) {
 						if done {
 							return
 						}
-						ds, err := q.Receive(context.Background(), tc.batch, 0, 0, 100*time.Millisecond)
+						ds, err := q.Receive(ctx, tc.batch, 0, 0, 100*time.Millisecond)
+						if ctx.Err() != nil {
+							return
+						}
 						if err != nil {
 							b.Error(err)
 							return
@@ -82,6 +87,9 @@ func BenchmarkReceiveAck(b *testing.B) {
 						}
 						mu.Lock()
 						got += len(ds)
+						if got >= b.N {
+							cancel() // the others may be waiting for messages that will not come
+						}
 						mu.Unlock()
 					}
 				}()

@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type binding struct {
 	filterExpr string
 	filter     Filter
 	start      int64
+	srcCreated int64        // the source log's creation time (0: not recorded)
 	cursor     atomic.Int64 // next source sequence to look at
 
 	ckptCursor int64 // last checkpointed cursor (pump goroutine only)
@@ -78,6 +80,9 @@ func (b *binding) run(stop <-chan struct{}) {
 		default:
 		}
 		src, err := b.q.m.st.Get(b.source)
+		if err == nil && b.srcCreated != 0 && src.CreatedMs() != b.srcCreated {
+			err = fmt.Errorf("%w: %s was deleted and created again; the binding follows the deleted log", store.ErrNotFound, b.source)
+		}
 		if err != nil {
 			if !warned {
 				log.Warn("binding source unavailable; retrying", zap.Error(err))
@@ -145,6 +150,7 @@ func (b *binding) run(stop <-chan struct{}) {
 // pumpAppendBytes. On error it returns the source sequence of the first record not
 // copied.
 func (b *binding) copy(recs []store.Record) (int64, error) {
+	met := b.q.m.opts.Metrics
 	var chunk []store.NewRecord
 	chunkStart := int64(0) // source sequence of the chunk's first record
 	size := 0
@@ -153,11 +159,18 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 			return nil
 		}
 		_, _, err := b.q.log.Append(chunk)
+		if err == nil {
+			met.Copied.Add(float64(len(chunk)))
+		}
 		chunk, size = chunk[:0], 0
 		return err
 	}
 	for _, r := range recs {
-		if r.Control || !matches(b.filter, r.Headers) {
+		if r.Control {
+			continue
+		}
+		if !matches(b.filter, r.Headers) {
+			met.Filtered.Inc()
 			continue
 		}
 		seq := r.Offset + 1

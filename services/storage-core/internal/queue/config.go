@@ -16,12 +16,8 @@ const (
 	DefaultRetentionMs   = 7 * 24 * 3600 * 1000
 	MaxDeliveryAttempts  = 100
 	MaxBackoffMs         = 600_000
-	// DefaultMinBackoffMs and DefaultMaxBackoffMs stand for zeros in a RetryPolicy
-	// (Pub/Sub's defaults).
-	DefaultMinBackoffMs = 10_000
-	DefaultMaxBackoffMs = 600_000
-	MaxReceiveMessages  = 1000
-	MaxSnapshotNameLen  = 255
+	MaxReceiveMessages   = 1000
+	MaxSnapshotNameLen   = 255
 )
 
 // Config is a queue's delivery config as stored: zeros mean the default (see the
@@ -46,7 +42,8 @@ type DeadLetterPolicy struct {
 	DropHeaders           []string       `json:"drop_headers,omitempty"`
 }
 
-// RetryPolicy mirrors storagev1.RetryPolicy; zeros mean the defaults.
+// RetryPolicy mirrors storagev1.RetryPolicy. Its values are taken as they are (0 is
+// no delay): the caller applies its protocol's defaults (Pub/Sub: 10 s and 600 s).
 type RetryPolicy struct {
 	MinBackoffMs int64 `json:"min_backoff_ms,omitempty"`
 	MaxBackoffMs int64 `json:"max_backoff_ms,omitempty"`
@@ -65,7 +62,7 @@ func (c *Config) Validate() error {
 	}
 	if d := c.DeadLetter; d != nil {
 		if err := channel.Validate(d.Channel); err != nil {
-			return fmt.Errorf("%w: dead_letter.channel: %v", ErrInvalidArgument, err)
+			return fmt.Errorf("dead_letter.channel: %w", err)
 		}
 		if d.MaxDeliveryAttempts < 1 || d.MaxDeliveryAttempts > MaxDeliveryAttempts {
 			return fmt.Errorf("%w: dead_letter.max_delivery_attempts %d outside [1, %d]", ErrInvalidArgument, d.MaxDeliveryAttempts, MaxDeliveryAttempts)
@@ -108,23 +105,10 @@ func (c *Config) retention() int64 {
 func (c Config) Effective() Config {
 	c.AckDeadlineMs = int32(c.ackDeadline())
 	c.MessageRetentionMs = c.retention()
-	if c.Retry != nil {
-		lo, hi := c.Retry.backoff()
-		c.Retry = &RetryPolicy{MinBackoffMs: lo, MaxBackoffMs: hi}
-	}
 	return c
 }
 
-func (r *RetryPolicy) backoff() (lo, hi int64) {
-	lo, hi = r.MinBackoffMs, r.MaxBackoffMs
-	if lo == 0 {
-		lo = DefaultMinBackoffMs
-	}
-	if hi == 0 {
-		hi = DefaultMaxBackoffMs
-	}
-	return lo, hi
-}
+func (r *RetryPolicy) backoff() (lo, hi int64) { return r.MinBackoffMs, r.MaxBackoffMs }
 
 // backoffMs is the delay before redelivering a message that failed its attempts-th
 // delivery: min after the first failure, doubling per attempt, capped at max; 0
@@ -148,4 +132,9 @@ type Binding struct {
 	Filter        string `json:"filter,omitempty"`
 	StartSequence int64  `json:"start_sequence,omitempty"`
 	Cursor        int64  `json:"-"`
+	// SourceCreatedMs is the source log's creation time when the binding was made: a
+	// log deleted and created again under the same name is another log, which the
+	// binding does not follow (Pub/Sub: a subscription outlives its deleted topic but
+	// never receives from a new topic of that name).
+	SourceCreatedMs int64 `json:"source_created_ms,omitempty"`
 }

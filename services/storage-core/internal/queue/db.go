@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -14,8 +15,10 @@ import (
 //
 //	queues/<name>                 JSON queueMeta (config, bindings, detached, incarnation)
 //	state/<name>/floor            8 bytes: every queue offset below it is acked
-//	state/<name>/acked/<off>      acked offsets at or above the floor
-//	state/<name>/attempts/<off>   4 bytes: deliveries so far of an unacked message
+//	state/<name>/acked/<off>      8 bytes: end of a span [off, end) of acked offsets
+//	                              above the floor (spans.go)
+//	state/<name>/attempts/<off>   12 bytes: deliveries so far of an unacked message and
+//	                              the time (ms) before which it is not redelivered
 //	state/<name>/cursors/<source> 16 bytes: binding checkpoint (next source sequence,
 //	                              queue offset from which to rescan the queue log)
 //	snapshots/<name>              JSON snapshot (queue, created, ack state)
@@ -37,7 +40,8 @@ var (
 // enqueue order, so callers that enqueue under their own lock get their changes
 // applied in that lock's order.
 type stateDB struct {
-	b *bolt.DB
+	b       *bolt.DB
+	commits prometheus.Counter
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -61,8 +65,8 @@ func (o *dbOp) wait() error {
 	return o.err
 }
 
-func openStateDB(path string) (*stateDB, error) {
-	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second})
+func openStateDB(path string, m *Metrics) (*stateDB, error) {
+	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
 	}
@@ -78,7 +82,7 @@ func openStateDB(path string) (*stateDB, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
 	}
-	d := &stateDB{b: b, stopped: make(chan struct{})}
+	d := &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	go d.run()
 	return d, nil
@@ -141,6 +145,9 @@ func (d *stateDB) commit(ops []*dbOp) {
 		}
 		return nil
 	})
+	if err == nil {
+		d.commits.Inc()
+	}
 	if err != nil && len(ops) > 1 {
 		for _, o := range ops {
 			d.commit([]*dbOp{o})

@@ -19,6 +19,9 @@ var (
 	ErrSnapshotNotFound = errors.New("snapshot not found")
 	// ErrSnapshotExists: CreateSnapshot with a name already taken.
 	ErrSnapshotExists = errors.New("snapshot already exists")
+	// ErrSnapshotMismatch: Seek to a snapshot of a queue that shares no source with
+	// this one (Pub/Sub: a snapshot of another topic). gRPC FAILED_PRECONDITION.
+	ErrSnapshotMismatch = errors.New("snapshot is of a queue on other sources")
 	// ErrNotQueue: the channel exists but is a log, not a queue.
 	ErrNotQueue = errors.New("channel is not a queue")
 	// ErrState: the delivery-state database failed (disk); the call's effect is not

@@ -34,6 +34,11 @@ type Options struct {
 	SweepInterval time.Duration
 	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
 	MaxLoaded int
+	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
+	// message is loaded whatever its size.
+	MaxLoadedBytes int64
+	// Metrics; nil creates unregistered ones.
+	Metrics *Metrics
 	// MaintenanceInterval is how often retention runs (unacked messages past
 	// message_retention_ms dropped, the queue log trimmed); 0 = 30 s; < 0 disables the
 	// loop (tests call Maintain).
@@ -58,7 +63,9 @@ type Manager struct {
 	adminMu sync.Mutex
 	mu      sync.RWMutex
 	queues  map[string]*Queue
-	closed  bool
+	// fenced: queues whose log failed to load at start; they answer its error.
+	fenced map[string]error
+	closed bool
 
 	leaseBase uint64
 	stop      chan struct{}
@@ -77,14 +84,20 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 10000
 	}
+	if opts.MaxLoadedBytes <= 0 {
+		opts.MaxLoadedBytes = 64 << 20
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
 	if opts.MaintenanceInterval == 0 {
 		opts.MaintenanceInterval = 30 * time.Second
 	}
-	db, err := openStateDB(path)
+	db, err := openStateDB(path, opts.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{st: st, db: db, log: log, opts: opts, queues: map[string]*Queue{},
+	m := &Manager{st: st, db: db, log: log, opts: opts, queues: map[string]*Queue{}, fenced: map[string]error{},
 		leaseBase: uint64(time.Now().UnixNano()), stop: make(chan struct{})}
 	var metas []queueMeta
 	err = db.view(func(tx *bolt.Tx) error {
@@ -103,6 +116,13 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	for _, qm := range metas {
 		l, err := st.Get(qm.Name)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			// The log exists but failed to load (fenced): keep its state for a restart
+			// after the repair; the queue answers that error meanwhile.
+			log.Error("queue log unavailable; queue fenced", zap.String("queue", qm.Name), zap.Error(err))
+			m.fenced[qm.Name] = err
+			continue
+		}
 		if err != nil || l.Kind() != store.KindQueue {
 			log.Error("queue state without its queue log; removing the state", zap.String("queue", qm.Name), zap.Error(err))
 			_ = m.dropState(qm.Name)
@@ -117,11 +137,18 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 		m.queues[qm.Name] = q
 	}
 	for _, l := range st.List("") {
-		if l.Kind() == store.KindQueue && m.queues[l.Name()] == nil {
-			log.Warn("removing queue log without queue state (interrupted create or delete)", zap.String("queue", l.Name()))
-			if err := st.Delete(l.Name(), true); err != nil {
-				log.Error("remove orphaned queue log", zap.String("queue", l.Name()), zap.Error(err))
-			}
+		if l.Kind() != store.KindQueue || m.queues[l.Name()] != nil {
+			continue
+		}
+		if l.HighWatermark() > 0 {
+			// Not an interrupted create (whose log is empty): never drop records here.
+			log.Error("queue log without queue state kept; DeleteChannel removes it", zap.String("queue", l.Name()),
+				zap.Int64("high_watermark", l.HighWatermark()))
+			continue
+		}
+		log.Warn("removing empty queue log without queue state (interrupted create)", zap.String("queue", l.Name()))
+		if err := st.Delete(l.Name(), true); err != nil {
+			log.Error("remove orphaned queue log", zap.String("queue", l.Name()), zap.Error(err))
 		}
 	}
 	for _, q := range m.queues {
@@ -196,14 +223,12 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 		if v := b.Get(keyFloor); len(v) == 8 {
 			q.loadPos = keyOff(v)
 		}
-		if err := b.Bucket(bktAcked).ForEach(func(k, _ []byte) error {
-			q.ackedAhead[keyOff(k)] = struct{}{}
-			return nil
-		}); err != nil {
+		var err error
+		if q.ackedAhead, err = readAckedSpans(b.Bucket(bktAcked)); err != nil {
 			return err
 		}
 		if err := b.Bucket(bktAttempts).ForEach(func(k, v []byte) error {
-			q.attempts[keyOff(k)] = getU32(v)
+			q.attempts[keyOff(k)] = decodeDelivered(v)
 			return nil
 		}); err != nil {
 			return err
@@ -267,8 +292,8 @@ func (q *Queue) recoverCursors(from int64) error {
 }
 
 func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
-	q := &Queue{m: m, name: qm.Name, log: l, meta: qm, ackedAhead: map[int64]struct{}{},
-		attempts: map[int64]int32{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
+	q := &Queue{m: m, name: qm.Name, log: l, meta: qm,
+		attempts: map[int64]delivered{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
 	for _, bm := range qm.Bindings {
 		f, err := ParseFilter(bm.Filter)
 		if err != nil {
@@ -276,7 +301,7 @@ func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
 				zap.String("source", bm.Source), zap.Error(err))
 			f = matchNone{}
 		}
-		q.bindings = append(q.bindings, &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence})
+		q.bindings = append(q.bindings, &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence, srcCreated: bm.SourceCreatedMs})
 	}
 	return q
 }
@@ -312,9 +337,13 @@ func (m *Manager) Get(name string) (*Queue, error) {
 	m.mu.RLock()
 	q, ok := m.queues[name]
 	closed := m.closed
+	ferr := m.fenced[name]
 	m.mu.RUnlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if ferr != nil {
+		return nil, ferr
 	}
 	if !ok {
 		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
@@ -325,12 +354,23 @@ func (m *Manager) Get(name string) (*Queue, error) {
 	return q, nil
 }
 
-// IsQueue reports whether name is a queue of this manager.
+// Ready reports whether the engine serves (not closed).
+func (m *Manager) Ready() error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// IsQueue reports whether name is a queue of this manager (fenced ones included).
 func (m *Manager) IsQueue(name string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	_, ok := m.queues[name]
-	return ok
+	_, fenced := m.fenced[name]
+	return ok || fenced
 }
 
 func randomIncarnation() uint64 {
@@ -381,6 +421,7 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 			b.StartSequence = hw + 1
 		}
 		b.Cursor = 0
+		b.SourceCreatedMs = l.CreatedMs()
 		out[i], filters[i] = b, f
 	}
 	return out, filters, nil
@@ -474,7 +515,15 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 	if ok {
 		delete(m.queues, name)
 	}
+	_, fenced := m.fenced[name]
+	delete(m.fenced, name)
 	m.mu.Unlock()
+	if fenced {
+		if err := m.dropState(name); err != nil {
+			return err
+		}
+		return m.st.Delete(name, true)
+	}
 	if !ok {
 		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
 			return fmt.Errorf("%w: %s is a log", ErrNotQueue, name)

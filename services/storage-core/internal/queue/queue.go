@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -94,12 +95,18 @@ type Queue struct {
 	meta     queueMeta
 	bindings []*binding
 	pending  []*msg // unacked messages by offset, from the ack floor
-	loadPos  int64  // next queue offset to load into pending
+	// pendingBytes is the sum of the pending messages' sizes.
+	pendingBytes int64
+	loadPos      int64 // next queue offset to load into pending
 	// ackedAhead holds acked offsets at or after loadPos (from the state file at open
-	// or a snapshot); loading skips them.
-	ackedAhead map[int64]struct{}
-	// attempts holds delivery counts of messages not loaded yet (from the state file).
-	attempts map[int64]int32
+	// or a snapshot), as spans; loading skips them.
+	ackedAhead spans
+	// attempts holds the delivery counts and backoffs of messages not loaded yet (from
+	// the state file).
+	attempts map[int64]delivered
+	// dirty lists messages whose backoff changed (nack, expiry) and is not enqueued
+	// for the state file yet (flushDirtyLocked).
+	dirty    []*msg
 	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
 	leased   int
 	leaseSeq uint64
@@ -214,10 +221,23 @@ func orderingKey(header string, hs []store.Header) string {
 
 // fill loads records of the queue log past loadPos into the window while it has room.
 // The reads run without Queue.mu; a rebuild of the window meanwhile (gen) discards
-// them.
+// them. Bindings call it after each copy and wait their turn (so what they copied is
+// loaded); a Receive does not wait when another fill runs (tryFill): that one loads
+// and wakes it.
 func (q *Queue) fill() {
 	q.fillMu.Lock()
 	defer q.fillMu.Unlock()
+	q.fillLocked()
+}
+
+func (q *Queue) tryFill() {
+	if q.fillMu.TryLock() {
+		defer q.fillMu.Unlock()
+		q.fillLocked()
+	}
+}
+
+func (q *Queue) fillLocked() {
 	for {
 		q.mu.Lock()
 		if q.deleted {
@@ -226,8 +246,12 @@ func (q *Queue) fill() {
 		}
 		pos, gen := q.loadPos, q.gen
 		room := q.m.opts.MaxLoaded - len(q.pending)
+		roomBytes := q.m.opts.MaxLoadedBytes - q.pendingBytes
+		if len(q.pending) == 0 {
+			roomBytes = max(roomBytes, 1)
+		}
 		q.mu.Unlock()
-		if room <= 0 {
+		if room <= 0 || roomBytes <= 0 {
 			return
 		}
 		if start := q.log.LogStart(); pos < start {
@@ -241,7 +265,7 @@ func (q *Queue) fill() {
 			q.mu.Unlock()
 			return
 		}
-		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), 1<<20)
+		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), int(min(roomBytes, 1<<20)))
 		if err != nil {
 			if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
 				q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
@@ -257,16 +281,16 @@ func (q *Queue) fill() {
 			return
 		}
 		for _, r := range recs {
-			if _, ok := q.ackedAhead[r.Offset]; ok {
-				delete(q.ackedAhead, r.Offset)
+			if q.ackedAhead.dropBelow(r.Offset); len(q.ackedAhead) > 0 && q.ackedAhead[0].From <= r.Offset {
 				continue
 			}
 			m := q.newMsg(r)
-			if n, ok := q.attempts[r.Offset]; ok {
-				m.attempts = n
+			if d, ok := q.attempts[r.Offset]; ok {
+				m.attempts, m.notBefore = d.attempts, d.notBefore
 				delete(q.attempts, r.Offset)
 			}
 			q.pending = append(q.pending, m)
+			q.pendingBytes += m.size
 		}
 		q.loadPos = next
 		q.wakeLocked()
@@ -286,8 +310,75 @@ func (q *Queue) expireLocked(m *msg, now int64) bool {
 		return true
 	}
 	m.state = stAvailable
-	m.notBefore = now + cfg.backoffMs(m.attempts)
+	if d := cfg.backoffMs(m.attempts); d > 0 {
+		m.notBefore = now + d
+		q.dirty = append(q.dirty, m)
+	}
 	return false
+}
+
+// flushDirtyLocked enqueues the backoffs of q.dirty for the state file (nil: none).
+func (q *Queue) flushDirtyLocked() *dbOp {
+	if len(q.dirty) == 0 {
+		return nil
+	}
+	offs := make([]int64, 0, len(q.dirty))
+	vals := make([][]byte, 0, len(q.dirty))
+	for _, m := range q.dirty {
+		if m.state == stAvailable && q.find(m.off) == m {
+			offs = append(offs, m.off)
+			vals = append(vals, delivered{m.attempts, m.notBefore}.encode())
+		}
+	}
+	clear(q.dirty)
+	q.dirty = q.dirty[:0]
+	return q.putDeliveredLocked(offs, vals)
+}
+
+// putDeliveredLocked enqueues delivery records (attempts bucket) for offs.
+func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
+	if len(offs) == 0 {
+		return nil
+	}
+	name := q.name
+	return q.m.db.enqueue(func(tx *bolt.Tx) error {
+		b := stateBucket(tx, name)
+		if b == nil {
+			return nil // deleted meanwhile
+		}
+		at := b.Bucket(bktAttempts)
+		for i, off := range offs {
+			if err := at.Put(offKey(off), vals[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// delivered is a message's durable delivery record: deliveries so far and the time
+// (ms) before which it is not redelivered.
+type delivered struct {
+	attempts  int32
+	notBefore int64
+}
+
+func (d delivered) encode() []byte {
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b, uint32(d.attempts))
+	binary.BigEndian.PutUint64(b[4:], uint64(d.notBefore))
+	return b
+}
+
+func decodeDelivered(b []byte) delivered {
+	var d delivered
+	if len(b) >= 4 {
+		d.attempts = int32(binary.BigEndian.Uint32(b))
+	}
+	if len(b) >= 12 {
+		d.notBefore = int64(binary.BigEndian.Uint64(b[4:]))
+	}
+	return d
 }
 
 // leaseLocked leases up to max available messages for leaseMs. It also ends the
@@ -301,7 +392,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 	}
 	var size int64
 	var leasedOffs []int64
-	var leasedAttempts []int32
+	var leasedVals [][]byte
 	event := func(t int64) {
 		if t > now && (nextEvent == 0 || t < nextEvent) {
 			nextEvent = t
@@ -312,6 +403,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			break
 		}
 		if m.state == stLeased && m.deadline <= now {
+			q.m.opts.Metrics.Expired.Inc()
 			if q.expireLocked(m, now) {
 				dl = append(dl, m)
 			}
@@ -343,25 +435,13 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			AckID:  ackID{inc: q.meta.Incarnation, off: m.off, lease: m.lease}.String(),
 			Record: m.rec, Source: m.source, SourceSeq: m.srcSeq, Attempt: m.attempts,
 		})
+		m.notBefore = 0
 		leasedOffs = append(leasedOffs, m.off)
-		leasedAttempts = append(leasedAttempts, m.attempts)
+		leasedVals = append(leasedVals, delivered{attempts: m.attempts}.encode())
 	}
-	if len(out) > 0 {
-		name := q.name
-		op = q.m.db.enqueue(func(tx *bolt.Tx) error {
-			b := stateBucket(tx, name)
-			if b == nil {
-				return nil // deleted meanwhile
-			}
-			at := b.Bucket(bktAttempts)
-			for i, off := range leasedOffs {
-				if err := at.Put(offKey(off), u32(leasedAttempts[i])); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
+	q.m.opts.Metrics.Deliveries.Add(float64(len(out)))
+	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
+	op = q.putDeliveredLocked(leasedOffs, leasedVals)
 	return out, dl, nextEvent, op
 }
 
@@ -381,7 +461,7 @@ func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 	}
 	end := time.Now().Add(wait)
 	for {
-		q.fill()
+		q.tryFill()
 		q.mu.Lock()
 		if err := q.usableLocked(); err != nil {
 			q.mu.Unlock()
@@ -481,8 +561,13 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 	}
 	var op *dbOp
 	if len(acked) > 0 {
+		q.m.opts.Metrics.Acks.Add(float64(len(acked)))
 		op = q.commitAcksLocked(acked)
-		q.wakeLocked()
+		// An ack makes a message available only by freeing an ordering lane or room
+		// in the window for records not loaded yet; otherwise waiters sleep on.
+		if q.meta.Config.OrderingKeyHeader != "" || q.loadPos < q.log.HighWatermark() {
+			q.wakeLocked()
+		}
 	}
 	q.mu.Unlock()
 	if err := op.wait(); err != nil {
@@ -522,7 +607,7 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 		}
 		ab, at := b.Bucket(bktAcked), b.Bucket(bktAttempts)
 		for _, off := range above {
-			if err := ab.Put(offKey(off), []byte{}); err != nil {
+			if err := putAckedOffset(ab, off); err != nil {
 				return err
 			}
 		}
@@ -531,7 +616,7 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 				return err
 			}
 		}
-		if err := deleteBelow(ab, floor); err != nil {
+		if err := trimAckedBelow(ab, floor); err != nil {
 			return err
 		}
 		return deleteBelow(at, floor)
@@ -544,6 +629,8 @@ func (q *Queue) compactLocked() {
 	for _, m := range q.pending {
 		if m.state != stAcked {
 			out = append(out, m)
+		} else {
+			q.pendingBytes -= m.size
 		}
 	}
 	clear(q.pending[len(out):])
@@ -573,6 +660,7 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 		}
 		if r == AckOK {
 			if deadlineMs == 0 {
+				q.m.opts.Metrics.Nacks.Inc()
 				if q.expireLocked(m, now) {
 					dl = append(dl, m)
 				}
@@ -583,12 +671,17 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 		}
 		res[i] = q.finalResult(r)
 	}
+	var op *dbOp
 	if changed {
+		op = q.flushDirtyLocked()
 		q.wakeLocked()
 	}
 	q.mu.Unlock()
 	if len(dl) > 0 {
 		q.deadLetter(dl)
+	}
+	if err := op.wait(); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -605,6 +698,7 @@ func (q *Queue) sweep() {
 	changed := false
 	for _, m := range q.pending {
 		if m.state == stLeased && m.deadline <= now {
+			q.m.opts.Metrics.Expired.Inc()
 			if q.expireLocked(m, now) {
 				dl = append(dl, m)
 			}
@@ -615,6 +709,7 @@ func (q *Queue) sweep() {
 		}
 	}
 	if changed {
+		q.flushDirtyLocked()
 		q.wakeLocked()
 	}
 	q.mu.Unlock()
@@ -648,6 +743,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 			m.state = stAvailable
 			m.notBefore = q.m.nowMs() + 1000
 		} else {
+			q.m.opts.Metrics.DeadLettered.Inc()
 			off := m.off
 			q.ackLocked(m)
 			op = q.commitAcksLocked([]int64{off})
@@ -716,18 +812,8 @@ func (q *Queue) Info() Info {
 	}
 	if !q.meta.Detached {
 		hw := max(q.log.HighWatermark(), q.loadPos)
-		in.Backlog = int64(len(q.pending)) + hw - q.loadPos - int64(len(q.ackedAhead))
+		ahead := q.ackedAhead.count(q.loadPos, hw)
+		in.Backlog = max(int64(len(q.pending))+hw-q.loadPos-ahead, 0)
 	}
 	return in
-}
-
-func u32(v int32) []byte {
-	return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
-}
-
-func getU32(b []byte) int32 {
-	if len(b) != 4 {
-		return 0
-	}
-	return int32(b[0])<<24 | int32(b[1])<<16 | int32(b[2])<<8 | int32(b[3])
 }

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 )
@@ -219,6 +222,8 @@ func TestBindingStartSequenceAndErrors(t *testing.T) {
 		{"gcp.sub.x", Config{}, []Binding{{Source: "gcp.sub.all"}}, ErrInvalidArgument},
 		{"gcp.sub.x", Config{AckDeadlineMs: 5000}, nil, ErrInvalidArgument},
 		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.dl", MaxDeliveryAttempts: 0}}, nil, ErrInvalidArgument},
+		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "_dl", MaxDeliveryAttempts: 5}}, nil, channel.ErrReserved},
+		{"gcp.sub.x", Config{DeadLetter: &DeadLetterPolicy{Channel: "bad name", MaxDeliveryAttempts: 5}}, nil, channel.ErrInvalidName},
 		{"gcp.sub.x", Config{Retry: &RetryPolicy{MinBackoffMs: 700_000}}, nil, ErrInvalidArgument},
 		{"gcp.sub.all", Config{}, nil, ErrExists},
 		{"gcp.t", Config{}, nil, ErrExists},
@@ -367,9 +372,25 @@ func TestNackAndBackoff(t *testing.T) {
 	if d = receive(t, q, 2, 1)[0]; d.Attempt != 4 {
 		t.Fatalf("attempt %d", d.Attempt)
 	}
-	cfg := Config{Retry: &RetryPolicy{}}
-	if cfg.backoffMs(1) != 10_000 || cfg.backoffMs(7) != 600_000 || (&Config{}).backoffMs(3) != 0 {
-		t.Fatal("backoff defaults")
+	// A nack's backoff is durable: a restart does not redeliver early.
+	_, _ = q.ModifyAckDeadline([]string{d.AckID}, 0) // fourth: 3 s
+	mustAck(t, q, ds[1].AckID)
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	receive(t, q, 2, 0)
+	e.clk.add(3 * time.Second)
+	if d = receive(t, q, 2, 1)[0]; d.Attempt != 5 || string(d.Record.Value) != "a" {
+		t.Fatalf("after restart %+v", d)
+	}
+	cfg := Config{Retry: &RetryPolicy{MinBackoffMs: 10_000, MaxBackoffMs: 600_000}}
+	if cfg.backoffMs(1) != 10_000 || cfg.backoffMs(3) != 40_000 || cfg.backoffMs(7) != 600_000 || (&Config{}).backoffMs(3) != 0 {
+		t.Fatal("backoff")
+	}
+	if zero := (&Config{Retry: &RetryPolicy{}}); zero.backoffMs(5) != 0 || zero.Validate() != nil {
+		t.Fatal("zero backoff")
+	}
+	if err := (&Config{Retry: &RetryPolicy{MinBackoffMs: 5000, MaxBackoffMs: 1000}}).Validate(); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("min > max: %v", err)
 	}
 }
 
@@ -432,6 +453,11 @@ func TestDeadLetter(t *testing.T) {
 	receive(t, q, 1, 0)
 	if in := q.Info(); in.Backlog != 0 {
 		t.Fatalf("backlog %d", in.Backlog)
+	}
+	met := e.m.opts.Metrics
+	if testutil.ToFloat64(met.DeadLettered) != 1 || testutil.ToFloat64(met.Deliveries) != 2 || testutil.ToFloat64(met.Nacks) != 1 || testutil.ToFloat64(met.Expired) != 1 {
+		t.Fatalf("metrics: dead-lettered %v deliveries %v nacks %v expired %v", testutil.ToFloat64(met.DeadLettered),
+			testutil.ToFloat64(met.Deliveries), testutil.ToFloat64(met.Nacks), testutil.ToFloat64(met.Expired))
 	}
 	recs, _, err := dlq.ReadRecords(0, 10, 1<<20)
 	if err != nil || len(recs) != 1 {
@@ -654,5 +680,304 @@ func TestExactlyOnceAckAfterDeadline(t *testing.T) {
 	}
 	if d2 := receive(t, q, 1, 1)[0]; d2.Attempt != 2 {
 		t.Fatalf("redelivery %+v", d2)
+	}
+}
+
+// TestOrderingUnderConcurrency: receivers ack, nack or drop (let expire) messages of
+// a few ordering keys at random while the clock moves; at no time are two messages
+// of one key leased, and per key no message is delivered again once acked.
+func TestOrderingUnderConcurrency(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	// Exactly-once, so an ack's result says whether it took (another receiver may
+	// hold the message again once the clock passed its deadline).
+	q := e.queue("gcp.sub.s", Config{OrderingKeyHeader: "k", ExactlyOnce: true}, Binding{Source: "gcp.t"})
+	const n = 600
+	keys := []string{"a", "b", "c", "d", "e"}
+	recs := make([]store.NewRecord, n)
+	for i := range recs {
+		recs[i] = store.NewRecord{Value: []byte(strconv.Itoa(i)), Headers: []store.Header{{Key: "k", Value: []byte(keys[i%len(keys)])}}}
+	}
+	if _, _, err := src.Append(recs); err != nil {
+		t.Fatal(err)
+	}
+	// A lease taken by a Receive that started at clock c lasts at least until c+10 s;
+	// the checks only count what is certain despite the receivers' interleaving.
+	type hold struct {
+		off, until int64
+	}
+	type ackMark struct {
+		off int64 // acked offset + 1
+		seq int   // ack event number
+	}
+	var (
+		mu      sync.Mutex
+		held    = map[string]hold{}
+		lastAck = map[string]ackMark{}
+		events  int
+		acked   int
+		failed  error
+	)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				mu.Lock()
+				done := acked >= n || failed != nil
+				seq0 := events
+				mu.Unlock()
+				if done {
+					return
+				}
+				c := e.clk.ms.Load()
+				ds, err := q.Receive(context.Background(), 3, 0, 0, 20*time.Millisecond)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for j, d := range ds {
+					k := string(d.Record.Headers[0].Value)
+					now := e.clk.ms.Load()
+					mu.Lock()
+					if h, ok := held[k]; ok && h.until > now && h.off != d.Record.Offset {
+						failed = fmt.Errorf("key %s: offset %d delivered while %d is leased", k, d.Record.Offset, h.off)
+					}
+					if a := lastAck[k]; a.seq <= seq0 && d.Record.Offset < a.off {
+						failed = fmt.Errorf("key %s: offset %d delivered after %d was acked", k, d.Record.Offset, a.off-1)
+					}
+					held[k] = hold{d.Record.Offset, c + 10_000}
+					mu.Unlock()
+					switch (i + j + w) % 5 {
+					case 0: // nack
+						mu.Lock()
+						if h := held[k]; h.off == d.Record.Offset {
+							delete(held, k)
+						}
+						mu.Unlock()
+						if _, err := q.ModifyAckDeadline([]string{d.AckID}, 0); err != nil {
+							t.Error(err)
+						}
+					case 1: // drop: expires when the clock passes its deadline
+					default:
+						mu.Lock() // released before the ack: once acked, the next may go
+						if h := held[k]; h.off == d.Record.Offset {
+							delete(held, k)
+						}
+						mu.Unlock()
+						rs, err := q.Ack([]string{d.AckID})
+						if err != nil {
+							t.Error(err)
+							continue
+						}
+						mu.Lock()
+						if rs[0] == AckOK {
+							acked++
+							events++
+							lastAck[k] = ackMark{d.Record.Offset + 1, events}
+						}
+						mu.Unlock()
+					}
+				}
+				if len(ds) == 0 {
+					e.clk.add(11 * time.Second) // let dropped leases expire
+					e.m.Sweep()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if in := q.Info(); in.Backlog != 0 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+}
+
+// TestWindow: with a window of 3 messages (or 2 KiB), a backlog of 10 still flows as
+// messages are acked, and one message that is never acked holds one slot only.
+func TestWindow(t *testing.T) {
+	for _, lim := range []Options{{MaxLoaded: 3}, {MaxLoadedBytes: 2048}} {
+		t.Run(fmt.Sprintf("%d_%d", lim.MaxLoaded, lim.MaxLoadedBytes), func(t *testing.T) {
+			e := newEnv(t)
+			if lim.MaxLoaded > 0 {
+				e.m.opts.MaxLoaded = lim.MaxLoaded
+			} else {
+				e.m.opts.MaxLoadedBytes = lim.MaxLoadedBytes
+			}
+			src := e.log("gcp.t")
+			q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+			vals := make([]string, 10)
+			for i := range vals {
+				vals[i] = fmt.Sprintf("%04d%s", i, make([]byte, 900))
+			}
+			publish(t, src, vals...)
+			first := receive(t, q, 1, 1)[0] // never acked
+			var got []Delivery
+			for deadline := time.Now().Add(5 * time.Second); len(got) < 9 && time.Now().Before(deadline); {
+				ds, err := q.Receive(context.Background(), 10, 0, 0, 50*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q.mu.Lock()
+				n := len(q.pending)
+				q.mu.Unlock()
+				if n > 3 {
+					t.Fatalf("window holds %d", n)
+				}
+				mustAck(t, q, ackIDs(ds)...)
+				got = append(got, ds...)
+			}
+			if len(got) != 9 || got[0].Record.Offset != 1 || got[8].Record.Offset != 9 {
+				t.Fatalf("got %d messages", len(got))
+			}
+			if in := q.Info(); in.Backlog != 1 || in.Leased != 1 {
+				t.Fatalf("info %+v", in)
+			}
+			mustAck(t, q, first.AckID)
+		})
+	}
+}
+
+// A source deleted and created again is another log: the binding does not follow it.
+func TestSourceRecreated(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a")
+	receive(t, q, 10, 1)
+	if err := e.st.Delete("gcp.t", false); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.add(time.Second)
+	src = e.log("gcp.t")
+	publish(t, src, "b", "c")
+	receive(t, q, 10, 0)
+	if c := q.Info().Bindings[0].Cursor; c != 2 {
+		t.Fatalf("cursor %d", c)
+	}
+}
+
+// A queue whose log is corrupt keeps its state (fenced, answering the store's error)
+// until it is repaired or deleted; an empty queue log without state (a create cut
+// short) is removed at start, a non-empty one kept.
+func TestStartWithDamage(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a")
+	receive(t, q, 1, 1)
+	seg := filepath.Join(e.dir, "store", "channels", "gcp.sub.s", "00000000000000000000.log")
+	orphan, _, err := e.st.CreateKind("gcp.sub.orphan", store.KindQueue, queueLogConfig(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = orphan
+	e.close()
+	// A bit flip in the first batch with an intact one after it: the store fences the
+	// channel instead of truncating.
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := append([]byte(nil), data...)
+	data = append(data, data...) // a second copy of the batch follows
+	data[len(good)/2] ^= 0xff
+	if err := os.WriteFile(seg, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	if _, err := e.m.Get("gcp.sub.s"); !errors.Is(err, store.ErrStorage) {
+		t.Fatalf("fenced queue: %v", err)
+	}
+	if _, err := e.st.Get("gcp.sub.orphan"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("orphan queue log: %v", err)
+	}
+	// Repaired: the state is still there.
+	e.close()
+	if err := os.WriteFile(seg, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	q, err = e.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := receive(t, q, 1, 1)[0]; d.Attempt != 2 {
+		t.Fatalf("attempt %d", d.Attempt)
+	}
+}
+
+// A long-polling Receive ends at once when its queue is deleted or the engine closes.
+func TestLongPollEnds(t *testing.T) {
+	e := newEnv(t)
+	e.log("gcp.t")
+	for _, how := range []string{"delete", "close"} {
+		q := e.queue("gcp.sub."+how, Config{}, Binding{Source: "gcp.t"})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := q.Receive(context.Background(), 1, 0, 0, time.Minute)
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let it wait (the outcome does not depend on it)
+		start := time.Now()
+		if how == "delete" {
+			if err := e.m.Delete(q.Name(), false); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			e.close()
+		}
+		err := <-errc
+		want := ErrNotFound
+		if how == "close" {
+			want = ErrClosed
+		}
+		if !errors.Is(err, want) || time.Since(start) > 5*time.Second {
+			t.Fatalf("%s: %v after %v", how, err, time.Since(start))
+		}
+	}
+}
+
+// Acks above a message that is never acked are stored as one span, not one entry
+// each, and survive a restart as such.
+func TestAckedSpansStayCompact(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	vals := make([]string, 500)
+	for i := range vals {
+		vals[i] = strconv.Itoa(i)
+	}
+	publish(t, src, vals...)
+	ds := receive(t, q, 500, 500)
+	for _, d := range ds[1:] { // one ack per call: the worst case for the bucket
+		mustAck(t, q, d.AckID)
+	}
+	entries := func() int {
+		n := 0
+		_ = e.m.db.view(func(tx *bolt.Tx) error {
+			n = stateBucket(tx, "gcp.sub.s").Bucket(bktAcked).Stats().KeyN
+			return nil
+		})
+		return n
+	}
+	if n := entries(); n != 1 {
+		t.Fatalf("%d acked entries", n)
+	}
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	if in := q.Info(); in.Backlog != 1 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+	d := receive(t, q, 10, 1)[0]
+	if d.Record.Offset != 0 {
+		t.Fatalf("redelivered %d", d.Record.Offset)
+	}
+	mustAck(t, q, d.AckID)
+	if n := entries(); n != 0 {
+		t.Fatalf("%d acked entries after the floor passed them", n)
 	}
 }

@@ -44,6 +44,7 @@ func (q *Queue) maintain(snapFloor int64, pinned bool) {
 		return
 	}
 	if len(expired) > 0 {
+		q.m.opts.Metrics.Dropped.Add(float64(len(expired)))
 		q.m.log.Info("dropped unacked messages past the retention period", zap.String("queue", q.name), zap.Int("messages", len(expired)))
 	}
 	trim := floor

@@ -2,7 +2,7 @@ package queue
 
 // snapshot is a queue's acknowledgement state at one moment (bucket "snapshots").
 // Every offset below Floor is acked; in [Floor, End) the offsets in Unacked are not;
-// at and after End, those in AckedAhead are acked.
+// at and after End, those in the AckedAhead spans are acked.
 type snapshot struct {
 	Queue       string  `json:"queue"`
 	Incarnation uint64  `json:"incarnation"`
@@ -10,5 +10,25 @@ type snapshot struct {
 	Floor       int64   `json:"floor"`
 	End         int64   `json:"end"`
 	Unacked     []int64 `json:"unacked,omitempty"`
-	AckedAhead  []int64 `json:"acked_ahead,omitempty"`
+	AckedAhead  []span  `json:"acked_ahead,omitempty"`
+	// Sources describes the same state by source sequences, for seeking another queue
+	// bound to the same sources: per source, the binding's cursor and the source
+	// sequences of the messages unacked then.
+	Sources map[string]*snapSource `json:"sources,omitempty"`
+}
+
+// snapSource is one source's part of a snapshot: source sequences below Cursor were
+// acked unless in the Unacked spans; from Cursor on, nothing was seen yet. (A backlog
+// not yet read is mostly contiguous, so spans keep a large one small.)
+type snapSource struct {
+	Cursor  int64 `json:"cursor"`
+	Unacked spans `json:"unacked,omitempty"`
+}
+
+// unacked reports whether the source record seq was unacked in the snapshot.
+func (s *snapSource) unacked(seq int64) bool {
+	if seq >= s.Cursor {
+		return true
+	}
+	return s.Unacked.contains(seq)
 }

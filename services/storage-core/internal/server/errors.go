@@ -38,6 +38,7 @@ var errorTable = []struct {
 	{queue.ErrInvalidArgument, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
 	{queue.ErrDetached, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.FailedPrecondition},
 	{queue.ErrNotQueue, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.FailedPrecondition},
+	{queue.ErrSnapshotMismatch, storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED, codes.FailedPrecondition},
 	{ErrQueueChannel, storagev1.ErrorCode_ERROR_CODE_RESERVED_CHANNEL, codes.FailedPrecondition},
 	{queue.ErrState, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
 	{queue.ErrClosed, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},

@@ -221,3 +221,71 @@ func TestQueueServiceRestart(t *testing.T) {
 		t.Fatalf("after restart %v %v", r, err)
 	}
 }
+
+func TestQueueServiceAdminGRPC(t *testing.T) {
+	c, stop := startQueueServer(t, t.TempDir())
+	defer stop()
+	ctx := context.Background()
+	if _, err := c.st.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "gcp.t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "gcp.sub.s", Bindings: []*storagev1.Binding{{Source: "gcp.t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	up, err := c.q.UpdateQueueConfig(ctx, &storagev1.UpdateQueueConfigRequest{Name: "gcp.sub.s",
+		Config: &storagev1.QueueConfig{AckDeadlineMs: 30000, Retry: &storagev1.RetryPolicy{MinBackoffMs: 1000, MaxBackoffMs: 2000},
+			DeadLetter: &storagev1.DeadLetterPolicy{Channel: "gcp.t", MaxDeliveryAttempts: 5, Headers: []*storagev1.Header{{Key: "h", Value: []byte("v")}}}},
+		UpdateMask: []string{"ack_deadline_ms", "retry", "dead_letter"}})
+	if err != nil || up.Queue.Config.AckDeadlineMs != 30000 || up.Queue.Config.Retry.MaxBackoffMs != 2000 || up.Queue.Config.DeadLetter.Headers[0].Key != "h" {
+		t.Fatalf("update %v %v", up, err)
+	}
+	_, err = c.q.UpdateQueueConfig(ctx, &storagev1.UpdateQueueConfigRequest{Name: "gcp.sub.s", UpdateMask: []string{"filter"}})
+	wantCode(t, "update mask", err, codes.InvalidArgument)
+	_, err = c.q.UpdateQueueConfig(ctx, &storagev1.UpdateQueueConfigRequest{Name: "gcp.sub.none"})
+	wantCode(t, "update missing", err, codes.NotFound)
+
+	if _, err := c.q.CreateSnapshot(ctx, &storagev1.CreateSnapshotRequest{Queue: "gcp.sub.s", Name: "snap"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.q.CreateSnapshot(ctx, &storagev1.CreateSnapshotRequest{Queue: "gcp.sub.s", Name: "snap"})
+	wantCode(t, "snapshot twice", err, codes.AlreadyExists)
+	_, err = c.q.CreateSnapshot(ctx, &storagev1.CreateSnapshotRequest{Queue: "gcp.sub.s"})
+	wantCode(t, "snapshot without a name", err, codes.InvalidArgument)
+	if _, err := c.q.Seek(ctx, &storagev1.SeekRequest{Queue: "gcp.sub.s", Target: &storagev1.SeekRequest_Snapshot{Snapshot: "snap"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.q.Seek(ctx, &storagev1.SeekRequest{Queue: "gcp.sub.s", Target: &storagev1.SeekRequest_Snapshot{Snapshot: "nope"}})
+	wantCode(t, "seek to a missing snapshot", err, codes.NotFound)
+	_, err = c.q.Seek(ctx, &storagev1.SeekRequest{Queue: "gcp.sub.s"})
+	wantCode(t, "seek without target", err, codes.InvalidArgument)
+	if _, err := c.q.Seek(ctx, &storagev1.SeekRequest{Queue: "gcp.sub.s", Target: &storagev1.SeekRequest_TimeMs{TimeMs: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.q.Purge(ctx, &storagev1.PurgeRequest{Queue: "gcp.sub.s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.q.DeleteSnapshot(ctx, &storagev1.DeleteSnapshotRequest{Name: "snap"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.q.DeleteSnapshot(ctx, &storagev1.DeleteSnapshotRequest{Name: "snap"})
+	wantCode(t, "delete snapshot twice", err, codes.NotFound)
+
+	if _, err := c.q.Detach(ctx, &storagev1.DetachRequest{Name: "gcp.sub.s"}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "gcp.sub.s"})
+	if err != nil || !g.Queue.Detached || len(g.Queue.Bindings) != 0 {
+		t.Fatalf("get detached %v %v", g, err)
+	}
+	_, err = c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s", MaxMessages: 1})
+	wantCode(t, "receive detached", err, codes.FailedPrecondition)
+	_, err = c.q.Ack(ctx, &storagev1.AckRequest{Queue: "gcp.sub.s", AckIds: []string{"x"}})
+	wantCode(t, "ack detached", err, codes.FailedPrecondition)
+	_, err = c.q.Seek(ctx, &storagev1.SeekRequest{Queue: "gcp.sub.s", Target: &storagev1.SeekRequest_TimeMs{TimeMs: 1}})
+	wantCode(t, "seek detached", err, codes.FailedPrecondition)
+	_, err = c.q.Detach(ctx, &storagev1.DetachRequest{Name: "gcp.sub.none"})
+	wantCode(t, "detach missing", err, codes.NotFound)
+	if _, err := c.q.DeleteQueue(ctx, &storagev1.DeleteQueueRequest{Name: "gcp.sub.s"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -114,7 +114,11 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open data dir: %w", err)
 	}
-	qm, err := queue.Open(st, filepath.Join(cfg.DataDir, "queues.db"), cfg.Queues, log.Named("queue"))
+	qopts := cfg.Queues
+	if qopts.Metrics == nil {
+		qopts.Metrics = queue.NewMetrics(reg)
+	}
+	qm, err := queue.Open(st, filepath.Join(cfg.DataDir, "queues.db"), qopts, log.Named("queue"))
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("open queues: %w", err)
@@ -136,6 +140,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	grpcx.RegisterStandard(s.grpc)
 	s.http = obs.NewHTTP(reg, log)
 	s.http.AddReadyCheck("data-dir", func(context.Context) error { return st.Ready() })
+	s.http.AddReadyCheck("queues", func(context.Context) error { return qm.Ready() })
 	ln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		_ = qm.Close()

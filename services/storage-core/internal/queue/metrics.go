@@ -1,0 +1,38 @@
+package queue
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the queue engine's Prometheus collectors (totals over every queue).
+type Metrics struct {
+	Deliveries   prometheus.Counter
+	Acks         prometheus.Counter
+	Nacks        prometheus.Counter
+	Expired      prometheus.Counter
+	DeadLettered prometheus.Counter
+	Copied       prometheus.Counter
+	Filtered     prometheus.Counter
+	Dropped      prometheus.Counter
+	StateCommits prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them on reg (when non-nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "tributary_queue_" + name, Help: help})
+	}
+	m := &Metrics{
+		Deliveries:   c("deliveries_total", "Messages leased by Receive (each delivery counted)."),
+		Acks:         c("acks_total", "Messages acked (Ack)."),
+		Nacks:        c("nacks_total", "Leases ended by ModifyAckDeadline 0."),
+		Expired:      c("expired_leases_total", "Leases that ended at their deadline."),
+		DeadLettered: c("dead_lettered_total", "Messages appended to a dead-letter log."),
+		Copied:       c("binding_copied_total", "Source records copied into queues by bindings."),
+		Filtered:     c("binding_filtered_total", "Source records a binding's filter left out."),
+		Dropped:      c("retention_dropped_total", "Unacked messages dropped past message_retention_ms."),
+		StateCommits: c("state_commits_total", "Transactions committed to queues.db (each one fsync, shared by the changes waiting)."),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Deliveries, m.Acks, m.Nacks, m.Expired, m.DeadLettered, m.Copied, m.Filtered, m.Dropped, m.StateCommits)
+	}
+	return m
+}
