@@ -1,10 +1,12 @@
 package handler
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/iam/apiv1/iampb"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -161,5 +163,30 @@ func TestAckFailures(t *testing.T) {
 	if !ok || info.Reason != "EXACTLY_ONCE_ACKID_FAILURE" || info.Domain != "pubsub.googleapis.com" ||
 		len(info.Metadata) != 2 || info.Metadata["b"] != "PERMANENT_FAILURE_INVALID_ACK_ID" || info.Metadata["c"] == "" {
 		t.Fatalf("error info %v", st.Details()[0])
+	}
+}
+
+func TestIAMPermissive(t *testing.T) {
+	i := NewIAM()
+	ctx := context.Background()
+	res := "projects/p/topics/t1"
+	p, err := i.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: res})
+	if err != nil || len(p.GetBindings()) != 0 {
+		t.Fatalf("initial policy %v, %v", p, err)
+	}
+	set := &iampb.Policy{Bindings: []*iampb.Binding{{Role: "roles/pubsub.publisher", Members: []string{"user:a@example.com"}}}}
+	if _, err := i.SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: res, Policy: set}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := i.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: res}); len(p.GetBindings()) != 1 || p.GetBindings()[0].GetRole() != "roles/pubsub.publisher" {
+		t.Fatalf("policy after set: %v", p)
+	}
+	perms := []string{"pubsub.topics.publish", "pubsub.topics.get"}
+	tr, err := i.TestIamPermissions(ctx, &iampb.TestIamPermissionsRequest{Resource: res, Permissions: perms})
+	if err != nil || len(tr.GetPermissions()) != 2 {
+		t.Fatalf("TestIamPermissions = %v, %v", tr, err)
+	}
+	if _, err := i.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no resource: %v", err)
 	}
 }
