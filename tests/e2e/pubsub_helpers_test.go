@@ -81,10 +81,12 @@ func psClient(t *testing.T, addr string) *pubsub.Client {
 }
 
 // rawPubSub returns the generated gRPC clients of gateway addr, for calls the Go
-// client wraps (error codes, Pull, explicit acks).
+// client wraps (error codes, Pull, explicit acks), with the 20 MB receive limit Google's
+// clients use.
 func rawPubSub(t *testing.T, addr string) (pubsubpb.PublisherClient, pubsubpb.SubscriberClient) {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(20<<20)))
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
