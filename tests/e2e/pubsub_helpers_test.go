@@ -3,8 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,5 +163,51 @@ func waitBacklog(t *testing.T, q storagev1.QueueServiceClient, sub string, want 
 			t.Fatalf("queue of %s: backlog %d (err %v), want %d within %v", sub, last, err, want, within)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startEmulator starts Google's official Pub/Sub emulator on a free port for the test
+// and returns its address. Without gcloud the test is skipped (also in CI: the emulator
+// is a reference, not a dependency).
+func startEmulator(t *testing.T) string {
+	t.Helper()
+	gcloud, err := exec.LookPath("gcloud")
+	if err != nil {
+		t.Skipf("SKIPPING: gcloud (the official Pub/Sub emulator) is not installed: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	logPath := filepath.Join(t.TempDir(), "emulator.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = logf.Close() }()
+	cmd := exec.Command(gcloud, "beta", "emulators", "pubsub", "start", "--host-port="+addr)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start emulator: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	pub, _ := rawPubSub(t, addr)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		_, err := pub.GetTopic(ctxT(t, 5*time.Second), &pubsubpb.GetTopicRequest{Topic: topicPath("probe")})
+		if status.Code(err) == codes.NotFound {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logPath)
+			t.Fatalf("emulator on %s not answering after 90s (last: %v); output:\n%s", addr, err, log)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
