@@ -472,7 +472,7 @@ func sortedStrings(s []string) []string {
 // TestPubSubStreamingPullProtocol drives StreamingPull by hand: the first response
 // carries the subscription's properties; an empty request (the clients' keepalive) is
 // answered; the server stops sending once the stream's flow-control window is full
-// (the gateway keeps four times the client's max_outstanding_messages in flight) and
+// (the gateway keeps ten times the client's max_outstanding_messages in flight) and
 // resumes when acks free it.
 func TestPubSubStreamingPullProtocol(t *testing.T) {
 	s := pubsubStack(t)
@@ -529,10 +529,10 @@ func TestPubSubStreamingPullProtocol(t *testing.T) {
 	for _, m := range first.GetReceivedMessages() {
 		ids = append(ids, m.GetAckId())
 	}
-	for count < 20 {
+	for count < 50 {
 		r, ok := next(10 * time.Second)
 		if !ok {
-			t.Fatalf("got %d messages, want the full window of 20", count)
+			t.Fatalf("got %d messages, want the full window of 50", count)
 		}
 		for _, m := range r.GetReceivedMessages() {
 			ids = append(ids, m.GetAckId())
@@ -549,7 +549,7 @@ func TestPubSubStreamingPullProtocol(t *testing.T) {
 			t.Fatal("keepalive not answered")
 		}
 		if n := len(r.GetReceivedMessages()); n > 0 {
-			t.Fatalf("%d more messages beyond the window of 20", n)
+			t.Fatalf("%d more messages beyond the window of 50", n)
 		}
 		break
 	}

@@ -34,7 +34,7 @@ const (
 	// window of exactly the client's limit would cap a stream at ten windows per second
 	// while the client sits idle; the client's own flow control still holds the
 	// application to its limit.
-	windowFactor = 4
+	windowFactor = 10
 	// releaseTimeout bounds the nack of messages a closing stream could not send.
 	releaseTimeout = 5 * time.Second
 )
