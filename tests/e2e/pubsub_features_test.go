@@ -571,6 +571,39 @@ func TestPubSubStreamingPullProtocol(t *testing.T) {
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
+
+	// A subscription deleted under an open stream ends it with NOT_FOUND, while the
+	// client sends nothing.
+	gone := psID("sp-gone")
+	mustCreateSub(t, sc, gone, topic, nil)
+	st2, err := sc.StreamingPull(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st2.Send(&pubsubpb.StreamingPullRequest{Subscription: subPath(gone), StreamAckDeadlineSeconds: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st2.Recv(); err != nil {
+		t.Fatalf("first response: %v", err)
+	}
+	if _, err := sc.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: subPath(gone)}); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := st2.Recv(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		wantCode(t, "stream of a deleted subscription", err, codes.NotFound)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream of a deleted subscription did not end within 20s")
+	}
 }
 
 // TestPubSubPush: a push subscription POSTs Google's JSON envelope to its endpoint,

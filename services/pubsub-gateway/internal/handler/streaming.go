@@ -88,17 +88,23 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 	if err := st.handle(ctx, first); err != nil {
 		return err
 	}
+	// The first loop to end ends the stream. The other is not waited for: a readLoop
+	// blocked in Recv returns only once this handler has returned; both stop sending
+	// (closed) and wind down on the cancelled context.
 	errc := make(chan error, 2)
 	go func() { errc <- st.readLoop(ctx) }()
 	go func() { errc <- st.deliverLoop(ctx) }()
 	err = <-errc
 	cancel()
-	<-errc
+	st.close()
 	if errors.Is(err, io.EOF) {
 		return nil
 	}
 	return err
 }
+
+// errStreamClosed is returned by send once the stream's handler has returned.
+var errStreamClosed = errors.New("stream closed")
 
 // lease is one message delivered on a stream and not yet known to be settled.
 type lease struct {
@@ -116,6 +122,7 @@ type stream struct {
 	deadline atomic.Int32 // stream ack deadline, seconds
 
 	sendMu sync.Mutex
+	closed bool // set when the handler returns; no Send after that
 
 	mu          sync.Mutex
 	maxMsgs     int64
@@ -130,7 +137,16 @@ func (s *stream) send(resp *pubsubpb.StreamingPullResponse) error {
 	resp.SubscriptionProperties = s.props
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	if s.closed {
+		return errStreamClosed
+	}
 	return s.ss.Send(resp)
+}
+
+func (s *stream) close() {
+	s.sendMu.Lock()
+	s.closed = true
+	s.sendMu.Unlock()
 }
 
 func (s *stream) readLoop(ctx context.Context) error {
