@@ -71,7 +71,7 @@ func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.Cre
 			return err
 		}
 		if _, err := tx.Topic(ctx, id); err == nil {
-			return status.Errorf(codes.AlreadyExists, "topic %s already exists", id)
+			return status.Error(codes.AlreadyExists, "Topic already exists")
 		} else if !errors.Is(err, store.ErrTopicNotFound) {
 			return err
 		}
@@ -201,7 +201,7 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 			return err
 		}
 		if _, err := tx.Subscription(ctx, id); err == nil {
-			return status.Errorf(codes.AlreadyExists, "subscription %s already exists", id)
+			return status.Error(codes.AlreadyExists, "Subscription already exists")
 		} else if !errors.Is(err, store.ErrSubscriptionNotFound) {
 			return err
 		}

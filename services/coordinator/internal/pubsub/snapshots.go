@@ -44,7 +44,7 @@ func (r *Registry) CreatePubSubSnapshot(ctx context.Context, req *coordinatorv1.
 			return err
 		}
 		if _, err := tx.Snapshot(ctx, id); err == nil {
-			return status.Errorf(codes.AlreadyExists, "snapshot %s already exists", id)
+			return status.Error(codes.AlreadyExists, "Snapshot already exists")
 		} else if !errors.Is(err, store.ErrSnapshotNotFound) {
 			return err
 		}

@@ -122,7 +122,12 @@ func (h *Handler) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subscrip
 	if err != nil {
 		return err
 	}
-	return h.topicExists(ctx, r.id)
+	if err := h.topicExists(ctx, r.id); status.Code(err) == codes.NotFound {
+		return status.Error(codes.NotFound, "Dead letter topic not found")
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // queueConfig builds the queue's delivery settings from a normalized subscription.

@@ -37,7 +37,7 @@ func (h *Handler) CreateSubscription(ctx context.Context, s *pubsubpb.Subscripti
 		QueueConfig:  queueConfig(spec, sub),
 		Filter:       spec.GetFilter(),
 	}); err != nil {
-		return nil, backendError(ctx, err, msgTopicNotFound)
+		return nil, backendError(ctx, err, "Subscription topic does not exist")
 	}
 	h.forget("", sub.id)
 	return spec, nil
