@@ -73,6 +73,10 @@ func TestPubSubOrdering(t *testing.T) {
 	defer cancel()
 	sb := c.Subscriber(sub)
 	sb.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Behavior: pubsub.ShutdownBehaviorNackImmediately}
+	// Leases of 10 s (the client's default stream deadline is 60 s): a message the client
+	// held when Receive returned and whose nack did not get out blocks its key for that
+	// long at most.
+	sb.ReceiveSettings.MaxDurationPerAckExtension = 10 * time.Second
 	phase1Start := time.Now()
 	err := sb.Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		mu.Lock()
