@@ -7,9 +7,9 @@ GO    ?= go
 # work in workspace mode, so they are built with GOWORK=off and run from there).
 TOOLS := $(CURDIR)/bin/tools
 # Every Go package of the workspace, module by module (go.work lists them).
-MODULES := libs proto services/storage-core services/coordinator services/kafka-gateway services/mqtt-bridge tests/e2e deploy
-UNIT_PKGS := ./libs/... ./services/storage-core/... ./services/coordinator/... ./services/kafka-gateway/... ./services/mqtt-bridge/... ./deploy/...
-SERVICES := storage-core coordinator kafka-gateway mqtt-bridge
+MODULES := libs proto services/storage-core services/coordinator services/kafka-gateway services/pubsub-gateway services/mqtt-bridge tests/e2e deploy
+UNIT_PKGS := ./libs/... ./services/storage-core/... ./services/coordinator/... ./services/kafka-gateway/... ./services/pubsub-gateway/... ./services/mqtt-bridge/... ./deploy/...
+SERVICES := storage-core coordinator kafka-gateway pubsub-gateway mqtt-bridge
 
 .DEFAULT_GOAL := help
 
@@ -23,7 +23,7 @@ build: ## Build the service binaries into ./bin
 	@for s in $(SERVICES); do $(GO) build -o bin/$$s ./services/$$s/cmd/$$s || exit 1; done
 
 .PHONY: up
-up: build ## Start storage-core, coordinator, kafka-gateway and mqtt-bridge locally (logs and data under ./run)
+up: build ## Start storage-core, coordinator, kafka-gateway, pubsub-gateway and mqtt-bridge locally (logs and data under ./run)
 	@scripts/dev/up.sh
 
 .PHONY: down
@@ -42,9 +42,10 @@ e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC client
 	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
 
 .PHONY: bench
-bench: ## Kafka, consumer-group and MQTT benchmarks: our stack beside franz-go's kfake / Mosquitto, same run
+bench: ## Kafka, consumer-group, Pub/Sub and MQTT benchmarks: our stack beside kfake / pstest / Mosquitto, same run
 	$(GO) run ./tests/e2e/cmd/kafkabench
 	$(GO) run ./tests/e2e/cmd/groupbench
+	$(GO) run ./tests/e2e/cmd/pubsubbench
 	$(GO) run ./tests/e2e/cmd/mqttbench
 
 .PHONY: proto

@@ -31,7 +31,7 @@ func TestComposeLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compose file does not load: %v", err)
 	}
-	want := []string{"coordinator", "kafka-gateway", "mqtt-bridge", "nats", "postgres", "storage-core"}
+	want := []string{"coordinator", "kafka-gateway", "mqtt-bridge", "nats", "postgres", "pubsub-gateway", "storage-core"}
 	got := p.ServiceNames()
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
@@ -41,11 +41,15 @@ func TestComposeLoads(t *testing.T) {
 	if !hasPublished(gw.Ports, "9092") {
 		t.Errorf("kafka-gateway does not publish 9092: %+v", gw.Ports)
 	}
+	ps, _ := p.GetService("pubsub-gateway")
+	if !hasPublished(ps.Ports, "8085") {
+		t.Errorf("pubsub-gateway does not publish 8085: %+v", ps.Ports)
+	}
 	sc, _ := p.GetService("storage-core")
 	if !hasPublished(sc.Ports, "7400") {
 		t.Errorf("storage-core does not publish 7400: %+v", sc.Ports)
 	}
-	for _, name := range []string{"storage-core", "coordinator", "kafka-gateway", "mqtt-bridge"} {
+	for _, name := range []string{"storage-core", "coordinator", "kafka-gateway", "pubsub-gateway", "mqtt-bridge"} {
 		s, _ := p.GetService(name)
 		if s.Build == nil || s.Build.Args["SERVICE"] == nil || *s.Build.Args["SERVICE"] != name {
 			t.Errorf("%s: build arg SERVICE must name the service", name)
@@ -119,8 +123,8 @@ func TestK8sManifestsDecodeStrictly(t *testing.T) {
 			kinds[meta.Kind]++
 		}
 	}
-	if kinds["StatefulSet"] != 1 || kinds["Deployment"] != 3 || kinds["HorizontalPodAutoscaler"] != 1 || kinds["ConfigMap"] != 1 {
-		t.Fatalf("kinds = %v: want storage-core StatefulSet, coordinator, kafka-gateway and mqtt-bridge Deployments, a gateway HPA, the bridge's ConfigMap", kinds)
+	if kinds["StatefulSet"] != 1 || kinds["Deployment"] != 4 || kinds["HorizontalPodAutoscaler"] != 2 || kinds["ConfigMap"] != 1 {
+		t.Fatalf("kinds = %v: want storage-core StatefulSet, coordinator, kafka-gateway, pubsub-gateway and mqtt-bridge Deployments, an HPA per gateway, the bridge's ConfigMap", kinds)
 	}
 }
 

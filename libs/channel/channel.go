@@ -43,6 +43,15 @@ var (
 	ErrInvalidTopic = errors.New("invalid topic name")
 	// ErrInvalidPartition is returned for a partition outside 0..MaxPartitions-1.
 	ErrInvalidPartition = errors.New("invalid partition")
+	// ErrInvalidPubSubID is returned for a Pub/Sub topic or subscription id Google
+	// would refuse, or a topic id starting with "sub.".
+	ErrInvalidPubSubID = errors.New("invalid resource id")
+)
+
+// Pub/Sub resource id limits (Google's resource names: [A-Za-z][\w-.~+%]{2,254}).
+const (
+	MinPubSubIDLen = 3
+	MaxPubSubIDLen = 255
 )
 
 // ValidateKafkaTopic checks a Kafka topic name: [a-zA-Z0-9._-], 1..249 characters, not
@@ -100,6 +109,53 @@ func ParseKafka(name string) (topic string, partition int32, ok bool) {
 	return topic, partition, true
 }
 
+// ValidatePubSubID checks a Pub/Sub resource id (topic, subscription, snapshot): 3..255
+// characters of [A-Za-z0-9_.~+%-], starting with a letter, not starting with "goog".
+// Errors wrap ErrInvalidPubSubID.
+func ValidatePubSubID(id string) error {
+	switch {
+	case len(id) < MinPubSubIDLen || len(id) > MaxPubSubIDLen:
+		return fmt.Errorf("%w: %q must be %d..%d characters long", ErrInvalidPubSubID, id, MinPubSubIDLen, MaxPubSubIDLen)
+	case !(id[0] >= 'a' && id[0] <= 'z' || id[0] >= 'A' && id[0] <= 'Z'):
+		return fmt.Errorf("%w: %q must start with a letter", ErrInvalidPubSubID, id)
+	case strings.HasPrefix(strings.ToLower(id), "goog"):
+		return fmt.Errorf("%w: %q must not start with \"goog\"", ErrInvalidPubSubID, id)
+	}
+	for i := 0; i < len(id); i++ {
+		if !pubsubChar(id[i]) {
+			return fmt.Errorf("%w: %q contains %q; only [A-Za-z0-9_.~+%%-] are allowed", ErrInvalidPubSubID, id, id[i])
+		}
+	}
+	return nil
+}
+
+// ValidatePubSubTopicID checks a Pub/Sub topic id: ValidatePubSubID, and not starting
+// with "sub." (gcp.sub.* names subscription queues).
+func ValidatePubSubTopicID(id string) error {
+	if err := ValidatePubSubID(id); err != nil {
+		return err
+	}
+	if strings.HasPrefix(id, gcpSubInfix) {
+		return fmt.Errorf("%w: topic id %q must not start with %q", ErrInvalidPubSubID, id, gcpSubInfix)
+	}
+	return nil
+}
+
+func pubsubChar(c byte) bool { return topicChar(c) || c == '~' || c == '+' || c == '%' }
+
+// ParsePubSub splits a gcp. channel name: the topic id of a log gcp.t, or the
+// subscription id of a queue gcp.sub.s (sub true). ok is false for any other name.
+func ParsePubSub(name string) (id string, sub bool, ok bool) {
+	rest, found := strings.CutPrefix(name, gcpPrefix)
+	if !found {
+		return "", false, false
+	}
+	if s, isSub := strings.CutPrefix(rest, gcpSubInfix); isSub {
+		return s, true, ValidatePubSubID(s) == nil
+	}
+	return rest, false, ValidatePubSubTopicID(rest) == nil
+}
+
 // PubSubTopic returns the log channel for a Pub/Sub topic id (the last segment of
 // projects/P/topics/ID).
 func PubSubTopic(topicID string) string { return gcpPrefix + topicID }
@@ -111,8 +167,8 @@ func PubSubSubscription(subID string) string { return gcpPrefix + gcpSubInfix + 
 func IsReserved(name string) bool { return strings.HasPrefix(name, "_") }
 
 // Validate checks a channel name as any external caller may use it: 1..MaxNameLen bytes
-// of [a-zA-Z0-9._~-], not reserved, and, under the kafka. and gcp. namespaces, well
-// formed for that protocol. Errors wrap ErrReserved or ErrInvalidName.
+// of [a-zA-Z0-9._~-] (under gcp. also "+" and "%", which Pub/Sub ids may hold), not
+// reserved, and, under the kafka. and gcp. namespaces, well formed for that protocol. Errors wrap ErrReserved or ErrInvalidName.
 func Validate(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidName)
@@ -123,8 +179,9 @@ func Validate(name string) error {
 	if len(name) > MaxNameLen {
 		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidName, len(name), MaxNameLen)
 	}
+	gcp := strings.HasPrefix(name, gcpPrefix)
 	for i := 0; i < len(name); i++ {
-		if c := name[i]; !topicChar(c) && c != '~' {
+		if c := name[i]; !topicChar(c) && c != '~' && !(gcp && (c == '+' || c == '%')) {
 			return fmt.Errorf("%w: %q contains %q; only [a-zA-Z0-9._~-] are allowed", ErrInvalidName, name, c)
 		}
 	}

@@ -71,3 +71,43 @@ func TestValidate(t *testing.T) {
 		t.Fatal("pubsub names")
 	}
 }
+
+func TestPubSubNames(t *testing.T) {
+	for _, tc := range []struct {
+		id    string
+		sub   bool
+		want  string
+		valid bool
+	}{
+		{"orders", false, "gcp.orders", true},
+		{"a-b_c.d~e+f%g", false, "gcp.a-b_c.d~e+f%g", true},
+		{"orders", true, "gcp.sub.orders", true},
+		{"sub.x", true, "gcp.sub.sub.x", true},
+	} {
+		got := PubSubTopic(tc.id)
+		if tc.sub {
+			got = PubSubSubscription(tc.id)
+		}
+		if got != tc.want {
+			t.Fatalf("name of %q = %q, want %q", tc.id, got, tc.want)
+		}
+		id, sub, ok := ParsePubSub(got)
+		if !ok || id != tc.id || sub != tc.sub {
+			t.Fatalf("ParsePubSub(%q) = %q,%v,%v", got, id, sub, ok)
+		}
+		if err := Validate(got); err != nil {
+			t.Fatalf("Validate(%q): %v", got, err)
+		}
+	}
+	for _, id := range []string{"", "ab", "1abc", "googthing", "Goog-x", "a b c", "abc/d", "abc#", strings.Repeat("a", 256)} {
+		if err := ValidatePubSubID(id); !errors.Is(err, ErrInvalidPubSubID) {
+			t.Errorf("ValidatePubSubID(%q) = %v", id, err)
+		}
+	}
+	if err := ValidatePubSubTopicID("sub.orders"); !errors.Is(err, ErrInvalidPubSubID) {
+		t.Errorf("topic id sub.orders accepted: %v", err)
+	}
+	if err := Validate("kafka.a+b"); err == nil {
+		t.Error("kafka.a+b accepted")
+	}
+}

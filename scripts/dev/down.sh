@@ -19,7 +19,7 @@ stop_pid() {
   rm -f "$pidfile"
 }
 
-for s in mqtt-bridge kafka-gateway coordinator storage-core; do
+for s in mqtt-bridge pubsub-gateway kafka-gateway coordinator storage-core; do
   stop_pid "$s" "$RUN_DIR/pids/$s.pid"
 done
 stop_pid nats-server "$RUN_DIR/nats.pid"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the local stack as separate processes: storage-core, coordinator, kafka-gateway,
-# mqtt-bridge (services/mqtt-bridge/config/sample.yaml: listener on 1884).
+# pubsub-gateway, mqtt-bridge (services/mqtt-bridge/config/sample.yaml: listener on 1884).
 # Needs PostgreSQL (127.0.0.1:5432) and NATS with JetStream (127.0.0.1:4222): starts them
 # when they are installed but stopped, and says how to install them when missing.
 # Logs: run/logs/<service>.log; data: run/data; pids: run/pids. `make down` stops it.
@@ -81,15 +81,18 @@ start() {
 start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
 start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
 start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
+start pubsub-gateway 30 8085 7431 --
 start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
 
 cat <<MSG
 Tributary is up.
   Kafka bootstrap         127.0.0.1:9092     (kcat -b 127.0.0.1:9092 -L)
+  Pub/Sub emulator        127.0.0.1:8085     (export PUBSUB_EMULATOR_HOST=127.0.0.1:8085)
   storage-core gRPC       127.0.0.1:7400     (grpcurl -plaintext 127.0.0.1:7400 list)
   coordinator gRPC        127.0.0.1:7410
   MQTT (mqtt-bridge)      127.0.0.1:1884     (mosquitto_pub -p 1884 -t devices/d1 -m hi → Kafka topic mqtt-devices)
-  metrics/health          :7401 storage-core  :7411 coordinator  :7421 kafka-gateway  :9464 mqtt-bridge (/metrics /healthz /readyz)
+  metrics/health          :7401 storage-core  :7411 coordinator  :7421 kafka-gateway  :7431 pubsub-gateway
+                          :9464 mqtt-bridge   (/metrics /healthz /readyz)
   logs                    $RUN_DIR/logs
   data                    $RUN_DIR/data (kept across make down / make up)
 Stop with: make down

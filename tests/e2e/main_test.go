@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "shared stack close: %v\n", err)
 		}
 	}
+	closePubSubStack()
 	stack.RemoveBinaries()
 	os.Exit(code)
 }

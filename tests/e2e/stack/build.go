@@ -13,18 +13,19 @@ import (
 
 // Binary names, as built from services/<name>/cmd/<name>.
 const (
-	StorageCore  = "storage-core"
-	Coordinator  = "coordinator"
-	KafkaGateway = "kafka-gateway"
-	MQTTBridge   = "mqtt-bridge"
+	StorageCore   = "storage-core"
+	Coordinator   = "coordinator"
+	KafkaGateway  = "kafka-gateway"
+	PubSubGateway = "pubsub-gateway"
+	MQTTBridge    = "mqtt-bridge"
 )
 
 // BinDirEnv names the environment variable that points at a directory of prebuilt
-// binaries (storage-core, coordinator, kafka-gateway, mqtt-bridge); when set nothing is
-// built.
+// binaries (storage-core, coordinator, kafka-gateway, pubsub-gateway, mqtt-bridge); when
+// set nothing is built.
 const BinDirEnv = "TRIBUTARY_BIN_DIR"
 
-var binaryNames = []string{StorageCore, Coordinator, KafkaGateway, MQTTBridge}
+var binaryNames = []string{StorageCore, Coordinator, KafkaGateway, PubSubGateway, MQTTBridge}
 
 var (
 	buildMu  sync.Mutex

@@ -1,7 +1,7 @@
 // Package stack starts Tributary as real processes — storage-core, coordinator,
-// N kafka-gateway replicas and, on request, mqtt-bridges (StartMQTTBridge) — against
-// the test Postgres and NATS, for end-to-end tests
-// and benchmarks. Each stack gets its own data directory, Postgres database
+// N kafka-gateway and M pubsub-gateway replicas and, on request, mqtt-bridges
+// (StartMQTTBridge) — against the test Postgres and NATS, for end-to-end tests and
+// benchmarks. Each stack gets its own data directory, Postgres database
 // (tributary_e2e_<random>) and cluster id, and free ports on 127.0.0.1, so stacks can
 // run side by side. Processes can be killed and restarted on the same ports and data.
 package stack
@@ -31,6 +31,8 @@ import (
 type Options struct {
 	// Gateways is the number of kafka-gateway replicas (node ids 0..N-1). Default 1.
 	Gateways int
+	// PubSubGateways is the number of pubsub-gateway replicas. Default 0.
+	PubSubGateways int
 	// Fsync is storage-core's --fsync: "always" (default) or "interval=<dur>".
 	Fsync string
 	// DataDir reuses a storage data directory; empty = a temp dir removed at Close.
@@ -45,7 +47,7 @@ type Options struct {
 	// BinDir holds the binaries; empty = Binaries().
 	BinDir string
 	// Extra flags per service, appended after the ones the stack sets.
-	StorageFlags, CoordinatorFlags, GatewayFlags []string
+	StorageFlags, CoordinatorFlags, GatewayFlags, PubSubFlags []string
 	// ReadyTimeout bounds each wait for /readyz. Default 60 s.
 	ReadyTimeout time.Duration
 	// StopTimeout bounds each graceful stop before SIGKILL. Default 20 s.
@@ -58,6 +60,8 @@ type Stack struct {
 	StorageAddr, CoordinatorAddr string
 	// KafkaAddrs lists each gateway's Kafka listener, by node id.
 	KafkaAddrs []string
+	// PubSubAddrs lists each pubsub-gateway's gRPC address (for PUBSUB_EMULATOR_HOST).
+	PubSubAddrs []string
 	// DataDir, LogDir, Database and ClusterID as used by this stack.
 	DataDir, LogDir, Database, ClusterID string
 	// PostgresURL is the coordinator's --postgres-url (the stack's own database).
@@ -66,6 +70,8 @@ type Stack struct {
 	Storage     *Proc
 	Coordinator *Proc
 	Gateways    []*Proc
+	// PubSub holds the pubsub-gateway replicas ("pubsub-gateway-0", ...).
+	PubSub []*Proc
 	// Bridges are the mqtt-bridge processes started with StartMQTTBridge.
 	Bridges []*Proc
 
@@ -170,6 +176,20 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			}, opts.GatewayFlags...),
 		})
 	}
+	for i := 0; i < opts.PubSubGateways; i++ {
+		listen, httpAddr := freeAddr(), freeAddr()
+		name := PubSubGateway + "-" + strconv.Itoa(i)
+		s.PubSubAddrs = append(s.PubSubAddrs, listen)
+		s.PubSub = append(s.PubSub, &Proc{
+			Name: name, HTTPAddr: httpAddr, LogPath: filepath.Join(s.LogDir, name+".log"),
+			bin: filepath.Join(bin, PubSubGateway),
+			args: append([]string{
+				"--grpc-addr", listen, "--http-addr", httpAddr,
+				"--storage-addr", storageGRPC, "--coordinator-addr", coordGRPC,
+				"--log-level", opts.LogLevel,
+			}, opts.PubSubFlags...),
+		})
+	}
 	if err := s.StartAll(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -179,7 +199,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 
 // Procs lists every process in start order.
 func (s *Stack) Procs() []*Proc {
-	return append(append([]*Proc{s.Storage, s.Coordinator}, s.Gateways...), s.Bridges...)
+	return append(append(append([]*Proc{s.Storage, s.Coordinator}, s.Gateways...), s.PubSub...), s.Bridges...)
 }
 
 // Proc finds a process by name ("storage-core", "coordinator", "kafka-gateway-1").
@@ -200,14 +220,15 @@ func (s *Stack) StartAll(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, p := range s.Gateways {
+	gateways := append(append([]*Proc(nil), s.Gateways...), s.PubSub...)
+	for _, p := range gateways {
 		if !p.Running() {
 			if err := p.start(); err != nil {
 				return err
 			}
 		}
 	}
-	for _, p := range s.Gateways {
+	for _, p := range gateways {
 		if err := s.ready(ctx, p); err != nil {
 			return err
 		}

@@ -30,8 +30,66 @@ type fakeStorage struct {
 	// failCreate makes CreateChannel of these names fail with UNAVAILABLE.
 	failCreate map[string]bool
 
-	srv  *grpc.Server
-	addr string
+	srv    *grpc.Server
+	addr   string
+	queues *fakeQueues
+}
+
+// fakeQueues is an in-process QueueService keeping only which queues exist (with the
+// request that created them) and which were detached.
+type fakeQueues struct {
+	storagev1.UnimplementedQueueServiceServer
+
+	mu       sync.Mutex
+	queues   map[string]*storagev1.CreateQueueRequest
+	detached map[string]bool
+}
+
+func (f *fakeQueues) CreateQueue(_ context.Context, req *storagev1.CreateQueueRequest) (*storagev1.CreateQueueResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.queues[req.GetName()]; ok {
+		return nil, status.Errorf(codes.AlreadyExists, "queue %s exists", req.GetName())
+	}
+	f.queues[req.GetName()] = proto.Clone(req).(*storagev1.CreateQueueRequest)
+	return &storagev1.CreateQueueResponse{Created: true}, nil
+}
+
+func (f *fakeQueues) DeleteQueue(_ context.Context, req *storagev1.DeleteQueueRequest) (*storagev1.DeleteQueueResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.queues[req.GetName()]; !ok && !req.GetIfExists() {
+		return nil, status.Errorf(codes.NotFound, "no queue %s", req.GetName())
+	}
+	delete(f.queues, req.GetName())
+	return &storagev1.DeleteQueueResponse{}, nil
+}
+
+func (f *fakeQueues) UpdateQueueConfig(_ context.Context, req *storagev1.UpdateQueueConfigRequest) (*storagev1.UpdateQueueConfigResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, ok := f.queues[req.GetName()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no queue %s", req.GetName())
+	}
+	q.Config = req.GetConfig()
+	return &storagev1.UpdateQueueConfigResponse{}, nil
+}
+
+func (f *fakeQueues) Detach(_ context.Context, req *storagev1.DetachRequest) (*storagev1.DetachResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.detached == nil {
+		f.detached = map[string]bool{}
+	}
+	f.detached[req.GetName()] = true
+	return &storagev1.DetachResponse{}, nil
+}
+
+func (f *fakeQueues) get(name string) *storagev1.CreateQueueRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queues[name]
 }
 
 func startFakeStorage(t *testing.T) *fakeStorage {
@@ -44,6 +102,8 @@ func startFakeStorage(t *testing.T) *fakeStorage {
 	f.addr = ln.Addr().String()
 	f.srv = grpcx.NewServer(zap.NewNop())
 	storagev1.RegisterStorageServiceServer(f.srv, f)
+	f.queues = &fakeQueues{queues: map[string]*storagev1.CreateQueueRequest{}}
+	storagev1.RegisterQueueServiceServer(f.srv, f.queues)
 	grpcx.RegisterStandard(f.srv)
 	go func() { _ = f.srv.Serve(ln) }()
 	t.Cleanup(f.srv.Stop)

@@ -16,6 +16,10 @@ var (
 	ErrTopicNotFound = errors.New("topic not found")
 	// ErrTopicExists is returned by InsertTopic for a name or id already registered.
 	ErrTopicExists = errors.New("topic already exists")
+	// ErrSubscriptionNotFound is returned when no Pub/Sub subscription has the given id.
+	ErrSubscriptionNotFound = errors.New("subscription not found")
+	// ErrSnapshotNotFound is returned when no Pub/Sub snapshot has the given id.
+	ErrSnapshotNotFound = errors.New("snapshot not found")
 )
 
 // Unavailable reports whether err means Postgres could not be reached, is not ready or

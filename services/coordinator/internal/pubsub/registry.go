@@ -1,0 +1,414 @@
+// Package pubsub implements tributary.coordinator.v1.PubSubRegistryService: the Pub/Sub
+// topics and subscriptions, kept in Postgres (package store), with the storage-core
+// channels behind them: log gcp.<topic> and queue gcp.sub.<subscription> bound to its
+// topic's log. The gateway owns the Pub/Sub semantics and stores each resource's
+// settings as an opaque spec; this package keeps ids unique, a subscription's topic
+// existing, and the channels in step with the rows.
+//
+// Order of work: storage-core first, then the row, all under the id's transaction lock,
+// so a visible topic always has its log and a visible subscription its queue. Locks are
+// taken subscription first, then topic (LOCKS.md).
+package pubsub
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tributary/tributary/libs/channel"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/store"
+)
+
+// Page sizes of the List calls.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// Registry serves PubSubRegistryService.
+type Registry struct {
+	coordinatorv1.UnimplementedPubSubRegistryServiceServer
+
+	store   *store.Store
+	storage storagev1.StorageServiceClient
+	queues  storagev1.QueueServiceClient
+	log     *zap.Logger
+}
+
+// New returns a Registry over st, storage-core's channel and queue services.
+func New(st *store.Store, storage storagev1.StorageServiceClient, queues storagev1.QueueServiceClient, log *zap.Logger) *Registry {
+	return &Registry{store: st, storage: storage, queues: queues, log: log}
+}
+
+func topicProto(t *store.PubSubTopic) *coordinatorv1.PubSubTopic {
+	return &coordinatorv1.PubSubTopic{Id: t.ID, Spec: t.Spec, CreatedMs: t.CreatedAt.UnixMilli(), UpdatedMs: t.UpdatedAt.UnixMilli()}
+}
+
+func subProto(s *store.PubSubSubscription) *coordinatorv1.PubSubSubscription {
+	return &coordinatorv1.PubSubSubscription{
+		Id: s.ID, TopicId: s.TopicID, Spec: s.Spec, Detached: s.Detached,
+		CreatedMs: s.CreatedAt.UnixMilli(), UpdatedMs: s.UpdatedAt.UnixMilli(),
+	}
+}
+
+// CreatePubSubTopic registers a topic after creating (or adopting: a native channel
+// gcp.<id> keeps its records) its log.
+func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.CreatePubSubTopicRequest) (*coordinatorv1.CreatePubSubTopicResponse, error) {
+	id := req.GetTopic().GetId()
+	if err := channel.ValidatePubSubTopicID(id); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	t := &store.PubSubTopic{ID: id, Spec: req.GetTopic().GetSpec()}
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockTopic(ctx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Topic(ctx, id); err == nil {
+			return status.Error(codes.AlreadyExists, "Topic already exists")
+		} else if !errors.Is(err, store.ErrTopicNotFound) {
+			return err
+		}
+		name := channel.PubSubTopic(id)
+		resp, err := r.storage.CreateChannel(ctx, &storagev1.CreateChannelRequest{
+			Name: name, Kind: storagev1.ChannelKind_CHANNEL_KIND_LOG, Config: req.GetChannelConfig(), IfNotExists: true,
+		})
+		if err != nil {
+			return storageError("create channel "+name, err)
+		}
+		if !resp.GetCreated() && req.GetChannelConfig() != nil {
+			if _, err := r.storage.UpdateChannelConfig(ctx, &storagev1.UpdateChannelConfigRequest{
+				Name: name, Config: req.GetChannelConfig(), UpdateMask: []string{"retention_ms", "max_message_bytes"},
+			}); err != nil {
+				return storageError("configure channel "+name, err)
+			}
+		}
+		return tx.InsertTopic(ctx, t)
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.CreatePubSubTopicResponse{Topic: topicProto(t)}, nil
+}
+
+// GetPubSubTopic returns a topic.
+func (r *Registry) GetPubSubTopic(ctx context.Context, req *coordinatorv1.GetPubSubTopicRequest) (*coordinatorv1.GetPubSubTopicResponse, error) {
+	t, err := r.store.PubSubTopic(ctx, req.GetId())
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.GetPubSubTopicResponse{Topic: topicProto(t)}, nil
+}
+
+// UpdatePubSubTopic replaces a topic's spec and the masked fields of its log's config.
+func (r *Registry) UpdatePubSubTopic(ctx context.Context, req *coordinatorv1.UpdatePubSubTopicRequest) (*coordinatorv1.UpdatePubSubTopicResponse, error) {
+	id := req.GetTopic().GetId()
+	var out *store.PubSubTopic
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockTopic(ctx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Topic(ctx, id); err != nil {
+			return err
+		}
+		if len(req.GetChannelConfigMask()) > 0 {
+			name := channel.PubSubTopic(id)
+			if _, err := r.storage.UpdateChannelConfig(ctx, &storagev1.UpdateChannelConfigRequest{
+				Name: name, Config: req.GetChannelConfig(), UpdateMask: req.GetChannelConfigMask(),
+			}); err != nil {
+				return storageError("configure channel "+name, err)
+			}
+		}
+		if err := tx.UpdateTopicSpec(ctx, id, req.GetTopic().GetSpec()); err != nil {
+			return err
+		}
+		var err error
+		out, err = tx.Topic(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.UpdatePubSubTopicResponse{Topic: topicProto(out)}, nil
+}
+
+// ListPubSubTopics pages through topics by id.
+func (r *Registry) ListPubSubTopics(ctx context.Context, req *coordinatorv1.ListPubSubTopicsRequest) (*coordinatorv1.ListPubSubTopicsResponse, error) {
+	size, after, err := page(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	ts, err := r.store.PubSubTopics(ctx, after, size+1)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	resp := &coordinatorv1.ListPubSubTopicsResponse{}
+	if len(ts) > size {
+		ts = ts[:size]
+		resp.NextPageToken = token(ts[size-1].ID)
+	}
+	for _, t := range ts {
+		resp.Topics = append(resp.Topics, topicProto(t))
+	}
+	return resp, nil
+}
+
+// DeletePubSubTopic unregisters a topic, clears it from its subscriptions and deletes
+// its log.
+func (r *Registry) DeletePubSubTopic(ctx context.Context, req *coordinatorv1.DeletePubSubTopicRequest) (*coordinatorv1.DeletePubSubTopicResponse, error) {
+	id := req.GetId()
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockTopic(ctx, id); err != nil {
+			return err
+		}
+		if err := tx.DeleteTopic(ctx, id); err != nil {
+			return err
+		}
+		name := channel.PubSubTopic(id)
+		if _, err := r.storage.DeleteChannel(ctx, &storagev1.DeleteChannelRequest{Name: name, IfExists: true}); err != nil {
+			if status.Code(err) == codes.Unavailable || ctx.Err() != nil {
+				return storageError("delete channel "+name, err)
+			}
+			// A log that storage-core refuses to delete (still bound, say) stays; the
+			// topic is gone from the registry either way.
+			r.log.Warn("could not delete the log of a deleted topic", zap.String("channel", name), zap.Error(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.DeletePubSubTopicResponse{}, nil
+}
+
+// CreatePubSubSubscription registers a subscription after creating its queue, bound to
+// the topic's log. A queue left behind by an earlier failed delete is replaced.
+func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinatorv1.CreatePubSubSubscriptionRequest) (*coordinatorv1.CreatePubSubSubscriptionResponse, error) {
+	in := req.GetSubscription()
+	id, topic := in.GetId(), in.GetTopicId()
+	if err := channel.ValidatePubSubID(id); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	s := &store.PubSubSubscription{ID: id, TopicID: topic, Spec: in.GetSpec()}
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockSubscription(ctx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Subscription(ctx, id); err == nil {
+			return status.Error(codes.AlreadyExists, "Subscription already exists")
+		} else if !errors.Is(err, store.ErrSubscriptionNotFound) {
+			return err
+		}
+		if err := tx.LockTopic(ctx, topic); err != nil {
+			return err
+		}
+		if _, err := tx.Topic(ctx, topic); err != nil {
+			return err
+		}
+		name := channel.PubSubSubscription(id)
+		create := &storagev1.CreateQueueRequest{
+			Name:     name,
+			Config:   req.GetQueueConfig(),
+			Bindings: []*storagev1.Binding{{Source: channel.PubSubTopic(topic), Filter: req.GetFilter()}},
+		}
+		_, err := r.queues.CreateQueue(ctx, create)
+		if status.Code(err) == codes.AlreadyExists {
+			// Not registered (we hold the id's lock and found no row): a leftover.
+			if _, err := r.queues.DeleteQueue(ctx, &storagev1.DeleteQueueRequest{Name: name, IfExists: true}); err != nil {
+				return storageError("delete leftover queue "+name, err)
+			}
+			_, err = r.queues.CreateQueue(ctx, create)
+		}
+		if err != nil {
+			return storageError("create queue "+name, err)
+		}
+		if err := tx.InsertSubscription(ctx, s); err != nil {
+			if _, derr := r.queues.DeleteQueue(context.WithoutCancel(ctx), &storagev1.DeleteQueueRequest{Name: name, IfExists: true}); derr != nil {
+				r.log.Warn("could not remove the queue of a failed create", zap.String("queue", name), zap.Error(derr))
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.CreatePubSubSubscriptionResponse{Subscription: subProto(s)}, nil
+}
+
+// GetPubSubSubscription returns a subscription.
+func (r *Registry) GetPubSubSubscription(ctx context.Context, req *coordinatorv1.GetPubSubSubscriptionRequest) (*coordinatorv1.GetPubSubSubscriptionResponse, error) {
+	s, err := r.store.PubSubSubscription(ctx, req.GetId())
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.GetPubSubSubscriptionResponse{Subscription: subProto(s)}, nil
+}
+
+// UpdatePubSubSubscription replaces a subscription's spec and the masked fields of its
+// queue's config.
+func (r *Registry) UpdatePubSubSubscription(ctx context.Context, req *coordinatorv1.UpdatePubSubSubscriptionRequest) (*coordinatorv1.UpdatePubSubSubscriptionResponse, error) {
+	id := req.GetSubscription().GetId()
+	var out *store.PubSubSubscription
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockSubscription(ctx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Subscription(ctx, id); err != nil {
+			return err
+		}
+		if len(req.GetQueueConfigMask()) > 0 {
+			name := channel.PubSubSubscription(id)
+			if _, err := r.queues.UpdateQueueConfig(ctx, &storagev1.UpdateQueueConfigRequest{
+				Name: name, Config: req.GetQueueConfig(), UpdateMask: req.GetQueueConfigMask(),
+			}); err != nil {
+				return storageError("configure queue "+name, err)
+			}
+		}
+		if err := tx.UpdateSubscriptionSpec(ctx, id, req.GetSubscription().GetSpec()); err != nil {
+			return err
+		}
+		var err error
+		out, err = tx.Subscription(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.UpdatePubSubSubscriptionResponse{Subscription: subProto(out)}, nil
+}
+
+// ListPubSubSubscriptions pages through subscriptions by id.
+func (r *Registry) ListPubSubSubscriptions(ctx context.Context, req *coordinatorv1.ListPubSubSubscriptionsRequest) (*coordinatorv1.ListPubSubSubscriptionsResponse, error) {
+	size, after, err := page(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	if t := req.GetTopicId(); t != "" {
+		if _, err := r.store.PubSubTopic(ctx, t); err != nil {
+			return nil, statusError(err)
+		}
+	}
+	ss, err := r.store.PubSubSubscriptions(ctx, req.GetTopicId(), after, size+1)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	resp := &coordinatorv1.ListPubSubSubscriptionsResponse{}
+	if len(ss) > size {
+		ss = ss[:size]
+		resp.NextPageToken = token(ss[size-1].ID)
+	}
+	for _, s := range ss {
+		resp.Subscriptions = append(resp.Subscriptions, subProto(s))
+	}
+	return resp, nil
+}
+
+// DeletePubSubSubscription deletes a subscription's queue, then its row.
+func (r *Registry) DeletePubSubSubscription(ctx context.Context, req *coordinatorv1.DeletePubSubSubscriptionRequest) (*coordinatorv1.DeletePubSubSubscriptionResponse, error) {
+	id := req.GetId()
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockSubscription(ctx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Subscription(ctx, id); err != nil {
+			return err
+		}
+		name := channel.PubSubSubscription(id)
+		if _, err := r.queues.DeleteQueue(ctx, &storagev1.DeleteQueueRequest{Name: name, IfExists: true}); err != nil {
+			return storageError("delete queue "+name, err)
+		}
+		return tx.DeleteSubscription(ctx, id)
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.DeletePubSubSubscriptionResponse{}, nil
+}
+
+// DetachPubSubSubscription detaches a subscription's queue and marks it detached.
+func (r *Registry) DetachPubSubSubscription(ctx context.Context, req *coordinatorv1.DetachPubSubSubscriptionRequest) (*coordinatorv1.DetachPubSubSubscriptionResponse, error) {
+	id := req.GetId()
+	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
+		if err := tx.LockSubscription(ctx, id); err != nil {
+			return err
+		}
+		if _, err := tx.Subscription(ctx, id); err != nil {
+			return err
+		}
+		name := channel.PubSubSubscription(id)
+		if _, err := r.queues.Detach(ctx, &storagev1.DetachRequest{Name: name}); err != nil && status.Code(err) != codes.FailedPrecondition {
+			return storageError("detach queue "+name, err)
+		}
+		return tx.SetSubscriptionDetached(ctx, id)
+	})
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &coordinatorv1.DetachPubSubSubscriptionResponse{}, nil
+}
+
+func page(size int32, tok string) (int, string, error) {
+	switch {
+	case size < 0:
+		return 0, "", status.Errorf(codes.InvalidArgument, "page size %d is negative", size)
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	after, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return 0, "", status.Errorf(codes.InvalidArgument, "invalid page token %q", tok)
+	}
+	return int(size), string(after), nil
+}
+
+func token(lastID string) string { return base64.RawURLEncoding.EncodeToString([]byte(lastID)) }
+
+// errStorage marks a failed storage-core call; its status code is kept.
+type errStorage struct {
+	what string
+	err  error
+}
+
+func (e *errStorage) Error() string { return fmt.Sprintf("storage-core: %s: %v", e.what, e.err) }
+func (e *errStorage) Unwrap() error { return e.err }
+
+func storageError(what string, err error) error { return &errStorage{what: what, err: err} }
+
+// statusError turns err into the call's gRPC status: a status error as it is, a
+// storage-core failure with storage-core's code (UNAVAILABLE when it had none), missing
+// rows as NOT_FOUND, Postgres trouble as UNAVAILABLE.
+func statusError(err error) error {
+	var se *errStorage
+	switch {
+	case errors.As(err, &se):
+		st, ok := status.FromError(se.err)
+		if !ok || st.Code() == codes.Unknown {
+			return status.Error(codes.Unavailable, se.Error())
+		}
+		return status.Error(st.Code(), se.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, store.ErrTopicNotFound):
+		return status.Error(codes.NotFound, "topic not found")
+	case errors.Is(err, store.ErrSubscriptionNotFound):
+		return status.Error(codes.NotFound, "subscription not found")
+	case errors.Is(err, store.ErrSnapshotNotFound):
+		return status.Error(codes.NotFound, "snapshot not found")
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Err()
+	}
+	if store.Unavailable(err) {
+		return status.Errorf(codes.Unavailable, "postgres: %v", err)
+	}
+	return status.Errorf(codes.Internal, "postgres: %v", err)
+}

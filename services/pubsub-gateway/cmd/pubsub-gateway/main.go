@@ -1,0 +1,51 @@
+// Command pubsub-gateway serves the Google Cloud Pub/Sub v1 gRPC API (emulator mode) over
+// Tributary's storage-core and coordinator. Clients find it through
+// PUBSUB_EMULATOR_HOST. Flags fall back to TRIBUTARY_PUBSUB_GATEWAY_<FLAG> environment
+// variables.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/obs"
+	"github.com/tributary/tributary/services/pubsub-gateway/internal/server"
+)
+
+func main() {
+	obs.TuneDataPathGC()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "pubsub-gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	fs := flag.NewFlagSet("pubsub-gateway", flag.ContinueOnError)
+	var cfg server.Config
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8085", "Pub/Sub gRPC listener (host:port; port 0 picks one)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7431", "HTTP address for /metrics, /healthz, /readyz")
+	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address")
+	fs.StringVar(&cfg.CoordinatorAddr, "coordinator-addr", "127.0.0.1:7410", "coordinator gRPC address")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := flagenv.Parse(fs, "pubsub-gateway", os.Args[1:]); err != nil {
+		return err
+	}
+	log, err := obs.NewLogger("pubsub-gateway", *level)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	srv, err := server.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx)
+}

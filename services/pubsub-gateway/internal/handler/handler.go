@@ -1,0 +1,142 @@
+// Package handler implements the google.pubsub.v1 Publisher and Subscriber services and
+// google.iam.v1.IAMPolicy (emulator mode: no auth) over Tributary: the registry of
+// topics and subscriptions lives in the coordinator (PubSubRegistryService), messages
+// in storage-core (a topic is the log gcp.<t>, a subscription the queue gcp.sub.<s>
+// bound to it; QueueService holds every lease, so any replica can ack, modack or
+// redeliver any message). The handler itself keeps no state beyond short-lived caches
+// and the flow-control books of its own StreamingPull streams.
+package handler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// cacheTTL bounds how stale a cached topic or subscription may be when Publish and the
+// delivery RPCs look it up (admin RPCs always ask the coordinator).
+const cacheTTL = 2 * time.Second
+
+// Deps are the backends of a Handler.
+type Deps struct {
+	Registry coordinatorv1.PubSubRegistryServiceClient
+	Storage  storagev1.StorageServiceClient
+	Queues   storagev1.QueueServiceClient
+	Log      *zap.Logger
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Handler serves Publisher, Subscriber and IAMPolicy.
+type Handler struct {
+	pubsubpb.UnimplementedPublisherServer
+	pubsubpb.UnimplementedSubscriberServer
+
+	reg    coordinatorv1.PubSubRegistryServiceClient
+	store  storagev1.StorageServiceClient
+	queues storagev1.QueueServiceClient
+	log    *zap.Logger
+	now    func() time.Time
+
+	mu     sync.Mutex
+	topics map[string]time.Time // topic id -> when it was last seen to exist
+	subs   map[string]cachedSub
+
+	streams *streamBook
+}
+
+type cachedSub struct {
+	sub *subInfo
+	at  time.Time
+}
+
+// subInfo is what delivery needs to know about a subscription.
+type subInfo struct {
+	id       string
+	spec     *pubsubpb.Subscription
+	detached bool
+}
+
+// New returns a Handler over d.
+func New(d Deps) *Handler {
+	now := d.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Handler{
+		reg: d.Registry, store: d.Storage, queues: d.Queues, log: d.Log, now: now,
+		topics:  map[string]time.Time{},
+		subs:    map[string]cachedSub{},
+		streams: newStreamBook(),
+	}
+}
+
+// topicExists reports whether topic id is registered, from the cache when fresh.
+func (h *Handler) topicExists(ctx context.Context, id string) error {
+	h.mu.Lock()
+	at, ok := h.topics[id]
+	h.mu.Unlock()
+	if ok && h.now().Sub(at) < cacheTTL {
+		return nil
+	}
+	if _, err := h.reg.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: id}); err != nil {
+		return backendError(ctx, err, msgTopicNotFound)
+	}
+	h.mu.Lock()
+	h.topics[id] = h.now()
+	h.mu.Unlock()
+	return nil
+}
+
+// subscription returns subscription id, from the cache when fresh.
+func (h *Handler) subscription(ctx context.Context, id string) (*subInfo, error) {
+	h.mu.Lock()
+	c, ok := h.subs[id]
+	h.mu.Unlock()
+	if ok && h.now().Sub(c.at) < cacheTTL {
+		return c.sub, nil
+	}
+	resp, err := h.reg.GetPubSubSubscription(ctx, &coordinatorv1.GetPubSubSubscriptionRequest{Id: id})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	info, err := decodeSub(resp.GetSubscription())
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.subs[id] = cachedSub{sub: info, at: h.now()}
+	h.mu.Unlock()
+	return info, nil
+}
+
+// forget drops cached entries after a change through this replica.
+func (h *Handler) forget(topic, sub string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if topic != "" {
+		delete(h.topics, topic)
+	}
+	if sub != "" {
+		delete(h.subs, sub)
+	}
+}
+
+func decodeSub(s *coordinatorv1.PubSubSubscription) (*subInfo, error) {
+	spec := &pubsubpb.Subscription{}
+	if err := proto.Unmarshal(s.GetSpec(), spec); err != nil {
+		return nil, backendError(context.Background(), err, "")
+	}
+	if s.GetTopicId() == "" {
+		spec.Topic = deletedTopic
+	}
+	spec.Detached = s.GetDetached()
+	return &subInfo{id: s.GetId(), spec: spec, detached: s.GetDetached()}, nil
+}

@@ -1,0 +1,238 @@
+package handler
+
+import (
+	"context"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// Topic message retention bounds (Google: 10 minutes to 31 days).
+const (
+	minTopicRetention = 10 * time.Minute
+	maxRetention      = 31 * 24 * time.Hour
+)
+
+// topicUpdatable lists the Topic fields UpdateTopic may change.
+var topicUpdatable = map[string]bool{
+	"labels": true, "message_storage_policy": true, "kms_key_name": true, "schema_settings": true,
+	"message_retention_duration": true, "ingestion_data_source_settings": true, "message_transforms": true,
+}
+
+// CreateTopic registers a topic and its log gcp.<id>.
+func (h *Handler) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsubpb.Topic, error) {
+	r, err := parseName(t.GetName(), collTopics)
+	if err != nil {
+		return nil, err
+	}
+	spec := proto.Clone(t).(*pubsubpb.Topic)
+	spec.State = pubsubpb.Topic_ACTIVE
+	cfg, err := topicChannelConfig(spec)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := proto.Marshal(spec)
+	if _, err := h.reg.CreatePubSubTopic(ctx, &coordinatorv1.CreatePubSubTopicRequest{
+		Topic: &coordinatorv1.PubSubTopic{Id: r.id, Spec: b}, ChannelConfig: cfg,
+	}); err != nil {
+		return nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	h.forget(r.id, "")
+	return spec, nil
+}
+
+// maxLogBatchBytes is the largest append a topic's log takes: a whole 10 MB publish
+// plus the reserved headers (storage-core's default is Kafka's 1 MB).
+const maxLogBatchBytes = 16 << 20
+
+// topicChannelConfig is the config of a topic's log: retention from the topic (default
+// storage-core's), and appends large enough for any valid publish.
+func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
+	cfg := &storagev1.ChannelConfig{MaxMessageBytes: maxLogBatchBytes}
+	d := t.GetMessageRetentionDuration()
+	if d == nil {
+		return cfg, nil
+	}
+	if err := d.CheckValid(); err != nil || d.AsDuration() < minTopicRetention || d.AsDuration() > maxRetention {
+		return nil, invalid("message_retention_duration out of bounds: it must be between 10 minutes and 31 days")
+	}
+	cfg.RetentionMs = d.AsDuration().Milliseconds()
+	return cfg, nil
+}
+
+func (h *Handler) getTopic(ctx context.Context, name string) (resource, *pubsubpb.Topic, error) {
+	r, err := parseName(name, collTopics)
+	if err != nil {
+		return r, nil, err
+	}
+	resp, err := h.reg.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: r.id})
+	if err != nil {
+		return r, nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	t := &pubsubpb.Topic{}
+	if err := proto.Unmarshal(resp.GetTopic().GetSpec(), t); err != nil {
+		return r, nil, backendError(ctx, err, "")
+	}
+	t.Name = r.name(collTopics)
+	return r, t, nil
+}
+
+// GetTopic returns a topic.
+func (h *Handler) GetTopic(ctx context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
+	_, t, err := h.getTopic(ctx, req.GetTopic())
+	return t, err
+}
+
+// UpdateTopic changes the fields named in update_mask (required, non-empty).
+func (h *Handler) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequest) (*pubsubpb.Topic, error) {
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, invalid("The update_mask in the UpdateTopicRequest must be set, and must be non-empty.")
+	}
+	for _, p := range paths {
+		if !topicUpdatable[p] {
+			return nil, invalid("Invalid update_mask provided in the UpdateTopicRequest: the '%s' field cannot be updated.", p)
+		}
+	}
+	if req.GetTopic() == nil {
+		return nil, invalid("The topic in the UpdateTopicRequest must be set.")
+	}
+	r, cur, err := h.getTopic(ctx, req.GetTopic().GetName())
+	if err != nil {
+		return nil, err
+	}
+	in := req.GetTopic()
+	var mask []string
+	for _, p := range paths {
+		switch p {
+		case "labels":
+			cur.Labels = in.GetLabels()
+		case "message_storage_policy":
+			cur.MessageStoragePolicy = in.GetMessageStoragePolicy()
+		case "kms_key_name":
+			cur.KmsKeyName = in.GetKmsKeyName()
+		case "schema_settings":
+			cur.SchemaSettings = in.GetSchemaSettings()
+		case "message_retention_duration":
+			cur.MessageRetentionDuration = in.GetMessageRetentionDuration()
+			mask = []string{"retention_ms"}
+		case "ingestion_data_source_settings":
+			cur.IngestionDataSourceSettings = in.GetIngestionDataSourceSettings()
+		case "message_transforms":
+			cur.MessageTransforms = in.GetMessageTransforms()
+		}
+	}
+	cfg, err := topicChannelConfig(cur)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := proto.Marshal(cur)
+	if _, err := h.reg.UpdatePubSubTopic(ctx, &coordinatorv1.UpdatePubSubTopicRequest{
+		Topic: &coordinatorv1.PubSubTopic{Id: r.id, Spec: b}, ChannelConfig: cfg, ChannelConfigMask: mask,
+	}); err != nil {
+		return nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	return cur, nil
+}
+
+// ListTopics pages through the project's topics (ids are global: every topic).
+func (h *Handler) ListTopics(ctx context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
+	project, err := parseProject(req.GetProject())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPageSize() < 0 {
+		return nil, invalid("page_size must not be negative")
+	}
+	resp, err := h.reg.ListPubSubTopics(ctx, &coordinatorv1.ListPubSubTopicsRequest{PageSize: req.GetPageSize(), PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, backendError(ctx, err, "")
+	}
+	out := &pubsubpb.ListTopicsResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, t := range resp.GetTopics() {
+		spec := &pubsubpb.Topic{}
+		if err := proto.Unmarshal(t.GetSpec(), spec); err != nil {
+			return nil, backendError(ctx, err, "")
+		}
+		spec.Name = resource{project: project, id: t.GetId()}.name(collTopics)
+		out.Topics = append(out.Topics, spec)
+	}
+	return out, nil
+}
+
+// ListTopicSubscriptions pages through the names of a topic's subscriptions.
+func (h *Handler) ListTopicSubscriptions(ctx context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
+	r, err := parseName(req.GetTopic(), collTopics)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPageSize() < 0 {
+		return nil, invalid("page_size must not be negative")
+	}
+	resp, err := h.reg.ListPubSubSubscriptions(ctx, &coordinatorv1.ListPubSubSubscriptionsRequest{
+		TopicId: r.id, PageSize: req.GetPageSize(), PageToken: req.GetPageToken(),
+	})
+	if err != nil {
+		return nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	out := &pubsubpb.ListTopicSubscriptionsResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, s := range resp.GetSubscriptions() {
+		out.Subscriptions = append(out.Subscriptions, resource{project: r.project, id: s.GetId()}.name(collSubscriptions))
+	}
+	return out, nil
+}
+
+// ListTopicSnapshots pages through the names of a topic's snapshots.
+func (h *Handler) ListTopicSnapshots(ctx context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
+	r, err := parseName(req.GetTopic(), collTopics)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPageSize() < 0 {
+		return nil, invalid("page_size must not be negative")
+	}
+	resp, err := h.reg.ListPubSubSnapshots(ctx, &coordinatorv1.ListPubSubSnapshotsRequest{
+		TopicId: r.id, PageSize: req.GetPageSize(), PageToken: req.GetPageToken(),
+	})
+	if err != nil {
+		return nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	out := &pubsubpb.ListTopicSnapshotsResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, s := range resp.GetSnapshots() {
+		out.Snapshots = append(out.Snapshots, resource{project: r.project, id: s.GetId()}.name(collSnapshots))
+	}
+	return out, nil
+}
+
+// DeleteTopic unregisters a topic and deletes its log; its subscriptions stay, with
+// topic "_deleted-topic_".
+func (h *Handler) DeleteTopic(ctx context.Context, req *pubsubpb.DeleteTopicRequest) (*emptypb.Empty, error) {
+	r, err := parseName(req.GetTopic(), collTopics)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.reg.DeletePubSubTopic(ctx, &coordinatorv1.DeletePubSubTopicRequest{Id: r.id}); err != nil {
+		return nil, backendError(ctx, err, msgTopicNotFound)
+	}
+	h.forget(r.id, "")
+	return &emptypb.Empty{}, nil
+}
+
+// DetachSubscription detaches a subscription: its backlog is dropped, and pulls fail
+// with FAILED_PRECONDITION.
+func (h *Handler) DetachSubscription(ctx context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
+	r, err := parseName(req.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.reg.DetachPubSubSubscription(ctx, &coordinatorv1.DetachPubSubSubscriptionRequest{Id: r.id}); err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	h.forget("", r.id)
+	return &pubsubpb.DetachSubscriptionResponse{}, nil
+}

@@ -1,0 +1,232 @@
+package handler
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// Pull long-poll bounds: a Pull without return_immediately waits for messages up to
+// maxPullWait, or until shortly before the caller's deadline.
+const (
+	maxPullWait    = 30 * time.Second
+	deadlineMargin = 500 * time.Millisecond
+	maxPullBatch   = 1000
+	// maxResponseBytes caps the message data of one Pull or StreamingPull response (one
+	// message is always sent): clients' receive limits start at 20 MB.
+	maxResponseBytes = 10 << 20
+)
+
+// Exactly-once failure reporting (what Google's clients parse).
+const (
+	eodReason         = "EXACTLY_ONCE_ACKID_FAILURE"
+	eodDomain         = "pubsub.googleapis.com"
+	eodInvalidAckID   = "PERMANENT_FAILURE_INVALID_ACK_ID"
+	maxModAckDeadline = 600
+)
+
+// deliverable checks that a subscription can be pulled from: not detached, not push.
+func deliverable(s *subInfo) error {
+	if s.detached {
+		return status.Error(codes.FailedPrecondition, "The subscription is detached.")
+	}
+	if s.spec.GetPushConfig().GetPushEndpoint() != "" {
+		return status.Error(codes.FailedPrecondition, "Pull is not allowed on a push subscription.")
+	}
+	return nil
+}
+
+// Pull leases up to max_messages messages.
+func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubpb.PullResponse, error) {
+	r, err := parseName(req.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetMaxMessages() <= 0 {
+		return nil, invalid("No max_messages specified")
+	}
+	sub, err := h.subscription(ctx, r.id)
+	if err != nil {
+		return nil, err
+	}
+	if err := deliverable(sub); err != nil {
+		return nil, err
+	}
+	wait := maxPullWait
+	//lint:ignore SA1019 deprecated in pubsub.proto, but clients still send it
+	if req.GetReturnImmediately() {
+		wait = 0
+	} else if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, max(time.Until(dl)-deadlineMargin, 0))
+	}
+	resp, err := h.queues.Receive(ctx, &storagev1.ReceiveRequest{
+		Queue:       channel.PubSubSubscription(r.id),
+		MaxMessages: min(req.GetMaxMessages(), maxPullBatch),
+		MaxBytes:    maxResponseBytes,
+		WaitMs:      int32(wait.Milliseconds()),
+	})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	out := &pubsubpb.PullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}
+	for _, m := range resp.GetMessages() {
+		out.ReceivedMessages = append(out.ReceivedMessages, toReceived(m, sub))
+	}
+	return out, nil
+}
+
+// toReceived turns a queue delivery into a Pub/Sub message: headers without the "_"
+// prefix are the attributes; id, publish time and ordering key come from the reserved
+// headers, or from the record itself for a native append.
+func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
+	rec := m.GetRecord()
+	msg := &pubsubpb.PubsubMessage{Data: rec.GetValue()}
+	var id, published string
+	for _, hd := range rec.GetHeaders() {
+		k := hd.GetKey()
+		if !strings.HasPrefix(k, "_") {
+			if msg.Attributes == nil {
+				msg.Attributes = map[string]string{}
+			}
+			msg.Attributes[k] = string(hd.GetValue())
+			continue
+		}
+		switch k {
+		case hdrMessageID:
+			id = string(hd.GetValue())
+		case hdrPublishTime:
+			published = string(hd.GetValue())
+		case hdrOrderingKey:
+			msg.OrderingKey = string(hd.GetValue())
+		case hdrDeadLetterSourceTime:
+			if ms, err := strconv.ParseInt(string(hd.GetValue()), 10, 64); err == nil {
+				if msg.Attributes == nil {
+					msg.Attributes = map[string]string{}
+				}
+				msg.Attributes[deadLetterSourceTime] = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+			}
+		}
+	}
+	if id == "" {
+		id = strconv.FormatInt(m.GetSourceSequence(), 10)
+	}
+	msg.MessageId = id
+	if t, err := time.Parse(time.RFC3339Nano, published); err == nil {
+		msg.PublishTime = timestamppb.New(t)
+	} else {
+		msg.PublishTime = timestamppb.New(time.UnixMilli(rec.GetTimestampMs()))
+	}
+	out := &pubsubpb.ReceivedMessage{AckId: m.GetAckId(), Message: msg}
+	if sub.spec.GetDeadLetterPolicy() != nil {
+		out.DeliveryAttempt = m.GetDeliveryAttempt()
+	}
+	return out
+}
+
+func checkAckIDs(ids []string) error {
+	if len(ids) == 0 {
+		return invalid("No ack ids specified.")
+	}
+	for _, id := range ids {
+		if id == "" {
+			return invalid("Empty ack id.")
+		}
+	}
+	return nil
+}
+
+// Acknowledge acks messages. On an exactly-once subscription, ack ids that are not a
+// current lease fail the call with INVALID_ARGUMENT and a per-ack-id ErrorInfo.
+func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequest) (*emptypb.Empty, error) {
+	r, err := parseName(req.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAckIDs(req.GetAckIds()); err != nil {
+		return nil, err
+	}
+	resp, err := h.queues.Ack(ctx, &storagev1.AckRequest{Queue: channel.PubSubSubscription(r.id), AckIds: req.GetAckIds()})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	h.streams.done(req.GetAckIds())
+	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// ModifyAckDeadline extends (or with 0 nacks) leases, 0..600 s.
+func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAckDeadlineRequest) (*emptypb.Empty, error) {
+	r, err := parseName(req.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return nil, err
+	}
+	if d := req.GetAckDeadlineSeconds(); d < 0 || d > maxModAckDeadline {
+		if d < 0 {
+			return nil, invalid("Ack deadline cannot be negative")
+		}
+		return nil, invalid("Invalid ack deadline given: %d. It must be at most %d seconds.", d, maxModAckDeadline)
+	}
+	if err := checkAckIDs(req.GetAckIds()); err != nil {
+		return nil, err
+	}
+	resp, err := h.modAck(ctx, r.id, req.GetAckIds(), req.GetAckDeadlineSeconds())
+	if err != nil {
+		return nil, err
+	}
+	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds int32) (*storagev1.ModifyAckDeadlineResponse, error) {
+	resp, err := h.queues.ModifyAckDeadline(ctx, &storagev1.ModifyAckDeadlineRequest{
+		Queue: channel.PubSubSubscription(sub), AckIds: ids, AckDeadlineMs: seconds * 1000,
+	})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	if seconds == 0 {
+		h.streams.done(ids)
+	} else {
+		h.streams.extend(ids, h.now().Add(time.Duration(seconds)*time.Second))
+	}
+	return resp, nil
+}
+
+// ackFailures returns the exactly-once failure status for the ack ids whose result is
+// not success, or nil when all succeeded.
+func ackFailures(ids []string, results []storagev1.AckResult) error {
+	var meta map[string]string
+	for i, res := range results {
+		if i >= len(ids) || res == storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+			continue
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[ids[i]] = eodInvalidAckID
+	}
+	if meta == nil {
+		return nil
+	}
+	st, err := status.New(codes.InvalidArgument, "Some acknowledgement ids in the request were invalid. This could be because the acknowledgement ids have expired or the acknowledgement ids were malformed.").
+		WithDetails(&errdetails.ErrorInfo{Reason: eodReason, Domain: eodDomain, Metadata: meta})
+	if err != nil {
+		return status.Error(codes.InvalidArgument, "invalid ack ids")
+	}
+	return st.Err()
+}

@@ -1,0 +1,167 @@
+package handler
+
+import (
+	"context"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// Subscription bounds and defaults (Google's pubsub.proto comments).
+const (
+	defaultAckDeadline     = 10
+	minAckDeadline         = 10
+	maxAckDeadline         = 600
+	defaultSubRetention    = 7 * 24 * time.Hour
+	minSubRetention        = 10 * time.Minute
+	defaultExpiration      = 31 * 24 * time.Hour
+	minExpiration          = 24 * time.Hour
+	maxFilterBytes         = 256
+	defaultMaxDeliveries   = 5
+	minMaxDeliveries       = 5
+	maxMaxDeliveries       = 100
+	defaultMinBackoff      = 10 * time.Second
+	defaultMaxBackoff      = 600 * time.Second
+	maxBackoff             = 600 * time.Second
+	deadLetterSourceSub    = "CloudPubSubDeadLetterSourceSubscription"
+	deadLetterSourceProj   = "CloudPubSubDeadLetterSourceSubscriptionProject"
+	deadLetterSourceTime   = "CloudPubSubDeadLetterSourceTopicPublishTime"
+	deadLetterSourceCount  = "CloudPubSubDeadLetterSourceDeliveryCount"
+	orderingKeyQueueHeader = hdrOrderingKey
+)
+
+// subUpdatable lists the Subscription fields UpdateSubscription may change;
+// subImmutable those it refuses by name.
+var (
+	subUpdatable = map[string]bool{
+		"ack_deadline_seconds": true, "push_config": true, "message_retention_duration": true,
+		"retain_acked_messages": true, "labels": true, "expiration_policy": true,
+		"dead_letter_policy": true, "retry_policy": true, "enable_exactly_once_delivery": true,
+		"bigquery_config": true, "cloud_storage_config": true, "message_transforms": true,
+	}
+	subImmutable = map[string]bool{"filter": true, "topic": true, "enable_message_ordering": true, "name": true}
+)
+
+// normalizeSub validates a subscription's settings and fills Google's defaults, in
+// place. sub is the subscription's resource, topic its topic's.
+func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
+	s.Name = sub.name(collSubscriptions)
+	switch d := s.GetAckDeadlineSeconds(); {
+	case d == 0:
+		s.AckDeadlineSeconds = defaultAckDeadline
+	case d < minAckDeadline || d > maxAckDeadline:
+		return invalid("ack_deadline_secs out of bounds: %d, it must be between %d and %d", d, minAckDeadline, maxAckDeadline)
+	}
+	if d := s.GetMessageRetentionDuration(); d == nil {
+		s.MessageRetentionDuration = durationpb.New(defaultSubRetention)
+	} else if d.CheckValid() != nil || d.AsDuration() < minSubRetention || d.AsDuration() > maxRetention {
+		return invalid("message_retention_duration out of bounds: it must be between 10 minutes and 31 days")
+	}
+	if s.ExpirationPolicy == nil {
+		s.ExpirationPolicy = &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(defaultExpiration)}
+	} else if ttl := s.ExpirationPolicy.GetTtl(); ttl != nil {
+		if ttl.CheckValid() != nil || ttl.AsDuration() < minExpiration {
+			return invalid("Invalid expiration_policy.ttl: it must be at least 1 day")
+		}
+		if ttl.AsDuration() < s.GetMessageRetentionDuration().AsDuration() {
+			return invalid("Invalid expiration_policy.ttl: it must not be shorter than message_retention_duration")
+		}
+	}
+	if len(s.GetFilter()) > maxFilterBytes {
+		return invalid("Invalid filter: it is %d bytes, longer than %d", len(s.GetFilter()), maxFilterBytes)
+	}
+	if err := validateFilter(s.GetFilter()); err != nil {
+		return err
+	}
+	if p := s.GetDeadLetterPolicy(); p != nil {
+		if _, err := parseName(p.GetDeadLetterTopic(), collTopics); err != nil {
+			return invalid("Invalid dead_letter_policy.dead_letter_topic: %s", p.GetDeadLetterTopic())
+		}
+		switch n := p.GetMaxDeliveryAttempts(); {
+		case n == 0:
+			p.MaxDeliveryAttempts = defaultMaxDeliveries
+		case n < minMaxDeliveries:
+			return status.Errorf(codes.OutOfRange, "The value for max_delivery_attempts is too small. You passed %d in the request, but the minimum value is %d.", n, minMaxDeliveries)
+		case n > maxMaxDeliveries:
+			return status.Errorf(codes.OutOfRange, "The value for max_delivery_attempts is too large. You passed %d in the request, but the maximum value is %d.", n, maxMaxDeliveries)
+		}
+	}
+	if p := s.GetRetryPolicy(); p != nil {
+		if p.MinimumBackoff == nil {
+			p.MinimumBackoff = durationpb.New(defaultMinBackoff)
+		}
+		if p.MaximumBackoff == nil {
+			p.MaximumBackoff = durationpb.New(defaultMaxBackoff)
+		}
+		lo, hi := p.GetMinimumBackoff(), p.GetMaximumBackoff()
+		if lo.CheckValid() != nil || hi.CheckValid() != nil || lo.AsDuration() < 0 || hi.AsDuration() > maxBackoff || lo.AsDuration() > hi.AsDuration() {
+			return invalid("Invalid retry_policy: minimum_backoff and maximum_backoff must be between 0 and 600 seconds, minimum not above maximum")
+		}
+	}
+	if pc := s.GetPushConfig(); pc != nil && pc.GetPushEndpoint() == "" && (pc.GetAttributes() != nil || pc.GetOidcToken() != nil || pc.GetWrapper() != nil) {
+		return invalid("Invalid push_config: push_endpoint is empty")
+	}
+	s.State = pubsubpb.Subscription_ACTIVE
+	return nil
+}
+
+// checkDeadLetterTopic answers NOT_FOUND when the dead-letter topic does not exist.
+func (h *Handler) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subscription) error {
+	p := s.GetDeadLetterPolicy()
+	if p == nil {
+		return nil
+	}
+	r, err := parseName(p.GetDeadLetterTopic(), collTopics)
+	if err != nil {
+		return err
+	}
+	if err := h.topicExists(ctx, r.id); status.Code(err) == codes.NotFound {
+		return status.Error(codes.NotFound, "Dead letter topic not found")
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// queueConfig builds the queue's delivery settings from a normalized subscription.
+func queueConfig(s *pubsubpb.Subscription, sub resource) *storagev1.QueueConfig {
+	c := &storagev1.QueueConfig{
+		AckDeadlineMs:      s.GetAckDeadlineSeconds() * 1000,
+		MessageRetentionMs: s.GetMessageRetentionDuration().AsDuration().Milliseconds(),
+		RetainAcked:        s.GetRetainAckedMessages(),
+		ExactlyOnce:        s.GetEnableExactlyOnceDelivery(),
+	}
+	if s.GetEnableMessageOrdering() {
+		c.OrderingKeyHeader = orderingKeyQueueHeader
+	}
+	if p := s.GetDeadLetterPolicy(); p != nil {
+		dlt, _ := parseName(p.GetDeadLetterTopic(), collTopics)
+		c.DeadLetter = &storagev1.DeadLetterPolicy{
+			Channel:             channel.PubSubTopic(dlt.id),
+			MaxDeliveryAttempts: p.GetMaxDeliveryAttempts(),
+			Headers: []*storagev1.Header{
+				{Key: deadLetterSourceSub, Value: []byte(sub.id)},
+				{Key: deadLetterSourceProj, Value: []byte(sub.project)},
+			},
+			DeliveryCountHeader:   deadLetterSourceCount,
+			SourceTimestampHeader: hdrDeadLetterSourceTime,
+			// The dead-lettered message is a new message of the dead-letter topic: its id
+			// and publish time come from its record there.
+			DropHeaders: []string{hdrMessageID, hdrPublishTime, deadLetterSourceSub, deadLetterSourceProj, deadLetterSourceCount, hdrDeadLetterSourceTime},
+		}
+	}
+	if p := s.GetRetryPolicy(); p != nil {
+		c.Retry = &storagev1.RetryPolicy{
+			MinBackoffMs: p.GetMinimumBackoff().AsDuration().Milliseconds(),
+			MaxBackoffMs: p.GetMaximumBackoff().AsDuration().Milliseconds(),
+		}
+	}
+	return c
+}

@@ -1,0 +1,192 @@
+package handler
+
+import (
+	"context"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tributary/tributary/libs/channel"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// snapshotLifetime is how long a snapshot lives (Google: up to 7 days from the oldest
+// unacked message; here from its creation).
+const snapshotLifetime = 7 * 24 * time.Hour
+
+const msgSnapshotNotFound = "Snapshot does not exist"
+
+// snapUpdatable lists the Snapshot fields UpdateSnapshot may change.
+var snapUpdatable = map[string]bool{"labels": true, "expire_time": true}
+
+func (h *Handler) snapshotProto(project string, s *coordinatorv1.PubSubSnapshot) (*pubsubpb.Snapshot, error) {
+	spec := &pubsubpb.Snapshot{}
+	if err := proto.Unmarshal(s.GetSpec(), spec); err != nil {
+		return nil, backendError(context.Background(), err, "")
+	}
+	spec.Name = resource{project: project, id: s.GetId()}.name(collSnapshots)
+	spec.Topic = resource{project: project, id: s.GetTopicId()}.name(collTopics)
+	return spec, nil
+}
+
+// CreateSnapshot records a subscription's acknowledgement state.
+func (h *Handler) CreateSnapshot(ctx context.Context, req *pubsubpb.CreateSnapshotRequest) (*pubsubpb.Snapshot, error) {
+	snap, err := parseName(req.GetName(), collSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := parseName(req.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return nil, err
+	}
+	spec := &pubsubpb.Snapshot{Labels: req.GetLabels(), ExpireTime: timestamppb.New(h.now().Add(snapshotLifetime))}
+	b, _ := proto.Marshal(spec)
+	resp, err := h.reg.CreatePubSubSnapshot(ctx, &coordinatorv1.CreatePubSubSnapshotRequest{
+		Snapshot: &coordinatorv1.PubSubSnapshot{Id: snap.id, SubscriptionId: sub.id, Spec: b},
+	})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	return h.snapshotProto(snap.project, resp.GetSnapshot())
+}
+
+// GetSnapshot returns a snapshot.
+func (h *Handler) GetSnapshot(ctx context.Context, req *pubsubpb.GetSnapshotRequest) (*pubsubpb.Snapshot, error) {
+	snap, err := parseName(req.GetSnapshot(), collSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.reg.GetPubSubSnapshot(ctx, &coordinatorv1.GetPubSubSnapshotRequest{Id: snap.id})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSnapshotNotFound)
+	}
+	return h.snapshotProto(snap.project, resp.GetSnapshot())
+}
+
+// UpdateSnapshot changes a snapshot's labels or expire time.
+func (h *Handler) UpdateSnapshot(ctx context.Context, req *pubsubpb.UpdateSnapshotRequest) (*pubsubpb.Snapshot, error) {
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, invalid("The update_mask in the UpdateSnapshotRequest must be set, and must be non-empty.")
+	}
+	for _, p := range paths {
+		if !snapUpdatable[p] {
+			return nil, invalid("Invalid update_mask provided in the UpdateSnapshotRequest: the '%s' field cannot be updated.", p)
+		}
+	}
+	snap, err := parseName(req.GetSnapshot().GetName(), collSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := h.reg.GetPubSubSnapshot(ctx, &coordinatorv1.GetPubSubSnapshotRequest{Id: snap.id})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSnapshotNotFound)
+	}
+	spec := &pubsubpb.Snapshot{}
+	if err := proto.Unmarshal(cur.GetSnapshot().GetSpec(), spec); err != nil {
+		return nil, backendError(ctx, err, "")
+	}
+	for _, p := range paths {
+		switch p {
+		case "labels":
+			spec.Labels = req.GetSnapshot().GetLabels()
+		case "expire_time":
+			spec.ExpireTime = req.GetSnapshot().GetExpireTime()
+		}
+	}
+	b, _ := proto.Marshal(spec)
+	resp, err := h.reg.UpdatePubSubSnapshot(ctx, &coordinatorv1.UpdatePubSubSnapshotRequest{Snapshot: &coordinatorv1.PubSubSnapshot{Id: snap.id, Spec: b}})
+	if err != nil {
+		return nil, backendError(ctx, err, msgSnapshotNotFound)
+	}
+	return h.snapshotProto(snap.project, resp.GetSnapshot())
+}
+
+// ListSnapshots pages through every snapshot (ids are global).
+func (h *Handler) ListSnapshots(ctx context.Context, req *pubsubpb.ListSnapshotsRequest) (*pubsubpb.ListSnapshotsResponse, error) {
+	project, err := parseProject(req.GetProject())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPageSize() < 0 {
+		return nil, invalid("page_size must not be negative")
+	}
+	resp, err := h.reg.ListPubSubSnapshots(ctx, &coordinatorv1.ListPubSubSnapshotsRequest{PageSize: req.GetPageSize(), PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, backendError(ctx, err, "")
+	}
+	out := &pubsubpb.ListSnapshotsResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, s := range resp.GetSnapshots() {
+		p, err := h.snapshotProto(project, s)
+		if err != nil {
+			return nil, err
+		}
+		out.Snapshots = append(out.Snapshots, p)
+	}
+	return out, nil
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (h *Handler) DeleteSnapshot(ctx context.Context, req *pubsubpb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
+	snap, err := parseName(req.GetSnapshot(), collSnapshots)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.reg.DeletePubSubSnapshot(ctx, &coordinatorv1.DeletePubSubSnapshotRequest{Id: snap.id}); err != nil {
+		return nil, backendError(ctx, err, msgSnapshotNotFound)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// Seek moves a subscription's acknowledgement state to a time (messages published
+// before it become acked, the rest unacked, as far as retention allows) or to a
+// snapshot of the same topic. A snapshot taken of another subscription of that topic is
+// not restorable yet (storage-core keeps queue snapshots per queue): UNIMPLEMENTED.
+func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubpb.SeekResponse, error) {
+	sub, err := parseName(req.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return nil, err
+	}
+	seek := &storagev1.SeekRequest{Queue: channel.PubSubSubscription(sub.id)}
+	switch t := req.GetTarget().(type) {
+	case *pubsubpb.SeekRequest_Time:
+		if err := t.Time.CheckValid(); err != nil {
+			return nil, invalid("Invalid time in the SeekRequest: %v", err)
+		}
+		seek.Target = &storagev1.SeekRequest_TimeMs{TimeMs: t.Time.AsTime().UnixMilli()}
+	case *pubsubpb.SeekRequest_Snapshot:
+		snap, err := parseName(t.Snapshot, collSnapshots)
+		if err != nil {
+			return nil, err
+		}
+		info, err := h.subscription(ctx, sub.id)
+		if err != nil {
+			return nil, err
+		}
+		sr, err := h.reg.GetPubSubSnapshot(ctx, &coordinatorv1.GetPubSubSnapshotRequest{Id: snap.id})
+		if err != nil {
+			return nil, backendError(ctx, err, msgSnapshotNotFound)
+		}
+		subTopic, _ := parseName(info.spec.GetTopic(), collTopics)
+		if subTopic.id != sr.GetSnapshot().GetTopicId() {
+			return nil, status.Errorf(codes.FailedPrecondition, "The subscription's topic %s is different from that of the snapshot %s; they must match in order for Seek to work.",
+				info.spec.GetTopic(), resource{project: sub.project, id: sr.GetSnapshot().GetTopicId()}.name(collTopics))
+		}
+		if sr.GetSnapshot().GetSubscriptionId() != sub.id {
+			return nil, status.Errorf(codes.Unimplemented, "Seek to a snapshot of another subscription (%s) is not supported yet", sr.GetSnapshot().GetSubscriptionId())
+		}
+		seek.Target = &storagev1.SeekRequest_Snapshot{Snapshot: snap.id}
+	default:
+		return nil, invalid("No target was specified in the SeekRequest. Must specify either a time or a snapshot")
+	}
+	if _, err := h.queues.Seek(ctx, seek); err != nil {
+		return nil, backendError(ctx, err, msgSubNotFound)
+	}
+	return &pubsubpb.SeekResponse{}, nil
+}

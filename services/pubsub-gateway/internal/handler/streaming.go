@@ -1,0 +1,484 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// StreamingPull timings.
+const (
+	// streamPollWait is each long-poll Receive's wait; the queue wakes it at once when a
+	// message becomes available.
+	streamPollWait = 5 * time.Second
+	// flowRecheck bounds a stream's sleep while its flow-control window is full (leases
+	// expire, and acks through other replicas are not seen here).
+	flowRecheck = time.Second
+	// backendRetry is the pause after a failed Receive before the stream gives up.
+	backendRetry = 200 * time.Millisecond
+	// windowFactor scales the client's max_outstanding_messages/bytes into the stream's
+	// window. Clients release a flow-control slot as soon as the application acks, but
+	// send acks in batches (the Go client every 100 ms, over unary Acknowledge), so a
+	// window of exactly the client's limit would cap a stream at ten windows per second
+	// while the client sits idle; the client's own flow control still holds the
+	// application to its limit.
+	windowFactor = 10
+	// releaseTimeout bounds the nack of messages a closing stream could not send.
+	releaseTimeout = 5 * time.Second
+)
+
+// StreamingPull delivers messages over a bidirectional stream: the first request names
+// the subscription and the stream's ack deadline (10..600 s) and flow-control window;
+// later requests carry acks, deadline changes and keepalives (empty requests, answered
+// with an empty response so the client sees the stream alive). The first response
+// carries the subscription's properties.
+func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	first, err := ss.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	if first.GetSubscription() == "" {
+		return invalid("first message must set subscription")
+	}
+	r, err := parseName(first.GetSubscription(), collSubscriptions)
+	if err != nil {
+		return err
+	}
+	if d := first.GetStreamAckDeadlineSeconds(); d < minAckDeadline || d > maxAckDeadline {
+		return invalid("stream_ack_deadline_seconds must be between %d and %d seconds, got %d", minAckDeadline, maxAckDeadline, d)
+	}
+	sub, err := h.subscription(ctx, r.id)
+	if err != nil {
+		return err
+	}
+	if err := deliverable(sub); err != nil {
+		return err
+	}
+	st := &stream{
+		h: h, ss: ss, sub: sub, queue: channel.PubSubSubscription(r.id),
+		maxMsgs: first.GetMaxOutstandingMessages() * windowFactor, maxBytes: first.GetMaxOutstandingBytes() * windowFactor,
+		outstanding: map[string]lease{}, wake: make(chan struct{}, 1),
+		props: &pubsubpb.StreamingPullResponse_SubscriptionProperties{
+			ExactlyOnceDeliveryEnabled: sub.spec.GetEnableExactlyOnceDelivery(),
+			MessageOrderingEnabled:     sub.spec.GetEnableMessageOrdering(),
+		},
+	}
+	st.deadline.Store(first.GetStreamAckDeadlineSeconds())
+	defer h.streams.drop(st)
+	if err := st.send(&pubsubpb.StreamingPullResponse{}); err != nil {
+		return err
+	}
+	if err := st.handle(ctx, first); err != nil {
+		return err
+	}
+	// The first loop to end ends the stream. The other is not waited for: a readLoop
+	// blocked in Recv returns only once this handler has returned; both stop sending
+	// (closed) and wind down on the cancelled context.
+	errc := make(chan error, 2)
+	go func() { errc <- st.readLoop(ctx) }()
+	go func() { errc <- st.deliverLoop(ctx) }()
+	err = <-errc
+	cancel()
+	st.close()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// errStreamClosed is returned by send once the stream's handler has returned.
+var errStreamClosed = errors.New("stream closed")
+
+// lease is one message delivered on a stream and not yet known to be settled.
+type lease struct {
+	bytes    int64
+	deadline time.Time
+}
+
+type stream struct {
+	h     *Handler
+	ss    pubsubpb.Subscriber_StreamingPullServer
+	sub   *subInfo
+	queue string
+	props *pubsubpb.StreamingPullResponse_SubscriptionProperties
+
+	deadline atomic.Int32 // stream ack deadline, seconds
+
+	sendMu sync.Mutex
+	closed bool // set when the handler returns; no Send after that
+
+	mu          sync.Mutex
+	maxMsgs     int64
+	maxBytes    int64
+	outstanding map[string]lease
+	count       int64
+	bytes       int64
+	wake        chan struct{}
+}
+
+func (s *stream) send(resp *pubsubpb.StreamingPullResponse) error {
+	resp.SubscriptionProperties = s.props
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.closed {
+		return errStreamClosed
+	}
+	return s.ss.Send(resp)
+}
+
+func (s *stream) close() {
+	s.sendMu.Lock()
+	s.closed = true
+	s.sendMu.Unlock()
+}
+
+func (s *stream) readLoop(ctx context.Context) error {
+	for {
+		req, err := s.ss.Recv()
+		if err != nil {
+			return err
+		}
+		if err := s.handle(ctx, req); err != nil {
+			return err
+		}
+	}
+}
+
+// handle applies one client request: stream deadline change, acks, deadline
+// modifications; an empty request is a keepalive and is answered.
+func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest) error {
+	if d := req.GetStreamAckDeadlineSeconds(); d != 0 {
+		if d < minAckDeadline || d > maxAckDeadline {
+			return invalid("Invalid stream_ack_deadline_seconds: %d. It must be between %d and %d.", d, minAckDeadline, maxAckDeadline)
+		}
+		s.deadline.Store(d)
+	}
+	if len(req.GetModifyDeadlineAckIds()) != len(req.GetModifyDeadlineSeconds()) {
+		return invalid("modify_deadline_ack_ids and modify_deadline_seconds must have the same length (%d != %d).", len(req.GetModifyDeadlineAckIds()), len(req.GetModifyDeadlineSeconds()))
+	}
+	confirm := &pubsubpb.StreamingPullResponse{}
+	if ids := req.GetAckIds(); len(ids) > 0 {
+		resp, err := s.h.queues.Ack(ctx, &storagev1.AckRequest{Queue: s.queue, AckIds: ids})
+		if err != nil {
+			return backendError(ctx, err, msgSubNotFound)
+		}
+		s.h.streams.done(ids)
+		if s.props.ExactlyOnceDeliveryEnabled {
+			c := &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
+			for i, id := range ids {
+				if i < len(resp.GetResults()) && resp.GetResults()[i] != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+					c.InvalidAckIds = append(c.InvalidAckIds, id)
+				} else {
+					c.AckIds = append(c.AckIds, id)
+				}
+			}
+			confirm.AcknowledgeConfirmation = c
+		}
+	}
+	bySeconds := map[int32][]string{}
+	var order []int32
+	for i, id := range req.GetModifyDeadlineAckIds() {
+		sec := req.GetModifyDeadlineSeconds()[i]
+		if sec < 0 || sec > maxModAckDeadline {
+			return invalid("Invalid ack deadline given: %d. It must be between 0 and %d seconds.", sec, maxModAckDeadline)
+		}
+		if _, ok := bySeconds[sec]; !ok {
+			order = append(order, sec)
+		}
+		bySeconds[sec] = append(bySeconds[sec], id)
+	}
+	for _, sec := range order {
+		ids := bySeconds[sec]
+		resp, err := s.h.modAck(ctx, s.sub.id, ids, sec)
+		if err != nil {
+			return err
+		}
+		if s.props.ExactlyOnceDeliveryEnabled {
+			if confirm.ModifyAckDeadlineConfirmation == nil {
+				confirm.ModifyAckDeadlineConfirmation = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
+			}
+			c := confirm.ModifyAckDeadlineConfirmation
+			for i, id := range ids {
+				if i < len(resp.GetResults()) && resp.GetResults()[i] != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+					c.InvalidAckIds = append(c.InvalidAckIds, id)
+				} else {
+					c.AckIds = append(c.AckIds, id)
+				}
+			}
+		}
+	}
+	if confirm.AcknowledgeConfirmation != nil || confirm.ModifyAckDeadlineConfirmation != nil {
+		return s.send(confirm)
+	}
+	if isKeepalive(req) {
+		return s.send(&pubsubpb.StreamingPullResponse{})
+	}
+	return nil
+}
+
+func isKeepalive(req *pubsubpb.StreamingPullRequest) bool {
+	return req.GetSubscription() == "" && len(req.GetAckIds()) == 0 && len(req.GetModifyDeadlineAckIds()) == 0
+}
+
+// window returns how many messages and bytes the stream may still take (at most one
+// response's worth), first forgetting leases past their deadline.
+func (s *stream) window(now time.Time) (msgs int32, bytes int64, full bool) {
+	var expired []string
+	defer func() { s.h.streams.forget(s, expired) }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, l := range s.outstanding {
+		if now.After(l.deadline) {
+			s.forgetLocked(id, l)
+			expired = append(expired, id)
+		}
+	}
+	msgs = maxPullBatch
+	if s.maxMsgs > 0 {
+		if s.count >= s.maxMsgs {
+			return 0, 0, true
+		}
+		msgs = int32(min(int64(msgs), s.maxMsgs-s.count))
+	}
+	bytes = maxResponseBytes
+	if s.maxBytes > 0 {
+		if s.bytes >= s.maxBytes {
+			return 0, 0, true
+		}
+		bytes = min(bytes, s.maxBytes-s.bytes)
+	}
+	return msgs, bytes, false
+}
+
+func (s *stream) forgetLocked(id string, l lease) {
+	delete(s.outstanding, id)
+	s.count--
+	s.bytes -= l.bytes
+}
+
+func (s *stream) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop receives from the queue and hands each batch to a sender goroutine, so the
+// next Receive overlaps the previous batch's Send.
+func (s *stream) deliverLoop(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan *pubsubpb.StreamingPullResponse, 1)
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				sendErr <- nil
+				return
+			case out := <-batches:
+				if err := s.send(out); err != nil {
+					s.release(out)
+					cancel()
+					sendErr <- err
+					return
+				}
+			}
+		}
+	}()
+	err := s.receiveLoop(ctx, batches)
+	cancel()
+	serr := <-sendErr
+	select {
+	case out := <-batches:
+		s.release(out)
+	default:
+	}
+	if serr != nil {
+		return serr
+	}
+	return err
+}
+
+// release nacks messages leased for the stream but never sent to its client, so they
+// (and, with ordering, their keys' later messages) are redelivered at once rather than
+// after the lease.
+func (s *stream) release(out *pubsubpb.StreamingPullResponse) {
+	ids := make([]string, 0, len(out.GetReceivedMessages()))
+	for _, m := range out.GetReceivedMessages() {
+		ids = append(ids, m.GetAckId())
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if _, err := s.h.modAck(ctx, s.sub.id, ids, 0); err != nil {
+		s.h.log.Warn("could not release unsent messages; they return after their lease", zap.String("queue", s.queue), zap.Int("messages", len(ids)), zap.Error(err))
+	}
+}
+
+func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.StreamingPullResponse) error {
+	limited := s.maxMsgs > 0 || s.maxBytes > 0
+	for ctx.Err() == nil {
+		msgs, bytes, full := s.window(s.h.now())
+		if full {
+			t := time.NewTimer(flowRecheck)
+			select {
+			case <-ctx.Done():
+			case <-s.wake:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		deadline := s.deadline.Load()
+		resp, err := s.h.queues.Receive(ctx, &storagev1.ReceiveRequest{
+			Queue: s.queue, MaxMessages: msgs, MaxBytes: bytes,
+			AckDeadlineMs: deadline * 1000, WaitMs: int32(streamPollWait.Milliseconds()),
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if status.Code(err) == codes.Unavailable {
+				s.h.log.Warn("streaming pull receive failed, retrying", zap.String("queue", s.queue), zap.Error(err))
+				t := time.NewTimer(backendRetry)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				continue
+			}
+			return backendError(ctx, err, msgSubNotFound)
+		}
+		if len(resp.GetMessages()) == 0 {
+			continue
+		}
+		out := &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}
+		until := s.h.now().Add(time.Duration(deadline) * time.Second)
+		for _, m := range resp.GetMessages() {
+			rm := toReceived(m, s.sub)
+			out.ReceivedMessages = append(out.ReceivedMessages, rm)
+			if limited {
+				s.track(rm.GetAckId(), int64(proto.Size(rm.GetMessage())), until)
+			}
+		}
+		select {
+		case batches <- out:
+		case <-ctx.Done():
+			s.release(out)
+			return nil
+		}
+	}
+	return nil
+}
+
+func (s *stream) track(id string, size int64, until time.Time) {
+	s.mu.Lock()
+	s.outstanding[id] = lease{bytes: size, deadline: until}
+	s.count++
+	s.bytes += size
+	s.mu.Unlock()
+	s.h.streams.add(id, s)
+}
+
+// streamBook maps ack ids delivered on this replica's streams to their stream, so an
+// ack or modack arriving through any RPC of this replica updates the stream's
+// flow-control window.
+type streamBook struct {
+	mu   sync.Mutex
+	byID map[string]*stream
+}
+
+func newStreamBook() *streamBook { return &streamBook{byID: map[string]*stream{}} }
+
+func (b *streamBook) add(id string, s *stream) {
+	b.mu.Lock()
+	b.byID[id] = s
+	b.mu.Unlock()
+}
+
+// done settles ack ids (acked or nacked).
+func (b *streamBook) done(ids []string) {
+	b.mu.Lock()
+	touched := map[*stream]bool{}
+	for _, id := range ids {
+		s, ok := b.byID[id]
+		if !ok {
+			continue
+		}
+		delete(b.byID, id)
+		s.mu.Lock()
+		if l, ok := s.outstanding[id]; ok {
+			s.forgetLocked(id, l)
+		}
+		s.mu.Unlock()
+		touched[s] = true
+	}
+	b.mu.Unlock()
+	for s := range touched {
+		s.notify()
+	}
+}
+
+// extend moves the deadline of ack ids.
+func (b *streamBook) extend(ids []string, until time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range ids {
+		s, ok := b.byID[id]
+		if !ok {
+			continue
+		}
+		s.mu.Lock()
+		if l, ok := s.outstanding[id]; ok {
+			l.deadline = until
+			s.outstanding[id] = l
+		}
+		s.mu.Unlock()
+	}
+}
+
+// drop forgets a finished stream's ack ids.
+func (b *streamBook) drop(s *stream) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.outstanding))
+	for id := range s.outstanding {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	b.forget(s, ids)
+}
+
+// forget removes ack ids of stream s (no longer tracked by it).
+func (b *streamBook) forget(s *stream, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	b.mu.Lock()
+	for _, id := range ids {
+		if b.byID[id] == s {
+			delete(b.byID, id)
+		}
+	}
+	b.mu.Unlock()
+}

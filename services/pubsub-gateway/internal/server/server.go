@@ -1,0 +1,281 @@
+// Package server wires the pubsub-gateway: clients of storage-core and the coordinator,
+// the google.pubsub.v1 and google.iam.v1 services (package handler) behind the
+// recovery -> logging -> readiness interceptors, the push deliverer, and the
+// observability endpoints.
+// New binds the listeners; Run serves until its context ends.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/iam/apiv1/iampb"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/obs"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/pubsub-gateway/internal/handler"
+)
+
+// Timings.
+const (
+	// readyPoll is how often the backends' health is re-checked for the readiness gate.
+	readyPoll = 500 * time.Millisecond
+	// shutdownGrace bounds the graceful gRPC stop (open StreamingPulls are cut after it).
+	shutdownGrace = 5 * time.Second
+)
+
+// ErrNotServing is wrapped when a backend's gRPC health is not SERVING.
+var ErrNotServing = errors.New("not serving")
+
+// Server is a running pubsub-gateway.
+type Server struct {
+	cfg Config
+	log *zap.Logger
+
+	storageConn, coordConn *grpc.ClientConn
+
+	grpc   *grpc.Server
+	health *health.Server
+	grpcLn net.Listener
+	http   *obs.HTTP
+
+	ready    atomic.Bool
+	notReady atomic.Pointer[string]
+	calls    *prometheus.CounterVec
+	pusher   *handler.Pusher
+}
+
+// New validates cfg, opens the backend clients and binds the listeners.
+func New(cfg Config, log *zap.Logger) (s *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	srv := &Server{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			srv.closeClients()
+		}
+	}()
+	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr); err != nil {
+		return nil, err
+	}
+	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr); err != nil {
+		return nil, err
+	}
+	why := "starting"
+	srv.notReady.Store(&why)
+
+	reg := obs.NewRegistry()
+	srv.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tributary_pubsub_gateway_rpcs_total", Help: "Pub/Sub RPCs served, by method and status code.",
+	}, []string{"method", "code"})
+	reg.MustRegister(srv.calls)
+	srv.http = obs.NewHTTP(reg, log.Named("http"))
+	srv.http.AddReadyCheck("backends", srv.backendsReady)
+
+	srv.grpc = grpcx.NewServer(log.Named("grpc"),
+		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary),
+		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream),
+	)
+	h := handler.New(handler.Deps{
+		Registry: coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
+		Storage:  storagev1.NewStorageServiceClient(srv.storageConn),
+		Queues:   storagev1.NewQueueServiceClient(srv.storageConn),
+		Log:      log.Named("handler"),
+	})
+	srv.pusher = handler.NewPusher(h)
+	pubsubpb.RegisterPublisherServer(srv.grpc, h)
+	pubsubpb.RegisterSubscriberServer(srv.grpc, h)
+	iampb.RegisterIAMPolicyServer(srv.grpc, handler.NewIAM())
+	srv.health = grpcx.RegisterStandard(srv.grpc)
+	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	if srv.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
+	}
+	if cfg.HTTPAddr != "" {
+		if err = srv.http.Listen(cfg.HTTPAddr); err != nil {
+			_ = srv.grpcLn.Close()
+			return nil, err
+		}
+	}
+	return srv, nil
+}
+
+// GRPCAddr is the bound Pub/Sub address.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// HTTPAddr is the bound HTTP address ("" when disabled).
+func (s *Server) HTTPAddr() string { return s.http.Addr() }
+
+func (s *Server) backendsReady(context.Context) error {
+	if s.ready.Load() {
+		return nil
+	}
+	return errors.New(*s.notReady.Load())
+}
+
+// check asks storage-core and the coordinator for the health of the services the
+// gateway uses.
+func (s *Server) check(ctx context.Context) error {
+	for _, b := range []struct {
+		addr string
+		conn *grpc.ClientConn
+	}{
+		{s.cfg.StorageAddr, s.storageConn},
+		{s.cfg.CoordinatorAddr, s.coordConn},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := healthpb.NewHealthClient(b.conn).Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.addr, err)
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("%s: %w (%s)", b.addr, ErrNotServing, resp.GetStatus())
+		}
+	}
+	return nil
+}
+
+func (s *Server) watchReady(ctx context.Context) {
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for {
+		err := s.check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		was := s.ready.Load()
+		if err == nil {
+			s.ready.Store(true)
+			if !was {
+				s.log.Info("ready")
+				s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			}
+		} else {
+			why := err.Error()
+			s.notReady.Store(&why)
+			s.ready.Store(false)
+			if was {
+				s.log.Warn("not ready", zap.Error(err))
+				s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Run serves until ctx ends, then stops gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("listening", zap.String("grpc", s.GRPCAddr()), zap.String("http", s.HTTPAddr()))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.watchReady(ctx) })
+	wg.Go(func() { s.pusher.Run(ctx) })
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("grpc serve: %w", err)
+	}
+	cancel()
+	s.health.Shutdown()
+	wg.Wait()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownGrace):
+		s.grpc.Stop()
+		<-stopped
+	}
+	hctx, hcancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer hcancel()
+	if s.cfg.HTTPAddr != "" {
+		if herr := s.http.Close(hctx); herr != nil && !errors.Is(herr, context.DeadlineExceeded) {
+			s.log.Warn("http shutdown", zap.Error(herr))
+		}
+	}
+	s.closeClients()
+	s.log.Info("stopped")
+	return err
+}
+
+func (s *Server) closeClients() {
+	if s.storageConn != nil {
+		_ = s.storageConn.Close()
+	}
+	if s.coordConn != nil {
+		_ = s.coordConn.Close()
+	}
+}
+
+// isGated reports whether a method waits for readiness (health and reflection do not).
+func isGated(method string) bool {
+	return strings.HasPrefix(method, "/google.pubsub.") || strings.HasPrefix(method, "/google.iam.")
+}
+
+func (s *Server) gateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if isGated(info.FullMethod) && !s.ready.Load() {
+		return nil, status.Errorf(codes.Unavailable, "pubsub-gateway not ready: %s", *s.notReady.Load())
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) gateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if isGated(info.FullMethod) && !s.ready.Load() {
+		return status.Errorf(codes.Unavailable, "pubsub-gateway not ready: %s", *s.notReady.Load())
+	}
+	return h(srv, ss)
+}
+
+func (s *Server) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	s.logCall(info.FullMethod, start, err)
+	return resp, err
+}
+
+func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	start := time.Now()
+	err := h(srv, ss)
+	s.logCall(info.FullMethod, start, err)
+	return err
+}
+
+func (s *Server) logCall(method string, start time.Time, err error) {
+	code := status.Code(err)
+	s.calls.WithLabelValues(method, code.String()).Inc()
+	switch code {
+	case codes.OK, codes.Canceled, codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.FailedPrecondition, codes.DeadlineExceeded:
+		if ce := s.log.Check(zap.DebugLevel, "rpc"); ce != nil {
+			ce.Write(zap.String("method", method), zap.String("code", code.String()), zap.Duration("took", time.Since(start)), zap.Error(err))
+		}
+	default:
+		s.log.Warn("rpc failed", zap.String("method", method), zap.String("code", code.String()), zap.Duration("took", time.Since(start)), zap.Error(err))
+	}
+}

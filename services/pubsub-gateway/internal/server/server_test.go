@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// deadAddr returns an address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// TestNotReadyIsUnavailable: while storage-core and the coordinator cannot be reached,
+// every Pub/Sub RPC answers UNAVAILABLE (the readiness gate), the health service says
+// NOT_SERVING, and the server stops cleanly.
+func TestNotReadyIsUnavailable(t *testing.T) {
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", StorageAddr: deadAddr(t), CoordinatorAddr: deadAddr(t)}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	_, err = pubsubpb.NewPublisherClient(cc).GetTopic(cctx, &pubsubpb.GetTopicRequest{Topic: "projects/p/topics/abc"})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("GetTopic while not ready: %v, want UNAVAILABLE", err)
+	}
+	st, err := pubsubpb.NewSubscriberClient(cc).StreamingPull(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("StreamingPull while not ready: %v, want UNAVAILABLE", err)
+	}
+	h, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health = %v, %v; want NOT_SERVING", h, err)
+	}
+	if err := srv.backendsReady(cctx); err == nil {
+		t.Fatal("readyz passes with no backends")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{StorageAddr: "a", CoordinatorAddr: "b"},
+		{GRPCAddr: "x", CoordinatorAddr: "b"},
+		{GRPCAddr: "x", StorageAddr: "a"},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}

@@ -1,0 +1,430 @@
+// Command pubsubbench measures Pub/Sub delivery with the Go client
+// (cloud.google.com/go/pubsub/v2) at its default settings: N messages of 1 KiB are
+// published, then a StreamingPull subscriber (Subscriber.Receive, acking each message)
+// takes them all; a second case publishes at a fixed rate while Receive runs, for the
+// publish→receive latency. Targets: against a Tributary stack started from the real binaries (storage-core
+// with fsync on, one pubsub-gateway), against pstest (the Go client's in-process fake)
+// and, when gcloud is installed, against Google's official emulator, side by side in one
+// run. It prints the StreamingPull messages/s, the latency p50/p99 and the unary
+// Pull+Acknowledge rate of each (pstest's StreamingPull is slow: its case is cut after
+// -stream-timeout and reports the rate of what arrived).
+//
+// Run from tests/e2e: go run ./cmd/pubsubbench [-messages 50000] [-targets tributary,pstest,emulator]
+// It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
+// TRIBUTARY_TEST_NATS_URL); TRIBUTARY_BIN_DIR reuses prebuilt binaries.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/tributary/tributary/tests/e2e/testenv"
+)
+
+const project = "bench"
+
+type config struct {
+	messages, bytes int
+	pullMessages    int
+	targets         string
+	fsync           string
+	timeout         time.Duration
+	streamTimeout   time.Duration
+	rate            int
+	latencyDur      time.Duration
+}
+
+type target struct {
+	name string
+	addr string
+}
+
+type result struct {
+	n        int
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	pullRate float64
+	// publish is how long publishing took.
+	publish time.Duration
+	// partial: the StreamingPull case timed out; the rate is of what was delivered.
+	partial bool
+	latErr  error
+	err     error
+}
+
+func main() {
+	var cfg config
+	flag.IntVar(&cfg.messages, "messages", 50000, "messages per StreamingPull case")
+	flag.IntVar(&cfg.bytes, "bytes", 1024, "message data size")
+	flag.IntVar(&cfg.pullMessages, "pull-messages", 20000, "messages for the unary Pull+Acknowledge case")
+	flag.StringVar(&cfg.targets, "targets", "tributary,pstest,emulator", "targets, comma separated (tributary, pstest, emulator)")
+	flag.StringVar(&cfg.fsync, "fsync", "always", "storage-core --fsync")
+	flag.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "bound of all cases of one target")
+	flag.DurationVar(&cfg.streamTimeout, "stream-timeout", 30*time.Second, "bound of the StreamingPull receive (pstest's is slow); a cut case reports the rate of what arrived")
+	flag.IntVar(&cfg.rate, "rate", 2000, "messages/s of the latency case")
+	flag.DurationVar(&cfg.latencyDur, "latency-duration", 5*time.Second, "publish time of the latency case")
+	flag.Parse()
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "pubsubbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	want := map[string]bool{}
+	for _, t := range strings.Split(cfg.targets, ",") {
+		want[strings.TrimSpace(t)] = true
+	}
+	var targets []target
+	if want["tributary"] {
+		if err := testenv.Check(ctx); err != nil {
+			return err
+		}
+		defer stack.RemoveBinaries()
+		fmt.Printf("starting tributary (fsync=%s)...\n", cfg.fsync)
+		s, err := stack.Start(ctx, stack.Options{Fsync: cfg.fsync, LogLevel: "warn", PubSubGateways: 1})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := s.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "close stack:", err)
+			}
+		}()
+		targets = append(targets, target{name: "tributary", addr: s.PubSubAddrs[0]})
+	}
+	if want["pstest"] {
+		srv := pstest.NewServer()
+		defer func() { _ = srv.Close() }()
+		targets = append(targets, target{name: "pstest", addr: srv.Addr})
+	}
+	if want["emulator"] {
+		addr, stopEmu, err := startEmulator(ctx)
+		if err != nil {
+			fmt.Printf("official emulator: not measured (%v)\n", err)
+		} else {
+			defer stopEmu()
+			targets = append(targets, target{name: "emulator", addr: addr})
+		}
+	}
+	results := map[string]result{}
+	for _, tg := range targets {
+		fmt.Printf("%s: StreamingPull %d × %d B...\n", tg.name, cfg.messages, cfg.bytes)
+		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+		r := streaming(cctx, cfg, tg)
+		if r.err == nil {
+			fmt.Printf("%s: latency at %d msgs/s for %v...\n", tg.name, cfg.rate, cfg.latencyDur)
+			r.p50, r.p99, r.latErr = latency(cctx, cfg, tg)
+			fmt.Printf("%s: Pull+Acknowledge %d...\n", tg.name, cfg.pullMessages)
+			r.pullRate, r.err = unaryPull(cctx, cfg, tg)
+		}
+		cancel()
+		results[tg.name] = r
+	}
+	fmt.Printf("\n%-10s %16s %14s %10s %10s %16s\n", "target", "StreamingPull/s", "publish/s", "p50", "p99", "Pull+Ack msgs/s")
+	for _, tg := range targets {
+		r := results[tg.name]
+		if r.err != nil {
+			fmt.Printf("%-10s failed: %v (received %d)\n", tg.name, r.err, r.n)
+			continue
+		}
+		mark := ""
+		if r.partial {
+			mark = fmt.Sprintf(" (%d in %v)", r.n, cfg.streamTimeout)
+		}
+		lat := fmt.Sprintf("%10v %10v", r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond))
+		if r.latErr != nil {
+			lat = fmt.Sprintf("%21s", "latency: "+r.latErr.Error())
+		}
+		fmt.Printf("%-10s %16.0f %14.0f %s %16.0f%s\n", tg.name, float64(r.n)/r.elapsed.Seconds(),
+			float64(cfg.messages)/r.publish.Seconds(), lat, r.pullRate, mark)
+	}
+	ours, ok1 := results["tributary"]
+	ps, ok2 := results["pstest"]
+	if ok1 && ok2 && ours.err == nil && ps.err == nil {
+		rate := float64(ours.n) / ours.elapsed.Seconds()
+		fmt.Printf("\ntributary StreamingPull / pstest unary Pull+Ack: %.2fx; tributary latency p99 %v at %d msgs/s (bar: ≥ 1x, p99 < 100ms)\n",
+			rate/ps.pullRate, ours.p99.Round(time.Millisecond), cfg.rate)
+	}
+	return nil
+}
+
+func client(ctx context.Context, addr string) (*pubsub.Client, error) {
+	return pubsub.NewClient(ctx, project,
+		option.WithEndpoint(addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+}
+
+func newID(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%x", prefix, b)
+}
+
+func setup(ctx context.Context, c *pubsub.Client) (topic, sub string, err error) {
+	topic, sub = newID("bench"), newID("bench-sub")
+	if _, err = c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/" + project + "/topics/" + topic}); err != nil {
+		return "", "", fmt.Errorf("create topic: %w", err)
+	}
+	if _, err = c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: "projects/" + project + "/subscriptions/" + sub, Topic: "projects/" + project + "/topics/" + topic,
+	}); err != nil {
+		return "", "", fmt.Errorf("create subscription: %w", err)
+	}
+	return topic, sub, nil
+}
+
+// publishN publishes n messages of size bytes (the first 8 bytes: publish time in ns,
+// the next 8: the index) and waits for every result.
+func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.Duration) error {
+	res := make([]*pubsub.PublishResult, n)
+	next := time.Now()
+	for i := range n {
+		if pace > 0 {
+			if d := time.Until(next); d > 0 {
+				time.Sleep(d)
+			}
+			next = next.Add(pace)
+		}
+		data := make([]byte, max(size, 16))
+		binary.BigEndian.PutUint64(data, uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint64(data[8:], uint64(i))
+		res[i] = p.Publish(ctx, &pubsub.Message{Data: data})
+	}
+	for _, r := range res {
+		if _, err := r.Get(ctx); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+	}
+	return nil
+}
+
+// receiveN runs Receive until n distinct messages arrived (acking each) or ctx ends,
+// and returns how many arrived, when the last did, and their publish→receive latencies.
+func receiveN(ctx context.Context, c *pubsub.Client, sub string, n int, started chan<- struct{}) (int, time.Time, []time.Duration, error) {
+	var (
+		mu   sync.Mutex
+		seen = make(map[uint64]bool, n)
+		lat  = make([]time.Duration, 0, n)
+		last time.Time
+	)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if started != nil {
+		close(started)
+	}
+	err := c.Subscriber(sub).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		now := time.Now()
+		m.Ack()
+		if len(m.Data) < 16 {
+			return
+		}
+		sent := int64(binary.BigEndian.Uint64(m.Data))
+		seq := binary.BigEndian.Uint64(m.Data[8:])
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[seq] {
+			return
+		}
+		seen[seq] = true
+		lat = append(lat, now.Sub(time.Unix(0, sent)))
+		last = now
+		if len(seen) == n {
+			stop()
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < n && err == nil {
+		err = ctx.Err()
+	}
+	return len(seen), last, lat, err
+}
+
+// streaming publishes cfg.messages, then takes them with Receive (StreamingPull): the
+// rate is messages over the time from Receive's start to the last message. A target
+// that does not finish within cfg.streamTimeout reports the rate of what it delivered.
+func streaming(ctx context.Context, cfg config, tg target) result {
+	c, err := client(ctx, tg.addr)
+	if err != nil {
+		return result{err: err}
+	}
+	defer func() { _ = c.Close() }()
+	topic, sub, err := setup(ctx, c)
+	if err != nil {
+		return result{err: err}
+	}
+	p := c.Publisher(topic)
+	pstart := time.Now()
+	err = publishN(ctx, p, cfg.messages, cfg.bytes, 0)
+	p.Stop()
+	if err != nil {
+		return result{err: err}
+	}
+	r := result{publish: time.Since(pstart)}
+	sctx, cancel := context.WithTimeout(ctx, cfg.streamTimeout)
+	defer cancel()
+	start := time.Now()
+	n, last, _, err := receiveN(sctx, c, sub, cfg.messages, nil)
+	r.n = n
+	if n == 0 {
+		r.err = fmt.Errorf("nothing received: %v", err)
+		return r
+	}
+	r.elapsed = last.Sub(start)
+	r.partial = n < cfg.messages
+	return r
+}
+
+// latency publishes at cfg.rate messages/s for cfg.latencyDur while Receive runs and
+// returns the publish→receive p50 and p99.
+func latency(ctx context.Context, cfg config, tg target) (p50, p99 time.Duration, err error) {
+	c, err := client(ctx, tg.addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = c.Close() }()
+	topic, sub, err := setup(ctx, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := int(float64(cfg.rate) * cfg.latencyDur.Seconds())
+	lctx, cancel := context.WithTimeout(ctx, cfg.latencyDur+cfg.streamTimeout)
+	defer cancel()
+	started := make(chan struct{})
+	type got struct {
+		n   int
+		lat []time.Duration
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		k, _, lat, err := receiveN(lctx, c, sub, n, started)
+		done <- got{k, lat, err}
+	}()
+	<-started
+	p := c.Publisher(topic)
+	perr := publishN(lctx, p, n, cfg.bytes, time.Second/time.Duration(cfg.rate))
+	p.Stop()
+	g := <-done
+	if perr != nil {
+		return 0, 0, perr
+	}
+	if len(g.lat) == 0 {
+		return 0, 0, fmt.Errorf("nothing received: %v", g.err)
+	}
+	sort.Slice(g.lat, func(i, j int) bool { return g.lat[i] < g.lat[j] })
+	if g.n < n {
+		err = fmt.Errorf("received %d of %d", g.n, n)
+	}
+	return g.lat[len(g.lat)/2], g.lat[len(g.lat)*99/100], err
+}
+
+// unaryPull publishes cfg.pullMessages, then drains them with Pull (1000 at a time) and
+// Acknowledge, and returns messages/s of the drain.
+func unaryPull(ctx context.Context, cfg config, tg target) (float64, error) {
+	c, err := client(ctx, tg.addr)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = c.Close() }()
+	topic, sub, err := setup(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	p := c.Publisher(topic)
+	res := make([]*pubsub.PublishResult, cfg.pullMessages)
+	for i := range res {
+		res[i] = p.Publish(ctx, &pubsub.Message{Data: make([]byte, cfg.bytes)})
+	}
+	for _, r := range res {
+		if _, err := r.Get(ctx); err != nil {
+			p.Stop()
+			return 0, fmt.Errorf("publish: %w", err)
+		}
+	}
+	p.Stop()
+	name := "projects/" + project + "/subscriptions/" + sub
+	start := time.Now()
+	got := 0
+	for got < cfg.pullMessages {
+		pr, err := c.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: name, MaxMessages: 1000})
+		if err != nil {
+			return 0, fmt.Errorf("pull after %d: %w", got, err)
+		}
+		ids := make([]string, 0, len(pr.GetReceivedMessages()))
+		for _, m := range pr.GetReceivedMessages() {
+			ids = append(ids, m.GetAckId())
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		if err := c.SubscriptionAdminClient.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: name, AckIds: ids}); err != nil {
+			return 0, fmt.Errorf("acknowledge: %w", err)
+		}
+		got += len(ids)
+	}
+	return float64(got) / time.Since(start).Seconds(), nil
+}
+
+// startEmulator starts `gcloud beta emulators pubsub start` on a free port and waits
+// until it accepts connections.
+func startEmulator(ctx context.Context) (string, func(), error) {
+	gcloud, err := exec.LookPath("gcloud")
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	cmd := exec.Command(gcloud, "beta", "emulators", "pubsub", "start", "--host-port="+addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stopEmu := func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := client(ctx, addr)
+		if err == nil {
+			_, err = c.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: "projects/" + project + "/topics/probe"})
+			_ = c.Close()
+			if err != nil && strings.Contains(err.Error(), "NotFound") || err != nil && strings.Contains(err.Error(), "not found") {
+				return addr, stopEmu, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stopEmu()
+			return "", nil, fmt.Errorf("emulator not ready on %s: %v", addr, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
