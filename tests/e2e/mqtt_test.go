@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tributary/tributary/libs/murmur2"
@@ -241,6 +242,60 @@ kafka-to-mqtt:
 		t.Fatalf("after restart, mosquitto_sub lines differ (resume from the committed offset): %s", d)
 	}
 	waitFor(t, 20*time.Second, "offset 6 committed", func() bool { return committed() == 6 })
+}
+
+// TestMQTTKafkaToMQTTCommittedPastEnd: a group whose committed offset lies past the
+// end of the log (the log was re-created empty under an old committed offset, as after
+// `rm -rf run` with the database kept) is reset as Kafka's auto.offset.reset does:
+// start-at latest goes to the end, commits it, and later records are published.
+func TestMQTTKafkaToMQTTCommittedPastEnd(t *testing.T) {
+	testenv.RequireMQTT(t)
+	s := sharedStack(t)
+	id := mqttID()
+	topic := "mqtt-k2m-past-" + id
+	adm := newAdmin(t, s.KafkaAddrs)
+	createTopic(t, adm, topic, 1, nil)
+	mapping := "past-" + id
+	group := "tributary-" + mapping + "-group"
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 50, LeaderEpoch: -1})
+	if r, err := adm.CommitOffsets(ctxT(t, 10*time.Second), group, offs); err != nil || r.Error() != nil {
+		t.Fatalf("commit offset 50: %v %v", err, r.Error())
+	}
+	committed := func() int64 {
+		os, err := adm.FetchOffsets(ctxT(t, 10*time.Second), group)
+		if err != nil {
+			return -1
+		}
+		o, ok := os.Lookup(topic, 0)
+		if !ok || o.Err != nil {
+			return -1
+		}
+		return o.At
+	}
+	startBridge(t, s, "mqtt-bridge-past-"+id, fmt.Sprintf(`
+id: past-%[1]s
+clusters:
+  - name: mosquitto
+    urls: [mqtt://%[2]s]
+    client-id: tributary-e2e-past-%[1]s
+kafka-to-mqtt:
+  - id: %[4]s
+    kafka-topics: [%[3]s]
+    mqtt-topic: "e2e/%[1]s/${KAFKA_KEY}"
+`, id, testenv.MQTTAddr(), topic, mapping))
+	waitFor(t, 30*time.Second, "the reset position (offset 0) committed", func() bool { return committed() == 0 })
+	sub := startMosqSub(t, testenv.MQTTAddr(), "-t", "e2e/"+id+"/#", "-q", "1")
+	cl := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic))
+	if err := cl.ProduceSync(ctxT(t, 20*time.Second), &kgo.Record{Key: []byte("k1"), Value: []byte("after-reset")}).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	got := sub.next(t, 1, 30*time.Second)
+	want := fmt.Sprintf("e2e/%s/k1|q=1|r=0|ct=|cd=|exp=|pf=|rt=|up=|%s", id, hex.EncodeToString([]byte("after-reset")))
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("mosquitto_sub got %q, want %q", got, want)
+	}
+	waitFor(t, 20*time.Second, "offset 1 committed", func() bool { return committed() == 1 })
 }
 
 // TestMQTTBridgeCheck runs `mqtt-bridge check`: every problem is printed with its file

@@ -131,8 +131,9 @@ func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromS
 				return
 			}
 			if status.Code(err) == codes.OutOfRange {
-				if n, err := r.logStart(ctx, ch); err == nil && n > next {
-					log.Warn("records deleted before the committed offset; skipping to the log start", zap.Int64("from", next), zap.Int64("to", n))
+				if n, err := r.reset(ctx, topic, p, ch, next); err == nil && n != next {
+					log.Warn("committed offset outside the log; reset as Kafka's auto.offset.reset does",
+						zap.Int64("from", next), zap.Int64("to", n), zap.String("start_at", r.s.Cfg.StartAt))
 					next = n
 					continue
 				}
@@ -236,12 +237,34 @@ func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string
 	return next, nil
 }
 
-func (r *sinkRunner) logStart(ctx context.Context, ch string) (int64, error) {
-	gc, err := r.b.storage.GetChannel(ctx, &storagev1.GetChannelRequest{Name: ch})
+// reset is where to read from when next is outside the channel's records (Kafka's
+// OFFSET_OUT_OF_RANGE): before the log start (records deleted) it is the log start; past
+// the end (the log was re-created empty under an old committed offset) it is the end for
+// start-at latest and the log start for earliest, as auto.offset.reset does. The new
+// position is committed so a restart does not fall into the same gap.
+func (r *sinkRunner) reset(ctx context.Context, topic string, p int32, ch string, next int64) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.b.cfg.StoreTimeout)
+	defer cancel()
+	gc, err := r.b.storage.GetChannel(cctx, &storagev1.GetChannelRequest{Name: ch})
 	if err != nil {
 		return 0, err
 	}
-	return max(gc.GetChannel().GetLogStartSequence(), 1), nil
+	start, end := max(gc.GetChannel().GetLogStartSequence(), 1), gc.GetChannel().GetHighWatermark()+1
+	n := next
+	switch {
+	case next < start:
+		n = start
+	case next > end && r.s.Cfg.StartAt == "earliest":
+		n = start
+	case next > end:
+		n = end
+	}
+	if n != next {
+		if err := r.commit(cctx, topic, p, n-1); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 // commit stores offset (the Kafka offset of the next record to consume).
