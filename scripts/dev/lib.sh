@@ -1,5 +1,5 @@
 # Shared helpers for the dev scripts. Sourced, not run.
-# Ports and addresses follow DESIGN.md section 1.
+# Ports and addresses are the services' defaults (README.md lists them).
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RUN_DIR=${TRIBUTARY_RUN_DIR:-$ROOT/run}

@@ -47,26 +47,38 @@ need_postgres
 need_nats
 mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
 
+# running NAME: whether this checkout's copy of NAME already runs.
+running() {
+  local pidfile="$RUN_DIR/pids/$1.pid"
+  [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+# check_free NAME PORT...: fails unless NAME already runs here or all its ports are free
+# (another stack, or another checkout's, may hold them). Every service is checked before
+# any is started, so a taken port leaves nothing half started.
+check_free() {
+  local name=$1 p; shift
+  running "$name" && return 0
+  for p in "$@"; do
+    if port_open 127.0.0.1 "$p"; then
+      echo "error: port $p, which $name needs, is already in use (another Tributary stack? run 'make down' where it was started)" >&2
+      exit 1
+    fi
+  done
+}
+
 # start NAME SECONDS PORT... -- ARGS: starts bin/NAME unless this checkout's copy already
-# runs, after checking its ports are free (another stack, or another checkout's, may hold
-# them), then waits until its /readyz (on the last port) answers and it is still alive.
+# runs, then waits until its /readyz (on the last port) answers and it is still alive.
 start() {
   local name=$1 secs=$2; shift 2
   local ports=()
   while [[ $1 != -- ]]; do ports+=("$1"); shift; done
   shift
   local pidfile="$RUN_DIR/pids/$name.pid"
-  if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+  if running "$name"; then
     echo "$name already running (pid $(cat "$pidfile"))"
     return
   fi
-  local p
-  for p in "${ports[@]}"; do
-    if port_open 127.0.0.1 "$p"; then
-      echo "error: port $p, which $name needs, is already in use (another Tributary stack? run 'make down' where it was started)" >&2
-      exit 1
-    fi
-  done
   nohup "$ROOT/bin/$name" "$@" >>"$RUN_DIR/logs/$name.log" 2>&1 &
   local pid=$!
   echo "$pid" >"$pidfile"
@@ -78,6 +90,11 @@ start() {
   fi
 }
 
+check_free storage-core 7400 7401
+check_free coordinator 7410 7411
+check_free kafka-gateway 9092 7421
+check_free pubsub-gateway 8085 7431
+check_free mqtt-bridge 1884 9464
 start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
 start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
 start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
