@@ -212,9 +212,9 @@ func (b *binding) checkpoint(force bool) {
 	}
 	b.ckptCursor, b.ckptAt = cur, time.Now()
 	hw := b.q.log.HighWatermark()
-	name, source := b.q.name, b.source
+	name, source, inc := b.q.name, b.source, b.q.inc
 	b.q.m.db.enqueue(func(tx *bolt.Tx) error {
-		s := stateBucket(tx, name)
+		s := incStateBucket(tx, name, inc)
 		if s == nil {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 // Delivery state lives in one bbolt file, <data-dir>/queues.db:
 //
 //	queues/<name>                 JSON queueMeta (config, bindings, detached, incarnation)
+//	state/<name>/incarnation      8 bytes: the incarnation of the queue this state is of
 //	state/<name>/floor            8 bytes: every queue offset below it is acked
 //	state/<name>/acked/<off>      8 bytes: end of a span [off, end) of acked offsets
 //	                              above the floor (spans.go)
@@ -32,6 +33,7 @@ var (
 	bktAttempts  = []byte("attempts")
 	bktCursors   = []byte("cursors")
 	keyFloor     = []byte("floor")
+	keyInc       = []byte("incarnation")
 )
 
 // stateDB wraps the bbolt file with a group committer: writers enqueue a function
@@ -183,6 +185,22 @@ func keyOff(k []byte) int64 { return int64(binary.BigEndian.Uint64(k)) }
 // stateBucket returns state/<name>, or nil when the queue was deleted.
 func stateBucket(tx *bolt.Tx, name string) *bolt.Bucket {
 	return tx.Bucket(bktState).Bucket([]byte(name))
+}
+
+// incStateBucket returns state/<name> when it is the state of the queue incarnation
+// inc, else nil: the queue was deleted, or deleted and created again under its name
+// (a write still queued by the old queue, such as a dead-letter ack whose append was
+// in flight during the delete, must not land in its successor's state). State
+// written before incarnations were recorded has no key and is taken as matching.
+func incStateBucket(tx *bolt.Tx, name string, inc uint64) *bolt.Bucket {
+	b := stateBucket(tx, name)
+	if b == nil {
+		return nil
+	}
+	if v := b.Get(keyInc); v != nil && (len(v) != 8 || binary.BigEndian.Uint64(v) != inc) {
+		return nil
+	}
+	return b
 }
 
 // createStateBucket creates state/<name> afresh with its sub-buckets.

@@ -215,10 +215,17 @@ func (m *Manager) list() []*Queue {
 func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 	q := m.newQueue(qm, l)
 	ckpts := map[string][2]int64{}
+	hasInc := false
 	err := m.db.view(func(tx *bolt.Tx) error {
 		b := stateBucket(tx, qm.Name)
 		if b == nil {
 			return fmt.Errorf("%w: state of %s missing", ErrState, qm.Name)
+		}
+		if v := b.Get(keyInc); v != nil {
+			if len(v) != 8 || keyOff(v) != int64(qm.Incarnation) {
+				return fmt.Errorf("%w: state of %s belongs to another incarnation of the queue", ErrState, qm.Name)
+			}
+			hasInc = true
 		}
 		if v := b.Get(keyFloor); len(v) == 8 {
 			q.loadPos = keyOff(v)
@@ -242,6 +249,14 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !hasInc { // state written before incarnations were recorded
+		err := m.db.update(func(tx *bolt.Tx) error {
+			return stateBucket(tx, qm.Name).Put(keyInc, offKey(int64(qm.Incarnation)))
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	scanFrom := l.HighWatermark()
 	for _, b := range q.bindings {
@@ -292,7 +307,7 @@ func (q *Queue) recoverCursors(from int64) error {
 }
 
 func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
-	q := &Queue{m: m, name: qm.Name, log: l, meta: qm,
+	q := &Queue{m: m, name: qm.Name, inc: qm.Incarnation, log: l, meta: qm,
 		attempts: map[int64]delivered{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
 	for _, bm := range qm.Bindings {
 		f, err := ParseFilter(bm.Filter)
@@ -427,6 +442,24 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 	return out, filters, nil
 }
 
+// checkDeadLetter refuses a dead-letter channel that is the queue itself or another
+// queue: a queue's log is written by its bindings only, so every dead-lettering would
+// fail and the message would cycle through the queue forever. A missing channel is
+// accepted (it may be created later; until then the message stays in the queue).
+func (m *Manager) checkDeadLetter(queue string, cfg Config) error {
+	d := cfg.DeadLetter
+	if d == nil {
+		return nil
+	}
+	if d.Channel == queue {
+		return fmt.Errorf("%w: dead_letter.channel %s is the queue itself", ErrInvalidArgument, d.Channel)
+	}
+	if l, err := m.st.Get(d.Channel); err == nil && l.Kind() == store.KindQueue {
+		return fmt.Errorf("%w: dead_letter.channel %s is a queue, not a log", ErrInvalidArgument, d.Channel)
+	}
+	return nil
+}
+
 // Create creates a queue with its bindings. With ifNotExists an existing queue is
 // returned with created=false. Errors: ErrInvalidArgument, ErrExists (also for a log
 // of that name), store.ErrNotFound (a missing source), channel name errors, ErrState.
@@ -455,6 +488,9 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 	if _, err := m.st.Get(name); err == nil {
 		return nil, false, fmt.Errorf("%w: a log named %s exists", ErrExists, name)
 	}
+	if err := m.checkDeadLetter(name, cfg); err != nil {
+		return nil, false, err
+	}
 	bs, _, err := m.checkBindings(name, bindings)
 	if err != nil {
 		return nil, false, err
@@ -476,6 +512,9 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 			return err
 		}
 		if err := b.Put(keyFloor, offKey(0)); err != nil {
+			return err
+		}
+		if err := b.Put(keyInc, offKey(int64(qm.Incarnation))); err != nil {
 			return err
 		}
 		for _, bd := range bs {

@@ -87,6 +87,7 @@ type queueMeta struct {
 type Queue struct {
 	m    *Manager
 	name string
+	inc  uint64 // meta.Incarnation (immutable; read without mu)
 	log  *store.Log
 
 	fillMu sync.Mutex
@@ -340,9 +341,9 @@ func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
 	if len(offs) == 0 {
 		return nil
 	}
-	name := q.name
+	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		b := stateBucket(tx, name)
+		b := incStateBucket(tx, name, inc)
 		if b == nil {
 			return nil // deleted meanwhile
 		}
@@ -596,9 +597,9 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 			above = append(above, off)
 		}
 	}
-	name := q.name
+	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		b := stateBucket(tx, name)
+		b := incStateBucket(tx, name, inc)
 		if b == nil {
 			return nil
 		}
@@ -732,8 +733,8 @@ func (q *Queue) deadLetter(ms []*msg) {
 			err = q.appendDeadLetter(m, pol)
 		}
 		q.mu.Lock()
-		if m.state != stDeadLettering || q.find(m.off) != m {
-			q.mu.Unlock() // the window was rebuilt meanwhile
+		if q.deleted || m.state != stDeadLettering || q.find(m.off) != m {
+			q.mu.Unlock() // the queue was deleted or the window rebuilt meanwhile
 			continue
 		}
 		var op *dbOp

@@ -1,0 +1,154 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+)
+
+// A dead-letter ack (or any state write) of a queue deleted and created again under
+// its name while the write was in flight must not land in the new queue's state: it
+// would mark the new queue's messages acked (silent loss).
+func TestAttackDeadLetterAfterDeleteRecreate(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	e.log("gcp.dead")
+	cfg := Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.dead", MaxDeliveryAttempts: 1}}
+	q := e.queue("gcp.sub.s", cfg, Binding{Source: "gcp.t", StartSequence: 1})
+	publish(t, src, "a", "b", "c")
+	ds := receive(t, q, 3, 3)
+	// lease of c ends: it is to be dead-lettered (state stDeadLettering) ...
+	q.mu.Lock()
+	m := q.find(ds[2].Record.Offset)
+	q.expireLocked(m, e.clk.now().UnixMilli())
+	q.mu.Unlock()
+	// ... while the queue is deleted and created again under its name.
+	if err := e.m.Delete("gcp.sub.s", false); err != nil {
+		t.Fatal(err)
+	}
+	q2 := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	receive(t, q2, 10, 3)
+	q.deadLetter([]*msg{m})
+	// Any other state write still queued by the old queue lands nowhere either.
+	q.mu.Lock()
+	op := q.commitAcksLocked([]int64{ds[2].Record.Offset})
+	q.mu.Unlock()
+	if err := op.wait(); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	q2, err := e.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, q2, 10, 3); len(got) != 3 {
+		t.Fatalf("got %v", values(got))
+	}
+}
+
+// A dead-letter channel that is the queue itself or another queue can never be
+// appended to: refused at create and update.
+func TestAttackDeadLetterChannelValidation(t *testing.T) {
+	e := newEnv(t)
+	e.log("gcp.t")
+	e.queue("gcp.sub.other", Config{})
+	if _, _, err := e.m.Create("gcp.sub.s", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.missing", MaxDeliveryAttempts: 5}}, nil, false); err != nil {
+		t.Fatal(err) // a missing channel may be created later
+	}
+	q := e.m.queues["gcp.sub.s"]
+	for _, ch := range []string{"gcp.sub.s", "gcp.sub.other"} {
+		if _, err := q.UpdateConfig(Config{DeadLetter: &DeadLetterPolicy{Channel: ch, MaxDeliveryAttempts: 5}}, []string{"dead_letter"}); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("update dead letter to %q: %v", ch, err)
+		}
+	}
+	if err := e.m.Delete("gcp.sub.s", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []string{"gcp.sub.s", "gcp.sub.other", "_sys", ""} {
+		_, _, err := e.m.Create("gcp.sub.s", Config{DeadLetter: &DeadLetterPolicy{Channel: ch, MaxDeliveryAttempts: 5}}, []Binding{{Source: "gcp.t"}}, false)
+		t.Logf("dead letter %q: %v", ch, err)
+		if err == nil {
+			_ = e.m.Delete("gcp.sub.s", false)
+			t.Errorf("dead letter to %q accepted", ch)
+		}
+	}
+}
+
+func TestAttackFullWindowExpires(t *testing.T) {
+	e := newEnv(t)
+	e.m.opts.MaxLoaded = 5
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	for i := 0; i < 20; i++ {
+		publish(t, src, fmt.Sprint(i))
+	}
+	receive(t, q, 100, 5)
+	ds, _ := q.Receive(context.Background(), 100, 0, 0, 0)
+	if len(ds) != 0 {
+		t.Fatalf("%d", len(ds))
+	}
+	e.clk.add(11 * time.Second)
+	e.m.Sweep()
+	ds = receive(t, q, 100, 5)
+	mustAck(t, q, ackIDs(ds)...)
+	receive(t, q, 100, 5)
+}
+
+func TestAttackBadInputs(t *testing.T) {
+	e := newEnv(t)
+	e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	ctx := context.Background()
+	for _, c := range []struct {
+		n    int
+		b, l int64
+		w    time.Duration
+	}{{0, 0, 0, 0}, {1001, 0, 0, 0}, {-1, 0, 0, 0}, {1, -1, 0, 0}, {1, 0, 9999, 0}, {1, 0, 600001, 0}, {1, 0, -5, 0}, {1, 0, 0, -1}} {
+		if _, err := q.Receive(ctx, c.n, c.b, c.l, c.w); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	ids := []string{"", ".", "..", "1.2.3", "ffffffffffffffffffff.0.0", "-1.0.0", "0.-1.0", "0.+1.0", string(make([]byte, 10000)), "\xff\x00.1.1"}
+	rs, err := q.Ack(ids)
+	t.Logf("ack %v %v", rs, err)
+	rs, err = q.ModifyAckDeadline(ids, 10)
+	t.Logf("modack %v %v", rs, err)
+	if _, err := q.ModifyAckDeadline(ids, -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Error(err)
+	}
+	if _, err := q.UpdateConfig(Config{}, []string{"bogus"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Error(err)
+	}
+	for _, n := range []string{"", "_x", string(make([]byte, 300))} {
+		_, err := q.CreateSnapshot(n)
+		t.Logf("snapshot %q: %v", n[:min(len(n), 5)], err)
+	}
+	if err := q.SeekTime(1 << 62); err != nil {
+		t.Error(err)
+	}
+	if err := q.SeekTime(0); err != nil {
+		t.Error(err)
+	}
+	if err := q.SeekSnapshot("nope"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Error(err)
+	}
+	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.sub.s"}}, false)
+	t.Logf("bind to queue: %v", err)
+	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", Filter: string(make([]byte, 300))}}, false)
+	t.Logf("long filter: %v", err)
+	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", StartSequence: -3}}, false)
+	t.Logf("neg start: %v", err)
+	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", StartSequence: 1 << 62}}, false)
+	t.Logf("huge start: %v", err)
+	_, _, err = e.m.Create("gcp.sub.x", Config{Retry: &RetryPolicy{MinBackoffMs: -1}}, nil, false)
+	t.Logf("neg backoff: %v", err)
+	_, _, err = e.m.Create("gcp.sub.x", Config{OrderingKeyHeader: "_tributary_source_seq"}, nil, false)
+	t.Logf("ordering internal: %v", err)
+	_ = channel.Validate
+	_ = store.Header{}
+}
