@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -151,4 +153,44 @@ func TestAttackBadInputs(t *testing.T) {
 	t.Logf("ordering internal: %v", err)
 	_ = channel.Validate
 	_ = store.Header{}
+}
+
+// TestAttackQueueLogTailCut: the queue log's tail is cut at start (torn or corrupt
+// last batch) after acks of its records were committed. The records appended next
+// must not be taken as acked (lost); the cut records are copied again.
+func TestAttackQueueLogTailCut(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	publish(t, src, "a", "b")
+	publish(t, src, "c")
+	ds := receive(t, q, 10, 3)
+	mustAck(t, q, ackIDs(ds)...)
+	e.close()
+	seg := filepath.Join(e.dir, "store", "channels", "gcp.sub.s", "00000000000000000000.log")
+	fi, err := os.Stat(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(seg, fi.Size()-5); err != nil { // the last batch (c) is torn
+		t.Fatal(err)
+	}
+	e.open()
+	src = e.mustGet("gcp.t")
+	q, err = e.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, src, "d", "e")
+	got := receive(t, q, 10, 3)
+	if fmt.Sprint(values(got)) != "[c d e]" {
+		t.Fatalf("got %v", values(got))
+	}
+	mustAck(t, q, ackIDs(got)...)
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	publish(t, e.mustGet("gcp.t"), "f")
+	if got := receive(t, q, 10, 1); string(got[0].Record.Value) != "f" {
+		t.Fatalf("got %v", values(got))
+	}
 }

@@ -258,22 +258,113 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 			return nil, err
 		}
 	}
-	scanFrom := l.HighWatermark()
+	hw := l.HighWatermark()
+	cut := q.loadPos > hw || len(q.ackedAhead) > 0 && q.ackedAhead[len(q.ackedAhead)-1].To > hw
+	for off := range q.attempts {
+		cut = cut || off >= hw
+	}
+	for _, c := range ckpts {
+		cut = cut || c[1] > hw
+	}
+	scanFrom := hw
 	for _, b := range q.bindings {
 		c, ok := ckpts[b.source]
 		if !ok {
 			c = [2]int64{b.start, 0}
 		}
 		b.cursor.Store(c[0])
+		if cut && c[1] > hw {
+			// The checkpoint's cursor may count records the log no longer holds:
+			// recover it from the log alone when the log holds a record of this source.
+			b.cursor.Store(0)
+			c[1] = 0
+		}
 		scanFrom = min(scanFrom, c[1])
 	}
 	if err := q.recoverCursors(scanFrom); err != nil {
 		return nil, err
 	}
 	for _, b := range q.bindings {
+		if b.cursor.Load() == 0 {
+			c := ckpts[b.source]
+			m.log.Error("queue log cut below the binding checkpoint and no record of the source left in it; resuming at the checkpoint",
+				zap.String("queue", qm.Name), zap.String("source", b.source), zap.Int64("cursor", c[0]))
+			b.cursor.Store(c[0])
+		}
 		b.ckptCursor = b.cursor.Load()
 	}
+	if cut {
+		if err := q.clampStateTo(hw); err != nil {
+			return nil, err
+		}
+	}
 	return q, nil
+}
+
+// clampStateTo repairs delivery state that reaches past the end of the queue log (hw):
+// the log's tail was cut at start (a torn or corrupt tail, e.g. after a power loss
+// with --fsync=interval) after acks or checkpoints naming its records were committed.
+// Left alone, the records the bindings append next would take those offsets and be
+// taken as acked: silently lost. The ack floor, acked spans and delivery counts are
+// cut to hw and the binding cursors recovered from the log (recoverCursors), so
+// records of the cut tail are copied again (delivered again if they were acked:
+// at-least-once, never lost).
+func (q *Queue) clampStateTo(hw int64) error {
+	q.m.log.Error("queue delivery state is ahead of its log (the log's tail was cut); acks past the log's end dropped, bindings rewound",
+		zap.String("queue", q.name), zap.Int64("floor", q.loadPos), zap.Int64("log_end", hw))
+	q.loadPos = min(q.loadPos, hw)
+	for i := len(q.ackedAhead) - 1; i >= 0; i-- {
+		if q.ackedAhead[i].From >= hw {
+			q.ackedAhead = q.ackedAhead[:i]
+		} else if q.ackedAhead[i].To > hw {
+			q.ackedAhead[i].To = hw
+		}
+	}
+	for off := range q.attempts {
+		if off >= hw {
+			delete(q.attempts, off)
+		}
+	}
+	floor, acked := q.loadPos, append(spans(nil), q.ackedAhead...)
+	cursors := map[string]int64{}
+	for _, b := range q.bindings {
+		cursors[b.source] = b.cursor.Load()
+	}
+	return q.m.db.update(func(tx *bolt.Tx) error {
+		b := incStateBucket(tx, q.name, q.inc)
+		if b == nil {
+			return nil
+		}
+		if err := b.Put(keyFloor, offKey(floor)); err != nil {
+			return err
+		}
+		ab := b.Bucket(bktAcked)
+		if err := clearBucket(ab); err != nil {
+			return err
+		}
+		for _, sp := range acked {
+			if err := ab.Put(offKey(sp.From), offKey(sp.To)); err != nil {
+				return err
+			}
+		}
+		at := b.Bucket(bktAttempts)
+		var drop [][]byte
+		c := at.Cursor()
+		for k, _ := c.Seek(offKey(hw)); k != nil; k, _ = c.Next() {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+		for _, k := range drop {
+			if err := at.Delete(k); err != nil {
+				return err
+			}
+		}
+		for src, cur := range cursors {
+			if err := b.Bucket(bktCursors).Put([]byte(src), encodeCkpt(cur, hw)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // recoverCursors moves each binding's cursor past the last record it copied into the
