@@ -11,6 +11,7 @@ import (
 
 	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
+	"go.uber.org/zap/zaptest"
 )
 
 // A dead-letter ack (or any state write) of a queue deleted and created again under
@@ -192,5 +193,53 @@ func TestAttackQueueLogTailCut(t *testing.T) {
 	publish(t, e.mustGet("gcp.t"), "f")
 	if got := receive(t, q, 10, 1); string(got[0].Record.Value) != "f" {
 		t.Fatalf("got %v", values(got))
+	}
+}
+
+// A damaged state file is refused at open with ErrState naming it, never a panic
+// (bbolt panics on broken pages, partly in goroutines of its own).
+func TestAttackDamagedStateFile(t *testing.T) {
+	for _, how := range []string{"truncate", "zero"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			e.log("gcp.t")
+			for i := 0; i < 20; i++ {
+				e.queue(fmt.Sprintf("gcp.sub.s%d", i), Config{}, Binding{Source: "gcp.t"})
+			}
+			e.close()
+			path := filepath.Join(e.dir, "store", "queues.db")
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "truncate" {
+				err = f.Truncate(fi.Size() / 2)
+			} else {
+				_, err = f.WriteAt(make([]byte, fi.Size()-2*4096), 2*4096)
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := store.Open(filepath.Join(e.dir, "store"), store.Options{RetentionInterval: -1}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			m, err := Open(st, path, Options{SweepInterval: -1, MaintenanceInterval: -1}, zaptest.NewLogger(t))
+			if !errors.Is(err, ErrState) {
+				if m != nil {
+					_ = m.Close()
+				}
+				t.Fatalf("open damaged state file: %v", err)
+			}
+			t.Log(err)
+		})
 	}
 }

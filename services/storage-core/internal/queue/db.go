@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -67,8 +68,25 @@ func (o *dbOp) wait() error {
 	return o.err
 }
 
-func openStateDB(path string, m *Metrics) (*stateDB, error) {
-	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+// openStateDB opens the state file. A damaged one is refused with ErrState naming it:
+// bbolt panics on a broken page (at open, where it walks every page to rebuild the
+// free list, some panics come from a goroutine of its own and cannot be recovered), so
+// the file is walked read-only first (checkStateFile). bbolt keeps no page
+// checksums: a flipped value inside an intact page is not detected.
+func openStateDB(path string, m *Metrics) (d *stateDB, err error) {
+	if err := checkStateFile(path); err != nil {
+		return nil, err
+	}
+	var b *bolt.DB
+	defer func() {
+		if p := recover(); p != nil {
+			if b != nil {
+				_ = b.Close()
+			}
+			d, err = nil, damaged(path, fmt.Errorf("%v", p))
+		}
+	}()
+	b, err = bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
 	}
@@ -84,10 +102,50 @@ func openStateDB(path string, m *Metrics) (*stateDB, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
 	}
-	d := &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
+	d = &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	go d.run()
 	return d, nil
+}
+
+func damaged(path string, cause error) error {
+	return fmt.Errorf("%w: %s is damaged (%v); restore it from a backup, or move it away to start with no queue state (queue logs without state are then kept and logged)", ErrState, path, cause)
+}
+
+// checkStateFile walks every bucket and key of an existing state file, opened
+// read-only (no free-list rebuild), recovering bbolt's panics on broken pages.
+func checkStateFile(path string) (err error) {
+	if _, serr := os.Stat(path); serr != nil {
+		return nil // created by the open
+	}
+	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, ReadOnly: true})
+	if err != nil {
+		return damaged(path, err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = damaged(path, fmt.Errorf("%v", p))
+		}
+		_ = b.Close()
+	}()
+	var walk func(bk *bolt.Bucket) error
+	walk = func(bk *bolt.Bucket) error {
+		return bk.ForEach(func(k, v []byte) error {
+			if v == nil {
+				if sub := bk.Bucket(k); sub != nil {
+					return walk(sub)
+				}
+			}
+			return nil
+		})
+	}
+	err = b.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, bk *bolt.Bucket) error { return walk(bk) })
+	})
+	if err != nil {
+		return damaged(path, err)
+	}
+	return nil
 }
 
 // enqueue queues fn for the next commit and returns at once.
