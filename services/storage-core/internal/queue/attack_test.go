@@ -243,3 +243,56 @@ func TestAttackDamagedStateFile(t *testing.T) {
 		})
 	}
 }
+
+// Retention trims the queue log up to the ack floor while the binding's last
+// checkpoint is older than the trimmed records; a crash then must not copy them again
+// (the cursor recovery scans the queue log from the checkpoint on and would find
+// none of them).
+func TestAttackTrimBeforeCheckpointThenCrash(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	publish(t, src, "first")
+	mustAck(t, q, ackIDs(receive(t, q, 1, 1))...) // first copy: checkpointed at once
+	big := make([]string, 20)
+	for i := range big {
+		big[i] = fmt.Sprintf("%02d%s", i, make([]byte, 900<<10))
+	}
+	for _, v := range big {
+		publishWith(t, src, v) // copied within the checkpoint interval: not checkpointed
+	}
+	ds := receive(t, q, 100, 20)
+	mustAck(t, q, ackIDs(ds)...)
+	// Every record acked, >= 16 MiB: the log start moves to its end, once the
+	// binding's checkpoint covering the copies is committed (within about a second).
+	crashedEarly := &env{t: t, dir: t.TempDir(), clk: e.clk}
+	e.m.Maintain()
+	copyDir(t, e.dir, crashedEarly.dir) // a crash right after this first trim attempt
+	for deadline := time.Now().Add(10 * time.Second); q.log.LogStart() != q.log.HighWatermark(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("log start %d hw %d", q.log.LogStart(), q.log.HighWatermark())
+		}
+		time.Sleep(50 * time.Millisecond)
+		e.m.Maintain()
+	}
+	crashedEarly.open()
+	q1, err := crashedEarly.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, q1, 100, 0); len(got) != 0 {
+		t.Fatalf("after early crash: %d records copied again", len(got))
+	}
+	crashedEarly.close()
+	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
+	copyDir(t, e.dir, crashed.dir)
+	crashed.open()
+	defer crashed.close()
+	q2, err := crashed.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, q2, 100, 0); len(got) != 0 {
+		t.Fatalf("after crash: %d records copied again", len(got))
+	}
+}

@@ -292,6 +292,7 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 			b.cursor.Store(c[0])
 		}
 		b.ckptCursor = b.cursor.Load()
+		b.setDurable(min(ckpts[b.source][1], hw))
 	}
 	if cut {
 		if err := q.clampStateTo(hw); err != nil {
@@ -623,6 +624,7 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 	for _, b := range q.bindings {
 		b.cursor.Store(b.start)
 		b.ckptCursor = b.start
+		b.setDurable(0)
 	}
 	m.mu.Lock()
 	m.queues[name] = q
