@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -47,9 +48,14 @@ type Options struct {
 
 // Queue log settings: the queue engine decides what to keep, so the log itself keeps
 // records until the engine moves its start (retention of acked and expired messages).
+//
+// The queue log takes batches of any size: its bindings are its only writers, and a
+// source record larger than a bound here (a source with a larger max_message_bytes,
+// or a compressed batch that decodes larger) would fail its copy forever and wedge
+// the binding, so no later record would reach the queue.
 const (
 	queueLogSegmentBytes = 64 << 20
-	queueLogMaxBatch     = 64 << 20
+	queueLogMaxBatch     = math.MaxInt32
 )
 
 // Manager holds every queue of one data directory.
@@ -127,6 +133,12 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 			log.Error("queue state without its queue log; removing the state", zap.String("queue", qm.Name), zap.Error(err))
 			_ = m.dropState(qm.Name)
 			continue
+		}
+		if c := l.Config(); c.MaxMessageBytes < queueLogMaxBatch { // queue logs created with a 64 MiB bound
+			c.MaxMessageBytes = queueLogMaxBatch
+			if err := l.UpdateConfig(c); err != nil {
+				log.Warn("raise the queue log's batch limit", zap.String("queue", qm.Name), zap.Error(err))
+			}
 		}
 		q, err := m.openQueue(qm, l)
 		if err != nil {

@@ -1,0 +1,55 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+)
+
+// A source record larger than the queue log's batch limit (a source configured with
+// a large max_message_bytes) must not wedge the binding: every later record would
+// never reach the queue.
+func TestAttackHugeSourceRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("65 MiB record")
+	}
+	e := newEnv(t)
+	src, _, err := e.st.Create("kafka.big", store.ChannelConfig{MaxMessageBytes: 80 << 20}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := e.queue("q.big", Config{}, Binding{Source: "kafka.big", StartSequence: 1})
+	if _, _, err := src.Append([]store.NewRecord{{Value: make([]byte, 65<<20)}}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, src, "after")
+	var got []Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+		ds, err := q.Receive(context.Background(), 10, 0, 0, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ds...)
+		mustAck(t, q, ackIDs(ds)...) // the big one fills the 64 MiB window alone
+	}
+	if len(got) != 2 || len(got[0].Record.Value) != 65<<20 || string(got[1].Record.Value) != "after" {
+		t.Fatalf("got %d messages", len(got))
+	}
+}
+
+// Queue logs created with the former 64 MiB batch bound are raised at open.
+func TestQueueLogBatchLimitRaisedAtOpen(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue("q.old", Config{})
+	c := q.log.Config()
+	c.MaxMessageBytes = 64 << 20
+	if err := q.log.UpdateConfig(c); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	if got := e.mustGet("q.old").Config().MaxMessageBytes; got != queueLogMaxBatch {
+		t.Fatalf("max_message_bytes %d", got)
+	}
+}
