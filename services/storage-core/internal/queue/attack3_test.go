@@ -53,3 +53,16 @@ func TestQueueLogBatchLimitRaisedAtOpen(t *testing.T) {
 		t.Fatalf("max_message_bytes %d", got)
 	}
 }
+
+// A zero min backoff stays zero for any delivery count (it once looped once per
+// attempt under the queue lock: a message redelivered a billion times stalled it).
+func TestBackoffZeroMinAnyAttempts(t *testing.T) {
+	c := Config{Retry: &RetryPolicy{MinBackoffMs: 0, MaxBackoffMs: MaxBackoffMs}}
+	if d := c.backoffMs(1 << 30); d != 0 {
+		t.Fatalf("backoff %d", d)
+	}
+	c.Retry.MinBackoffMs = 10
+	if d := c.backoffMs(1 << 30); d != MaxBackoffMs {
+		t.Fatalf("backoff %d", d)
+	}
+}
