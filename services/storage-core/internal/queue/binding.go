@@ -139,6 +139,15 @@ func (b *binding) run(stop <-chan struct{}) {
 			off = start
 			b.cursor.Store(off + 1)
 		}
+		if hw := src.HighWatermark(); off > hw {
+			// Only after a restart that cut the source's tail (a torn or corrupt last
+			// batch): the next records appended take the cut sequences, so the
+			// binding must look at them instead of skipping them.
+			log.Error("binding cursor past the source's end (its tail was cut at start); resuming at its end",
+				zap.Int64("cursor", cur), zap.Int64("source_next_sequence", hw+1))
+			b.rewind(hw + 1)
+			continue
+		}
 		if off >= src.HighWatermark() {
 			b.checkpoint(false)
 			t := time.NewTimer(pumpRetry) // also notices a deleted and recreated source
@@ -237,6 +246,27 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 		return chunkStart, err
 	}
 	return 0, nil
+}
+
+// rewind moves the cursor back to cur and checkpoints it, lowering the stored one
+// (checkpoint never lowers it), and waits for the commit.
+func (b *binding) rewind(cur int64) {
+	b.cursor.Store(cur)
+	hw := b.q.log.HighWatermark()
+	name, source, inc := b.q.name, b.source, b.q.inc
+	op := b.q.m.db.enqueue(func(tx *bolt.Tx) error {
+		s := incStateBucket(tx, name, inc)
+		if s == nil {
+			return nil
+		}
+		return s.Bucket(bktCursors).Put([]byte(source), encodeCkpt(cur, hw))
+	})
+	b.ckptCursor, b.ckptHW, b.ckptAt = cur, hw, time.Now()
+	if err := op.wait(); err != nil {
+		b.q.m.log.Warn("binding checkpoint not persisted", zap.String("queue", name), zap.String("source", source), zap.Error(err))
+		return
+	}
+	b.setDurable(hw)
 }
 
 // checkpoint records the cursor with the queue log's high watermark (everything this
