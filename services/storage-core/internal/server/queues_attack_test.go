@@ -57,7 +57,10 @@ func TestQueueServiceBadInput(t *testing.T) {
 			_, err := c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "gcp.sub.x", Config: &storagev1.QueueConfig{AckDeadlineMs: -1}})
 			return err
 		}, codes.InvalidArgument},
-		{"get missing", func() error { _, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "gcp.sub.none"}); return err }, codes.NotFound},
+		{"get missing", func() error {
+			_, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "gcp.sub.none"})
+			return err
+		}, codes.NotFound},
 		{"get log", func() error { _, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "gcp.t"}); return err }, codes.FailedPrecondition},
 		{"get reserved", func() error { _, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "_q"}); return err }, codes.PermissionDenied},
 		{"receive 0", func() error { _, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s"}); return err }, codes.InvalidArgument},
