@@ -296,6 +296,38 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 	if err := q.recoverCursors(scanFrom); err != nil {
 		return nil, err
 	}
+	// A source whose tail was cut at start (torn or corrupt last batch) below the
+	// cursor: the records appended next take the cut sequences, so the binding must
+	// resume at the source's end instead of skipping them. Nothing appends before
+	// Open returns, so this is the moment to notice.
+	rewound := map[string]int64{}
+	for _, b := range q.bindings {
+		src, err := m.st.Get(b.source)
+		if err != nil || b.srcCreated != 0 && src.CreatedMs() != b.srcCreated {
+			continue
+		}
+		if shw := src.HighWatermark(); b.cursor.Load() > shw+1 {
+			m.log.Error("binding cursor past the source's end (its tail was cut at start); resuming at its end",
+				zap.String("queue", qm.Name), zap.String("source", b.source), zap.Int64("cursor", b.cursor.Load()),
+				zap.Int64("source_next_sequence", shw+1))
+			b.cursor.Store(shw + 1)
+			rewound[b.source] = shw + 1
+		}
+	}
+	if len(rewound) > 0 {
+		err := m.db.update(func(tx *bolt.Tx) error {
+			for src, cur := range rewound {
+				if err := stateBucket(tx, qm.Name).Bucket(bktCursors).Put([]byte(src), encodeCkpt(cur, hw)); err != nil {
+					return err
+				}
+				ckpts[src] = [2]int64{cur, hw}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	for _, b := range q.bindings {
 		if b.cursor.Load() == 0 {
 			c := ckpts[b.source]
