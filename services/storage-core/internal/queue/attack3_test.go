@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,5 +65,41 @@ func TestBackoffZeroMinAnyAttempts(t *testing.T) {
 	c.Retry.MinBackoffMs = 10
 	if d := c.backoffMs(1 << 30); d != MaxBackoffMs {
 		t.Fatalf("backoff %d", d)
+	}
+}
+
+// Thousands of leases expiring at once on a dead-lettering queue: each message is
+// dead-lettered exactly once, in batches, with its own headers.
+func TestDeadLetterMany(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	dead := e.log("gcp.dead")
+	q := e.queue("gcp.sub.s", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.dead", MaxDeliveryAttempts: 1, DeliveryCountHeader: "n"}},
+		Binding{Source: "gcp.t", StartSequence: 1})
+	const n = 2500
+	for i := 0; i < n; i += 500 {
+		vals := make([]string, 500)
+		for j := range vals {
+			vals[j] = fmt.Sprint(i + j)
+		}
+		publish(t, src, vals...)
+	}
+	got := 0
+	for got < n {
+		got += len(receive(t, q, 1000, min(1000, n-got)))
+	}
+	e.clk.add(11 * time.Second)
+	e.m.Sweep()
+	if in := q.Info(); in.Backlog != 0 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+	recs, _, err := dead.ReadRecords(0, 10000, 64<<20)
+	if err != nil || len(recs) != n {
+		t.Fatalf("%d dead letters, %v", len(recs), err)
+	}
+	for i, r := range recs {
+		if string(r.Value) != fmt.Sprint(i) || fmt.Sprint(r.Headers) != fmt.Sprintf("[{v %v} {n [49]}]", []byte(fmt.Sprint(i))) {
+			t.Fatalf("dead letter %d: %s %v", i, r.Value, r.Headers)
+		}
 	}
 }
