@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -102,4 +103,28 @@ func TestDeadLetterMany(t *testing.T) {
 			t.Fatalf("dead letter %d: %s %v", i, r.Value, r.Headers)
 		}
 	}
+}
+
+// A crash between a delete's two steps (state removed, log not yet) leaves a queue
+// log without state; DeleteQueue of that name removes it, so the name can be created
+// again.
+func TestAttackDeleteCutByCrash(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	publish(t, src, "a")
+	receive(t, q, 1, 1)
+	q.stopPumps()
+	if err := e.m.dropState("gcp.sub.s"); err != nil { // the delete's first step
+		t.Fatal(err)
+	}
+	e.restart() // the log is kept: it holds records
+	if _, _, err := e.m.Create("gcp.sub.s", Config{}, nil, false); !errors.Is(err, ErrExists) {
+		t.Fatalf("create over the left-over log: %v", err)
+	}
+	if err := e.m.Delete("gcp.sub.s", false); err != nil {
+		t.Fatal(err)
+	}
+	q = e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	receive(t, q, 10, 1)
 }

@@ -154,7 +154,7 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 		}
 		if l.HighWatermark() > 0 {
 			// Not an interrupted create (whose log is empty): never drop records here.
-			log.Error("queue log without queue state kept; DeleteChannel removes it", zap.String("queue", l.Name()),
+			log.Error("queue log without queue state kept; DeleteQueue or DeleteChannel removes it", zap.String("queue", l.Name()),
 				zap.Int64("high_watermark", l.HighWatermark()))
 			continue
 		}
@@ -621,7 +621,10 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 		}
 		return nil, false, fmt.Errorf("%w: %s", ErrExists, name)
 	}
-	if _, err := m.st.Get(name); err == nil {
+	if l, err := m.st.Get(name); err == nil {
+		if l.Kind() == store.KindQueue {
+			return nil, false, fmt.Errorf("%w: a queue log named %s without queue state exists (left by an interrupted delete; DeleteQueue removes it)", ErrExists, name)
+		}
 		return nil, false, fmt.Errorf("%w: a log named %s exists", ErrExists, name)
 	}
 	if err := m.checkDeadLetter(name, cfg); err != nil {
@@ -701,8 +704,16 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 		return m.st.Delete(name, true)
 	}
 	if !ok {
-		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
+		l, err := m.st.Get(name)
+		if err == nil && l.Kind() == store.KindLog {
 			return fmt.Errorf("%w: %s is a log", ErrNotQueue, name)
+		}
+		if err == nil && l.Kind() == store.KindQueue {
+			// A queue log without state: a delete cut short by a crash (state
+			// removed, log not yet). Without this the name could never be created
+			// again through QueueService.
+			m.log.Warn("removing queue log without queue state", zap.String("queue", name))
+			return m.st.Delete(name, true)
 		}
 		if ifExists {
 			return nil
