@@ -128,3 +128,28 @@ func TestAttackDeleteCutByCrash(t *testing.T) {
 	q = e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
 	receive(t, q, 10, 1)
 }
+
+// A message the dead-letter log refuses (over its max_message_bytes) does not hold
+// back the others dead-lettered with it.
+func TestDeadLetterOneTooLarge(t *testing.T) {
+	e := newEnv(t)
+	src, _, err := e.st.Create("gcp.t", store.ChannelConfig{MaxMessageBytes: 4 << 20}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := e.log("gcp.dead") // 1 MiB batches
+	q := e.queue("gcp.sub.s", Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.dead", MaxDeliveryAttempts: 1}}, Binding{Source: "gcp.t", StartSequence: 1})
+	publish(t, src, "a")
+	publishWith(t, src, string(make([]byte, 2<<20)))
+	publish(t, src, "c")
+	receive(t, q, 10, 3)
+	e.clk.add(11 * time.Second)
+	e.m.Sweep()
+	recs, _, err := dead.ReadRecords(0, 10, 1<<20)
+	if err != nil || len(recs) != 2 || string(recs[0].Value) != "a" || string(recs[1].Value) != "c" {
+		t.Fatalf("dead letters %d %v", len(recs), err)
+	}
+	if in := q.Info(); in.Backlog != 1 {
+		t.Fatalf("backlog %d", in.Backlog)
+	}
+}

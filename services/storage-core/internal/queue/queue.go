@@ -736,29 +736,38 @@ func (q *Queue) deadLetter(ms []*msg) {
 		}
 		batch := ms[:n]
 		ms = ms[n:]
-		var err error
-		if pol == nil {
-			err = errors.New("dead-letter policy removed")
-		} else {
-			err = q.appendDeadLetter(batch, pol)
+		errs := make([]error, len(batch))
+		switch {
+		case pol == nil:
+			for i := range errs {
+				errs[i] = errors.New("dead-letter policy removed")
+			}
+		default:
+			if err := q.appendDeadLetter(batch, pol); err != nil && len(batch) > 1 {
+				// One bad message (e.g. over the dead-letter log's max_message_bytes)
+				// must not hold the others back: append them one by one.
+				for i, m := range batch {
+					errs[i] = q.appendDeadLetter([]*msg{m}, pol)
+				}
+			} else {
+				errs[0] = err
+			}
 		}
 		q.mu.Lock()
 		var acked []int64
-		for _, m := range batch {
+		for i, m := range batch {
 			if q.deleted || m.state != stDeadLettering || q.find(m.off) != m {
 				continue // the queue was deleted or the window rebuilt meanwhile
 			}
-			if err != nil {
+			if errs[i] != nil {
+				q.m.log.Warn("dead-letter append failed; message stays in the queue", zap.String("queue", q.name),
+					zap.Int64("sequence", m.off+1), zap.Error(errs[i]))
 				m.state = stAvailable
 				m.notBefore = q.m.nowMs() + 1000
 				continue
 			}
 			q.ackLocked(m)
 			acked = append(acked, m.off)
-		}
-		if err != nil {
-			q.m.log.Warn("dead-letter append failed; messages stay in the queue", zap.String("queue", q.name),
-				zap.Int64("sequence", batch[0].off+1), zap.Int("messages", len(batch)), zap.Error(err))
 		}
 		var op *dbOp
 		if len(acked) > 0 {
