@@ -153,3 +153,39 @@ func TestDeadLetterOneTooLarge(t *testing.T) {
 		t.Fatalf("backlog %d", in.Backlog)
 	}
 }
+
+// max_bytes is never exceeded but by a lone first message: a large message after a
+// small one waits for the next Receive (a response past the caller's bound can exceed
+// its clients' receive limit, and then every redelivery fails the same way).
+func TestReceiveMaxBytesNotExceeded(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	publishWith(t, src, "small")
+	publishWith(t, src, string(make([]byte, 1000)))
+	publishWith(t, src, "tail")
+	for deadline := time.Now().Add(5 * time.Second); q.Info().Backlog < 3; { // all three copied
+		if time.Now().After(deadline) {
+			t.Fatal("not copied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got []Delivery
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 3 && time.Now().Before(deadline); {
+		ds, err := q.Receive(context.Background(), 10, 100, 0, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		for _, d := range ds {
+			n += len(d.Record.Value)
+		}
+		if len(ds) > 1 && n > 100 {
+			t.Fatalf("%d messages, %d bytes > max_bytes 100", len(ds), n)
+		}
+		got = append(got, ds...)
+	}
+	if len(got) != 3 || len(got[1].Record.Value) != 1000 {
+		t.Fatalf("got %d", len(got))
+	}
+}

@@ -399,6 +399,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			nextEvent = t
 		}
 	}
+scan:
 	for _, m := range q.pending {
 		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
 			break
@@ -424,6 +425,11 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		case m.notBefore > now:
 			event(m.notBefore)
 			continue
+		case maxBytes > 0 && len(out) > 0 && size+m.size > maxBytes:
+			// Never past max_bytes but with a lone first message: callers size it
+			// from their clients' receive limits and flow control. Queue order is
+			// kept, so stop here rather than skip.
+			break scan
 		}
 		m.state = stLeased
 		m.attempts++
