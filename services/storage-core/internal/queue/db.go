@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -122,6 +124,9 @@ func checkStateFile(path string) (err error) {
 	if err != nil {
 		return damaged(path, err)
 	}
+	// A page id past the file's end reads outside the mapping: a fault, turned into
+	// a panic recovered below instead of a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = damaged(path, fmt.Errorf("%v", p))
@@ -130,7 +135,13 @@ func checkStateFile(path string) (err error) {
 	}()
 	var walk func(bk *bolt.Bucket) error
 	walk = func(bk *bolt.Bucket) error {
+		var prev []byte
 		return bk.ForEach(func(k, v []byte) error {
+			// Keys out of order would make bbolt's open panic in a goroutine of its own.
+			if prev != nil && bytes.Compare(prev, k) >= 0 {
+				return fmt.Errorf("keys out of order: %x after %x", k, prev)
+			}
+			prev = append(prev[:0], k...)
 			if v == nil {
 				if sub := bk.Bucket(k); sub != nil {
 					return walk(sub)
