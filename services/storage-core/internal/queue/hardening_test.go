@@ -117,19 +117,30 @@ func TestAttackBadInputs(t *testing.T) {
 		}
 	}
 	ids := []string{"", ".", "..", "1.2.3", "ffffffffffffffffffff.0.0", "-1.0.0", "0.-1.0", "0.+1.0", string(make([]byte, 10000)), "\xff\x00.1.1"}
-	rs, err := q.Ack(ids)
-	t.Logf("ack %v %v", rs, err)
-	rs, err = q.ModifyAckDeadline(ids, 10)
-	t.Logf("modack %v %v", rs, err)
+	for _, verb := range []func() ([]AckResult, error){
+		func() ([]AckResult, error) { return q.Ack(ids) },
+		func() ([]AckResult, error) { return q.ModifyAckDeadline(ids, 10) },
+	} {
+		rs, err := verb()
+		if err != nil || len(rs) != len(ids) {
+			t.Fatalf("%v %v", rs, err)
+		}
+		for i, r := range rs {
+			if r != AckInvalid {
+				t.Errorf("ack id %q: %v", ids[i], r)
+			}
+		}
+	}
 	if _, err := q.ModifyAckDeadline(ids, -1); !errors.Is(err, ErrInvalidArgument) {
 		t.Error(err)
 	}
 	if _, err := q.UpdateConfig(Config{}, []string{"bogus"}); !errors.Is(err, ErrInvalidArgument) {
 		t.Error(err)
 	}
-	for _, n := range []string{"", "_x", string(make([]byte, 300))} {
-		_, err := q.CreateSnapshot(n)
-		t.Logf("snapshot %q: %v", n[:min(len(n), 5)], err)
+	for _, n := range []string{"", string(make([]byte, 300))} {
+		if _, err := q.CreateSnapshot(n); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("snapshot name of %d bytes: %v", len(n), err)
+		}
 	}
 	if err := q.SeekTime(1 << 62); err != nil {
 		t.Error(err)
@@ -140,20 +151,32 @@ func TestAttackBadInputs(t *testing.T) {
 	if err := q.SeekSnapshot("nope"); !errors.Is(err, ErrSnapshotNotFound) {
 		t.Error(err)
 	}
-	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.sub.s"}}, false)
-	t.Logf("bind to queue: %v", err)
-	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", Filter: string(make([]byte, 300))}}, false)
-	t.Logf("long filter: %v", err)
-	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", StartSequence: -3}}, false)
-	t.Logf("neg start: %v", err)
-	_, _, err = e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.t", StartSequence: 1 << 62}}, false)
-	t.Logf("huge start: %v", err)
-	_, _, err = e.m.Create("gcp.sub.x", Config{Retry: &RetryPolicy{MinBackoffMs: -1}}, nil, false)
-	t.Logf("neg backoff: %v", err)
-	_, _, err = e.m.Create("gcp.sub.x", Config{OrderingKeyHeader: "_tributary_source_seq"}, nil, false)
-	t.Logf("ordering internal: %v", err)
-	_ = channel.Validate
-	_ = store.Header{}
+	for i, c := range []struct {
+		cfg Config
+		b   []Binding
+	}{
+		{Config{}, []Binding{{Source: "gcp.sub.s"}}},
+		{Config{}, []Binding{{Source: "gcp.t", Filter: string(make([]byte, 300))}}},
+		{Config{}, []Binding{{Source: "gcp.t", StartSequence: -3}}},
+		{Config{}, []Binding{{Source: "gcp.t", StartSequence: 1 << 62}}},
+		{Config{}, []Binding{{Source: "gcp.t"}, {Source: "gcp.t"}}},
+		{Config{Retry: &RetryPolicy{MinBackoffMs: -1}}, nil},
+		{Config{Retry: &RetryPolicy{MinBackoffMs: 10, MaxBackoffMs: 5}}, nil},
+		{Config{OrderingKeyHeader: "_tributary_source_seq"}, nil},
+		{Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.t", MaxDeliveryAttempts: 0}}, nil},
+		{Config{DeadLetter: &DeadLetterPolicy{Channel: "gcp.t", MaxDeliveryAttempts: 101}}, nil},
+		{Config{MessageRetentionMs: -1}, nil},
+	} {
+		if _, _, err := e.m.Create("gcp.sub.x", c.cfg, c.b, false); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	if _, _, err := e.m.Create("_x", Config{}, nil, false); !errors.Is(err, channel.ErrReserved) {
+		t.Errorf("reserved name: %v", err)
+	}
+	if _, _, err := e.m.Create("gcp.sub.x", Config{}, []Binding{{Source: "gcp.none"}}, false); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing source: %v", err)
+	}
 }
 
 // TestAttackQueueLogTailCut: the queue log's tail is cut at start (torn or corrupt
