@@ -735,6 +735,24 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 	return nil
 }
 
+// DeleteChannel deletes a channel of any kind (StorageService.DeleteChannel): a queue
+// (or a queue log left without state) as Delete does, a log through the store, under
+// adminMu, so a queue being created under that name meanwhile is never cut from its
+// log.
+func (m *Manager) DeleteChannel(name string, ifExists bool) error {
+	if err := channel.Validate(name); err != nil {
+		return err
+	}
+	m.adminMu.Lock()
+	l, err := m.st.Get(name)
+	if m.IsQueue(name) || err == nil && l.Kind() == store.KindQueue {
+		m.adminMu.Unlock()
+		return m.Delete(name, ifExists)
+	}
+	defer m.adminMu.Unlock()
+	return m.st.Delete(name, ifExists)
+}
+
 // dropState removes a queue's meta, state and snapshots from the state file.
 func (m *Manager) dropState(name string) error {
 	return m.db.update(func(tx *bolt.Tx) error {

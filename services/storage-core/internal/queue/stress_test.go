@@ -266,3 +266,34 @@ func errorsIs(err error, targets ...error) bool {
 	}
 	return false
 }
+
+// DeleteChannel racing CreateQueue of the same name never leaves a queue without its
+// log.
+func TestDeleteChannelRacingCreate(t *testing.T) {
+	e := newEnv(t)
+	e.log("gcp.t")
+	for i := 0; i < 100; i++ {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, _, _ = e.m.Create("gcp.sub.r", Config{}, []Binding{{Source: "gcp.t"}}, true)
+		}()
+		go func() {
+			defer wg.Done()
+			_ = e.m.DeleteChannel("gcp.sub.r", true)
+		}()
+		wg.Wait()
+		if q, err := e.m.Get("gcp.sub.r"); err == nil {
+			if l, err := e.st.Get("gcp.sub.r"); err != nil || l != q.log {
+				t.Fatalf("queue without its log: %v", err)
+			}
+		}
+	}
+	if err := e.m.DeleteChannel("gcp.t", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Get("gcp.t"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("log after DeleteChannel: %v", err)
+	}
+}
