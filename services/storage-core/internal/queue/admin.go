@@ -39,9 +39,9 @@ func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
 	q.dirty = q.dirty[:0]
 	q.wakeLocked()
 	put := append(spans(nil), acked...)
-	name := q.name
+	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		b := stateBucket(tx, name)
+		b := incStateBucket(tx, name, inc)
 		if b == nil {
 			return nil
 		}
@@ -274,7 +274,7 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 		if sb.Get([]byte(name)) != nil {
 			return errSnapshotTaken
 		}
-		if stateBucket(tx, q.name) == nil {
+		if incStateBucket(tx, q.name, q.inc) == nil {
 			return errQueueGone
 		}
 		return putJSON(sb, name, s)
@@ -386,9 +386,9 @@ func (m *Manager) Detach(name string) error {
 
 // putMetaLocked enqueues the durable write of meta.
 func (q *Queue) putMetaLocked(meta queueMeta) *dbOp {
-	name := q.name
+	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		if stateBucket(tx, name) == nil {
+		if incStateBucket(tx, name, inc) == nil {
 			return nil
 		}
 		return putJSON(tx.Bucket(bktQueues), name, meta)
@@ -433,6 +433,10 @@ func (q *Queue) UpdateConfig(in Config, mask []string) (Info, error) {
 		}
 	}
 	if err := c.Validate(); err != nil {
+		q.mu.Unlock()
+		return Info{}, err
+	}
+	if err := q.m.checkDeadLetter(q.name, c); err != nil {
 		q.mu.Unlock()
 		return Info{}, err
 	}

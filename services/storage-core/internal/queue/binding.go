@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,7 +32,42 @@ type binding struct {
 	cursor     atomic.Int64 // next source sequence to look at
 
 	ckptCursor int64 // last checkpointed cursor (pump goroutine only)
+	ckptHW     int64 // queue log high watermark of that checkpoint (pump goroutine only)
 	ckptAt     time.Time
+
+	// durable tracks the queue offset from which the committed checkpoint's recovery
+	// rescans the queue log: retention never trims the log past it (maintain), or a
+	// crash would copy the trimmed records again.
+	durable struct {
+		sync.Mutex
+		off        int64 // queue offset of the last committed checkpoint
+		pending    *dbOp // the last enqueued checkpoint, not known committed yet
+		pendingOff int64
+	}
+}
+
+// setDurable records the queue offset of a committed checkpoint (open, create).
+func (b *binding) setDurable(off int64) {
+	b.durable.Lock()
+	b.durable.off, b.durable.pending = off, nil
+	b.durable.Unlock()
+}
+
+// durableOff returns the queue offset of the last committed checkpoint.
+func (b *binding) durableOff() int64 {
+	b.durable.Lock()
+	defer b.durable.Unlock()
+	if p := b.durable.pending; p != nil {
+		select {
+		case <-p.done:
+			if p.err == nil {
+				b.durable.off = max(b.durable.off, b.durable.pendingOff)
+			}
+			b.durable.pending = nil
+		default:
+		}
+	}
+	return b.durable.off
 }
 
 // Pump limits: records per source read, bytes per queue append.
@@ -88,6 +124,7 @@ func (b *binding) run(stop <-chan struct{}) {
 				log.Warn("binding source unavailable; retrying", zap.Error(err))
 				warned = true
 			}
+			b.checkpoint(false)
 			if !retry() {
 				return
 			}
@@ -101,6 +138,15 @@ func (b *binding) run(stop <-chan struct{}) {
 				zap.Int64("cursor", cur), zap.Int64("log_start_sequence", start+1))
 			off = start
 			b.cursor.Store(off + 1)
+		}
+		if hw := src.HighWatermark(); off > hw {
+			// Only after a restart that cut the source's tail (a torn or corrupt last
+			// batch): the next records appended take the cut sequences, so the
+			// binding must look at them instead of skipping them.
+			log.Error("binding cursor past the source's end (its tail was cut at start); resuming at its end",
+				zap.Int64("cursor", cur), zap.Int64("source_next_sequence", hw+1))
+			b.rewind(hw + 1)
+			continue
 		}
 		if off >= src.HighWatermark() {
 			b.checkpoint(false)
@@ -202,19 +248,42 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 	return 0, nil
 }
 
+// rewind moves the cursor back to cur and checkpoints it, lowering the stored one
+// (checkpoint never lowers it), and waits for the commit.
+func (b *binding) rewind(cur int64) {
+	b.cursor.Store(cur)
+	hw := b.q.log.HighWatermark()
+	name, source, inc := b.q.name, b.source, b.q.inc
+	op := b.q.m.db.enqueue(func(tx *bolt.Tx) error {
+		s := incStateBucket(tx, name, inc)
+		if s == nil {
+			return nil
+		}
+		return s.Bucket(bktCursors).Put([]byte(source), encodeCkpt(cur, hw))
+	})
+	b.ckptCursor, b.ckptHW, b.ckptAt = cur, hw, time.Now()
+	if err := op.wait(); err != nil {
+		b.q.m.log.Warn("binding checkpoint not persisted", zap.String("queue", name), zap.String("source", source), zap.Error(err))
+		return
+	}
+	b.setDurable(hw)
+}
+
 // checkpoint records the cursor with the queue log's high watermark (everything this
 // binding copied so far is below it), at most every ckptEvery unless force. It does
 // not wait for the commit: a lost checkpoint only means a longer rescan at open.
 func (b *binding) checkpoint(force bool) {
 	cur := b.cursor.Load()
-	if cur == b.ckptCursor || !force && time.Since(b.ckptAt) < ckptEvery && b.ckptCursor != 0 {
+	hw := b.q.log.HighWatermark()
+	// An idle binding checkpoints too while other bindings grow the queue log, so
+	// its checkpoint's offset (durableOff) does not hold retention back.
+	if cur == b.ckptCursor && hw == b.ckptHW || !force && time.Since(b.ckptAt) < ckptEvery && b.ckptCursor != 0 {
 		return
 	}
-	b.ckptCursor, b.ckptAt = cur, time.Now()
-	hw := b.q.log.HighWatermark()
-	name, source := b.q.name, b.source
-	b.q.m.db.enqueue(func(tx *bolt.Tx) error {
-		s := stateBucket(tx, name)
+	b.ckptCursor, b.ckptHW, b.ckptAt = cur, hw, time.Now()
+	name, source, inc := b.q.name, b.source, b.q.inc
+	op := b.q.m.db.enqueue(func(tx *bolt.Tx) error {
+		s := incStateBucket(tx, name, inc)
 		if s == nil {
 			return nil
 		}
@@ -224,4 +293,9 @@ func (b *binding) checkpoint(force bool) {
 		}
 		return cb.Put([]byte(source), encodeCkpt(cur, hw))
 	})
+	b.durable.Lock()
+	if b.durable.pending == nil || b.durable.pendingOff <= hw {
+		b.durable.pending, b.durable.pendingOff = op, hw
+	}
+	b.durable.Unlock()
 }

@@ -119,7 +119,7 @@ func (c *Config) backoffMs(attempts int32) int64 {
 	}
 	lo, hi := c.Retry.backoff()
 	d := lo
-	for i := int32(1); i < attempts && d < hi; i++ {
+	for i := int32(1); i < attempts && d > 0 && d < hi; i++ { // d 0: no backoff, whatever the attempts
 		d *= 2
 	}
 	return min(d, hi)

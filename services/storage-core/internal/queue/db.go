@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 // Delivery state lives in one bbolt file, <data-dir>/queues.db:
 //
 //	queues/<name>                 JSON queueMeta (config, bindings, detached, incarnation)
+//	state/<name>/incarnation      8 bytes: the incarnation of the queue this state is of
 //	state/<name>/floor            8 bytes: every queue offset below it is acked
 //	state/<name>/acked/<off>      8 bytes: end of a span [off, end) of acked offsets
 //	                              above the floor (spans.go)
@@ -32,6 +36,7 @@ var (
 	bktAttempts  = []byte("attempts")
 	bktCursors   = []byte("cursors")
 	keyFloor     = []byte("floor")
+	keyInc       = []byte("incarnation")
 )
 
 // stateDB wraps the bbolt file with a group committer: writers enqueue a function
@@ -65,8 +70,25 @@ func (o *dbOp) wait() error {
 	return o.err
 }
 
-func openStateDB(path string, m *Metrics) (*stateDB, error) {
-	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+// openStateDB opens the state file. A damaged one is refused with ErrState naming it:
+// bbolt panics on a broken page (at open, where it walks every page to rebuild the
+// free list, some panics come from a goroutine of its own and cannot be recovered), so
+// the file is walked read-only first (checkStateFile). bbolt keeps no page
+// checksums: a flipped value inside an intact page is not detected.
+func openStateDB(path string, m *Metrics) (d *stateDB, err error) {
+	if err := checkStateFile(path); err != nil {
+		return nil, err
+	}
+	var b *bolt.DB
+	defer func() {
+		if p := recover(); p != nil {
+			if b != nil {
+				_ = b.Close()
+			}
+			d, err = nil, damaged(path, fmt.Errorf("%v", p))
+		}
+	}()
+	b, err = bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
 	}
@@ -82,10 +104,59 @@ func openStateDB(path string, m *Metrics) (*stateDB, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
 	}
-	d := &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
+	d = &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	go d.run()
 	return d, nil
+}
+
+func damaged(path string, cause error) error {
+	return fmt.Errorf("%w: %s is damaged (%v); restore it from a backup, or move it away to start with no queue state (queue logs without state are then kept and logged)", ErrState, path, cause)
+}
+
+// checkStateFile walks every bucket and key of an existing state file, opened
+// read-only (no free-list rebuild), recovering bbolt's panics on broken pages.
+func checkStateFile(path string) (err error) {
+	if _, serr := os.Stat(path); serr != nil {
+		return nil // created by the open
+	}
+	b, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 10 * time.Second, ReadOnly: true})
+	if err != nil {
+		return damaged(path, err)
+	}
+	// A page id past the file's end reads outside the mapping: a fault, turned into
+	// a panic recovered below instead of a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = damaged(path, fmt.Errorf("%v", p))
+		}
+		_ = b.Close()
+	}()
+	var walk func(bk *bolt.Bucket) error
+	walk = func(bk *bolt.Bucket) error {
+		var prev []byte
+		return bk.ForEach(func(k, v []byte) error {
+			// Keys out of order would make bbolt's open panic in a goroutine of its own.
+			if prev != nil && bytes.Compare(prev, k) >= 0 {
+				return fmt.Errorf("keys out of order: %x after %x", k, prev)
+			}
+			prev = append(prev[:0], k...)
+			if v == nil {
+				if sub := bk.Bucket(k); sub != nil {
+					return walk(sub)
+				}
+			}
+			return nil
+		})
+	}
+	err = b.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, bk *bolt.Bucket) error { return walk(bk) })
+	})
+	if err != nil {
+		return damaged(path, err)
+	}
+	return nil
 }
 
 // enqueue queues fn for the next commit and returns at once.
@@ -183,6 +254,22 @@ func keyOff(k []byte) int64 { return int64(binary.BigEndian.Uint64(k)) }
 // stateBucket returns state/<name>, or nil when the queue was deleted.
 func stateBucket(tx *bolt.Tx, name string) *bolt.Bucket {
 	return tx.Bucket(bktState).Bucket([]byte(name))
+}
+
+// incStateBucket returns state/<name> when it is the state of the queue incarnation
+// inc, else nil: the queue was deleted, or deleted and created again under its name
+// (a write still queued by the old queue, such as a dead-letter ack whose append was
+// in flight during the delete, must not land in its successor's state). State
+// written before incarnations were recorded has no key and is taken as matching.
+func incStateBucket(tx *bolt.Tx, name string, inc uint64) *bolt.Bucket {
+	b := stateBucket(tx, name)
+	if b == nil {
+		return nil
+	}
+	if v := b.Get(keyInc); v != nil && (len(v) != 8 || binary.BigEndian.Uint64(v) != inc) {
+		return nil
+	}
+	return b
 }
 
 // createStateBucket creates state/<name> afresh with its sub-buckets.

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -47,9 +48,14 @@ type Options struct {
 
 // Queue log settings: the queue engine decides what to keep, so the log itself keeps
 // records until the engine moves its start (retention of acked and expired messages).
+//
+// The queue log takes batches of any size: its bindings are its only writers, and a
+// source record larger than a bound here (a source with a larger max_message_bytes,
+// or a compressed batch that decodes larger) would fail its copy forever and wedge
+// the binding, so no later record would reach the queue.
 const (
 	queueLogSegmentBytes = 64 << 20
-	queueLogMaxBatch     = 64 << 20
+	queueLogMaxBatch     = math.MaxInt32
 )
 
 // Manager holds every queue of one data directory.
@@ -128,6 +134,12 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 			_ = m.dropState(qm.Name)
 			continue
 		}
+		if c := l.Config(); c.MaxMessageBytes < queueLogMaxBatch { // queue logs created with a 64 MiB bound
+			c.MaxMessageBytes = queueLogMaxBatch
+			if err := l.UpdateConfig(c); err != nil {
+				log.Warn("raise the queue log's batch limit", zap.String("queue", qm.Name), zap.Error(err))
+			}
+		}
 		q, err := m.openQueue(qm, l)
 		if err != nil {
 			m.closeQueues()
@@ -142,7 +154,7 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 		}
 		if l.HighWatermark() > 0 {
 			// Not an interrupted create (whose log is empty): never drop records here.
-			log.Error("queue log without queue state kept; DeleteChannel removes it", zap.String("queue", l.Name()),
+			log.Error("queue log without queue state kept; DeleteQueue or DeleteChannel removes it", zap.String("queue", l.Name()),
 				zap.Int64("high_watermark", l.HighWatermark()))
 			continue
 		}
@@ -215,10 +227,17 @@ func (m *Manager) list() []*Queue {
 func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 	q := m.newQueue(qm, l)
 	ckpts := map[string][2]int64{}
+	hasInc := false
 	err := m.db.view(func(tx *bolt.Tx) error {
 		b := stateBucket(tx, qm.Name)
 		if b == nil {
 			return fmt.Errorf("%w: state of %s missing", ErrState, qm.Name)
+		}
+		if v := b.Get(keyInc); v != nil {
+			if len(v) != 8 || keyOff(v) != int64(qm.Incarnation) {
+				return fmt.Errorf("%w: state of %s belongs to another incarnation of the queue", ErrState, qm.Name)
+			}
+			hasInc = true
 		}
 		if v := b.Get(keyFloor); len(v) == 8 {
 			q.loadPos = keyOff(v)
@@ -243,22 +262,154 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	scanFrom := l.HighWatermark()
+	if !hasInc { // state written before incarnations were recorded
+		err := m.db.update(func(tx *bolt.Tx) error {
+			return stateBucket(tx, qm.Name).Put(keyInc, offKey(int64(qm.Incarnation)))
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	hw := l.HighWatermark()
+	cut := q.loadPos > hw || len(q.ackedAhead) > 0 && q.ackedAhead[len(q.ackedAhead)-1].To > hw
+	for off := range q.attempts {
+		cut = cut || off >= hw
+	}
+	for _, c := range ckpts {
+		cut = cut || c[1] > hw
+	}
+	scanFrom := hw
 	for _, b := range q.bindings {
 		c, ok := ckpts[b.source]
 		if !ok {
 			c = [2]int64{b.start, 0}
 		}
 		b.cursor.Store(c[0])
+		if cut && c[1] > hw {
+			// The checkpoint's cursor may count records the log no longer holds:
+			// recover it from the log alone when the log holds a record of this source.
+			b.cursor.Store(0)
+			c[1] = 0
+		}
 		scanFrom = min(scanFrom, c[1])
 	}
 	if err := q.recoverCursors(scanFrom); err != nil {
 		return nil, err
 	}
+	// A source whose tail was cut at start (torn or corrupt last batch) below the
+	// cursor: the records appended next take the cut sequences, so the binding must
+	// resume at the source's end instead of skipping them. Nothing appends before
+	// Open returns, so this is the moment to notice.
+	rewound := map[string]int64{}
 	for _, b := range q.bindings {
+		src, err := m.st.Get(b.source)
+		if err != nil || b.srcCreated != 0 && src.CreatedMs() != b.srcCreated {
+			continue
+		}
+		if shw := src.HighWatermark(); b.cursor.Load() > shw+1 {
+			m.log.Error("binding cursor past the source's end (its tail was cut at start); resuming at its end",
+				zap.String("queue", qm.Name), zap.String("source", b.source), zap.Int64("cursor", b.cursor.Load()),
+				zap.Int64("source_next_sequence", shw+1))
+			b.cursor.Store(shw + 1)
+			rewound[b.source] = shw + 1
+		}
+	}
+	if len(rewound) > 0 {
+		err := m.db.update(func(tx *bolt.Tx) error {
+			for src, cur := range rewound {
+				if err := stateBucket(tx, qm.Name).Bucket(bktCursors).Put([]byte(src), encodeCkpt(cur, hw)); err != nil {
+					return err
+				}
+				ckpts[src] = [2]int64{cur, hw}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range q.bindings {
+		if b.cursor.Load() == 0 {
+			c := ckpts[b.source]
+			m.log.Error("queue log cut below the binding checkpoint and no record of the source left in it; resuming at the checkpoint",
+				zap.String("queue", qm.Name), zap.String("source", b.source), zap.Int64("cursor", c[0]))
+			b.cursor.Store(c[0])
+		}
 		b.ckptCursor = b.cursor.Load()
+		b.setDurable(min(ckpts[b.source][1], hw))
+	}
+	if cut {
+		if err := q.clampStateTo(hw); err != nil {
+			return nil, err
+		}
 	}
 	return q, nil
+}
+
+// clampStateTo repairs delivery state that reaches past the end of the queue log (hw):
+// the log's tail was cut at start (a torn or corrupt tail, e.g. after a power loss
+// with --fsync=interval) after acks or checkpoints naming its records were committed.
+// Left alone, the records the bindings append next would take those offsets and be
+// taken as acked: silently lost. The ack floor, acked spans and delivery counts are
+// cut to hw and the binding cursors recovered from the log (recoverCursors), so
+// records of the cut tail are copied again (delivered again if they were acked:
+// at-least-once, never lost).
+func (q *Queue) clampStateTo(hw int64) error {
+	q.m.log.Error("queue delivery state is ahead of its log (the log's tail was cut); acks past the log's end dropped, bindings rewound",
+		zap.String("queue", q.name), zap.Int64("floor", q.loadPos), zap.Int64("log_end", hw))
+	q.loadPos = min(q.loadPos, hw)
+	for i := len(q.ackedAhead) - 1; i >= 0; i-- {
+		if q.ackedAhead[i].From >= hw {
+			q.ackedAhead = q.ackedAhead[:i]
+		} else if q.ackedAhead[i].To > hw {
+			q.ackedAhead[i].To = hw
+		}
+	}
+	for off := range q.attempts {
+		if off >= hw {
+			delete(q.attempts, off)
+		}
+	}
+	floor, acked := q.loadPos, append(spans(nil), q.ackedAhead...)
+	cursors := map[string]int64{}
+	for _, b := range q.bindings {
+		cursors[b.source] = b.cursor.Load()
+	}
+	return q.m.db.update(func(tx *bolt.Tx) error {
+		b := incStateBucket(tx, q.name, q.inc)
+		if b == nil {
+			return nil
+		}
+		if err := b.Put(keyFloor, offKey(floor)); err != nil {
+			return err
+		}
+		ab := b.Bucket(bktAcked)
+		if err := clearBucket(ab); err != nil {
+			return err
+		}
+		for _, sp := range acked {
+			if err := ab.Put(offKey(sp.From), offKey(sp.To)); err != nil {
+				return err
+			}
+		}
+		at := b.Bucket(bktAttempts)
+		var drop [][]byte
+		c := at.Cursor()
+		for k, _ := c.Seek(offKey(hw)); k != nil; k, _ = c.Next() {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+		for _, k := range drop {
+			if err := at.Delete(k); err != nil {
+				return err
+			}
+		}
+		for src, cur := range cursors {
+			if err := b.Bucket(bktCursors).Put([]byte(src), encodeCkpt(cur, hw)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // recoverCursors moves each binding's cursor past the last record it copied into the
@@ -292,7 +443,7 @@ func (q *Queue) recoverCursors(from int64) error {
 }
 
 func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
-	q := &Queue{m: m, name: qm.Name, log: l, meta: qm,
+	q := &Queue{m: m, name: qm.Name, inc: qm.Incarnation, log: l, meta: qm,
 		attempts: map[int64]delivered{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
 	for _, bm := range qm.Bindings {
 		f, err := ParseFilter(bm.Filter)
@@ -427,6 +578,24 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 	return out, filters, nil
 }
 
+// checkDeadLetter refuses a dead-letter channel that is the queue itself or another
+// queue: a queue's log is written by its bindings only, so every dead-lettering would
+// fail and the message would cycle through the queue forever. A missing channel is
+// accepted (it may be created later; until then the message stays in the queue).
+func (m *Manager) checkDeadLetter(queue string, cfg Config) error {
+	d := cfg.DeadLetter
+	if d == nil {
+		return nil
+	}
+	if d.Channel == queue {
+		return fmt.Errorf("%w: dead_letter.channel %s is the queue itself", ErrInvalidArgument, d.Channel)
+	}
+	if l, err := m.st.Get(d.Channel); err == nil && l.Kind() == store.KindQueue {
+		return fmt.Errorf("%w: dead_letter.channel %s is a queue, not a log", ErrInvalidArgument, d.Channel)
+	}
+	return nil
+}
+
 // Create creates a queue with its bindings. With ifNotExists an existing queue is
 // returned with created=false. Errors: ErrInvalidArgument, ErrExists (also for a log
 // of that name), store.ErrNotFound (a missing source), channel name errors, ErrState.
@@ -452,8 +621,14 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 		}
 		return nil, false, fmt.Errorf("%w: %s", ErrExists, name)
 	}
-	if _, err := m.st.Get(name); err == nil {
+	if l, err := m.st.Get(name); err == nil {
+		if l.Kind() == store.KindQueue {
+			return nil, false, fmt.Errorf("%w: a queue log named %s without queue state exists (left by an interrupted delete; DeleteQueue removes it)", ErrExists, name)
+		}
 		return nil, false, fmt.Errorf("%w: a log named %s exists", ErrExists, name)
+	}
+	if err := m.checkDeadLetter(name, cfg); err != nil {
+		return nil, false, err
 	}
 	bs, _, err := m.checkBindings(name, bindings)
 	if err != nil {
@@ -478,6 +653,9 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 		if err := b.Put(keyFloor, offKey(0)); err != nil {
 			return err
 		}
+		if err := b.Put(keyInc, offKey(int64(qm.Incarnation))); err != nil {
+			return err
+		}
 		for _, bd := range bs {
 			if err := b.Bucket(bktCursors).Put([]byte(bd.Source), encodeCkpt(bd.StartSequence, 0)); err != nil {
 				return err
@@ -493,6 +671,7 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 	for _, b := range q.bindings {
 		b.cursor.Store(b.start)
 		b.ckptCursor = b.start
+		b.setDurable(0)
 	}
 	m.mu.Lock()
 	m.queues[name] = q
@@ -525,8 +704,16 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 		return m.st.Delete(name, true)
 	}
 	if !ok {
-		if l, err := m.st.Get(name); err == nil && l.Kind() == store.KindLog {
+		l, err := m.st.Get(name)
+		if err == nil && l.Kind() == store.KindLog {
 			return fmt.Errorf("%w: %s is a log", ErrNotQueue, name)
+		}
+		if err == nil && l.Kind() == store.KindQueue {
+			// A queue log without state: a delete cut short by a crash (state
+			// removed, log not yet). Without this the name could never be created
+			// again through QueueService.
+			m.log.Warn("removing queue log without queue state", zap.String("queue", name))
+			return m.st.Delete(name, true)
 		}
 		if ifExists {
 			return nil
@@ -546,6 +733,24 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 	}
 	m.log.Info("queue deleted", zap.String("queue", name))
 	return nil
+}
+
+// DeleteChannel deletes a channel of any kind (StorageService.DeleteChannel): a queue
+// (or a queue log left without state) as Delete does, a log through the store, under
+// adminMu, so a queue being created under that name meanwhile is never cut from its
+// log.
+func (m *Manager) DeleteChannel(name string, ifExists bool) error {
+	if err := channel.Validate(name); err != nil {
+		return err
+	}
+	m.adminMu.Lock()
+	l, err := m.st.Get(name)
+	if m.IsQueue(name) || err == nil && l.Kind() == store.KindQueue {
+		m.adminMu.Unlock()
+		return m.Delete(name, ifExists)
+	}
+	defer m.adminMu.Unlock()
+	return m.st.Delete(name, ifExists)
 }
 
 // dropState removes a queue's meta, state and snapshots from the state file.

@@ -87,6 +87,7 @@ type queueMeta struct {
 type Queue struct {
 	m    *Manager
 	name string
+	inc  uint64 // meta.Incarnation (immutable; read without mu)
 	log  *store.Log
 
 	fillMu sync.Mutex
@@ -340,9 +341,9 @@ func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
 	if len(offs) == 0 {
 		return nil
 	}
-	name := q.name
+	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		b := stateBucket(tx, name)
+		b := incStateBucket(tx, name, inc)
 		if b == nil {
 			return nil // deleted meanwhile
 		}
@@ -398,6 +399,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			nextEvent = t
 		}
 	}
+scan:
 	for _, m := range q.pending {
 		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
 			break
@@ -423,6 +425,11 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		case m.notBefore > now:
 			event(m.notBefore)
 			continue
+		case maxBytes > 0 && len(out) > 0 && size+m.size > maxBytes:
+			// Never past max_bytes but with a lone first message: callers size it
+			// from their clients' receive limits and flow control. Queue order is
+			// kept, so stop here rather than skip.
+			break scan
 		}
 		m.state = stLeased
 		m.attempts++
@@ -596,9 +603,9 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 			above = append(above, off)
 		}
 	}
-	name := q.name
+	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		b := stateBucket(tx, name)
+		b := incStateBucket(tx, name, inc)
 		if b == nil {
 			return nil
 		}
@@ -718,35 +725,60 @@ func (q *Queue) sweep() {
 	}
 }
 
-// deadLetter appends each message to the dead-letter log, then acks it. When the
-// append fails the message becomes available again (retried after a second).
+// deadLetter appends the messages to the dead-letter log, then acks them. When an
+// append fails its messages become available again (retried after a second). The
+// records go in batches of about deadLetterBatchBytes (one fsync each, not one per
+// message: thousands of leases expiring at once on a dead-lettering queue would
+// otherwise hold the sweep, which serves every queue, for seconds).
 func (q *Queue) deadLetter(ms []*msg) {
 	q.mu.Lock()
 	pol := q.meta.Config.DeadLetter
 	q.mu.Unlock()
-	for _, m := range ms {
-		var err error
-		if pol == nil {
-			err = errors.New("dead-letter policy removed")
-		} else {
-			err = q.appendDeadLetter(m, pol)
+	for len(ms) > 0 {
+		n, size := 0, 0
+		for n < len(ms) && n < 1000 && (n == 0 || size+int(ms[n].size) < deadLetterBatchBytes) {
+			size += int(ms[n].size) + 64
+			n++
+		}
+		batch := ms[:n]
+		ms = ms[n:]
+		errs := make([]error, len(batch))
+		switch {
+		case pol == nil:
+			for i := range errs {
+				errs[i] = errors.New("dead-letter policy removed")
+			}
+		default:
+			if err := q.appendDeadLetter(batch, pol); err != nil && len(batch) > 1 {
+				// One bad message (e.g. over the dead-letter log's max_message_bytes)
+				// must not hold the others back: append them one by one.
+				for i, m := range batch {
+					errs[i] = q.appendDeadLetter([]*msg{m}, pol)
+				}
+			} else {
+				errs[0] = err
+			}
 		}
 		q.mu.Lock()
-		if m.state != stDeadLettering || q.find(m.off) != m {
-			q.mu.Unlock() // the window was rebuilt meanwhile
-			continue
+		var acked []int64
+		for i, m := range batch {
+			if q.deleted || m.state != stDeadLettering || q.find(m.off) != m {
+				continue // the queue was deleted or the window rebuilt meanwhile
+			}
+			if errs[i] != nil {
+				q.m.log.Warn("dead-letter append failed; message stays in the queue", zap.String("queue", q.name),
+					zap.Int64("sequence", m.off+1), zap.Error(errs[i]))
+				m.state = stAvailable
+				m.notBefore = q.m.nowMs() + 1000
+				continue
+			}
+			q.ackLocked(m)
+			acked = append(acked, m.off)
 		}
 		var op *dbOp
-		if err != nil {
-			q.m.log.Warn("dead-letter append failed; message stays in the queue", zap.String("queue", q.name),
-				zap.Int64("sequence", m.off+1), zap.Error(err))
-			m.state = stAvailable
-			m.notBefore = q.m.nowMs() + 1000
-		} else {
-			q.m.opts.Metrics.DeadLettered.Inc()
-			off := m.off
-			q.ackLocked(m)
-			op = q.commitAcksLocked([]int64{off})
+		if len(acked) > 0 {
+			q.m.opts.Metrics.DeadLettered.Add(float64(len(acked)))
+			op = q.commitAcksLocked(acked)
 		}
 		q.wakeLocked()
 		q.mu.Unlock()
@@ -756,10 +788,15 @@ func (q *Queue) deadLetter(ms []*msg) {
 	}
 }
 
-// appendDeadLetter appends m to the policy's log: the record's key and value, its
-// headers minus drop_headers, then the policy's headers, then the delivery count and
-// source timestamp headers when named. The timestamp is the append time.
-func (q *Queue) appendDeadLetter(m *msg, pol *DeadLetterPolicy) error {
+// deadLetterBatchBytes bounds one dead-letter append (key, value and headers of its
+// messages; a larger message goes alone), below the default max_message_bytes; at
+// most 1000 records.
+const deadLetterBatchBytes = 512 << 10
+
+// appendDeadLetter appends ms to the policy's log in one batch: each record's key and
+// value, its headers minus drop_headers, then the policy's headers, then the delivery
+// count and source timestamp headers when named. The timestamp is the append time.
+func (q *Queue) appendDeadLetter(ms []*msg, pol *DeadLetterPolicy) error {
 	l, err := q.m.st.Get(pol.Channel)
 	if err != nil {
 		return err
@@ -767,27 +804,31 @@ func (q *Queue) appendDeadLetter(m *msg, pol *DeadLetterPolicy) error {
 	if l.Kind() != store.KindLog {
 		return fmt.Errorf("%w: dead-letter channel %s is a queue", ErrInvalidArgument, pol.Channel)
 	}
-	hs := make([]store.Header, 0, len(m.rec.Headers)+len(pol.Headers)+2)
-	for _, h := range m.rec.Headers {
-		drop := false
-		for _, d := range pol.DropHeaders {
-			if h.Key == d {
-				drop = true
-				break
+	recs := make([]store.NewRecord, len(ms))
+	for i, m := range ms {
+		hs := make([]store.Header, 0, len(m.rec.Headers)+len(pol.Headers)+2)
+		for _, h := range m.rec.Headers {
+			drop := false
+			for _, d := range pol.DropHeaders {
+				if h.Key == d {
+					drop = true
+					break
+				}
+			}
+			if !drop {
+				hs = append(hs, h)
 			}
 		}
-		if !drop {
-			hs = append(hs, h)
+		hs = append(hs, pol.Headers...)
+		if pol.DeliveryCountHeader != "" {
+			hs = append(hs, store.Header{Key: pol.DeliveryCountHeader, Value: strconv.AppendInt(nil, int64(m.attempts), 10)})
 		}
+		if pol.SourceTimestampHeader != "" {
+			hs = append(hs, store.Header{Key: pol.SourceTimestampHeader, Value: strconv.AppendInt(nil, m.rec.Timestamp, 10)})
+		}
+		recs[i] = store.NewRecord{Key: m.rec.Key, Value: m.rec.Value, Headers: hs}
 	}
-	hs = append(hs, pol.Headers...)
-	if pol.DeliveryCountHeader != "" {
-		hs = append(hs, store.Header{Key: pol.DeliveryCountHeader, Value: strconv.AppendInt(nil, int64(m.attempts), 10)})
-	}
-	if pol.SourceTimestampHeader != "" {
-		hs = append(hs, store.Header{Key: pol.SourceTimestampHeader, Value: strconv.AppendInt(nil, m.rec.Timestamp, 10)})
-	}
-	_, _, err = l.Append([]store.NewRecord{{Key: m.rec.Key, Value: m.rec.Value, Headers: hs}})
+	_, _, err = l.Append(recs)
 	return err
 }
 

@@ -51,6 +51,13 @@ func (q *Queue) maintain(snapFloor int64, pinned bool) {
 	if pinned {
 		trim = min(trim, snapFloor)
 	}
+	// Never past a binding's committed checkpoint: its recovery after a crash scans
+	// the queue log from there for the records copied since (binding.go).
+	q.mu.Lock()
+	for _, b := range q.bindings {
+		trim = min(trim, b.durableOff())
+	}
+	q.mu.Unlock()
 	hw := q.log.HighWatermark()
 	if cfg.RetainAcked {
 		off, _, found, err := q.log.LookupTime(cutoff)

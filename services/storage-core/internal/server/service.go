@@ -163,9 +163,10 @@ func (s *service) DeleteChannel(_ context.Context, req *storagev1.DeleteChannelR
 	if err := channel.Validate(req.Name); err != nil {
 		return nil, toStatus(err)
 	}
-	if s.qm != nil && s.qm.IsQueue(req.Name) {
-		// A queue goes with its delivery state and snapshots (QueueService.DeleteQueue).
-		if err := s.qm.Delete(req.Name, req.IfExists); err != nil {
+	if s.qm != nil {
+		// A queue goes with its delivery state and snapshots (QueueService.DeleteQueue);
+		// the engine also serializes a log's delete with queue creates.
+		if err := s.qm.DeleteChannel(req.Name, req.IfExists); err != nil {
 			return nil, toStatus(err)
 		}
 		return &storagev1.DeleteChannelResponse{}, nil
