@@ -15,6 +15,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -40,11 +41,16 @@ type Registry struct {
 	storage storagev1.StorageServiceClient
 	queues  storagev1.QueueServiceClient
 	log     *zap.Logger
+	now     func() time.Time
 }
 
-// New returns a Registry over st, storage-core's channel and queue services.
-func New(st *store.Store, storage storagev1.StorageServiceClient, queues storagev1.QueueServiceClient, log *zap.Logger) *Registry {
-	return &Registry{store: st, storage: storage, queues: queues, log: log}
+// New returns a Registry over st, storage-core's channel and queue services. now is the
+// clock of activity and expiration (time.Now when nil).
+func New(st *store.Store, storage storagev1.StorageServiceClient, queues storagev1.QueueServiceClient, log *zap.Logger, now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{store: st, storage: storage, queues: queues, log: log, now: now}
 }
 
 func topicProto(t *store.PubSubTopic) *coordinatorv1.PubSubTopic {
@@ -55,6 +61,7 @@ func subProto(s *store.PubSubSubscription) *coordinatorv1.PubSubSubscription {
 	return &coordinatorv1.PubSubSubscription{
 		Id: s.ID, TopicId: s.TopicID, Spec: s.Spec, Detached: s.Detached,
 		CreatedMs: s.CreatedAt.UnixMilli(), UpdatedMs: s.UpdatedAt.UnixMilli(),
+		ExpirationTtlMs: s.ExpirationTTLMs, LastActiveMs: s.LastActive.UnixMilli(),
 	}
 }
 
@@ -228,7 +235,7 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 	if err := channel.ValidatePubSubID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	s := &store.PubSubSubscription{ID: id, TopicID: topic, Spec: in.GetSpec()}
+	s := &store.PubSubSubscription{ID: id, TopicID: topic, Spec: in.GetSpec(), ExpirationTTLMs: max(in.GetExpirationTtlMs(), 0), LastActive: r.now()}
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
 		if err := tx.LockSubscription(ctx, id); err != nil {
 			return err
@@ -305,6 +312,11 @@ func (r *Registry) UpdatePubSubSubscription(ctx context.Context, req *coordinato
 			}
 		}
 		if err := tx.UpdateSubscriptionSpec(ctx, id, req.GetSubscription().GetSpec()); err != nil {
+			return err
+		}
+		// An update restarts the expiration clock (Google: "if you update any of the
+		// subscription properties, the subscription deletion clock restarts").
+		if err := tx.SetSubscriptionExpiry(ctx, id, req.GetSubscription().GetExpirationTtlMs(), r.now()); err != nil {
 			return err
 		}
 		var err error
