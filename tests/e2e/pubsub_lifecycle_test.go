@@ -11,8 +11,14 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tributary/tributary/libs/channel"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -99,5 +105,72 @@ func TestPubSubDeleteTopicRecreate(t *testing.T) {
 	ls, err := c.TopicAdminClient.ListTopicSubscriptions(ctx, &pubsubpb.ListTopicSubscriptionsRequest{Topic: topicPath(topic)}).Next()
 	if err != nil || ls != subPath(newSub) {
 		t.Errorf("ListTopicSubscriptions of the new topic: first %q, %v", ls, err)
+	}
+}
+
+// TestPubSubExpirationPolicy: with the Go client, the expiration policy's bounds
+// (ttl under 1 day is INVALID_ARGUMENT; the default is 31 days; an explicit policy
+// without ttl never expires) reach the registry, and subscriber activity (a Pull
+// through either gateway, an ack) is reported to the coordinator within seconds, so
+// its expiration clock restarts. The sweep itself is tested with a moved clock in the
+// coordinator (internal/server TestPubSubExpiry).
+func TestPubSubExpirationPolicy(t *testing.T) {
+	s := pubsubStack(t)
+	c := psClient(t, s.PubSubAddrs[0])
+	ctx := ctxT(t, 2*time.Minute)
+	topic, sub, never := psID("exp"), psID("exp-sub"), psID("exp-never")
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topicPath(topic)}); err != nil {
+		t.Fatalf("CreateTopic: %v", err)
+	}
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("exp-bad")), Topic: topicPath(topic),
+		ExpirationPolicy: &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(23 * time.Hour)}})
+	wantCode(t, "CreateSubscription ttl 23h", err, codes.InvalidArgument)
+	got, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(sub), Topic: topicPath(topic)})
+	if err != nil || got.GetExpirationPolicy().GetTtl().AsDuration() != 31*24*time.Hour {
+		t.Fatalf("CreateSubscription default expiration = %v, %v", got.GetExpirationPolicy(), err)
+	}
+	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(never), Topic: topicPath(topic),
+		ExpirationPolicy: &pubsubpb.ExpirationPolicy{}}); err != nil {
+		t.Fatalf("CreateSubscription never expiring: %v", err)
+	}
+	_, err = c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{
+		Subscription: &pubsubpb.Subscription{Name: subPath(sub), ExpirationPolicy: &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(time.Hour)}},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"expiration_policy"}},
+	})
+	wantCode(t, "UpdateSubscription ttl 1h", err, codes.InvalidArgument)
+
+	cc, err := grpc.NewClient(s.CoordinatorAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	reg := coordinatorv1.NewPubSubRegistryServiceClient(cc)
+	registered := func(id string) *coordinatorv1.PubSubSubscription {
+		t.Helper()
+		r, err := reg.GetPubSubSubscription(ctx, &coordinatorv1.GetPubSubSubscriptionRequest{Id: id})
+		if err != nil {
+			t.Fatalf("registry GetPubSubSubscription %s: %v", id, err)
+		}
+		return r.GetSubscription()
+	}
+	if r := registered(sub); r.GetExpirationTtlMs() != (31 * 24 * time.Hour).Milliseconds() {
+		t.Fatalf("registered ttl %d ms, want 31 days", r.GetExpirationTtlMs())
+	}
+	if r := registered(never); r.GetExpirationTtlMs() != 0 {
+		t.Fatalf("registered ttl of a never expiring subscription: %d ms", r.GetExpirationTtlMs())
+	}
+
+	before := registered(sub).GetLastActiveMs()
+	_, sc := rawPubSub(t, s.PubSubAddrs[1])
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second) // an empty Pull answers before its deadline
+	defer cancel()
+	if _, err := sc.Pull(pctx, &pubsubpb.PullRequest{Subscription: subPath(sub), MaxMessages: 1}); err != nil {
+		t.Fatalf("Pull: %v", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); registered(sub).GetLastActiveMs() <= before; {
+		if time.Now().After(deadline) {
+			t.Fatal("Pull not reported as activity within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

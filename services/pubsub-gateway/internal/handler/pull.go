@@ -63,6 +63,7 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 	if err := deliverable(sub); err != nil {
 		return nil, err
 	}
+	h.touch(r.id)
 	wait := maxPullWait
 	//lint:ignore SA1019 deprecated in pubsub.proto, but clients still send it
 	if req.GetReturnImmediately() {
@@ -161,6 +162,7 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
 	h.streams.done(req.GetAckIds())
+	h.touch(r.id)
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}
@@ -186,6 +188,7 @@ func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 	if err != nil {
 		return nil, err
 	}
+	h.touch(r.id)
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}
