@@ -157,12 +157,12 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 	if err := checkAckIDs(req.GetAckIds()); err != nil {
 		return nil, err
 	}
+	h.touch(r.id)
 	resp, err := h.queues.Ack(ctx, &storagev1.AckRequest{Queue: channel.PubSubSubscription(r.id), AckIds: req.GetAckIds()})
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
 	h.streams.done(req.GetAckIds())
-	h.touch(r.id)
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}
