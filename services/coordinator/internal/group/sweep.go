@@ -31,6 +31,7 @@ type sweeper struct {
 	rev       uint64
 	renewedAt time.Time
 	lastRet   time.Time
+	extra     []*extraSweep // AddSweep
 }
 
 func newSweeper(c *Coordinator) *sweeper {
@@ -72,6 +73,7 @@ func (s *sweeper) run(ctx context.Context) {
 		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
 			s.c.log.Warn("group sweep failed", zap.Error(err))
 		}
+		s.runExtra(ctx)
 	}
 }
 

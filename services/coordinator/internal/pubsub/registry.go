@@ -15,6 +15,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -40,11 +41,16 @@ type Registry struct {
 	storage storagev1.StorageServiceClient
 	queues  storagev1.QueueServiceClient
 	log     *zap.Logger
+	now     func() time.Time
 }
 
-// New returns a Registry over st, storage-core's channel and queue services.
-func New(st *store.Store, storage storagev1.StorageServiceClient, queues storagev1.QueueServiceClient, log *zap.Logger) *Registry {
-	return &Registry{store: st, storage: storage, queues: queues, log: log}
+// New returns a Registry over st, storage-core's channel and queue services. now is the
+// clock of activity and expiration (time.Now when nil).
+func New(st *store.Store, storage storagev1.StorageServiceClient, queues storagev1.QueueServiceClient, log *zap.Logger, now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{store: st, storage: storage, queues: queues, log: log, now: now}
 }
 
 func topicProto(t *store.PubSubTopic) *coordinatorv1.PubSubTopic {
@@ -55,6 +61,7 @@ func subProto(s *store.PubSubSubscription) *coordinatorv1.PubSubSubscription {
 	return &coordinatorv1.PubSubSubscription{
 		Id: s.ID, TopicId: s.TopicID, Spec: s.Spec, Detached: s.Detached,
 		CreatedMs: s.CreatedAt.UnixMilli(), UpdatedMs: s.UpdatedAt.UnixMilli(),
+		ExpirationTtlMs: s.ExpirationTTLMs, LastActiveMs: s.LastActive.UnixMilli(),
 	}
 }
 
@@ -159,32 +166,65 @@ func (r *Registry) ListPubSubTopics(ctx context.Context, req *coordinatorv1.List
 	return resp, nil
 }
 
-// DeletePubSubTopic unregisters a topic, clears it from its subscriptions and deletes
-// its log.
+// DeletePubSubTopic unregisters a topic: it unbinds each of the topic's subscriptions
+// from the topic's log, then deletes the log and the row, and clears the topic from the
+// subscriptions (Pub/Sub's `_deleted-topic_`). The subscriptions keep what they already
+// hold and never receive anything new, also not from a topic created again under the
+// same id, whose log starts empty.
+//
+// Order under failure (README): unbind first, then delete the log, then commit the row
+// change, all under the topic's lock. A failure stops the delete with the topic still
+// registered (the row change rolls back) and the call's error; the subscriptions
+// unbound so far stay unbound (Unbind is idempotent, so the client's retry finishes the
+// delete). The log is deleted only once no subscription is bound to it, and the row
+// only once the log is gone, so a re-created topic never feeds an old subscription and
+// never adopts the old log's records.
 func (r *Registry) DeletePubSubTopic(ctx context.Context, req *coordinatorv1.DeletePubSubTopicRequest) (*coordinatorv1.DeletePubSubTopicResponse, error) {
 	id := req.GetId()
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
 		if err := tx.LockTopic(ctx, id); err != nil {
 			return err
 		}
-		if err := tx.DeleteTopic(ctx, id); err != nil {
+		if _, err := tx.Topic(ctx, id); err != nil {
 			return err
 		}
 		name := channel.PubSubTopic(id)
-		if _, err := r.storage.DeleteChannel(ctx, &storagev1.DeleteChannelRequest{Name: name, IfExists: true}); err != nil {
-			if status.Code(err) == codes.Unavailable || ctx.Err() != nil {
-				return storageError("delete channel "+name, err)
-			}
-			// A log that storage-core refuses to delete (still bound, say) stays; the
-			// topic is gone from the registry either way.
-			r.log.Warn("could not delete the log of a deleted topic", zap.String("channel", name), zap.Error(err))
+		// No subscription of the topic can be created meanwhile: CreateSubscription
+		// takes the topic's lock, which we hold.
+		if err := r.unbindSubscriptions(ctx, id, name); err != nil {
+			return err
 		}
-		return nil
+		if _, err := r.storage.DeleteChannel(ctx, &storagev1.DeleteChannelRequest{Name: name, IfExists: true}); err != nil {
+			return storageError("delete channel "+name, err)
+		}
+		return tx.DeleteTopic(ctx, id)
 	})
 	if err != nil {
 		return nil, statusError(err)
 	}
 	return &coordinatorv1.DeletePubSubTopicResponse{}, nil
+}
+
+// unbindSubscriptions removes the binding to log of every subscription of topic. A
+// subscription without a queue (NOT_FOUND) has nothing to unbind.
+func (r *Registry) unbindSubscriptions(ctx context.Context, topic, log string) error {
+	after := ""
+	for {
+		ss, err := r.store.PubSubSubscriptions(ctx, topic, after, maxPageSize)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			q := channel.PubSubSubscription(s.ID)
+			if _, err := r.queues.Unbind(ctx, &storagev1.UnbindRequest{Queue: q, Source: log}); err != nil && status.Code(err) != codes.NotFound {
+				return storageError("unbind queue "+q, err)
+			}
+		}
+		if len(ss) < maxPageSize {
+			return nil
+		}
+		after = ss[len(ss)-1].ID
+	}
 }
 
 // CreatePubSubSubscription registers a subscription after creating its queue, bound to
@@ -195,7 +235,7 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 	if err := channel.ValidatePubSubID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	s := &store.PubSubSubscription{ID: id, TopicID: topic, Spec: in.GetSpec()}
+	s := &store.PubSubSubscription{ID: id, TopicID: topic, Spec: in.GetSpec(), ExpirationTTLMs: max(in.GetExpirationTtlMs(), 0), LastActive: r.now()}
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
 		if err := tx.LockSubscription(ctx, id); err != nil {
 			return err
@@ -272,6 +312,11 @@ func (r *Registry) UpdatePubSubSubscription(ctx context.Context, req *coordinato
 			}
 		}
 		if err := tx.UpdateSubscriptionSpec(ctx, id, req.GetSubscription().GetSpec()); err != nil {
+			return err
+		}
+		// An update restarts the expiration clock (Google: "if you update any of the
+		// subscription properties, the subscription deletion clock restarts").
+		if err := tx.SetSubscriptionExpiry(ctx, id, req.GetSubscription().GetExpirationTtlMs(), r.now()); err != nil {
 			return err
 		}
 		var err error

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Config is the coordinator's configuration (flags --grpc-addr, --http-addr,
@@ -20,6 +21,12 @@ type Config struct {
 	NATSURL string
 	// ClusterID prefixes NATS subjects: "tributary.<cluster-id>.".
 	ClusterID string
+	// PubSubExpiryInterval is how often the sweep-lock holder deletes expired Pub/Sub
+	// subscriptions (1 min when 0; not a flag).
+	PubSubExpiryInterval time.Duration
+	// Now is the clock of the group coordinator and the Pub/Sub registry (time.Now
+	// when nil; tests move it).
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults of the coordinator's flags.

@@ -43,6 +43,29 @@ type fakeQueues struct {
 	mu       sync.Mutex
 	queues   map[string]*storagev1.CreateQueueRequest
 	detached map[string]bool
+	// failUnbind makes Unbind of these queues fail with UNAVAILABLE.
+	failUnbind map[string]bool
+}
+
+func (f *fakeQueues) Unbind(_ context.Context, req *storagev1.UnbindRequest) (*storagev1.UnbindResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failUnbind[req.GetQueue()] {
+		return nil, status.Error(codes.Unavailable, "injected failure")
+	}
+	q, ok := f.queues[req.GetQueue()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no queue %s", req.GetQueue())
+	}
+	var keep []*storagev1.Binding
+	for _, b := range q.Bindings {
+		if b.GetSource() != req.GetSource() {
+			keep = append(keep, b)
+		}
+	}
+	removed := len(keep) != len(q.Bindings)
+	q.Bindings = keep
+	return &storagev1.UnbindResponse{Removed: removed}, nil
 }
 
 func (f *fakeQueues) CreateQueue(_ context.Context, req *storagev1.CreateQueueRequest) (*storagev1.CreateQueueResponse, error) {

@@ -124,6 +124,68 @@ func TestPubSubRegistry(t *testing.T) {
 	}
 }
 
+// TestPubSubDeleteTopicUnbinds: DeleteTopic unbinds every subscription of the topic
+// before it deletes the log and the row; a failed unbind leaves the topic and its log
+// in place (the retry finishes the delete); a topic created again gets a new, empty
+// log and the old subscriptions stay unbound.
+func TestPubSubDeleteTopicUnbinds(t *testing.T) {
+	e := newEnv(t)
+	r := start(t, e.cfg, true)
+	c := registryClient(t, r)
+	ctx := ctxT(t)
+	if _, err := c.CreatePubSubTopic(ctx, &coordinatorv1.CreatePubSubTopicRequest{Topic: &coordinatorv1.PubSubTopic{Id: "tee"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sub1", "sub2"} {
+		if _, err := c.CreatePubSubSubscription(ctx, &coordinatorv1.CreatePubSubSubscriptionRequest{Subscription: &coordinatorv1.PubSubSubscription{Id: id, TopicId: "tee"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := func(q string) bool { return len(e.storage.queues.get(q).GetBindings()) > 0 }
+
+	e.storage.queues.mu.Lock()
+	e.storage.queues.failUnbind = map[string]bool{"gcp.sub.sub2": true}
+	e.storage.queues.mu.Unlock()
+	_, err := c.DeletePubSubTopic(ctx, &coordinatorv1.DeletePubSubTopicRequest{Id: "tee"})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("DeleteTopic with a failing unbind: %v", err)
+	}
+	if _, err := c.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: "tee"}); err != nil {
+		t.Fatalf("topic after a failed delete: %v", err)
+	}
+	if e.storage.config("gcp.tee") == nil || bound("gcp.sub.sub1") || !bound("gcp.sub.sub2") {
+		t.Fatalf("after a failed delete: log %v, s1 bound %v, s2 bound %v", e.storage.config("gcp.tee"), bound("gcp.sub.sub1"), bound("gcp.sub.sub2"))
+	}
+
+	e.storage.queues.mu.Lock()
+	e.storage.queues.failUnbind = nil
+	e.storage.queues.mu.Unlock()
+	if _, err := c.DeletePubSubTopic(ctx, &coordinatorv1.DeletePubSubTopicRequest{Id: "tee"}); err != nil {
+		t.Fatalf("DeleteTopic retry: %v", err)
+	}
+	if e.storage.config("gcp.tee") != nil || bound("gcp.sub.sub1") || bound("gcp.sub.sub2") {
+		t.Fatal("after DeleteTopic: log still there or a subscription still bound")
+	}
+	if _, err := c.CreatePubSubTopic(ctx, &coordinatorv1.CreatePubSubTopicRequest{Topic: &coordinatorv1.PubSubTopic{Id: "tee"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.storage.mu.Lock()
+	calls := append([]string(nil), e.storage.calls...)
+	e.storage.mu.Unlock()
+	if n := len(calls); n < 2 || calls[n-1] != "create gcp.tee" || calls[n-2] != "delete gcp.tee" {
+		t.Fatalf("storage calls %v: want the log deleted, then created anew", calls)
+	}
+	if bound("gcp.sub.sub1") || bound("gcp.sub.sub2") {
+		t.Fatal("an old subscription is bound to the re-created topic")
+	}
+	for _, id := range []string{"sub1", "sub2"} {
+		gs, err := c.GetPubSubSubscription(ctx, &coordinatorv1.GetPubSubSubscriptionRequest{Id: id})
+		if err != nil || gs.GetSubscription().GetTopicId() != "" {
+			t.Fatalf("subscription %s: %v, %v", id, gs, err)
+		}
+	}
+}
+
 // TestPubSubConcurrentCreatesAcrossReplicas: two coordinator replicas creating the same
 // subscription at once: exactly one succeeds, the other gets ALREADY_EXISTS.
 func TestPubSubConcurrentCreatesAcrossReplicas(t *testing.T) {

@@ -99,7 +99,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.http.AddReadyCheck("storage-core", s.storageReady)
 
 	s.groups, err = group.New(group.Config{ClusterID: cfg.ClusterID}, group.Deps{
-		Pool: s.store.Pool(), NATS: s.nc, Storage: s.storage, Registerer: reg, Log: log.Named("group"),
+		Pool: s.store.Pool(), NATS: s.nc, Storage: s.storage, Registerer: reg, Log: log.Named("group"), Now: cfg.Now,
 	})
 	if err != nil {
 		return nil, err
@@ -110,7 +110,13 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
-	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, pubsub.New(s.store, s.storage, storagev1.NewQueueServiceClient(s.storageConn), log.Named("pubsub")))
+	registry := pubsub.New(s.store, s.storage, storagev1.NewQueueServiceClient(s.storageConn), log.Named("pubsub"), cfg.Now)
+	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
+	expiry := cfg.PubSubExpiryInterval
+	if expiry <= 0 {
+		expiry = time.Minute
+	}
+	s.groups.AddSweep("pubsub-expiry", expiry, registry.ExpireSubscriptions)
 	s.health = grpcx.RegisterStandard(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)

@@ -28,6 +28,10 @@ type PubSubSubscription struct {
 	Detached  bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// ExpirationTTLMs is the expiration TTL (0 = never expires); LastActive the last
+	// activity (pubsub_expiry.go).
+	ExpirationTTLMs int64
+	LastActive      time.Time
 }
 
 // Advisory lock classes (first key) of the Pub/Sub registry; the second key is
@@ -79,11 +83,11 @@ func scanPubSubTopic(row pgx.Row) (*PubSubTopic, error) {
 	return &t, nil
 }
 
-const pubsubSubColumns = "id, coalesce(topic_id, ''), spec, detached, created_at, updated_at"
+const pubsubSubColumns = "id, coalesce(topic_id, ''), spec, detached, created_at, updated_at, coalesce(expiration_ttl_ms, 0), last_active_at"
 
 func scanPubSubSub(row pgx.Row) (*PubSubSubscription, error) {
 	var s PubSubSubscription
-	if err := row.Scan(&s.ID, &s.TopicID, &s.Spec, &s.Detached, &s.CreatedAt, &s.UpdatedAt); err != nil {
+	if err := row.Scan(&s.ID, &s.TopicID, &s.Spec, &s.Detached, &s.CreatedAt, &s.UpdatedAt, &s.ExpirationTTLMs, &s.LastActive); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -165,8 +169,9 @@ func (t *PubSubTx) DeleteTopic(ctx context.Context, id string) error {
 
 // InsertSubscription registers s (the caller checked it does not exist, under its lock).
 func (t *PubSubTx) InsertSubscription(ctx context.Context, s *PubSubSubscription) error {
-	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_subscriptions (id, topic_id, spec) VALUES ($1, $2, $3) RETURNING created_at, updated_at",
-		s.ID, s.TopicID, nonNil(s.Spec)).Scan(&s.CreatedAt, &s.UpdatedAt)
+	err := t.tx.QueryRow(ctx, `INSERT INTO pubsub_subscriptions (id, topic_id, spec, expiration_ttl_ms, last_active_at)
+		VALUES ($1, $2, $3, $4, coalesce($5, now())) RETURNING created_at, updated_at, last_active_at`,
+		s.ID, s.TopicID, nonNil(s.Spec), nullTTL(s.ExpirationTTLMs), nullTime(s.LastActive)).Scan(&s.CreatedAt, &s.UpdatedAt, &s.LastActive)
 	if err != nil {
 		return fmt.Errorf("insert pubsub subscription %s: %w", s.ID, err)
 	}

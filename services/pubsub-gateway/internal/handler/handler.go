@@ -50,6 +50,7 @@ type Handler struct {
 	subs   map[string]cachedSub
 
 	streams *streamBook
+	act     *activity
 }
 
 type cachedSub struct {
@@ -75,6 +76,7 @@ func New(d Deps) *Handler {
 		topics:  map[string]time.Time{},
 		subs:    map[string]cachedSub{},
 		streams: newStreamBook(),
+		act:     newActivity(),
 	}
 }
 

@@ -63,6 +63,7 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 	if err := deliverable(sub); err != nil {
 		return nil, err
 	}
+	h.touch(r.id)
 	wait := maxPullWait
 	//lint:ignore SA1019 deprecated in pubsub.proto, but clients still send it
 	if req.GetReturnImmediately() {
@@ -156,6 +157,7 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 	if err := checkAckIDs(req.GetAckIds()); err != nil {
 		return nil, err
 	}
+	h.touch(r.id)
 	resp, err := h.queues.Ack(ctx, &storagev1.AckRequest{Queue: channel.PubSubSubscription(r.id), AckIds: req.GetAckIds()})
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
@@ -186,6 +188,7 @@ func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 	if err != nil {
 		return nil, err
 	}
+	h.touch(r.id)
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}

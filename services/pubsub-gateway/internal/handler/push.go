@@ -147,6 +147,7 @@ func (p *Pusher) work(ctx context.Context, sub *subInfo) {
 				actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 				defer acancel()
 				if err == nil {
+					p.h.touch(sub.id)
 					if _, err := p.h.queues.Ack(actx, &storagev1.AckRequest{Queue: queue, AckIds: ids}); err != nil {
 						p.h.log.Debug("push ack failed", zap.String("subscription", sub.id), zap.Error(err))
 					}

@@ -188,5 +188,6 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 	if _, err := h.queues.Seek(ctx, seek); err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
+	h.touch(sub.id)
 	return &pubsubpb.SeekResponse{}, nil
 }

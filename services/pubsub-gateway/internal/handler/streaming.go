@@ -71,6 +71,7 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 	if err := deliverable(sub); err != nil {
 		return err
 	}
+	h.touch(r.id)
 	st := &stream{
 		h: h, ss: ss, sub: sub, queue: channel.PubSubSubscription(r.id),
 		maxMsgs: first.GetMaxOutstandingMessages() * windowFactor, maxBytes: first.GetMaxOutstandingBytes() * windowFactor,
@@ -155,6 +156,7 @@ func (s *stream) readLoop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		s.h.touch(s.sub.id) // acks, modacks and keepalives keep an open stream active
 		if err := s.handle(ctx, req); err != nil {
 			return err
 		}

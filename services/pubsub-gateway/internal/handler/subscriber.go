@@ -33,7 +33,7 @@ func (h *Handler) CreateSubscription(ctx context.Context, s *pubsubpb.Subscripti
 	}
 	b, _ := proto.Marshal(spec)
 	if _, err := h.reg.CreatePubSubSubscription(ctx, &coordinatorv1.CreatePubSubSubscriptionRequest{
-		Subscription: &coordinatorv1.PubSubSubscription{Id: sub.id, TopicId: topic.id, Spec: b},
+		Subscription: &coordinatorv1.PubSubSubscription{Id: sub.id, TopicId: topic.id, Spec: b, ExpirationTtlMs: expirationTTLMs(spec)},
 		QueueConfig:  queueConfig(spec, sub),
 		Filter:       spec.GetFilter(),
 	}); err != nil {
@@ -136,7 +136,7 @@ func (h *Handler) UpdateSubscription(ctx context.Context, req *pubsubpb.UpdateSu
 	stored.Detached = false
 	b, _ := proto.Marshal(stored)
 	if _, err := h.reg.UpdatePubSubSubscription(ctx, &coordinatorv1.UpdatePubSubSubscriptionRequest{
-		Subscription: &coordinatorv1.PubSubSubscription{Id: r.id, Spec: b},
+		Subscription: &coordinatorv1.PubSubSubscription{Id: r.id, Spec: b, ExpirationTtlMs: expirationTTLMs(cur)},
 		QueueConfig:  queueConfig(cur, r), QueueConfigMask: mask,
 	}); err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
@@ -198,7 +198,7 @@ func (h *Handler) ModifyPushConfig(ctx context.Context, req *pubsubpb.ModifyPush
 	cur.Topic, cur.Detached = topic, false
 	b, _ := proto.Marshal(cur)
 	if _, err := h.reg.UpdatePubSubSubscription(ctx, &coordinatorv1.UpdatePubSubSubscriptionRequest{
-		Subscription: &coordinatorv1.PubSubSubscription{Id: r.id, Spec: b},
+		Subscription: &coordinatorv1.PubSubSubscription{Id: r.id, Spec: b, ExpirationTtlMs: expirationTTLMs(cur)},
 	}); err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}

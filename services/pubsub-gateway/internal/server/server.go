@@ -59,6 +59,7 @@ type Server struct {
 	notReady atomic.Pointer[string]
 	calls    *prometheus.CounterVec
 	pusher   *handler.Pusher
+	handler  *handler.Handler
 }
 
 // New validates cfg, opens the backend clients and binds the listeners.
@@ -100,6 +101,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		Log:      log.Named("handler"),
 	})
 	srv.pusher = handler.NewPusher(h)
+	srv.handler = h
 	pubsubpb.RegisterPublisherServer(srv.grpc, h)
 	pubsubpb.RegisterSubscriberServer(srv.grpc, h)
 	iampb.RegisterIAMPolicyServer(srv.grpc, handler.NewIAM())
@@ -194,6 +196,7 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.pusher.Run(ctx) })
+	wg.Go(func() { s.handler.RunActivity(ctx) })
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
 	var err error

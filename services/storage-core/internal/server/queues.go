@@ -261,3 +261,12 @@ func (qs *queueService) Purge(_ context.Context, req *storagev1.PurgeRequest) (_
 	}
 	return &storagev1.PurgeResponse{}, nil
 }
+
+func (qs *queueService) Unbind(_ context.Context, req *storagev1.UnbindRequest) (_ *storagev1.UnbindResponse, err error) {
+	defer func() { qs.s.count("Unbind", err) }()
+	removed, err := qs.qm.Unbind(req.Queue, req.Source)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.UnbindResponse{Removed: removed}, nil
+}

@@ -116,10 +116,16 @@ type PubSubSubscription struct {
 	// Id of its topic; empty once the topic was deleted.
 	TopicId string `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
 	// Serialized google.pubsub.v1.Subscription, as the gateway stored it.
-	Spec          []byte `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
-	Detached      bool   `protobuf:"varint,4,opt,name=detached,proto3" json:"detached,omitempty"`
-	CreatedMs     int64  `protobuf:"varint,5,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
-	UpdatedMs     int64  `protobuf:"varint,6,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	Spec      []byte `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Detached  bool   `protobuf:"varint,4,opt,name=detached,proto3" json:"detached,omitempty"`
+	CreatedMs int64  `protobuf:"varint,5,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	UpdatedMs int64  `protobuf:"varint,6,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// Expiration policy TTL (google.pubsub.v1.ExpirationPolicy.ttl), set by the gateway
+	// on create and update: the coordinator deletes the subscription (queue, then row)
+	// once it saw no activity for this long. 0 = never expires.
+	ExpirationTtlMs int64 `protobuf:"varint,7,opt,name=expiration_ttl_ms,json=expirationTtlMs,proto3" json:"expiration_ttl_ms,omitempty"`
+	// Output only: last activity (create, update, or RecordPubSubActivity).
+	LastActiveMs  int64 `protobuf:"varint,8,opt,name=last_active_ms,json=lastActiveMs,proto3" json:"last_active_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +198,20 @@ func (x *PubSubSubscription) GetCreatedMs() int64 {
 func (x *PubSubSubscription) GetUpdatedMs() int64 {
 	if x != nil {
 		return x.UpdatedMs
+	}
+	return 0
+}
+
+func (x *PubSubSubscription) GetExpirationTtlMs() int64 {
+	if x != nil {
+		return x.ExpirationTtlMs
+	}
+	return 0
+}
+
+func (x *PubSubSubscription) GetLastActiveMs() int64 {
+	if x != nil {
+		return x.LastActiveMs
 	}
 	return 0
 }
@@ -1787,6 +1807,86 @@ func (*DeletePubSubSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{34}
 }
 
+type RecordPubSubActivityRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionIds []string               `protobuf:"bytes,1,rep,name=subscription_ids,json=subscriptionIds,proto3" json:"subscription_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RecordPubSubActivityRequest) Reset() {
+	*x = RecordPubSubActivityRequest{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordPubSubActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordPubSubActivityRequest) ProtoMessage() {}
+
+func (x *RecordPubSubActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordPubSubActivityRequest.ProtoReflect.Descriptor instead.
+func (*RecordPubSubActivityRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RecordPubSubActivityRequest) GetSubscriptionIds() []string {
+	if x != nil {
+		return x.SubscriptionIds
+	}
+	return nil
+}
+
+type RecordPubSubActivityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordPubSubActivityResponse) Reset() {
+	*x = RecordPubSubActivityResponse{}
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordPubSubActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordPubSubActivityResponse) ProtoMessage() {}
+
+func (x *RecordPubSubActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_pubsub_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordPubSubActivityResponse.ProtoReflect.Descriptor instead.
+func (*RecordPubSubActivityResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP(), []int{36}
+}
+
 var File_tributary_coordinator_v1_pubsub_proto protoreflect.FileDescriptor
 
 const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
@@ -1798,7 +1898,7 @@ const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	"\n" +
 	"created_ms\x18\x03 \x01(\x03R\tcreatedMs\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\xad\x01\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\xff\x01\n" +
 	"\x12PubSubSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\tR\atopicId\x12\x12\n" +
@@ -1807,7 +1907,9 @@ const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	"\n" +
 	"created_ms\x18\x05 \x01(\x03R\tcreatedMs\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x06 \x01(\x03R\tupdatedMs\"\xa3\x01\n" +
+	"updated_ms\x18\x06 \x01(\x03R\tupdatedMs\x12*\n" +
+	"\x11expiration_ttl_ms\x18\a \x01(\x03R\x0fexpirationTtlMs\x12$\n" +
+	"\x0elast_active_ms\x18\b \x01(\x03R\flastActiveMs\"\xa3\x01\n" +
 	"\x18CreatePubSubTopicRequest\x12;\n" +
 	"\x05topic\x18\x01 \x01(\v2%.tributary.coordinator.v1.PubSubTopicR\x05topic\x12J\n" +
 	"\x0echannel_config\x18\x02 \x01(\v2#.tributary.storage.v1.ChannelConfigR\rchannelConfig\"X\n" +
@@ -1892,7 +1994,10 @@ const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"-\n" +
 	"\x1bDeletePubSubSnapshotRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x1e\n" +
-	"\x1cDeletePubSubSnapshotResponse2\x88\x11\n" +
+	"\x1cDeletePubSubSnapshotResponse\"H\n" +
+	"\x1bRecordPubSubActivityRequest\x12)\n" +
+	"\x10subscription_ids\x18\x01 \x03(\tR\x0fsubscriptionIds\"\x1e\n" +
+	"\x1cRecordPubSubActivityResponse2\x90\x12\n" +
 	"\x15PubSubRegistryService\x12|\n" +
 	"\x11CreatePubSubTopic\x122.tributary.coordinator.v1.CreatePubSubTopicRequest\x1a3.tributary.coordinator.v1.CreatePubSubTopicResponse\x12s\n" +
 	"\x0eGetPubSubTopic\x12/.tributary.coordinator.v1.GetPubSubTopicRequest\x1a0.tributary.coordinator.v1.GetPubSubTopicResponse\x12|\n" +
@@ -1909,7 +2014,8 @@ const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	"\x11GetPubSubSnapshot\x122.tributary.coordinator.v1.GetPubSubSnapshotRequest\x1a3.tributary.coordinator.v1.GetPubSubSnapshotResponse\x12\x85\x01\n" +
 	"\x14UpdatePubSubSnapshot\x125.tributary.coordinator.v1.UpdatePubSubSnapshotRequest\x1a6.tributary.coordinator.v1.UpdatePubSubSnapshotResponse\x12\x82\x01\n" +
 	"\x13ListPubSubSnapshots\x124.tributary.coordinator.v1.ListPubSubSnapshotsRequest\x1a5.tributary.coordinator.v1.ListPubSubSnapshotsResponse\x12\x85\x01\n" +
-	"\x14DeletePubSubSnapshot\x125.tributary.coordinator.v1.DeletePubSubSnapshotRequest\x1a6.tributary.coordinator.v1.DeletePubSubSnapshotResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x14DeletePubSubSnapshot\x125.tributary.coordinator.v1.DeletePubSubSnapshotRequest\x1a6.tributary.coordinator.v1.DeletePubSubSnapshotResponse\x12\x85\x01\n" +
+	"\x14RecordPubSubActivity\x125.tributary.coordinator.v1.RecordPubSubActivityRequest\x1a6.tributary.coordinator.v1.RecordPubSubActivityResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_tributary_coordinator_v1_pubsub_proto_rawDescOnce sync.Once
@@ -1923,7 +2029,7 @@ func file_tributary_coordinator_v1_pubsub_proto_rawDescGZIP() []byte {
 	return file_tributary_coordinator_v1_pubsub_proto_rawDescData
 }
 
-var file_tributary_coordinator_v1_pubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_tributary_coordinator_v1_pubsub_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_tributary_coordinator_v1_pubsub_proto_goTypes = []any{
 	(*PubSubTopic)(nil),                      // 0: tributary.coordinator.v1.PubSubTopic
 	(*PubSubSubscription)(nil),               // 1: tributary.coordinator.v1.PubSubSubscription
@@ -1960,24 +2066,26 @@ var file_tributary_coordinator_v1_pubsub_proto_goTypes = []any{
 	(*ListPubSubSnapshotsResponse)(nil),      // 32: tributary.coordinator.v1.ListPubSubSnapshotsResponse
 	(*DeletePubSubSnapshotRequest)(nil),      // 33: tributary.coordinator.v1.DeletePubSubSnapshotRequest
 	(*DeletePubSubSnapshotResponse)(nil),     // 34: tributary.coordinator.v1.DeletePubSubSnapshotResponse
-	(*v1.ChannelConfig)(nil),                 // 35: tributary.storage.v1.ChannelConfig
-	(*v1.QueueConfig)(nil),                   // 36: tributary.storage.v1.QueueConfig
+	(*RecordPubSubActivityRequest)(nil),      // 35: tributary.coordinator.v1.RecordPubSubActivityRequest
+	(*RecordPubSubActivityResponse)(nil),     // 36: tributary.coordinator.v1.RecordPubSubActivityResponse
+	(*v1.ChannelConfig)(nil),                 // 37: tributary.storage.v1.ChannelConfig
+	(*v1.QueueConfig)(nil),                   // 38: tributary.storage.v1.QueueConfig
 }
 var file_tributary_coordinator_v1_pubsub_proto_depIdxs = []int32{
 	0,  // 0: tributary.coordinator.v1.CreatePubSubTopicRequest.topic:type_name -> tributary.coordinator.v1.PubSubTopic
-	35, // 1: tributary.coordinator.v1.CreatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
+	37, // 1: tributary.coordinator.v1.CreatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
 	0,  // 2: tributary.coordinator.v1.CreatePubSubTopicResponse.topic:type_name -> tributary.coordinator.v1.PubSubTopic
 	0,  // 3: tributary.coordinator.v1.GetPubSubTopicResponse.topic:type_name -> tributary.coordinator.v1.PubSubTopic
 	0,  // 4: tributary.coordinator.v1.UpdatePubSubTopicRequest.topic:type_name -> tributary.coordinator.v1.PubSubTopic
-	35, // 5: tributary.coordinator.v1.UpdatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
+	37, // 5: tributary.coordinator.v1.UpdatePubSubTopicRequest.channel_config:type_name -> tributary.storage.v1.ChannelConfig
 	0,  // 6: tributary.coordinator.v1.UpdatePubSubTopicResponse.topic:type_name -> tributary.coordinator.v1.PubSubTopic
 	0,  // 7: tributary.coordinator.v1.ListPubSubTopicsResponse.topics:type_name -> tributary.coordinator.v1.PubSubTopic
 	1,  // 8: tributary.coordinator.v1.CreatePubSubSubscriptionRequest.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
-	36, // 9: tributary.coordinator.v1.CreatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
+	38, // 9: tributary.coordinator.v1.CreatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
 	1,  // 10: tributary.coordinator.v1.CreatePubSubSubscriptionResponse.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
 	1,  // 11: tributary.coordinator.v1.GetPubSubSubscriptionResponse.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
 	1,  // 12: tributary.coordinator.v1.UpdatePubSubSubscriptionRequest.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
-	36, // 13: tributary.coordinator.v1.UpdatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
+	38, // 13: tributary.coordinator.v1.UpdatePubSubSubscriptionRequest.queue_config:type_name -> tributary.storage.v1.QueueConfig
 	1,  // 14: tributary.coordinator.v1.UpdatePubSubSubscriptionResponse.subscription:type_name -> tributary.coordinator.v1.PubSubSubscription
 	1,  // 15: tributary.coordinator.v1.ListPubSubSubscriptionsResponse.subscriptions:type_name -> tributary.coordinator.v1.PubSubSubscription
 	24, // 16: tributary.coordinator.v1.CreatePubSubSnapshotRequest.snapshot:type_name -> tributary.coordinator.v1.PubSubSnapshot
@@ -2002,24 +2110,26 @@ var file_tributary_coordinator_v1_pubsub_proto_depIdxs = []int32{
 	29, // 35: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSnapshot:input_type -> tributary.coordinator.v1.UpdatePubSubSnapshotRequest
 	31, // 36: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSnapshots:input_type -> tributary.coordinator.v1.ListPubSubSnapshotsRequest
 	33, // 37: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSnapshot:input_type -> tributary.coordinator.v1.DeletePubSubSnapshotRequest
-	3,  // 38: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubTopic:output_type -> tributary.coordinator.v1.CreatePubSubTopicResponse
-	5,  // 39: tributary.coordinator.v1.PubSubRegistryService.GetPubSubTopic:output_type -> tributary.coordinator.v1.GetPubSubTopicResponse
-	7,  // 40: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubTopic:output_type -> tributary.coordinator.v1.UpdatePubSubTopicResponse
-	9,  // 41: tributary.coordinator.v1.PubSubRegistryService.ListPubSubTopics:output_type -> tributary.coordinator.v1.ListPubSubTopicsResponse
-	11, // 42: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubTopic:output_type -> tributary.coordinator.v1.DeletePubSubTopicResponse
-	13, // 43: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSubscription:output_type -> tributary.coordinator.v1.CreatePubSubSubscriptionResponse
-	15, // 44: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSubscription:output_type -> tributary.coordinator.v1.GetPubSubSubscriptionResponse
-	17, // 45: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSubscription:output_type -> tributary.coordinator.v1.UpdatePubSubSubscriptionResponse
-	19, // 46: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSubscriptions:output_type -> tributary.coordinator.v1.ListPubSubSubscriptionsResponse
-	21, // 47: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSubscription:output_type -> tributary.coordinator.v1.DeletePubSubSubscriptionResponse
-	23, // 48: tributary.coordinator.v1.PubSubRegistryService.DetachPubSubSubscription:output_type -> tributary.coordinator.v1.DetachPubSubSubscriptionResponse
-	26, // 49: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSnapshot:output_type -> tributary.coordinator.v1.CreatePubSubSnapshotResponse
-	28, // 50: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSnapshot:output_type -> tributary.coordinator.v1.GetPubSubSnapshotResponse
-	30, // 51: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSnapshot:output_type -> tributary.coordinator.v1.UpdatePubSubSnapshotResponse
-	32, // 52: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSnapshots:output_type -> tributary.coordinator.v1.ListPubSubSnapshotsResponse
-	34, // 53: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSnapshot:output_type -> tributary.coordinator.v1.DeletePubSubSnapshotResponse
-	38, // [38:54] is the sub-list for method output_type
-	22, // [22:38] is the sub-list for method input_type
+	35, // 38: tributary.coordinator.v1.PubSubRegistryService.RecordPubSubActivity:input_type -> tributary.coordinator.v1.RecordPubSubActivityRequest
+	3,  // 39: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubTopic:output_type -> tributary.coordinator.v1.CreatePubSubTopicResponse
+	5,  // 40: tributary.coordinator.v1.PubSubRegistryService.GetPubSubTopic:output_type -> tributary.coordinator.v1.GetPubSubTopicResponse
+	7,  // 41: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubTopic:output_type -> tributary.coordinator.v1.UpdatePubSubTopicResponse
+	9,  // 42: tributary.coordinator.v1.PubSubRegistryService.ListPubSubTopics:output_type -> tributary.coordinator.v1.ListPubSubTopicsResponse
+	11, // 43: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubTopic:output_type -> tributary.coordinator.v1.DeletePubSubTopicResponse
+	13, // 44: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSubscription:output_type -> tributary.coordinator.v1.CreatePubSubSubscriptionResponse
+	15, // 45: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSubscription:output_type -> tributary.coordinator.v1.GetPubSubSubscriptionResponse
+	17, // 46: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSubscription:output_type -> tributary.coordinator.v1.UpdatePubSubSubscriptionResponse
+	19, // 47: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSubscriptions:output_type -> tributary.coordinator.v1.ListPubSubSubscriptionsResponse
+	21, // 48: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSubscription:output_type -> tributary.coordinator.v1.DeletePubSubSubscriptionResponse
+	23, // 49: tributary.coordinator.v1.PubSubRegistryService.DetachPubSubSubscription:output_type -> tributary.coordinator.v1.DetachPubSubSubscriptionResponse
+	26, // 50: tributary.coordinator.v1.PubSubRegistryService.CreatePubSubSnapshot:output_type -> tributary.coordinator.v1.CreatePubSubSnapshotResponse
+	28, // 51: tributary.coordinator.v1.PubSubRegistryService.GetPubSubSnapshot:output_type -> tributary.coordinator.v1.GetPubSubSnapshotResponse
+	30, // 52: tributary.coordinator.v1.PubSubRegistryService.UpdatePubSubSnapshot:output_type -> tributary.coordinator.v1.UpdatePubSubSnapshotResponse
+	32, // 53: tributary.coordinator.v1.PubSubRegistryService.ListPubSubSnapshots:output_type -> tributary.coordinator.v1.ListPubSubSnapshotsResponse
+	34, // 54: tributary.coordinator.v1.PubSubRegistryService.DeletePubSubSnapshot:output_type -> tributary.coordinator.v1.DeletePubSubSnapshotResponse
+	36, // 55: tributary.coordinator.v1.PubSubRegistryService.RecordPubSubActivity:output_type -> tributary.coordinator.v1.RecordPubSubActivityResponse
+	39, // [39:56] is the sub-list for method output_type
+	22, // [22:39] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -2036,7 +2146,7 @@ func file_tributary_coordinator_v1_pubsub_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_coordinator_v1_pubsub_proto_rawDesc), len(file_tributary_coordinator_v1_pubsub_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	PubSubRegistryService_UpdatePubSubSnapshot_FullMethodName     = "/tributary.coordinator.v1.PubSubRegistryService/UpdatePubSubSnapshot"
 	PubSubRegistryService_ListPubSubSnapshots_FullMethodName      = "/tributary.coordinator.v1.PubSubRegistryService/ListPubSubSnapshots"
 	PubSubRegistryService_DeletePubSubSnapshot_FullMethodName     = "/tributary.coordinator.v1.PubSubRegistryService/DeletePubSubSnapshot"
+	PubSubRegistryService_RecordPubSubActivity_FullMethodName     = "/tributary.coordinator.v1.PubSubRegistryService/RecordPubSubActivity"
 )
 
 // PubSubRegistryServiceClient is the client API for PubSubRegistryService service.
@@ -95,6 +96,10 @@ type PubSubRegistryServiceClient interface {
 	ListPubSubSnapshots(ctx context.Context, in *ListPubSubSnapshotsRequest, opts ...grpc.CallOption) (*ListPubSubSnapshotsResponse, error)
 	// DeletePubSubSnapshot deletes a snapshot's queue state, then its row.
 	DeletePubSubSnapshot(ctx context.Context, in *DeletePubSubSnapshotRequest, opts ...grpc.CallOption) (*DeletePubSubSnapshotResponse, error)
+	// RecordPubSubActivity moves the last activity of the named subscriptions to now
+	// (their expiration clock restarts). Gateways batch it: at most once a minute per
+	// subscription. Unknown ids are ignored.
+	RecordPubSubActivity(ctx context.Context, in *RecordPubSubActivityRequest, opts ...grpc.CallOption) (*RecordPubSubActivityResponse, error)
 }
 
 type pubSubRegistryServiceClient struct {
@@ -265,6 +270,16 @@ func (c *pubSubRegistryServiceClient) DeletePubSubSnapshot(ctx context.Context, 
 	return out, nil
 }
 
+func (c *pubSubRegistryServiceClient) RecordPubSubActivity(ctx context.Context, in *RecordPubSubActivityRequest, opts ...grpc.CallOption) (*RecordPubSubActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordPubSubActivityResponse)
+	err := c.cc.Invoke(ctx, PubSubRegistryService_RecordPubSubActivity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PubSubRegistryServiceServer is the server API for PubSubRegistryService service.
 // All implementations must embed UnimplementedPubSubRegistryServiceServer
 // for forward compatibility.
@@ -306,6 +321,10 @@ type PubSubRegistryServiceServer interface {
 	ListPubSubSnapshots(context.Context, *ListPubSubSnapshotsRequest) (*ListPubSubSnapshotsResponse, error)
 	// DeletePubSubSnapshot deletes a snapshot's queue state, then its row.
 	DeletePubSubSnapshot(context.Context, *DeletePubSubSnapshotRequest) (*DeletePubSubSnapshotResponse, error)
+	// RecordPubSubActivity moves the last activity of the named subscriptions to now
+	// (their expiration clock restarts). Gateways batch it: at most once a minute per
+	// subscription. Unknown ids are ignored.
+	RecordPubSubActivity(context.Context, *RecordPubSubActivityRequest) (*RecordPubSubActivityResponse, error)
 	mustEmbedUnimplementedPubSubRegistryServiceServer()
 }
 
@@ -363,6 +382,9 @@ func (UnimplementedPubSubRegistryServiceServer) ListPubSubSnapshots(context.Cont
 }
 func (UnimplementedPubSubRegistryServiceServer) DeletePubSubSnapshot(context.Context, *DeletePubSubSnapshotRequest) (*DeletePubSubSnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeletePubSubSnapshot not implemented")
+}
+func (UnimplementedPubSubRegistryServiceServer) RecordPubSubActivity(context.Context, *RecordPubSubActivityRequest) (*RecordPubSubActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordPubSubActivity not implemented")
 }
 func (UnimplementedPubSubRegistryServiceServer) mustEmbedUnimplementedPubSubRegistryServiceServer() {}
 func (UnimplementedPubSubRegistryServiceServer) testEmbeddedByValue()                               {}
@@ -673,6 +695,24 @@ func _PubSubRegistryService_DeletePubSubSnapshot_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PubSubRegistryService_RecordPubSubActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordPubSubActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PubSubRegistryServiceServer).RecordPubSubActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PubSubRegistryService_RecordPubSubActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PubSubRegistryServiceServer).RecordPubSubActivity(ctx, req.(*RecordPubSubActivityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PubSubRegistryService_ServiceDesc is the grpc.ServiceDesc for PubSubRegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -743,6 +783,10 @@ var PubSubRegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeletePubSubSnapshot",
 			Handler:    _PubSubRegistryService_DeletePubSubSnapshot_Handler,
+		},
+		{
+			MethodName: "RecordPubSubActivity",
+			Handler:    _PubSubRegistryService_RecordPubSubActivity_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

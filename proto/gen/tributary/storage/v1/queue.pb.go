@@ -986,6 +986,105 @@ func (*DetachResponse) Descriptor() ([]byte, []int) {
 	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
+type UnbindRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Source log of the binding to remove (e.g. gcp.<topic>).
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbindRequest) Reset() {
+	*x = UnbindRequest{}
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbindRequest) ProtoMessage() {}
+
+func (x *UnbindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbindRequest.ProtoReflect.Descriptor instead.
+func (*UnbindRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UnbindRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *UnbindRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type UnbindResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the queue had no binding of that source.
+	Removed       bool `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbindResponse) Reset() {
+	*x = UnbindResponse{}
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbindResponse) ProtoMessage() {}
+
+func (x *UnbindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbindResponse.ProtoReflect.Descriptor instead.
+func (*UnbindResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UnbindResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 type ReceiveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1004,7 +1103,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[15]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1115,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[15]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1128,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReceiveRequest) GetQueue() string {
@@ -1085,7 +1184,7 @@ type ReceivedMessage struct {
 
 func (x *ReceivedMessage) Reset() {
 	*x = ReceivedMessage{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[16]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1196,7 @@ func (x *ReceivedMessage) String() string {
 func (*ReceivedMessage) ProtoMessage() {}
 
 func (x *ReceivedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[16]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1209,7 @@ func (x *ReceivedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceivedMessage.ProtoReflect.Descriptor instead.
 func (*ReceivedMessage) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReceivedMessage) GetAckId() string {
@@ -1157,7 +1256,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[17]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1268,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[17]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1281,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReceiveResponse) GetMessages() []*ReceivedMessage {
@@ -1202,7 +1301,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[18]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1313,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[18]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1326,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -1255,7 +1354,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[19]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1366,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[19]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1379,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AckResponse) GetResults() []AckResult {
@@ -1303,7 +1402,7 @@ type ModifyAckDeadlineRequest struct {
 
 func (x *ModifyAckDeadlineRequest) Reset() {
 	*x = ModifyAckDeadlineRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[20]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1414,7 @@ func (x *ModifyAckDeadlineRequest) String() string {
 func (*ModifyAckDeadlineRequest) ProtoMessage() {}
 
 func (x *ModifyAckDeadlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[20]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1427,7 @@ func (x *ModifyAckDeadlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyAckDeadlineRequest.ProtoReflect.Descriptor instead.
 func (*ModifyAckDeadlineRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModifyAckDeadlineRequest) GetQueue() string {
@@ -1362,7 +1461,7 @@ type ModifyAckDeadlineResponse struct {
 
 func (x *ModifyAckDeadlineResponse) Reset() {
 	*x = ModifyAckDeadlineResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[21]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1473,7 @@ func (x *ModifyAckDeadlineResponse) String() string {
 func (*ModifyAckDeadlineResponse) ProtoMessage() {}
 
 func (x *ModifyAckDeadlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[21]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1486,7 @@ func (x *ModifyAckDeadlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyAckDeadlineResponse.ProtoReflect.Descriptor instead.
 func (*ModifyAckDeadlineResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModifyAckDeadlineResponse) GetResults() []AckResult {
@@ -1411,7 +1510,7 @@ type SeekRequest struct {
 
 func (x *SeekRequest) Reset() {
 	*x = SeekRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[22]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1522,7 @@ func (x *SeekRequest) String() string {
 func (*SeekRequest) ProtoMessage() {}
 
 func (x *SeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[22]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1535,7 @@ func (x *SeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekRequest.ProtoReflect.Descriptor instead.
 func (*SeekRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SeekRequest) GetQueue() string {
@@ -1498,7 +1597,7 @@ type SeekResponse struct {
 
 func (x *SeekResponse) Reset() {
 	*x = SeekResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[23]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1609,7 @@ func (x *SeekResponse) String() string {
 func (*SeekResponse) ProtoMessage() {}
 
 func (x *SeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[23]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1622,7 @@ func (x *SeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekResponse.ProtoReflect.Descriptor instead.
 func (*SeekResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 type CreateSnapshotRequest struct {
@@ -1537,7 +1636,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1648,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1661,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateSnapshotRequest) GetQueue() string {
@@ -1589,7 +1688,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1700,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1713,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateSnapshotResponse) GetCreatedMs() int64 {
@@ -1633,7 +1732,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1744,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1757,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -1676,7 +1775,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1787,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1800,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 type PurgeRequest struct {
@@ -1713,7 +1812,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1824,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1837,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PurgeRequest) GetQueue() string {
@@ -1756,7 +1855,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1867,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1880,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 var File_tributary_storage_v1_queue_proto protoreflect.FileDescriptor
@@ -1847,7 +1946,12 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\x13DeleteQueueResponse\"#\n" +
 	"\rDetachRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x10\n" +
-	"\x0eDetachResponse\"\xa7\x01\n" +
+	"\x0eDetachResponse\"=\n" +
+	"\rUnbindRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"*\n" +
+	"\x0eUnbindResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xa7\x01\n" +
 	"\x0eReceiveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12!\n" +
 	"\fmax_messages\x18\x02 \x01(\x05R\vmaxMessages\x12\x1b\n" +
@@ -1895,13 +1999,14 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\tAckResult\x12\x1a\n" +
 	"\x16ACK_RESULT_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ACK_RESULT_INVALID\x10\x01\x12\x16\n" +
-	"\x12ACK_RESULT_EXPIRED\x10\x022\x91\t\n" +
+	"\x12ACK_RESULT_EXPIRED\x10\x022\xe6\t\n" +
 	"\fQueueService\x12b\n" +
 	"\vCreateQueue\x12(.tributary.storage.v1.CreateQueueRequest\x1a).tributary.storage.v1.CreateQueueResponse\x12Y\n" +
 	"\bGetQueue\x12%.tributary.storage.v1.GetQueueRequest\x1a&.tributary.storage.v1.GetQueueResponse\x12t\n" +
 	"\x11UpdateQueueConfig\x12..tributary.storage.v1.UpdateQueueConfigRequest\x1a/.tributary.storage.v1.UpdateQueueConfigResponse\x12b\n" +
 	"\vDeleteQueue\x12(.tributary.storage.v1.DeleteQueueRequest\x1a).tributary.storage.v1.DeleteQueueResponse\x12S\n" +
-	"\x06Detach\x12#.tributary.storage.v1.DetachRequest\x1a$.tributary.storage.v1.DetachResponse\x12V\n" +
+	"\x06Detach\x12#.tributary.storage.v1.DetachRequest\x1a$.tributary.storage.v1.DetachResponse\x12S\n" +
+	"\x06Unbind\x12#.tributary.storage.v1.UnbindRequest\x1a$.tributary.storage.v1.UnbindResponse\x12V\n" +
 	"\aReceive\x12$.tributary.storage.v1.ReceiveRequest\x1a%.tributary.storage.v1.ReceiveResponse\x12J\n" +
 	"\x03Ack\x12 .tributary.storage.v1.AckRequest\x1a!.tributary.storage.v1.AckResponse\x12t\n" +
 	"\x11ModifyAckDeadline\x12..tributary.storage.v1.ModifyAckDeadlineRequest\x1a/.tributary.storage.v1.ModifyAckDeadlineResponse\x12M\n" +
@@ -1923,7 +2028,7 @@ func file_tributary_storage_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tributary_storage_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_tributary_storage_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_tributary_storage_v1_queue_proto_goTypes = []any{
 	(AckResult)(0),                    // 0: tributary.storage.v1.AckResult
 	(*DeadLetterPolicy)(nil),          // 1: tributary.storage.v1.DeadLetterPolicy
@@ -1941,26 +2046,28 @@ var file_tributary_storage_v1_queue_proto_goTypes = []any{
 	(*DeleteQueueResponse)(nil),       // 13: tributary.storage.v1.DeleteQueueResponse
 	(*DetachRequest)(nil),             // 14: tributary.storage.v1.DetachRequest
 	(*DetachResponse)(nil),            // 15: tributary.storage.v1.DetachResponse
-	(*ReceiveRequest)(nil),            // 16: tributary.storage.v1.ReceiveRequest
-	(*ReceivedMessage)(nil),           // 17: tributary.storage.v1.ReceivedMessage
-	(*ReceiveResponse)(nil),           // 18: tributary.storage.v1.ReceiveResponse
-	(*AckRequest)(nil),                // 19: tributary.storage.v1.AckRequest
-	(*AckResponse)(nil),               // 20: tributary.storage.v1.AckResponse
-	(*ModifyAckDeadlineRequest)(nil),  // 21: tributary.storage.v1.ModifyAckDeadlineRequest
-	(*ModifyAckDeadlineResponse)(nil), // 22: tributary.storage.v1.ModifyAckDeadlineResponse
-	(*SeekRequest)(nil),               // 23: tributary.storage.v1.SeekRequest
-	(*SeekResponse)(nil),              // 24: tributary.storage.v1.SeekResponse
-	(*CreateSnapshotRequest)(nil),     // 25: tributary.storage.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),    // 26: tributary.storage.v1.CreateSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),     // 27: tributary.storage.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),    // 28: tributary.storage.v1.DeleteSnapshotResponse
-	(*PurgeRequest)(nil),              // 29: tributary.storage.v1.PurgeRequest
-	(*PurgeResponse)(nil),             // 30: tributary.storage.v1.PurgeResponse
-	(*Header)(nil),                    // 31: tributary.storage.v1.Header
-	(*Record)(nil),                    // 32: tributary.storage.v1.Record
+	(*UnbindRequest)(nil),             // 16: tributary.storage.v1.UnbindRequest
+	(*UnbindResponse)(nil),            // 17: tributary.storage.v1.UnbindResponse
+	(*ReceiveRequest)(nil),            // 18: tributary.storage.v1.ReceiveRequest
+	(*ReceivedMessage)(nil),           // 19: tributary.storage.v1.ReceivedMessage
+	(*ReceiveResponse)(nil),           // 20: tributary.storage.v1.ReceiveResponse
+	(*AckRequest)(nil),                // 21: tributary.storage.v1.AckRequest
+	(*AckResponse)(nil),               // 22: tributary.storage.v1.AckResponse
+	(*ModifyAckDeadlineRequest)(nil),  // 23: tributary.storage.v1.ModifyAckDeadlineRequest
+	(*ModifyAckDeadlineResponse)(nil), // 24: tributary.storage.v1.ModifyAckDeadlineResponse
+	(*SeekRequest)(nil),               // 25: tributary.storage.v1.SeekRequest
+	(*SeekResponse)(nil),              // 26: tributary.storage.v1.SeekResponse
+	(*CreateSnapshotRequest)(nil),     // 27: tributary.storage.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),    // 28: tributary.storage.v1.CreateSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),     // 29: tributary.storage.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),    // 30: tributary.storage.v1.DeleteSnapshotResponse
+	(*PurgeRequest)(nil),              // 31: tributary.storage.v1.PurgeRequest
+	(*PurgeResponse)(nil),             // 32: tributary.storage.v1.PurgeResponse
+	(*Header)(nil),                    // 33: tributary.storage.v1.Header
+	(*Record)(nil),                    // 34: tributary.storage.v1.Record
 }
 var file_tributary_storage_v1_queue_proto_depIdxs = []int32{
-	31, // 0: tributary.storage.v1.DeadLetterPolicy.headers:type_name -> tributary.storage.v1.Header
+	33, // 0: tributary.storage.v1.DeadLetterPolicy.headers:type_name -> tributary.storage.v1.Header
 	1,  // 1: tributary.storage.v1.QueueConfig.dead_letter:type_name -> tributary.storage.v1.DeadLetterPolicy
 	2,  // 2: tributary.storage.v1.QueueConfig.retry:type_name -> tributary.storage.v1.RetryPolicy
 	3,  // 3: tributary.storage.v1.Queue.config:type_name -> tributary.storage.v1.QueueConfig
@@ -1971,8 +2078,8 @@ var file_tributary_storage_v1_queue_proto_depIdxs = []int32{
 	5,  // 8: tributary.storage.v1.GetQueueResponse.queue:type_name -> tributary.storage.v1.Queue
 	3,  // 9: tributary.storage.v1.UpdateQueueConfigRequest.config:type_name -> tributary.storage.v1.QueueConfig
 	5,  // 10: tributary.storage.v1.UpdateQueueConfigResponse.queue:type_name -> tributary.storage.v1.Queue
-	32, // 11: tributary.storage.v1.ReceivedMessage.record:type_name -> tributary.storage.v1.Record
-	17, // 12: tributary.storage.v1.ReceiveResponse.messages:type_name -> tributary.storage.v1.ReceivedMessage
+	34, // 11: tributary.storage.v1.ReceivedMessage.record:type_name -> tributary.storage.v1.Record
+	19, // 12: tributary.storage.v1.ReceiveResponse.messages:type_name -> tributary.storage.v1.ReceivedMessage
 	0,  // 13: tributary.storage.v1.AckResponse.results:type_name -> tributary.storage.v1.AckResult
 	0,  // 14: tributary.storage.v1.ModifyAckDeadlineResponse.results:type_name -> tributary.storage.v1.AckResult
 	6,  // 15: tributary.storage.v1.QueueService.CreateQueue:input_type -> tributary.storage.v1.CreateQueueRequest
@@ -1980,27 +2087,29 @@ var file_tributary_storage_v1_queue_proto_depIdxs = []int32{
 	10, // 17: tributary.storage.v1.QueueService.UpdateQueueConfig:input_type -> tributary.storage.v1.UpdateQueueConfigRequest
 	12, // 18: tributary.storage.v1.QueueService.DeleteQueue:input_type -> tributary.storage.v1.DeleteQueueRequest
 	14, // 19: tributary.storage.v1.QueueService.Detach:input_type -> tributary.storage.v1.DetachRequest
-	16, // 20: tributary.storage.v1.QueueService.Receive:input_type -> tributary.storage.v1.ReceiveRequest
-	19, // 21: tributary.storage.v1.QueueService.Ack:input_type -> tributary.storage.v1.AckRequest
-	21, // 22: tributary.storage.v1.QueueService.ModifyAckDeadline:input_type -> tributary.storage.v1.ModifyAckDeadlineRequest
-	23, // 23: tributary.storage.v1.QueueService.Seek:input_type -> tributary.storage.v1.SeekRequest
-	25, // 24: tributary.storage.v1.QueueService.CreateSnapshot:input_type -> tributary.storage.v1.CreateSnapshotRequest
-	27, // 25: tributary.storage.v1.QueueService.DeleteSnapshot:input_type -> tributary.storage.v1.DeleteSnapshotRequest
-	29, // 26: tributary.storage.v1.QueueService.Purge:input_type -> tributary.storage.v1.PurgeRequest
-	7,  // 27: tributary.storage.v1.QueueService.CreateQueue:output_type -> tributary.storage.v1.CreateQueueResponse
-	9,  // 28: tributary.storage.v1.QueueService.GetQueue:output_type -> tributary.storage.v1.GetQueueResponse
-	11, // 29: tributary.storage.v1.QueueService.UpdateQueueConfig:output_type -> tributary.storage.v1.UpdateQueueConfigResponse
-	13, // 30: tributary.storage.v1.QueueService.DeleteQueue:output_type -> tributary.storage.v1.DeleteQueueResponse
-	15, // 31: tributary.storage.v1.QueueService.Detach:output_type -> tributary.storage.v1.DetachResponse
-	18, // 32: tributary.storage.v1.QueueService.Receive:output_type -> tributary.storage.v1.ReceiveResponse
-	20, // 33: tributary.storage.v1.QueueService.Ack:output_type -> tributary.storage.v1.AckResponse
-	22, // 34: tributary.storage.v1.QueueService.ModifyAckDeadline:output_type -> tributary.storage.v1.ModifyAckDeadlineResponse
-	24, // 35: tributary.storage.v1.QueueService.Seek:output_type -> tributary.storage.v1.SeekResponse
-	26, // 36: tributary.storage.v1.QueueService.CreateSnapshot:output_type -> tributary.storage.v1.CreateSnapshotResponse
-	28, // 37: tributary.storage.v1.QueueService.DeleteSnapshot:output_type -> tributary.storage.v1.DeleteSnapshotResponse
-	30, // 38: tributary.storage.v1.QueueService.Purge:output_type -> tributary.storage.v1.PurgeResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
+	16, // 20: tributary.storage.v1.QueueService.Unbind:input_type -> tributary.storage.v1.UnbindRequest
+	18, // 21: tributary.storage.v1.QueueService.Receive:input_type -> tributary.storage.v1.ReceiveRequest
+	21, // 22: tributary.storage.v1.QueueService.Ack:input_type -> tributary.storage.v1.AckRequest
+	23, // 23: tributary.storage.v1.QueueService.ModifyAckDeadline:input_type -> tributary.storage.v1.ModifyAckDeadlineRequest
+	25, // 24: tributary.storage.v1.QueueService.Seek:input_type -> tributary.storage.v1.SeekRequest
+	27, // 25: tributary.storage.v1.QueueService.CreateSnapshot:input_type -> tributary.storage.v1.CreateSnapshotRequest
+	29, // 26: tributary.storage.v1.QueueService.DeleteSnapshot:input_type -> tributary.storage.v1.DeleteSnapshotRequest
+	31, // 27: tributary.storage.v1.QueueService.Purge:input_type -> tributary.storage.v1.PurgeRequest
+	7,  // 28: tributary.storage.v1.QueueService.CreateQueue:output_type -> tributary.storage.v1.CreateQueueResponse
+	9,  // 29: tributary.storage.v1.QueueService.GetQueue:output_type -> tributary.storage.v1.GetQueueResponse
+	11, // 30: tributary.storage.v1.QueueService.UpdateQueueConfig:output_type -> tributary.storage.v1.UpdateQueueConfigResponse
+	13, // 31: tributary.storage.v1.QueueService.DeleteQueue:output_type -> tributary.storage.v1.DeleteQueueResponse
+	15, // 32: tributary.storage.v1.QueueService.Detach:output_type -> tributary.storage.v1.DetachResponse
+	17, // 33: tributary.storage.v1.QueueService.Unbind:output_type -> tributary.storage.v1.UnbindResponse
+	20, // 34: tributary.storage.v1.QueueService.Receive:output_type -> tributary.storage.v1.ReceiveResponse
+	22, // 35: tributary.storage.v1.QueueService.Ack:output_type -> tributary.storage.v1.AckResponse
+	24, // 36: tributary.storage.v1.QueueService.ModifyAckDeadline:output_type -> tributary.storage.v1.ModifyAckDeadlineResponse
+	26, // 37: tributary.storage.v1.QueueService.Seek:output_type -> tributary.storage.v1.SeekResponse
+	28, // 38: tributary.storage.v1.QueueService.CreateSnapshot:output_type -> tributary.storage.v1.CreateSnapshotResponse
+	30, // 39: tributary.storage.v1.QueueService.DeleteSnapshot:output_type -> tributary.storage.v1.DeleteSnapshotResponse
+	32, // 40: tributary.storage.v1.QueueService.Purge:output_type -> tributary.storage.v1.PurgeResponse
+	28, // [28:41] is the sub-list for method output_type
+	15, // [15:28] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2012,7 +2121,7 @@ func file_tributary_storage_v1_queue_proto_init() {
 		return
 	}
 	file_tributary_storage_v1_storage_proto_init()
-	file_tributary_storage_v1_queue_proto_msgTypes[22].OneofWrappers = []any{
+	file_tributary_storage_v1_queue_proto_msgTypes[24].OneofWrappers = []any{
 		(*SeekRequest_TimeMs)(nil),
 		(*SeekRequest_Snapshot)(nil),
 	}
@@ -2022,7 +2131,7 @@ func file_tributary_storage_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_queue_proto_rawDesc), len(file_tributary_storage_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

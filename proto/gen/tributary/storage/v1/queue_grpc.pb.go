@@ -34,6 +34,7 @@ const (
 	QueueService_UpdateQueueConfig_FullMethodName = "/tributary.storage.v1.QueueService/UpdateQueueConfig"
 	QueueService_DeleteQueue_FullMethodName       = "/tributary.storage.v1.QueueService/DeleteQueue"
 	QueueService_Detach_FullMethodName            = "/tributary.storage.v1.QueueService/Detach"
+	QueueService_Unbind_FullMethodName            = "/tributary.storage.v1.QueueService/Unbind"
 	QueueService_Receive_FullMethodName           = "/tributary.storage.v1.QueueService/Receive"
 	QueueService_Ack_FullMethodName               = "/tributary.storage.v1.QueueService/Ack"
 	QueueService_ModifyAckDeadline_FullMethodName = "/tributary.storage.v1.QueueService/ModifyAckDeadline"
@@ -67,6 +68,12 @@ type QueueServiceClient interface {
 	// Receive calls answer FAILED_PRECONDITION. The queue itself stays (Pub/Sub
 	// DetachSubscription).
 	Detach(ctx context.Context, in *DetachRequest, opts ...grpc.CallOption) (*DetachResponse, error)
+	// Unbind removes one binding of a queue: no record of that source enters the queue
+	// afterwards; messages already in the queue stay and are delivered as before. Durable
+	// before it answers (a restart does not bring the binding back). Removing a binding
+	// the queue does not have succeeds with removed = false (idempotent, so a caller can
+	// retry after a failure); NOT_FOUND when the queue is missing.
+	Unbind(ctx context.Context, in *UnbindRequest, opts ...grpc.CallOption) (*UnbindResponse, error)
 	// Receive leases up to max_messages available messages for ack_deadline_ms,
 	// long-polling up to wait_ms when none is available. A lease expiry, a nack or a new
 	// matching record wakes a waiting Receive at once.
@@ -138,6 +145,16 @@ func (c *queueServiceClient) Detach(ctx context.Context, in *DetachRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DetachResponse)
 	err := c.cc.Invoke(ctx, QueueService_Detach_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) Unbind(ctx context.Context, in *UnbindRequest, opts ...grpc.CallOption) (*UnbindResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnbindResponse)
+	err := c.cc.Invoke(ctx, QueueService_Unbind_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -238,6 +255,12 @@ type QueueServiceServer interface {
 	// Receive calls answer FAILED_PRECONDITION. The queue itself stays (Pub/Sub
 	// DetachSubscription).
 	Detach(context.Context, *DetachRequest) (*DetachResponse, error)
+	// Unbind removes one binding of a queue: no record of that source enters the queue
+	// afterwards; messages already in the queue stay and are delivered as before. Durable
+	// before it answers (a restart does not bring the binding back). Removing a binding
+	// the queue does not have succeeds with removed = false (idempotent, so a caller can
+	// retry after a failure); NOT_FOUND when the queue is missing.
+	Unbind(context.Context, *UnbindRequest) (*UnbindResponse, error)
 	// Receive leases up to max_messages available messages for ack_deadline_ms,
 	// long-polling up to wait_ms when none is available. A lease expiry, a nack or a new
 	// matching record wakes a waiting Receive at once.
@@ -279,6 +302,9 @@ func (UnimplementedQueueServiceServer) DeleteQueue(context.Context, *DeleteQueue
 }
 func (UnimplementedQueueServiceServer) Detach(context.Context, *DetachRequest) (*DetachResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Detach not implemented")
+}
+func (UnimplementedQueueServiceServer) Unbind(context.Context, *UnbindRequest) (*UnbindResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unbind not implemented")
 }
 func (UnimplementedQueueServiceServer) Receive(context.Context, *ReceiveRequest) (*ReceiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Receive not implemented")
@@ -408,6 +434,24 @@ func _QueueService_Detach_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(QueueServiceServer).Detach(ctx, req.(*DetachRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_Unbind_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnbindRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).Unbind(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_Unbind_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).Unbind(ctx, req.(*UnbindRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -564,6 +608,10 @@ var QueueService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Detach",
 			Handler:    _QueueService_Detach_Handler,
+		},
+		{
+			MethodName: "Unbind",
+			Handler:    _QueueService_Unbind_Handler,
 		},
 		{
 			MethodName: "Receive",
