@@ -42,6 +42,20 @@ func headerList(r *kgo.Record) [][2]string {
 }
 
 // qos alternates the round trip's messages between QoS 1 and 2.
+// committedAt is group's committed offset of topic's partition 0, -1 when there is none
+// (or it cannot be read yet).
+func committedAt(t *testing.T, adm *kadm.Client, group, topic string) int64 {
+	os, err := adm.FetchOffsets(ctxT(t, 10*time.Second), group)
+	if err != nil {
+		return -1
+	}
+	o, ok := os.Lookup(topic, 0)
+	if !ok || o.Err != nil {
+		return -1
+	}
+	return o.At
+}
+
 func qos(i int) string { return fmt.Sprint(1 + i%2) }
 
 // TestMQTTUpstreamRoundTrip: mosquitto_pub (MQTT 5, QoS 1 and 2, retained, every property,
@@ -183,17 +197,7 @@ kafka-to-mqtt:
     mqtt-topic: "${KAFKA_KEY}"
 `, id, testenv.MQTTAddr(), topic, mapping, raw))
 	group := "tributary-" + mapping + "-group"
-	committed := func() int64 {
-		os, err := adm.FetchOffsets(ctxT(t, 10*time.Second), group)
-		if err != nil {
-			return -1
-		}
-		o, ok := os.Lookup(topic, 0)
-		if !ok || o.Err != nil {
-			return -1
-		}
-		return o.At
-	}
+	committed := func() int64 { return committedAt(t, adm, group, topic) }
 	// A new group starts at the end and commits that position at once.
 	waitFor(t, 20*time.Second, "the new group's starting offset", func() bool { return committed() == 0 })
 
@@ -262,17 +266,7 @@ func TestMQTTKafkaToMQTTCommittedPastEnd(t *testing.T) {
 	if r, err := adm.CommitOffsets(ctxT(t, 10*time.Second), group, offs); err != nil || r.Error() != nil {
 		t.Fatalf("commit offset 50: %v %v", err, r.Error())
 	}
-	committed := func() int64 {
-		os, err := adm.FetchOffsets(ctxT(t, 10*time.Second), group)
-		if err != nil {
-			return -1
-		}
-		o, ok := os.Lookup(topic, 0)
-		if !ok || o.Err != nil {
-			return -1
-		}
-		return o.At
-	}
+	committed := func() int64 { return committedAt(t, adm, group, topic) }
 	startBridge(t, s, "mqtt-bridge-past-"+id, fmt.Sprintf(`
 id: past-%[1]s
 clusters:
