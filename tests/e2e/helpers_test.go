@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
 // topicName returns a fresh topic name for a test: "<prefix>-<random>".
@@ -249,4 +254,31 @@ func produceKeyed(t testing.TB, cl *kgo.Client, topic, prefix string, n int) []*
 		t.Fatalf("produce %d records to %s: %v", n, topic, err)
 	}
 	return recs
+}
+
+// nodeScript prepares a Node.js script for a test: it copies script (a path under
+// tests/e2e) into a temp dir and npm-installs pkg (name@version) there. It returns the
+// node binary and the dir to run the script in. Missing node or npm, or an npm install
+// that fails (no registry), skip the test outside CI and fail it in CI.
+func nodeScript(ctx context.Context, t *testing.T, script, pkg string) (node, dir string) {
+	t.Helper()
+	node = testenv.RequireBinary(t, "node")
+	npm := testenv.RequireBinary(t, "npm")
+	dir = t.TempDir()
+	src, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(script)), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", pkg)
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		if testenv.InCI() {
+			t.Fatalf("npm install %s: %v\n%s", pkg, err, out)
+		}
+		t.Skipf("SKIPPING: npm install %s failed (no registry access?): %v\n%s", pkg, err, out)
+	}
+	return node, dir
 }

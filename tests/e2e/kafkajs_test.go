@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
 // kafkajsVersion is the kafkajs release the test installs from npm.
@@ -21,26 +19,9 @@ const kafkajsVersion = "2.2.4"
 // TestKafkaJSConsumerGroup: a kafkajs (Node) consumer group joins, consumes every
 // record of a 3-partition topic and commits; the committed offsets are the end offsets.
 func TestKafkaJSConsumerGroup(t *testing.T) {
-	node := testenv.RequireBinary(t, "node")
-	npm := testenv.RequireBinary(t, "npm")
-	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("kafkajs", "consumer.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "consumer.js"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "kafkajs@"+kafkajsVersion)
-	install.Dir = dir
-	if out, err := install.CombinedOutput(); err != nil {
-		if testenv.InCI() {
-			t.Fatalf("npm install kafkajs: %v\n%s", err, out)
-		}
-		t.Skipf("SKIPPING: npm install kafkajs@%s failed (no registry access?): %v\n%s", kafkajsVersion, err, out)
-	}
+	node, dir := nodeScript(ctx, t, filepath.Join("kafkajs", "consumer.js"), "kafkajs@"+kafkajsVersion)
 
 	s := sharedStack(t)
 	topic, group := topicName("kjs"), topicName("kjs-group")

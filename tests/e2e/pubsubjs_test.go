@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
 // pubsubJSVersion is the @google-cloud/pubsub release the test installs from npm (4.x
@@ -21,26 +19,9 @@ const pubsubJSVersion = "4.9.0"
 // publishes 10,000 messages with attributes and receives every one through
 // StreamingPull, acking each; afterwards nothing is left to redeliver.
 func TestPubSubNodeClient10k(t *testing.T) {
-	node := testenv.RequireBinary(t, "node")
-	npm := testenv.RequireBinary(t, "npm")
-	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("pubsubjs", "pubsub.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pubsub.js"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--silent", "@google-cloud/pubsub@"+pubsubJSVersion)
-	install.Dir = dir
-	if out, err := install.CombinedOutput(); err != nil {
-		if testenv.InCI() {
-			t.Fatalf("npm install @google-cloud/pubsub: %v\n%s", err, out)
-		}
-		t.Skipf("SKIPPING: npm install @google-cloud/pubsub@%s failed (no registry access?): %v\n%s", pubsubJSVersion, err, out)
-	}
+	node, dir := nodeScript(ctx, t, filepath.Join("pubsubjs", "pubsub.js"), "@google-cloud/pubsub@"+pubsubJSVersion)
 
 	s := pubsubStack(t)
 	topic, sub := psID("node"), psID("node-sub")
