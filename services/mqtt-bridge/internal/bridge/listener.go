@@ -44,6 +44,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	// A message published without an expiry keeps none (the library's default would
 	// give every delivered message a one-day Message Expiry Interval).
 	caps.MaximumMessageExpiryInterval = 0
+	// The library reads a packet into a buffer of the size its fixed header claims, up
+	// to 256 MB, before anything else (even before CONNECT): without a limit, a few
+	// connections claiming huge packets exhaust memory. A packet over the limit ends
+	// the connection (0x95). The limit and the alias maximum are advertised in the
+	// CONNACK (connackProps), which the library does not do itself.
+	caps.MaximumPacketSize = maxPacketSize(routes)
+	// Each alias can hold a topic of up to 64 KiB for the whole connection.
+	caps.TopicAliasMaximum = topicAliasMaximum
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -84,6 +92,23 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	return l, nil
 }
 
+// topicAliasMaximum is how many topic aliases a listener client may set.
+const topicAliasMaximum = 16
+
+// packetOverhead is what a PUBLISH may carry beyond a record's max-record-bytes: the
+// topic name (up to 64 KiB) and properties that are not stored.
+const packetOverhead = 128 << 10
+
+// maxPacketSize is the largest packet the listener reads: the largest max-record-bytes
+// of its routes (at least the default) and packetOverhead.
+func maxPacketSize(routes []*mapping.Route) uint32 {
+	n := config.DefaultMaxRecordBytes
+	for _, r := range routes {
+		n = max(n, r.Cfg.MaxRecordBytes)
+	}
+	return uint32(min(n+packetOverhead, 268435455+5))
+}
+
 // Addr is the bound listener address.
 func (l *listener) Addr() string { return l.ln.Address() }
 
@@ -116,6 +141,10 @@ func (l *listener) publish(_ context.Context, m mapping.Message) (byte, error) {
 	return 0, l.srv.InjectPacket(l.inline, pk)
 }
 
+// sysMarker prefixes the topic of a PUBLISH to $SYS between OnPacketRead and
+// OnPublish; no client topic holds a NUL (OnPacketRead ends such connections).
+const sysMarker = "\x00sys\x00"
+
 // storeHook holds a publish in the client's read loop until it is stored.
 type storeHook struct {
 	mqtt.HookBase
@@ -124,24 +153,67 @@ type storeHook struct {
 
 func (h *storeHook) ID() string { return "tributary-store" }
 
-func (h *storeHook) Provides(b byte) bool { return b == mqtt.OnPublish || b == mqtt.OnPacketRead }
+func (h *storeHook) Provides(b byte) bool {
+	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode
+}
+
+// OnPacketEncode advertises the listener's Maximum Packet Size and Topic Alias
+// Maximum in a successful MQTT 5 CONNACK, so that a client knows the limits it is held
+// to (the library enforces them without saying so).
+func (h *storeHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode < 0x80 && cl.Properties.ProtocolVersion == 5 {
+		caps := h.l.srv.Options.Capabilities
+		pk.Properties.MaximumPacketSize = caps.MaximumPacketSize
+		pk.Properties.TopicAliasMaximum = caps.TopicAliasMaximum
+	}
+	return pk
+}
 
 // OnPacketRead ends the connection of a client whose PUBLISH names an invalid topic
 // (wildcards, NUL) with DISCONNECT 0x90 (topic name invalid), where the library would
 // drop the packet without an answer and leave a QoS 1/2 publisher waiting.
+//
+// A PUBLISH to a $SYS topic, which the library also drops without an answer, is
+// refused: 0x87 (not authorized) to an MQTT 5 client, the connection ended for 3.1.1.
 func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || !strings.ContainsAny(pk.TopicName, "+#\x00") {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
 		return pk, nil
 	}
-	h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
-	_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
-	return pk, packets.ErrRejectPacket
+	switch {
+	case strings.ContainsAny(pk.TopicName, "+#\x00"):
+		h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
+		_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+		return pk, packets.ErrRejectPacket
+	case len(pk.TopicName) >= len(mqtt.SysPrefix) && strings.EqualFold(pk.TopicName[:len(mqtt.SysPrefix)], mqtt.SysPrefix):
+		h.l.log.Warn("publish to a $SYS topic; refused", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
+		if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion != 5 {
+			_ = h.l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
+			return pk, packets.ErrRejectPacket
+		}
+		// An error here would end the connection; marked, it reaches OnPublish, which
+		// refuses it (the library itself would drop it before).
+		pk.TopicName = sysMarker + pk.TopicName
+	}
+	return pk, nil
 }
 
 func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	l := h.l
 	if cl.Net.Inline {
 		return pk, nil // our own kafka-to-mqtt publishes are never stored again
+	}
+	if strings.HasPrefix(pk.TopicName, sysMarker) {
+		if pk.FixedHeader.Qos == 0 {
+			return pk, packets.ErrRejectPacket
+		}
+		return h.refuse(cl, pk, packets.ErrNotAuthorized)
+	}
+	if pk.TopicName == "" {
+		// An empty topic name with a topic alias the client never set (the library
+		// resolves aliases before this hook and lets an unknown one through).
+		h.l.log.Warn("publish with an unknown topic alias; disconnecting", zap.String("client", cl.ID), zap.Uint16("alias", pk.Properties.TopicAlias))
+		_ = h.l.srv.DisconnectClient(cl, packets.ErrProtocolViolation)
+		return pk, packets.ErrRejectPacket
 	}
 	msg := fromMochi(cl, pk)
 	routes := l.routes[:0:0]

@@ -1,0 +1,181 @@
+package bridge
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// rawConnect opens a TCP connection to the listener and does an MQTT 5 CONNECT
+// (clean start, client id "r"), returning once the CONNACK was read.
+func rawConnect(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte{0x10, 0x0e, 0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 60, 0, 0, 1, 'r'}); err != nil {
+		t.Fatal(err)
+	}
+	typ, _ := readPacket(t, conn)
+	if typ != 0x20 {
+		t.Fatalf("CONNACK: first byte %#x", typ)
+	}
+	return conn
+}
+
+// readPacket reads one packet: its first byte and the rest.
+func readPacket(t *testing.T, conn net.Conn) (byte, []byte) {
+	t.Helper()
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(conn, b); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	n, mul := 0, 1
+	for {
+		var c [1]byte
+		if _, err := io.ReadFull(conn, c[:]); err != nil {
+			t.Fatalf("read length: %v", err)
+		}
+		n += int(c[0]&0x7f) * mul
+		if c[0]&0x80 == 0 {
+			break
+		}
+		mul *= 128
+	}
+	rest := make([]byte, n)
+	if _, err := io.ReadFull(conn, rest); err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return b[0], rest
+}
+
+// A fixed header claiming a 256 MB packet must not make the listener wait for (and
+// allocate) it: the connection ends at once, before and after CONNECT.
+func TestListenerRefusesHugePacketClaims(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	for _, connected := range []bool{false, true} {
+		var conn net.Conn
+		if connected {
+			conn = rawConnect(t, b.ListenerAddr())
+		} else {
+			var err error
+			if conn, err = net.Dial("tcp", b.ListenerAddr()); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+		}
+		// PUBLISH (or CONNECT) claiming 268,435,455 bytes.
+		first := byte(0x10)
+		if connected {
+			first = 0x32
+		}
+		if _, err := conn.Write([]byte{first, 0xff, 0xff, 0xff, 0x7f, 0, 1, 'a'}); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 64)
+		for {
+			_, err := conn.Read(buf)
+			if err == nil {
+				continue // a DISCONNECT 0x95
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("connected=%v: the connection is still open, waiting for a 256 MB packet", connected)
+			}
+			break
+		}
+	}
+	// Others are unaffected.
+	c := connect(t, b.ListenerAddr(), "after")
+	if rc, err := publish(c, "dev/1", "ok"); err != nil || rc != 0 {
+		t.Fatalf("publish after: %#x %v", rc, err)
+	}
+}
+
+// The CONNACK tells an MQTT 5 client the packet size and topic alias limits it is
+// held to.
+func TestListenerAdvertisesLimits(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	conn, err := net.Dial("tcp", b.ListenerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: "limits"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "limits", CleanStart: true, KeepAlive: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() }()
+	if ca.Properties == nil || ca.Properties.MaximumPacketSize == nil || *ca.Properties.MaximumPacketSize != maxPacketSize(nil) {
+		t.Errorf("CONNACK Maximum Packet Size %+v, want %d", ca.Properties, maxPacketSize(nil))
+	}
+	if ca.Properties == nil || ca.Properties.TopicAliasMaximum == nil || *ca.Properties.TopicAliasMaximum != topicAliasMaximum {
+		t.Errorf("CONNACK Topic Alias Maximum %+v, want %d", ca.Properties, topicAliasMaximum)
+	}
+}
+
+// A QoS 1 PUBLISH to $SYS gets an answer (0x87), not silence.
+func TestListenerRefusesSysTopics(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8, `  - id: all
+    mqtt-topic-filters: ["#"]
+    kafka-topic: all`)
+	conn := rawConnect(t, b.ListenerAddr())
+	// PUBLISH QoS 1 "$SYS/x", packet id 7, no properties, payload "p".
+	if _, err := conn.Write([]byte{0x32, 0x0c, 0, 6, '$', 'S', 'Y', 'S', '/', 'x', 0, 7, 0, 'p'}); err != nil {
+		t.Fatal(err)
+	}
+	typ, rest := readPacket(t, conn)
+	if typ != 0x40 || len(rest) < 3 || rest[1] != 7 || rest[2] != 0x87 {
+		t.Fatalf("answer %#x % x, want PUBACK id 7 reason 0x87", typ, rest)
+	}
+	// QoS 2: PUBREC 0x87.
+	if _, err := conn.Write([]byte{0x34, 0x0c, 0, 6, '$', 's', 'y', 's', '/', 'y', 0, 8, 0, 'p'}); err != nil {
+		t.Fatal(err)
+	}
+	typ, rest = readPacket(t, conn)
+	if typ != 0x50 || len(rest) < 3 || rest[1] != 8 || rest[2] != 0x87 {
+		t.Fatalf("answer %#x % x, want PUBREC id 8 reason 0x87", typ, rest)
+	}
+}
+
+// An empty topic name with a topic alias never set is a protocol error (0x82); it
+// is not stored under the topic "" by a "#" mapping, nor acknowledged.
+func TestListenerUnknownTopicAlias(t *testing.T) {
+	f, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8, `  - id: all
+    mqtt-topic-filters: ["#"]
+    kafka-topic: all`)
+	conn := rawConnect(t, b.ListenerAddr())
+	// PUBLISH QoS 1, topic "", packet id 3, properties: topic alias 5, payload "p".
+	if _, err := conn.Write([]byte{0x32, 0x09, 0, 0, 0, 3, 3, 0x23, 0, 5, 'p'}); err != nil {
+		t.Fatal(err)
+	}
+	typ, rest := readPacket(t, conn)
+	if typ != 0xe0 || len(rest) < 1 || rest[0] != 0x82 {
+		t.Fatalf("answer %#x % x, want DISCONNECT 0x82", typ, rest)
+	}
+	if n := len(f.stored("kafka.all")); n != 0 {
+		t.Fatalf("stored %d records for an unknown alias", n)
+	}
+	// An alias over the advertised maximum: 0x94.
+	conn = rawConnect(t, b.ListenerAddr())
+	if _, err := conn.Write([]byte{0x32, 0x0a, 0, 1, 'a', 0, 3, 3, 0x23, 0, topicAliasMaximum + 1, 'p'}); err != nil {
+		t.Fatal(err)
+	}
+	typ, rest = readPacket(t, conn)
+	if typ != 0xe0 || len(rest) < 1 || rest[0] != 0x94 {
+		t.Fatalf("answer %#x % x, want DISCONNECT 0x94", typ, rest)
+	}
+}
