@@ -203,3 +203,23 @@ func TestValidateFilter(t *testing.T) {
 		}
 	}
 }
+
+// Properties a broker would end the connection on (NUL, not UTF-8, a wildcard in
+// the response topic) are reported by check, not found by the first publish.
+func TestPropertiesMQTTCannotCarry(t *testing.T) {
+	src := "listener: {addr: \"127.0.0.1:0\"}\nkafka-to-mqtt:\n  - id: k\n    kafka-topics: [t]\n    properties:\n" +
+		"      content-type: \"a\\u0000b\"\n      response-topic: \"reply/#\"\n      user-properties:\n        - {name: n, value: \"x\\0\"}\n"
+	_, ps := Load([]byte(src), noEnv)
+	for _, w := range []struct {
+		line int
+		sub  string
+	}{{6, `content-type: "a\x00b" contains NUL`}, {7, `response-topic: "reply/#": a response topic cannot hold`}, {9, `user-properties[0].value:`}} {
+		ok := false
+		for _, p := range ps {
+			ok = ok || (p.Line == w.line && strings.Contains(p.Path+": "+p.Msg, w.sub))
+		}
+		if !ok {
+			t.Errorf("missing problem at line %d containing %q; got:\n%v", w.line, w.sub, ps)
+		}
+	}
+}
