@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
 )
 
 // rawConnect opens a TCP connection to the listener and does an MQTT 5 CONNECT
@@ -177,5 +180,131 @@ func TestListenerUnknownTopicAlias(t *testing.T) {
 	typ, rest = readPacket(t, conn)
 	if typ != 0xe0 || len(rest) < 1 || rest[0] != 0x94 {
 		t.Fatalf("answer %#x % x, want DISCONNECT 0x94", typ, rest)
+	}
+}
+
+// A QoS 2 PUBLISH sent again (DUP) after its PUBREC was lost, on a resumed session,
+// is answered PUBREC 0x00 and not stored twice ([MQTT-4.3.3-10]); the library's
+// 0x91 (packet identifier in use) would tell the publisher it failed.
+func TestListenerQoS2ResentAfterLostPubrec(t *testing.T) {
+	f, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	// CONNECT MQTT 5, clean start off, session expiry 300 s, client id "q2".
+	connectPkt := []byte{0x10, 0x14, 0, 4, 'M', 'Q', 'T', 'T', 5, 0x00, 0, 60, 5, 0x11, 0, 0, 0x01, 0x2c, 0, 2, 'q', '2'}
+	dial := func() net.Conn {
+		conn, err := net.Dial("tcp", b.ListenerAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := conn.Write(connectPkt); err != nil {
+			t.Fatal(err)
+		}
+		if typ, rest := readPacket(t, conn); typ != 0x20 || rest[1] != 0 {
+			t.Fatalf("CONNACK %#x % x", typ, rest)
+		}
+		return conn
+	}
+	conn := dial()
+	// PUBLISH QoS 2 "dev/q", packet id 9, no properties, payload "x".
+	pub := []byte{0x34, 0x0b, 0, 5, 'd', 'e', 'v', '/', 'q', 0, 9, 0, 'x'}
+	if _, err := conn.Write(pub); err != nil {
+		t.Fatal(err)
+	}
+	if typ, rest := readPacket(t, conn); typ != 0x50 || rest[1] != 9 || (len(rest) > 2 && rest[2] != 0) {
+		t.Fatalf("PUBREC %#x % x", typ, rest)
+	}
+	conn.Close() // as if the PUBREC had been lost
+	time.Sleep(100 * time.Millisecond)
+	conn = dial()
+	defer conn.Close()
+	pub[0] |= 0x08 // DUP
+	if _, err := conn.Write(pub); err != nil {
+		t.Fatal(err)
+	}
+	// PUBREL; the resumed session may first resend its PUBREC. Every PUBREC must be
+	// 0x00, and the PUBCOMP 0x00.
+	if _, err := conn.Write([]byte{0x62, 0x02, 0, 9}); err != nil {
+		t.Fatal(err)
+	}
+	recs := 0
+	for {
+		typ, rest := readPacket(t, conn)
+		if typ == 0x50 && rest[1] == 9 {
+			recs++
+			if len(rest) > 2 && rest[2] != 0 {
+				t.Fatalf("PUBREC to the resent PUBLISH: reason %#x, want 0x00", rest[2])
+			}
+			continue
+		}
+		if typ != 0x70 || rest[1] != 9 || (len(rest) > 2 && rest[2] != 0) {
+			t.Fatalf("PUBCOMP %#x % x", typ, rest)
+		}
+		break
+	}
+	if recs == 0 {
+		t.Fatal("the resent PUBLISH got no PUBREC")
+	}
+	if n := len(f.stored("kafka.devices")); n != 1 {
+		t.Fatalf("stored %d records, want 1", n)
+	}
+}
+
+// A connection that sends half a CONNECT is closed after connectTimeout, and does
+// not keep the bridge from stopping (the library waited for it for ever).
+func TestListenerHalfConnect(t *testing.T) {
+	old := connectTimeout
+	connectTimeout = 500 * time.Millisecond
+	defer func() { connectTimeout = old }()
+	_, addr := startBackend(t)
+	cfg, ps := config.Load([]byte("store-timeout: 1s\nhttp-addr: 127.0.0.1:0\nlistener: {addr: \"127.0.0.1:0\"}\nmqtt-to-kafka:\n  - {id: d, mqtt-topic-filters: [\"d/#\"], kafka-topic: d}\n"),
+		func(k string) (string, bool) { return addr, k == "TRIBUTARY_MQTT_STORAGE_ADDR" || k == "TRIBUTARY_MQTT_COORDINATOR_ADDR" })
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	half := func() net.Conn {
+		conn, err := net.Dial("tcp", b.ListenerAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte{0x10, 0x0e, 0, 4, 'M', 'Q'}); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	idle := half()
+	defer idle.Close()
+	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data from a half-connected connection")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a half CONNECT was not closed after connectTimeout")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("closed after %v", d)
+	}
+	// Stopping with a half-connected connection open.
+	b.listener.guard.mu.Lock()
+	b.listener.guard.timeout = time.Hour
+	b.listener.guard.mu.Unlock()
+	c2 := half()
+	defer c2.Close()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return with a half-connected client open")
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -29,7 +31,8 @@ type listener struct {
 	cfg    config.ListenerConfig
 	routes []*mapping.Route
 	srv    *mqtt.Server
-	ln     *listeners.TCP
+	ln     *listeners.Net
+	guard  *guardedListener
 	inline *mqtt.Client
 	slots  chan struct{}
 	log    *zap.Logger
@@ -83,8 +86,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 			}
 		}
 	}
-	l.ln = listeners.NewTCP(listeners.Config{ID: "tributary", Address: c.Addr, TLSConfig: tlsCfg})
+	raw, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
+	}
+	l.guard = &guardedListener{Listener: raw, tls: tlsCfg, timeout: connectTimeout, pending: map[net.Conn]struct{}{}}
+	l.ln = listeners.NewNet("tributary", l.guard)
 	if err := l.srv.AddListener(l.ln); err != nil {
+		_ = raw.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
 	}
 	l.inline = l.srv.NewClient(nil, "local", "tributary-kafka-to-mqtt", true)
@@ -114,7 +123,66 @@ func (l *listener) Addr() string { return l.ln.Address() }
 
 func (l *listener) serve() error { return l.srv.Serve() }
 
-func (l *listener) close() { _ = l.srv.Close() }
+// close ends the connections that have not sent CONNECT yet (the library does not
+// know them, and would wait for them for ever), then the server and its clients.
+func (l *listener) close() {
+	l.guard.closePending()
+	_ = l.srv.Close()
+}
+
+// connectTimeout is how long a new connection has to complete TLS and send its
+// CONNECT. The library sets no deadline before CONNECT (only keep-alive ones after),
+// so a connection that sends nothing, or half a CONNECT, would stay for ever.
+var connectTimeout = 10 * time.Second
+
+// guardedListener gives each accepted connection until connectTimeout to CONNECT
+// (the library's keep-alive deadline replaces it after) and knows the connections
+// still without one, so that close can end them.
+type guardedListener struct {
+	net.Listener
+	tls *tls.Config
+
+	mu      sync.Mutex
+	timeout time.Duration
+	pending map[net.Conn]struct{}
+	closed  bool
+}
+
+func (g *guardedListener) Accept() (net.Conn, error) {
+	c, err := g.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if g.tls != nil {
+		c = tls.Server(c, g.tls)
+	}
+	g.mu.Lock()
+	_ = c.SetDeadline(time.Now().Add(g.timeout))
+	if g.closed {
+		_ = c.Close()
+	} else {
+		g.pending[c] = struct{}{}
+	}
+	g.mu.Unlock()
+	return c, nil
+}
+
+// connected forgets c: it sent its CONNECT and is the library's now.
+func (g *guardedListener) connected(c net.Conn) {
+	g.mu.Lock()
+	delete(g.pending, c)
+	g.mu.Unlock()
+}
+
+func (g *guardedListener) closePending() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for c := range g.pending {
+		_ = c.Close()
+	}
+	clear(g.pending)
+}
 
 // publish hands m to the embedded broker's subscribers (nothing to wait for).
 func (l *listener) publish(_ context.Context, m mapping.Message) (byte, error) {
@@ -154,13 +222,28 @@ type storeHook struct {
 func (h *storeHook) ID() string { return "tributary-store" }
 
 func (h *storeHook) Provides(b byte) bool {
-	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode
+	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect
+}
+
+// OnConnect hands the connection from the CONNECT guard to the library.
+func (h *storeHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	h.l.guard.connected(cl.Net.Conn)
+	return nil
 }
 
 // OnPacketEncode advertises the listener's Maximum Packet Size and Topic Alias
 // Maximum in a successful MQTT 5 CONNACK, so that a client knows the limits it is held
 // to (the library enforces them without saying so).
+//
+// It also answers a QoS 2 PUBLISH received again before its PUBREL with PUBREC 0x00,
+// as [MQTT-4.3.3-10] wants (the library, which rightly does not deliver it again,
+// answers 0x91 "packet identifier in use", the one PUBREC it sends with that code: a
+// publisher whose PUBREC was lost would take its stored message for refused).
 func (h *storeHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Pubrec && pk.ReasonCode == packets.ErrPacketIdentifierInUse.Code {
+		pk.ReasonCode = packets.CodeSuccess.Code
+		pk.Properties = packets.Properties{}
+	}
 	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode < 0x80 && cl.Properties.ProtocolVersion == 5 {
 		caps := h.l.srv.Options.Capabilities
 		pk.Properties.MaximumPacketSize = caps.MaximumPacketSize
