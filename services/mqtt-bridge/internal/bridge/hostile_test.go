@@ -258,7 +258,9 @@ func TestListenerHalfConnect(t *testing.T) {
 	defer func() { connectTimeout = old }()
 	_, addr := startBackend(t)
 	cfg, ps := config.Load([]byte("store-timeout: 1s\nhttp-addr: 127.0.0.1:0\nlistener: {addr: \"127.0.0.1:0\"}\nmqtt-to-kafka:\n  - {id: d, mqtt-topic-filters: [\"d/#\"], kafka-topic: d}\n"),
-		func(k string) (string, bool) { return addr, k == "TRIBUTARY_MQTT_STORAGE_ADDR" || k == "TRIBUTARY_MQTT_COORDINATOR_ADDR" })
+		func(k string) (string, bool) {
+			return addr, k == "TRIBUTARY_MQTT_STORAGE_ADDR" || k == "TRIBUTARY_MQTT_COORDINATOR_ADDR"
+		})
 	if err := ps.Err(); err != nil {
 		t.Fatal(err)
 	}
