@@ -223,3 +223,44 @@ func TestPropertiesMQTTCannotCarry(t *testing.T) {
 		}
 	}
 }
+
+// A bad value for a key with its own decoding (headers, lists) does not stop the
+// decoding there: the keys after it are neither reported missing nor left unchecked,
+// and a type error names its key.
+func TestDecodingGoesOnAfterABadValue(t *testing.T) {
+	src := `listener: {addr: "127.0.0.1:0"}
+mqtt-to-kafka:
+  - id: a
+    mqtt-topic-filters: [a]
+    kafka-topic: t
+    headers: {x: [1]}
+    partitions: many
+  - id: b
+    mqtt-topic-filters: [b]
+    kafka-topic: u
+kafka-to-mqtt:
+  - id: k
+    kafka-topics: [v]
+    qos: 7
+`
+	_, ps := Load([]byte(src), noEnv)
+	want := map[int]string{
+		6:  "mqtt-to-kafka[0].headers: headers must be none, all or a list",
+		7:  "mqtt-to-kafka[0].partitions: cannot unmarshal",
+		14: "kafka-to-mqtt[0].qos: QoS 7",
+	}
+	for line, sub := range want {
+		ok := false
+		for _, p := range ps {
+			ok = ok || (p.Line == line && strings.Contains(p.Text(), sub))
+		}
+		if !ok {
+			t.Errorf("missing problem at line %d containing %q; got:\n%v", line, sub, ps)
+		}
+	}
+	for _, p := range ps {
+		if strings.Contains(p.Msg, "is required") {
+			t.Errorf("spurious problem after a bad value: %v", p)
+		}
+	}
+}

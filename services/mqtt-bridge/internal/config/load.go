@@ -119,6 +119,43 @@ func (l *loader) line(path string) int {
 	return 0
 }
 
+// pathAt is the key path on line, for a decoding error that names none: the one key
+// there, or, for several on one line (a flow mapping), the path they share.
+func (l *loader) pathAt(line int) string {
+	var on []string
+	for p, n := range l.lines {
+		if n == line {
+			on = append(on, p)
+		}
+	}
+	var leaves []string
+	for _, p := range on {
+		leaf := true
+		for _, q := range on {
+			if len(q) > len(p) && strings.HasPrefix(q, p) && (q[len(p)] == '.' || q[len(p)] == '[') {
+				leaf = false
+			}
+		}
+		if leaf {
+			leaves = append(leaves, p)
+		}
+	}
+	if len(leaves) == 0 {
+		return ""
+	}
+	common := leaves[0]
+	for _, p := range leaves[1:] {
+		for !strings.HasPrefix(p, common) || (len(p) > len(common) && p[len(common)] != '.' && p[len(common)] != '[') {
+			i := strings.LastIndexAny(common, ".[")
+			if i < 0 {
+				return ""
+			}
+			common = common[:i]
+		}
+	}
+	return common
+}
+
 var lineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // Load parses data, applies the environment (lookup) and defaults, reads secrets and
@@ -137,7 +174,12 @@ func Load(data []byte, lookup func(string) (string, bool)) (*Config, Problems) {
 		doc := root.Content[0]
 		l.walk(doc, reflect.TypeOf(Config{}), "")
 		if err := doc.Decode(cfg); err != nil {
-			l.ps = append(l.ps, yamlProblem(err)...)
+			for _, p := range yamlProblem(err) {
+				if p.Path == "" {
+					p.Path = l.pathAt(p.Line)
+				}
+				l.ps = append(l.ps, p)
+			}
 		}
 	}
 	if lookup != nil {
