@@ -310,3 +310,70 @@ func TestListenerHalfConnect(t *testing.T) {
 		t.Fatal("Run did not return with a half-connected client open")
 	}
 }
+
+// A refused publish of an MQTT 3.1.1 client is acknowledged (it cannot be told why)
+// but, as for MQTT 5, neither delivered to the listener's subscribers nor retained.
+func TestListenerV311RefusalNotDelivered(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	sub := connect(t, b.ListenerAddr(), "watcher")
+	got := make(chan string, 10)
+	sub.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
+		got <- string(pr.Packet.Payload)
+		return true, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "dev/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", b.ListenerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// CONNECT MQTT 3.1.1, clean session, client id "v".
+	if _, err := conn.Write([]byte{0x10, 0x0d, 0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 60, 0, 1, 'v'}); err != nil {
+		t.Fatal(err)
+	}
+	if typ, _ := readPacket(t, conn); typ != 0x20 {
+		t.Fatalf("CONNACK %#x", typ)
+	}
+	// Retained QoS 1 PUBLISH "dev/v", id 4, 100 bytes: over max-record-bytes (64).
+	big := append([]byte{0x33, 2 + 5 + 2 + 100, 0, 5, 'd', 'e', 'v', '/', 'v', 0, 4}, make([]byte, 100)...)
+	copy(big[11:], "big")
+	if _, err := conn.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if typ, rest := readPacket(t, conn); typ != 0x40 || rest[1] != 4 {
+		t.Fatalf("PUBACK %#x % x", typ, rest)
+	}
+	// Then a small one, which is delivered.
+	if _, err := conn.Write([]byte{0x32, 2 + 5 + 2 + 5, 0, 5, 'd', 'e', 'v', '/', 'v', 0, 5, 's', 'm', 'a', 'l', 'l'}); err != nil {
+		t.Fatal(err)
+	}
+	if typ, rest := readPacket(t, conn); typ != 0x40 || rest[1] != 5 {
+		t.Fatalf("PUBACK %#x % x", typ, rest)
+	}
+	select {
+	case p := <-got:
+		if p != "small" {
+			t.Fatalf("subscriber got %.10q first: the refused message was delivered", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stored message never reached the subscriber")
+	}
+	// Nor retained: a new subscriber gets nothing.
+	late := connect(t, b.ListenerAddr(), "late")
+	lateGot := make(chan string, 1)
+	late.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) { lateGot <- string(pr.Packet.Payload); return true, nil })
+	if _, err := late.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "dev/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-lateGot:
+		t.Fatalf("retained %.10q", p)
+	case <-time.After(300 * time.Millisecond):
+	}
+}

@@ -347,8 +347,8 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 }
 
 // refuse answers a QoS 1/2 publish with code. An MQTT 3.1.1 client cannot be told:
-// the library acknowledges it (a reason code it does not answer for 3.1.1) and the
-// refusal is counted. QoS 0 is dropped.
+// it is acknowledged and the refusal counted. QoS 0 is dropped. A refused message is
+// neither delivered to the listener's subscribers nor retained.
 func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
 	for _, r := range h.l.routes {
 		if r.Matches(pk.TopicName) {
@@ -358,7 +358,17 @@ func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code
 	if pk.FixedHeader.Qos == 0 {
 		return pk, packets.ErrRejectPacket
 	}
-	if pk.FixedHeader.Qos == 2 && cl.Properties.ProtocolVersion == 5 {
+	if cl.Properties.ProtocolVersion != 5 {
+		// Acknowledged ourselves: given the code, the library would also deliver the
+		// message to the listener's subscribers and retain it, stored or not.
+		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
+		if pk.FixedHeader.Qos == 2 {
+			ack.FixedHeader.Type = packets.Pubrec
+		}
+		_ = cl.WritePacket(ack)
+		return pk, packets.ErrRejectPacket
+	}
+	if pk.FixedHeader.Qos == 2 {
 		// The library answers a refused QoS 2 publish with a PUBACK; send the PUBREC.
 		_ = cl.WritePacket(packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
