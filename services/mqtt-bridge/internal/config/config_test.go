@@ -264,3 +264,32 @@ kafka-to-mqtt:
 		}
 	}
 }
+
+// An override naming no key (a typo, an index past the file's items) is reported,
+// not ignored in silence.
+func TestUnknownEnvironmentWarned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(path, []byte("listener: {addr: \"127.0.0.1:0\"}\nmqtt-to-kafka:\n  - {id: a, mqtt-topic-filters: [x], kafka-topic: t}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TRIBUTARY_MQTT_STORAGE_ADRR", "x")
+	t.Setenv("TRIBUTARY_MQTT_MQTT_TO_KAFKA_3_ID", "y")
+	t.Setenv("TRIBUTARY_MQTT_MQTT_TO_KAFKA_0_KAFKA_TOPIC", "u")
+	t.Setenv("TRIBUTARY_MQTT_CONFIG", path)
+	cfg, ps, err := LoadFile(path)
+	if err != nil {
+		t.Fatalf("warnings must not stop the load: %v", err)
+	}
+	if cfg.MQTTToKafka[0].KafkaTopic != "u" {
+		t.Errorf("override not applied")
+	}
+	var warned []string
+	for _, p := range ps {
+		if p.Warning && strings.Contains(p.Msg, "names no key") {
+			warned = append(warned, p.Msg)
+		}
+	}
+	if len(warned) != 2 || !strings.Contains(strings.Join(warned, "\n"), `TRIBUTARY_MQTT_STORAGE_ADRR names no key of this config; ignored (did you mean TRIBUTARY_MQTT_STORAGE_ADDR?)`) {
+		t.Errorf("warnings %q", warned)
+	}
+}
