@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -29,7 +31,8 @@ type listener struct {
 	cfg    config.ListenerConfig
 	routes []*mapping.Route
 	srv    *mqtt.Server
-	ln     *listeners.TCP
+	ln     *listeners.Net
+	guard  *guardedListener
 	inline *mqtt.Client
 	slots  chan struct{}
 	log    *zap.Logger
@@ -44,6 +47,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	// A message published without an expiry keeps none (the library's default would
 	// give every delivered message a one-day Message Expiry Interval).
 	caps.MaximumMessageExpiryInterval = 0
+	// The library reads a packet into a buffer of the size its fixed header claims, up
+	// to 256 MB, before anything else (even before CONNECT): without a limit, a few
+	// connections claiming huge packets exhaust memory. A packet over the limit ends
+	// the connection (0x95). The limit and the alias maximum are advertised in the
+	// CONNACK (connackProps), which the library does not do itself.
+	caps.MaximumPacketSize = maxPacketSize(routes)
+	// Each alias can hold a topic of up to 64 KiB for the whole connection.
+	caps.TopicAliasMaximum = topicAliasMaximum
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -75,8 +86,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 			}
 		}
 	}
-	l.ln = listeners.NewTCP(listeners.Config{ID: "tributary", Address: c.Addr, TLSConfig: tlsCfg})
+	raw, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
+	}
+	l.guard = &guardedListener{Listener: raw, tls: tlsCfg, timeout: connectTimeout, pending: map[net.Conn]struct{}{}}
+	l.ln = listeners.NewNet("tributary", l.guard)
 	if err := l.srv.AddListener(l.ln); err != nil {
+		_ = raw.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
 	}
 	l.inline = l.srv.NewClient(nil, "local", "tributary-kafka-to-mqtt", true)
@@ -84,12 +101,88 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	return l, nil
 }
 
+// topicAliasMaximum is how many topic aliases a listener client may set.
+const topicAliasMaximum = 16
+
+// packetOverhead is what a PUBLISH may carry beyond a record's max-record-bytes: the
+// topic name (up to 64 KiB) and properties that are not stored.
+const packetOverhead = 128 << 10
+
+// maxPacketSize is the largest packet the listener reads: the largest max-record-bytes
+// of its routes (at least the default) and packetOverhead.
+func maxPacketSize(routes []*mapping.Route) uint32 {
+	n := config.DefaultMaxRecordBytes
+	for _, r := range routes {
+		n = max(n, r.Cfg.MaxRecordBytes)
+	}
+	return uint32(min(n+packetOverhead, 268435455+5))
+}
+
 // Addr is the bound listener address.
 func (l *listener) Addr() string { return l.ln.Address() }
 
 func (l *listener) serve() error { return l.srv.Serve() }
 
-func (l *listener) close() { _ = l.srv.Close() }
+// close ends the connections that have not sent CONNECT yet (the library does not
+// know them, and would wait for them for ever), then the server and its clients.
+func (l *listener) close() {
+	l.guard.closePending()
+	_ = l.srv.Close()
+}
+
+// connectTimeout is how long a new connection has to complete TLS and send its
+// CONNECT. The library sets no deadline before CONNECT (only keep-alive ones after),
+// so a connection that sends nothing, or half a CONNECT, would stay for ever.
+var connectTimeout = 10 * time.Second
+
+// guardedListener gives each accepted connection until connectTimeout to CONNECT
+// (the library's keep-alive deadline replaces it after) and knows the connections
+// still without one, so that close can end them.
+type guardedListener struct {
+	net.Listener
+	tls *tls.Config
+
+	mu      sync.Mutex
+	timeout time.Duration
+	pending map[net.Conn]struct{}
+	closed  bool
+}
+
+func (g *guardedListener) Accept() (net.Conn, error) {
+	c, err := g.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if g.tls != nil {
+		c = tls.Server(c, g.tls)
+	}
+	g.mu.Lock()
+	_ = c.SetDeadline(time.Now().Add(g.timeout))
+	if g.closed {
+		_ = c.Close()
+	} else {
+		g.pending[c] = struct{}{}
+	}
+	g.mu.Unlock()
+	return c, nil
+}
+
+// connected forgets c: it sent its CONNECT and is the library's now.
+func (g *guardedListener) connected(c net.Conn) {
+	g.mu.Lock()
+	delete(g.pending, c)
+	g.mu.Unlock()
+}
+
+func (g *guardedListener) closePending() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	for c := range g.pending {
+		_ = c.Close()
+	}
+	clear(g.pending)
+}
 
 // publish hands m to the embedded broker's subscribers (nothing to wait for).
 func (l *listener) publish(_ context.Context, m mapping.Message) (byte, error) {
@@ -116,6 +209,10 @@ func (l *listener) publish(_ context.Context, m mapping.Message) (byte, error) {
 	return 0, l.srv.InjectPacket(l.inline, pk)
 }
 
+// sysMarker prefixes the topic of a PUBLISH to $SYS between OnPacketRead and
+// OnPublish; no client topic holds a NUL (OnPacketRead ends such connections).
+const sysMarker = "\x00sys\x00"
+
 // storeHook holds a publish in the client's read loop until it is stored.
 type storeHook struct {
 	mqtt.HookBase
@@ -124,24 +221,82 @@ type storeHook struct {
 
 func (h *storeHook) ID() string { return "tributary-store" }
 
-func (h *storeHook) Provides(b byte) bool { return b == mqtt.OnPublish || b == mqtt.OnPacketRead }
+func (h *storeHook) Provides(b byte) bool {
+	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect
+}
+
+// OnConnect hands the connection from the CONNECT guard to the library.
+func (h *storeHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	h.l.guard.connected(cl.Net.Conn)
+	return nil
+}
+
+// OnPacketEncode advertises the listener's Maximum Packet Size and Topic Alias
+// Maximum in a successful MQTT 5 CONNACK, so that a client knows the limits it is held
+// to (the library enforces them without saying so).
+//
+// It also answers a QoS 2 PUBLISH received again before its PUBREL with PUBREC 0x00,
+// as [MQTT-4.3.3-10] wants (the library, which rightly does not deliver it again,
+// answers 0x91 "packet identifier in use", the one PUBREC it sends with that code: a
+// publisher whose PUBREC was lost would take its stored message for refused).
+func (h *storeHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Pubrec && pk.ReasonCode == packets.ErrPacketIdentifierInUse.Code {
+		pk.ReasonCode = packets.CodeSuccess.Code
+		pk.Properties = packets.Properties{}
+	}
+	if pk.FixedHeader.Type == packets.Connack && pk.ReasonCode < 0x80 && cl.Properties.ProtocolVersion == 5 {
+		caps := h.l.srv.Options.Capabilities
+		pk.Properties.MaximumPacketSize = caps.MaximumPacketSize
+		pk.Properties.TopicAliasMaximum = caps.TopicAliasMaximum
+	}
+	return pk
+}
 
 // OnPacketRead ends the connection of a client whose PUBLISH names an invalid topic
 // (wildcards, NUL) with DISCONNECT 0x90 (topic name invalid), where the library would
 // drop the packet without an answer and leave a QoS 1/2 publisher waiting.
+//
+// A PUBLISH to a $SYS topic, which the library also drops without an answer, is
+// refused: 0x87 (not authorized) to an MQTT 5 client, the connection ended for 3.1.1.
 func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || !strings.ContainsAny(pk.TopicName, "+#\x00") {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
 		return pk, nil
 	}
-	h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
-	_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
-	return pk, packets.ErrRejectPacket
+	switch {
+	case strings.ContainsAny(pk.TopicName, "+#\x00"):
+		h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
+		_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+		return pk, packets.ErrRejectPacket
+	case len(pk.TopicName) >= len(mqtt.SysPrefix) && strings.EqualFold(pk.TopicName[:len(mqtt.SysPrefix)], mqtt.SysPrefix):
+		h.l.log.Warn("publish to a $SYS topic; refused", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
+		if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion != 5 {
+			_ = h.l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
+			return pk, packets.ErrRejectPacket
+		}
+		// An error here would end the connection; marked, it reaches OnPublish, which
+		// refuses it (the library itself would drop it before).
+		pk.TopicName = sysMarker + pk.TopicName
+	}
+	return pk, nil
 }
 
 func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	l := h.l
 	if cl.Net.Inline {
 		return pk, nil // our own kafka-to-mqtt publishes are never stored again
+	}
+	if strings.HasPrefix(pk.TopicName, sysMarker) {
+		if pk.FixedHeader.Qos == 0 {
+			return pk, packets.ErrRejectPacket
+		}
+		return h.refuse(cl, pk, packets.ErrNotAuthorized)
+	}
+	if pk.TopicName == "" {
+		// An empty topic name with a topic alias the client never set (the library
+		// resolves aliases before this hook and lets an unknown one through).
+		h.l.log.Warn("publish with an unknown topic alias; disconnecting", zap.String("client", cl.ID), zap.Uint16("alias", pk.Properties.TopicAlias))
+		_ = h.l.srv.DisconnectClient(cl, packets.ErrProtocolViolation)
+		return pk, packets.ErrRejectPacket
 	}
 	msg := fromMochi(cl, pk)
 	routes := l.routes[:0:0]
@@ -192,8 +347,8 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 }
 
 // refuse answers a QoS 1/2 publish with code. An MQTT 3.1.1 client cannot be told:
-// the library acknowledges it (a reason code it does not answer for 3.1.1) and the
-// refusal is counted. QoS 0 is dropped.
+// it is acknowledged and the refusal counted. QoS 0 is dropped. A refused message is
+// neither delivered to the listener's subscribers nor retained.
 func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code) (packets.Packet, error) {
 	for _, r := range h.l.routes {
 		if r.Matches(pk.TopicName) {
@@ -203,7 +358,17 @@ func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code
 	if pk.FixedHeader.Qos == 0 {
 		return pk, packets.ErrRejectPacket
 	}
-	if pk.FixedHeader.Qos == 2 && cl.Properties.ProtocolVersion == 5 {
+	if cl.Properties.ProtocolVersion != 5 {
+		// Acknowledged ourselves: given the code, the library would also deliver the
+		// message to the listener's subscribers and retain it, stored or not.
+		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
+		if pk.FixedHeader.Qos == 2 {
+			ack.FixedHeader.Type = packets.Pubrec
+		}
+		_ = cl.WritePacket(ack)
+		return pk, packets.ErrRejectPacket
+	}
+	if pk.FixedHeader.Qos == 2 {
 		// The library answers a refused QoS 2 publish with a PUBACK; send the PUBREC.
 		_ = cl.WritePacket(packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Pubrec},

@@ -124,18 +124,58 @@ func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromS
 		}
 	}
 	log.Info("consuming", zap.Int64("from_sequence", next), zap.String("group", r.s.Cfg.ConsumerGroup))
+	// gone is set while the topic does not exist (deleted): once it exists again it is
+	// a new log, read from its start (the old position means nothing in it).
+	gone := false
 	for ctx.Err() == nil {
+		if gone {
+			gc, err := r.b.storage.GetChannel(ctx, &storagev1.GetChannelRequest{Name: ch})
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if !retry(ctx, &backoff) {
+					return
+				}
+				continue
+			}
+			gone = false
+			n := max(gc.GetChannel().GetLogStartSequence(), 1)
+			log.Warn("topic created again; reading the new log from its start", zap.Int64("from", next), zap.Int64("to", n))
+			next = n
+			r.commitOrWarn(ctx, log, topic, p, next-1)
+		}
 		resp, err := r.b.storage.Read(ctx, &storagev1.ReadRequest{Channel: ch, FromSequence: next, MaxRecords: 500, WaitMs: 1000})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			if status.Code(err) == codes.OutOfRange {
-				if n, err := r.reset(ctx, topic, p, ch, next); err == nil && n != next {
-					log.Warn("committed offset outside the log; reset as Kafka's auto.offset.reset does",
-						zap.Int64("from", next), zap.Int64("to", n), zap.String("start_at", r.s.Cfg.StartAt))
-					next = n
-					continue
+			switch status.Code(err) {
+			case codes.NotFound:
+				if !gone {
+					log.Warn("topic deleted; waiting for it to be created again", zap.Error(err))
+				}
+				gone = true
+				if !retry(ctx, &backoff) {
+					return
+				}
+				continue
+			case codes.OutOfRange:
+				if gc, err := r.b.storage.GetChannel(ctx, &storagev1.GetChannelRequest{Name: ch}); err == nil {
+					start, end := max(gc.GetChannel().GetLogStartSequence(), 1), gc.GetChannel().GetHighWatermark()+1
+					switch {
+					case next < start:
+						log.Warn("records deleted before the committed offset; skipping to the log start", zap.Int64("from", next), zap.Int64("to", start))
+						next = start
+						continue
+					case next > end:
+						// Past the end: the topic was deleted and created again between
+						// two reads (or the group's offset belongs to an older topic).
+						log.Warn("position past the end of the log (topic created again); reading from its start", zap.Int64("from", next), zap.Int64("to", start))
+						next = start
+						r.commitOrWarn(ctx, log, topic, p, next-1)
+						continue
+					}
 				}
 			}
 			log.Warn("read failed; retrying", zap.Error(err))
@@ -168,6 +208,12 @@ func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromS
 		if err := r.commit(ctx, topic, p, next-1); err != nil && ctx.Err() == nil {
 			log.Warn("offset commit failed (records may be published again after a restart)", zap.Error(err))
 		}
+	}
+}
+
+func (r *sinkRunner) commitOrWarn(ctx context.Context, log *zap.Logger, topic string, p int32, offset int64) {
+	if err := r.commit(ctx, topic, p, offset); err != nil && ctx.Err() == nil {
+		log.Warn("offset commit failed", zap.Error(err))
 	}
 }
 
@@ -235,36 +281,6 @@ func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string
 		return 0, err
 	}
 	return next, nil
-}
-
-// reset is where to read from when next is outside the channel's records (Kafka's
-// OFFSET_OUT_OF_RANGE): before the log start (records deleted) it is the log start; past
-// the end (the log was re-created empty under an old committed offset) it is the end for
-// start-at latest and the log start for earliest, as auto.offset.reset does. The new
-// position is committed so a restart does not fall into the same gap.
-func (r *sinkRunner) reset(ctx context.Context, topic string, p int32, ch string, next int64) (int64, error) {
-	cctx, cancel := context.WithTimeout(ctx, r.b.cfg.StoreTimeout)
-	defer cancel()
-	gc, err := r.b.storage.GetChannel(cctx, &storagev1.GetChannelRequest{Name: ch})
-	if err != nil {
-		return 0, err
-	}
-	start, end := max(gc.GetChannel().GetLogStartSequence(), 1), gc.GetChannel().GetHighWatermark()+1
-	n := next
-	switch {
-	case next < start:
-		n = start
-	case next > end && r.s.Cfg.StartAt == "earliest":
-		n = start
-	case next > end:
-		n = end
-	}
-	if n != next {
-		if err := r.commit(cctx, topic, p, n-1); err != nil {
-			return 0, err
-		}
-	}
-	return n, nil
 }
 
 // commit stores offset (the Kafka offset of the next record to consume).

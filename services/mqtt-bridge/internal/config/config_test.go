@@ -203,3 +203,93 @@ func TestValidateFilter(t *testing.T) {
 		}
 	}
 }
+
+// Properties a broker would end the connection on (NUL, not UTF-8, a wildcard in
+// the response topic) are reported by check, not found by the first publish.
+func TestPropertiesMQTTCannotCarry(t *testing.T) {
+	src := "listener: {addr: \"127.0.0.1:0\"}\nkafka-to-mqtt:\n  - id: k\n    kafka-topics: [t]\n    properties:\n" +
+		"      content-type: \"a\\u0000b\"\n      response-topic: \"reply/#\"\n      user-properties:\n        - {name: n, value: \"x\\0\"}\n"
+	_, ps := Load([]byte(src), noEnv)
+	for _, w := range []struct {
+		line int
+		sub  string
+	}{{6, `content-type: "a\x00b" contains NUL`}, {7, `response-topic: "reply/#": a response topic cannot hold`}, {9, `user-properties[0].value:`}} {
+		ok := false
+		for _, p := range ps {
+			ok = ok || (p.Line == w.line && strings.Contains(p.Path+": "+p.Msg, w.sub))
+		}
+		if !ok {
+			t.Errorf("missing problem at line %d containing %q; got:\n%v", w.line, w.sub, ps)
+		}
+	}
+}
+
+// A bad value for a key with its own decoding (headers, lists) does not stop the
+// decoding there: the keys after it are neither reported missing nor left unchecked,
+// and a type error names its key.
+func TestDecodingGoesOnAfterABadValue(t *testing.T) {
+	src := `listener: {addr: "127.0.0.1:0"}
+mqtt-to-kafka:
+  - id: a
+    mqtt-topic-filters: [a]
+    kafka-topic: t
+    headers: {x: [1]}
+    partitions: many
+  - id: b
+    mqtt-topic-filters: [b]
+    kafka-topic: u
+kafka-to-mqtt:
+  - id: k
+    kafka-topics: [v]
+    qos: 7
+`
+	_, ps := Load([]byte(src), noEnv)
+	want := map[int]string{
+		6:  "mqtt-to-kafka[0].headers: headers must be none, all or a list",
+		7:  "mqtt-to-kafka[0].partitions: cannot unmarshal",
+		14: "kafka-to-mqtt[0].qos: QoS 7",
+	}
+	for line, sub := range want {
+		ok := false
+		for _, p := range ps {
+			ok = ok || (p.Line == line && strings.Contains(p.Text(), sub))
+		}
+		if !ok {
+			t.Errorf("missing problem at line %d containing %q; got:\n%v", line, sub, ps)
+		}
+	}
+	for _, p := range ps {
+		if strings.Contains(p.Msg, "is required") {
+			t.Errorf("spurious problem after a bad value: %v", p)
+		}
+	}
+}
+
+// An override naming no key (a typo, an index past the file's items) is reported,
+// not ignored in silence.
+func TestUnknownEnvironmentWarned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(path, []byte("listener: {addr: \"127.0.0.1:0\"}\nmqtt-to-kafka:\n  - {id: a, mqtt-topic-filters: [x], kafka-topic: t}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TRIBUTARY_MQTT_STORAGE_ADRR", "x")
+	t.Setenv("TRIBUTARY_MQTT_MQTT_TO_KAFKA_3_ID", "y")
+	t.Setenv("TRIBUTARY_MQTT_MQTT_TO_KAFKA_0_KAFKA_TOPIC", "u")
+	t.Setenv("TRIBUTARY_MQTT_CONFIG", path)
+	cfg, ps, err := LoadFile(path)
+	if err != nil {
+		t.Fatalf("warnings must not stop the load: %v", err)
+	}
+	if cfg.MQTTToKafka[0].KafkaTopic != "u" {
+		t.Errorf("override not applied")
+	}
+	var warned []string
+	for _, p := range ps {
+		if p.Warning && strings.Contains(p.Msg, "names no key") {
+			warned = append(warned, p.Msg)
+		}
+	}
+	if len(warned) != 2 || !strings.Contains(strings.Join(warned, "\n"), `TRIBUTARY_MQTT_STORAGE_ADRR names no key of this config; ignored (did you mean TRIBUTARY_MQTT_STORAGE_ADDR?)`) {
+		t.Errorf("warnings %q", warned)
+	}
+}

@@ -87,8 +87,36 @@ func LoadFile(path string) (*Config, Problems, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, ps := Load(data, os.LookupEnv)
+	cfg, ps, asked := load(data, os.LookupEnv)
+	if asked != nil { // nil: the file did not parse
+		ps = append(ps, unknownEnv(os.Environ(), asked)...)
+	}
 	return cfg, ps, ps.Err()
+}
+
+// unknownEnv warns about TRIBUTARY_MQTT_ variables that name no key of the loaded
+// config (a typo, a list index past the file's items, a section the file does not
+// have): they would be ignored without a word. Not errors: one environment may serve
+// several bridges.
+func unknownEnv(environ []string, asked map[string]bool) Problems {
+	known := make([]string, 0, len(asked))
+	for n := range asked {
+		known = append(known, n)
+	}
+	sort.Strings(known)
+	var out Problems
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || asked[name] || name == EnvPrefix+"CONFIG" {
+			continue
+		}
+		msg := fmt.Sprintf("environment %s names no key of this config; ignored", name)
+		if near := Nearest(name, known); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		out = append(out, Problem{Msg: msg, Warning: true})
+	}
+	return out
 }
 
 type loader struct {
@@ -119,25 +147,81 @@ func (l *loader) line(path string) int {
 	return 0
 }
 
+// pathAt is the key path on line, for a decoding error that names none: the one key
+// there, or, for several on one line (a flow mapping), the path they share.
+func (l *loader) pathAt(line int) string {
+	var on []string
+	for p, n := range l.lines {
+		if n == line {
+			on = append(on, p)
+		}
+	}
+	var leaves []string
+	for _, p := range on {
+		leaf := true
+		for _, q := range on {
+			if len(q) > len(p) && strings.HasPrefix(q, p) && (q[len(p)] == '.' || q[len(p)] == '[') {
+				leaf = false
+			}
+		}
+		if leaf {
+			leaves = append(leaves, p)
+		}
+	}
+	if len(leaves) == 0 {
+		return ""
+	}
+	common := leaves[0]
+	for _, p := range leaves[1:] {
+		for !strings.HasPrefix(p, common) || (len(p) > len(common) && p[len(common)] != '.' && p[len(common)] != '[') {
+			i := strings.LastIndexAny(common, ".[")
+			if i < 0 {
+				return ""
+			}
+			common = common[:i]
+		}
+	}
+	return common
+}
+
 var lineRE = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // Load parses data, applies the environment (lookup) and defaults, reads secrets and
 // checks everything, returning the config and every problem found. The config is
 // usable only when Problems.Err is nil.
 func Load(data []byte, lookup func(string) (string, bool)) (*Config, Problems) {
+	cfg, ps, _ := load(data, lookup)
+	return cfg, ps
+}
+
+// load is Load, also returning the environment names it looked up.
+func load(data []byte, lookup func(string) (string, bool)) (*Config, Problems, map[string]bool) {
+	asked := map[string]bool{}
+	if lookup != nil {
+		inner := lookup
+		lookup = func(name string) (string, bool) {
+			asked[name] = true
+			return inner(name)
+		}
+	}
 	l := &loader{lines: map[string]int{}}
 	cfg := &Config{}
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		l.ps = append(l.ps, yamlProblem(err)...)
-		return cfg, l.ps
+		return cfg, l.ps, nil
 	}
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		doc := root.Content[0]
 		l.walk(doc, reflect.TypeOf(Config{}), "")
 		if err := doc.Decode(cfg); err != nil {
-			l.ps = append(l.ps, yamlProblem(err)...)
+			for _, p := range yamlProblem(err) {
+				if p.Path == "" {
+					p.Path = l.pathAt(p.Line)
+				}
+				l.ps = append(l.ps, p)
+			}
 		}
 	}
 	if lookup != nil {
@@ -147,7 +231,7 @@ func Load(data []byte, lookup func(string) (string, bool)) (*Config, Problems) {
 	l.secrets(cfg)
 	l.validate(cfg)
 	sort.SliceStable(l.ps, func(i, j int) bool { return l.ps[i].Line < l.ps[j].Line })
-	return cfg, l.ps
+	return cfg, l.ps, asked
 }
 
 func yamlProblem(err error) []Problem {

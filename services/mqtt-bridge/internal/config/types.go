@@ -62,7 +62,7 @@ func (h *HeaderSpec) UnmarshalYAML(n *yaml.Node) error {
 			h.All = true
 			return nil
 		}
-		return fmt.Errorf("line %d: headers must be none, all or a list, not %q", n.Line, n.Value)
+		return lineError(n.Line, "headers must be none, all or a list, not %q", n.Value)
 	case yaml.SequenceNode:
 		for _, it := range n.Content {
 			switch it.Kind {
@@ -72,17 +72,17 @@ func (h *HeaderSpec) UnmarshalYAML(n *yaml.Node) error {
 				for i := 0; i+1 < len(it.Content); i += 2 {
 					k, v := it.Content[i], it.Content[i+1]
 					if v.Kind != yaml.ScalarNode {
-						return fmt.Errorf("line %d: fixed header %q needs a string value", v.Line, k.Value)
+						return lineError(v.Line, "fixed header %q needs a string value", k.Value)
 					}
 					h.Fixed = append(h.Fixed, FixedHeader{Name: k.Value, Value: v.Value, Line: k.Line})
 				}
 			default:
-				return fmt.Errorf("line %d: a headers item is a header name or a `name: value` entry", it.Line)
+				return lineError(it.Line, "a headers item is a header name or a `name: value` entry")
 			}
 		}
 		return nil
 	}
-	return fmt.Errorf("line %d: headers must be none, all or a list", n.Line)
+	return lineError(n.Line, "headers must be none, all or a list")
 }
 
 // StringList is a string or a list of strings.
@@ -102,5 +102,12 @@ func (s *StringList) UnmarshalYAML(n *yaml.Node) error {
 		*s = out
 		return nil
 	}
-	return fmt.Errorf("line %d: expected a string or a list of strings", n.Line)
+	return lineError(n.Line, "expected a string or a list of strings")
+}
+
+// lineError is a decoding problem at line. As a *yaml.TypeError, it lets the decoder
+// go on with the rest of the file (any other error stops it there, and the keys after
+// it would be reported missing, their own problems not at all).
+func lineError(line int, format string, args ...any) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", line) + fmt.Sprintf(format, args...)}}
 }

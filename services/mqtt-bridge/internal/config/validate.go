@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/template"
@@ -325,6 +326,25 @@ func (l *loader) validate(c *Config) {
 		if pf := m.Properties.PayloadFormatIndicator; pf != nil && *pf > 1 {
 			l.add(p+".properties.payload-format-indicator", "must be 0 or 1")
 		}
+		pr := m.Properties
+		for _, f := range [][2]string{{"content-type", pr.ContentType}, {"response-topic", pr.ResponseTopic}} {
+			if err := mqttString(f[1]); err != nil {
+				l.add(p+".properties."+f[0], "%v", err)
+			}
+		}
+		if strings.ContainsAny(pr.ResponseTopic, "+#") {
+			l.add(p+".properties.response-topic", "%q: a response topic cannot hold + or #", pr.ResponseTopic)
+		}
+		if len(pr.CorrelationData) > 65535 {
+			l.add(p+".properties.correlation-data", "longer than 65535 bytes")
+		}
+		for j, u := range pr.UserProperties {
+			for _, f := range [][2]string{{"name", u.Name}, {"value", u.Value}} {
+				if err := mqttString(f[1]); err != nil {
+					l.add(fmt.Sprintf("%s.properties.user-properties[%d].%s", p, j, f[0]), "%v", err)
+				}
+			}
+		}
 		switch m.StartAt {
 		case "latest", "earliest":
 		default:
@@ -419,4 +439,19 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// mqttString checks what an MQTT UTF-8 string may hold ([MQTT-1.5.4]): well-formed
+// UTF-8, no NUL, at most 65535 bytes. A broker ends the connection of a client that
+// sends anything else.
+func mqttString(s string) error {
+	switch {
+	case len(s) > 65535:
+		return fmt.Errorf("longer than 65535 bytes")
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%q is not UTF-8", s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%q contains NUL", s)
+	}
+	return nil
 }

@@ -55,7 +55,9 @@ func (s *Sink) Reads(t string) bool {
 
 // Build makes the MQTT messages for one record of Kafka topic t: one per configured
 // topic, or, with from-headers and an mqtt-topic header, the original message. A
-// message whose topic is invalid or starts with $ is left out and counted in invalid.
+// message whose topic is invalid or starts with $, or with a property MQTT cannot
+// carry (a header value that is not UTF-8 or holds a NUL, a response topic with a
+// wildcard), is left out and counted in invalid.
 func (s *Sink) Build(t string, rec *storagev1.Record) (out []Message, invalid int) {
 	base := Message{Payload: rec.GetValue(), QoS: s.qos, Retain: s.Cfg.Retain}
 	if base.Payload == nil {
@@ -84,8 +86,11 @@ func (s *Sink) Build(t string, rec *storagev1.Record) (out []Message, invalid in
 			topics = append(topics, tp.ExpandKafka(t, rec.GetKey()))
 		}
 	}
+	// A string property MQTT cannot carry makes the broker end the connection (not
+	// refuse the message), and the record would be retried for ever.
+	propsErr := ValidateProperties(&base)
 	for _, tp := range topics {
-		if ValidateTopic(tp) != nil {
+		if propsErr != nil || ValidateTopic(tp) != nil {
 			invalid++
 			continue
 		}
@@ -137,6 +142,49 @@ func restore(m *Message, hs []*storagev1.Header) string {
 		}
 	}
 	return topic
+}
+
+// ValidateString checks an MQTT UTF-8 string ([MQTT-1.5.4]): well-formed UTF-8 (no
+// surrogates), no U+0000, at most 65535 bytes.
+func ValidateString(s string) error {
+	switch {
+	case len(s) > 65535:
+		return fmt.Errorf("longer than 65535 bytes")
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%q is not UTF-8", s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%q contains NUL", s)
+	}
+	return nil
+}
+
+// ValidateProperties checks the string properties of a message to publish: content
+// type and user properties are MQTT strings, a response topic a topic name (no
+// wildcards), correlation data at most 65535 bytes.
+func ValidateProperties(m *Message) error {
+	if err := ValidateString(m.ContentType); err != nil {
+		return fmt.Errorf("content type: %w", err)
+	}
+	if m.ResponseTopic != "" {
+		if err := ValidateString(m.ResponseTopic); err != nil {
+			return fmt.Errorf("response topic: %w", err)
+		}
+		if strings.ContainsAny(m.ResponseTopic, "+#") {
+			return fmt.Errorf("response topic %q contains a wildcard", m.ResponseTopic)
+		}
+	}
+	if len(m.CorrelationData) > 65535 {
+		return fmt.Errorf("correlation data longer than 65535 bytes")
+	}
+	for _, u := range m.UserProperties {
+		if err := ValidateString(u.Key); err != nil {
+			return fmt.Errorf("user property name: %w", err)
+		}
+		if err := ValidateString(u.Value); err != nil {
+			return fmt.Errorf("user property %q: %w", u.Key, err)
+		}
+	}
+	return nil
 }
 
 // ValidateTopic checks a topic name to publish to: 1..65535 bytes of UTF-8, no NUL, no

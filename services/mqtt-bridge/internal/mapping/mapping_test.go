@@ -211,3 +211,33 @@ func TestSinkTopicsAndInvalid(t *testing.T) {
 		t.Errorf("$ topic from headers: out %+v invalid %d", out, invalid)
 	}
 }
+
+// Headers that make properties MQTT cannot carry (Mosquitto ends the connection on
+// them, so the bridge would retry the record for ever) make the record invalid.
+func TestSinkInvalidProperties(t *testing.T) {
+	s := sink(t, config.KafkaToMQTT{KafkaTopics: []string{"t"}, FromHeaders: true})
+	for name, h := range map[string]*storagev1.Header{
+		"binary header":         {Key: "trace", Value: []byte{0xff, 0xfe}},
+		"NUL in a header value": {Key: "a", Value: []byte("x\x00y")},
+		"NUL in a header name":  {Key: "a\x00", Value: []byte("x")},
+		"bad content type":      {Key: "mqtt-content-type", Value: []byte("\xc3")},
+		"wildcard response":     {Key: "mqtt-response-topic", Value: []byte("reply/#")},
+		"NUL response":          {Key: "mqtt-response-topic", Value: []byte("reply\x00")},
+		"huge correlation":      {Key: "mqtt-correlation-data", Value: make([]byte, 70000)},
+	} {
+		out, invalid := s.Build("t", &storagev1.Record{Value: []byte("v"), Headers: []*storagev1.Header{{Key: "mqtt-topic", Value: []byte("a/b")}, h}})
+		if invalid != 1 || len(out) != 0 {
+			t.Errorf("%s: out %+v invalid %d, want invalid", name, out, invalid)
+		}
+	}
+	// Odd but valid values pass; unparsable qos/retain/expiry headers keep the defaults.
+	out, invalid := s.Build("t", &storagev1.Record{Value: []byte("v"), Headers: []*storagev1.Header{
+		{Key: "mqtt-topic", Value: []byte("a/b")}, {Key: "mqtt-qos", Value: []byte("7")}, {Key: "mqtt-retain", Value: []byte("maybe")},
+		{Key: "mqtt-message-expiry-interval", Value: []byte("-1")}, {Key: "mqtt-payload-format-indicator", Value: []byte("300")},
+		{Key: "ünïcode", Value: []byte("ok ✓")},
+	}})
+	if invalid != 0 || len(out) != 1 || out[0].QoS != 1 || out[0].Retain || out[0].MessageExpiryInterval != nil || out[0].PayloadFormatIndicator != nil ||
+		len(out[0].UserProperties) != 1 {
+		t.Errorf("out %+v invalid %d", out, invalid)
+	}
+}
