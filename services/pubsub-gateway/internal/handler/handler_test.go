@@ -117,6 +117,10 @@ func TestNormalizeSub(t *testing.T) {
 		{"dlq 101", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "projects/p/topics/dlq", MaxDeliveryAttempts: 101}}, codes.OutOfRange},
 		{"dlq bad topic", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "dlq"}}, codes.InvalidArgument},
 		{"retry 601s", &pubsubpb.Subscription{RetryPolicy: &pubsubpb.RetryPolicy{MaximumBackoff: durationpb.New(601 * time.Second)}}, codes.InvalidArgument},
+		{"push endpoint not a URL", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "not a url"}}, codes.InvalidArgument},
+		{"push endpoint ftp", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "ftp://127.0.0.1/x"}}, codes.InvalidArgument},
+		{"push endpoint without host", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "http:///x"}}, codes.InvalidArgument},
+		{"push endpoint http", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "http://127.0.0.1:8080/push"}}, codes.OK},
 		{"retry min > max", &pubsubpb.Subscription{RetryPolicy: &pubsubpb.RetryPolicy{MinimumBackoff: durationpb.New(20 * time.Second), MaximumBackoff: durationpb.New(10 * time.Second)}}, codes.InvalidArgument},
 	} {
 		if err := normalizeSub(tc.s, sub); status.Code(err) != tc.want {

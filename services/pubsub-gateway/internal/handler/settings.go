@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"net/url"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -107,9 +108,18 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 	}
 	if pc := s.GetPushConfig(); pc != nil && pc.GetPushEndpoint() == "" && (pc.GetAttributes() != nil || pc.GetOidcToken() != nil || pc.GetWrapper() != nil) {
 		return invalid("Invalid push_config: push_endpoint is empty")
+	} else if ep := pc.GetPushEndpoint(); ep != "" && !validPushEndpoint(ep) {
+		// As the emulator (Google also demands https): the pusher could never deliver to it.
+		return invalid("Unsupported push_endpoint: %s", ep)
 	}
 	s.State = pubsubpb.Subscription_ACTIVE
 	return nil
+}
+
+// validPushEndpoint accepts absolute http and https URLs with a host.
+func validPushEndpoint(ep string) bool {
+	u, err := url.Parse(ep)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // checkDeadLetterTopic answers NOT_FOUND when the dead-letter topic does not exist.
