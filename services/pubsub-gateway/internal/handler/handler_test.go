@@ -154,6 +154,46 @@ func TestToReceived(t *testing.T) {
 	}
 }
 
+// Attribute keys starting with "_" are valid in Pub/Sub: they survive the round trip
+// through the log, and none of them becomes a reserved header (an attribute
+// "_pubsub_ordering_key" must not set the ordering key, "_tributary_source" must not
+// reach storage-core as its binding header).
+func TestUnderscoreAttributesRoundTrip(t *testing.T) {
+	attrs := map[string]string{
+		"k": "1", "_trace": "2", hdrOrderingKey: "forged", hdrMessageID: "forged", hdrPublishTime: "forged",
+		"_tributary_source": "forged", hdrAttrPrefix + "x": "3",
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rec := publishRecord(&pubsubpb.PubsubMessage{Data: []byte("d"), Attributes: attrs}, "42", now, []byte(now.Format(time.RFC3339Nano)))
+	for _, h := range rec.GetHeaders() {
+		switch h.GetKey() {
+		case hdrOrderingKey, "_tributary_source":
+			t.Errorf("attribute written as reserved header %s", h.GetKey())
+		case hdrMessageID, hdrPublishTime:
+			if string(h.GetValue()) == "forged" {
+				t.Errorf("attribute written as reserved header %s", h.GetKey())
+			}
+		}
+	}
+	if len(rec.GetKey()) != 0 {
+		t.Errorf("record key %q from an attribute", rec.GetKey())
+	}
+	m := toReceived(&storagev1.ReceivedMessage{AckId: "a", Record: &storagev1.Record{
+		Value: rec.GetValue(), Key: rec.GetKey(), Headers: rec.GetHeaders(), TimestampMs: rec.GetTimestampMs(),
+	}}, &subInfo{spec: &pubsubpb.Subscription{}})
+	if m.Message.MessageId != "42" || m.Message.OrderingKey != "" || !m.Message.PublishTime.AsTime().Equal(now) {
+		t.Errorf("reserved fields forged: %v", m.Message)
+	}
+	if len(m.Message.Attributes) != len(attrs) {
+		t.Errorf("attributes %v, want %v", m.Message.Attributes, attrs)
+	}
+	for k, v := range attrs {
+		if m.Message.Attributes[k] != v {
+			t.Errorf("attribute %q = %q, want %q", k, m.Message.Attributes[k], v)
+		}
+	}
+}
+
 func TestAckFailures(t *testing.T) {
 	if err := ackFailures([]string{"a", "b"}, []storagev1.AckResult{0, 0}); err != nil {
 		t.Fatal(err)

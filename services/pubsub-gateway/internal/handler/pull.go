@@ -87,7 +87,7 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 }
 
 // toReceived turns a queue delivery into a Pub/Sub message: headers without the "_"
-// prefix are the attributes; id, publish time and ordering key come from the reserved
+// prefix are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time and ordering key come from the reserved
 // headers, or from the record itself for a native append.
 func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
 	rec := m.GetRecord()
@@ -100,6 +100,13 @@ func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMe
 				msg.Attributes = map[string]string{}
 			}
 			msg.Attributes[k] = string(hd.GetValue())
+			continue
+		}
+		if a, ok := strings.CutPrefix(k, hdrAttrPrefix); ok {
+			if msg.Attributes == nil {
+				msg.Attributes = map[string]string{}
+			}
+			msg.Attributes[a] = string(hd.GetValue())
 			continue
 		}
 		switch k {
