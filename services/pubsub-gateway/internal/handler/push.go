@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.uber.org/zap"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
@@ -193,7 +194,11 @@ func (p *Pusher) post(ctx context.Context, sub *subInfo, rm *pubsubpb.ReceivedMe
 		body = m.GetData()
 		if nw.GetWriteMetadata() {
 			for k, v := range m.GetAttributes() {
-				hdr.Set(k, v)
+				// Pub/Sub allows keys and values no HTTP header can carry; sending
+				// them would fail every push of the message.
+				if httpguts.ValidHeaderFieldName(k) && httpguts.ValidHeaderFieldValue(v) {
+					hdr.Set(k, v)
+				}
 			}
 			hdr.Set("x-goog-pubsub-subscription-name", sub.spec.GetName())
 			hdr.Set("x-goog-pubsub-message-id", m.GetMessageId())
