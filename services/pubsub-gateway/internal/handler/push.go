@@ -45,9 +45,9 @@ type Pusher struct {
 }
 
 type pushWorker struct {
-	spec     *pubsubpb.Subscription // the settings it pushes with
-	cancel   context.CancelFunc
-	done     chan struct{}
+	spec   *pubsubpb.Subscription // the settings it pushes with
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewPusher returns a Pusher over h's backends.
