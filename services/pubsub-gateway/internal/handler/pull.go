@@ -167,7 +167,7 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
-	h.streams.done(req.GetAckIds())
+	h.streams.done(settled(req.GetAckIds(), resp.GetResults()))
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}
@@ -207,11 +207,42 @@ func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds 
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
 	if seconds == 0 {
-		h.streams.done(ids)
+		h.streams.done(settled(ids, resp.GetResults()))
 	} else {
-		h.streams.extend(ids, h.now().Add(time.Duration(seconds)*time.Second))
+		var live, gone []string
+		for i, id := range ids {
+			switch result(resp.GetResults(), i) {
+			case storagev1.AckResult_ACK_RESULT_UNSPECIFIED:
+				live = append(live, id)
+			case storagev1.AckResult_ACK_RESULT_EXPIRED:
+				gone = append(gone, id)
+			}
+		}
+		h.streams.extend(live, h.now().Add(time.Duration(seconds)*time.Second))
+		h.streams.done(gone)
 	}
 	return resp, nil
+}
+
+// result is the i-th ack result (success when storage-core sent fewer).
+func result(results []storagev1.AckResult, i int) storagev1.AckResult {
+	if i < len(results) {
+		return results[i]
+	}
+	return storagev1.AckResult_ACK_RESULT_UNSPECIFIED
+}
+
+// settled returns the ack ids an ack or nack settled: all but those storage-core found
+// invalid for the queue (malformed, or another subscription's). A stream's window must
+// not lose a lease because a client sent its ack id to the wrong subscription.
+func settled(ids []string, results []storagev1.AckResult) []string {
+	out := ids[:0:0]
+	for i, id := range ids {
+		if result(results, i) != storagev1.AckResult_ACK_RESULT_INVALID {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // ackFailures returns the exactly-once failure status for the ack ids whose result is

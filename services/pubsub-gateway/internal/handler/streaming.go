@@ -179,7 +179,7 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 		if err != nil {
 			return backendError(ctx, err, msgSubNotFound)
 		}
-		s.h.streams.done(ids)
+		s.h.streams.done(settled(ids, resp.GetResults()))
 		if s.props.ExactlyOnceDeliveryEnabled {
 			c := &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
 			for i, id := range ids {
