@@ -234,3 +234,38 @@ func TestIAMPermissive(t *testing.T) {
 		t.Fatalf("no resource: %v", err)
 	}
 }
+
+func TestValidateLabels(t *testing.T) {
+	many := map[string]string{}
+	for i := range 65 {
+		many["k"+strings.Repeat("a", i)] = ""
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		ok     bool
+	}{
+		{"none", nil, true},
+		{"plain", map[string]string{"env": "prod", "team_a-1": "", "größe": "groß"}, true},
+		{"empty key", map[string]string{"": "v"}, false},
+		{"uppercase key", map[string]string{"Env": "v"}, false},
+		{"key starts with a digit", map[string]string{"1env": "v"}, false},
+		{"key 63", map[string]string{"k" + strings.Repeat("x", 62): "v"}, true},
+		{"key 64", map[string]string{"k" + strings.Repeat("x", 63): "v"}, false},
+		{"value 64", map[string]string{"k": strings.Repeat("v", 64)}, false},
+		{"uppercase value", map[string]string{"k": "Prod"}, false},
+		{"value with a dot", map[string]string{"k": "v1.2"}, false},
+		{"65 labels", many, false},
+	} {
+		err := validateLabels(tc.labels)
+		if tc.ok != (err == nil) || (err != nil && status.Code(err) != codes.InvalidArgument) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if err := normalizeSub(&pubsubpb.Subscription{Labels: map[string]string{"Bad": ""}}, resource{project: "p", id: "s1"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("subscription with a bad label: %v", err)
+	}
+	if _, err := topicChannelConfig(&pubsubpb.Topic{Labels: map[string]string{"Bad": ""}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("topic with a bad label: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/url"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -54,6 +56,9 @@ var (
 // place. sub is the subscription's resource, topic its topic's.
 func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 	s.Name = sub.name(collSubscriptions)
+	if err := validateLabels(s.GetLabels()); err != nil {
+		return err
+	}
 	switch d := s.GetAckDeadlineSeconds(); {
 	case d == 0:
 		s.AckDeadlineSeconds = defaultAckDeadline
@@ -114,6 +119,42 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 	}
 	s.State = pubsubpb.Subscription_ACTIVE
 	return nil
+}
+
+// Label limits (Google's "Requirements for labels"; the emulator checks none).
+const (
+	maxLabels   = 64
+	maxLabelLen = 63
+)
+
+// validateLabels checks a resource's labels as Google does: at most 64; keys 1..63
+// characters starting with a lowercase letter, values 0..63; both only lowercase
+// letters (international ones too), digits, "_" and "-".
+func validateLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return invalid("Too many labels: %d, at most %d are allowed.", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || !labelText(k) || !unicode.IsLower([]rune(k)[0]) {
+			return invalid("Invalid label key %q: it must be 1 to %d lowercase letters, digits, '_' or '-', starting with a letter.", k, maxLabelLen)
+		}
+		if !labelText(v) {
+			return invalid("Invalid label value %q for key %q: it must be at most %d lowercase letters, digits, '_' or '-'.", v, k, maxLabelLen)
+		}
+	}
+	return nil
+}
+
+func labelText(s string) bool {
+	if !utf8.ValidString(s) || utf8.RuneCountInString(s) > maxLabelLen {
+		return false
+	}
+	for _, r := range s {
+		if !(unicode.IsLower(r) || unicode.IsDigit(r) || r == '_' || r == '-' || (unicode.IsLetter(r) && !unicode.IsUpper(r) && r > unicode.MaxASCII)) {
+			return false
+		}
+	}
+	return true
 }
 
 // validPushEndpoint accepts absolute http and https URLs with a host.
