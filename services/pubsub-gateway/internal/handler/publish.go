@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -71,7 +73,17 @@ func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*p
 		recs[i] = publishRecord(m, ids[i], now, publishTime)
 	}
 	if _, err := h.store.Append(ctx, &storagev1.AppendRequest{Channel: channel.PubSubTopic(r.id), Records: recs}); err != nil {
-		return nil, backendError(ctx, err, msgTopicNotFound)
+		err = backendError(ctx, err, msgTopicNotFound)
+		if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			// An append racing DeleteTopic fails as the log closes (storage-core:
+			// UNAVAILABLE); once the topic is gone the answer is NOT_FOUND, which
+			// clients do not retry.
+			h.forget(r.id, "")
+			if terr := h.topicExists(ctx, r.id); status.Code(terr) == codes.NotFound {
+				return nil, terr
+			}
+		}
+		return nil, err
 	}
 	return &pubsubpb.PublishResponse{MessageIds: ids}, nil
 }
