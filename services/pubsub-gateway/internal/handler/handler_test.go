@@ -210,6 +210,24 @@ func TestAckFailures(t *testing.T) {
 	}
 }
 
+// An ack id sent twice in one request (storage-core: the repeat is expired) was acked:
+// it must not be reported as failed.
+func TestAckFailuresDuplicateID(t *testing.T) {
+	expired := storagev1.AckResult_ACK_RESULT_EXPIRED
+	if err := ackFailures([]string{"a", "a"}, []storagev1.AckResult{0, expired}); err != nil {
+		t.Fatalf("duplicate of an acked id reported: %v", err)
+	}
+	err := ackFailures([]string{"b", "b", "a"}, []storagev1.AckResult{expired, expired, 0})
+	info, _ := status.Convert(err).Details()[0].(*errdetails.ErrorInfo)
+	if info == nil || len(info.Metadata) != 1 || info.Metadata["b"] == "" {
+		t.Fatalf("failures %v", err)
+	}
+	ok, failed := splitResults([]string{"a", "b", "a", "b"}, []storagev1.AckResult{expired, 0, 0, expired})
+	if len(ok) != 2 || len(failed) != 0 {
+		t.Fatalf("split = %v, %v", ok, failed)
+	}
+}
+
 func TestIAMPermissive(t *testing.T) {
 	i := NewIAM()
 	ctx := context.Background()

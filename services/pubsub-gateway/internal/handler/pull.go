@@ -232,6 +232,32 @@ func result(results []storagev1.AckResult, i int) storagev1.AckResult {
 	return storagev1.AckResult_ACK_RESULT_UNSPECIFIED
 }
 
+// splitResults sorts the distinct ack ids of a request into those acked (or modified)
+// and those that failed. An id sent twice succeeds if either time did: storage-core
+// settles the first and reports the repeat as expired, but the client's ack of that
+// message took effect.
+func splitResults(ids []string, results []storagev1.AckResult) (ok, failed []string) {
+	good := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		if result(results, i) == storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+			good[id] = true
+		}
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if good[id] {
+			ok = append(ok, id)
+		} else {
+			failed = append(failed, id)
+		}
+	}
+	return ok, failed
+}
+
 // settled returns the ack ids an ack or nack settled: all but those storage-core found
 // invalid for the queue (malformed, or another subscription's). A stream's window must
 // not lose a lease because a client sent its ack id to the wrong subscription.
@@ -248,18 +274,13 @@ func settled(ids []string, results []storagev1.AckResult) []string {
 // ackFailures returns the exactly-once failure status for the ack ids whose result is
 // not success, or nil when all succeeded.
 func ackFailures(ids []string, results []storagev1.AckResult) error {
-	var meta map[string]string
-	for i, res := range results {
-		if i >= len(ids) || res == storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
-			continue
-		}
-		if meta == nil {
-			meta = map[string]string{}
-		}
-		meta[ids[i]] = eodInvalidAckID
-	}
-	if meta == nil {
+	_, failed := splitResults(ids, results)
+	if len(failed) == 0 {
 		return nil
+	}
+	meta := make(map[string]string, len(failed))
+	for _, id := range failed {
+		meta[id] = eodInvalidAckID
 	}
 	st, err := status.New(codes.InvalidArgument, "Some acknowledgement ids in the request were invalid. This could be because the acknowledgement ids have expired or the acknowledgement ids were malformed.").
 		WithDetails(&errdetails.ErrorInfo{Reason: eodReason, Domain: eodDomain, Metadata: meta})

@@ -181,15 +181,8 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 		}
 		s.h.streams.done(settled(ids, resp.GetResults()))
 		if s.props.ExactlyOnceDeliveryEnabled {
-			c := &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
-			for i, id := range ids {
-				if i < len(resp.GetResults()) && resp.GetResults()[i] != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
-					c.InvalidAckIds = append(c.InvalidAckIds, id)
-				} else {
-					c.AckIds = append(c.AckIds, id)
-				}
-			}
-			confirm.AcknowledgeConfirmation = c
+			ok, failed := splitResults(ids, resp.GetResults())
+			confirm.AcknowledgeConfirmation = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{AckIds: ok, InvalidAckIds: failed}
 		}
 	}
 	bySeconds := map[int32][]string{}
@@ -215,13 +208,9 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 				confirm.ModifyAckDeadlineConfirmation = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
 			}
 			c := confirm.ModifyAckDeadlineConfirmation
-			for i, id := range ids {
-				if i < len(resp.GetResults()) && resp.GetResults()[i] != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
-					c.InvalidAckIds = append(c.InvalidAckIds, id)
-				} else {
-					c.AckIds = append(c.AckIds, id)
-				}
-			}
+			ok, failed := splitResults(ids, resp.GetResults())
+			c.AckIds = append(c.AckIds, ok...)
+			c.InvalidAckIds = append(c.InvalidAckIds, failed...)
 		}
 	}
 	if confirm.AcknowledgeConfirmation != nil || confirm.ModifyAckDeadlineConfirmation != nil {
