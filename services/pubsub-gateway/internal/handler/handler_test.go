@@ -115,6 +115,7 @@ func TestNormalizeSub(t *testing.T) {
 		{"bad filter", &pubsubpb.Subscription{Filter: "attributes.x ="}, codes.InvalidArgument},
 		{"dlq 4", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "projects/p/topics/dlq", MaxDeliveryAttempts: 4}}, codes.OutOfRange},
 		{"dlq 101", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "projects/p/topics/dlq", MaxDeliveryAttempts: 101}}, codes.OutOfRange},
+		{"dlq without topic", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{}}, codes.NotFound},
 		{"dlq bad topic", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "dlq"}}, codes.InvalidArgument},
 		{"retry 601s", &pubsubpb.Subscription{RetryPolicy: &pubsubpb.RetryPolicy{MaximumBackoff: durationpb.New(601 * time.Second)}}, codes.InvalidArgument},
 		{"push endpoint not a URL", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "not a url"}}, codes.InvalidArgument},

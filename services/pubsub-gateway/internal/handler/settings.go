@@ -87,6 +87,10 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 		return err
 	}
 	if p := s.GetDeadLetterPolicy(); p != nil {
+		if p.GetDeadLetterTopic() == "" {
+			// As the emulator answers a policy without a topic (Google's docs are silent).
+			return status.Error(codes.NotFound, msgDeadLetterNotFound)
+		}
 		if _, err := parseName(p.GetDeadLetterTopic(), collTopics); err != nil {
 			return invalid("Invalid dead_letter_policy.dead_letter_topic: %s", p.GetDeadLetterTopic())
 		}
@@ -174,7 +178,7 @@ func (h *Handler) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subscrip
 		return err
 	}
 	if err := h.topicExists(ctx, r.id); status.Code(err) == codes.NotFound {
-		return status.Error(codes.NotFound, "Dead letter topic not found")
+		return status.Error(codes.NotFound, msgDeadLetterNotFound)
 	} else if err != nil {
 		return err
 	}
