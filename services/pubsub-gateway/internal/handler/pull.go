@@ -87,8 +87,9 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 }
 
 // toReceived turns a queue delivery into a Pub/Sub message: headers without the "_"
-// prefix are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time and ordering key come from the reserved
-// headers, or from the record itself for a native append.
+// prefix are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time
+// and ordering key come from the reserved headers, or from the record itself for a
+// native append.
 func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
 	rec := m.GetRecord()
 	msg := &pubsubpb.PubsubMessage{Data: rec.GetValue()}
