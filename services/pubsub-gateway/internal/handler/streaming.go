@@ -326,6 +326,7 @@ func (s *stream) release(out *pubsubpb.StreamingPullResponse) {
 
 func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.StreamingPullResponse) error {
 	limited := s.maxMsgs > 0 || s.maxBytes > 0
+	failing := false // Receive failed UNAVAILABLE last time
 	for ctx.Err() == nil {
 		msgs, bytes, full := s.window(s.h.now())
 		if full {
@@ -348,7 +349,13 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 				return nil
 			}
 			if status.Code(err) == codes.Unavailable {
-				s.h.log.Warn("streaming pull receive failed, retrying", zap.String("queue", s.queue), zap.Error(err))
+				// Once per outage per stream: retrying every 200 ms, hundreds of streams
+				// would otherwise log thousands of lines a second while storage-core is
+				// down.
+				if !failing {
+					s.h.log.Warn("streaming pull receive failed, retrying", zap.String("queue", s.queue), zap.Error(err))
+				}
+				failing = true
 				t := time.NewTimer(backendRetry)
 				select {
 				case <-ctx.Done():
@@ -358,6 +365,10 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 				continue
 			}
 			return backendError(ctx, err, msgSubNotFound)
+		}
+		if failing {
+			s.h.log.Info("streaming pull receive recovered", zap.String("queue", s.queue))
+			failing = false
 		}
 		if len(resp.GetMessages()) == 0 {
 			continue

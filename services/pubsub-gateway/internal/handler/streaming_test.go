@@ -2,10 +2,13 @@ package handler
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -102,5 +105,54 @@ func TestStreamWindowIgnoresInvalidAcks(t *testing.T) {
 	}
 	if _, _, full := s.window(now); full {
 		t.Fatal("an expired lease stayed in the window after a failed extension")
+	}
+}
+
+// flakyQueues fails Receive UNAVAILABLE fails times, then answers empty until ctx ends.
+type flakyQueues struct {
+	storagev1.QueueServiceClient
+	mu    sync.Mutex
+	fails int
+	calls int
+}
+
+func (q *flakyQueues) Receive(ctx context.Context, _ *storagev1.ReceiveRequest, _ ...grpc.CallOption) (*storagev1.ReceiveResponse, error) {
+	q.mu.Lock()
+	q.calls++
+	fail := q.calls <= q.fails
+	q.mu.Unlock()
+	if fail {
+		return nil, status.Error(codes.Unavailable, "connection refused")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &storagev1.ReceiveResponse{}, nil
+}
+
+// TestStreamReceiveOutageLogsOnce: a stream retrying through a storage-core outage
+// warns once, not on every retry, and says when it recovered.
+func TestStreamReceiveOutageLogsOnce(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	q := &flakyQueues{fails: 4}
+	h := New(Deps{Queues: q, Log: zap.New(core)})
+	s := &stream{h: h, queue: "gcp.sub.s1", outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	s.deadline.Store(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.receiveLoop(ctx, make(chan *pubsubpb.StreamingPullResponse, 1)) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for logs.FilterMessage("streaming pull receive recovered").Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.FilterMessage("streaming pull receive failed, retrying").Len(); n != 1 {
+		t.Fatalf("%d warnings for one outage of 4 failed receives, want 1", n)
+	}
+	if logs.FilterMessage("streaming pull receive recovered").Len() != 1 {
+		t.Fatal("no recovery logged")
 	}
 }
