@@ -269,6 +269,8 @@ func TestValidateLabels(t *testing.T) {
 		{"empty key", map[string]string{"": "v"}, false},
 		{"uppercase key", map[string]string{"Env": "v"}, false},
 		{"key starts with a digit", map[string]string{"1env": "v"}, false},
+		{"key starts with an international letter", map[string]string{"環境": "本番"}, true},
+		{"key starts with an uppercase international letter", map[string]string{"Ärger": "v"}, false},
 		{"key 63", map[string]string{"k" + strings.Repeat("x", 62): "v"}, true},
 		{"key 64", map[string]string{"k" + strings.Repeat("x", 63): "v"}, false},
 		{"value 64", map[string]string{"k": strings.Repeat("v", 64)}, false},

@@ -139,7 +139,7 @@ func validateLabels(labels map[string]string) error {
 		return invalid("Too many labels: %d, at most %d are allowed.", len(labels), maxLabels)
 	}
 	for k, v := range labels {
-		if k == "" || !labelText(k) || !unicode.IsLower([]rune(k)[0]) {
+		if k == "" || !labelText(k) || !labelLetter([]rune(k)[0]) {
 			return invalid("Invalid label key %q: it must be 1 to %d lowercase letters, digits, '_' or '-', starting with a letter.", k, maxLabelLen)
 		}
 		if !labelText(v) {
@@ -154,11 +154,17 @@ func labelText(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(unicode.IsLower(r) || unicode.IsDigit(r) || r == '_' || r == '-' || (unicode.IsLetter(r) && !unicode.IsUpper(r) && r > unicode.MaxASCII)) {
+		if !(labelLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-') {
 			return false
 		}
 	}
 	return true
+}
+
+// labelLetter: a lowercase letter, or an international letter without case (Google
+// allows international characters; keys may start with one).
+func labelLetter(r rune) bool {
+	return unicode.IsLower(r) || (r > unicode.MaxASCII && unicode.IsLetter(r) && !unicode.IsUpper(r) && !unicode.IsTitle(r))
 }
 
 // validPushEndpoint accepts absolute http and https URLs with a host.
