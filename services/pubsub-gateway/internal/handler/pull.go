@@ -238,6 +238,9 @@ func result(results []storagev1.AckResult, i int) storagev1.AckResult {
 // settles the first and reports the repeat as expired, but the client's ack of that
 // message took effect.
 func splitResults(ids []string, results []storagev1.AckResult) (ok, failed []string) {
+	if allSucceeded(results) {
+		return ids, nil
+	}
 	good := make(map[string]bool, len(ids))
 	for i, id := range ids {
 		if result(results, i) == storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
@@ -259,6 +262,15 @@ func splitResults(ids []string, results []storagev1.AckResult) (ok, failed []str
 	return ok, failed
 }
 
+func allSucceeded(results []storagev1.AckResult) bool {
+	for _, r := range results {
+		if r != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+			return false
+		}
+	}
+	return true
+}
+
 // settled returns the ack ids an ack or nack settled: all but those storage-core found
 // invalid for the queue (malformed, or another subscription's). A stream's window must
 // not lose a lease because a client sent its ack id to the wrong subscription.
@@ -275,6 +287,9 @@ func settled(ids []string, results []storagev1.AckResult) []string {
 // ackFailures returns the exactly-once failure status for the ack ids whose result is
 // not success, or nil when all succeeded.
 func ackFailures(ids []string, results []storagev1.AckResult) error {
+	if allSucceeded(results) {
+		return nil
+	}
 	_, failed := splitResults(ids, results)
 	if len(failed) == 0 {
 		return nil
