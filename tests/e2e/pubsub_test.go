@@ -261,6 +261,18 @@ func badInputCases(ctx context.Context, pub pubsubpb.PublisherClient, sc pubsubp
 				DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: topicPath("missing-" + topic), MaxDeliveryAttempts: 5}})
 			return err
 		}, codes.NotFound},
+		{"subscription push endpoint not a URL", func() error {
+			_, err := sc.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("bad-s")), Topic: topicPath(topic), PushConfig: &pubsubpb.PushConfig{PushEndpoint: "not a url"}})
+			return err
+		}, codes.InvalidArgument},
+		{"topic label uppercase key", func() error {
+			_, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: topicPath(psID("bad-l")), Labels: map[string]string{"Team": "billing"}})
+			return err
+		}, codes.InvalidArgument},
+		{"subscription label value 64 characters", func() error {
+			_, err := sc.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("bad-s")), Topic: topicPath(topic), Labels: map[string]string{"team": strings.Repeat("b", 64)}})
+			return err
+		}, codes.InvalidArgument},
 		{"subscription invalid filter", func() error {
 			_, err := sc.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subPath(psID("bad-s")), Topic: topicPath(topic), Filter: "attributes.x = "})
 			return err
@@ -602,13 +614,15 @@ var emulatorDiffers = map[string]struct {
 	code codes.Code
 	why  string
 }{
-	"topic id sub. prefix":               {codes.OK, "gcp.sub.* names subscription queues (DESIGN section 2)"},
-	"publish attribute value 1025 bytes": {codes.OK, "the emulator skips Google's 1024-byte attribute value limit"},
-	"publish goog attribute key":         {codes.OK, "the emulator skips Google's reserved goog prefix"},
-	"publish over 10 MB":                 {codes.Internal, "the emulator resets the stream; Google answers INVALID_ARGUMENT"},
-	"subscription ack deadline 5":        {codes.OK, "the emulator accepts deadlines under Google's 10 s minimum"},
-	"subscription filter over 256 bytes": {codes.OK, "the emulator ignores filters"},
-	"subscription invalid filter":        {codes.OK, "the emulator ignores filters"},
+	"topic id sub. prefix":                   {codes.OK, "gcp.sub.* names subscription queues (DESIGN section 2)"},
+	"publish attribute value 1025 bytes":     {codes.OK, "the emulator skips Google's 1024-byte attribute value limit"},
+	"publish goog attribute key":             {codes.OK, "the emulator skips Google's reserved goog prefix"},
+	"publish over 10 MB":                     {codes.Internal, "the emulator resets the stream; Google answers INVALID_ARGUMENT"},
+	"subscription ack deadline 5":            {codes.OK, "the emulator accepts deadlines under Google's 10 s minimum"},
+	"subscription filter over 256 bytes":     {codes.OK, "the emulator ignores filters"},
+	"subscription invalid filter":            {codes.OK, "the emulator ignores filters"},
+	"topic label uppercase key":              {codes.OK, "the emulator skips Google's label requirements"},
+	"subscription label value 64 characters": {codes.OK, "the emulator skips Google's label requirements"},
 }
 
 // TestPubSubBadInputVsEmulator runs the bad-input calls against Google's official

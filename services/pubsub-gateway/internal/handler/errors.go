@@ -10,8 +10,9 @@ import (
 
 // Messages of the NOT_FOUND statuses, as the emulator words them.
 const (
-	msgTopicNotFound = "Topic not found"
-	msgSubNotFound   = "Subscription does not exist"
+	msgTopicNotFound      = "Topic not found"
+	msgSubNotFound        = "Subscription does not exist"
+	msgDeadLetterNotFound = "Dead letter topic not found"
 )
 
 // backendError maps a failed coordinator or storage-core call to the status a Pub/Sub

@@ -115,8 +115,13 @@ func TestNormalizeSub(t *testing.T) {
 		{"bad filter", &pubsubpb.Subscription{Filter: "attributes.x ="}, codes.InvalidArgument},
 		{"dlq 4", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "projects/p/topics/dlq", MaxDeliveryAttempts: 4}}, codes.OutOfRange},
 		{"dlq 101", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "projects/p/topics/dlq", MaxDeliveryAttempts: 101}}, codes.OutOfRange},
+		{"dlq without topic", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{}}, codes.NotFound},
 		{"dlq bad topic", &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: "dlq"}}, codes.InvalidArgument},
 		{"retry 601s", &pubsubpb.Subscription{RetryPolicy: &pubsubpb.RetryPolicy{MaximumBackoff: durationpb.New(601 * time.Second)}}, codes.InvalidArgument},
+		{"push endpoint not a URL", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "not a url"}}, codes.InvalidArgument},
+		{"push endpoint ftp", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "ftp://127.0.0.1/x"}}, codes.InvalidArgument},
+		{"push endpoint without host", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "http:///x"}}, codes.InvalidArgument},
+		{"push endpoint http", &pubsubpb.Subscription{PushConfig: &pubsubpb.PushConfig{PushEndpoint: "http://127.0.0.1:8080/push"}}, codes.OK},
 		{"retry min > max", &pubsubpb.Subscription{RetryPolicy: &pubsubpb.RetryPolicy{MinimumBackoff: durationpb.New(20 * time.Second), MaximumBackoff: durationpb.New(10 * time.Second)}}, codes.InvalidArgument},
 	} {
 		if err := normalizeSub(tc.s, sub); status.Code(err) != tc.want {
@@ -150,6 +155,46 @@ func TestToReceived(t *testing.T) {
 	}
 }
 
+// Attribute keys starting with "_" are valid in Pub/Sub: they survive the round trip
+// through the log, and none of them becomes a reserved header (an attribute
+// "_pubsub_ordering_key" must not set the ordering key, "_tributary_source" must not
+// reach storage-core as its binding header).
+func TestUnderscoreAttributesRoundTrip(t *testing.T) {
+	attrs := map[string]string{
+		"k": "1", "_trace": "2", hdrOrderingKey: "forged", hdrMessageID: "forged", hdrPublishTime: "forged",
+		"_tributary_source": "forged", hdrAttrPrefix + "x": "3",
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rec := publishRecord(&pubsubpb.PubsubMessage{Data: []byte("d"), Attributes: attrs}, "42", now, []byte(now.Format(time.RFC3339Nano)))
+	for _, h := range rec.GetHeaders() {
+		switch h.GetKey() {
+		case hdrOrderingKey, "_tributary_source":
+			t.Errorf("attribute written as reserved header %s", h.GetKey())
+		case hdrMessageID, hdrPublishTime:
+			if string(h.GetValue()) == "forged" {
+				t.Errorf("attribute written as reserved header %s", h.GetKey())
+			}
+		}
+	}
+	if len(rec.GetKey()) != 0 {
+		t.Errorf("record key %q from an attribute", rec.GetKey())
+	}
+	m := toReceived(&storagev1.ReceivedMessage{AckId: "a", Record: &storagev1.Record{
+		Value: rec.GetValue(), Key: rec.GetKey(), Headers: rec.GetHeaders(), TimestampMs: rec.GetTimestampMs(),
+	}}, &subInfo{spec: &pubsubpb.Subscription{}})
+	if m.Message.MessageId != "42" || m.Message.OrderingKey != "" || !m.Message.PublishTime.AsTime().Equal(now) {
+		t.Errorf("reserved fields forged: %v", m.Message)
+	}
+	if len(m.Message.Attributes) != len(attrs) {
+		t.Errorf("attributes %v, want %v", m.Message.Attributes, attrs)
+	}
+	for k, v := range attrs {
+		if m.Message.Attributes[k] != v {
+			t.Errorf("attribute %q = %q, want %q", k, m.Message.Attributes[k], v)
+		}
+	}
+}
+
 func TestAckFailures(t *testing.T) {
 	if err := ackFailures([]string{"a", "b"}, []storagev1.AckResult{0, 0}); err != nil {
 		t.Fatal(err)
@@ -163,6 +208,24 @@ func TestAckFailures(t *testing.T) {
 	if !ok || info.Reason != "EXACTLY_ONCE_ACKID_FAILURE" || info.Domain != "pubsub.googleapis.com" ||
 		len(info.Metadata) != 2 || info.Metadata["b"] != "PERMANENT_FAILURE_INVALID_ACK_ID" || info.Metadata["c"] == "" {
 		t.Fatalf("error info %v", st.Details()[0])
+	}
+}
+
+// An ack id sent twice in one request (storage-core: the repeat is expired) was acked:
+// it must not be reported as failed.
+func TestAckFailuresDuplicateID(t *testing.T) {
+	expired := storagev1.AckResult_ACK_RESULT_EXPIRED
+	if err := ackFailures([]string{"a", "a"}, []storagev1.AckResult{0, expired}); err != nil {
+		t.Fatalf("duplicate of an acked id reported: %v", err)
+	}
+	err := ackFailures([]string{"b", "b", "a"}, []storagev1.AckResult{expired, expired, 0})
+	info, _ := status.Convert(err).Details()[0].(*errdetails.ErrorInfo)
+	if info == nil || len(info.Metadata) != 1 || info.Metadata["b"] == "" {
+		t.Fatalf("failures %v", err)
+	}
+	ok, failed := splitResults([]string{"a", "b", "a", "b"}, []storagev1.AckResult{expired, 0, 0, expired})
+	if len(ok) != 2 || len(failed) != 0 {
+		t.Fatalf("split = %v, %v", ok, failed)
 	}
 }
 
@@ -188,5 +251,42 @@ func TestIAMPermissive(t *testing.T) {
 	}
 	if _, err := i.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("no resource: %v", err)
+	}
+}
+
+func TestValidateLabels(t *testing.T) {
+	many := map[string]string{}
+	for i := range 65 {
+		many["k"+strings.Repeat("a", i)] = ""
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		ok     bool
+	}{
+		{"none", nil, true},
+		{"plain", map[string]string{"env": "prod", "team_a-1": "", "größe": "groß"}, true},
+		{"empty key", map[string]string{"": "v"}, false},
+		{"uppercase key", map[string]string{"Env": "v"}, false},
+		{"key starts with a digit", map[string]string{"1env": "v"}, false},
+		{"key starts with an international letter", map[string]string{"環境": "本番"}, true},
+		{"key starts with an uppercase international letter", map[string]string{"Ärger": "v"}, false},
+		{"key 63", map[string]string{"k" + strings.Repeat("x", 62): "v"}, true},
+		{"key 64", map[string]string{"k" + strings.Repeat("x", 63): "v"}, false},
+		{"value 64", map[string]string{"k": strings.Repeat("v", 64)}, false},
+		{"uppercase value", map[string]string{"k": "Prod"}, false},
+		{"value with a dot", map[string]string{"k": "v1.2"}, false},
+		{"65 labels", many, false},
+	} {
+		err := validateLabels(tc.labels)
+		if tc.ok != (err == nil) || (err != nil && status.Code(err) != codes.InvalidArgument) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if err := normalizeSub(&pubsubpb.Subscription{Labels: map[string]string{"Bad": ""}}, resource{project: "p", id: "s1"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("subscription with a bad label: %v", err)
+	}
+	if _, err := topicChannelConfig(&pubsubpb.Topic{Labels: map[string]string{"Bad": ""}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("topic with a bad label: %v", err)
 	}
 }

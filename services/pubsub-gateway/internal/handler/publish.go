@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -35,7 +37,20 @@ const (
 	// dead-lettered record; delivery turns it into
 	// CloudPubSubDeadLetterSourceTopicPublishTime.
 	hdrDeadLetterSourceTime = "_pubsub_dl_source_time"
+	// hdrAttrPrefix escapes an attribute whose key starts with "_" (valid in Pub/Sub):
+	// attribute "_k" is the header "_pubsub_attr:_k", so it reaches subscribers instead
+	// of being stripped as a system header, and no attribute can forge a reserved header
+	// (_pubsub_ordering_key, storage-core's _tributary_*).
+	hdrAttrPrefix = "_pubsub_attr:"
 )
+
+// attrHeader is the header key of attribute key k.
+func attrHeader(k string) string {
+	if strings.HasPrefix(k, "_") {
+		return hdrAttrPrefix + k
+	}
+	return k
+}
 
 // Publish validates the whole batch, then appends it to gcp.<topic> in one call.
 func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
@@ -58,7 +73,17 @@ func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*p
 		recs[i] = publishRecord(m, ids[i], now, publishTime)
 	}
 	if _, err := h.store.Append(ctx, &storagev1.AppendRequest{Channel: channel.PubSubTopic(r.id), Records: recs}); err != nil {
-		return nil, backendError(ctx, err, msgTopicNotFound)
+		err = backendError(ctx, err, msgTopicNotFound)
+		if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			// An append racing DeleteTopic fails as the log closes (storage-core:
+			// UNAVAILABLE); once the topic is gone the answer is NOT_FOUND, which
+			// clients do not retry.
+			h.forget(r.id, "")
+			if terr := h.topicExists(ctx, r.id); status.Code(terr) == codes.NotFound {
+				return nil, terr
+			}
+		}
+		return nil, err
 	}
 	return &pubsubpb.PublishResponse{MessageIds: ids}, nil
 }
@@ -71,7 +96,7 @@ func publishRecord(m *pubsubpb.PubsubMessage, id string, now time.Time, publishT
 	sort.Strings(keys)
 	hdrs := make([]*storagev1.Header, 0, len(keys)+3)
 	for _, k := range keys {
-		hdrs = append(hdrs, &storagev1.Header{Key: k, Value: []byte(m.GetAttributes()[k])})
+		hdrs = append(hdrs, &storagev1.Header{Key: attrHeader(k), Value: []byte(m.GetAttributes()[k])})
 	}
 	hdrs = append(hdrs,
 		&storagev1.Header{Key: hdrMessageID, Value: []byte(id)},

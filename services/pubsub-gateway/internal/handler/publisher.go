@@ -53,6 +53,9 @@ const maxLogBatchBytes = 16 << 20
 // topicChannelConfig is the config of a topic's log: retention from the topic (default
 // storage-core's), and appends large enough for any valid publish.
 func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
+	if err := validateLabels(t.GetLabels()); err != nil {
+		return nil, err
+	}
 	cfg := &storagev1.ChannelConfig{MaxMessageBytes: maxLogBatchBytes}
 	d := t.GetMessageRetentionDuration()
 	if d == nil {

@@ -88,8 +88,9 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 }
 
 // toReceived turns a queue delivery into a Pub/Sub message: headers without the "_"
-// prefix are the attributes; id, publish time and ordering key come from the reserved
-// headers, or from the record itself for a native append.
+// prefix are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time
+// and ordering key come from the reserved headers, or from the record itself for a
+// native append.
 func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
 	rec := m.GetRecord()
 	msg := &pubsubpb.PubsubMessage{Data: rec.GetValue()}
@@ -101,6 +102,13 @@ func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMe
 				msg.Attributes = map[string]string{}
 			}
 			msg.Attributes[k] = string(hd.GetValue())
+			continue
+		}
+		if a, ok := strings.CutPrefix(k, hdrAttrPrefix); ok {
+			if msg.Attributes == nil {
+				msg.Attributes = map[string]string{}
+			}
+			msg.Attributes[a] = string(hd.GetValue())
 			continue
 		}
 		switch k {
@@ -162,7 +170,7 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
-	h.streams.done(req.GetAckIds())
+	h.streams.done(settled(req.GetAckIds(), resp.GetResults()))
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}
@@ -203,28 +211,95 @@ func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds 
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
 	if seconds == 0 {
-		h.streams.done(ids)
+		h.streams.done(settled(ids, resp.GetResults()))
 	} else {
-		h.streams.extend(ids, h.now().Add(time.Duration(seconds)*time.Second))
+		var live, gone []string
+		for i, id := range ids {
+			switch result(resp.GetResults(), i) {
+			case storagev1.AckResult_ACK_RESULT_UNSPECIFIED:
+				live = append(live, id)
+			case storagev1.AckResult_ACK_RESULT_EXPIRED:
+				gone = append(gone, id)
+			}
+		}
+		h.streams.extend(live, h.now().Add(time.Duration(seconds)*time.Second))
+		h.streams.done(gone)
 	}
 	return resp, nil
+}
+
+// result is the i-th ack result (success when storage-core sent fewer).
+func result(results []storagev1.AckResult, i int) storagev1.AckResult {
+	if i < len(results) {
+		return results[i]
+	}
+	return storagev1.AckResult_ACK_RESULT_UNSPECIFIED
+}
+
+// splitResults sorts the distinct ack ids of a request into those acked (or modified)
+// and those that failed. An id sent twice succeeds if either time did: storage-core
+// settles the first and reports the repeat as expired, but the client's ack of that
+// message took effect.
+func splitResults(ids []string, results []storagev1.AckResult) (ok, failed []string) {
+	if allSucceeded(results) {
+		return ids, nil
+	}
+	good := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		if result(results, i) == storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+			good[id] = true
+		}
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if good[id] {
+			ok = append(ok, id)
+		} else {
+			failed = append(failed, id)
+		}
+	}
+	return ok, failed
+}
+
+func allSucceeded(results []storagev1.AckResult) bool {
+	for _, r := range results {
+		if r != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
+			return false
+		}
+	}
+	return true
+}
+
+// settled returns the ack ids an ack or nack settled: all but those storage-core found
+// invalid for the queue (malformed, or another subscription's). A stream's window must
+// not lose a lease because a client sent its ack id to the wrong subscription.
+func settled(ids []string, results []storagev1.AckResult) []string {
+	out := ids[:0:0]
+	for i, id := range ids {
+		if result(results, i) != storagev1.AckResult_ACK_RESULT_INVALID {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // ackFailures returns the exactly-once failure status for the ack ids whose result is
 // not success, or nil when all succeeded.
 func ackFailures(ids []string, results []storagev1.AckResult) error {
-	var meta map[string]string
-	for i, res := range results {
-		if i >= len(ids) || res == storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
-			continue
-		}
-		if meta == nil {
-			meta = map[string]string{}
-		}
-		meta[ids[i]] = eodInvalidAckID
-	}
-	if meta == nil {
+	if allSucceeded(results) {
 		return nil
+	}
+	_, failed := splitResults(ids, results)
+	if len(failed) == 0 {
+		return nil
+	}
+	meta := make(map[string]string, len(failed))
+	for _, id := range failed {
+		meta[id] = eodInvalidAckID
 	}
 	st, err := status.New(codes.InvalidArgument, "Some acknowledgement ids in the request were invalid. This could be because the acknowledgement ids have expired or the acknowledgement ids were malformed.").
 		WithDetails(&errdetails.ErrorInfo{Reason: eodReason, Domain: eodDomain, Metadata: meta})

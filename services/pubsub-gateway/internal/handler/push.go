@@ -12,6 +12,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.uber.org/zap"
+	"golang.org/x/net/http/httpguts"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
@@ -43,9 +45,9 @@ type Pusher struct {
 }
 
 type pushWorker struct {
-	endpoint string
-	cancel   context.CancelFunc
-	done     chan struct{}
+	spec   *pubsubpb.Subscription // the settings it pushes with
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // NewPusher returns a Pusher over h's backends.
@@ -92,7 +94,9 @@ func (p *Pusher) scan(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, w := range p.workers {
-		if info, ok := want[id]; !ok || info.spec.GetPushConfig().GetPushEndpoint() != w.endpoint {
+		// A changed subscription (push config, ack deadline, dead-letter policy) gets a
+		// new worker: a worker pushes with the settings it started with.
+		if info, ok := want[id]; !ok || !proto.Equal(info.spec, w.spec) {
 			w.cancel()
 			<-w.done
 			delete(p.workers, id)
@@ -103,7 +107,7 @@ func (p *Pusher) scan(ctx context.Context) error {
 			continue
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		w := &pushWorker{endpoint: info.spec.GetPushConfig().GetPushEndpoint(), cancel: cancel, done: make(chan struct{})}
+		w := &pushWorker{spec: info.spec, cancel: cancel, done: make(chan struct{})}
 		p.workers[id] = w
 		go func() {
 			defer close(w.done)
@@ -194,7 +198,11 @@ func (p *Pusher) post(ctx context.Context, sub *subInfo, rm *pubsubpb.ReceivedMe
 		body = m.GetData()
 		if nw.GetWriteMetadata() {
 			for k, v := range m.GetAttributes() {
-				hdr.Set(k, v)
+				// Pub/Sub allows keys and values no HTTP header can carry; sending
+				// them would fail every push of the message.
+				if httpguts.ValidHeaderFieldName(k) && httpguts.ValidHeaderFieldValue(v) {
+					hdr.Set(k, v)
+				}
 			}
 			hdr.Set("x-goog-pubsub-subscription-name", sub.spec.GetName())
 			hdr.Set("x-goog-pubsub-message-id", m.GetMessageId())

@@ -2,7 +2,10 @@ package handler
 
 import (
 	"context"
+	"net/url"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -53,6 +56,9 @@ var (
 // place. sub is the subscription's resource, topic its topic's.
 func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 	s.Name = sub.name(collSubscriptions)
+	if err := validateLabels(s.GetLabels()); err != nil {
+		return err
+	}
 	switch d := s.GetAckDeadlineSeconds(); {
 	case d == 0:
 		s.AckDeadlineSeconds = defaultAckDeadline
@@ -81,6 +87,10 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 		return err
 	}
 	if p := s.GetDeadLetterPolicy(); p != nil {
+		if p.GetDeadLetterTopic() == "" {
+			// As the emulator answers a policy without a topic (Google's docs are silent).
+			return status.Error(codes.NotFound, msgDeadLetterNotFound)
+		}
 		if _, err := parseName(p.GetDeadLetterTopic(), collTopics); err != nil {
 			return invalid("Invalid dead_letter_policy.dead_letter_topic: %s", p.GetDeadLetterTopic())
 		}
@@ -107,9 +117,60 @@ func normalizeSub(s *pubsubpb.Subscription, sub resource) error {
 	}
 	if pc := s.GetPushConfig(); pc != nil && pc.GetPushEndpoint() == "" && (pc.GetAttributes() != nil || pc.GetOidcToken() != nil || pc.GetWrapper() != nil) {
 		return invalid("Invalid push_config: push_endpoint is empty")
+	} else if ep := pc.GetPushEndpoint(); ep != "" && !validPushEndpoint(ep) {
+		// As the emulator (Google also demands https): the pusher could never deliver to it.
+		return invalid("Unsupported push_endpoint: %s", ep)
 	}
 	s.State = pubsubpb.Subscription_ACTIVE
 	return nil
+}
+
+// Label limits (Google's "Requirements for labels"; the emulator checks none).
+const (
+	maxLabels   = 64
+	maxLabelLen = 63
+)
+
+// validateLabels checks a resource's labels as Google does: at most 64; keys 1..63
+// characters starting with a lowercase letter, values 0..63; both only lowercase
+// letters (international ones too), digits, "_" and "-".
+func validateLabels(labels map[string]string) error {
+	if len(labels) > maxLabels {
+		return invalid("Too many labels: %d, at most %d are allowed.", len(labels), maxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || !labelText(k) || !labelLetter([]rune(k)[0]) {
+			return invalid("Invalid label key %q: it must be 1 to %d lowercase letters, digits, '_' or '-', starting with a letter.", k, maxLabelLen)
+		}
+		if !labelText(v) {
+			return invalid("Invalid label value %q for key %q: it must be at most %d lowercase letters, digits, '_' or '-'.", v, k, maxLabelLen)
+		}
+	}
+	return nil
+}
+
+func labelText(s string) bool {
+	if !utf8.ValidString(s) || utf8.RuneCountInString(s) > maxLabelLen {
+		return false
+	}
+	for _, r := range s {
+		if !(labelLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// labelLetter: a lowercase letter, or an international letter without case (Google
+// allows international characters; keys may start with one).
+func labelLetter(r rune) bool {
+	return unicode.IsLower(r) || (r > unicode.MaxASCII && unicode.IsLetter(r) && !unicode.IsUpper(r) && !unicode.IsTitle(r))
+}
+
+// validPushEndpoint accepts absolute http and https URLs with a host.
+func validPushEndpoint(ep string) bool {
+	u, err := url.Parse(ep)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // checkDeadLetterTopic answers NOT_FOUND when the dead-letter topic does not exist.
@@ -123,7 +184,7 @@ func (h *Handler) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subscrip
 		return err
 	}
 	if err := h.topicExists(ctx, r.id); status.Code(err) == codes.NotFound {
-		return status.Error(codes.NotFound, "Dead letter topic not found")
+		return status.Error(codes.NotFound, msgDeadLetterNotFound)
 	} else if err != nil {
 		return err
 	}

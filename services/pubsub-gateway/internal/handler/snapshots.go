@@ -45,6 +45,9 @@ func (h *Handler) CreateSnapshot(ctx context.Context, req *pubsubpb.CreateSnapsh
 	if err != nil {
 		return nil, err
 	}
+	if err := validateLabels(req.GetLabels()); err != nil {
+		return nil, err
+	}
 	spec := &pubsubpb.Snapshot{Labels: req.GetLabels(), ExpireTime: timestamppb.New(h.now().Add(snapshotLifetime))}
 	b, _ := proto.Marshal(spec)
 	resp, err := h.reg.CreatePubSubSnapshot(ctx, &coordinatorv1.CreatePubSubSnapshotRequest{
@@ -95,6 +98,9 @@ func (h *Handler) UpdateSnapshot(ctx context.Context, req *pubsubpb.UpdateSnapsh
 	for _, p := range paths {
 		switch p {
 		case "labels":
+			if err := validateLabels(req.GetSnapshot().GetLabels()); err != nil {
+				return nil, err
+			}
 			spec.Labels = req.GetSnapshot().GetLabels()
 		case "expire_time":
 			spec.ExpireTime = req.GetSnapshot().GetExpireTime()

@@ -181,17 +181,10 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 		if err != nil {
 			return backendError(ctx, err, msgSubNotFound)
 		}
-		s.h.streams.done(ids)
+		s.h.streams.done(settled(ids, resp.GetResults()))
 		if s.props.ExactlyOnceDeliveryEnabled {
-			c := &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
-			for i, id := range ids {
-				if i < len(resp.GetResults()) && resp.GetResults()[i] != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
-					c.InvalidAckIds = append(c.InvalidAckIds, id)
-				} else {
-					c.AckIds = append(c.AckIds, id)
-				}
-			}
-			confirm.AcknowledgeConfirmation = c
+			ok, failed := splitResults(ids, resp.GetResults())
+			confirm.AcknowledgeConfirmation = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{AckIds: ok, InvalidAckIds: failed}
 		}
 	}
 	bySeconds := map[int32][]string{}
@@ -217,13 +210,9 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 				confirm.ModifyAckDeadlineConfirmation = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
 			}
 			c := confirm.ModifyAckDeadlineConfirmation
-			for i, id := range ids {
-				if i < len(resp.GetResults()) && resp.GetResults()[i] != storagev1.AckResult_ACK_RESULT_UNSPECIFIED {
-					c.InvalidAckIds = append(c.InvalidAckIds, id)
-				} else {
-					c.AckIds = append(c.AckIds, id)
-				}
-			}
+			ok, failed := splitResults(ids, resp.GetResults())
+			c.AckIds = append(c.AckIds, ok...)
+			c.InvalidAckIds = append(c.InvalidAckIds, failed...)
 		}
 	}
 	if confirm.AcknowledgeConfirmation != nil || confirm.ModifyAckDeadlineConfirmation != nil {
@@ -339,6 +328,7 @@ func (s *stream) release(out *pubsubpb.StreamingPullResponse) {
 
 func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.StreamingPullResponse) error {
 	limited := s.maxMsgs > 0 || s.maxBytes > 0
+	failing := false // Receive failed UNAVAILABLE last time
 	for ctx.Err() == nil {
 		msgs, bytes, full := s.window(s.h.now())
 		if full {
@@ -361,7 +351,13 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 				return nil
 			}
 			if status.Code(err) == codes.Unavailable {
-				s.h.log.Warn("streaming pull receive failed, retrying", zap.String("queue", s.queue), zap.Error(err))
+				// Once per outage per stream: retrying every 200 ms, hundreds of streams
+				// would otherwise log thousands of lines a second while storage-core is
+				// down.
+				if !failing {
+					s.h.log.Warn("streaming pull receive failed, retrying", zap.String("queue", s.queue), zap.Error(err))
+				}
+				failing = true
 				t := time.NewTimer(backendRetry)
 				select {
 				case <-ctx.Done():
@@ -371,6 +367,10 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 				continue
 			}
 			return backendError(ctx, err, msgSubNotFound)
+		}
+		if failing {
+			s.h.log.Info("streaming pull receive recovered", zap.String("queue", s.queue))
+			failing = false
 		}
 		if len(resp.GetMessages()) == 0 {
 			continue
