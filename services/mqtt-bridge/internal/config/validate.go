@@ -328,7 +328,7 @@ func (l *loader) validate(c *Config) {
 		}
 		pr := m.Properties
 		for _, f := range [][2]string{{"content-type", pr.ContentType}, {"response-topic", pr.ResponseTopic}} {
-			if err := mqttString(f[1]); err != nil {
+			if err := MQTTString(f[1]); err != nil {
 				l.add(p+".properties."+f[0], "%v", err)
 			}
 		}
@@ -340,7 +340,7 @@ func (l *loader) validate(c *Config) {
 		}
 		for j, u := range pr.UserProperties {
 			for _, f := range [][2]string{{"name", u.Name}, {"value", u.Value}} {
-				if err := mqttString(f[1]); err != nil {
+				if err := MQTTString(f[1]); err != nil {
 					l.add(fmt.Sprintf("%s.properties.user-properties[%d].%s", p, j, f[0]), "%v", err)
 				}
 			}
@@ -441,10 +441,11 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// mqttString checks what an MQTT UTF-8 string may hold ([MQTT-1.5.4]): well-formed
+// MQTTString checks what an MQTT UTF-8 string may hold ([MQTT-1.5.4]): well-formed
 // UTF-8, no NUL, at most 65535 bytes. A broker ends the connection of a client that
-// sends anything else.
-func mqttString(s string) error {
+// sends anything else. Used for static properties here and for properties built from
+// Kafka records at run time (mapping).
+func MQTTString(s string) error {
 	switch {
 	case len(s) > 65535:
 		return fmt.Errorf("longer than 65535 bytes")

@@ -144,29 +144,15 @@ func restore(m *Message, hs []*storagev1.Header) string {
 	return topic
 }
 
-// ValidateString checks an MQTT UTF-8 string ([MQTT-1.5.4]): well-formed UTF-8 (no
-// surrogates), no U+0000, at most 65535 bytes.
-func ValidateString(s string) error {
-	switch {
-	case len(s) > 65535:
-		return fmt.Errorf("longer than 65535 bytes")
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%q is not UTF-8", s)
-	case strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("%q contains NUL", s)
-	}
-	return nil
-}
-
 // ValidateProperties checks the string properties of a message to publish: content
 // type and user properties are MQTT strings, a response topic a topic name (no
 // wildcards), correlation data at most 65535 bytes.
 func ValidateProperties(m *Message) error {
-	if err := ValidateString(m.ContentType); err != nil {
+	if err := config.MQTTString(m.ContentType); err != nil {
 		return fmt.Errorf("content type: %w", err)
 	}
 	if m.ResponseTopic != "" {
-		if err := ValidateString(m.ResponseTopic); err != nil {
+		if err := config.MQTTString(m.ResponseTopic); err != nil {
 			return fmt.Errorf("response topic: %w", err)
 		}
 		if strings.ContainsAny(m.ResponseTopic, "+#") {
@@ -177,10 +163,10 @@ func ValidateProperties(m *Message) error {
 		return fmt.Errorf("correlation data longer than 65535 bytes")
 	}
 	for _, u := range m.UserProperties {
-		if err := ValidateString(u.Key); err != nil {
+		if err := config.MQTTString(u.Key); err != nil {
 			return fmt.Errorf("user property name: %w", err)
 		}
-		if err := ValidateString(u.Value); err != nil {
+		if err := config.MQTTString(u.Value); err != nil {
 			return fmt.Errorf("user property %q: %w", u.Key, err)
 		}
 	}
