@@ -156,13 +156,7 @@ func (r *Registry) ListPubSubTopics(ctx context.Context, req *coordinatorv1.List
 		return nil, statusError(err)
 	}
 	resp := &coordinatorv1.ListPubSubTopicsResponse{}
-	if len(ts) > size {
-		ts = ts[:size]
-		resp.NextPageToken = token(ts[size-1].ID)
-	}
-	for _, t := range ts {
-		resp.Topics = append(resp.Topics, topicProto(t))
-	}
+	resp.Topics, resp.NextPageToken = pageOut(ts, size, func(t *store.PubSubTopic) string { return t.ID }, topicProto)
 	return resp, nil
 }
 
@@ -345,13 +339,7 @@ func (r *Registry) ListPubSubSubscriptions(ctx context.Context, req *coordinator
 		return nil, statusError(err)
 	}
 	resp := &coordinatorv1.ListPubSubSubscriptionsResponse{}
-	if len(ss) > size {
-		ss = ss[:size]
-		resp.NextPageToken = token(ss[size-1].ID)
-	}
-	for _, s := range ss {
-		resp.Subscriptions = append(resp.Subscriptions, subProto(s))
-	}
+	resp.Subscriptions, resp.NextPageToken = pageOut(ss, size, func(s *store.PubSubSubscription) string { return s.ID }, subProto)
 	return resp, nil
 }
 
@@ -416,6 +404,21 @@ func page(size int32, tok string) (int, string, error) {
 }
 
 func token(lastID string) string { return base64.RawURLEncoding.EncodeToString([]byte(lastID)) }
+
+// pageOut turns rows read with a limit of size+1 into one page of answers and the token
+// of the next page ("" when this is the last one).
+func pageOut[R any, P any](rows []R, size int, id func(R) string, conv func(R) P) ([]P, string) {
+	next := ""
+	if len(rows) > size {
+		rows = rows[:size]
+		next = token(id(rows[size-1]))
+	}
+	out := make([]P, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, conv(r))
+	}
+	return out, next
+}
 
 // errStorage marks a failed storage-core call; its status code is kept.
 type errStorage struct {

@@ -115,13 +115,7 @@ func (r *Registry) ListPubSubSnapshots(ctx context.Context, req *coordinatorv1.L
 		return nil, statusError(err)
 	}
 	resp := &coordinatorv1.ListPubSubSnapshotsResponse{}
-	if len(ss) > size {
-		ss = ss[:size]
-		resp.NextPageToken = token(ss[size-1].ID)
-	}
-	for _, s := range ss {
-		resp.Snapshots = append(resp.Snapshots, snapProto(s))
-	}
+	resp.Snapshots, resp.NextPageToken = pageOut(ss, size, func(s *store.PubSubSnapshot) string { return s.ID }, snapProto)
 	return resp, nil
 }
 
