@@ -28,7 +28,6 @@ import (
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
-	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 )
@@ -72,7 +71,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 			return nil, err
 		}
 		s.grpc = append(s.grpc, cc)
-		storage = storagev1.NewStorageServiceClient(cc)
+		storage = handler.NewStorageClient(cc)
 		s.httpCheck("storage-core", cc)
 	}
 	if coord == nil {

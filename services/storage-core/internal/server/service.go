@@ -626,6 +626,7 @@ func (s *service) Fetch(ctx context.Context, req *storagev1.FetchRequest) (_ *st
 		logs[i], errs[i] = s.channelFor(fc.Channel)
 	}
 	deadline := time.Now().Add(min(time.Duration(req.MaxWaitMs)*time.Millisecond, maxWait))
+	alloc := readAlloc(ctx)
 	var wctx context.Context
 	for {
 		waits := make([]<-chan struct{}, 0, len(logs))
@@ -634,7 +635,7 @@ func (s *service) Fetch(ctx context.Context, req *storagev1.FetchRequest) (_ *st
 				waits = append(waits, l.Changed())
 			}
 		}
-		resp, total, anyErr := s.fetchOnce(req, logs, errs)
+		resp, total, anyErr := s.fetchOnce(req, logs, errs, alloc)
 		if anyErr || total >= int(req.MinBytes) || total > 0 && req.MinBytes <= 0 || !time.Now().Before(deadline) || len(waits) == 0 {
 			return resp, nil
 		}
@@ -647,7 +648,7 @@ func (s *service) Fetch(ctx context.Context, req *storagev1.FetchRequest) (_ *st
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
-			resp, _, _ = s.fetchOnce(req, logs, errs)
+			resp, _, _ = s.fetchOnce(req, logs, errs, alloc)
 			return resp, nil
 		}
 	}
@@ -676,7 +677,7 @@ func waitAny(ctx context.Context, chs []<-chan struct{}, timeout time.Duration) 
 	return i >= 2
 }
 
-func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs []error) (*storagev1.FetchResponse, int, bool) {
+func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs []error, alloc func(int) []byte) (*storagev1.FetchResponse, int, bool) {
 	resp := &storagev1.FetchResponse{Results: make([]*storagev1.FetchChannelResult, len(req.Channels))}
 	remaining := int(req.MaxBytes)
 	if remaining <= 0 || remaining > maxFetchTotalBytes {
@@ -703,7 +704,7 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 		if budget <= 0 && total > 0 {
 			continue
 		}
-		data, err := l.ReadRaw(fc.FromSequence-1, max(budget, 1))
+		data, err := l.ReadRawTo(fc.FromSequence-1, max(budget, 1), alloc)
 		if err != nil {
 			r.Error = errorCode(err)
 			anyErr = true

@@ -594,6 +594,13 @@ func visibleEnd(s *segment, hw *hwMark) int64 {
 // nil at the high watermark. Errors: ErrOutOfRange (off < log start or > high
 // watermark), ErrStorage, ErrNotFound (channel deleted), ErrClosed (shutdown).
 func (l *Log) ReadRaw(off int64, maxBytes int) ([]byte, error) {
+	return l.ReadRawTo(off, maxBytes, nil)
+}
+
+// ReadRawTo is ReadRaw reading into a buffer from alloc, called at most once with the
+// number of bytes to read; the result is a prefix of that buffer, and the buffer is
+// the caller's whether or not the read succeeds. alloc nil allocates with make.
+func (l *Log) ReadRawTo(off int64, maxBytes int, alloc func(n int) []byte) ([]byte, error) {
 	if l.isClosed() {
 		return nil, l.closedErr()
 	}
@@ -623,7 +630,7 @@ func (l *Log) ReadRaw(off int64, maxBytes int) ([]byte, error) {
 		if !ok {
 			continue
 		}
-		return s.readFrames(pos, first, maxBytes, end, hw.next)
+		return s.readFrames(pos, first, maxBytes, end, hw.next, alloc)
 	}
 	return nil, nil
 }

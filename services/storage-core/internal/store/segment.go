@@ -409,13 +409,20 @@ func (s *segment) findPos(off int64, end, limit int64) (pos int64, length int64,
 
 // readFrames reads whole frames from pos (where a frame of firstLen bytes starts),
 // ending before file position end and before base offset limit: at least the first
-// frame, then more while they fit in maxBytes.
-func (s *segment) readFrames(pos, firstLen int64, maxBytes int, end, limit int64) ([]byte, error) {
+// frame, then more while they fit in maxBytes, into a buffer from alloc (nil: make).
+func (s *segment) readFrames(pos, firstLen int64, maxBytes int, end, limit int64, alloc func(int) []byte) ([]byte, error) {
 	n := max(firstLen, min(int64(maxBytes), end-pos))
-	buf := make([]byte, n)
-	if _, err := s.f.ReadAt(buf, pos); err != nil && !errors.Is(err, io.EOF) {
+	var buf []byte
+	if alloc != nil {
+		buf = alloc(int(n))[:n]
+	} else {
+		buf = make([]byte, n)
+	}
+	got, err := s.f.ReadAt(buf, pos)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
 	}
+	buf = buf[:got] // a buffer from alloc is not zeroed: never look past what was read
 	s.prefetch(pos+n, end)
 	return buf[:wholeFrames(buf, limit)], nil
 }

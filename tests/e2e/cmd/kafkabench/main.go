@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type config struct {
 	targets     string
 	maxRecords  int
 	rounds      int
+	partitions  string
 }
 
 // target is a Kafka endpoint under test.
@@ -70,6 +72,7 @@ func main() {
 	flag.IntVar(&cfg.recordBytes, "record-bytes", 1024, "value size in bytes")
 	flag.StringVar(&cfg.fsync, "fsync", "always", "storage-core --fsync")
 	flag.IntVar(&cfg.maxRecords, "max-records", 2_000_000, "stop a throughput case's produce early after this many records (bounds kfake's memory)")
+	flag.StringVar(&cfg.partitions, "partitions", "1,6", "partition counts of the throughput cases, comma separated")
 	flag.StringVar(&cfg.targets, "targets", "tributary,kfake", "targets to measure, comma separated (tributary, kfake); the ratio needs both")
 	flag.Parse()
 	if err := run(cfg); err != nil {
@@ -124,7 +127,15 @@ func run(cfg config) error {
 		res  []result // per target
 	}
 	var rows []row
-	for _, parts := range []int32{1, 6} {
+	var counts []int32
+	for _, f := range strings.Split(cfg.partitions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad -partitions %q", cfg.partitions)
+		}
+		counts = append(counts, int32(n))
+	}
+	for _, parts := range counts {
 		// Rounds alternate between the targets; each figure is the median round, so a
 		// burst of noise on a small shared machine does not decide the ratio.
 		runs := make([][2][]result, len(targets)) // [target][produce, consume][round]
