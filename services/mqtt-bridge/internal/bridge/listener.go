@@ -9,14 +9,17 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
@@ -38,6 +41,8 @@ type listener struct {
 	slots  chan struct{}
 	log    *zap.Logger
 	doubts doubts
+	// dropped counts messages not delivered to subscribers that did not keep up.
+	dropped prometheus.CounterFunc
 }
 
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*listener, error) {
@@ -57,6 +62,10 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	caps.MaximumPacketSize = maxPacketSize(routes)
 	// Each alias can hold a topic of up to 64 KiB for the whole connection.
 	caps.TopicAliasMaximum = topicAliasMaximum
+	// What one slow (or stuck) subscriber can hold (the library's defaults are 8,192
+	// of each, of up to a Maximum Packet Size apiece).
+	caps.MaximumInflight = subscriberQueue
+	caps.MaximumClientWritesPending = subscriberQueue
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -98,6 +107,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 		_ = raw.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
 	}
+	info := l.srv.Info
+	l.dropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tributary_mqtt_listener_dropped_total",
+		Help: "listener: messages not delivered to a subscriber that did not keep up (its queue of " + strconv.Itoa(subscriberQueue) + " unacknowledged or unwritten messages was full).",
+	}, func() float64 {
+		return float64(atomic.LoadInt64(&info.MessagesDropped) + atomic.LoadInt64(&info.InflightDropped))
+	})
+	b.reg.MustRegister(l.dropped)
 	l.inline = l.srv.NewClient(nil, "local", "tributary-kafka-to-mqtt", true)
 	l.inline.Properties.ProtocolVersion = 5
 	return l, nil
@@ -105,6 +122,15 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 
 // topicAliasMaximum is how many topic aliases a listener client may set.
 const topicAliasMaximum = 16
+
+// subscriberQueue bounds what the listener keeps for one subscriber that reads slowly
+// or not at all: at most this many QoS 1/2 messages sent and not yet acknowledged by
+// it (beyond its Receive Maximum they wait unsent, MQTT 5 section 4.9), and this many
+// packets waiting to be written to its connection. A message past either bound is
+// not delivered to that subscriber, and counted in tributary_mqtt_listener_dropped_total
+// (the publisher's message is unaffected: stored in Kafka when a mapping took it, and
+// delivered to the other subscribers); the subscriber keeps its connection.
+const subscriberQueue = 1024
 
 // packetOverhead is what a PUBLISH may carry beyond a record's max-record-bytes: the
 // topic name (up to 64 KiB) and properties that are not stored.
