@@ -49,15 +49,23 @@ func waitKafkaTotal(t *testing.T, s *stack.Stack, topic string, n int64, timeout
 	})
 }
 
-// TestMQTTKillListenerExactlyOnce: 10 MQTT 5 publishers send 3,000 QoS 1 messages to
-// the bridge's listener; the bridge is killed with SIGKILL when 1,000 are acknowledged
-// and started again; publishers reconnect and go on with their next message (no
-// retries, so a message is acknowledged at most once). Every message acknowledged with
-// success is in Kafka exactly once.
+// TestMQTTKillListenerExactlyOnce: 10 MQTT 5 publishers send 3,000 messages to the
+// bridge's listener, once at QoS 1 and once at QoS 2; the bridge is killed with
+// SIGKILL when 1,000 are acknowledged and started again; publishers reconnect (clean
+// start: the listener's sessions do not outlive the process, so nothing is sent
+// again) and go on with their next message (a message is acknowledged at most once).
+// Every message acknowledged with success is in Kafka exactly once; the counts are
+// reported.
 func TestMQTTKillListenerExactlyOnce(t *testing.T) {
+	for _, qos := range []byte{1, 2} {
+		t.Run(fmt.Sprintf("QoS%d", qos), func(t *testing.T) { killListener(t, qos) })
+	}
+}
+
+func killListener(t *testing.T, qos byte) {
 	s := stack.StartT(t, stack.Options{})
 	id := mqttID()
-	topic := "mqtt-kill-lis-" + id
+	topic := fmt.Sprintf("mqtt-kill-lis%d-%s", qos, id)
 	lis := stack.FreeAddr()
 	bridge := startBridge(t, s, "mqtt-bridge-kill-lis", fmt.Sprintf(`
 id: kill-lis
@@ -101,7 +109,7 @@ mqtt-to-kafka:
 				}
 				payload := fmt.Sprintf("p%d-%d", p, i)
 				pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-				resp, err := c.Publish(pctx, &paho.Publish{QoS: 1, Topic: fmt.Sprintf("load/%d", p), Payload: []byte(payload)})
+				resp, err := c.Publish(pctx, &paho.Publish{QoS: qos, Topic: fmt.Sprintf("load/%d", p), Payload: []byte(payload)})
 				cancel()
 				switch {
 				case err == nil && resp != nil && resp.ReasonCode == 0:
@@ -154,8 +162,8 @@ mqtt-to-kafka:
 	for _, n := range counts {
 		stored += n
 	}
-	t.Logf("listener kill -9: %d sent, %d acknowledged with success, %d refused (0x97), %d unanswered (connection lost); Kafka holds %d records; acknowledged but missing %d, duplicated %d",
-		killMessages, total, refused.Load(), lost.Load(), stored, len(missing), len(dup))
+	t.Logf("listener kill -9, QoS %d: %d sent, %d acknowledged with success, %d refused (0x97), %d unanswered (connection lost); Kafka holds %d records; acknowledged but missing %d, duplicated %d",
+		qos, killMessages, total, refused.Load(), lost.Load(), stored, len(missing), len(dup))
 	if len(missing) > 0 || len(dup) > 0 {
 		t.Errorf("exactly once broken: missing %v, duplicated %v", first(missing, 10), first(dup, 10))
 	}
@@ -251,7 +259,7 @@ mqtt-to-kafka:
 	}
 }
 
-// TestMQTTStorageOutage stops storage-core for 10 seconds while 4 publishers send QoS 1
+// TestMQTTStorageOutage stops storage-core for 10 seconds while 4 publishers send QoS 1 and 2
 // messages to the listener and one sends to Mosquitto for the upstream mapping. Listener
 // publishers see their acknowledgements held, then success once storage-core is back,
 // or 0x97 after store-timeout (8 s: shorter than the outage, so some publishes time
@@ -309,7 +317,7 @@ mqtt-to-kafka:
 				payload := fmt.Sprintf("p%d-%d", p, i)
 				start := time.Now()
 				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				resp, err := c.Publish(pctx, &paho.Publish{QoS: 1, Topic: fmt.Sprintf("load/%d", p), Payload: []byte(payload)})
+				resp, err := c.Publish(pctx, &paho.Publish{QoS: byte(1 + p%2), Topic: fmt.Sprintf("load/%d", p), Payload: []byte(payload)})
 				cancel()
 				took := time.Since(start)
 				mu.Lock()

@@ -131,6 +131,9 @@ kafka-to-mqtt:
 	var values []string
 	for _, r := range recs {
 		values = append(values, string(r.Value))
+		if string(r.Value) == "old-client" {
+			continue // the MQTT 3.1.1 publisher's (see below)
+		}
 		if string(r.Key) != "dev-"+id {
 			t.Errorf("key %q, want the client id", r.Key)
 		}
@@ -148,6 +151,20 @@ kafka-to-mqtt:
 		}
 		if n != 1 {
 			t.Errorf("acknowledged message %q is in Kafka %d times, want 1 (all: %q)", a, n, values)
+		}
+	}
+	// Refused after store-timeout while storage-core was down, these two were not
+	// known to be stored: the bridge goes on sending their Append until storage-core
+	// answers, so each may be there, once.
+	for _, refused := range []string{"while-down", "old-client"} {
+		n := 0
+		for _, v := range values {
+			if v == refused {
+				n++
+			}
+		}
+		if n > 1 {
+			t.Errorf("refused message %q is in Kafka %d times, want at most 1", refused, n)
 		}
 	}
 	if got := bridgeMetric(t, bridge, "tributary_mqtt_too_large_total", "devices"); got != 1 {

@@ -66,7 +66,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Bridge, error) {
 	b.storage = storagev1.NewStorageServiceClient(sc)
 	b.coord = coordinatorv1.NewCoordinatorServiceClient(cc)
 	b.groups = coordinatorv1.NewGroupCoordinatorServiceClient(cc)
-	b.store = newStore(b.ctx, b.storage, b.coord, cfg.StoreTimeout)
+	b.store = newStore(b.ctx, b.storage, b.coord, cfg.StoreTimeout, log)
 	b.healthCheck("storage-core", sc)
 	b.healthCheck("coordinator", cc)
 

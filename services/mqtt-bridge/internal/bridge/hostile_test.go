@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
@@ -375,5 +377,44 @@ func TestListenerV311RefusalNotDelivered(t *testing.T) {
 	case p := <-lateGot:
 		t.Fatalf("retained %.10q", p)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// A subscriber that never reads nor acknowledges holds at most subscriberQueue QoS 1
+// messages in the listener; every later message to it is counted as dropped, while
+// the publisher is answered as usual and the listener keeps serving.
+func TestListenerSlowSubscriberBounded(t *testing.T) {
+	_, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	sub := rawConnect(t, b.ListenerAddr())
+	// SUBSCRIBE id 1, no properties, "slow/#" at QoS 1; then nothing is read again.
+	filter := "slow/#"
+	pkt := append([]byte{0x82, byte(2 + 1 + 2 + len(filter) + 1), 0, 1, 0, 0, byte(len(filter))}, filter...)
+	if _, err := sub.Write(append(pkt, 0x01)); err != nil {
+		t.Fatal(err)
+	}
+	if typ, _ := readPacket(t, sub); typ != 0x90 {
+		t.Fatalf("SUBACK: first byte %#x", typ)
+	}
+	pub := connect(t, b.ListenerAddr(), "fast-publisher")
+	const n = 3000
+	payload := strings.Repeat("p", 1024)
+	for i := 0; i < n; i++ {
+		if rc, err := publish(pub, "slow/x", payload); err != nil || rc != 0 {
+			t.Fatalf("publish %d: %#x %v", i, rc, err)
+		}
+	}
+	// The library hands a message to subscribers after answering its publisher.
+	want := float64(n - subscriberQueue)
+	dropped := testutil.ToFloat64(b.listener.dropped)
+	for deadline := time.Now().Add(5 * time.Second); dropped < want && time.Now().Before(deadline); {
+		<-time.After(10 * time.Millisecond)
+		dropped = testutil.ToFloat64(b.listener.dropped)
+	}
+	if dropped != want {
+		t.Errorf("dropped_total = %v, want %v (all but the %d the stuck subscriber may hold)", dropped, want, subscriberQueue)
+	}
+	if rc, err := publish(connect(t, b.ListenerAddr(), "other"), "other/y", "still served"); err != nil || rc != 0 {
+		t.Errorf("listener after the drops: %#x %v", rc, err)
 	}
 }

@@ -21,6 +21,9 @@ type target struct {
 	recs      []*storagev1.AppendRecord
 	received  []time.Time
 	done      bool
+	// pending is the outcome of an earlier append of recs that is in doubt: a later
+	// appendGroups waits for it instead of appending recs again.
+	pending *outcome
 }
 
 // build maps each message through its routes (routes[i] for msgs[i]; the caller
@@ -58,7 +61,10 @@ func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]
 }
 
 // appendGroups appends every group not yet done, concurrently, and marks the ones
-// that became durable. It returns the first error.
+// that became durable. A group whose earlier append is in doubt is not appended again:
+// its outcome is awaited, and the group appended only if that outcome is not stored.
+// It returns the errors joined (an *inDoubtError for a group that is still in doubt
+// when ctx ends; the group keeps it in pending).
 func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(groups))
@@ -70,22 +76,56 @@ func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
 		go func() {
 			defer wg.Done()
 			id := g.route.Cfg.ID
+			if g.pending != nil {
+				select {
+				case <-g.pending.done:
+				case <-ctx.Done():
+					errs[i] = &inDoubtError{out: g.pending, cause: ctx.Err()}
+					return
+				}
+				stored := g.pending.stored
+				g.pending = nil
+				if stored {
+					b.m.deduplicated.WithLabelValues(id).Add(float64(len(g.recs)))
+					b.stored(g)
+					return
+				}
+			}
 			b.m.sent.WithLabelValues(id).Add(float64(len(g.recs)))
 			if err := b.store.append(ctx, g.topic, g.partition, g.recs); err != nil {
 				b.m.failed.WithLabelValues(id).Add(float64(len(g.recs)))
+				if d := (*inDoubtError)(nil); errors.As(err, &d) {
+					g.pending = d.out
+				}
 				errs[i] = err
 				return
 			}
-			g.done = true
-			b.m.stored.WithLabelValues(id).Add(float64(len(g.recs)))
-			now := time.Now()
-			var sum float64
-			for _, t := range g.received {
-				sum += now.Sub(t).Seconds()
-			}
-			b.m.storeLatency.WithLabelValues(id).Add(sum)
+			b.stored(g)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stored marks g durable and counts it.
+func (b *Bridge) stored(g *target) {
+	g.done = true
+	id := g.route.Cfg.ID
+	b.m.stored.WithLabelValues(id).Add(float64(len(g.recs)))
+	now := time.Now()
+	var sum float64
+	for _, t := range g.received {
+		sum += now.Sub(t).Seconds()
+	}
+	b.m.storeLatency.WithLabelValues(id).Add(sum)
+}
+
+// inDoubtGroups reports whether a group of groups has an append in doubt.
+func inDoubtGroups(groups []*target) bool {
+	for _, g := range groups {
+		if g.pending != nil {
+			return true
+		}
+	}
+	return false
 }

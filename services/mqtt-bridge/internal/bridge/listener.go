@@ -8,14 +8,18 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
@@ -36,6 +40,9 @@ type listener struct {
 	inline *mqtt.Client
 	slots  chan struct{}
 	log    *zap.Logger
+	doubts doubts
+	// dropped counts messages not delivered to subscribers that did not keep up.
+	dropped prometheus.CounterFunc
 }
 
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*listener, error) {
@@ -55,6 +62,10 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	caps.MaximumPacketSize = maxPacketSize(routes)
 	// Each alias can hold a topic of up to 64 KiB for the whole connection.
 	caps.TopicAliasMaximum = topicAliasMaximum
+	// What one slow (or stuck) subscriber can hold (the library's defaults are 8,192
+	// of each, of up to a Maximum Packet Size apiece).
+	caps.MaximumInflight = subscriberQueue
+	caps.MaximumClientWritesPending = subscriberQueue
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -96,6 +107,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 		_ = raw.Close()
 		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
 	}
+	info := l.srv.Info
+	l.dropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tributary_mqtt_listener_dropped_total",
+		Help: "listener: messages not delivered to a subscriber that did not keep up (its queue of " + strconv.Itoa(subscriberQueue) + " unacknowledged or unwritten messages was full).",
+	}, func() float64 {
+		return float64(atomic.LoadInt64(&info.MessagesDropped) + atomic.LoadInt64(&info.InflightDropped))
+	})
+	b.reg.MustRegister(l.dropped)
 	l.inline = l.srv.NewClient(nil, "local", "tributary-kafka-to-mqtt", true)
 	l.inline.Properties.ProtocolVersion = 5
 	return l, nil
@@ -103,6 +122,15 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 
 // topicAliasMaximum is how many topic aliases a listener client may set.
 const topicAliasMaximum = 16
+
+// subscriberQueue bounds what the listener keeps for one subscriber that reads slowly
+// or not at all: at most this many QoS 1/2 messages sent and not yet acknowledged by
+// it (beyond its Receive Maximum they wait unsent, MQTT 5 section 4.9), and this many
+// packets waiting to be written to its connection. A message past either bound is
+// not delivered to that subscriber, and counted in tributary_mqtt_listener_dropped_total
+// (the publisher's message is unaffected: stored in Kafka when a mapping took it, and
+// delivered to the other subscribers); the subscriber keeps its connection.
+const subscriberQueue = 1024
 
 // packetOverhead is what a PUBLISH may carry beyond a record's max-record-bytes: the
 // topic name (up to 64 KiB) and properties that are not stored.
@@ -311,20 +339,32 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		return pk, nil
 	}
 	ctx := l.b.ctx
-	groups, tooLarge, err := l.b.build(ctx, []*mapping.Message{msg}, [][]*mapping.Route{routes}, []time.Time{time.Now()})
-	if err == nil && tooLarge[0] {
-		return h.refuse(cl, pk, packets.ErrImplementationSpecificError)
+	stored := pk.FixedHeader.Qos > 0 && !routed
+	var groups []*target
+	if stored {
+		groups = l.doubts.take(cl.ID, msg)
 	}
-	if err != nil {
-		l.log.Warn("partition lookup failed", zap.Error(err))
-		return h.refuse(cl, pk, packets.ErrQuotaExceeded)
+	if groups == nil {
+		var tooLarge []bool
+		var err error
+		groups, tooLarge, err = l.b.build(ctx, []*mapping.Message{msg}, [][]*mapping.Route{routes}, []time.Time{time.Now()})
+		if err == nil && tooLarge[0] {
+			return h.refuse(cl, pk, packets.ErrImplementationSpecificError)
+		}
+		if err != nil {
+			l.log.Warn("partition lookup failed", zap.Error(err))
+			return h.refuse(cl, pk, packets.ErrQuotaExceeded)
+		}
 	}
 	select {
 	case l.slots <- struct{}{}:
 	default:
+		if inDoubtGroups(groups) {
+			l.doubts.keep(cl.ID, msg, groups)
+		}
 		return h.refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
-	if pk.FixedHeader.Qos == 0 || routed {
+	if !stored {
 		go func() {
 			defer func() { <-l.slots }()
 			if err := l.b.appendGroups(ctx, groups); err != nil {
@@ -335,15 +375,114 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	}
 	l.b.m.held.Inc()
 	sctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
-	err = l.b.appendGroups(sctx, groups)
+	err := l.b.appendGroups(sctx, groups)
 	cancel()
 	l.b.m.held.Dec()
 	<-l.slots
 	if err != nil {
+		if inDoubtGroups(groups) {
+			l.doubts.keep(cl.ID, msg, groups)
+		}
 		l.log.Warn("store failed; refusing the publish", zap.String("client", cl.ID), zap.Error(err))
 		return h.refuse(cl, pk, packets.ErrQuotaExceeded)
 	}
 	return pk, nil
+}
+
+// retryWindow is how long a message refused while its append was in doubt is
+// remembered for its publisher's retry (after the append's outcome is known), and
+// maxDoubts how many such messages are remembered per client id (the oldest are
+// forgotten first).
+const (
+	retryWindow = time.Minute
+	maxDoubts   = 64
+)
+
+// doubts remembers, per client id, the QoS 1/2 messages answered 0x97 while their
+// append was in doubt (sent to storage-core, not answered within store-timeout: the
+// store keeps sending that batch until it is answered, so it may well end up stored).
+// A PUBLISH of the same client that repeats such a message (same topic, payload, QoS,
+// retain flag and properties; the packet identifier may differ, since 0x97 ended the
+// first one's flow) is the publisher's retry: it is answered from the first append's
+// outcome, and stored only if that one was not. So a publisher that retries until
+// success gets its message stored exactly once; one that does not retry may find it
+// stored all the same (0x97 after store-timeout means "not known to be stored").
+// A publisher cannot tell an equal new message from a retry, and neither does the
+// bridge: one stored copy then answers for both, which is what the publisher saw
+// succeed once.
+type doubts struct {
+	mu        sync.Mutex
+	byClient  map[string][]*doubt
+	lastSweep time.Time
+}
+
+type doubt struct {
+	msg    *mapping.Message
+	groups []*target
+}
+
+// keep remembers msg, whose groups have an append in doubt, for client.
+func (d *doubts) keep(client string, msg *mapping.Message, groups []*target) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	if d.byClient == nil {
+		d.byClient = map[string][]*doubt{}
+	}
+	if now.Sub(d.lastSweep) > retryWindow {
+		d.lastSweep = now
+		for c, list := range d.byClient {
+			if list = live(list, now); len(list) == 0 {
+				delete(d.byClient, c)
+			} else {
+				d.byClient[c] = list
+			}
+		}
+	}
+	list := append(live(d.byClient[client], now), &doubt{msg: msg, groups: groups})
+	if len(list) > maxDoubts {
+		list = list[len(list)-maxDoubts:]
+	}
+	d.byClient[client] = list
+}
+
+// take returns and forgets the groups of client's remembered message equal to msg
+// (nil when there is none).
+func (d *doubts) take(client string, msg *mapping.Message) []*target {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	list := d.byClient[client]
+	for i, e := range list {
+		if reflect.DeepEqual(e.msg, msg) {
+			d.byClient[client] = append(list[:i:i], list[i+1:]...)
+			return e.groups
+		}
+	}
+	return nil
+}
+
+// live drops the entries of list whose appends' outcomes have been known for longer
+// than retryWindow, or are known and not stored (a retry is then an ordinary publish).
+func live(list []*doubt, now time.Time) []*doubt {
+	out := list[:0]
+	for _, e := range list {
+		keep := false
+		for _, g := range e.groups {
+			if g.pending == nil {
+				continue
+			}
+			select {
+			case <-g.pending.done:
+				keep = keep || (g.pending.stored && now.Sub(g.pending.at) <= retryWindow)
+			default:
+				keep = true
+			}
+		}
+		if keep {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // refuse answers a QoS 1/2 publish with code. An MQTT 3.1.1 client cannot be told:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -304,5 +305,32 @@ func TestListenerAcknowledgeRouted(t *testing.T) {
 			t.Fatal("routed message never stored")
 		}
 		<-time.After(10 * time.Millisecond)
+	}
+}
+
+// A key template cannot carry a record past max-record-bytes: the key counts toward
+// the limit, so a topic repeated by the template is answered 0x83 and nothing is
+// stored, while the same message under the limit is stored.
+func TestListenerKeyTemplateCountsTowardMaxRecordBytes(t *testing.T) {
+	f, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8, `  - id: amp
+    mqtt-topic-filters: ["amp/#"]
+    kafka-topic: amp
+    key: "${MQTT_TOPIC}${MQTT_TOPIC}${MQTT_TOPIC}${MQTT_TOPIC}${MQTT_TOPIC}${MQTT_TOPIC}${MQTT_TOPIC}${MQTT_TOPIC}"
+    max-record-bytes: 1024`)
+	c := connect(t, b.ListenerAddr(), "dev-amp")
+	long := "amp/" + strings.Repeat("t", 200) // 8 x 204 bytes of key: 1632 > 1024
+	if rc, err := publish(c, long, "v"); err != nil || rc != 0x83 {
+		t.Errorf("amplified key: %#x %v, want 0x83", rc, err)
+	}
+	if rc, err := publish(c, "amp/short", "v"); err != nil || rc != 0 {
+		t.Errorf("short key: %#x %v, want 0", rc, err)
+	}
+	recs := f.stored("kafka.amp")
+	if len(recs) != 1 || string(recs[0].GetKey()) != strings.Repeat("amp/short", 8) {
+		t.Fatalf("stored %v, want the short-keyed record only", recs)
+	}
+	if got := testutil.ToFloat64(b.m.tooLarge.WithLabelValues("amp")); got != 1 {
+		t.Errorf("too_large_total = %v, want 1", got)
 	}
 }

@@ -3,10 +3,15 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
@@ -33,16 +38,34 @@ const appendsInFlight = 4
 
 // store appends records to storage-core, coalescing concurrent appends to one channel
 // into one Append (one fsync), and knows each Kafka topic's partition count.
+//
+// Appends are idempotent (storage.proto AppendProducer, Kafka's idempotent producer):
+// each of a channel's appendsInFlight slots appends as its own producer (an id from the
+// coordinator's InitProducerId, shared by that slot of every channel; storage-core keeps
+// producer state per channel), with at most one Append in flight, so a slot's batches
+// reach a channel in sequence order. An Append that was sent but not answered
+// (storage-core stopped or stalled, the connection lost, the deadline passed) is in
+// doubt: it may be stored, now or later. The slot sends the very same batch again (same
+// producer, epoch and sequence) until storage-core answers, before it sends anything
+// else to that channel: the answer is then definite (stored exactly once, the original
+// or the retry, whichever lands first, the other recognised as its duplicate; or
+// refused). Callers are answered with that outcome, or, if their deadline comes first,
+// with an inDoubtError holding a handle on it. Until the producer ids are known
+// (coordinator unreachable since start) batches are sent without an identity, and an
+// unanswered one stays unknown.
 type store struct {
 	storage storagev1.StorageServiceClient
 	coord   coordinatorv1.CoordinatorServiceClient
 	timeout time.Duration
+	log     *zap.Logger
 
 	mu      sync.Mutex
 	topics  map[string]topicInfo
 	writers map[string]chan *appendReq
 	ctx     context.Context
 	wg      sync.WaitGroup
+	// producers holds the slots' producer ids once InitProducerId answered.
+	producers atomic.Pointer[[appendsInFlight]int64]
 }
 
 type topicInfo struct {
@@ -50,14 +73,86 @@ type topicInfo struct {
 	at         time.Time
 }
 
+// States of an appendReq: queued until the writer sends it or its caller gives up.
+const (
+	reqQueued int32 = iota
+	reqSent
+	reqAbandoned
+)
+
 type appendReq struct {
-	ctx  context.Context // the caller's: a request it gave up on is not sent
+	ctx  context.Context // the caller's: a request it gave up on before it was sent is not sent
 	recs []*storagev1.AppendRecord
-	done chan error
+	done chan error // the definite outcome
+	// state moves from reqQueued to reqSent (by the writer) or reqAbandoned (by the
+	// caller), once; out is set before reqSent.
+	state atomic.Int32
+	out   *outcome
 }
 
-func newStore(ctx context.Context, s storagev1.StorageServiceClient, c coordinatorv1.CoordinatorServiceClient, timeout time.Duration) *store {
-	return &store{storage: s, coord: c, timeout: timeout, topics: map[string]topicInfo{}, writers: map[string]chan *appendReq{}, ctx: ctx}
+// outcome is the definite fate of a sent batch, known once done is closed.
+type outcome struct {
+	done chan struct{}
+	// stored: the batch is durable, once. False: refused, or still unknown when the
+	// bridge stopped (err says which).
+	stored bool
+	err    error
+	at     time.Time // when it became known
+}
+
+// inDoubtError is an append whose caller's deadline came while its batch was sent and
+// not answered: it may be stored. out resolves once the batch is sent again and
+// answered (see store).
+type inDoubtError struct {
+	out   *outcome
+	cause error
+}
+
+func (e *inDoubtError) Error() string {
+	return "append sent and not answered yet (in doubt): " + e.cause.Error()
+}
+
+func (e *inDoubtError) Unwrap() error { return e.cause }
+
+// slotState is one slot's producer state on one channel.
+type slotState struct {
+	epoch int16
+	seq   int32 // base sequence of the slot's next batch
+	// exhausted: every epoch was used; the slot appends without an identity.
+	exhausted bool
+}
+
+func newStore(ctx context.Context, s storagev1.StorageServiceClient, c coordinatorv1.CoordinatorServiceClient, timeout time.Duration, log *zap.Logger) *store {
+	st := &store{storage: s, coord: c, timeout: timeout, log: log, topics: map[string]topicInfo{}, writers: map[string]chan *appendReq{}, ctx: ctx}
+	st.wg.Add(1)
+	go st.initProducers()
+	return st
+}
+
+// initProducers asks the coordinator for the slots' producer ids, retrying (0.1 to 5 s
+// apart) until it answers or the bridge stops.
+func (s *store) initProducers() {
+	defer s.wg.Done()
+	var ids [appendsInFlight]int64
+	backoff := 100 * time.Millisecond
+	for i := 0; i < appendsInFlight; {
+		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+		resp, err := s.coord.InitProducerId(ctx, &coordinatorv1.InitProducerIdRequest{ProducerId: -1, ProducerEpoch: -1})
+		cancel()
+		if err == nil && resp.GetErrorCode() != 0 {
+			err = fmt.Errorf("kafka error %d", resp.GetErrorCode())
+		}
+		if err == nil {
+			ids[i] = resp.GetProducerId()
+			i++
+			continue
+		}
+		s.log.Warn("producer id not allocated yet; appends are not idempotent until it is", zap.Error(err))
+		if !retry(s.ctx, &backoff) {
+			return
+		}
+	}
+	s.producers.Store(&ids)
 }
 
 // partitions returns the partition count of topic, creating the topic with create
@@ -116,7 +211,9 @@ func (s *store) fetchPartitions(ctx context.Context, topic string, create int32)
 }
 
 // append stores recs on the channel of topic partition p and returns once they are
-// durable, or with the error. Concurrent appends to one channel share one Append.
+// durable, or with the error. Concurrent appends to one channel share one Append. When
+// ctx ends first: ctx's error if the records were not sent (they never will be), or an
+// *inDoubtError if they were (they may be stored; its outcome tells).
 func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord) error {
 	name := channel.KafkaPartition(topic, p)
 	req := &appendReq{ctx: ctx, recs: recs, done: make(chan error, 1)}
@@ -130,7 +227,15 @@ func (s *store) append(ctx context.Context, topic string, p int32, recs []*stora
 	case err := <-req.done:
 		return err
 	case <-ctx.Done():
+	}
+	if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
 		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	default:
+		return &inDoubtError{out: req.out, cause: ctx.Err()}
 	}
 }
 
@@ -149,7 +254,11 @@ func (s *store) writer(name string) chan *appendReq {
 
 func (s *store) write(name string, w chan *appendReq) {
 	defer s.wg.Done()
-	slots := make(chan struct{}, appendsInFlight)
+	free := make(chan int, appendsInFlight)
+	slots := make([]slotState, appendsInFlight)
+	for i := range slots {
+		free <- i
+	}
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	for {
@@ -171,19 +280,22 @@ func (s *store) write(name string, w chan *appendReq) {
 				break drain
 			}
 		}
+		var slot int
 		select {
-		case slots <- struct{}{}:
+		case slot = <-free:
 		case <-s.ctx.Done():
 			return
 		}
 		// Requests whose callers gave up meanwhile (a listener publish already answered
-		// 0x97) are not stored; the Append lasts until the latest caller deadline.
+		// 0x97) are not sent; the first Append lasts until the latest caller deadline.
+		out := &outcome{done: make(chan struct{})}
 		live := batch[:0]
 		deadline := time.Now().Add(s.timeout)
 		latest := time.Time{}
 		for _, r := range batch {
-			if err := r.ctx.Err(); err != nil {
-				r.done <- err
+			r.out = out
+			if r.ctx.Err() != nil || !r.state.CompareAndSwap(reqQueued, reqSent) {
+				r.done <- r.ctx.Err()
 				continue
 			}
 			live = append(live, r)
@@ -196,31 +308,82 @@ func (s *store) write(name string, w chan *appendReq) {
 			}
 		}
 		if len(live) == 0 {
-			<-slots
+			free <- slot
 			continue
 		}
-		batch = live
 		recs := make([]*storagev1.AppendRecord, 0, n)
-		for _, r := range batch {
+		for _, r := range live {
 			recs = append(recs, r.recs...)
 		}
 		inflight.Add(1)
 		go func() {
 			defer inflight.Done()
-			defer func() { <-slots }()
-			ctx, cancel := context.WithDeadline(s.ctx, latest)
-			defer cancel()
-			// WaitForReady: while storage-core is unreachable the append waits (the
-			// acknowledgement is held) until it is back or the store timeout passes.
-			_, err := s.storage.Append(ctx, &storagev1.AppendRequest{Channel: name, Records: recs}, grpc.WaitForReady(true))
-			if err != nil {
-				err = fmt.Errorf("append %s: %w", name, err)
-			}
-			for _, r := range batch {
+			defer func() { free <- slot }()
+			err := s.send(name, slot, &slots[slot], recs, latest, out)
+			for _, r := range live {
 				r.done <- err
 			}
 		}()
 	}
+}
+
+// send appends recs as slot's producer (first attempt until deadline) and, while the
+// answer is in doubt, sends them again, unchanged, until storage-core answers or the
+// bridge stops. It records the outcome in out and returns its error.
+func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.AppendRecord, deadline time.Time, out *outcome) error {
+	req := &storagev1.AppendRequest{Channel: name, Records: recs}
+	if ids := s.producers.Load(); ids != nil && !st.exhausted {
+		req.Producer = &storagev1.AppendProducer{ProducerId: ids[slot], ProducerEpoch: int32(st.epoch), BaseSequence: st.seq}
+	}
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	// WaitForReady: while storage-core is unreachable the append waits (the
+	// acknowledgement is held) until it is back or the deadline passes.
+	_, err := s.storage.Append(ctx, req, grpc.WaitForReady(true))
+	cancel()
+	if req.Producer != nil && inDoubt(err) {
+		s.log.Warn("append not answered; sending it again until storage-core answers", zap.String("channel", name), zap.Int("records", len(recs)), zap.Error(err))
+		backoff := 100 * time.Millisecond
+		for inDoubt(err) && retry(s.ctx, &backoff) {
+			ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+			_, err = s.storage.Append(ctx, req, grpc.WaitForReady(true))
+			cancel()
+		}
+	}
+	switch {
+	case err == nil:
+		st.seq = int32((int64(st.seq) + int64(len(recs))) % (1 << 31))
+		out.stored = true
+	case req.Producer != nil && status.Code(err) == codes.FailedPrecondition:
+		// The channel's producer state is not ours (a sequence gap: storage-core lost
+		// an append it had acknowledged, under --fsync=interval): go on with a new
+		// epoch, which starts at sequence 0.
+		if st.epoch == math.MaxInt16 {
+			st.exhausted = true
+		} else {
+			st.epoch, st.seq = st.epoch+1, 0
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("append %s: %w", name, err)
+		out.err = err
+	}
+	out.at = time.Now()
+	close(out.done)
+	return err
+}
+
+// inDoubt reports whether err leaves an Append's fate unknown: anything but success
+// and the refusals storage-core answers without storing anything.
+func inDoubt(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.OutOfRange, codes.ResourceExhausted, codes.Unimplemented:
+		return false
+	}
+	return true
 }
 
 func (s *store) wait() { s.wg.Wait() }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 	"go.uber.org/zap"
 
@@ -118,14 +119,16 @@ mqtt-to-kafka:
 	if err != nil {
 		t.Fatalf("TLS with a client certificate: %v", err)
 	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: "device-9"})
+	// paho writes a packet in several Writes (fixed header, then body) and serialises
+	// its writers (the pinger's PINGREQ, a PUBLISH) only on a conn that is a
+	// sync.Locker: a bare tls.Conn (no single writev) let a PINGREQ land between a
+	// PUBLISH's fixed header and its body (seen: 32 12 c0 00 00 05 "dev/9"...), which
+	// the listener rightly refused as malformed. autopaho wraps its TLS conns the same
+	// way (the bridge's upstream side: TestMQTTUpstreamTLS in tests/e2e).
+	c := paho.NewClient(paho.ClientConfig{Conn: packets.NewThreadSafeConn(conn), ClientID: "device-9"})
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer ccancel()
-	// KeepAlive 0: paho's pinger writes its PINGREQ on the conn without the lock that
-	// a PUBLISH's separate writes take, so over a tls.Conn (no single writev) a PINGREQ
-	// can land between a PUBLISH's fixed header and its body (seen: 32 12 c0 00 00 05
-	// "dev/9"...), which the listener rightly refuses as malformed.
-	if _, err := c.Connect(cctx, &paho.Connect{ClientID: "device-9", CleanStart: true, KeepAlive: 0}); err != nil {
+	if _, err := c.Connect(cctx, &paho.Connect{ClientID: "device-9", CleanStart: true, KeepAlive: 30}); err != nil {
 		t.Fatal(err)
 	}
 	if rc, err := publish(c, "dev/9", "over tls"); err != nil || rc != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sync"
 	"time"
@@ -237,11 +238,18 @@ func (s *service) Append(_ context.Context, req *storagev1.AppendRequest) (_ *st
 			recs[i].Headers = hs
 		}
 	}
-	res, ts, err := l.Append(recs)
+	var prod *store.Producer
+	if p := req.Producer; p != nil {
+		if p.ProducerId < 0 || p.ProducerEpoch < 0 || p.ProducerEpoch > math.MaxInt16 || p.BaseSequence < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "producer: id %d, epoch %d, base sequence %d; want id >= 0, epoch 0..%d, base sequence >= 0", p.ProducerId, p.ProducerEpoch, p.BaseSequence, math.MaxInt16)
+		}
+		prod = &store.Producer{ID: p.ProducerId, Epoch: int16(p.ProducerEpoch), BaseSequence: p.BaseSequence}
+	}
+	res, ts, err := l.AppendProduced(recs, prod)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &storagev1.AppendResponse{FirstSequence: res.BaseOffset + 1, LastSequence: res.LastOffset + 1, TimestampMs: ts}, nil
+	return &storagev1.AppendResponse{FirstSequence: res.BaseOffset + 1, LastSequence: res.LastOffset + 1, TimestampMs: ts, Duplicate: res.Duplicate}, nil
 }
 
 func toProtoRecords(recs []store.Record) []*storagev1.Record {

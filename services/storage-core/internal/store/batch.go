@@ -344,6 +344,14 @@ func EncodeBatch(recs []NewRecord, now int64) []byte {
 	return b
 }
 
+// stampProducer writes p's identity into the encoded batch b and recomputes its CRC.
+func stampProducer(b []byte, p *Producer) {
+	binary.BigEndian.PutUint64(b[offProducerID:], uint64(p.ID))
+	binary.BigEndian.PutUint16(b[offProducerEpoch:], uint16(p.Epoch))
+	binary.BigEndian.PutUint32(b[offBaseSequence:], uint32(p.BaseSequence))
+	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+}
+
 func appendVarBytes(b, v []byte) []byte {
 	if v == nil {
 		return binary.AppendVarint(b, -1)

@@ -411,15 +411,37 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 
 // Append encodes records as one uncompressed batch (producer id -1) and appends it.
 func (l *Log) Append(recs []NewRecord) (AppendResult, int64, error) {
+	return l.AppendProduced(recs, nil)
+}
+
+// Producer is an idempotent producer's identity for one batch: id, epoch and the
+// sequence of the batch's first record (Kafka's RecordBatch producer fields).
+type Producer struct {
+	ID           int64
+	Epoch        int16
+	BaseSequence int32
+}
+
+// AppendProduced is Append with the batch stamped with p's identity (nil: none), so
+// that it is checked and de-duplicated as an idempotent producer's batch (see
+// producers.check). A duplicate stores nothing and returns the original's offsets
+// with Duplicate set, and timestamp 0. Errors: as AppendBatches.
+func (l *Log) AppendProduced(recs []NewRecord, p *Producer) (AppendResult, int64, error) {
 	now := l.st.nowMs()
 	b := EncodeBatch(recs, now)
 	if b == nil {
 		return AppendResult{}, 0, fmt.Errorf("%w: no records", ErrInvalidArgument)
 	}
+	if p != nil {
+		stampProducer(b, p)
+	}
 	ts := int64(binary.BigEndian.Uint64(b[offMaxTS:]))
 	res, err := l.AppendBatches(b)
 	if res.LogAppendTime >= 0 {
 		ts = res.LogAppendTime
+	}
+	if res.Duplicate {
+		ts = 0
 	}
 	return res, ts, err
 }

@@ -1248,7 +1248,11 @@ type AppendRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Channel string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
 	// 1..10000 records, encoded as one batch.
-	Records       []*AppendRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Records []*AppendRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// Set, the batch is appended as an idempotent producer's (Kafka's, KIP-98): a
+	// retry of one of the producer's last 5 appends on the channel is recognised and
+	// stores nothing. Unset, every append is stored.
+	Producer      *AppendProducer `protobuf:"bytes,3,opt,name=producer,proto3" json:"producer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1297,19 +1301,102 @@ func (x *AppendRequest) GetRecords() []*AppendRecord {
 	return nil
 }
 
+func (x *AppendRequest) GetProducer() *AppendProducer {
+	if x != nil {
+		return x.Producer
+	}
+	return nil
+}
+
+// AppendProducer identifies an idempotent producer's batch. The producer's records on
+// one channel are numbered from base_sequence 0 (or any sequence, the first time the
+// channel sees the producer), without gaps; sequences wrap from 2^31-1 to 0. An append
+// with the base sequence and record count of one of the producer's last 5 appends on
+// the channel is a duplicate: nothing is stored, and the original sequences are
+// returned (duplicate set) once the original is durable. A base sequence that does not
+// follow the producer's last append, or an epoch older than the channel has seen, is
+// FAILED_PRECONDITION (Kafka OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH),
+// and nothing is stored; a newer epoch must start at sequence 0.
+type AppendProducer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From the coordinator's InitProducerId; >= 0.
+	ProducerId int64 `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// 0..32767.
+	ProducerEpoch int32 `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// Sequence of the batch's first record; >= 0.
+	BaseSequence  int32 `protobuf:"varint,3,opt,name=base_sequence,json=baseSequence,proto3" json:"base_sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendProducer) Reset() {
+	*x = AppendProducer{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendProducer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendProducer) ProtoMessage() {}
+
+func (x *AppendProducer) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendProducer.ProtoReflect.Descriptor instead.
+func (*AppendProducer) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AppendProducer) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *AppendProducer) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *AppendProducer) GetBaseSequence() int32 {
+	if x != nil {
+		return x.BaseSequence
+	}
+	return 0
+}
+
 type AppendResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FirstSequence int64                  `protobuf:"varint,1,opt,name=first_sequence,json=firstSequence,proto3" json:"first_sequence,omitempty"`
 	LastSequence  int64                  `protobuf:"varint,2,opt,name=last_sequence,json=lastSequence,proto3" json:"last_sequence,omitempty"`
-	// Timestamp the batch was stored with, ms (append time for LOG_APPEND_TIME).
-	TimestampMs   int64 `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	// Timestamp the batch was stored with, ms (append time for LOG_APPEND_TIME). 0 for a
+	// duplicate.
+	TimestampMs int64 `protobuf:"varint,3,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	// True when the append was a producer's retry of a batch already stored (nothing was
+	// stored again; the sequences are the original's).
+	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1408,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1421,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AppendResponse) GetFirstSequence() int64 {
@@ -1358,6 +1445,13 @@ func (x *AppendResponse) GetTimestampMs() int64 {
 	return 0
 }
 
+func (x *AppendResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 type ReadRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Channel string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
@@ -1377,7 +1471,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1483,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1496,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadRequest) GetChannel() string {
@@ -1461,7 +1555,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1567,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1580,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadResponse) GetRecords() []*Record {
@@ -1543,7 +1637,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1649,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1662,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubscribeRequest) GetChannel() string {
@@ -1686,7 +1780,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1792,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1805,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SubscribeResponse) GetRecords() []*Record {
@@ -1741,7 +1835,7 @@ type LookupSequenceRequest struct {
 
 func (x *LookupSequenceRequest) Reset() {
 	*x = LookupSequenceRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1847,7 @@ func (x *LookupSequenceRequest) String() string {
 func (*LookupSequenceRequest) ProtoMessage() {}
 
 func (x *LookupSequenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1860,7 @@ func (x *LookupSequenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupSequenceRequest.ProtoReflect.Descriptor instead.
 func (*LookupSequenceRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{21}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LookupSequenceRequest) GetChannel() string {
@@ -1796,7 +1890,7 @@ type LookupSequenceResponse struct {
 
 func (x *LookupSequenceResponse) Reset() {
 	*x = LookupSequenceResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1902,7 @@ func (x *LookupSequenceResponse) String() string {
 func (*LookupSequenceResponse) ProtoMessage() {}
 
 func (x *LookupSequenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1915,7 @@ func (x *LookupSequenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupSequenceResponse.ProtoReflect.Descriptor instead.
 func (*LookupSequenceResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LookupSequenceResponse) GetSequence() int64 {
@@ -1857,7 +1951,7 @@ type DeleteRecordsRequest struct {
 
 func (x *DeleteRecordsRequest) Reset() {
 	*x = DeleteRecordsRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1963,7 @@ func (x *DeleteRecordsRequest) String() string {
 func (*DeleteRecordsRequest) ProtoMessage() {}
 
 func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +1976,7 @@ func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteRecordsRequest) GetChannel() string {
@@ -1908,7 +2002,7 @@ type DeleteRecordsResponse struct {
 
 func (x *DeleteRecordsResponse) Reset() {
 	*x = DeleteRecordsResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2014,7 @@ func (x *DeleteRecordsResponse) String() string {
 func (*DeleteRecordsResponse) ProtoMessage() {}
 
 func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2027,7 @@ func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteRecordsResponse) GetLogStartSequence() int64 {
@@ -1954,7 +2048,7 @@ type ChannelBatches struct {
 
 func (x *ChannelBatches) Reset() {
 	*x = ChannelBatches{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2060,7 @@ func (x *ChannelBatches) String() string {
 func (*ChannelBatches) ProtoMessage() {}
 
 func (x *ChannelBatches) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2073,7 @@ func (x *ChannelBatches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelBatches.ProtoReflect.Descriptor instead.
 func (*ChannelBatches) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{25}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChannelBatches) GetChannel() string {
@@ -2005,7 +2099,7 @@ type AppendBatchesRequest struct {
 
 func (x *AppendBatchesRequest) Reset() {
 	*x = AppendBatchesRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2111,7 @@ func (x *AppendBatchesRequest) String() string {
 func (*AppendBatchesRequest) ProtoMessage() {}
 
 func (x *AppendBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2124,7 @@ func (x *AppendBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendBatchesRequest.ProtoReflect.Descriptor instead.
 func (*AppendBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{26}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AppendBatchesRequest) GetChannels() []*ChannelBatches {
@@ -2057,7 +2151,7 @@ type ChannelAppendResult struct {
 
 func (x *ChannelAppendResult) Reset() {
 	*x = ChannelAppendResult{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2163,7 @@ func (x *ChannelAppendResult) String() string {
 func (*ChannelAppendResult) ProtoMessage() {}
 
 func (x *ChannelAppendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2176,7 @@ func (x *ChannelAppendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelAppendResult.ProtoReflect.Descriptor instead.
 func (*ChannelAppendResult) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{27}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ChannelAppendResult) GetChannel() string {
@@ -2137,7 +2231,7 @@ type AppendBatchesResponse struct {
 
 func (x *AppendBatchesResponse) Reset() {
 	*x = AppendBatchesResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2243,7 @@ func (x *AppendBatchesResponse) String() string {
 func (*AppendBatchesResponse) ProtoMessage() {}
 
 func (x *AppendBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2256,7 @@ func (x *AppendBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendBatchesResponse.ProtoReflect.Descriptor instead.
 func (*AppendBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{28}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AppendBatchesResponse) GetResults() []*ChannelAppendResult {
@@ -2185,7 +2279,7 @@ type AppendStreamRequest struct {
 
 func (x *AppendStreamRequest) Reset() {
 	*x = AppendStreamRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2291,7 @@ func (x *AppendStreamRequest) String() string {
 func (*AppendStreamRequest) ProtoMessage() {}
 
 func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2304,7 @@ func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
 func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AppendStreamRequest) GetId() uint64 {
@@ -2238,7 +2332,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2344,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2357,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AppendStreamResponse) GetId() uint64 {
@@ -2293,7 +2387,7 @@ type FetchChannel struct {
 
 func (x *FetchChannel) Reset() {
 	*x = FetchChannel{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2399,7 @@ func (x *FetchChannel) String() string {
 func (*FetchChannel) ProtoMessage() {}
 
 func (x *FetchChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2412,7 @@ func (x *FetchChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChannel.ProtoReflect.Descriptor instead.
 func (*FetchChannel) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FetchChannel) GetChannel() string {
@@ -2357,7 +2451,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2463,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2476,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchRequest) GetChannels() []*FetchChannel {
@@ -2436,7 +2530,7 @@ type FetchChannelResult struct {
 
 func (x *FetchChannelResult) Reset() {
 	*x = FetchChannelResult{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2542,7 @@ func (x *FetchChannelResult) String() string {
 func (*FetchChannelResult) ProtoMessage() {}
 
 func (x *FetchChannelResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2555,7 @@ func (x *FetchChannelResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChannelResult.ProtoReflect.Descriptor instead.
 func (*FetchChannelResult) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{33}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FetchChannelResult) GetChannel() string {
@@ -2516,7 +2610,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2622,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2635,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{34}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FetchResponse) GetResults() []*FetchChannelResult {
@@ -2563,7 +2657,7 @@ type GetCommittedOffsetsRequest struct {
 
 func (x *GetCommittedOffsetsRequest) Reset() {
 	*x = GetCommittedOffsetsRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2669,7 @@ func (x *GetCommittedOffsetsRequest) String() string {
 func (*GetCommittedOffsetsRequest) ProtoMessage() {}
 
 func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2682,7 @@ func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommittedOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetCommittedOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetCommittedOffsetsRequest) GetGroup() string {
@@ -2627,7 +2721,7 @@ type CommittedPosition struct {
 
 func (x *CommittedPosition) Reset() {
 	*x = CommittedPosition{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2733,7 @@ func (x *CommittedPosition) String() string {
 func (*CommittedPosition) ProtoMessage() {}
 
 func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2746,7 @@ func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedPosition.ProtoReflect.Descriptor instead.
 func (*CommittedPosition) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{36}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommittedPosition) GetChannel() string {
@@ -2723,7 +2817,7 @@ type GetCommittedOffsetsResponse struct {
 
 func (x *GetCommittedOffsetsResponse) Reset() {
 	*x = GetCommittedOffsetsResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2829,7 @@ func (x *GetCommittedOffsetsResponse) String() string {
 func (*GetCommittedOffsetsResponse) ProtoMessage() {}
 
 func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2842,7 @@ func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommittedOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetCommittedOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetCommittedOffsetsResponse) GetGroup() string {
@@ -2846,14 +2940,21 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fH\x01R\x05value\x88\x01\x01\x126\n" +
 	"\aheaders\x18\x04 \x03(\v2\x1c.tributary.storage.v1.HeaderR\aheadersB\x06\n" +
 	"\x04_keyB\b\n" +
-	"\x06_value\"g\n" +
+	"\x06_value\"\xa9\x01\n" +
 	"\rAppendRequest\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12<\n" +
-	"\arecords\x18\x02 \x03(\v2\".tributary.storage.v1.AppendRecordR\arecords\"\x7f\n" +
+	"\arecords\x18\x02 \x03(\v2\".tributary.storage.v1.AppendRecordR\arecords\x12@\n" +
+	"\bproducer\x18\x03 \x01(\v2$.tributary.storage.v1.AppendProducerR\bproducer\"}\n" +
+	"\x0eAppendProducer\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\x12#\n" +
+	"\rbase_sequence\x18\x03 \x01(\x05R\fbaseSequence\"\x9d\x01\n" +
 	"\x0eAppendResponse\x12%\n" +
 	"\x0efirst_sequence\x18\x01 \x01(\x03R\rfirstSequence\x12#\n" +
 	"\rlast_sequence\x18\x02 \x01(\x03R\flastSequence\x12!\n" +
-	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\"\xf2\x01\n" +
+	"\ftimestamp_ms\x18\x03 \x01(\x03R\vtimestampMs\x12\x1c\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xf2\x01\n" +
 	"\vReadRequest\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12#\n" +
 	"\rfrom_sequence\x18\x02 \x01(\x03R\ffromSequence\x12\x1f\n" +
@@ -3009,7 +3110,7 @@ func file_tributary_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: tributary.storage.v1.ErrorCode
 	(CleanupPolicy)(0),                  // 1: tributary.storage.v1.CleanupPolicy
@@ -3032,28 +3133,29 @@ var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(*Record)(nil),                      // 18: tributary.storage.v1.Record
 	(*AppendRecord)(nil),                // 19: tributary.storage.v1.AppendRecord
 	(*AppendRequest)(nil),               // 20: tributary.storage.v1.AppendRequest
-	(*AppendResponse)(nil),              // 21: tributary.storage.v1.AppendResponse
-	(*ReadRequest)(nil),                 // 22: tributary.storage.v1.ReadRequest
-	(*ReadResponse)(nil),                // 23: tributary.storage.v1.ReadResponse
-	(*SubscribeRequest)(nil),            // 24: tributary.storage.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),           // 25: tributary.storage.v1.SubscribeResponse
-	(*LookupSequenceRequest)(nil),       // 26: tributary.storage.v1.LookupSequenceRequest
-	(*LookupSequenceResponse)(nil),      // 27: tributary.storage.v1.LookupSequenceResponse
-	(*DeleteRecordsRequest)(nil),        // 28: tributary.storage.v1.DeleteRecordsRequest
-	(*DeleteRecordsResponse)(nil),       // 29: tributary.storage.v1.DeleteRecordsResponse
-	(*ChannelBatches)(nil),              // 30: tributary.storage.v1.ChannelBatches
-	(*AppendBatchesRequest)(nil),        // 31: tributary.storage.v1.AppendBatchesRequest
-	(*ChannelAppendResult)(nil),         // 32: tributary.storage.v1.ChannelAppendResult
-	(*AppendBatchesResponse)(nil),       // 33: tributary.storage.v1.AppendBatchesResponse
-	(*AppendStreamRequest)(nil),         // 34: tributary.storage.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),        // 35: tributary.storage.v1.AppendStreamResponse
-	(*FetchChannel)(nil),                // 36: tributary.storage.v1.FetchChannel
-	(*FetchRequest)(nil),                // 37: tributary.storage.v1.FetchRequest
-	(*FetchChannelResult)(nil),          // 38: tributary.storage.v1.FetchChannelResult
-	(*FetchResponse)(nil),               // 39: tributary.storage.v1.FetchResponse
-	(*GetCommittedOffsetsRequest)(nil),  // 40: tributary.storage.v1.GetCommittedOffsetsRequest
-	(*CommittedPosition)(nil),           // 41: tributary.storage.v1.CommittedPosition
-	(*GetCommittedOffsetsResponse)(nil), // 42: tributary.storage.v1.GetCommittedOffsetsResponse
+	(*AppendProducer)(nil),              // 21: tributary.storage.v1.AppendProducer
+	(*AppendResponse)(nil),              // 22: tributary.storage.v1.AppendResponse
+	(*ReadRequest)(nil),                 // 23: tributary.storage.v1.ReadRequest
+	(*ReadResponse)(nil),                // 24: tributary.storage.v1.ReadResponse
+	(*SubscribeRequest)(nil),            // 25: tributary.storage.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),           // 26: tributary.storage.v1.SubscribeResponse
+	(*LookupSequenceRequest)(nil),       // 27: tributary.storage.v1.LookupSequenceRequest
+	(*LookupSequenceResponse)(nil),      // 28: tributary.storage.v1.LookupSequenceResponse
+	(*DeleteRecordsRequest)(nil),        // 29: tributary.storage.v1.DeleteRecordsRequest
+	(*DeleteRecordsResponse)(nil),       // 30: tributary.storage.v1.DeleteRecordsResponse
+	(*ChannelBatches)(nil),              // 31: tributary.storage.v1.ChannelBatches
+	(*AppendBatchesRequest)(nil),        // 32: tributary.storage.v1.AppendBatchesRequest
+	(*ChannelAppendResult)(nil),         // 33: tributary.storage.v1.ChannelAppendResult
+	(*AppendBatchesResponse)(nil),       // 34: tributary.storage.v1.AppendBatchesResponse
+	(*AppendStreamRequest)(nil),         // 35: tributary.storage.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),        // 36: tributary.storage.v1.AppendStreamResponse
+	(*FetchChannel)(nil),                // 37: tributary.storage.v1.FetchChannel
+	(*FetchRequest)(nil),                // 38: tributary.storage.v1.FetchRequest
+	(*FetchChannelResult)(nil),          // 39: tributary.storage.v1.FetchChannelResult
+	(*FetchResponse)(nil),               // 40: tributary.storage.v1.FetchResponse
+	(*GetCommittedOffsetsRequest)(nil),  // 41: tributary.storage.v1.GetCommittedOffsetsRequest
+	(*CommittedPosition)(nil),           // 42: tributary.storage.v1.CommittedPosition
+	(*GetCommittedOffsetsResponse)(nil), // 43: tributary.storage.v1.GetCommittedOffsetsResponse
 }
 var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ChannelConfig.cleanup_policy:type_name -> tributary.storage.v1.CleanupPolicy
@@ -3070,52 +3172,53 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	17, // 11: tributary.storage.v1.Record.headers:type_name -> tributary.storage.v1.Header
 	17, // 12: tributary.storage.v1.AppendRecord.headers:type_name -> tributary.storage.v1.Header
 	19, // 13: tributary.storage.v1.AppendRequest.records:type_name -> tributary.storage.v1.AppendRecord
-	4,  // 14: tributary.storage.v1.ReadRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
-	18, // 15: tributary.storage.v1.ReadResponse.records:type_name -> tributary.storage.v1.Record
-	18, // 16: tributary.storage.v1.SubscribeResponse.records:type_name -> tributary.storage.v1.Record
-	30, // 17: tributary.storage.v1.AppendBatchesRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
-	0,  // 18: tributary.storage.v1.ChannelAppendResult.error:type_name -> tributary.storage.v1.ErrorCode
-	32, // 19: tributary.storage.v1.AppendBatchesResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
-	30, // 20: tributary.storage.v1.AppendStreamRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
-	32, // 21: tributary.storage.v1.AppendStreamResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
-	36, // 22: tributary.storage.v1.FetchRequest.channels:type_name -> tributary.storage.v1.FetchChannel
-	4,  // 23: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
-	0,  // 24: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
-	38, // 25: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
-	41, // 26: tributary.storage.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.storage.v1.CommittedPosition
-	7,  // 27: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
-	9,  // 28: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
-	11, // 29: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
-	13, // 30: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
-	15, // 31: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
-	20, // 32: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
-	22, // 33: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
-	24, // 34: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
-	26, // 35: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
-	28, // 36: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
-	40, // 37: tributary.storage.v1.StorageService.GetCommittedOffsets:input_type -> tributary.storage.v1.GetCommittedOffsetsRequest
-	31, // 38: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
-	34, // 39: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
-	37, // 40: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
-	8,  // 41: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
-	10, // 42: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
-	12, // 43: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
-	14, // 44: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
-	16, // 45: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
-	21, // 46: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
-	23, // 47: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
-	25, // 48: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
-	27, // 49: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
-	29, // 50: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
-	42, // 51: tributary.storage.v1.StorageService.GetCommittedOffsets:output_type -> tributary.storage.v1.GetCommittedOffsetsResponse
-	33, // 52: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
-	35, // 53: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
-	39, // 54: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
-	41, // [41:55] is the sub-list for method output_type
-	27, // [27:41] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	21, // 14: tributary.storage.v1.AppendRequest.producer:type_name -> tributary.storage.v1.AppendProducer
+	4,  // 15: tributary.storage.v1.ReadRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	18, // 16: tributary.storage.v1.ReadResponse.records:type_name -> tributary.storage.v1.Record
+	18, // 17: tributary.storage.v1.SubscribeResponse.records:type_name -> tributary.storage.v1.Record
+	31, // 18: tributary.storage.v1.AppendBatchesRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
+	0,  // 19: tributary.storage.v1.ChannelAppendResult.error:type_name -> tributary.storage.v1.ErrorCode
+	33, // 20: tributary.storage.v1.AppendBatchesResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
+	31, // 21: tributary.storage.v1.AppendStreamRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
+	33, // 22: tributary.storage.v1.AppendStreamResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
+	37, // 23: tributary.storage.v1.FetchRequest.channels:type_name -> tributary.storage.v1.FetchChannel
+	4,  // 24: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	0,  // 25: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
+	39, // 26: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
+	42, // 27: tributary.storage.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.storage.v1.CommittedPosition
+	7,  // 28: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
+	9,  // 29: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
+	11, // 30: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
+	13, // 31: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
+	15, // 32: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
+	20, // 33: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
+	23, // 34: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
+	25, // 35: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
+	27, // 36: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
+	29, // 37: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
+	41, // 38: tributary.storage.v1.StorageService.GetCommittedOffsets:input_type -> tributary.storage.v1.GetCommittedOffsetsRequest
+	32, // 39: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
+	35, // 40: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
+	38, // 41: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
+	8,  // 42: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
+	10, // 43: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
+	12, // 44: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
+	14, // 45: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
+	16, // 46: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
+	22, // 47: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
+	24, // 48: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
+	26, // 49: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
+	28, // 50: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
+	30, // 51: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
+	43, // 52: tributary.storage.v1.StorageService.GetCommittedOffsets:output_type -> tributary.storage.v1.GetCommittedOffsetsResponse
+	34, // 53: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
+	36, // 54: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
+	40, // 55: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
+	42, // [42:56] is the sub-list for method output_type
+	28, // [28:42] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_storage_proto_init() }
@@ -3125,7 +3228,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 	}
 	file_tributary_storage_v1_storage_proto_msgTypes[13].OneofWrappers = []any{}
 	file_tributary_storage_v1_storage_proto_msgTypes[14].OneofWrappers = []any{}
-	file_tributary_storage_v1_storage_proto_msgTypes[19].OneofWrappers = []any{
+	file_tributary_storage_v1_storage_proto_msgTypes[20].OneofWrappers = []any{
 		(*SubscribeRequest_New)(nil),
 		(*SubscribeRequest_First)(nil),
 		(*SubscribeRequest_Sequence)(nil),
@@ -3138,7 +3241,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_storage_proto_rawDesc), len(file_tributary_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
