@@ -51,6 +51,7 @@ func run() error {
 	duration := flag.Duration("duration", 5*time.Second, "how long each case publishes")
 	publishers := flag.Int("publishers", 100, "concurrent QoS 1 publishers")
 	size := flag.Int("bytes", 1024, "payload size")
+	fsync := flag.String("fsync", "always", "storage-core --fsync (always, or interval=<dur> to see what waiting for the disk costs)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -63,7 +64,7 @@ func run() error {
 	} else {
 		_ = c.Close()
 	}
-	s, err := stack.Start(ctx, stack.Options{Fsync: "always"})
+	s, err := stack.Start(ctx, stack.Options{Fsync: *fsync})
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ mqtt-to-kafka:
 	}
 	payload := make([]byte, *size)
 	_, _ = rand.Read(payload)
-	fmt.Printf("MQTT QoS 1, %d B payloads, %d publishers, %v per case; storage-core fsync=always\n", *size, *publishers, *duration)
+	fmt.Printf("MQTT QoS 1, %d B payloads, %d publishers, %v per case; storage-core fsync=%s\n", *size, *publishers, *duration, *fsync)
 
 	// Mosquitto alone: publishers → subscriber.
 	var received atomic.Int64
