@@ -24,8 +24,8 @@ import (
 
 // Avro schema revisions of the tests: revision 2 adds a nullable note.
 const (
-	avroOrderV1 = `{"type":"record","name":"Order","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"int"}]}`
-	avroOrderV2 = `{"type":"record","name":"Order","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"int"},{"name":"note","type":["null","string"],"default":null}]}`
+	avroOrderV1  = `{"type":"record","name":"Order","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"int"}]}`
+	avroOrderV2  = `{"type":"record","name":"Order","fields":[{"name":"sku","type":"string"},{"name":"qty","type":"int"},{"name":"note","type":["null","string"],"default":null}]}`
 	protoReading = "syntax = \"proto3\";\nmessage Reading {\n  string device = 1;\n  int64 value = 2;\n}\n"
 )
 
@@ -98,8 +98,8 @@ func wantSchemaAttrs(t *testing.T, m *pubsub.Message, schema, encoding, revision
 // JSON against every revision, messages accepted with the schema attributes (the
 // newest matching revision named) and a bad one refused with Google's ErrorInfo, a
 // topic bounded to one revision, rollback, revision delete (the bound reads
-// `_deleted-schema-revision_`) and the schema's delete (`_deleted-schema_`, publishes
-// refused).
+// `_deleted-schema-revision_`) and the schema's delete (`_deleted-schema_` on the topic
+// and on messages delivered after it, publishes refused).
 func TestPubSubSchemaAvro(t *testing.T) {
 	s := pubsubStack(t)
 	addr := s.PubSubAddrs[0]
@@ -240,10 +240,17 @@ func TestPubSubSchemaAvro(t *testing.T) {
 		t.Fatalf("delete of the last revision: %v", err)
 	}
 
-	// Delete the schema: its topics read `_deleted-schema_` and refuse publishes.
+	// Delete the schema: its topics read `_deleted-schema_` and refuse publishes, and a
+	// message published before and delivered after carries the deleted markers, as
+	// the emulator delivers it.
+	pending := `{"sku":"a-5","qty":5}`
+	if _, err := p.Publish(ctx, &pubsub.Message{Data: []byte(pending)}).Get(ctx); err != nil {
+		t.Fatalf("Publish before the schema's delete: %v", err)
+	}
 	if err := sc.DeleteSchema(ctx, &pubsubpb.DeleteSchemaRequest{Name: schemaPath(id)}); err != nil {
 		t.Fatalf("DeleteSchema: %v", err)
 	}
+	wantSchemaAttrs(t, receiveN(t, c, sub, 1)[pending], "_deleted-schema_", "JSON", "_deleted-schema-revision_")
 	tp, err := c.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topicPath(topic)})
 	if err != nil || tp.GetSchemaSettings().GetSchema() != "_deleted-schema_" || tp.GetSchemaSettings().GetEncoding() != pubsubpb.Encoding_JSON {
 		t.Fatalf("topic after its schema's delete: %v, %v", tp.GetSchemaSettings(), err)
@@ -364,7 +371,9 @@ func TestPubSubSchemaVsEmulator(t *testing.T) {
 		parent := "projects/" + psProject
 		id := psID("cmp")
 		name := schemaPath(id)
-		avro := func(def string) *pubsubpb.Schema { return &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: def} }
+		avro := func(def string) *pubsubpb.Schema {
+			return &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: def}
+		}
 		v1, err := sc.CreateSchema(ctx, &pubsubpb.CreateSchemaRequest{Parent: parent, SchemaId: id, Schema: avro(avroOrderV1)})
 		if err != nil {
 			t.Fatalf("%s: CreateSchema: %v", target.name, err)

@@ -310,3 +310,25 @@ func schemaMismatch(ss *pubsubpb.SchemaSettings, lastRev string, lastErr error, 
 	}
 	return st.Err()
 }
+
+// showDeletedSchema rewrites the schema attributes of a message being delivered once
+// its schema was deleted: googclient_schemaname reads `_deleted-schema_` (Google,
+// "Validate schemas") and googclient_schemarevisionid `_deleted-schema-revision_`, as
+// the emulator delivers them. When the registry cannot be asked the attributes stay as
+// published.
+func (h *Handler) showDeletedSchema(ctx context.Context, m *pubsubpb.PubsubMessage) {
+	name, ok := m.GetAttributes()[attrSchemaName]
+	if !ok || name == deletedSchema {
+		return
+	}
+	r, err := parseName(name, collSchemas)
+	if err != nil {
+		return
+	}
+	if _, err := h.revisionRange(ctx, r.id, "", ""); status.Code(err) == codes.NotFound {
+		m.Attributes[attrSchemaName] = deletedSchema
+		if _, ok := m.Attributes[attrSchemaRevision]; ok {
+			m.Attributes[attrSchemaRevision] = deletedSchemaRevision
+		}
+	}
+}
