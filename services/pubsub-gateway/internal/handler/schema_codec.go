@@ -68,15 +68,19 @@ func compileSchema(ctx context.Context, s *pubsubpb.Schema) (codec, error) {
 	return c, nil
 }
 
-// avroConfig decodes binary Avro with slices as large as a whole publish (the
-// library's default caps strings and bytes at 1 MiB).
-var avroConfig = avro.Config{MaxByteSliceSize: maxPublishBytes, MaxSliceAllocSize: maxPublishBytes}.Freeze()
+// Bounds of the binary Avro check: a recursive schema could otherwise nest a 10 MB
+// message millions of levels deep, and an array of nulls claim any length.
+const (
+	maxAvroDepth = 1000
+	maxAvroItems = maxPublishBytes
+)
 
 // avroCodec checks messages against an Avro schema (Avro 1.11 specification): BINARY
 // is the binary encoding of exactly one datum (trailing bytes are refused, as Google
-// does: "Too much data to parse for schema"), JSON the specification's JSON encoding
-// (unions as {"branch": value}, bytes and fixed as strings of code points 0..255,
-// every record field present; fields the schema does not name are ignored).
+// does: "Too much data to parse for schema"; so are nesting deeper than maxAvroDepth
+// and more than maxAvroItems array or map items), JSON the specification's JSON
+// encoding (unions as {"branch": value}, bytes and fixed as strings of code points
+// 0..255, every record field present; fields the schema does not name are ignored).
 type avroCodec struct {
 	schema avro.Schema
 }
@@ -93,13 +97,11 @@ func compileAvro(def string) (codec, error) {
 
 func (c *avroCodec) check(data []byte, enc pubsubpb.Encoding) error {
 	if enc == pubsubpb.Encoding_BINARY {
-		r := avro.NewReader(nil, 0, avro.WithReaderConfig(avroConfig)).Reset(data)
-		var v any
-		r.ReadVal(c.schema, &v)
-		if r.Error != nil {
-			return fmt.Errorf("not a binary Avro datum of the schema: %w", r.Error)
+		d := &avroBinary{b: data}
+		if err := d.datum(c.schema); err != nil {
+			return fmt.Errorf("not a binary Avro datum of the schema: %w", err)
 		}
-		if r.Peek(); r.Error == nil {
+		if len(d.b) > 0 {
 			return errors.New("too much data to parse for schema")
 		}
 		return nil
@@ -109,6 +111,153 @@ func (c *avroCodec) check(data []byte, enc pubsubpb.Encoding) error {
 		return err
 	}
 	return avroJSON(c.schema, v, "")
+}
+
+// avroBinary walks one datum of the Avro binary encoding, consuming b.
+type avroBinary struct {
+	b     []byte
+	depth int
+	items int
+}
+
+var errAvroShort = errors.New("the data ends inside the datum")
+
+func (d *avroBinary) take(n int64) ([]byte, error) {
+	if n < 0 || n > int64(len(d.b)) {
+		return nil, errAvroShort
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out, nil
+}
+
+// long reads a zig-zag varint of at most 64 bits.
+func (d *avroBinary) long() (int64, error) {
+	var u uint64
+	for i := range 10 {
+		if len(d.b) == 0 {
+			return 0, errAvroShort
+		}
+		c := d.b[0]
+		d.b = d.b[1:]
+		u |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return int64(u>>1) ^ -int64(u&1), nil
+		}
+	}
+	return 0, errors.New("a varint longer than 10 bytes")
+}
+
+// count reads the item count of one array or map block (a negative count is followed
+// by the block's size in bytes) and books its items.
+func (d *avroBinary) count() (int64, error) {
+	n, err := d.long()
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		if n == math.MinInt64 {
+			return 0, errors.New("a block count out of range")
+		}
+		n = -n
+		if size, err := d.long(); err != nil || size < 0 {
+			return 0, errors.New("a bad block size")
+		}
+	}
+	if n > int64(maxAvroItems-d.items) {
+		return 0, fmt.Errorf("more than %d array or map items", maxAvroItems)
+	}
+	d.items += int(n)
+	return n, nil
+}
+
+// avroMapKey is the schema of a map's keys.
+var avroMapKey = avro.NewPrimitiveSchema(avro.String, nil)
+
+// datum consumes one datum of schema s.
+func (d *avroBinary) datum(s avro.Schema) error {
+	if d.depth++; d.depth > maxAvroDepth {
+		return fmt.Errorf("nested deeper than %d levels", maxAvroDepth)
+	}
+	defer func() { d.depth-- }()
+	var err error
+	switch s.Type() {
+	case avro.Ref:
+		err = d.datum(s.(*avro.RefSchema).Schema())
+	case avro.Null:
+	case avro.Boolean:
+		var b []byte
+		if b, err = d.take(1); err == nil && b[0] > 1 {
+			err = fmt.Errorf("boolean byte %#x", b[0])
+		}
+	case avro.Int:
+		var n int64
+		if n, err = d.long(); err == nil && (n < math.MinInt32 || n > math.MaxInt32) {
+			err = fmt.Errorf("int %d out of 32-bit range", n)
+		}
+	case avro.Long:
+		_, err = d.long()
+	case avro.Float:
+		_, err = d.take(4)
+	case avro.Double:
+		_, err = d.take(8)
+	case avro.Bytes, avro.String:
+		var n int64
+		if n, err = d.long(); err == nil {
+			_, err = d.take(n)
+		}
+	case avro.Fixed:
+		_, err = d.take(int64(s.(*avro.FixedSchema).Size()))
+	case avro.Enum:
+		var i int64
+		if i, err = d.long(); err == nil {
+			if n := len(s.(*avro.EnumSchema).Symbols()); i < 0 || i >= int64(n) {
+				err = fmt.Errorf("enum index %d of %d symbols", i, n)
+			}
+		}
+	case avro.Union:
+		var i int64
+		if i, err = d.long(); err == nil {
+			types := s.(*avro.UnionSchema).Types()
+			if i < 0 || i >= int64(len(types)) {
+				return fmt.Errorf("union index %d of %d branches", i, len(types))
+			}
+			err = d.datum(types[i])
+		}
+	case avro.Array:
+		err = d.blocks(func() error { return d.datum(s.(*avro.ArraySchema).Items()) })
+	case avro.Map:
+		err = d.blocks(func() error {
+			if err := d.datum(avroMapKey); err != nil {
+				return err
+			}
+			return d.datum(s.(*avro.MapSchema).Values())
+		})
+	case avro.Record:
+		for _, f := range s.(*avro.RecordSchema).Fields() {
+			if err = d.datum(f.Type()); err != nil {
+				break
+			}
+		}
+	default:
+		err = fmt.Errorf("schema type %s cannot be checked", s.Type())
+	}
+	return err
+}
+
+// blocks consumes the blocks of an array or map, item by item, up to the empty block.
+func (d *avroBinary) blocks(item func() error) error {
+	for {
+		n, err := d.count()
+		if err != nil || n == 0 {
+			return err
+		}
+		for range n {
+			if err := item(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // decodeJSON parses data as exactly one JSON value (numbers kept as json.Number).

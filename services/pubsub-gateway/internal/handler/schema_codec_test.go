@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
 	"testing"
 
@@ -105,7 +106,53 @@ func TestAvroBinary(t *testing.T) {
 	if err := c.check(append(good, 0), pubsubpb.Encoding_BINARY); err == nil || !strings.Contains(err.Error(), "too much data") {
 		t.Errorf("trailing byte: %v", err)
 	}
+
+	// The full test schema as the library encodes it, nested once.
+	full, err := avro.Parse(testAvro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := map[string]any{"id": int64(2), "qty": 1, "price": 2.5, "note": nil, "kind": "OLD", "tags": []any{}, "attrs": map[string]any{},
+		"raw": []byte{}, "code": [2]byte{'c', 'd'}, "next": nil}
+	outer := map[string]any{"id": int64(1), "qty": 2, "price": 1.5, "note": "n", "kind": "NEW", "tags": []any{"a", "b"}, "attrs": map[string]any{"x": 1},
+		"raw": []byte{0xff}, "code": [2]byte{'a', 'b'}, "next": map[string]any{"shop.Order": inner}}
+	enc, err := avro.Marshal(full, outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := mustCompile(t, &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: testAvro})
+	if err := fc.check(enc, pubsubpb.Encoding_BINARY); err != nil {
+		t.Errorf("every type, nested: %v", err)
+	}
 }
+
+// TestAvroBinaryBounds: a recursive schema cannot nest a message deeper than
+// maxAvroDepth (the walk would otherwise overflow the stack), nor an array of nulls
+// claim more than maxAvroItems items.
+func TestAvroBinaryBounds(t *testing.T) {
+	rec := mustCompile(t, &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO,
+		Definition: `{"type":"record","name":"N","fields":[{"name":"next","type":["null","N"]}]}`})
+	deep := append(bytesRepeat(0x02, 5_000_000), 0x00) // branch "N" 5M times, then null
+	if err := rec.check(deep, pubsubpb.Encoding_BINARY); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+		t.Errorf("5M levels: %v", err)
+	}
+	if err := rec.check([]byte{0x02, 0x02, 0x00}, pubsubpb.Encoding_BINARY); err != nil {
+		t.Errorf("2 levels: %v", err)
+	}
+	nulls := mustCompile(t, &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: `{"type":"array","items":"null"}`})
+	huge := append(binaryVarint(1<<60), 0x00)
+	if err := nulls.check(huge, pubsubpb.Encoding_BINARY); err == nil || !strings.Contains(err.Error(), "items") {
+		t.Errorf("2^60 nulls: %v", err)
+	}
+	if err := nulls.check(append(binaryVarint(3), 0x00), pubsubpb.Encoding_BINARY); err != nil {
+		t.Errorf("3 nulls: %v", err)
+	}
+}
+
+func bytesRepeat(b byte, n int) []byte { return []byte(strings.Repeat(string([]byte{b}), n)) }
+
+// binaryVarint is Avro's zig-zag varint of n.
+func binaryVarint(n int64) []byte { return binary.AppendVarint(nil, n) }
 
 // TestCompileSchema: definitions Google refuses are INVALID_ARGUMENT with the
 // emulator's words; protocol buffer definitions hold exactly one top-level message and
