@@ -49,8 +49,8 @@ type PubSubTopic struct {
 	UpdatedMs int64  `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
 	// Id of the schema its messages are validated against (PubSubSchemaService), set by
 	// the gateway from the spec's schema settings; empty = none. On create and update a
-	// schema that does not exist is NOT_FOUND. Reads empty once the schema was deleted
-	// (Pub/Sub's `_deleted-schema_`).
+	// schema that does not exist is NOT_FOUND with the message "schema not found". Reads
+	// empty once the schema was deleted (Pub/Sub's `_deleted-schema_`).
 	SchemaId      string `protobuf:"bytes,5,opt,name=schema_id,json=schemaId,proto3" json:"schema_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
