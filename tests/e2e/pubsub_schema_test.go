@@ -533,6 +533,19 @@ func TestPubSubSchemaVsEmulator(t *testing.T) {
 		_, err = pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: []*pubsubpb.PubsubMessage{
 			{Data: []byte(`{"sku":"s","qty":1}`)}, {Data: []byte(`{"sku":"s"}`)}}})
 		wantCode(t, target.name+": publish with one bad message", err, codes.InvalidArgument)
+		// An update_mask path below schema_settings changes that field alone.
+		up, err := pub.UpdateTopic(ctx, &pubsubpb.UpdateTopicRequest{
+			Topic:      &pubsubpb.Topic{Name: topicPath(topic), SchemaSettings: &pubsubpb.SchemaSettings{Encoding: pubsubpb.Encoding_BINARY, LastRevisionId: v1.GetRevisionId()}},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"schema_settings.encoding"}},
+		})
+		if ss := up.GetSchemaSettings(); err != nil || ss.GetSchema() != name || ss.GetEncoding() != pubsubpb.Encoding_BINARY || ss.GetLastRevisionId() != "" {
+			t.Errorf("%s: UpdateTopic schema_settings.encoding: %v, %v", target.name, up, err)
+		}
+		_, err = pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: []*pubsubpb.PubsubMessage{
+			{Data: append(append(avroString("s"), avroInt(1)...), 0)}}})
+		if err != nil {
+			t.Errorf("%s: a binary message after the switch to BINARY: %v", target.name, err)
+		}
 		if _, err := sc.DeleteSchema(ctx, &pubsubpb.DeleteSchemaRequest{Name: name}); err != nil {
 			t.Fatalf("%s: DeleteSchema: %v", target.name, err)
 		}
