@@ -54,7 +54,7 @@ func New(st *store.Store, storage storagev1.StorageServiceClient, queues storage
 }
 
 func topicProto(t *store.PubSubTopic) *coordinatorv1.PubSubTopic {
-	return &coordinatorv1.PubSubTopic{Id: t.ID, Spec: t.Spec, CreatedMs: t.CreatedAt.UnixMilli(), UpdatedMs: t.UpdatedAt.UnixMilli()}
+	return &coordinatorv1.PubSubTopic{Id: t.ID, Spec: t.Spec, CreatedMs: t.CreatedAt.UnixMilli(), UpdatedMs: t.UpdatedAt.UnixMilli(), SchemaId: t.SchemaID}
 }
 
 func subProto(s *store.PubSubSubscription) *coordinatorv1.PubSubSubscription {
@@ -66,13 +66,15 @@ func subProto(s *store.PubSubSubscription) *coordinatorv1.PubSubSubscription {
 }
 
 // CreatePubSubTopic registers a topic after creating (or adopting: a native channel
-// gcp.<id> keeps its records) its log.
+// gcp.<id> keeps its records) its log. A schema_id that names no schema is NOT_FOUND
+// (checked under the schema's lock, so a concurrent DeletePubSubSchema cannot leave
+// the topic pointing at it).
 func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.CreatePubSubTopicRequest) (*coordinatorv1.CreatePubSubTopicResponse, error) {
 	id := req.GetTopic().GetId()
 	if err := channel.ValidatePubSubTopicID(id); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	t := &store.PubSubTopic{ID: id, Spec: req.GetTopic().GetSpec()}
+	t := &store.PubSubTopic{ID: id, Spec: req.GetTopic().GetSpec(), SchemaID: req.GetTopic().GetSchemaId()}
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
 		if err := tx.LockTopic(ctx, id); err != nil {
 			return err
@@ -80,6 +82,9 @@ func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.Cre
 		if _, err := tx.Topic(ctx, id); err == nil {
 			return status.Error(codes.AlreadyExists, "Topic already exists")
 		} else if !errors.Is(err, store.ErrTopicNotFound) {
+			return err
+		}
+		if err := lockTopicSchema(ctx, tx, t.SchemaID); err != nil {
 			return err
 		}
 		name := channel.PubSubTopic(id)
@@ -113,7 +118,8 @@ func (r *Registry) GetPubSubTopic(ctx context.Context, req *coordinatorv1.GetPub
 	return &coordinatorv1.GetPubSubTopicResponse{Topic: topicProto(t)}, nil
 }
 
-// UpdatePubSubTopic replaces a topic's spec and the masked fields of its log's config.
+// UpdatePubSubTopic replaces a topic's spec and schema, and the masked fields of its
+// log's config. A schema_id that names no schema is NOT_FOUND.
 func (r *Registry) UpdatePubSubTopic(ctx context.Context, req *coordinatorv1.UpdatePubSubTopicRequest) (*coordinatorv1.UpdatePubSubTopicResponse, error) {
 	id := req.GetTopic().GetId()
 	var out *store.PubSubTopic
@@ -124,6 +130,9 @@ func (r *Registry) UpdatePubSubTopic(ctx context.Context, req *coordinatorv1.Upd
 		if _, err := tx.Topic(ctx, id); err != nil {
 			return err
 		}
+		if err := lockTopicSchema(ctx, tx, req.GetTopic().GetSchemaId()); err != nil {
+			return err
+		}
 		if len(req.GetChannelConfigMask()) > 0 {
 			name := channel.PubSubTopic(id)
 			if _, err := r.storage.UpdateChannelConfig(ctx, &storagev1.UpdateChannelConfigRequest{
@@ -132,7 +141,7 @@ func (r *Registry) UpdatePubSubTopic(ctx context.Context, req *coordinatorv1.Upd
 				return storageError("configure channel "+name, err)
 			}
 		}
-		if err := tx.UpdateTopicSpec(ctx, id, req.GetTopic().GetSpec()); err != nil {
+		if err := tx.UpdateTopicSpec(ctx, id, req.GetTopic().GetSpec(), req.GetTopic().GetSchemaId()); err != nil {
 			return err
 		}
 		var err error
@@ -451,6 +460,10 @@ func statusError(err error) error {
 		return status.Error(codes.NotFound, "subscription not found")
 	case errors.Is(err, store.ErrSnapshotNotFound):
 		return status.Error(codes.NotFound, "snapshot not found")
+	case errors.Is(err, store.ErrSchemaNotFound):
+		return status.Error(codes.NotFound, "schema not found")
+	case errors.Is(err, store.ErrSchemaRevisionNotFound):
+		return status.Error(codes.NotFound, "schema revision not found")
 	}
 	if st, ok := status.FromError(err); ok {
 		return st.Err()

@@ -112,6 +112,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
 	registry := pubsub.New(s.store, s.storage, storagev1.NewQueueServiceClient(s.storageConn), log.Named("pubsub"), cfg.Now)
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
+	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
 	expiry := cfg.PubSubExpiryInterval
 	if expiry <= 0 {
 		expiry = time.Minute
@@ -122,6 +123,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
@@ -282,6 +284,7 @@ func (s *Server) prepare(ctx context.Context) {
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	tick := time.NewTicker(gaugeRefresh)
 	defer tick.Stop()

@@ -20,6 +20,14 @@ var (
 	ErrSubscriptionNotFound = errors.New("subscription not found")
 	// ErrSnapshotNotFound is returned when no Pub/Sub snapshot has the given id.
 	ErrSnapshotNotFound = errors.New("snapshot not found")
+	// ErrSchemaNotFound is returned when no Pub/Sub schema has the given id.
+	ErrSchemaNotFound = errors.New("schema not found")
+	// ErrSchemaRevisionNotFound is returned when a Pub/Sub schema has no revision with
+	// the given id (or, where tombstones do not count, only a deleted one).
+	ErrSchemaRevisionNotFound = errors.New("schema revision not found")
+	// ErrRevisionIDTaken is returned by InsertSchemaRevision when the schema already
+	// has the revision id (the caller draws another).
+	ErrRevisionIDTaken = errors.New("schema revision id taken")
 )
 
 // Unavailable reports whether err means Postgres could not be reached, is not ready or

@@ -16,6 +16,9 @@ type PubSubTopic struct {
 	Spec      []byte
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// SchemaID is the schema its messages are validated against; empty when none and
+	// once that schema was deleted.
+	SchemaID string
 }
 
 // PubSubSubscription is one registered Pub/Sub subscription.
@@ -73,11 +76,11 @@ func (t *PubSubTx) LockSubscription(ctx context.Context, id string) error {
 	return nil
 }
 
-const pubsubTopicColumns = "id, spec, created_at, updated_at"
+const pubsubTopicColumns = "id, spec, created_at, updated_at, coalesce(schema_id, '')"
 
 func scanPubSubTopic(row pgx.Row) (*PubSubTopic, error) {
 	var t PubSubTopic
-	if err := row.Scan(&t.ID, &t.Spec, &t.CreatedAt, &t.UpdatedAt); err != nil {
+	if err := row.Scan(&t.ID, &t.Spec, &t.CreatedAt, &t.UpdatedAt, &t.SchemaID); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -132,17 +135,17 @@ func getPubSubSub(ctx context.Context, q querier, id string) (*PubSubSubscriptio
 
 // InsertTopic registers t (the caller checked it does not exist, under its lock).
 func (t *PubSubTx) InsertTopic(ctx context.Context, topic *PubSubTopic) error {
-	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_topics (id, spec) VALUES ($1, $2) RETURNING created_at, updated_at",
-		topic.ID, nonNil(topic.Spec)).Scan(&topic.CreatedAt, &topic.UpdatedAt)
+	err := t.tx.QueryRow(ctx, "INSERT INTO pubsub_topics (id, spec, schema_id) VALUES ($1, $2, nullif($3, '')) RETURNING created_at, updated_at",
+		topic.ID, nonNil(topic.Spec), topic.SchemaID).Scan(&topic.CreatedAt, &topic.UpdatedAt)
 	if err != nil {
 		return fmt.Errorf("insert pubsub topic %s: %w", topic.ID, err)
 	}
 	return nil
 }
 
-// UpdateTopicSpec replaces the spec of topic id.
-func (t *PubSubTx) UpdateTopicSpec(ctx context.Context, id string, spec []byte) error {
-	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_topics SET spec = $2, updated_at = now() WHERE id = $1", id, nonNil(spec))
+// UpdateTopicSpec replaces the spec and the schema ("" = none) of topic id.
+func (t *PubSubTx) UpdateTopicSpec(ctx context.Context, id string, spec []byte, schemaID string) error {
+	tag, err := t.tx.Exec(ctx, "UPDATE pubsub_topics SET spec = $2, schema_id = nullif($3, ''), updated_at = now() WHERE id = $1", id, nonNil(spec), schemaID)
 	if err != nil {
 		return fmt.Errorf("update pubsub topic %s: %w", id, err)
 	}

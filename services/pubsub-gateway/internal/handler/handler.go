@@ -1,6 +1,7 @@
-// Package handler implements the google.pubsub.v1 Publisher and Subscriber services and
-// google.iam.v1.IAMPolicy (emulator mode: no auth) over Tributary: the registry of
-// topics and subscriptions lives in the coordinator (PubSubRegistryService), messages
+// Package handler implements the google.pubsub.v1 Publisher, Subscriber and
+// SchemaService services and google.iam.v1.IAMPolicy (emulator mode: no auth) over
+// Tributary: the registry of topics, subscriptions and schemas lives in the coordinator
+// (PubSubRegistryService, PubSubSchemaService), messages
 // in storage-core (a topic is the log gcp.<t>, a subscription the queue gcp.sub.<s>
 // bound to it; QueueService holds every lease, so any replica can ack, modack or
 // redeliver any message). The handler itself keeps no state beyond short-lived caches
@@ -27,6 +28,7 @@ const cacheTTL = 2 * time.Second
 // Deps are the backends of a Handler.
 type Deps struct {
 	Registry coordinatorv1.PubSubRegistryServiceClient
+	Schemas  coordinatorv1.PubSubSchemaServiceClient
 	Storage  storagev1.StorageServiceClient
 	Queues   storagev1.QueueServiceClient
 	Log      *zap.Logger
@@ -34,23 +36,36 @@ type Deps struct {
 	Now func() time.Time
 }
 
-// Handler serves Publisher, Subscriber and IAMPolicy.
+// Handler serves Publisher, Subscriber and SchemaService.
 type Handler struct {
 	pubsubpb.UnimplementedPublisherServer
 	pubsubpb.UnimplementedSubscriberServer
+	pubsubpb.UnimplementedSchemaServiceServer
 
-	reg    coordinatorv1.PubSubRegistryServiceClient
-	store  storagev1.StorageServiceClient
-	queues storagev1.QueueServiceClient
-	log    *zap.Logger
-	now    func() time.Time
+	reg     coordinatorv1.PubSubRegistryServiceClient
+	schemas coordinatorv1.PubSubSchemaServiceClient
+	store   storagev1.StorageServiceClient
+	queues  storagev1.QueueServiceClient
+	log     *zap.Logger
+	now     func() time.Time
 
 	mu     sync.Mutex
-	topics map[string]time.Time // topic id -> when it was last seen to exist
+	topics map[string]cachedTopic
 	subs   map[string]cachedSub
+	// ranges caches the compiled revisions of topics' schema settings (schema_topic.go).
+	ranges *rangeCache
 
 	streams *streamBook
 	act     *activity
+}
+
+// cachedTopic is what Publish needs to know about a topic.
+type cachedTopic struct {
+	at time.Time
+	// schema is the topic's schema settings (nil = none); schemaDeleted is set when
+	// that schema was deleted since.
+	schema        *pubsubpb.SchemaSettings
+	schemaDeleted bool
 }
 
 type cachedSub struct {
@@ -72,9 +87,10 @@ func New(d Deps) *Handler {
 		now = time.Now
 	}
 	return &Handler{
-		reg: d.Registry, store: d.Storage, queues: d.Queues, log: d.Log, now: now,
-		topics:  map[string]time.Time{},
+		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, log: d.Log, now: now,
+		topics:  map[string]cachedTopic{},
 		subs:    map[string]cachedSub{},
+		ranges:  newRangeCache(),
 		streams: newStreamBook(),
 		act:     newActivity(),
 	}
@@ -82,19 +98,32 @@ func New(d Deps) *Handler {
 
 // topicExists reports whether topic id is registered, from the cache when fresh.
 func (h *Handler) topicExists(ctx context.Context, id string) error {
+	_, err := h.topic(ctx, id)
+	return err
+}
+
+// topic returns topic id's publish settings, from the cache when fresh.
+func (h *Handler) topic(ctx context.Context, id string) (cachedTopic, error) {
 	h.mu.Lock()
-	at, ok := h.topics[id]
+	c, ok := h.topics[id]
 	h.mu.Unlock()
-	if ok && h.now().Sub(at) < cacheTTL {
-		return nil
+	if ok && h.now().Sub(c.at) < cacheTTL {
+		return c, nil
 	}
-	if _, err := h.reg.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: id}); err != nil {
-		return backendError(ctx, err, msgTopicNotFound)
+	resp, err := h.reg.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: id})
+	if err != nil {
+		return cachedTopic{}, backendError(ctx, err, msgTopicNotFound)
 	}
+	spec := &pubsubpb.Topic{}
+	if err := proto.Unmarshal(resp.GetTopic().GetSpec(), spec); err != nil {
+		return cachedTopic{}, backendError(ctx, err, "")
+	}
+	c = cachedTopic{at: h.now(), schema: spec.GetSchemaSettings()}
+	c.schemaDeleted = c.schema != nil && resp.GetTopic().GetSchemaId() == ""
 	h.mu.Lock()
-	h.topics[id] = h.now()
+	h.topics[id] = c
 	h.mu.Unlock()
-	return nil
+	return c, nil
 }
 
 // subscription returns subscription id, from the cache when fresh.

@@ -17,6 +17,7 @@ const (
 	collTopics        = "topics"
 	collSubscriptions = "subscriptions"
 	collSnapshots     = "snapshots"
+	collSchemas       = "schemas"
 )
 
 // resource is a parsed projects/P/<collection>/ID name. The project is validated and

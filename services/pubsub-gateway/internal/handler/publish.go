@@ -52,7 +52,9 @@ func attrHeader(k string) string {
 	return k
 }
 
-// Publish validates the whole batch, then appends it to gcp.<topic> in one call.
+// Publish validates the whole batch (limits, then the topic's schema), then appends it
+// to gcp.<topic> in one call. Messages of a topic with a schema get the schema
+// attributes (schemaHeaders).
 func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
 	r, err := parseName(req.GetTopic(), collTopics)
 	if err != nil {
@@ -61,8 +63,15 @@ func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*p
 	if err := validatePublish(req); err != nil {
 		return nil, err
 	}
-	if err := h.topicExists(ctx, r.id); err != nil {
+	t, err := h.topic(ctx, r.id)
+	if err != nil {
 		return nil, err
+	}
+	var schemaHdrs [][]*storagev1.Header
+	if t.schema != nil {
+		if schemaHdrs, err = h.schemaHeaders(ctx, t, req.GetMessages()); err != nil {
+			return nil, err
+		}
 	}
 	now := h.now()
 	publishTime := []byte(now.UTC().Format(time.RFC3339Nano))
@@ -71,6 +80,9 @@ func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*p
 	for i, m := range req.GetMessages() {
 		ids[i] = strconv.FormatUint(rand.Uint64()>>1, 10)
 		recs[i] = publishRecord(m, ids[i], now, publishTime)
+		if schemaHdrs != nil {
+			recs[i].Headers = append(recs[i].Headers, schemaHdrs[i]...)
+		}
 	}
 	if _, err := h.store.Append(ctx, &storagev1.AppendRequest{Channel: channel.PubSubTopic(r.id), Records: recs}); err != nil {
 		err = backendError(ctx, err, msgTopicNotFound)

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -21,10 +22,13 @@ const (
 // topicUpdatable lists the Topic fields UpdateTopic may change.
 var topicUpdatable = map[string]bool{
 	"labels": true, "message_storage_policy": true, "kms_key_name": true, "schema_settings": true,
+	"schema_settings.schema": true, "schema_settings.encoding": true,
+	"schema_settings.first_revision_id": true, "schema_settings.last_revision_id": true,
 	"message_retention_duration": true, "ingestion_data_source_settings": true, "message_transforms": true,
 }
 
-// CreateTopic registers a topic and its log gcp.<id>.
+// CreateTopic registers a topic and its log gcp.<id>; schema settings are checked as
+// Google does (checkSchemaSettings).
 func (h *Handler) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsubpb.Topic, error) {
 	r, err := parseName(t.GetName(), collTopics)
 	if err != nil {
@@ -36,11 +40,15 @@ func (h *Handler) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsubpb
 	if err != nil {
 		return nil, err
 	}
+	schemaID, err := h.checkSchemaSettings(ctx, spec.GetSchemaSettings())
+	if err != nil {
+		return nil, err
+	}
 	b, _ := proto.Marshal(spec)
 	if _, err := h.reg.CreatePubSubTopic(ctx, &coordinatorv1.CreatePubSubTopicRequest{
-		Topic: &coordinatorv1.PubSubTopic{Id: r.id, Spec: b}, ChannelConfig: cfg,
+		Topic: &coordinatorv1.PubSubTopic{Id: r.id, Spec: b, SchemaId: schemaID}, ChannelConfig: cfg,
 	}); err != nil {
-		return nil, backendError(ctx, err, msgTopicNotFound)
+		return nil, topicSchemaError(ctx, err)
 	}
 	h.forget(r.id, "")
 	return spec, nil
@@ -68,27 +76,35 @@ func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
 	return cfg, nil
 }
 
-func (h *Handler) getTopic(ctx context.Context, name string) (resource, *pubsubpb.Topic, error) {
+// loadTopic returns a topic as stored (with its name) and the id of its schema in the
+// registry ("" when none, or once the schema was deleted).
+func (h *Handler) loadTopic(ctx context.Context, name string) (resource, *pubsubpb.Topic, string, error) {
 	r, err := parseName(name, collTopics)
 	if err != nil {
-		return r, nil, err
+		return r, nil, "", err
 	}
 	resp, err := h.reg.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: r.id})
 	if err != nil {
-		return r, nil, backendError(ctx, err, msgTopicNotFound)
+		return r, nil, "", backendError(ctx, err, msgTopicNotFound)
 	}
 	t := &pubsubpb.Topic{}
 	if err := proto.Unmarshal(resp.GetTopic().GetSpec(), t); err != nil {
-		return r, nil, backendError(ctx, err, "")
+		return r, nil, "", backendError(ctx, err, "")
 	}
 	t.Name = r.name(collTopics)
-	return r, t, nil
+	return r, t, resp.GetTopic().GetSchemaId(), nil
 }
 
 // GetTopic returns a topic.
 func (h *Handler) GetTopic(ctx context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
-	_, t, err := h.getTopic(ctx, req.GetTopic())
-	return t, err
+	_, t, schemaID, err := h.loadTopic(ctx, req.GetTopic())
+	if err != nil {
+		return nil, err
+	}
+	if err := h.showSchemaSettings(ctx, t, schemaID); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // UpdateTopic changes the fields named in update_mask (required, non-empty).
@@ -105,13 +121,22 @@ func (h *Handler) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequ
 	if req.GetTopic() == nil {
 		return nil, invalid("The topic in the UpdateTopicRequest must be set.")
 	}
-	r, cur, err := h.getTopic(ctx, req.GetTopic().GetName())
+	r, cur, schemaID, err := h.loadTopic(ctx, req.GetTopic().GetName())
 	if err != nil {
 		return nil, err
 	}
 	in := req.GetTopic()
 	var mask []string
+	schemaChanged := false
 	for _, p := range paths {
+		if field, ok := strings.CutPrefix(p, "schema_settings."); ok {
+			schemaChanged = true
+			if cur.SchemaSettings == nil {
+				cur.SchemaSettings = &pubsubpb.SchemaSettings{}
+			}
+			setSchemaSetting(cur.SchemaSettings, in.GetSchemaSettings(), field)
+			continue
+		}
 		switch p {
 		case "labels":
 			cur.Labels = in.GetLabels()
@@ -120,7 +145,7 @@ func (h *Handler) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequ
 		case "kms_key_name":
 			cur.KmsKeyName = in.GetKmsKeyName()
 		case "schema_settings":
-			cur.SchemaSettings = in.GetSchemaSettings()
+			cur.SchemaSettings, schemaChanged = in.GetSchemaSettings(), true
 		case "message_retention_duration":
 			cur.MessageRetentionDuration = in.GetMessageRetentionDuration()
 			mask = []string{"retention_ms"}
@@ -134,13 +159,37 @@ func (h *Handler) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequ
 	if err != nil {
 		return nil, err
 	}
+	if schemaChanged {
+		if schemaID, err = h.checkSchemaSettings(ctx, cur.GetSchemaSettings()); err != nil {
+			return nil, err
+		}
+	}
 	b, _ := proto.Marshal(cur)
 	if _, err := h.reg.UpdatePubSubTopic(ctx, &coordinatorv1.UpdatePubSubTopicRequest{
-		Topic: &coordinatorv1.PubSubTopic{Id: r.id, Spec: b}, ChannelConfig: cfg, ChannelConfigMask: mask,
+		Topic: &coordinatorv1.PubSubTopic{Id: r.id, Spec: b, SchemaId: schemaID}, ChannelConfig: cfg, ChannelConfigMask: mask,
 	}); err != nil {
-		return nil, backendError(ctx, err, msgTopicNotFound)
+		return nil, topicSchemaError(ctx, err)
+	}
+	h.forget(r.id, "")
+	if err := h.showSchemaSettings(ctx, cur, schemaID); err != nil {
+		return nil, err
 	}
 	return cur, nil
+}
+
+// setSchemaSetting copies one field of SchemaSettings (an update_mask path below
+// schema_settings) from in to cur.
+func setSchemaSetting(cur, in *pubsubpb.SchemaSettings, field string) {
+	switch field {
+	case "schema":
+		cur.Schema = in.GetSchema()
+	case "encoding":
+		cur.Encoding = in.GetEncoding()
+	case "first_revision_id":
+		cur.FirstRevisionId = in.GetFirstRevisionId()
+	case "last_revision_id":
+		cur.LastRevisionId = in.GetLastRevisionId()
+	}
 }
 
 // ListTopics pages through the project's topics (ids are global: every topic).
@@ -163,6 +212,9 @@ func (h *Handler) ListTopics(ctx context.Context, req *pubsubpb.ListTopicsReques
 			return nil, backendError(ctx, err, "")
 		}
 		spec.Name = resource{project: project, id: t.GetId()}.name(collTopics)
+		if err := h.showSchemaSettings(ctx, spec, t.GetSchemaId()); err != nil {
+			return nil, err
+		}
 		out.Topics = append(out.Topics, spec)
 	}
 	return out, nil

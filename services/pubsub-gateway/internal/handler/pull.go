@@ -82,7 +82,9 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 	}
 	out := &pubsubpb.PullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}
 	for _, m := range resp.GetMessages() {
-		out.ReceivedMessages = append(out.ReceivedMessages, toReceived(m, sub))
+		rm := toReceived(m, sub)
+		h.showDeletedSchema(ctx, rm.GetMessage())
+		out.ReceivedMessages = append(out.ReceivedMessages, rm)
 	}
 	return out, nil
 }

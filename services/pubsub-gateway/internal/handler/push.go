@@ -144,6 +144,7 @@ func (p *Pusher) work(ctx context.Context, sub *subInfo) {
 		for _, m := range resp.GetMessages() {
 			wg.Go(func() {
 				rm := toReceived(m, sub)
+				p.h.showDeletedSchema(ctx, rm.GetMessage())
 				pctx, cancel := context.WithTimeout(ctx, deadline)
 				err := p.post(pctx, sub, rm)
 				cancel()

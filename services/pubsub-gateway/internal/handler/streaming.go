@@ -379,6 +379,7 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 		until := s.h.now().Add(time.Duration(deadline) * time.Second)
 		for _, m := range resp.GetMessages() {
 			rm := toReceived(m, s.sub)
+			s.h.showDeletedSchema(ctx, rm.GetMessage())
 			out.ReceivedMessages = append(out.ReceivedMessages, rm)
 			if limited {
 				s.track(rm.GetAckId(), int64(proto.Size(rm.GetMessage())), until)

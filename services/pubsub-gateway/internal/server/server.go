@@ -1,5 +1,6 @@
 // Package server wires the pubsub-gateway: clients of storage-core and the coordinator,
-// the google.pubsub.v1 and google.iam.v1 services (package handler) behind the
+// the google.pubsub.v1 services (Publisher, Subscriber, SchemaService) and
+// google.iam.v1.IAMPolicy (package handler) behind the
 // recovery -> logging -> readiness interceptors, the push deliverer, and the
 // observability endpoints.
 // New binds the listeners; Run serves until its context ends.
@@ -96,6 +97,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	)
 	h := handler.New(handler.Deps{
 		Registry: coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
+		Schemas:  coordinatorv1.NewPubSubSchemaServiceClient(srv.coordConn),
 		Storage:  storagev1.NewStorageServiceClient(srv.storageConn),
 		Queues:   storagev1.NewQueueServiceClient(srv.storageConn),
 		Log:      log.Named("handler"),
@@ -104,6 +106,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	srv.handler = h
 	pubsubpb.RegisterPublisherServer(srv.grpc, h)
 	pubsubpb.RegisterSubscriberServer(srv.grpc, h)
+	pubsubpb.RegisterSchemaServiceServer(srv.grpc, h)
 	iampb.RegisterIAMPolicyServer(srv.grpc, handler.NewIAM())
 	srv.health = grpcx.RegisterStandard(srv.grpc)
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -44,9 +44,14 @@ type PubSubTopic struct {
 	// Topic id (the last segment of projects/P/topics/ID).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Serialized google.pubsub.v1.Topic, as the gateway stored it.
-	Spec          []byte `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	CreatedMs     int64  `protobuf:"varint,3,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
-	UpdatedMs     int64  `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	Spec      []byte `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	CreatedMs int64  `protobuf:"varint,3,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	UpdatedMs int64  `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// Id of the schema its messages are validated against (PubSubSchemaService), set by
+	// the gateway from the spec's schema settings; empty = none. On create and update a
+	// schema that does not exist is NOT_FOUND with the message "schema not found". Reads
+	// empty once the schema was deleted (Pub/Sub's `_deleted-schema_`).
+	SchemaId      string `protobuf:"bytes,5,opt,name=schema_id,json=schemaId,proto3" json:"schema_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -107,6 +112,13 @@ func (x *PubSubTopic) GetUpdatedMs() int64 {
 		return x.UpdatedMs
 	}
 	return 0
+}
+
+func (x *PubSubTopic) GetSchemaId() string {
+	if x != nil {
+		return x.SchemaId
+	}
+	return ""
 }
 
 type PubSubSubscription struct {
@@ -1891,14 +1903,15 @@ var File_tributary_coordinator_v1_pubsub_proto protoreflect.FileDescriptor
 
 const file_tributary_coordinator_v1_pubsub_proto_rawDesc = "" +
 	"\n" +
-	"%tributary/coordinator/v1/pubsub.proto\x12\x18tributary.coordinator.v1\x1a tributary/storage/v1/queue.proto\x1a\"tributary/storage/v1/storage.proto\"o\n" +
+	"%tributary/coordinator/v1/pubsub.proto\x12\x18tributary.coordinator.v1\x1a tributary/storage/v1/queue.proto\x1a\"tributary/storage/v1/storage.proto\"\x8c\x01\n" +
 	"\vPubSubTopic\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04spec\x18\x02 \x01(\fR\x04spec\x12\x1d\n" +
 	"\n" +
 	"created_ms\x18\x03 \x01(\x03R\tcreatedMs\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\xff\x01\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\x12\x1b\n" +
+	"\tschema_id\x18\x05 \x01(\tR\bschemaId\"\xff\x01\n" +
 	"\x12PubSubSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\tR\atopicId\x12\x12\n" +
