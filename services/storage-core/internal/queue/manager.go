@@ -30,9 +30,6 @@ import (
 type Options struct {
 	// Now is the clock for leases, backoff and retention (tests); nil = time.Now.
 	Now func() time.Time
-	// SweepInterval is how often expired leases are swept; 0 = 250 ms; < 0 disables
-	// the loop (tests call Sweep).
-	SweepInterval time.Duration
 	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
 	MaxLoaded int
 	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
@@ -78,14 +75,13 @@ type Manager struct {
 	wg        sync.WaitGroup
 }
 
-// Open opens the state file at path and every queue of st, and starts the sweep. A
-// queue log without state (a create interrupted by a crash) is removed.
+// Open opens the state file at path and every queue of st, and starts the retention
+// loop. A queue log without state (a create interrupted by a crash) is removed. Lease
+// expiry is swept from outside (Sweep, called through QueueService.SweepLeases by the
+// one coordinator holding the sweep lock); the engine is correct without it.
 func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = 250 * time.Millisecond
 	}
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 10000
@@ -166,10 +162,6 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	for _, q := range m.queues {
 		q.startPumps()
 	}
-	if opts.SweepInterval > 0 {
-		m.wg.Add(1)
-		go m.loop(opts.SweepInterval, m.Sweep)
-	}
 	if opts.MaintenanceInterval > 0 {
 		m.wg.Add(1)
 		go m.loop(opts.MaintenanceInterval, m.Maintain)
@@ -204,12 +196,18 @@ func (m *Manager) Maintain() {
 	}
 }
 
-// Sweep ends expired leases of every queue once (the loop runs it every
-// SweepInterval).
-func (m *Manager) Sweep() {
+// Sweep ends the expired leases and the finished retry backoffs of every queue once,
+// waking the Receives waiting there and dead-lettering what is due, and returns the
+// names of the queues it changed, sorted. Nothing else depends on it: leases past
+// their deadline count as ended wherever they are read.
+func (m *Manager) Sweep() []string {
+	var changed []string
 	for _, q := range m.list() {
-		q.sweep()
+		if q.sweep() {
+			changed = append(changed, q.name)
+		}
 	}
+	return changed
 }
 
 func (m *Manager) list() []*Queue {
