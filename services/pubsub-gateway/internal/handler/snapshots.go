@@ -194,6 +194,7 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 	if _, err := h.queues.Seek(ctx, seek); err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
+	h.queueChanged(seek.Queue) // every lease of the queue ended
 	h.touch(sub.id)
 	return &pubsubpb.SeekResponse{}, nil
 }
