@@ -191,7 +191,7 @@ func (m *Manager) loop(every time.Duration, fn func()) {
 func (m *Manager) Maintain() {
 	floors := m.snapshotFloors()
 	for _, q := range m.list() {
-		f, pinned := floors[q.name]
+		f, pinned := floors[queueKey{q.name, q.inc}]
 		q.maintain(f, pinned)
 	}
 }
@@ -751,7 +751,8 @@ func (m *Manager) DeleteChannel(name string, ifExists bool) error {
 	return m.st.Delete(name, ifExists)
 }
 
-// dropState removes a queue's meta, state and snapshots from the state file.
+// dropState removes a queue's meta and state from the state file, and the snapshots
+// of it that restore no other queue (deleteSnapshotsOf).
 func (m *Manager) dropState(name string) error {
 	return m.db.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bktQueues).Delete([]byte(name)); err != nil {
@@ -766,13 +767,16 @@ func (m *Manager) dropState(name string) error {
 	})
 }
 
-// deleteSnapshotsOf removes the snapshots taken of queue.
+// deleteSnapshotsOf removes the snapshots taken of queue that describe no source: a
+// snapshot recording its sources' state can still restore another queue bound to them
+// (Pub/Sub: a snapshot outlives its subscription and serves the topic's others) and
+// stays until DeleteSnapshot.
 func deleteSnapshotsOf(tx *bolt.Tx, queue string) error {
 	sb := tx.Bucket(bktSnapshots)
 	var keys [][]byte
 	err := sb.ForEach(func(k, v []byte) error {
 		var s snapshot
-		if json.Unmarshal(v, &s) == nil && s.Queue == queue {
+		if json.Unmarshal(v, &s) == nil && s.Queue == queue && len(s.Sources) == 0 {
 			keys = append(keys, append([]byte(nil), k...))
 		}
 		return nil

@@ -64,7 +64,9 @@ type QueueServiceClient interface {
 	GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error)
 	// UpdateQueueConfig replaces the QueueConfig fields named in update_mask.
 	UpdateQueueConfig(ctx context.Context, in *UpdateQueueConfigRequest, opts ...grpc.CallOption) (*UpdateQueueConfigResponse, error)
-	// DeleteQueue removes a queue, its bindings, delivery state and snapshots.
+	// DeleteQueue removes a queue, its bindings and delivery state, and its snapshots
+	// but those recording the state of a source log: such a snapshot can still restore
+	// another queue bound to that log (Seek), and stays until DeleteSnapshot.
 	DeleteQueue(ctx context.Context, in *DeleteQueueRequest, opts ...grpc.CallOption) (*DeleteQueueResponse, error)
 	// Detach removes the queue's bindings and drops every message not yet acked; further
 	// Receive calls answer FAILED_PRECONDITION. The queue itself stays (Pub/Sub
@@ -283,7 +285,9 @@ type QueueServiceServer interface {
 	GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error)
 	// UpdateQueueConfig replaces the QueueConfig fields named in update_mask.
 	UpdateQueueConfig(context.Context, *UpdateQueueConfigRequest) (*UpdateQueueConfigResponse, error)
-	// DeleteQueue removes a queue, its bindings, delivery state and snapshots.
+	// DeleteQueue removes a queue, its bindings and delivery state, and its snapshots
+	// but those recording the state of a source log: such a snapshot can still restore
+	// another queue bound to that log (Seek), and stays until DeleteSnapshot.
 	DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error)
 	// Detach removes the queue's bindings and drops every message not yet acked; further
 	// Receive calls answer FAILED_PRECONDITION. The queue itself stays (Pub/Sub
