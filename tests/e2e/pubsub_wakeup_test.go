@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,15 +180,56 @@ func TestPubSubStreamSeesAcksThroughAnotherReplica(t *testing.T) {
 	t.Logf("60 messages in %v with acks through the other replica", took)
 }
 
-// TestPubSubStreamPollsWithoutNATS: with NATS unreachable the gateways are still
-// ready and serve, and the same stream keeps flowing by re-reading its leases every
-// second (the polling fallback), far faster than one window per ack deadline.
+// startPrivateNATS runs a nats-server of the test's own on a free port (so the test
+// can stop it without touching the shared one) and returns its URL and a stop func.
+func startPrivateNATS(t *testing.T) (string, func()) {
+	t.Helper()
+	bin := testenv.RequireBinary(t, "nats-server")
+	addr := stack.FreeAddr()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", port)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	waitFor(t, 10*time.Second, "the private nats-server to listen", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	return "nats://" + addr, stop
+}
+
+// TestPubSubStreamPollsWithoutNATS: when NATS goes down the gateways keep serving (their
+// /readyz names NATS, as the other services' do, but no RPC waits for it) and the same
+// stream keeps flowing by re-reading its leases every second (the polling fallback),
+// far faster than one window per ack deadline.
 func TestPubSubStreamPollsWithoutNATS(t *testing.T) {
-	dead := stack.FreeAddr()
-	s := stack.StartT(t, stack.Options{PubSubGateways: 2, PubSubFlags: []string{"--nats-url", "nats://" + dead}})
+	natsURL, stopNATS := startPrivateNATS(t)
+	s := stack.StartT(t, stack.Options{PubSubGateways: 2, PubSubFlags: []string{"--nats-url", natsURL}})
+	stopNATS()
 	for _, p := range s.PubSub {
+		waitFor(t, 10*time.Second, p.Name+" to report NATS down", func() bool {
+			resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "nats")
+		})
 		if v := procMetric(t, p.HTTPAddr, "tributary_pubsub_gateway_nats_connected"); v != 0 {
-			t.Fatalf("%s reports NATS connected (%v) with nothing listening at %s", p.Name, v, dead)
+			t.Fatalf("%s reports NATS connected (%v) after it stopped", p.Name, v)
 		}
 	}
 	took, _ := receiveCrossReplica(t, s, 30, 40*time.Second)

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,9 @@ import (
 
 // natsReconnectWait is the pause between NATS reconnect attempts.
 const natsReconnectWait = time.Second
+
+// ErrNATSNotConnected is the /readyz failure while NATS is unreachable.
+var ErrNATSNotConnected = errors.New("nats not connected")
 
 // natsBus is the gateway's NATS link (handler.Announcer): it announces the queues
 // whose leases ended through this replica, and hands the announcements of the other
@@ -84,6 +89,18 @@ func (b *natsBus) Announce(queue string) {
 	case err == nil:
 		b.failing.Store(false)
 	}
+}
+
+// ready is the /readyz check: an error while the connection is down.
+func (b *natsBus) ready(context.Context) error {
+	if b.Live() {
+		return nil
+	}
+	status := "not connected yet"
+	if b.nc != nil {
+		status = b.nc.Status().String()
+	}
+	return fmt.Errorf("%w: lease wake-ups off, streams poll (%s)", ErrNATSNotConnected, status)
 }
 
 // Live reports whether the connection is up.

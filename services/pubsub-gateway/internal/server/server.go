@@ -92,10 +92,11 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	srv.http.AddReadyCheck("backends", srv.backendsReady)
 	var announce handler.Announcer
 	if cfg.NATSURL != "" {
-		// Not a readiness check: without NATS every RPC still works (streams poll
-		// their leases), so a NATS outage must not take the replicas out of service.
 		srv.bus = newNATSBus(cfg, log.Named("nats"))
 		announce = srv.bus
+		// /readyz names NATS while it is down, as the other services' do; the RPC gate
+		// does not wait for it: every RPC works without NATS (streams poll leases).
+		srv.http.AddReadyCheck("nats", srv.bus.ready)
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tributary_pubsub_gateway_nats_connected",
