@@ -49,6 +49,12 @@ func TestComposeLoads(t *testing.T) {
 	if !hasPublished(sc.Ports, "7400") {
 		t.Errorf("storage-core does not publish 7400: %+v", sc.Ports)
 	}
+	for _, name := range natsServices {
+		s, _ := p.GetService(name)
+		if !slices.Contains(s.Command, "--nats-url=nats://nats:4222") {
+			t.Errorf("%s is not pointed at the nats service: %v", name, s.Command)
+		}
+	}
 	for _, name := range []string{"storage-core", "coordinator", "kafka-gateway", "pubsub-gateway", "mqtt-bridge"} {
 		s, _ := p.GetService(name)
 		if s.Build == nil || s.Build.Args["SERVICE"] == nil || *s.Build.Args["SERVICE"] != name {
@@ -59,6 +65,9 @@ func TestComposeLoads(t *testing.T) {
 		}
 	}
 }
+
+// natsServices are the services that take wake-ups and sweep locks from NATS.
+var natsServices = []string{"coordinator", "kafka-gateway", "pubsub-gateway"}
 
 func hasPublished(ports []composePort, port string) bool {
 	for _, p := range ports {
@@ -158,6 +167,9 @@ func checkWorkload(t *testing.T, file string, obj any) {
 			if !strings.HasPrefix(a, "--") || !strings.Contains(a, "=") {
 				t.Errorf("%s: container %s arg %q is not --flag=value", file, c.Name, a)
 			}
+		}
+		if slices.Contains(natsServices, c.Name) && !slices.Contains(c.Args, "--nats-url=nats://nats:4222") {
+			t.Errorf("%s: container %s is not pointed at the nats service", file, c.Name)
 		}
 	}
 }

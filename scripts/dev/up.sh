@@ -98,7 +98,7 @@ check_free mqtt-bridge 1884 9464
 start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
 start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
 start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
-start pubsub-gateway 30 8085 7431 --
+start pubsub-gateway 30 8085 7431 -- --nats-url "$NATS_URL"
 start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
 
 cat <<MSG

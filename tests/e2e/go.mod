@@ -11,6 +11,7 @@ require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/tributary/tributary/libs v0.0.0-00010101000000-000000000000
 	github.com/tributary/tributary/proto v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.3
@@ -42,6 +43,8 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	go.opencensus.io v0.24.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -88,15 +88,25 @@ func startExtra(t *testing.T, name, httpAddr string, args ...string) *extraProc 
 }
 
 // holdsSweepLock reports whether the log at path says its process holds the group sweep
-// lock (acquired and not lost since).
+// lock (acquired and not lost or released since).
 func holdsSweepLock(path string) bool {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
 	}
-	s := string(b)
-	acq := strings.LastIndex(s, "acquired group sweep lock")
-	return acq >= 0 && acq > strings.LastIndex(s, "lost group sweep lock") && acq > strings.LastIndex(s, "released group sweep lock")
+	held := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `"lock":"groups"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `"acquired sweep lock"`):
+			held = true
+		case strings.Contains(line, `"lost sweep lock"`), strings.Contains(line, `"released sweep lock"`):
+			held = false
+		}
+	}
+	return held
 }
 
 // pinnedDialer sends every connection of a kgo client to addr, so a member talks only to

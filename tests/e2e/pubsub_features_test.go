@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -465,6 +466,12 @@ func TestPubSubSnapshotSeekDetach(t *testing.T) {
 	}
 	_, err = sc1.Pull(ctx, &pubsubpb.PullRequest{Subscription: subPath(sub), MaxMessages: 1})
 	wantCode(t, "Pull on a detached subscription", err, codes.FailedPrecondition)
+	// Google's ListTopicSubscriptions "lists the names of the attached subscriptions on
+	// this topic": a detached one no longer belongs to it.
+	ls, err := pub.ListTopicSubscriptions(ctx, &pubsubpb.ListTopicSubscriptionsRequest{Topic: topicPath(topic)})
+	if err != nil || slices.Contains(ls.GetSubscriptions(), subPath(sub)) {
+		t.Fatalf("ListTopicSubscriptions after detaching %s = %v, %v", sub, ls.GetSubscriptions(), err)
+	}
 }
 
 func sortedStrings(s []string) []string {

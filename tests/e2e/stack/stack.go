@@ -1,5 +1,5 @@
-// Package stack starts Tributary as real processes — storage-core, coordinator,
-// N kafka-gateway and M pubsub-gateway replicas and, on request, mqtt-bridges
+// Package stack starts Tributary as real processes — storage-core, one or more
+// coordinators, N kafka-gateway and M pubsub-gateway replicas and, on request, mqtt-bridges
 // (StartMQTTBridge) — against the test Postgres and NATS, for end-to-end tests and
 // benchmarks. Each stack gets its own data directory, Postgres database
 // (tributary_e2e_<random>) and cluster id, and free ports on 127.0.0.1, so stacks can
@@ -33,6 +33,10 @@ type Options struct {
 	Gateways int
 	// PubSubGateways is the number of pubsub-gateway replicas. Default 0.
 	PubSubGateways int
+	// Coordinators is the number of coordinator replicas (one database, one cluster
+	// id). Default 1. The gateways and storage-core use the first one; the others
+	// compete for the sweep locks.
+	Coordinators int
 	// Fsync is storage-core's --fsync: "always" (default) or "interval=<dur>".
 	Fsync string
 	// DataDir reuses a storage data directory; empty = a temp dir removed at Close.
@@ -69,7 +73,10 @@ type Stack struct {
 
 	Storage     *Proc
 	Coordinator *Proc
-	Gateways    []*Proc
+	// Coordinators holds every coordinator replica: Coordinator ("coordinator"), then
+	// "coordinator-1", ... (Options.Coordinators).
+	Coordinators []*Proc
+	Gateways     []*Proc
 	// PubSub holds the pubsub-gateway replicas ("pubsub-gateway-0", ...).
 	PubSub []*Proc
 	// Bridges are the mqtt-bridge processes started with StartMQTTBridge.
@@ -90,6 +97,9 @@ type Stack struct {
 func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Gateways <= 0 {
 		opts.Gateways = 1
+	}
+	if opts.Coordinators <= 0 {
+		opts.Coordinators = 1
 	}
 	if opts.Fsync == "" {
 		opts.Fsync = "always"
@@ -152,15 +162,22 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			"--coordinator-addr", coordGRPC,
 		}, opts.StorageFlags...),
 	}
-	s.Coordinator = &Proc{
-		Name: Coordinator, HTTPAddr: coordHTTP, LogPath: filepath.Join(s.LogDir, Coordinator+".log"),
-		bin: filepath.Join(bin, Coordinator),
-		args: append([]string{
-			"--grpc-addr", coordGRPC, "--http-addr", coordHTTP,
-			"--postgres-url", s.PostgresURL, "--storage-addr", storageGRPC,
-			"--nats-url", testenv.NATSURL(), "--cluster-id", s.ClusterID, "--log-level", opts.LogLevel,
-		}, opts.CoordinatorFlags...),
+	for i := 0; i < opts.Coordinators; i++ {
+		name, grpcAddr, httpAddr := Coordinator, coordGRPC, coordHTTP
+		if i > 0 {
+			name, grpcAddr, httpAddr = Coordinator+"-"+strconv.Itoa(i), freeAddr(), freeAddr()
+		}
+		s.Coordinators = append(s.Coordinators, &Proc{
+			Name: name, HTTPAddr: httpAddr, LogPath: filepath.Join(s.LogDir, name+".log"),
+			bin: filepath.Join(bin, Coordinator),
+			args: append([]string{
+				"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+				"--postgres-url", s.PostgresURL, "--storage-addr", storageGRPC,
+				"--nats-url", testenv.NATSURL(), "--cluster-id", s.ClusterID, "--log-level", opts.LogLevel,
+			}, opts.CoordinatorFlags...),
+		})
 	}
+	s.Coordinator = s.Coordinators[0]
 	for i := 0; i < opts.Gateways; i++ {
 		listen, httpAddr := freeAddr(), freeAddr()
 		name := KafkaGateway + "-" + strconv.Itoa(i)
@@ -186,6 +203,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			args: append([]string{
 				"--grpc-addr", listen, "--http-addr", httpAddr,
 				"--storage-addr", storageGRPC, "--coordinator-addr", coordGRPC,
+				"--nats-url", testenv.NATSURL(), "--cluster-id", s.ClusterID,
 				"--log-level", opts.LogLevel,
 			}, opts.PubSubFlags...),
 		})
@@ -199,7 +217,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 
 // Procs lists every process in start order.
 func (s *Stack) Procs() []*Proc {
-	return append(append(append([]*Proc{s.Storage, s.Coordinator}, s.Gateways...), s.PubSub...), s.Bridges...)
+	return append(append(append(append([]*Proc{s.Storage}, s.Coordinators...), s.Gateways...), s.PubSub...), s.Bridges...)
 }
 
 // Proc finds a process by name ("storage-core", "coordinator", "kafka-gateway-1").
@@ -215,7 +233,7 @@ func (s *Stack) Proc(name string) (*Proc, error) {
 // StartAll starts every process that is not running, in dependency order, and waits
 // until each is ready.
 func (s *Stack) StartAll(ctx context.Context) error {
-	for _, p := range []*Proc{s.Storage, s.Coordinator} {
+	for _, p := range append([]*Proc{s.Storage}, s.Coordinators...) {
 		if err := s.startProc(ctx, p); err != nil {
 			return err
 		}

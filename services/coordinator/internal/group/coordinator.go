@@ -58,8 +58,11 @@ type Coordinator struct {
 	log     *zap.Logger
 	now     func() time.Time
 	notify  *notifier
-	sweeper *sweeper
+	sweeper *sweeper   // the group sweeps and AddSweep, under lock "groups"
+	kinds   []*sweeper // AddSweepLock
 	metrics *offsetCollector
+	// lockHeld is 1 for each sweep lock this replica holds.
+	lockHeld *prometheus.GaugeVec
 
 	started atomic.Bool
 	closed  atomic.Bool
@@ -95,27 +98,36 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 		notify:  newNotifier(deps.NATS, cfg.ClusterID),
 		closing: make(chan struct{}),
 	}
-	c.sweeper = newSweeper(c)
+	c.sweeper = newSweeper(c, sweepLockKey)
+	c.sweeper.tick = c.sweeper.groupTick
 	c.metrics = newOffsetCollector(deps.Pool, deps.Storage, log)
+	c.lockHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tributary_coordinator_sweep_lock_held",
+		Help: "1 while this replica holds the sweep lock (and runs that kind of sweep), else 0; by lock.",
+	}, []string{"lock"})
+	c.lockHeld.WithLabelValues(sweepLockKey).Set(0)
 	if deps.Registerer != nil {
 		if err := deps.Registerer.Register(c.metrics); err != nil {
 			return nil, fmt.Errorf("register group metrics: %w", err)
+		}
+		if err := deps.Registerer.Register(c.lockHeld); err != nil {
+			return nil, fmt.Errorf("register sweep lock metric: %w", err)
 		}
 	}
 	return c, nil
 }
 
-// Start subscribes to group wake-ups and starts the sweep-lock loop. Call Close to stop.
+// Start subscribes to group wake-ups and starts one sweep-lock loop per sweep kind.
+// Call Close to stop.
 func (c *Coordinator) Start(ctx context.Context) error {
 	if err := c.notify.start(); err != nil {
 		return fmt.Errorf("subscribe group wake-ups: %w", err)
 	}
 	ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.sweeper.run(ctx)
-	}()
+	for _, s := range append([]*sweeper{c.sweeper}, c.kinds...) {
+		c.lockHeld.WithLabelValues(s.key).Set(0)
+		c.wg.Go(func() { s.run(ctx) })
+	}
 	c.started.Store(true)
 	return nil
 }
@@ -146,8 +158,20 @@ func (c *Coordinator) Ready(ctx context.Context) error {
 	return c.pool.Ping(ctx)
 }
 
-// HoldsSweepLock reports whether this replica currently runs the sweeps.
+// HoldsSweepLock reports whether this replica currently runs the group sweeps (and
+// the AddSweep ones).
 func (c *Coordinator) HoldsSweepLock() bool { return c.sweeper.held.Load() }
+
+// HoldsLock reports whether this replica currently holds the sweep lock key ("groups"
+// or an AddSweepLock key).
+func (c *Coordinator) HoldsLock(key string) bool {
+	for _, s := range append([]*sweeper{c.sweeper}, c.kinds...) {
+		if s.key == key {
+			return s.held.Load()
+		}
+	}
+	return false
+}
 
 func (c *Coordinator) check() error {
 	if c.closed.Load() {

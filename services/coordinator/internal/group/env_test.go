@@ -158,6 +158,12 @@ func (e *env) start(cfg Config) (*Coordinator, func()) {
 // cut it to simulate a crash (the sweep lock is then not released).
 func (e *env) startReplica(cfg Config) (*Coordinator, *nats.Conn, func()) {
 	e.t.Helper()
+	return e.startReplicaWith(cfg, nil)
+}
+
+// startReplicaWith is startReplica that calls setup (when set) before Start.
+func (e *env) startReplicaWith(cfg Config, setup func(*Coordinator)) (*Coordinator, *nats.Conn, func()) {
+	e.t.Helper()
 	nc, err := nats.Connect(e.nc.ConnectedUrl())
 	if err != nil {
 		e.t.Fatalf("nats: %v", err)
@@ -166,6 +172,9 @@ func (e *env) startReplica(cfg Config) (*Coordinator, *nats.Conn, func()) {
 	c, err := New(cfg, Deps{Pool: pool, NATS: nc, Log: zaptest.NewLogger(e.t)})
 	if err != nil {
 		e.t.Fatalf("new coordinator: %v", err)
+	}
+	if setup != nil {
+		setup(c)
 	}
 	if err := c.Start(context.Background()); err != nil {
 		e.t.Fatalf("start coordinator: %v", err)

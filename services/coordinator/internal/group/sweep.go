@@ -18,27 +18,31 @@ import (
 // sweepLockKey is the KV key whose holder runs the group sweeps.
 const sweepLockKey = "groups"
 
-// sweeper runs the group sweeps on the one replica holding the sweep lock: a key in a
-// NATS JetStream KV bucket whose TTL is Config.SweepLockTTL. The holder renews it (Update
-// with the last revision) every TTL/3; when the holder dies the key ages out and another
-// replica's Create succeeds. A holder that fails to renew stops sweeping at once.
+// sweeper runs one kind of sweep on the one replica holding that kind's sweep lock: a
+// key in the cluster's NATS JetStream KV bucket, whose TTL is Config.SweepLockTTL. The
+// holder renews it (Update with the last revision) every TTL/3; when the holder dies
+// the key ages out and another replica's Create succeeds. A holder that fails to renew
+// stops sweeping at once. Each kind has its own key and goroutine, so kinds may be
+// held by different replicas and a slow sweep never delays another kind.
 type sweeper struct {
 	c     *Coordinator
+	key   string
+	tick  func(ctx context.Context) // one sweep, run every SweepInterval while held
 	owner string
 	held  atomic.Bool
 
 	kv        jetstream.KeyValue
 	rev       uint64
 	renewedAt time.Time
-	lastRet   time.Time
-	extra     []*extraSweep // AddSweep
+	lastRet   time.Time     // group sweeper only: last offset-retention pass
+	extra     []*extraSweep // group sweeper only: AddSweep
 }
 
-func newSweeper(c *Coordinator) *sweeper {
+func newSweeper(c *Coordinator, key string) *sweeper {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	host, _ := os.Hostname()
-	return &sweeper{c: c, owner: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))}
+	return &sweeper{c: c, key: key, owner: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))}
 }
 
 // bucketName is the KV bucket of the cluster's sweep locks (bucket names allow only
@@ -57,6 +61,14 @@ func bucketName(clusterID string) string {
 	return sb.String()
 }
 
+// groupTick is the group sweeper's tick: the group sweep, then the AddSweep sweeps.
+func (s *sweeper) groupTick(ctx context.Context) {
+	if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+		s.c.log.Warn("group sweep failed", zap.Error(err))
+	}
+	s.runExtra(ctx)
+}
+
 func (s *sweeper) run(ctx context.Context) {
 	t := time.NewTicker(s.c.cfg.SweepInterval)
 	defer t.Stop()
@@ -70,10 +82,7 @@ func (s *sweeper) run(ctx context.Context) {
 		if !s.hold(ctx) {
 			continue
 		}
-		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			s.c.log.Warn("group sweep failed", zap.Error(err))
-		}
-		s.runExtra(ctx)
+		s.tick(ctx)
 	}
 }
 
@@ -103,43 +112,54 @@ func (s *sweeper) hold(ctx context.Context) bool {
 	defer cancel()
 	now := time.Now()
 	if !s.held.Load() {
-		rev, err := s.kv.Create(cctx, sweepLockKey, []byte(s.owner))
+		rev, err := s.kv.Create(cctx, s.key, []byte(s.owner))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-				log.Debug("sweep lock not acquired", zap.Error(err))
+				log.Debug("sweep lock not acquired", zap.String("lock", s.key), zap.Error(err))
 			}
 			return false
 		}
 		s.rev, s.renewedAt = rev, now
-		s.held.Store(true)
-		log.Info("acquired group sweep lock", zap.String("owner", s.owner))
+		s.setHeld(true)
+		log.Info("acquired sweep lock", zap.String("lock", s.key), zap.String("owner", s.owner))
 		return true
 	}
 	if now.Sub(s.renewedAt) < s.c.cfg.SweepLockTTL/3 {
 		return true
 	}
-	rev, err := s.kv.Update(cctx, sweepLockKey, []byte(s.owner), s.rev)
+	rev, err := s.kv.Update(cctx, s.key, []byte(s.owner), s.rev)
 	if err != nil {
-		s.held.Store(false)
-		log.Warn("lost group sweep lock", zap.Error(err))
+		s.setHeld(false)
+		log.Warn("lost sweep lock", zap.String("lock", s.key), zap.Error(err))
 		return false
 	}
 	s.rev, s.renewedAt = rev, now
 	return true
 }
 
+// setHeld records whether this replica holds the lock (and its gauge).
+func (s *sweeper) setHeld(held bool) {
+	s.held.Store(held)
+	v := 0.0
+	if held {
+		v = 1
+	}
+	s.c.lockHeld.WithLabelValues(s.key).Set(v)
+}
+
 // release deletes the lock (if still ours) so another replica takes over at once.
 func (s *sweeper) release() {
-	if !s.held.Swap(false) || s.kv == nil {
+	if !s.held.Load() || s.kv == nil {
 		return
 	}
+	s.setHeld(false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := s.kv.Delete(ctx, sweepLockKey, jetstream.LastRevision(s.rev)); err != nil {
-		s.c.log.Warn("release group sweep lock", zap.Error(err))
+	if err := s.kv.Delete(ctx, s.key, jetstream.LastRevision(s.rev)); err != nil {
+		s.c.log.Warn("release sweep lock", zap.String("lock", s.key), zap.Error(err))
 		return
 	}
-	s.c.log.Info("released group sweep lock", zap.String("owner", s.owner))
+	s.c.log.Info("released sweep lock", zap.String("lock", s.key), zap.String("owner", s.owner))
 }
 
 // sweep expires member sessions, ends join phases and sync waits whose deadline passed,

@@ -45,6 +45,16 @@ type fakeQueues struct {
 	detached map[string]bool
 	// failUnbind makes Unbind of these queues fail with UNAVAILABLE.
 	failUnbind map[string]bool
+	// swept counts SweepLeases calls; sweepChanged is what each one answers.
+	swept        int
+	sweepChanged []string
+}
+
+func (f *fakeQueues) SweepLeases(context.Context, *storagev1.SweepLeasesRequest) (*storagev1.SweepLeasesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.swept++
+	return &storagev1.SweepLeasesResponse{Queues: f.sweepChanged}, nil
 }
 
 func (f *fakeQueues) Unbind(_ context.Context, req *storagev1.UnbindRequest) (*storagev1.UnbindResponse, error) {

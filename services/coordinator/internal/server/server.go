@@ -110,7 +110,8 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
-	registry := pubsub.New(s.store, s.storage, storagev1.NewQueueServiceClient(s.storageConn), log.Named("pubsub"), cfg.Now)
+	queues := storagev1.NewQueueServiceClient(s.storageConn)
+	registry := pubsub.New(s.store, s.storage, queues, log.Named("pubsub"), cfg.Now)
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
 	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
 	expiry := cfg.PubSubExpiryInterval
@@ -118,6 +119,8 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		expiry = time.Minute
 	}
 	s.groups.AddSweep("pubsub-expiry", expiry, registry.ExpireSubscriptions)
+	leases := pubsub.NewLeaseSweeper(queues, s.nc, cfg.ClusterID, log.Named("pubsub"))
+	s.groups.AddSweepLock(pubsub.LeaseSweepLock, leases.Sweep)
 	s.health = grpcx.RegisterStandard(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)

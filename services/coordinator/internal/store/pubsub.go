@@ -249,12 +249,14 @@ func (s *Store) PubSubTopics(ctx context.Context, after string, limit int) ([]*P
 }
 
 // PubSubSubscriptions returns up to limit subscriptions with ids after "after", by id;
-// only topic's when topic is not empty.
+// when topic is not empty, only those attached to topic (a detached subscription no
+// longer belongs to its topic: Google's ListTopicSubscriptions "lists the names of the
+// attached subscriptions on this topic").
 func (s *Store) PubSubSubscriptions(ctx context.Context, topic, after string, limit int) ([]*PubSubSubscription, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	q := "SELECT " + pubsubSubColumns + " FROM pubsub_subscriptions WHERE id > $1 AND ($2 = '' OR topic_id = $2) ORDER BY id LIMIT $3"
+	q := "SELECT " + pubsubSubColumns + " FROM pubsub_subscriptions WHERE id > $1 AND ($2 = '' OR topic_id = $2 AND NOT detached) ORDER BY id LIMIT $3"
 	rows, err := s.pool.Query(ctx, q, after, topic, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list pubsub subscriptions: %w", err)

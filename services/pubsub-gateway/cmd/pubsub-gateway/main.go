@@ -14,6 +14,7 @@ import (
 
 	"github.com/tributary/tributary/libs/flagenv"
 	"github.com/tributary/tributary/libs/obs"
+	"github.com/tributary/tributary/services/pubsub-gateway/internal/handler"
 	"github.com/tributary/tributary/services/pubsub-gateway/internal/server"
 )
 
@@ -32,6 +33,9 @@ func run() error {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7431", "HTTP address for /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address")
 	fs.StringVar(&cfg.CoordinatorAddr, "coordinator-addr", "127.0.0.1:7410", "coordinator gRPC address")
+	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL (lease wake-ups between replicas and from the coordinator's sweep); empty = none, streams poll")
+	fs.StringVar(&cfg.ClusterID, "cluster-id", "tributary", "cluster id (prefixes NATS subjects)")
+	fs.Int64Var(&cfg.StreamBufferBytes, "stream-buffer-bytes", handler.DefaultStreamBufferBytes, "message bytes all StreamingPull streams may hold for slow clients; each open stream gets an equal share and stops pulling past it")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "pubsub-gateway", os.Args[1:]); err != nil {
 		return err

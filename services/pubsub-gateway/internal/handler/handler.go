@@ -5,7 +5,8 @@
 // in storage-core (a topic is the log gcp.<t>, a subscription the queue gcp.sub.<s>
 // bound to it; QueueService holds every lease, so any replica can ack, modack or
 // redeliver any message). The handler itself keeps no state beyond short-lived caches
-// and the flow-control books of its own StreamingPull streams.
+// and the flow-control books of its own StreamingPull streams, which learn of leases
+// ended through other replicas from NATS wake-ups (wake.go).
 package handler
 
 import (
@@ -34,6 +35,12 @@ type Deps struct {
 	Log      *zap.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Announce carries lease wake-ups to and from the other replicas (NATS; wake.go);
+	// nil without NATS.
+	Announce Announcer
+	// StreamBufferBytes bounds the message bytes this replica's StreamingPull streams
+	// hold waiting for slow clients (hold.go); 0 = DefaultStreamBufferBytes.
+	StreamBufferBytes int64
 }
 
 // Handler serves Publisher, Subscriber and SchemaService.
@@ -55,8 +62,11 @@ type Handler struct {
 	// ranges caches the compiled revisions of topics' schema settings (schema_topic.go).
 	ranges *rangeCache
 
-	streams *streamBook
-	act     *activity
+	streams   *streamBook
+	act       *activity
+	listeners *listeners
+	announce  Announcer
+	budget    *holdBudget
 }
 
 // cachedTopic is what Publish needs to know about a topic.
@@ -86,13 +96,20 @@ func New(d Deps) *Handler {
 	if now == nil {
 		now = time.Now
 	}
+	limit := d.StreamBufferBytes
+	if limit <= 0 {
+		limit = DefaultStreamBufferBytes
+	}
 	return &Handler{
 		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, log: d.Log, now: now,
-		topics:  map[string]cachedTopic{},
-		subs:    map[string]cachedSub{},
-		ranges:  newRangeCache(),
-		streams: newStreamBook(),
-		act:     newActivity(),
+		topics:    map[string]cachedTopic{},
+		subs:      map[string]cachedSub{},
+		ranges:    newRangeCache(),
+		streams:   newStreamBook(),
+		act:       newActivity(),
+		listeners: newListeners(),
+		announce:  d.Announce,
+		budget:    &holdBudget{limit: limit},
 	}
 }
 

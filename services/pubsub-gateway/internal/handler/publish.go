@@ -84,18 +84,13 @@ func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*p
 			recs[i].Headers = append(recs[i].Headers, schemaHdrs[i]...)
 		}
 	}
+	// An append racing DeleteTopic is NOT_FOUND from storage-core whenever the log goes
+	// first (also while the append waits for its fsync), before the registry row does.
 	if _, err := h.store.Append(ctx, &storagev1.AppendRequest{Channel: channel.PubSubTopic(r.id), Records: recs}); err != nil {
-		err = backendError(ctx, err, msgTopicNotFound)
-		if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
-			// An append racing DeleteTopic fails as the log closes (storage-core:
-			// UNAVAILABLE); once the topic is gone the answer is NOT_FOUND, which
-			// clients do not retry.
+		if status.Code(err) == codes.NotFound {
 			h.forget(r.id, "")
-			if terr := h.topicExists(ctx, r.id); status.Code(terr) == codes.NotFound {
-				return nil, terr
-			}
 		}
-		return nil, err
+		return nil, backendError(ctx, err, msgTopicNotFound)
 	}
 	return &pubsubpb.PublishResponse{MessageIds: ids}, nil
 }

@@ -31,30 +31,42 @@ func (f *topicRegistry) GetPubSubTopic(_ context.Context, req *coordinatorv1.Get
 	return &coordinatorv1.GetPubSubTopicResponse{Topic: &coordinatorv1.PubSubTopic{Id: req.GetId()}}, nil
 }
 
-// closingStore fails appends as storage-core does when the log closes under them, and
-// deletes the topic from reg first (DeleteTopic winning the race).
-type closingStore struct {
+// deletingStore answers appends as storage-core does once DeleteTopic deleted the log
+// (NOT_FOUND, the registry row not gone yet), or UNAVAILABLE for topics in failing.
+type deletingStore struct {
 	storagev1.StorageServiceClient
-	reg *topicRegistry
+	mu      sync.Mutex
+	failing map[string]bool
+	appends int
 }
 
-func (s closingStore) Append(_ context.Context, req *storagev1.AppendRequest, _ ...grpc.CallOption) (*storagev1.AppendResponse, error) {
-	s.reg.mu.Lock()
-	delete(s.reg.exists, "t1x")
-	s.reg.mu.Unlock()
-	return nil, status.Error(codes.Unavailable, "closed")
-}
-
-// A publish racing DeleteTopic answers NOT_FOUND, not the UNAVAILABLE of the closing
-// log (clients would retry it); backend trouble on a live topic stays UNAVAILABLE.
-func TestPublishRacingDeleteTopic(t *testing.T) {
-	reg := &topicRegistry{exists: map[string]bool{"t1x": true}}
-	h := New(Deps{Registry: reg, Storage: closingStore{reg: reg}, Log: zap.NewNop()})
-	req := &pubsubpb.PublishRequest{Topic: "projects/p/topics/t1x", Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}}
-	if _, err := h.Publish(context.Background(), req); status.Code(err) != codes.NotFound {
-		t.Fatalf("publish racing DeleteTopic: %v, want NOT_FOUND", err)
+func (s *deletingStore) Append(_ context.Context, req *storagev1.AppendRequest, _ ...grpc.CallOption) (*storagev1.AppendResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.appends++
+	if s.failing[req.GetChannel()] {
+		return nil, status.Error(codes.Unavailable, "disk trouble")
 	}
-	reg.exists["t2x"] = true
+	return nil, status.Error(codes.NotFound, "channel deleted")
+}
+
+// A publish racing DeleteTopic answers storage-core's NOT_FOUND as the emulator words
+// it and forgets the cached topic, so the next publish asks the registry instead of
+// appending again; backend trouble on a live topic stays UNAVAILABLE.
+func TestPublishRacingDeleteTopic(t *testing.T) {
+	reg := &topicRegistry{exists: map[string]bool{"t1x": true, "t2x": true}}
+	st := &deletingStore{failing: map[string]bool{"gcp.t2x": true}}
+	h := New(Deps{Registry: reg, Storage: st, Log: zap.NewNop()})
+	req := &pubsubpb.PublishRequest{Topic: "projects/p/topics/t1x", Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}}
+	if _, err := h.Publish(context.Background(), req); status.Code(err) != codes.NotFound || status.Convert(err).Message() != msgTopicNotFound {
+		t.Fatalf("publish racing DeleteTopic: %v, want NOT_FOUND %q", err, msgTopicNotFound)
+	}
+	reg.mu.Lock()
+	delete(reg.exists, "t1x") // the registry row goes after the log
+	reg.mu.Unlock()
+	if _, err := h.Publish(context.Background(), req); status.Code(err) != codes.NotFound || st.appends != 1 {
+		t.Fatalf("publish after DeleteTopic: %v after %d appends, want NOT_FOUND from the registry after 1", err, st.appends)
+	}
 	req.Topic = "projects/p/topics/t2x"
 	if _, err := h.Publish(context.Background(), req); status.Code(err) != codes.Unavailable {
 		t.Fatalf("publish to a live topic while storage fails: %v, want UNAVAILABLE", err)

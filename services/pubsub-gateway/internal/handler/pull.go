@@ -172,7 +172,7 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
-	h.streams.done(settled(req.GetAckIds(), resp.GetResults()))
+	h.leasesEnded(channel.PubSubSubscription(r.id), settled(req.GetAckIds(), resp.GetResults()))
 	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
 		return nil, err
 	}
@@ -206,15 +206,18 @@ func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 }
 
 func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds int32) (*storagev1.ModifyAckDeadlineResponse, error) {
+	queue := channel.PubSubSubscription(sub)
 	resp, err := h.queues.ModifyAckDeadline(ctx, &storagev1.ModifyAckDeadlineRequest{
-		Queue: channel.PubSubSubscription(sub), AckIds: ids, AckDeadlineMs: seconds * 1000,
+		Queue: queue, AckIds: ids, AckDeadlineMs: seconds * 1000,
 	})
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
 	if seconds == 0 {
-		h.streams.done(settled(ids, resp.GetResults()))
+		h.leasesEnded(queue, settled(ids, resp.GetResults()))
 	} else {
+		// An extension through another replica is not announced: a stream there
+		// re-reads its leases when the deadline it knows passes.
 		var live, gone []string
 		for i, id := range ids {
 			switch result(resp.GetResults(), i) {

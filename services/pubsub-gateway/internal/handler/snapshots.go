@@ -152,8 +152,12 @@ func (h *Handler) DeleteSnapshot(ctx context.Context, req *pubsubpb.DeleteSnapsh
 
 // Seek moves a subscription's acknowledgement state to a time (messages published
 // before it become acked, the rest unacked, as far as retention allows) or to a
-// snapshot of the same topic. A snapshot taken of another subscription of that topic is
-// not restorable yet (storage-core keeps queue snapshots per queue): UNIMPLEMENTED.
+// snapshot of the same topic, taken of this subscription or of another one (also a
+// deleted one): storage-core applies another queue's snapshot by topic sequences, to
+// the messages this subscription still holds, as the official emulator does. A
+// snapshot of another topic, or of an earlier topic of the same name, is
+// FAILED_PRECONDITION (Google: "The snapshot's topic must be the same as that of the
+// provided subscription").
 func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubpb.SeekResponse, error) {
 	sub, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
@@ -184,9 +188,6 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 			return nil, status.Errorf(codes.FailedPrecondition, "The subscription's topic %s is different from that of the snapshot %s; they must match in order for Seek to work.",
 				info.spec.GetTopic(), resource{project: sub.project, id: sr.GetSnapshot().GetTopicId()}.name(collTopics))
 		}
-		if sr.GetSnapshot().GetSubscriptionId() != sub.id {
-			return nil, status.Errorf(codes.Unimplemented, "Seek to a snapshot of another subscription (%s) is not supported yet", sr.GetSnapshot().GetSubscriptionId())
-		}
 		seek.Target = &storagev1.SeekRequest_Snapshot{Snapshot: snap.id}
 	default:
 		return nil, invalid("No target was specified in the SeekRequest. Must specify either a time or a snapshot")
@@ -194,6 +195,7 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 	if _, err := h.queues.Seek(ctx, seek); err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
+	h.queueChanged(seek.Queue) // every lease of the queue ended
 	h.touch(sub.id)
 	return &pubsubpb.SeekResponse{}, nil
 }

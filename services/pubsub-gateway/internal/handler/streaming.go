@@ -23,9 +23,16 @@ const (
 	// streamPollWait is each long-poll Receive's wait; the queue wakes it at once when a
 	// message becomes available.
 	streamPollWait = 5 * time.Second
-	// flowRecheck bounds a stream's sleep while its flow-control window is full (leases
-	// expire, and acks through other replicas are not seen here).
-	flowRecheck = time.Second
+	// leaseRecheck is how often a stream whose window is full re-reads its leases from
+	// storage-core when no wake-up comes: the polling fallback while NATS is down (acks
+	// through other replicas are seen this late), and how far ahead a lease deadline
+	// read from storage-core is next checked. leaseRecheckLive is the safety re-read
+	// while NATS is up, in case an announcement was lost.
+	leaseRecheck     = time.Second
+	leaseRecheckLive = 5 * time.Second
+	// leaseRefreshGap is the least time between two re-reads of one stream's leases, so
+	// a burst of wake-ups (acks arrive every 100 ms from the Go client) costs one.
+	leaseRefreshGap = 50 * time.Millisecond
 	// backendRetry is the pause after a failed Receive before the stream gives up.
 	backendRetry = 200 * time.Millisecond
 	// windowFactor scales the client's max_outstanding_messages/bytes into the stream's
@@ -37,6 +44,8 @@ const (
 	windowFactor = 10
 	// releaseTimeout bounds the nack of messages a closing stream could not send.
 	releaseTimeout = 5 * time.Second
+	// maxLeaseQuery is the most ack ids one GetLeases asks about (storage-core's bound).
+	maxLeaseQuery = 10_000
 )
 
 // StreamingPull delivers messages over a bidirectional stream: the first request names
@@ -83,6 +92,12 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 	}
 	st.deadline.Store(first.GetStreamAckDeadlineSeconds())
 	defer h.streams.drop(st)
+	h.budget.streams.Add(1)
+	defer h.budget.streams.Add(-1)
+	if st.limited() {
+		h.listeners.add(st)
+		defer h.listeners.remove(st)
+	}
 	if err := st.send(&pubsubpb.StreamingPullResponse{}); err != nil {
 		return err
 	}
@@ -132,7 +147,24 @@ type stream struct {
 	count       int64
 	bytes       int64
 	wake        chan struct{}
+
+	// stale is set by a wake-up: leases of the queue ended elsewhere, re-read them.
+	stale atomic.Bool
+	// refreshedAt is when the leases were last re-read (receive loop only).
+	refreshedAt time.Time
+	// held is the message bytes leased for the stream and not yet sent (holdBudget).
+	held atomic.Int64
 }
+
+// batch is one response on its way to the client, with the bytes it holds.
+type batch struct {
+	out   *pubsubpb.StreamingPullResponse
+	bytes int64
+}
+
+// limited reports whether the client asked for flow control (the stream then tracks
+// its leases).
+func (s *stream) limited() bool { return s.maxMsgs > 0 || s.maxBytes > 0 }
 
 func (s *stream) send(resp *pubsubpb.StreamingPullResponse) error {
 	resp.SubscriptionProperties = s.props
@@ -181,7 +213,7 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 		if err != nil {
 			return backendError(ctx, err, msgSubNotFound)
 		}
-		s.h.streams.done(settled(ids, resp.GetResults()))
+		s.h.leasesEnded(s.queue, settled(ids, resp.GetResults()))
 		if s.props.ExactlyOnceDeliveryEnabled {
 			ok, failed := splitResults(ids, resp.GetResults())
 			confirm.AcknowledgeConfirmation = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{AckIds: ok, InvalidAckIds: failed}
@@ -229,33 +261,136 @@ func isKeepalive(req *pubsubpb.StreamingPullRequest) bool {
 }
 
 // window returns how many messages and bytes the stream may still take (at most one
-// response's worth), first forgetting leases past their deadline.
-func (s *stream) window(now time.Time) (msgs int32, bytes int64, full bool) {
-	var expired []string
-	defer func() { s.h.streams.forget(s, expired) }()
+// response's worth), whether it is full, and the earliest lease deadline it knows
+// (zero when it tracks none).
+func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, l := range s.outstanding {
-		if now.After(l.deadline) {
-			s.forgetLocked(id, l)
-			expired = append(expired, id)
+	for _, l := range s.outstanding {
+		if next.IsZero() || l.deadline.Before(next) {
+			next = l.deadline
 		}
 	}
 	msgs = maxPullBatch
 	if s.maxMsgs > 0 {
 		if s.count >= s.maxMsgs {
-			return 0, 0, true
+			return 0, 0, next, true
 		}
 		msgs = int32(min(int64(msgs), s.maxMsgs-s.count))
 	}
 	bytes = maxResponseBytes
 	if s.maxBytes > 0 {
 		if s.bytes >= s.maxBytes {
-			return 0, 0, true
+			return 0, 0, next, true
 		}
 		bytes = min(bytes, s.maxBytes-s.bytes)
 	}
-	return msgs, bytes, false
+	return msgs, bytes, next, false
+}
+
+// recheck is how long a full window waits for a wake-up before re-reading its leases.
+func (s *stream) recheck() time.Duration {
+	if s.h.announceLive() {
+		return leaseRecheckLive
+	}
+	return leaseRecheck
+}
+
+// refreshDue reports whether the leases should be re-read now: a wake-up said leases
+// of the queue ended elsewhere, a deadline the stream knows passed (another replica may
+// have extended it), or the window is full and the recheck interval passed. Never
+// twice within leaseRefreshGap.
+func (s *stream) refreshDue(now, next time.Time, full bool) bool {
+	if now.Sub(s.refreshedAt) < leaseRefreshGap {
+		return false
+	}
+	s.mu.Lock()
+	n := len(s.outstanding)
+	s.mu.Unlock()
+	if n == 0 {
+		s.stale.Store(false)
+		return false
+	}
+	switch {
+	case s.stale.Swap(false):
+		return true
+	case !next.IsZero() && !now.Before(next):
+		return true
+	case full && now.Sub(s.refreshedAt) >= s.recheck():
+		return true
+	}
+	return false
+}
+
+// refreshLeases re-reads from storage-core which outstanding ack ids are still leased
+// and until when: the others leave the window. Ids storage-core could not be asked
+// about (it failed) leave it once past the deadline the stream knows, as they would
+// without re-reads.
+func (s *stream) refreshLeases(ctx context.Context) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.outstanding))
+	for id := range s.outstanding {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	answers := make(map[string]int64, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), maxLeaseQuery)
+		resp, err := s.h.queues.GetLeases(ctx, &storagev1.GetLeasesRequest{Queue: s.queue, AckIds: ids[:n]})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.h.log.Debug("could not re-read stream leases", zap.String("queue", s.queue), zap.Error(err))
+			}
+			break
+		}
+		for i, d := range resp.GetDeadlinesMs() {
+			if i < n {
+				answers[ids[i]] = d
+			}
+		}
+		ids = ids[n:]
+	}
+	now := s.h.now()
+	s.refreshedAt = now
+	var gone []string
+	s.mu.Lock()
+	for id, l := range s.outstanding {
+		d, asked := answers[id]
+		switch {
+		case asked && d == 0, !asked && now.After(l.deadline):
+			s.forgetLocked(id, l)
+			gone = append(gone, id)
+		case asked:
+			// Next looked at no sooner than leaseRecheck from now: the deadline is
+			// storage-core's clock, and its expiry is announced by the sweep anyway.
+			l.deadline = time.UnixMilli(d)
+			if soon := now.Add(leaseRecheck); l.deadline.Before(soon) {
+				l.deadline = soon
+			}
+			s.outstanding[id] = l
+		}
+	}
+	s.mu.Unlock()
+	s.h.streams.forget(s, gone)
+}
+
+// pause waits until a wake-up, ctx's end, or what the window waits for: the recheck,
+// the next deadline it knows, the end of the refresh gap when a wake-up is pending.
+func (s *stream) pause(ctx context.Context, now, next time.Time) {
+	d := s.recheck()
+	if !next.IsZero() {
+		d = min(d, next.Sub(now))
+	}
+	if s.stale.Load() {
+		d = min(d, s.refreshedAt.Add(leaseRefreshGap).Sub(now))
+	}
+	t := time.NewTimer(max(d, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-s.wake:
+	case <-t.C:
+	}
 }
 
 func (s *stream) forgetLocked(id string, l lease) {
@@ -276,7 +411,7 @@ func (s *stream) notify() {
 func (s *stream) deliverLoop(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	batches := make(chan *pubsubpb.StreamingPullResponse, 1)
+	batches := make(chan batch, 1)
 	sendErr := make(chan error, 1)
 	go func() {
 		for {
@@ -284,9 +419,13 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 			case <-ctx.Done():
 				sendErr <- nil
 				return
-			case out := <-batches:
-				if err := s.send(out); err != nil {
-					s.release(out)
+			case b := <-batches:
+				err := s.send(b.out)
+				if err != nil {
+					s.release(b.out)
+				}
+				s.unhold(b.bytes)
+				if err != nil {
 					cancel()
 					sendErr <- err
 					return
@@ -298,8 +437,9 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 	cancel()
 	serr := <-sendErr
 	select {
-	case out := <-batches:
-		s.release(out)
+	case b := <-batches:
+		s.release(b.out)
+		s.unhold(b.bytes)
 	default:
 	}
 	if serr != nil {
@@ -326,21 +466,24 @@ func (s *stream) release(out *pubsubpb.StreamingPullResponse) {
 	}
 }
 
-func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.StreamingPullResponse) error {
-	limited := s.maxMsgs > 0 || s.maxBytes > 0
+// receiveLoop leases messages for the stream while its window and its share of the
+// replica's hold budget have room, re-reading its leases when told or due.
+func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
+	limited := s.limited()
 	failing := false // Receive failed UNAVAILABLE last time
 	for ctx.Err() == nil {
-		msgs, bytes, full := s.window(s.h.now())
-		if full {
-			t := time.NewTimer(flowRecheck)
-			select {
-			case <-ctx.Done():
-			case <-s.wake:
-			case <-t.C:
-			}
-			t.Stop()
+		now := s.h.now()
+		msgs, bytes, next, full := s.window()
+		if limited && s.refreshDue(now, next, full) {
+			s.refreshLeases(ctx)
 			continue
 		}
+		room := s.room()
+		if full || room <= 0 {
+			s.pause(ctx, now, next)
+			continue
+		}
+		bytes = min(bytes, room)
 		deadline := s.deadline.Load()
 		resp, err := s.h.queues.Receive(ctx, &storagev1.ReceiveRequest{
 			Queue: s.queue, MaxMessages: msgs, MaxBytes: bytes,
@@ -375,20 +518,24 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- *pubsubpb.Strea
 		if len(resp.GetMessages()) == 0 {
 			continue
 		}
-		out := &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}
+		b := batch{out: &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}}
 		until := s.h.now().Add(time.Duration(deadline) * time.Second)
 		for _, m := range resp.GetMessages() {
 			rm := toReceived(m, s.sub)
 			s.h.showDeletedSchema(ctx, rm.GetMessage())
-			out.ReceivedMessages = append(out.ReceivedMessages, rm)
+			b.out.ReceivedMessages = append(b.out.ReceivedMessages, rm)
+			size := int64(proto.Size(rm.GetMessage()))
+			b.bytes += size
 			if limited {
-				s.track(rm.GetAckId(), int64(proto.Size(rm.GetMessage())), until)
+				s.track(rm.GetAckId(), size, until)
 			}
 		}
+		s.hold(b.bytes)
 		select {
-		case batches <- out:
+		case batches <- b:
 		case <-ctx.Done():
-			s.release(out)
+			s.release(b.out)
+			s.unhold(b.bytes)
 			return nil
 		}
 	}
@@ -420,13 +567,15 @@ func (b *streamBook) add(id string, s *stream) {
 	b.mu.Unlock()
 }
 
-// done settles ack ids (acked or nacked).
-func (b *streamBook) done(ids []string) {
+// done settles ack ids (acked or nacked) and returns those no stream of this replica
+// tracks.
+func (b *streamBook) done(ids []string) (untracked []string) {
 	b.mu.Lock()
 	touched := map[*stream]bool{}
 	for _, id := range ids {
 		s, ok := b.byID[id]
 		if !ok {
+			untracked = append(untracked, id)
 			continue
 		}
 		delete(b.byID, id)
@@ -441,6 +590,7 @@ func (b *streamBook) done(ids []string) {
 	for s := range touched {
 		s.notify()
 	}
+	return untracked
 }
 
 // extend moves the deadline of ack ids.

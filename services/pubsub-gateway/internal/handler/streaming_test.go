@@ -13,52 +13,197 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tributary/tributary/libs/natsx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
 // TestStreamWindow: the flow-control book of a stream: tracked leases fill the window,
 // acks and nacks through any RPC of the replica (streamBook.done) free it, deadline
-// extensions keep leases in it, expired leases leave it.
+// extensions move the deadline it knows; ack ids no stream tracks are reported.
 func TestStreamWindow(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := New(Deps{Now: func() time.Time { return now }})
 	s := &stream{h: h, maxMsgs: 3, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
-	if msgs, bytes, full := s.window(now); full || msgs != 3 || bytes != 100 {
-		t.Fatalf("empty window = %d, %d, %v", msgs, bytes, full)
+	if msgs, bytes, next, full := s.window(); full || msgs != 3 || bytes != 100 || !next.IsZero() {
+		t.Fatalf("empty window = %d, %d, %v, %v", msgs, bytes, next, full)
 	}
 	s.track("a", 10, now.Add(10*time.Second))
-	s.track("b", 10, now.Add(10*time.Second))
-	if msgs, bytes, _ := s.window(now); msgs != 1 || bytes != 80 {
-		t.Fatalf("window with two leases = %d, %d", msgs, bytes)
+	s.track("b", 10, now.Add(20*time.Second))
+	if msgs, bytes, next, _ := s.window(); msgs != 1 || bytes != 80 || !next.Equal(now.Add(10*time.Second)) {
+		t.Fatalf("window with two leases = %d, %d, next %v", msgs, bytes, next)
 	}
 	s.track("c", 10, now.Add(10*time.Second))
-	if _, _, full := s.window(now); !full {
+	if _, _, _, full := s.window(); !full {
 		t.Fatal("window not full at max_outstanding_messages")
 	}
-	h.streams.done([]string{"a", "unknown"})
+	if untracked := h.streams.done([]string{"a", "unknown"}); len(untracked) != 1 || untracked[0] != "unknown" {
+		t.Fatalf("untracked ids %v, want [unknown]", untracked)
+	}
 	select {
 	case <-s.wake:
 	default:
 		t.Fatal("an ack did not wake the stream")
 	}
-	if msgs, _, full := s.window(now); full || msgs != 1 {
+	if msgs, _, _, full := s.window(); full || msgs != 1 {
 		t.Fatalf("after an ack: %d, %v", msgs, full)
 	}
-	h.streams.extend([]string{"b"}, now.Add(time.Minute))
-	later := now.Add(20 * time.Second)
-	if msgs, _, _ := s.window(later); msgs != 2 {
-		t.Fatalf("after c expired and b was extended: %d free, want 2", msgs)
+	h.streams.extend([]string{"c"}, now.Add(time.Minute))
+	if _, _, next, _ := s.window(); !next.Equal(now.Add(20 * time.Second)) {
+		t.Fatalf("after c was extended the next deadline is %v, want b's", next)
 	}
-	if _, ok := h.streams.byID["c"]; ok {
-		t.Fatal("expired lease still in the replica's book")
-	}
-	s.track("big", 200, later.Add(time.Minute))
-	if _, _, full := s.window(later); !full {
+	s.track("big", 200, now.Add(time.Minute))
+	if _, _, _, full := s.window(); !full {
 		t.Fatal("window not full at max_outstanding_bytes")
 	}
 	h.streams.drop(s)
 	if len(h.streams.byID) != 0 {
 		t.Fatalf("book after drop: %v", h.streams.byID)
+	}
+}
+
+// leaseQueues answers GetLeases from a map of ack id -> deadline (ms), or fails.
+type leaseQueues struct {
+	storagev1.QueueServiceClient
+	mu     sync.Mutex
+	leases map[string]int64
+	fail   bool
+	asked  int
+}
+
+func (q *leaseQueues) GetLeases(_ context.Context, req *storagev1.GetLeasesRequest, _ ...grpc.CallOption) (*storagev1.GetLeasesResponse, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.asked++
+	if q.fail {
+		return nil, status.Error(codes.Unavailable, "down")
+	}
+	out := &storagev1.GetLeasesResponse{}
+	for _, id := range req.GetAckIds() {
+		out.DeadlinesMs = append(out.DeadlinesMs, q.leases[id])
+	}
+	return out, nil
+}
+
+// TestStreamRefreshLeases: a stream re-reads its leases from storage-core: ack ids no
+// longer leased there (acked or nacked through another replica) leave the window,
+// extended ones take storage-core's deadline; when storage-core cannot answer, only
+// leases past the deadline the stream knows leave.
+func TestStreamRefreshLeases(t *testing.T) {
+	now := time.Unix(1000, 0)
+	q := &leaseQueues{leases: map[string]int64{"kept": now.Add(time.Minute).UnixMilli(), "soon": now.Add(100 * time.Millisecond).UnixMilli()}}
+	h := New(Deps{Now: func() time.Time { return now }, Queues: q, Log: zap.NewNop()})
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 4, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	for _, id := range []string{"kept", "soon", "acked-elsewhere"} {
+		s.track(id, 1, now.Add(10*time.Second))
+	}
+	s.refreshLeases(context.Background())
+	if _, ok := s.outstanding["acked-elsewhere"]; ok || s.count != 2 {
+		t.Fatalf("after the re-read: %v (count %d), want kept and soon", s.outstanding, s.count)
+	}
+	if _, ok := h.streams.byID["acked-elsewhere"]; ok {
+		t.Fatal("a lease ended elsewhere is still in the replica's book")
+	}
+	if d := s.outstanding["kept"].deadline; !d.Equal(now.Add(time.Minute)) {
+		t.Fatalf("kept's deadline %v, want storage-core's %v", d, now.Add(time.Minute))
+	}
+	if d := s.outstanding["soon"].deadline; d.Before(now.Add(leaseRecheck)) {
+		t.Fatalf("soon is looked at again at %v, before the recheck", d)
+	}
+	q.fail = true
+	now = now.Add(30 * time.Second)
+	s.refreshLeases(context.Background())
+	if _, ok := s.outstanding["soon"]; ok {
+		t.Fatal("a lease past its deadline stayed while storage-core was down")
+	}
+	if _, ok := s.outstanding["kept"]; !ok {
+		t.Fatal("a live lease left while storage-core was down")
+	}
+}
+
+// fakeAnnouncer records announcements.
+type fakeAnnouncer struct {
+	mu     sync.Mutex
+	queues []string
+	live   bool
+}
+
+func (a *fakeAnnouncer) Announce(q string) {
+	a.mu.Lock()
+	a.queues = append(a.queues, q)
+	a.mu.Unlock()
+}
+
+func (a *fakeAnnouncer) Live() bool { return a.live }
+
+// TestWakeUps: an ack or nack of leases this replica's streams do not track is
+// announced (a stream elsewhere may track them), one it tracks is not; an announcement
+// heard marks the queue's streams stale, so they re-read at once (but not twice
+// within the refresh gap), and nothing else; NATS down shortens the recheck.
+func TestWakeUps(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ann := &fakeAnnouncer{live: true}
+	h := New(Deps{Now: func() time.Time { return now }, Announce: ann})
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	other := &stream{h: h, queue: "gcp.sub.other", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.listeners.add(s)
+	h.listeners.add(other)
+	s.track("mine", 1, now.Add(10*time.Second))
+	h.leasesEnded("gcp.sub.s", []string{"mine"})
+	if len(ann.queues) != 0 {
+		t.Fatalf("an ack of a tracked lease was announced: %v", ann.queues)
+	}
+	h.leasesEnded("gcp.sub.s", []string{"theirs"})
+	if len(ann.queues) != 1 || ann.queues[0] != "gcp.sub.s" {
+		t.Fatalf("announced %v, want [gcp.sub.s]", ann.queues)
+	}
+	<-s.wake // from the tracked ack
+	s.track("x", 1, now.Add(10*time.Second))
+	s.refreshedAt = now.Add(-leaseRefreshGap)
+	_, _, next, full := s.window()
+	if s.refreshDue(now, next, full) {
+		t.Fatal("refresh due with nothing said")
+	}
+	if !s.refreshDue(now.Add(leaseRecheckLive), next, full) {
+		t.Fatal("a full window is not re-read at the recheck")
+	}
+	h.Wake(natsx.QueueToken("gcp.sub.s"))
+	select {
+	case <-s.wake:
+	default:
+		t.Fatal("an announcement did not wake the queue's stream")
+	}
+	if other.stale.Load() {
+		t.Fatal("an announcement woke another queue's stream")
+	}
+	if !s.refreshDue(now, next, full) {
+		t.Fatal("no refresh after an announcement")
+	}
+	if !s.refreshDue(now.Add(10*time.Second), next, full) {
+		t.Fatal("no refresh once a known deadline passed")
+	}
+	s.refreshedAt = now
+	h.Wake(natsx.QueueToken("gcp.sub.s"))
+	if s.refreshDue(now.Add(leaseRefreshGap/2), next, full) {
+		t.Fatal("two refreshes within the gap")
+	}
+	if !s.refreshDue(now.Add(leaseRefreshGap), next, full) {
+		t.Fatal("the pending wake-up was lost after the gap")
+	}
+	if s.recheck() != leaseRecheckLive {
+		t.Fatal("recheck with NATS up")
+	}
+	ann.live = false
+	if s.recheck() != leaseRecheck {
+		t.Fatal("recheck with NATS down")
+	}
+	h.Wake("") // after a reconnect
+	if !other.stale.Load() {
+		t.Fatal("a reconnect did not wake every stream")
+	}
+	h.listeners.remove(s)
+	h.listeners.remove(other)
+	if len(h.listeners.byToken) != 0 {
+		t.Fatalf("listeners left: %v", h.listeners.byToken)
 	}
 }
 
@@ -90,20 +235,20 @@ func TestStreamWindowIgnoresInvalidAcks(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("ack of an invalid id: %v", err)
 	}
-	if _, _, full := s.window(now); !full {
+	if _, _, _, full := s.window(); !full {
 		t.Fatal("an ack through the wrong subscription freed the stream's window")
 	}
 	if _, err := h.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: "projects/p/subscriptions/other", AckIds: []string{"a"}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("nack of an invalid id: %v", err)
 	}
-	if _, _, full := s.window(now); !full {
+	if _, _, _, full := s.window(); !full {
 		t.Fatal("a nack through the wrong subscription freed the stream's window")
 	}
 	h.queues = resultQueues{results: []storagev1.AckResult{storagev1.AckResult_ACK_RESULT_EXPIRED}}
 	if _, err := h.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: "projects/p/subscriptions/sub", AckIds: []string{"a"}, AckDeadlineSeconds: 60}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("extension of an expired id: %v", err)
 	}
-	if _, _, full := s.window(now); full {
+	if _, _, _, full := s.window(); full {
 		t.Fatal("an expired lease stayed in the window after a failed extension")
 	}
 }
@@ -140,7 +285,7 @@ func TestStreamReceiveOutageLogsOnce(t *testing.T) {
 	s.deadline.Store(10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.receiveLoop(ctx, make(chan *pubsubpb.StreamingPullResponse, 1)) }()
+	go func() { done <- s.receiveLoop(ctx, make(chan batch, 1)) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for logs.FilterMessage("streaming pull receive recovered").Len() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"regexp"
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -19,7 +20,21 @@ type Config struct {
 	// coordinator.
 	StorageAddr     string
 	CoordinatorAddr string
+	// NATSURL is the NATS server carrying lease wake-ups between the replicas and from
+	// the coordinator's ack-deadline sweep ("" = none: streams poll their leases every
+	// second instead).
+	NATSURL string
+	// ClusterID prefixes the NATS subjects ("tributary.<cluster-id>."), as for the
+	// other services.
+	ClusterID string
+	// StreamBufferBytes bounds the message bytes this replica's StreamingPull streams
+	// hold for clients that read slowly or not at all (0 = 256 MiB); each open stream
+	// gets an equal share and stops pulling past it.
+	StreamBufferBytes int64
 }
+
+// clusterIDPattern keeps the cluster id a single NATS subject token.
+var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Validate checks the config.
 func (c *Config) Validate() error {
@@ -30,6 +45,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: storage address is empty", ErrConfig)
 	case c.CoordinatorAddr == "":
 		return fmt.Errorf("%w: coordinator address is empty", ErrConfig)
+	case c.NATSURL != "" && !clusterIDPattern.MatchString(c.ClusterID):
+		return fmt.Errorf("%w: cluster id %q must be 1..64 of [A-Za-z0-9_-]", ErrConfig, c.ClusterID)
+	case c.StreamBufferBytes < 0:
+		return fmt.Errorf("%w: stream buffer bytes %d is negative", ErrConfig, c.StreamBufferBytes)
 	}
 	return nil
 }

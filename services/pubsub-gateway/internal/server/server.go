@@ -1,6 +1,6 @@
 // Package server wires the pubsub-gateway: clients of storage-core and the coordinator,
-// the google.pubsub.v1 services (Publisher, Subscriber, SchemaService) and
-// google.iam.v1.IAMPolicy (package handler) behind the
+// NATS for lease wake-ups (nats.go), the google.pubsub.v1 services (Publisher,
+// Subscriber, SchemaService) and google.iam.v1.IAMPolicy (package handler) behind the
 // recovery -> logging -> readiness interceptors, the push deliverer, and the
 // observability endpoints.
 // New binds the listeners; Run serves until its context ends.
@@ -50,6 +50,7 @@ type Server struct {
 	log *zap.Logger
 
 	storageConn, coordConn *grpc.ClientConn
+	bus                    *natsBus // nil without --nats-url
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -90,6 +91,23 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	reg.MustRegister(srv.calls)
 	srv.http = obs.NewHTTP(reg, log.Named("http"))
 	srv.http.AddReadyCheck("backends", srv.backendsReady)
+	var announce handler.Announcer
+	if cfg.NATSURL != "" {
+		srv.bus = newNATSBus(cfg, log.Named("nats"))
+		announce = srv.bus
+		// NATS is not a readiness check: every RPC works without it (streams poll their
+		// leases), so an outage must not take every replica out of service. The gauge
+		// below shows it.
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tributary_pubsub_gateway_nats_connected",
+		Help: "1 while NATS is connected (lease wake-ups flow between the replicas), else 0.",
+	}, func() float64 {
+		if srv.bus != nil && srv.bus.Live() {
+			return 1
+		}
+		return 0
+	}))
 
 	srv.grpc = grpcx.NewServer(log.Named("grpc"),
 		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary),
@@ -101,9 +119,21 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		Storage:  storagev1.NewStorageServiceClient(srv.storageConn),
 		Queues:   storagev1.NewQueueServiceClient(srv.storageConn),
 		Log:      log.Named("handler"),
+		Announce: announce,
+
+		StreamBufferBytes: cfg.StreamBufferBytes,
 	})
 	srv.pusher = handler.NewPusher(h)
 	srv.handler = h
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tributary_pubsub_gateway_stream_held_bytes",
+		Help: "Message bytes StreamingPull streams hold, leased but not yet sent to their clients (bounded by --stream-buffer-bytes).",
+	}, func() float64 { return float64(h.HeldBytes()) }))
+	if srv.bus != nil {
+		if err = srv.bus.connect(cfg.NATSURL, h.Wake); err != nil {
+			return nil, err
+		}
+	}
 	pubsubpb.RegisterPublisherServer(srv.grpc, h)
 	pubsubpb.RegisterSubscriberServer(srv.grpc, h)
 	pubsubpb.RegisterSchemaServiceServer(srv.grpc, h)
@@ -232,6 +262,9 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) closeClients() {
+	if s.bus != nil {
+		s.bus.close()
+	}
 	if s.storageConn != nil {
 		_ = s.storageConn.Close()
 	}

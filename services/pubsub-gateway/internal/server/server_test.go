@@ -79,9 +79,16 @@ func TestConfigValidate(t *testing.T) {
 		{StorageAddr: "a", CoordinatorAddr: "b"},
 		{GRPCAddr: "x", CoordinatorAddr: "b"},
 		{GRPCAddr: "x", StorageAddr: "a"},
+		{GRPCAddr: "x", StorageAddr: "a", CoordinatorAddr: "b", NATSURL: "nats://n", ClusterID: "a.b"},
+		{GRPCAddr: "x", StorageAddr: "a", CoordinatorAddr: "b", NATSURL: "nats://n"},
+		{GRPCAddr: "x", StorageAddr: "a", CoordinatorAddr: "b", StreamBufferBytes: -1},
 	} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+	ok := Config{GRPCAddr: "x", StorageAddr: "a", CoordinatorAddr: "b", NATSURL: "nats://n", ClusterID: "e2e-1_x"}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("%+v refused: %v", ok, err)
 	}
 }

@@ -112,16 +112,18 @@ func (q *Queue) SeekSnapshot(name string) error {
 		return err
 	}
 	own := s.Queue == q.name && s.Incarnation == q.meta.Incarnation
-	shared := false
+	shared := map[string]*snapSource{}
 	for _, b := range q.bindings {
-		shared = shared || s.Sources[b.source] != nil
+		if ss := s.Sources[b.source]; ss != nil && ss.sameSource(b.srcCreated) {
+			shared[b.source] = ss
+		}
 	}
 	q.mu.Unlock()
 	if !own {
-		if !shared {
+		if len(shared) == 0 {
 			return fmt.Errorf("%w: snapshot %s was taken of %s, which shares no source with %s", ErrSnapshotMismatch, name, s.Queue, q.name)
 		}
-		return q.seekForeign(s)
+		return q.seekForeign(shared)
 	}
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
@@ -157,8 +159,10 @@ func (q *Queue) SeekSnapshot(name string) error {
 	return op.wait()
 }
 
-// seekForeign applies another queue's snapshot by source sequences (SeekSnapshot).
-func (q *Queue) seekForeign(s snapshot) error {
+// seekForeign applies another queue's snapshot by source sequences (SeekSnapshot),
+// given the parts of it describing the sources this queue reads. Only the records the
+// queue log still holds can become unacked again.
+func (q *Queue) seekForeign(sources map[string]*snapSource) error {
 	start, hw := q.log.LogStart(), q.log.HighWatermark()
 	var acked spans
 	for off := start; off < hw; {
@@ -171,7 +175,7 @@ func (q *Queue) seekForeign(s snapshot) error {
 				break
 			}
 			src, seq := sourceOf(r.Headers)
-			if ss := s.Sources[src]; ss != nil && !ss.unacked(seq) {
+			if ss := sources[src]; ss != nil && !ss.unacked(seq) {
 				acked.add(r.Offset)
 			}
 		}
@@ -236,7 +240,7 @@ func (q *Queue) CreateSnapshot(name string) (int64, error) {
 	// below the high watermark read after it.
 	srcs := map[string]*snapSource{}
 	for _, b := range q.bindings {
-		srcs[b.source] = &snapSource{Cursor: b.cursor.Load()}
+		srcs[b.source] = &snapSource{Cursor: b.cursor.Load(), CreatedMs: b.srcCreated}
 	}
 	hw := q.log.HighWatermark()
 	s := q.snapshotLocked(q.m.nowMs())
@@ -329,16 +333,24 @@ func (m *Manager) snapshot(name string) (snapshot, error) {
 	return s, nil
 }
 
-// snapshotFloors returns the lowest snapshot floor of each queue (retention keeps
-// those records).
-func (m *Manager) snapshotFloors() map[string]int64 {
-	out := map[string]int64{}
+// queueKey names one incarnation of a queue.
+type queueKey struct {
+	name string
+	inc  uint64
+}
+
+// snapshotFloors returns the lowest snapshot floor of each queue incarnation
+// (retention keeps those records). A snapshot of a deleted queue pins nothing: its
+// offsets are not those of a queue created again under the name.
+func (m *Manager) snapshotFloors() map[queueKey]int64 {
+	out := map[queueKey]int64{}
 	_ = m.db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bktSnapshots).ForEach(func(_, v []byte) error {
 			var s snapshot
 			if json.Unmarshal(v, &s) == nil {
-				if f, ok := out[s.Queue]; !ok || s.Floor < f {
-					out[s.Queue] = s.Floor
+				k := queueKey{s.Queue, s.Incarnation}
+				if f, ok := out[k]; !ok || s.Floor < f {
+					out[k] = s.Floor
 				}
 			}
 			return nil

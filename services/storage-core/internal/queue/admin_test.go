@@ -117,15 +117,46 @@ func TestSeekTimeAndSnapshot(t *testing.T) {
 	if err := e.m.DeleteSnapshot("snap"); !errors.Is(err, ErrSnapshotNotFound) {
 		t.Fatalf("delete twice: %v", err)
 	}
-	// Deleting a queue removes its snapshots.
+	// A snapshot outlives its queue and still restores the source's other queues
+	// (Pub/Sub: a snapshot of a deleted subscription); one describing no source goes
+	// with its queue.
 	if _, err := other.CreateSnapshot("o"); err != nil {
+		t.Fatal(err)
+	}
+	unbound := e.queue("gcp.sub.unbound", Config{})
+	if _, err := unbound.CreateSnapshot("u"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.Delete("gcp.sub.other", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.DeleteSnapshot("o"); !errors.Is(err, ErrSnapshotNotFound) {
-		t.Fatalf("snapshot of a deleted queue: %v", err)
+	if err := e.m.Delete("gcp.sub.unbound", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.DeleteSnapshot("u"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("snapshot of a deleted queue without bindings: %v", err)
+	}
+	if err := q.Purge(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SeekSnapshot("o"); err != nil {
+		t.Fatalf("seek to the snapshot of a deleted queue: %v", err)
+	}
+	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[2 4 5 6]" {
+		t.Fatalf("after seeking to the deleted queue's snapshot %v", got)
+	}
+	// A source deleted and created again under its name is another source.
+	if err := e.m.Delete("gcp.sub.s", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.Delete("gcp.t", false); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.add(time.Second) // the new log's creation time differs
+	e.log("gcp.t")
+	fresh := e.queue("gcp.sub.fresh", Config{}, Binding{Source: "gcp.t"})
+	if err := fresh.SeekSnapshot("o"); !errors.Is(err, ErrSnapshotMismatch) {
+		t.Fatalf("seek to a snapshot of the deleted source: %v", err)
 	}
 }
 

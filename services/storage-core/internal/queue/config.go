@@ -18,6 +18,8 @@ const (
 	MaxBackoffMs         = 600_000
 	MaxReceiveMessages   = 1000
 	MaxSnapshotNameLen   = 255
+	// MaxLeaseQuery bounds the ack ids of one GetLeases.
+	MaxLeaseQuery = 10_000
 )
 
 // Config is a queue's delivery config as stored: zeros mean the default (see the

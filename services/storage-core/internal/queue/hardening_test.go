@@ -256,7 +256,7 @@ func TestAttackDamagedStateFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			m, err := Open(st, path, Options{SweepInterval: -1, MaintenanceInterval: -1}, zaptest.NewLogger(t))
+			m, err := Open(st, path, Options{MaintenanceInterval: -1}, zaptest.NewLogger(t))
 			if !errors.Is(err, ErrState) {
 				if m != nil {
 					_ = m.Close()

@@ -30,9 +30,6 @@ import (
 type Options struct {
 	// Now is the clock for leases, backoff and retention (tests); nil = time.Now.
 	Now func() time.Time
-	// SweepInterval is how often expired leases are swept; 0 = 250 ms; < 0 disables
-	// the loop (tests call Sweep).
-	SweepInterval time.Duration
 	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
 	MaxLoaded int
 	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
@@ -78,14 +75,13 @@ type Manager struct {
 	wg        sync.WaitGroup
 }
 
-// Open opens the state file at path and every queue of st, and starts the sweep. A
-// queue log without state (a create interrupted by a crash) is removed.
+// Open opens the state file at path and every queue of st, and starts the retention
+// loop. A queue log without state (a create interrupted by a crash) is removed. Lease
+// expiry is swept from outside (Sweep, called through QueueService.SweepLeases by the
+// one coordinator holding the sweep lock); the engine is correct without it.
 func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = 250 * time.Millisecond
 	}
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 10000
@@ -166,10 +162,6 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	for _, q := range m.queues {
 		q.startPumps()
 	}
-	if opts.SweepInterval > 0 {
-		m.wg.Add(1)
-		go m.loop(opts.SweepInterval, m.Sweep)
-	}
 	if opts.MaintenanceInterval > 0 {
 		m.wg.Add(1)
 		go m.loop(opts.MaintenanceInterval, m.Maintain)
@@ -199,17 +191,23 @@ func (m *Manager) loop(every time.Duration, fn func()) {
 func (m *Manager) Maintain() {
 	floors := m.snapshotFloors()
 	for _, q := range m.list() {
-		f, pinned := floors[q.name]
+		f, pinned := floors[queueKey{q.name, q.inc}]
 		q.maintain(f, pinned)
 	}
 }
 
-// Sweep ends expired leases of every queue once (the loop runs it every
-// SweepInterval).
-func (m *Manager) Sweep() {
+// Sweep ends the expired leases and the finished retry backoffs of every queue once,
+// waking the Receives waiting there and dead-lettering what is due, and returns the
+// names of the queues it changed, sorted. Nothing else depends on it: leases past
+// their deadline count as ended wherever they are read.
+func (m *Manager) Sweep() []string {
+	var changed []string
 	for _, q := range m.list() {
-		q.sweep()
+		if q.sweep() {
+			changed = append(changed, q.name)
+		}
 	}
+	return changed
 }
 
 func (m *Manager) list() []*Queue {
@@ -753,7 +751,8 @@ func (m *Manager) DeleteChannel(name string, ifExists bool) error {
 	return m.st.Delete(name, ifExists)
 }
 
-// dropState removes a queue's meta, state and snapshots from the state file.
+// dropState removes a queue's meta and state from the state file, and the snapshots
+// of it that restore no other queue (deleteSnapshotsOf).
 func (m *Manager) dropState(name string) error {
 	return m.db.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bktQueues).Delete([]byte(name)); err != nil {
@@ -768,13 +767,16 @@ func (m *Manager) dropState(name string) error {
 	})
 }
 
-// deleteSnapshotsOf removes the snapshots taken of queue.
+// deleteSnapshotsOf removes the snapshots taken of queue that describe no source: a
+// snapshot recording its sources' state can still restore another queue bound to them
+// (Pub/Sub: a snapshot outlives its subscription and serves the topic's others) and
+// stays until DeleteSnapshot.
 func deleteSnapshotsOf(tx *bolt.Tx, queue string) error {
 	sb := tx.Bucket(bktSnapshots)
 	var keys [][]byte
 	err := sb.ForEach(func(k, v []byte) error {
 		var s snapshot
-		if json.Unmarshal(v, &s) == nil && s.Queue == queue {
+		if json.Unmarshal(v, &s) == nil && s.Queue == queue && len(s.Sources) == 0 {
 			keys = append(keys, append([]byte(nil), k...))
 		}
 		return nil

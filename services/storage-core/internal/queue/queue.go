@@ -693,12 +693,13 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 	return res, nil
 }
 
-// sweep ends expired leases (waking receivers) and dead-letters what is due.
-func (q *Queue) sweep() {
+// sweep ends expired leases and finished backoffs (waking receivers) and
+// dead-letters what is due. It reports whether it changed anything.
+func (q *Queue) sweep() bool {
 	q.mu.Lock()
 	if q.deleted || q.meta.Detached {
 		q.mu.Unlock()
-		return
+		return false
 	}
 	now := q.m.nowMs()
 	var dl []*msg
@@ -723,6 +724,30 @@ func (q *Queue) sweep() {
 	if len(dl) > 0 {
 		q.deadLetter(dl)
 	}
+	return changed
+}
+
+// Leases returns, per ack id, the deadline (ms) of its lease when it is the current
+// lease of its message and not past its deadline, else 0 (acked, nacked, expired,
+// superseded, reset, malformed or of another queue). Errors: ErrInvalidArgument (more
+// than MaxLeaseQuery ids), ErrNotFound, ErrDetached.
+func (q *Queue) Leases(ids []string) ([]int64, error) {
+	if len(ids) > MaxLeaseQuery {
+		return nil, fmt.Errorf("%w: %d ack ids, at most %d", ErrInvalidArgument, len(ids), MaxLeaseQuery)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.usableLocked(); err != nil {
+		return nil, err
+	}
+	now := q.m.nowMs()
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		if m, r := q.resolveLocked(id); r == AckOK && m.deadline > now {
+			out[i] = m.deadline
+		}
+	}
+	return out, nil
 }
 
 // deadLetter appends the messages to the dead-letter log, then acks them. When an
@@ -847,7 +872,14 @@ type Info struct {
 func (q *Queue) Info() Info {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	in := Info{Name: q.name, Config: q.meta.Config, Detached: q.meta.Detached, CreatedMs: q.meta.CreatedMs, Leased: int64(q.leased)}
+	in := Info{Name: q.name, Config: q.meta.Config, Detached: q.meta.Detached, CreatedMs: q.meta.CreatedMs}
+	// Counted, not q.leased: leases past their deadline are over even before a sweep.
+	now := q.m.nowMs()
+	for _, m := range q.pending {
+		if m.state == stLeased && m.deadline > now {
+			in.Leased++
+		}
+	}
 	for _, b := range q.bindings {
 		in.Bindings = append(in.Bindings, Binding{Source: b.source, Filter: b.filterExpr, StartSequence: b.start, Cursor: b.cursor.Load()})
 	}

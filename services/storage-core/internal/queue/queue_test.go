@@ -51,7 +51,7 @@ func (e *env) open() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), Options{Now: e.clk.now, SweepInterval: -1, MaintenanceInterval: -1}, zaptest.NewLogger(e.t))
+	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), Options{Now: e.clk.now, MaintenanceInterval: -1}, zaptest.NewLogger(e.t))
 	if err != nil {
 		_ = st.Close()
 		e.t.Fatal(err)

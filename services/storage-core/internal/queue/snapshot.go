@@ -23,6 +23,16 @@ type snapshot struct {
 type snapSource struct {
 	Cursor  int64 `json:"cursor"`
 	Unacked spans `json:"unacked,omitempty"`
+	// CreatedMs is the source log's creation time (0 in snapshots taken before it was
+	// recorded): a log deleted and created again under the same name is another
+	// source, whose sequences mean other records.
+	CreatedMs int64 `json:"created_ms,omitempty"`
+}
+
+// sameSource reports whether a binding created on a source log created at createdMs
+// reads the log this part of a snapshot describes (0 on either side: not recorded).
+func (s *snapSource) sameSource(createdMs int64) bool {
+	return s.CreatedMs == 0 || createdMs == 0 || s.CreatedMs == createdMs
 }
 
 // unacked reports whether the source record seq was unacked in the snapshot.

@@ -185,6 +185,27 @@ func (qs *queueService) ModifyAckDeadline(_ context.Context, req *storagev1.Modi
 	return &storagev1.ModifyAckDeadlineResponse{Results: ackResults(rs)}, nil
 }
 
+func (qs *queueService) GetLeases(_ context.Context, req *storagev1.GetLeasesRequest) (_ *storagev1.GetLeasesResponse, err error) {
+	defer func() { qs.s.count("GetLeases", err) }()
+	q, err := qs.qm.Get(req.Queue)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ds, err := q.Leases(req.AckIds)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.GetLeasesResponse{DeadlinesMs: ds}, nil
+}
+
+func (qs *queueService) SweepLeases(_ context.Context, _ *storagev1.SweepLeasesRequest) (_ *storagev1.SweepLeasesResponse, err error) {
+	defer func() { qs.s.count("SweepLeases", err) }()
+	if err := qs.qm.Ready(); err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.SweepLeasesResponse{Queues: qs.qm.Sweep()}, nil
+}
+
 func (qs *queueService) UpdateQueueConfig(_ context.Context, req *storagev1.UpdateQueueConfigRequest) (_ *storagev1.UpdateQueueConfigResponse, err error) {
 	defer func() { qs.s.count("UpdateQueueConfig", err) }()
 	q, err := qs.qm.Get(req.Name)

@@ -251,7 +251,7 @@ type AppendResult struct {
 // returns after the data is durable (fsync always) or written (fsync interval). b is
 // modified in place. Errors: ErrCorruptBatch, ErrInvalidRecord, ErrBatchTooLarge,
 // ErrUnsupportedCompression, ErrOutOfOrderSequence, ErrInvalidProducerEpoch,
-// ErrStorage, ErrClosed.
+// ErrStorage, ErrNotFound (the channel was deleted meanwhile), ErrClosed (shutdown).
 func (l *Log) AppendBatches(b []byte) (AppendResult, error) {
 	return l.BeginAppend(b).Wait()
 }
@@ -324,7 +324,7 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return AppendResult{}, 0, ErrClosed
+		return AppendResult{}, 0, l.closedErr() // NOT_FOUND when deleted meanwhile
 	}
 	if l.failed != nil {
 		l.mu.Unlock()
@@ -513,14 +513,30 @@ func (l *Log) fsyncSeg(s *segment) error {
 	return err
 }
 
-// waitDurable blocks until offsets below target are fsynced. Group commit: one waiter
-// at a time is the leader and fsyncs everything written so far; the others wait for
-// it and, if still not covered, one of them leads the next round.
+// waitDurable blocks until offsets below target are fsynced. Errors: ErrStorage (the
+// fsync failed: the channel is fenced), ErrNotFound (the channel was deleted
+// meanwhile), ErrClosed (shutdown).
 func (l *Log) waitDurable(target int64) error {
+	err := l.syncTo(target)
+	if errors.Is(err, ErrClosed) {
+		return l.closedErr() // without syncMu: closedErr takes Store.mu
+	}
+	return err
+}
+
+// syncTo is waitDurable's group commit: one waiter at a time is the leader and fsyncs
+// everything written so far; the others wait for it and, if still not covered, one of
+// them leads the next round. A log closed before or during the fsync answers
+// ErrClosed: close fsyncs the active segment itself (when it is not fenced), and a
+// file it closed under the leader's fsync is no disk failure.
+func (l *Log) syncTo(target int64) error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	for l.durable < target {
 		if l.syncErr != nil {
+			if errors.Is(l.syncErr, ErrClosed) {
+				return ErrClosed
+			}
 			return fmt.Errorf("%w: fsync: %v", ErrStorage, l.syncErr)
 		}
 		if l.syncing {
@@ -547,7 +563,11 @@ func (l *Log) waitDurable(target int64) error {
 		}
 		if err != nil && !closed {
 			l.mu.Lock()
-			l.failLocked(err)
+			if closed = l.closed; closed {
+				err = ErrClosed // the close raced the fsync and closed the file under it
+			} else {
+				l.failLocked(err)
+			}
 			l.mu.Unlock()
 		}
 

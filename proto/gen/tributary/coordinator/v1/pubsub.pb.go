@@ -1008,7 +1008,8 @@ func (x *UpdatePubSubSubscriptionResponse) GetSubscription() *PubSubSubscription
 
 type ListPubSubSubscriptionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Only this topic's subscriptions when set (NOT_FOUND when the topic does not exist).
+	// Only the subscriptions attached to this topic when set, not the detached ones
+	// (NOT_FOUND when the topic does not exist).
 	TopicId       string `protobuf:"bytes,1,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
 	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

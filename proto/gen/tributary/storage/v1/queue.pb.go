@@ -1496,6 +1496,188 @@ func (x *ModifyAckDeadlineResponse) GetResults() []AckResult {
 	return nil
 }
 
+type GetLeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// 1..10000 ack ids.
+	AckIds        []string `protobuf:"bytes,2,rep,name=ack_ids,json=ackIds,proto3" json:"ack_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeasesRequest) Reset() {
+	*x = GetLeasesRequest{}
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeasesRequest) ProtoMessage() {}
+
+func (x *GetLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeasesRequest.ProtoReflect.Descriptor instead.
+func (*GetLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetLeasesRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *GetLeasesRequest) GetAckIds() []string {
+	if x != nil {
+		return x.AckIds
+	}
+	return nil
+}
+
+type GetLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per ack id, in request order: the lease's deadline (ms since the epoch), or 0
+	// when the ack id is not a current lease (acked, nacked, expired, superseded by a
+	// newer delivery, reset by a seek or purge, malformed or of another queue).
+	DeadlinesMs   []int64 `protobuf:"varint,1,rep,packed,name=deadlines_ms,json=deadlinesMs,proto3" json:"deadlines_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeasesResponse) Reset() {
+	*x = GetLeasesResponse{}
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeasesResponse) ProtoMessage() {}
+
+func (x *GetLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeasesResponse.ProtoReflect.Descriptor instead.
+func (*GetLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetLeasesResponse) GetDeadlinesMs() []int64 {
+	if x != nil {
+		return x.DeadlinesMs
+	}
+	return nil
+}
+
+type SweepLeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SweepLeasesRequest) Reset() {
+	*x = SweepLeasesRequest{}
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SweepLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SweepLeasesRequest) ProtoMessage() {}
+
+func (x *SweepLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SweepLeasesRequest.ProtoReflect.Descriptor instead.
+func (*SweepLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{26}
+}
+
+type SweepLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queues where a lease ended, a backoff passed or a message was dead-lettered,
+	// by name.
+	Queues        []string `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SweepLeasesResponse) Reset() {
+	*x = SweepLeasesResponse{}
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SweepLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SweepLeasesResponse) ProtoMessage() {}
+
+func (x *SweepLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SweepLeasesResponse.ProtoReflect.Descriptor instead.
+func (*SweepLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SweepLeasesResponse) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
 type SeekRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1510,7 +1692,7 @@ type SeekRequest struct {
 
 func (x *SeekRequest) Reset() {
 	*x = SeekRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1704,7 @@ func (x *SeekRequest) String() string {
 func (*SeekRequest) ProtoMessage() {}
 
 func (x *SeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[24]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1717,7 @@ func (x *SeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekRequest.ProtoReflect.Descriptor instead.
 func (*SeekRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SeekRequest) GetQueue() string {
@@ -1597,7 +1779,7 @@ type SeekResponse struct {
 
 func (x *SeekResponse) Reset() {
 	*x = SeekResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1791,7 @@ func (x *SeekResponse) String() string {
 func (*SeekResponse) ProtoMessage() {}
 
 func (x *SeekResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[25]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1804,7 @@ func (x *SeekResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeekResponse.ProtoReflect.Descriptor instead.
 func (*SeekResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 type CreateSnapshotRequest struct {
@@ -1636,7 +1818,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1830,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[26]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1843,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateSnapshotRequest) GetQueue() string {
@@ -1688,7 +1870,7 @@ type CreateSnapshotResponse struct {
 
 func (x *CreateSnapshotResponse) Reset() {
 	*x = CreateSnapshotResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1882,7 @@ func (x *CreateSnapshotResponse) String() string {
 func (*CreateSnapshotResponse) ProtoMessage() {}
 
 func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[27]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1895,7 @@ func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{27}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateSnapshotResponse) GetCreatedMs() int64 {
@@ -1732,7 +1914,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1926,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[28]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1939,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{28}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -1775,7 +1957,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1969,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[29]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1982,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{29}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{33}
 }
 
 type PurgeRequest struct {
@@ -1812,7 +1994,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[30]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2006,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[30]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2019,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{30}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PurgeRequest) GetQueue() string {
@@ -1855,7 +2037,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[31]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2049,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_queue_proto_msgTypes[31]
+	mi := &file_tributary_storage_v1_queue_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2062,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{31}
+	return file_tributary_storage_v1_queue_proto_rawDescGZIP(), []int{35}
 }
 
 var File_tributary_storage_v1_queue_proto protoreflect.FileDescriptor
@@ -1977,7 +2159,15 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\aack_ids\x18\x02 \x03(\tR\x06ackIds\x12&\n" +
 	"\x0fack_deadline_ms\x18\x03 \x01(\x05R\rackDeadlineMs\"V\n" +
 	"\x19ModifyAckDeadlineResponse\x129\n" +
-	"\aresults\x18\x01 \x03(\x0e2\x1f.tributary.storage.v1.AckResultR\aresults\"f\n" +
+	"\aresults\x18\x01 \x03(\x0e2\x1f.tributary.storage.v1.AckResultR\aresults\"A\n" +
+	"\x10GetLeasesRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x17\n" +
+	"\aack_ids\x18\x02 \x03(\tR\x06ackIds\"6\n" +
+	"\x11GetLeasesResponse\x12!\n" +
+	"\fdeadlines_ms\x18\x01 \x03(\x03R\vdeadlinesMs\"\x14\n" +
+	"\x12SweepLeasesRequest\"-\n" +
+	"\x13SweepLeasesResponse\x12\x16\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"f\n" +
 	"\vSeekRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x19\n" +
 	"\atime_ms\x18\x02 \x01(\x03H\x00R\x06timeMs\x12\x1c\n" +
@@ -1999,7 +2189,7 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\tAckResult\x12\x1a\n" +
 	"\x16ACK_RESULT_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ACK_RESULT_INVALID\x10\x01\x12\x16\n" +
-	"\x12ACK_RESULT_EXPIRED\x10\x022\xe6\t\n" +
+	"\x12ACK_RESULT_EXPIRED\x10\x022\xa8\v\n" +
 	"\fQueueService\x12b\n" +
 	"\vCreateQueue\x12(.tributary.storage.v1.CreateQueueRequest\x1a).tributary.storage.v1.CreateQueueResponse\x12Y\n" +
 	"\bGetQueue\x12%.tributary.storage.v1.GetQueueRequest\x1a&.tributary.storage.v1.GetQueueResponse\x12t\n" +
@@ -2009,7 +2199,9 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\x06Unbind\x12#.tributary.storage.v1.UnbindRequest\x1a$.tributary.storage.v1.UnbindResponse\x12V\n" +
 	"\aReceive\x12$.tributary.storage.v1.ReceiveRequest\x1a%.tributary.storage.v1.ReceiveResponse\x12J\n" +
 	"\x03Ack\x12 .tributary.storage.v1.AckRequest\x1a!.tributary.storage.v1.AckResponse\x12t\n" +
-	"\x11ModifyAckDeadline\x12..tributary.storage.v1.ModifyAckDeadlineRequest\x1a/.tributary.storage.v1.ModifyAckDeadlineResponse\x12M\n" +
+	"\x11ModifyAckDeadline\x12..tributary.storage.v1.ModifyAckDeadlineRequest\x1a/.tributary.storage.v1.ModifyAckDeadlineResponse\x12\\\n" +
+	"\tGetLeases\x12&.tributary.storage.v1.GetLeasesRequest\x1a'.tributary.storage.v1.GetLeasesResponse\x12b\n" +
+	"\vSweepLeases\x12(.tributary.storage.v1.SweepLeasesRequest\x1a).tributary.storage.v1.SweepLeasesResponse\x12M\n" +
 	"\x04Seek\x12!.tributary.storage.v1.SeekRequest\x1a\".tributary.storage.v1.SeekResponse\x12k\n" +
 	"\x0eCreateSnapshot\x12+.tributary.storage.v1.CreateSnapshotRequest\x1a,.tributary.storage.v1.CreateSnapshotResponse\x12k\n" +
 	"\x0eDeleteSnapshot\x12+.tributary.storage.v1.DeleteSnapshotRequest\x1a,.tributary.storage.v1.DeleteSnapshotResponse\x12P\n" +
@@ -2028,7 +2220,7 @@ func file_tributary_storage_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tributary_storage_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_tributary_storage_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_tributary_storage_v1_queue_proto_goTypes = []any{
 	(AckResult)(0),                    // 0: tributary.storage.v1.AckResult
 	(*DeadLetterPolicy)(nil),          // 1: tributary.storage.v1.DeadLetterPolicy
@@ -2055,19 +2247,23 @@ var file_tributary_storage_v1_queue_proto_goTypes = []any{
 	(*AckResponse)(nil),               // 22: tributary.storage.v1.AckResponse
 	(*ModifyAckDeadlineRequest)(nil),  // 23: tributary.storage.v1.ModifyAckDeadlineRequest
 	(*ModifyAckDeadlineResponse)(nil), // 24: tributary.storage.v1.ModifyAckDeadlineResponse
-	(*SeekRequest)(nil),               // 25: tributary.storage.v1.SeekRequest
-	(*SeekResponse)(nil),              // 26: tributary.storage.v1.SeekResponse
-	(*CreateSnapshotRequest)(nil),     // 27: tributary.storage.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),    // 28: tributary.storage.v1.CreateSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),     // 29: tributary.storage.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),    // 30: tributary.storage.v1.DeleteSnapshotResponse
-	(*PurgeRequest)(nil),              // 31: tributary.storage.v1.PurgeRequest
-	(*PurgeResponse)(nil),             // 32: tributary.storage.v1.PurgeResponse
-	(*Header)(nil),                    // 33: tributary.storage.v1.Header
-	(*Record)(nil),                    // 34: tributary.storage.v1.Record
+	(*GetLeasesRequest)(nil),          // 25: tributary.storage.v1.GetLeasesRequest
+	(*GetLeasesResponse)(nil),         // 26: tributary.storage.v1.GetLeasesResponse
+	(*SweepLeasesRequest)(nil),        // 27: tributary.storage.v1.SweepLeasesRequest
+	(*SweepLeasesResponse)(nil),       // 28: tributary.storage.v1.SweepLeasesResponse
+	(*SeekRequest)(nil),               // 29: tributary.storage.v1.SeekRequest
+	(*SeekResponse)(nil),              // 30: tributary.storage.v1.SeekResponse
+	(*CreateSnapshotRequest)(nil),     // 31: tributary.storage.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),    // 32: tributary.storage.v1.CreateSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),     // 33: tributary.storage.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),    // 34: tributary.storage.v1.DeleteSnapshotResponse
+	(*PurgeRequest)(nil),              // 35: tributary.storage.v1.PurgeRequest
+	(*PurgeResponse)(nil),             // 36: tributary.storage.v1.PurgeResponse
+	(*Header)(nil),                    // 37: tributary.storage.v1.Header
+	(*Record)(nil),                    // 38: tributary.storage.v1.Record
 }
 var file_tributary_storage_v1_queue_proto_depIdxs = []int32{
-	33, // 0: tributary.storage.v1.DeadLetterPolicy.headers:type_name -> tributary.storage.v1.Header
+	37, // 0: tributary.storage.v1.DeadLetterPolicy.headers:type_name -> tributary.storage.v1.Header
 	1,  // 1: tributary.storage.v1.QueueConfig.dead_letter:type_name -> tributary.storage.v1.DeadLetterPolicy
 	2,  // 2: tributary.storage.v1.QueueConfig.retry:type_name -> tributary.storage.v1.RetryPolicy
 	3,  // 3: tributary.storage.v1.Queue.config:type_name -> tributary.storage.v1.QueueConfig
@@ -2078,7 +2274,7 @@ var file_tributary_storage_v1_queue_proto_depIdxs = []int32{
 	5,  // 8: tributary.storage.v1.GetQueueResponse.queue:type_name -> tributary.storage.v1.Queue
 	3,  // 9: tributary.storage.v1.UpdateQueueConfigRequest.config:type_name -> tributary.storage.v1.QueueConfig
 	5,  // 10: tributary.storage.v1.UpdateQueueConfigResponse.queue:type_name -> tributary.storage.v1.Queue
-	34, // 11: tributary.storage.v1.ReceivedMessage.record:type_name -> tributary.storage.v1.Record
+	38, // 11: tributary.storage.v1.ReceivedMessage.record:type_name -> tributary.storage.v1.Record
 	19, // 12: tributary.storage.v1.ReceiveResponse.messages:type_name -> tributary.storage.v1.ReceivedMessage
 	0,  // 13: tributary.storage.v1.AckResponse.results:type_name -> tributary.storage.v1.AckResult
 	0,  // 14: tributary.storage.v1.ModifyAckDeadlineResponse.results:type_name -> tributary.storage.v1.AckResult
@@ -2091,25 +2287,29 @@ var file_tributary_storage_v1_queue_proto_depIdxs = []int32{
 	18, // 21: tributary.storage.v1.QueueService.Receive:input_type -> tributary.storage.v1.ReceiveRequest
 	21, // 22: tributary.storage.v1.QueueService.Ack:input_type -> tributary.storage.v1.AckRequest
 	23, // 23: tributary.storage.v1.QueueService.ModifyAckDeadline:input_type -> tributary.storage.v1.ModifyAckDeadlineRequest
-	25, // 24: tributary.storage.v1.QueueService.Seek:input_type -> tributary.storage.v1.SeekRequest
-	27, // 25: tributary.storage.v1.QueueService.CreateSnapshot:input_type -> tributary.storage.v1.CreateSnapshotRequest
-	29, // 26: tributary.storage.v1.QueueService.DeleteSnapshot:input_type -> tributary.storage.v1.DeleteSnapshotRequest
-	31, // 27: tributary.storage.v1.QueueService.Purge:input_type -> tributary.storage.v1.PurgeRequest
-	7,  // 28: tributary.storage.v1.QueueService.CreateQueue:output_type -> tributary.storage.v1.CreateQueueResponse
-	9,  // 29: tributary.storage.v1.QueueService.GetQueue:output_type -> tributary.storage.v1.GetQueueResponse
-	11, // 30: tributary.storage.v1.QueueService.UpdateQueueConfig:output_type -> tributary.storage.v1.UpdateQueueConfigResponse
-	13, // 31: tributary.storage.v1.QueueService.DeleteQueue:output_type -> tributary.storage.v1.DeleteQueueResponse
-	15, // 32: tributary.storage.v1.QueueService.Detach:output_type -> tributary.storage.v1.DetachResponse
-	17, // 33: tributary.storage.v1.QueueService.Unbind:output_type -> tributary.storage.v1.UnbindResponse
-	20, // 34: tributary.storage.v1.QueueService.Receive:output_type -> tributary.storage.v1.ReceiveResponse
-	22, // 35: tributary.storage.v1.QueueService.Ack:output_type -> tributary.storage.v1.AckResponse
-	24, // 36: tributary.storage.v1.QueueService.ModifyAckDeadline:output_type -> tributary.storage.v1.ModifyAckDeadlineResponse
-	26, // 37: tributary.storage.v1.QueueService.Seek:output_type -> tributary.storage.v1.SeekResponse
-	28, // 38: tributary.storage.v1.QueueService.CreateSnapshot:output_type -> tributary.storage.v1.CreateSnapshotResponse
-	30, // 39: tributary.storage.v1.QueueService.DeleteSnapshot:output_type -> tributary.storage.v1.DeleteSnapshotResponse
-	32, // 40: tributary.storage.v1.QueueService.Purge:output_type -> tributary.storage.v1.PurgeResponse
-	28, // [28:41] is the sub-list for method output_type
-	15, // [15:28] is the sub-list for method input_type
+	25, // 24: tributary.storage.v1.QueueService.GetLeases:input_type -> tributary.storage.v1.GetLeasesRequest
+	27, // 25: tributary.storage.v1.QueueService.SweepLeases:input_type -> tributary.storage.v1.SweepLeasesRequest
+	29, // 26: tributary.storage.v1.QueueService.Seek:input_type -> tributary.storage.v1.SeekRequest
+	31, // 27: tributary.storage.v1.QueueService.CreateSnapshot:input_type -> tributary.storage.v1.CreateSnapshotRequest
+	33, // 28: tributary.storage.v1.QueueService.DeleteSnapshot:input_type -> tributary.storage.v1.DeleteSnapshotRequest
+	35, // 29: tributary.storage.v1.QueueService.Purge:input_type -> tributary.storage.v1.PurgeRequest
+	7,  // 30: tributary.storage.v1.QueueService.CreateQueue:output_type -> tributary.storage.v1.CreateQueueResponse
+	9,  // 31: tributary.storage.v1.QueueService.GetQueue:output_type -> tributary.storage.v1.GetQueueResponse
+	11, // 32: tributary.storage.v1.QueueService.UpdateQueueConfig:output_type -> tributary.storage.v1.UpdateQueueConfigResponse
+	13, // 33: tributary.storage.v1.QueueService.DeleteQueue:output_type -> tributary.storage.v1.DeleteQueueResponse
+	15, // 34: tributary.storage.v1.QueueService.Detach:output_type -> tributary.storage.v1.DetachResponse
+	17, // 35: tributary.storage.v1.QueueService.Unbind:output_type -> tributary.storage.v1.UnbindResponse
+	20, // 36: tributary.storage.v1.QueueService.Receive:output_type -> tributary.storage.v1.ReceiveResponse
+	22, // 37: tributary.storage.v1.QueueService.Ack:output_type -> tributary.storage.v1.AckResponse
+	24, // 38: tributary.storage.v1.QueueService.ModifyAckDeadline:output_type -> tributary.storage.v1.ModifyAckDeadlineResponse
+	26, // 39: tributary.storage.v1.QueueService.GetLeases:output_type -> tributary.storage.v1.GetLeasesResponse
+	28, // 40: tributary.storage.v1.QueueService.SweepLeases:output_type -> tributary.storage.v1.SweepLeasesResponse
+	30, // 41: tributary.storage.v1.QueueService.Seek:output_type -> tributary.storage.v1.SeekResponse
+	32, // 42: tributary.storage.v1.QueueService.CreateSnapshot:output_type -> tributary.storage.v1.CreateSnapshotResponse
+	34, // 43: tributary.storage.v1.QueueService.DeleteSnapshot:output_type -> tributary.storage.v1.DeleteSnapshotResponse
+	36, // 44: tributary.storage.v1.QueueService.Purge:output_type -> tributary.storage.v1.PurgeResponse
+	30, // [30:45] is the sub-list for method output_type
+	15, // [15:30] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2121,7 +2321,7 @@ func file_tributary_storage_v1_queue_proto_init() {
 		return
 	}
 	file_tributary_storage_v1_storage_proto_init()
-	file_tributary_storage_v1_queue_proto_msgTypes[24].OneofWrappers = []any{
+	file_tributary_storage_v1_queue_proto_msgTypes[28].OneofWrappers = []any{
 		(*SeekRequest_TimeMs)(nil),
 		(*SeekRequest_Snapshot)(nil),
 	}
@@ -2131,7 +2331,7 @@ func file_tributary_storage_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_queue_proto_rawDesc), len(file_tributary_storage_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	QueueService_Receive_FullMethodName           = "/tributary.storage.v1.QueueService/Receive"
 	QueueService_Ack_FullMethodName               = "/tributary.storage.v1.QueueService/Ack"
 	QueueService_ModifyAckDeadline_FullMethodName = "/tributary.storage.v1.QueueService/ModifyAckDeadline"
+	QueueService_GetLeases_FullMethodName         = "/tributary.storage.v1.QueueService/GetLeases"
+	QueueService_SweepLeases_FullMethodName       = "/tributary.storage.v1.QueueService/SweepLeases"
 	QueueService_Seek_FullMethodName              = "/tributary.storage.v1.QueueService/Seek"
 	QueueService_CreateSnapshot_FullMethodName    = "/tributary.storage.v1.QueueService/CreateSnapshot"
 	QueueService_DeleteSnapshot_FullMethodName    = "/tributary.storage.v1.QueueService/DeleteSnapshot"
@@ -62,7 +64,9 @@ type QueueServiceClient interface {
 	GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error)
 	// UpdateQueueConfig replaces the QueueConfig fields named in update_mask.
 	UpdateQueueConfig(ctx context.Context, in *UpdateQueueConfigRequest, opts ...grpc.CallOption) (*UpdateQueueConfigResponse, error)
-	// DeleteQueue removes a queue, its bindings, delivery state and snapshots.
+	// DeleteQueue removes a queue, its bindings and delivery state, and its snapshots
+	// but those recording the state of a source log: such a snapshot can still restore
+	// another queue bound to that log (Seek), and stays until DeleteSnapshot.
 	DeleteQueue(ctx context.Context, in *DeleteQueueRequest, opts ...grpc.CallOption) (*DeleteQueueResponse, error)
 	// Detach removes the queue's bindings and drops every message not yet acked; further
 	// Receive calls answer FAILED_PRECONDITION. The queue itself stays (Pub/Sub
@@ -83,6 +87,18 @@ type QueueServiceClient interface {
 	// ModifyAckDeadline sets the lease of leased messages to ack_deadline_ms from now;
 	// 0 is a nack (available again, after the retry backoff when one is configured).
 	ModifyAckDeadline(ctx context.Context, in *ModifyAckDeadlineRequest, opts ...grpc.CallOption) (*ModifyAckDeadlineResponse, error)
+	// GetLeases reports, per ack id, until when it is the current lease of its message:
+	// what a StreamingPull's flow control re-reads after an ack, nack, modack or expiry
+	// through another gateway replica.
+	GetLeases(ctx context.Context, in *GetLeasesRequest, opts ...grpc.CallOption) (*GetLeasesResponse, error)
+	// SweepLeases ends every lease whose ack deadline passed and every retry backoff that
+	// is over, in every queue, dead-letters what is due, and names the queues it changed.
+	// One process calls it every 250 ms: the coordinator holding the Pub/Sub ack-deadline
+	// sweep lock (DESIGN section 4), which announces the changed queues on NATS. Nothing
+	// depends on it for correctness: Receive, Ack, ModifyAckDeadline and GetLeases treat
+	// a lease past its deadline as ended whether it was swept or not, and a waiting
+	// Receive wakes at the deadline by itself.
+	SweepLeases(ctx context.Context, in *SweepLeasesRequest, opts ...grpc.CallOption) (*SweepLeasesResponse, error)
 	// Seek moves the queue's acknowledgement state to a time or a snapshot (Pub/Sub Seek).
 	Seek(ctx context.Context, in *SeekRequest, opts ...grpc.CallOption) (*SeekResponse, error)
 	// CreateSnapshot records the queue's current acknowledgement state.
@@ -191,6 +207,26 @@ func (c *queueServiceClient) ModifyAckDeadline(ctx context.Context, in *ModifyAc
 	return out, nil
 }
 
+func (c *queueServiceClient) GetLeases(ctx context.Context, in *GetLeasesRequest, opts ...grpc.CallOption) (*GetLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLeasesResponse)
+	err := c.cc.Invoke(ctx, QueueService_GetLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) SweepLeases(ctx context.Context, in *SweepLeasesRequest, opts ...grpc.CallOption) (*SweepLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SweepLeasesResponse)
+	err := c.cc.Invoke(ctx, QueueService_SweepLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *queueServiceClient) Seek(ctx context.Context, in *SeekRequest, opts ...grpc.CallOption) (*SeekResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SeekResponse)
@@ -249,7 +285,9 @@ type QueueServiceServer interface {
 	GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error)
 	// UpdateQueueConfig replaces the QueueConfig fields named in update_mask.
 	UpdateQueueConfig(context.Context, *UpdateQueueConfigRequest) (*UpdateQueueConfigResponse, error)
-	// DeleteQueue removes a queue, its bindings, delivery state and snapshots.
+	// DeleteQueue removes a queue, its bindings and delivery state, and its snapshots
+	// but those recording the state of a source log: such a snapshot can still restore
+	// another queue bound to that log (Seek), and stays until DeleteSnapshot.
 	DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error)
 	// Detach removes the queue's bindings and drops every message not yet acked; further
 	// Receive calls answer FAILED_PRECONDITION. The queue itself stays (Pub/Sub
@@ -270,6 +308,18 @@ type QueueServiceServer interface {
 	// ModifyAckDeadline sets the lease of leased messages to ack_deadline_ms from now;
 	// 0 is a nack (available again, after the retry backoff when one is configured).
 	ModifyAckDeadline(context.Context, *ModifyAckDeadlineRequest) (*ModifyAckDeadlineResponse, error)
+	// GetLeases reports, per ack id, until when it is the current lease of its message:
+	// what a StreamingPull's flow control re-reads after an ack, nack, modack or expiry
+	// through another gateway replica.
+	GetLeases(context.Context, *GetLeasesRequest) (*GetLeasesResponse, error)
+	// SweepLeases ends every lease whose ack deadline passed and every retry backoff that
+	// is over, in every queue, dead-letters what is due, and names the queues it changed.
+	// One process calls it every 250 ms: the coordinator holding the Pub/Sub ack-deadline
+	// sweep lock (DESIGN section 4), which announces the changed queues on NATS. Nothing
+	// depends on it for correctness: Receive, Ack, ModifyAckDeadline and GetLeases treat
+	// a lease past its deadline as ended whether it was swept or not, and a waiting
+	// Receive wakes at the deadline by itself.
+	SweepLeases(context.Context, *SweepLeasesRequest) (*SweepLeasesResponse, error)
 	// Seek moves the queue's acknowledgement state to a time or a snapshot (Pub/Sub Seek).
 	Seek(context.Context, *SeekRequest) (*SeekResponse, error)
 	// CreateSnapshot records the queue's current acknowledgement state.
@@ -314,6 +364,12 @@ func (UnimplementedQueueServiceServer) Ack(context.Context, *AckRequest) (*AckRe
 }
 func (UnimplementedQueueServiceServer) ModifyAckDeadline(context.Context, *ModifyAckDeadlineRequest) (*ModifyAckDeadlineResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ModifyAckDeadline not implemented")
+}
+func (UnimplementedQueueServiceServer) GetLeases(context.Context, *GetLeasesRequest) (*GetLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLeases not implemented")
+}
+func (UnimplementedQueueServiceServer) SweepLeases(context.Context, *SweepLeasesRequest) (*SweepLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SweepLeases not implemented")
 }
 func (UnimplementedQueueServiceServer) Seek(context.Context, *SeekRequest) (*SeekResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Seek not implemented")
@@ -510,6 +566,42 @@ func _QueueService_ModifyAckDeadline_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueueService_GetLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).GetLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_GetLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).GetLeases(ctx, req.(*GetLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_SweepLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SweepLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).SweepLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_SweepLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).SweepLeases(ctx, req.(*SweepLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _QueueService_Seek_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SeekRequest)
 	if err := dec(in); err != nil {
@@ -624,6 +716,14 @@ var QueueService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ModifyAckDeadline",
 			Handler:    _QueueService_ModifyAckDeadline_Handler,
+		},
+		{
+			MethodName: "GetLeases",
+			Handler:    _QueueService_GetLeases_Handler,
+		},
+		{
+			MethodName: "SweepLeases",
+			Handler:    _QueueService_SweepLeases_Handler,
 		},
 		{
 			MethodName: "Seek",

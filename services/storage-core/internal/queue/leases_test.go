@@ -1,0 +1,87 @@
+package queue
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestLeasesFollowEveryChange: GetLeases reports the current lease of each ack id and
+// follows acks, nacks, modacks and expiry, swept or not.
+func TestLeasesFollowEveryChange(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a", "b", "c", "d")
+	ds := receive(t, q, 4, 4)
+	ids := []string{ds[0].AckID, ds[1].AckID, ds[2].AckID, ds[3].AckID, "zz"}
+	start := e.clk.now().UnixMilli()
+	got, err := q.Leases(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{start + DefaultAckDeadlineMs, start + DefaultAckDeadlineMs, start + DefaultAckDeadlineMs, start + DefaultAckDeadlineMs, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("leases %v, want %v", got, want)
+	}
+	mustAck(t, q, ds[0].AckID)
+	if rs, err := q.ModifyAckDeadline([]string{ds[1].AckID}, 0); err != nil || rs[0] != AckOK {
+		t.Fatalf("nack %v %v", rs, err)
+	}
+	if rs, err := q.ModifyAckDeadline([]string{ds[2].AckID}, 60_000); err != nil || rs[0] != AckOK {
+		t.Fatalf("modack %v %v", rs, err)
+	}
+	got, _ = q.Leases(ids)
+	want = []int64{0, 0, start + 60_000, start + DefaultAckDeadlineMs, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after ack, nack, modack: %v, want %v", got, want)
+	}
+	// Past d's deadline, with no sweep: over everywhere it is read.
+	e.clk.add(DefaultAckDeadlineMs * time.Millisecond)
+	got, _ = q.Leases(ids)
+	want = []int64{0, 0, start + 60_000, 0, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after d's deadline: %v, want %v", got, want)
+	}
+	if n := q.Info().Leased; n != 1 {
+		t.Fatalf("GetQueue counts %d leases, want 1 (c's)", n)
+	}
+	again := receive(t, q, 4, 2) // b (nacked) and d (expired), never swept
+	if v := values(again); !slices.Equal(v, []string{"b", "d"}) {
+		t.Fatalf("redelivered %v", v)
+	}
+	if _, err := q.Leases(make([]string, MaxLeaseQuery+1)); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("oversized GetLeases: %v", err)
+	}
+}
+
+// TestSweepNamesChangedQueues: Sweep reports exactly the queues where a lease ended or
+// a backoff passed.
+func TestSweepNamesChangedQueues(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	qa := e.queue("gcp.sub.a", Config{}, Binding{Source: "gcp.t"})
+	qb := e.queue("gcp.sub.b", Config{Retry: &RetryPolicy{MinBackoffMs: 20_000, MaxBackoffMs: 20_000}}, Binding{Source: "gcp.t"})
+	e.queue("gcp.sub.idle", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "x")
+	receive(t, qa, 1, 1)
+	db := receive(t, qb, 1, 1)[0]
+	if got := e.m.Sweep(); len(got) != 0 {
+		t.Fatalf("sweep before any deadline changed %v", got)
+	}
+	if rs, err := qb.ModifyAckDeadline([]string{db.AckID}, 0); err != nil || rs[0] != AckOK {
+		t.Fatalf("nack %v %v", rs, err)
+	}
+	e.clk.add(DefaultAckDeadlineMs * time.Millisecond)
+	if got := e.m.Sweep(); !slices.Equal(got, []string{"gcp.sub.a"}) {
+		t.Fatalf("sweep at a's deadline changed %v, want [gcp.sub.a]", got)
+	}
+	if got := e.m.Sweep(); len(got) != 0 {
+		t.Fatalf("second sweep changed %v", got)
+	}
+	e.clk.add(10 * time.Second)
+	if got := e.m.Sweep(); !slices.Equal(got, []string{"gcp.sub.b"}) {
+		t.Fatalf("sweep at b's backoff end changed %v, want [gcp.sub.b]", got)
+	}
+}
