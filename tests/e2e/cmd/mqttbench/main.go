@@ -123,12 +123,23 @@ mqtt-to-kafka:
 	fmt.Printf("  %-44s %10.0f msg/s\n", "mosquitto alone (publisher → subscriber)", mosqRate)
 
 	// Listener: PUBACK after fsync.
+	storage, err := s.Proc(stack.StorageCore)
+	if err != nil {
+		return err
+	}
+	cpuBefore := [2]time.Duration{cpuTime(bridge.Pid()), cpuTime(storage.Pid())}
 	lisN, err := publish(ctx, lis, "bench/l", *publishers, *duration, payload)
 	if err != nil {
 		return err
 	}
 	lisRate := float64(lisN) / duration.Seconds()
 	fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (bar ≥ 0.5×)\n", "listener (PUBACK after fsync)", lisRate, lisRate/mosqRate)
+	if lisN > 0 {
+		per := func(i int, pid int) float64 {
+			return float64((cpuTime(pid) - cpuBefore[i]).Microseconds()) / float64(lisN)
+		}
+		fmt.Printf("  %-44s %7.1f µs mqtt-bridge, %.1f µs storage-core (user+system)\n", "  CPU per listener message", per(0, bridge.Pid()), per(1, storage.Pid()))
+	}
 
 	// Upstream: through Mosquitto into storage-core.
 	before, err := metric(bridge.HTTPAddr, "tributary_mqtt_stored_total", "upstream")
@@ -220,6 +231,26 @@ func publish(ctx context.Context, addr, topic string, n int, d time.Duration, pa
 		all = append(all, err)
 	}
 	return ok.Load(), errors.Join(all...)
+}
+
+// cpuTime is the user+system CPU time process pid has used (/proc/<pid>/stat, in
+// clock ticks of 10 ms); 0 when it cannot be read. CPU per message varies far less
+// than messages per second on a shared machine, so it shows what a change costs.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) start at state (field 3);
+	// utime and stime are fields 14 and 15.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func metric(httpAddr, name, mapping string) (float64, error) {
