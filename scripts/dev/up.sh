@@ -43,10 +43,6 @@ MSG
   exit 1
 }
 
-need_postgres
-need_nats
-mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
-
 # running NAME: whether this checkout's copy of NAME already runs.
 running() {
   local pidfile="$RUN_DIR/pids/$1.pid"
@@ -76,7 +72,7 @@ start() {
   shift
   local pidfile="$RUN_DIR/pids/$name.pid"
   if running "$name"; then
-    echo "$name already running (pid $(cat "$pidfile"))"
+    echo "$name already running (pid $(cat "$pidfile")); left as it is: TRIBUTARY_* settings apply after make down"
     return
   fi
   nohup "$ROOT/bin/$name" "$@" >>"$RUN_DIR/logs/$name.log" 2>&1 &
@@ -95,6 +91,10 @@ check_free coordinator 7410 7411
 check_free kafka-gateway 9092 7421
 check_free pubsub-gateway 8085 7431
 check_free mqtt-bridge 1884 9464
+# Only now start PostgreSQL / NATS if needed: a taken port stops us before anything runs.
+need_postgres
+need_nats
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
 start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
 start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
 start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
@@ -105,7 +105,7 @@ cat <<MSG
 Tributary is up.
   Kafka bootstrap         127.0.0.1:9092     (kcat -b 127.0.0.1:9092 -L)
   Pub/Sub emulator        127.0.0.1:8085     (export PUBSUB_EMULATOR_HOST=127.0.0.1:8085)
-  storage-core gRPC       127.0.0.1:7400     (grpcurl -plaintext 127.0.0.1:7400 list)
+  storage-core gRPC       127.0.0.1:7400     (make tools; bin/tools/grpcurl -plaintext 127.0.0.1:7400 list)
   coordinator gRPC        127.0.0.1:7410
   MQTT (mqtt-bridge)      127.0.0.1:1884     (mosquitto_pub -p 1884 -t devices/d1 -m hi → Kafka topic mqtt-devices)
   metrics/health          :7401 storage-core  :7411 coordinator  :7421 kafka-gateway  :7431 pubsub-gateway
