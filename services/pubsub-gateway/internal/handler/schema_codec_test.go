@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -146,6 +147,29 @@ func TestAvroBinaryBounds(t *testing.T) {
 	}
 	if err := nulls.check(append(binaryVarint(3), 0x00), pubsubpb.Encoding_BINARY); err != nil {
 		t.Errorf("3 nulls: %v", err)
+	}
+}
+
+// TestAvroJSONDeepCost: checking a deeply nested JSON message costs memory in
+// proportion to the message, not to the square of its depth (a publish may carry
+// hundreds of such messages).
+func TestAvroJSONDeepCost(t *testing.T) {
+	rec := mustCompile(t, &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO,
+		Definition: `{"type":"record","name":"N","fields":[{"name":"next","type":["null","N"]}]}`})
+	const levels = 4990 // two JSON levels each, under encoding/json's 10000
+	data := []byte(strings.Repeat(`{"next":{"N":`, levels) + `{"next":null}` + strings.Repeat("}}", levels))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := rec.check(data, pubsubpb.Encoding_JSON); err != nil {
+		t.Fatalf("%d levels: %v", levels, err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(256*len(data)) {
+		t.Errorf("checking %d bytes of JSON allocated %d bytes", len(data), n)
+	}
+	bad := []byte(strings.Repeat(`{"next":{"N":`, 3) + `{"next":1}` + strings.Repeat("}}", 3))
+	if err := rec.check(bad, pubsubpb.Encoding_JSON); err == nil || !strings.Contains(err.Error(), "at next.N.next.N.next.N.next") {
+		t.Errorf("a number 3 levels down: %v", err)
 	}
 }
 
