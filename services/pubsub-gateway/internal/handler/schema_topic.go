@@ -207,8 +207,9 @@ func topicSchemaError(ctx context.Context, err error) error {
 }
 
 // showSchemaSettings turns t's stored schema settings into what Google shows:
-// `_deleted-schema_` once the schema was deleted (schemaID empty), and
-// `_deleted-schema-revision_` for a bounding revision that was deleted.
+// `_deleted-schema_` once the schema was deleted (schemaID empty), with every bounding
+// revision, which went with it, `_deleted-schema-revision_` (as the emulator shows
+// them); and `_deleted-schema-revision_` for a bounding revision that was deleted.
 func (h *Handler) showSchemaSettings(ctx context.Context, t *pubsubpb.Topic, schemaID string) error {
 	ss := t.GetSchemaSettings()
 	if ss == nil {
@@ -216,6 +217,12 @@ func (h *Handler) showSchemaSettings(ctx context.Context, t *pubsubpb.Topic, sch
 	}
 	if schemaID == "" {
 		ss.Schema = deletedSchema
+		if ss.GetFirstRevisionId() != "" {
+			ss.FirstRevisionId = deletedSchemaRevision
+		}
+		if ss.GetLastRevisionId() != "" {
+			ss.LastRevisionId = deletedSchemaRevision
+		}
 		return nil
 	}
 	if ss.GetFirstRevisionId() == "" && ss.GetLastRevisionId() == "" {
