@@ -3,12 +3,14 @@ package handler
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/hamba/avro/v2"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
 const testAvro = `{"type":"record","name":"Order","namespace":"shop","fields":[
@@ -272,5 +276,45 @@ func TestProtoCodec(t *testing.T) {
 	if _, err := compileSchema(context.Background(), &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER,
 		Configuration: &pubsubpb.Schema_CompiledProtoSchema{CompiledProtoSchema: &pubsubpb.CompiledProtoSchema{RootMessage: "ev.Missing", CompiledBytes: raw}}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("unknown root message: %v", err)
+	}
+}
+
+// TestCodecCacheBytes: the compiled revisions a replica keeps are bounded by the
+// bytes of their definitions, not only by their count (a compiled 300 KB definition
+// takes megabytes), and the revision ranges holding codecs go with them.
+func TestCodecCacheBytes(t *testing.T) {
+	h := New(Deps{Log: zap.NewNop()})
+	ctx := context.Background()
+	def := `"string"` + strings.Repeat(" ", maxSchemaDefinition-10)
+	spec, err := proto.Marshal(&pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: def})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []codecKey
+	for i := range 2 * maxCachedSpecBytes / len(spec) {
+		rev := &coordinatorv1.PubSubSchemaRevision{SchemaId: "s", RevisionId: fmt.Sprintf("%08x", i), Spec: spec, Sequence: int64(i + 1)}
+		cd, err := h.revisionCodec(ctx, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cd.check([]byte(`"x"`), pubsubpb.Encoding_JSON); err != nil {
+			t.Fatalf("revision %d: %v", i, err)
+		}
+		keys = append(keys, codecKey{"s", rev.GetRevisionId(), rev.GetSequence()})
+		h.ranges.mu.Lock()
+		h.ranges.ranges[rangeKey{"s", rev.GetRevisionId(), ""}] = cachedRange{r: &revisionRange{revs: []rangeRevision{{id: rev.GetRevisionId(), codec: cd}}}}
+		h.ranges.mu.Unlock()
+	}
+	held := 0
+	for _, k := range keys {
+		if _, ok := h.ranges.codecs[k]; ok {
+			held += len(spec)
+		}
+	}
+	if held > maxCachedSpecBytes {
+		t.Errorf("the cache holds %d bytes of definitions, bound %d", held, maxCachedSpecBytes)
+	}
+	if n := len(h.ranges.ranges); n*len(spec) > maxCachedSpecBytes+len(spec) {
+		t.Errorf("%d cached ranges still hold codecs of %d bytes each", n, len(spec))
 	}
 }
