@@ -24,7 +24,10 @@ import (
 )
 
 // maxSchemaDefinition is the largest schema definition (Google's quotas and limits:
-// "The schema definition field cannot exceed 300 KB in size").
+// "The schema definition field cannot exceed 300 KB in size"), in bytes. A compiled
+// protocol buffer configuration (compiled_bytes) is the same definition in another
+// form and has the same bound: unbounded, one request of several MB would compile to
+// hundreds of MB.
 const maxSchemaDefinition = 300 * 1000
 
 // codec checks messages against one schema revision.
@@ -45,6 +48,8 @@ func compileSchema(ctx context.Context, s *pubsubpb.Schema) (codec, error) {
 		return nil, invalid("Invalid schema type")
 	case len(s.GetDefinition()) > maxSchemaDefinition:
 		return nil, invalid("The value for definition_size is too large. You passed %d in the request, but the maximum value is %d.", len(s.GetDefinition()), maxSchemaDefinition)
+	case len(compiled.GetCompiledBytes()) > maxSchemaDefinition:
+		return nil, invalid("The value for compiled_bytes size is too large. You passed %d in the request, but the maximum value is %d.", len(compiled.GetCompiledBytes()), maxSchemaDefinition)
 	case compiled != nil && s.GetDefinition() != "":
 		return nil, invalid("Only one of definition and compiled_proto_schema may be set")
 	case compiled != nil && s.GetType() != pubsubpb.Schema_PROTOCOL_BUFFER:

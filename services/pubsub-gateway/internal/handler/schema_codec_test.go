@@ -203,6 +203,9 @@ func TestCompileSchema(t *testing.T) {
 		{"top-level enum", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `syntax = "proto3"; message A { E e = 1; } enum E { E0 = 0; }`}, "Could not parse schema definition: the definition must declare exactly one top-level type"},
 		{"import", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `syntax = "proto3"; import "google/protobuf/timestamp.proto"; message A { google.protobuf.Timestamp t = 1; }`}, "Could not parse schema definition: import \"google/protobuf/timestamp.proto\": imports are not supported"},
 		{"syntax error", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `message {`}, "Could not parse schema definition: schema.proto:1:9"},
+		{"compiled too large", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER,
+			Configuration: &pubsubpb.Schema_CompiledProtoSchema{CompiledProtoSchema: &pubsubpb.CompiledProtoSchema{RootMessage: "A", CompiledBytes: wideDescriptorSet(t, 20000)}}},
+			"The value for compiled_bytes size is too large"},
 		{"definition and compiled", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `message A {}`,
 			Configuration: &pubsubpb.Schema_CompiledProtoSchema{CompiledProtoSchema: &pubsubpb.CompiledProtoSchema{RootMessage: "A"}}}, "Only one of definition and compiled_proto_schema"},
 	} {
@@ -214,6 +217,26 @@ func TestCompileSchema(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT starting %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// wideDescriptorSet is a valid FileDescriptorSet of one proto3 message A with n
+// string fields (about 20 bytes each).
+func wideDescriptorSet(t *testing.T, n int) []byte {
+	t.Helper()
+	msg := &descriptorpb.DescriptorProto{Name: proto.String("A")}
+	for i := 1; i <= n; i++ {
+		msg.Field = append(msg.Field, &descriptorpb.FieldDescriptorProto{
+			Name: proto.String(fmt.Sprintf("field_%d", i)), Number: proto.Int32(int32(i)),
+			Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+		})
+	}
+	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		{Name: proto.String("a.proto"), Syntax: proto.String("proto3"), MessageType: []*descriptorpb.DescriptorProto{msg}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestProtoCodec: binary is the wire format (proto2 required fields enforced), JSON
