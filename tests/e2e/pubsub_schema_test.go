@@ -546,12 +546,23 @@ func TestPubSubSchemaVsEmulator(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: a binary message after the switch to BINARY: %v", target.name, err)
 		}
+		// A topic bounded by two live revisions: they go with the schema.
+		ranged := psID("cmp-ranged")
+		if _, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: topicPath(ranged), SchemaSettings: &pubsubpb.SchemaSettings{
+			Schema: name, Encoding: pubsubpb.Encoding_JSON, FirstRevisionId: v1.GetRevisionId(), LastRevisionId: v2.GetRevisionId()}}); err != nil {
+			t.Fatalf("%s: CreateTopic ranged: %v", target.name, err)
+		}
 		if _, err := sc.DeleteSchema(ctx, &pubsubpb.DeleteSchemaRequest{Name: name}); err != nil {
 			t.Fatalf("%s: DeleteSchema: %v", target.name, err)
 		}
 		tp, err := pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topicPath(topic)})
 		if err != nil || tp.GetSchemaSettings().GetSchema() != "_deleted-schema_" {
 			t.Errorf("%s: topic after the schema's delete: %v, %v", target.name, tp, err)
+		}
+		rt, err := pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topicPath(ranged)})
+		if ss := rt.GetSchemaSettings(); err != nil || ss.GetSchema() != "_deleted-schema_" ||
+			ss.GetFirstRevisionId() != "_deleted-schema-revision_" || ss.GetLastRevisionId() != "_deleted-schema-revision_" {
+			t.Errorf("%s: bounded topic after the schema's delete: %v, %v", target.name, ss, err)
 		}
 		_, err = pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: []*pubsubpb.PubsubMessage{{Data: []byte(`{"sku":"s","qty":1}`)}}})
 		if st := status.Convert(err); st.Code() != codes.NotFound || st.Message() != "Schema associated with topic deleted." {

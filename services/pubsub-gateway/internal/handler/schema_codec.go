@@ -24,7 +24,10 @@ import (
 )
 
 // maxSchemaDefinition is the largest schema definition (Google's quotas and limits:
-// "The schema definition field cannot exceed 300 KB in size").
+// "The schema definition field cannot exceed 300 KB in size"), in bytes. A compiled
+// protocol buffer configuration (compiled_bytes) is the same definition in another
+// form and has the same bound: unbounded, one request of several MB would compile to
+// hundreds of MB.
 const maxSchemaDefinition = 300 * 1000
 
 // codec checks messages against one schema revision.
@@ -45,6 +48,8 @@ func compileSchema(ctx context.Context, s *pubsubpb.Schema) (codec, error) {
 		return nil, invalid("Invalid schema type")
 	case len(s.GetDefinition()) > maxSchemaDefinition:
 		return nil, invalid("The value for definition_size is too large. You passed %d in the request, but the maximum value is %d.", len(s.GetDefinition()), maxSchemaDefinition)
+	case len(compiled.GetCompiledBytes()) > maxSchemaDefinition:
+		return nil, invalid("The value for compiled_bytes size is too large. You passed %d in the request, but the maximum value is %d.", len(compiled.GetCompiledBytes()), maxSchemaDefinition)
 	case compiled != nil && s.GetDefinition() != "":
 		return nil, invalid("Only one of definition and compiled_proto_schema may be set")
 	case compiled != nil && s.GetType() != pubsubpb.Schema_PROTOCOL_BUFFER:
@@ -110,7 +115,7 @@ func (c *avroCodec) check(data []byte, enc pubsubpb.Encoding) error {
 	if err != nil {
 		return err
 	}
-	return avroJSON(c.schema, v, "")
+	return avroJSON(c.schema, v, nil)
 }
 
 // avroBinary walks one datum of the Avro binary encoding, consuming b.
@@ -275,12 +280,12 @@ func decodeJSON(data []byte) (any, error) {
 }
 
 // avroJSON checks that v (decoded JSON) is a datum of s in the Avro JSON encoding. at
-// names the place in the message for errors ("" = the top).
-func avroJSON(s avro.Schema, v any, at string) error {
+// is the place in the message, named in errors (nil = the top).
+func avroJSON(s avro.Schema, v any, at *jsonPath) error {
 	mismatch := func() error {
 		where := ""
-		if at != "" {
-			where = " at " + at
+		if at != nil {
+			where = " at " + at.String()
 		}
 		return fmt.Errorf("JSON %s%s does not match schema type %s", jsonKind(v), where, s.Type())
 	}
@@ -305,14 +310,14 @@ func avroJSON(s avro.Schema, v any, at string) error {
 			return mismatch()
 		}
 		if _, err := strconv.ParseInt(n.String(), 10, bits); err != nil {
-			return fmt.Errorf("JSON number %s at %s is not a %d-bit integer (schema type %s)", n, orTop(at), bits, s.Type())
+			return fmt.Errorf("JSON number %s at %s is not a %d-bit integer (schema type %s)", n, at, bits, s.Type())
 		}
 	case avro.Float, avro.Double:
 		switch x := v.(type) {
 		case json.Number:
 			f, err := strconv.ParseFloat(x.String(), 64)
 			if err != nil || s.Type() == avro.Float && math.Abs(f) > math.MaxFloat32 {
-				return fmt.Errorf("JSON number %s at %s is out of range for schema type %s", x, orTop(at), s.Type())
+				return fmt.Errorf("JSON number %s at %s is out of range for schema type %s", x, at, s.Type())
 			}
 		case string:
 			if x != "NaN" && x != "Infinity" && x != "-Infinity" {
@@ -343,7 +348,7 @@ func avroJSON(s avro.Schema, v any, at string) error {
 			return err
 		}
 		if size := s.(*avro.FixedSchema).Size(); n != size {
-			return fmt.Errorf("%d bytes at %s, schema type fixed has %d", n, orTop(at), size)
+			return fmt.Errorf("%d bytes at %s, schema type fixed has %d", n, at, size)
 		}
 	case avro.Enum:
 		str, ok := v.(string)
@@ -355,14 +360,16 @@ func avroJSON(s avro.Schema, v any, at string) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("%q at %s is not a symbol of enum %s", str, orTop(at), s.(*avro.EnumSchema).FullName())
+		return fmt.Errorf("%q at %s is not a symbol of enum %s", str, at, s.(*avro.EnumSchema).FullName())
 	case avro.Array:
 		items, ok := v.([]any)
 		if !ok {
 			return mismatch()
 		}
+		p := &jsonPath{up: at, index: true}
 		for i, it := range items {
-			if err := avroJSON(s.(*avro.ArraySchema).Items(), it, at+"["+strconv.Itoa(i)+"]"); err != nil {
+			p.item = i
+			if err := avroJSON(s.(*avro.ArraySchema).Items(), it, p); err != nil {
 				return err
 			}
 		}
@@ -371,8 +378,10 @@ func avroJSON(s avro.Schema, v any, at string) error {
 		if !ok {
 			return mismatch()
 		}
+		p := &jsonPath{up: at, key: true}
 		for k, it := range m {
-			if err := avroJSON(s.(*avro.MapSchema).Values(), it, at+"["+strconv.Quote(k)+"]"); err != nil {
+			p.name = k
+			if err := avroJSON(s.(*avro.MapSchema).Values(), it, p); err != nil {
 				return err
 			}
 		}
@@ -381,45 +390,47 @@ func avroJSON(s avro.Schema, v any, at string) error {
 		if !ok {
 			return mismatch()
 		}
+		p := &jsonPath{up: at}
 		for _, f := range s.(*avro.RecordSchema).Fields() {
+			p.name = f.Name()
 			fv, present := m[f.Name()]
 			if !present {
-				return fmt.Errorf("field %s is missing", joinPath(at, f.Name()))
+				return fmt.Errorf("field %s is missing", p)
 			}
-			if err := avroJSON(f.Type(), fv, joinPath(at, f.Name())); err != nil {
+			if err := avroJSON(f.Type(), fv, p); err != nil {
 				return err
 			}
 		}
 	case avro.Union:
 		return avroJSONUnion(s.(*avro.UnionSchema), v, at)
 	default:
-		return fmt.Errorf("schema type %s at %s cannot be checked", s.Type(), orTop(at))
+		return fmt.Errorf("schema type %s at %s cannot be checked", s.Type(), at)
 	}
 	return nil
 }
 
 // avroJSONUnion checks a union value: null, or an object with one member named by the
 // branch (full name for named types, the type name otherwise).
-func avroJSONUnion(u *avro.UnionSchema, v any, at string) error {
+func avroJSONUnion(u *avro.UnionSchema, v any, at *jsonPath) error {
 	if v == nil {
 		for _, b := range u.Types() {
 			if b.Type() == avro.Null {
 				return nil
 			}
 		}
-		return fmt.Errorf("null at %s is not a branch of the union", orTop(at))
+		return fmt.Errorf("null at %s is not a branch of the union", at)
 	}
 	m, ok := v.(map[string]any)
 	if !ok || len(m) != 1 {
-		return fmt.Errorf("JSON %s at %s is not a union value: want null or an object with one member naming the branch", jsonKind(v), orTop(at))
+		return fmt.Errorf("JSON %s at %s is not a union value: want null or an object with one member naming the branch", jsonKind(v), at)
 	}
 	for name, bv := range m {
 		for _, b := range u.Types() {
 			if unionBranchName(b) == name {
-				return avroJSON(b, bv, joinPath(at, name))
+				return avroJSON(b, bv, &jsonPath{up: at, name: name})
 			}
 		}
-		return fmt.Errorf("%q at %s names no branch of the union", name, orTop(at))
+		return fmt.Errorf("%q at %s names no branch of the union", name, at)
 	}
 	return nil
 }
@@ -436,10 +447,10 @@ func unionBranchName(s avro.Schema) string {
 
 // avroJSONBytes checks the JSON form of bytes (each character one byte, U+0000..U+00FF)
 // and returns the byte count.
-func avroJSONBytes(s, at string) (int, error) {
+func avroJSONBytes(s string, at *jsonPath) (int, error) {
 	for _, r := range s {
 		if r > 0xFF {
-			return 0, fmt.Errorf("character %q at %s is not a byte (U+0000..U+00FF)", r, orTop(at))
+			return 0, fmt.Errorf("character %q at %s is not a byte (U+0000..U+00FF)", r, at)
 		}
 	}
 	return utf8.RuneCountInString(s), nil
@@ -462,18 +473,41 @@ func jsonKind(v any) string {
 	}
 }
 
-func joinPath(at, name string) string {
-	if at == "" {
-		return name
-	}
-	return at + "." + name
+// jsonPath is a place in a JSON message: a record field or union branch (name), a map
+// value (key) or an array item (index), below up (nil = the top). It is rendered only
+// for an error, so checking a message deep down costs nothing per level but the step.
+type jsonPath struct {
+	up    *jsonPath
+	name  string
+	item  int
+	key   bool // name is a map key
+	index bool // item is an array index
 }
 
-func orTop(at string) string {
-	if at == "" {
+// String renders p as a.b["key"][3]; a nil p is the top level.
+func (p *jsonPath) String() string {
+	if p == nil {
 		return "the top level"
 	}
-	return at
+	var steps []*jsonPath
+	for q := p; q != nil; q = q.up {
+		steps = append(steps, q)
+	}
+	var sb strings.Builder
+	for i := len(steps) - 1; i >= 0; i-- {
+		switch q := steps[i]; {
+		case q.index:
+			sb.WriteString("[" + strconv.Itoa(q.item) + "]")
+		case q.key:
+			sb.WriteString("[" + strconv.Quote(q.name) + "]")
+		default:
+			if sb.Len() > 0 {
+				sb.WriteByte('.')
+			}
+			sb.WriteString(q.name)
+		}
+	}
+	return sb.String()
 }
 
 // protoCodec checks messages against one protocol buffer message type: BINARY is its

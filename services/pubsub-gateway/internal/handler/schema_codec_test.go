@@ -3,11 +3,14 @@ package handler
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/hamba/avro/v2"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
 const testAvro = `{"type":"record","name":"Order","namespace":"shop","fields":[
@@ -149,6 +154,29 @@ func TestAvroBinaryBounds(t *testing.T) {
 	}
 }
 
+// TestAvroJSONDeepCost: checking a deeply nested JSON message costs memory in
+// proportion to the message, not to the square of its depth (a publish may carry
+// hundreds of such messages).
+func TestAvroJSONDeepCost(t *testing.T) {
+	rec := mustCompile(t, &pubsubpb.Schema{Type: pubsubpb.Schema_AVRO,
+		Definition: `{"type":"record","name":"N","fields":[{"name":"next","type":["null","N"]}]}`})
+	const levels = 4990 // two JSON levels each, under encoding/json's 10000
+	data := []byte(strings.Repeat(`{"next":{"N":`, levels) + `{"next":null}` + strings.Repeat("}}", levels))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := rec.check(data, pubsubpb.Encoding_JSON); err != nil {
+		t.Fatalf("%d levels: %v", levels, err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(256*len(data)) {
+		t.Errorf("checking %d bytes of JSON allocated %d bytes", len(data), n)
+	}
+	bad := []byte(strings.Repeat(`{"next":{"N":`, 3) + `{"next":1}` + strings.Repeat("}}", 3))
+	if err := rec.check(bad, pubsubpb.Encoding_JSON); err == nil || !strings.Contains(err.Error(), "at next.N.next.N.next.N.next") {
+		t.Errorf("a number 3 levels down: %v", err)
+	}
+}
+
 func bytesRepeat(b byte, n int) []byte { return []byte(strings.Repeat(string([]byte{b}), n)) }
 
 // binaryVarint is Avro's zig-zag varint of n.
@@ -175,6 +203,9 @@ func TestCompileSchema(t *testing.T) {
 		{"top-level enum", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `syntax = "proto3"; message A { E e = 1; } enum E { E0 = 0; }`}, "Could not parse schema definition: the definition must declare exactly one top-level type"},
 		{"import", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `syntax = "proto3"; import "google/protobuf/timestamp.proto"; message A { google.protobuf.Timestamp t = 1; }`}, "Could not parse schema definition: import \"google/protobuf/timestamp.proto\": imports are not supported"},
 		{"syntax error", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `message {`}, "Could not parse schema definition: schema.proto:1:9"},
+		{"compiled too large", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER,
+			Configuration: &pubsubpb.Schema_CompiledProtoSchema{CompiledProtoSchema: &pubsubpb.CompiledProtoSchema{RootMessage: "A", CompiledBytes: wideDescriptorSet(t, 20000)}}},
+			"The value for compiled_bytes size is too large"},
 		{"definition and compiled", &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER, Definition: `message A {}`,
 			Configuration: &pubsubpb.Schema_CompiledProtoSchema{CompiledProtoSchema: &pubsubpb.CompiledProtoSchema{RootMessage: "A"}}}, "Only one of definition and compiled_proto_schema"},
 	} {
@@ -186,6 +217,26 @@ func TestCompileSchema(t *testing.T) {
 			t.Errorf("%s: %v, want INVALID_ARGUMENT starting %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// wideDescriptorSet is a valid FileDescriptorSet of one proto3 message A with n
+// string fields (about 20 bytes each).
+func wideDescriptorSet(t *testing.T, n int) []byte {
+	t.Helper()
+	msg := &descriptorpb.DescriptorProto{Name: proto.String("A")}
+	for i := 1; i <= n; i++ {
+		msg.Field = append(msg.Field, &descriptorpb.FieldDescriptorProto{
+			Name: proto.String(fmt.Sprintf("field_%d", i)), Number: proto.Int32(int32(i)),
+			Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(),
+		})
+	}
+	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		{Name: proto.String("a.proto"), Syntax: proto.String("proto3"), MessageType: []*descriptorpb.DescriptorProto{msg}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestProtoCodec: binary is the wire format (proto2 required fields enforced), JSON
@@ -248,5 +299,45 @@ func TestProtoCodec(t *testing.T) {
 	if _, err := compileSchema(context.Background(), &pubsubpb.Schema{Type: pubsubpb.Schema_PROTOCOL_BUFFER,
 		Configuration: &pubsubpb.Schema_CompiledProtoSchema{CompiledProtoSchema: &pubsubpb.CompiledProtoSchema{RootMessage: "ev.Missing", CompiledBytes: raw}}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("unknown root message: %v", err)
+	}
+}
+
+// TestCodecCacheBytes: the compiled revisions a replica keeps are bounded by the
+// bytes of their definitions, not only by their count (a compiled 300 KB definition
+// takes megabytes), and the revision ranges holding codecs go with them.
+func TestCodecCacheBytes(t *testing.T) {
+	h := New(Deps{Log: zap.NewNop()})
+	ctx := context.Background()
+	def := `"string"` + strings.Repeat(" ", maxSchemaDefinition-10)
+	spec, err := proto.Marshal(&pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: def})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []codecKey
+	for i := range 2 * maxCachedSpecBytes / len(spec) {
+		rev := &coordinatorv1.PubSubSchemaRevision{SchemaId: "s", RevisionId: fmt.Sprintf("%08x", i), Spec: spec, Sequence: int64(i + 1)}
+		cd, err := h.revisionCodec(ctx, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cd.check([]byte(`"x"`), pubsubpb.Encoding_JSON); err != nil {
+			t.Fatalf("revision %d: %v", i, err)
+		}
+		keys = append(keys, codecKey{"s", rev.GetRevisionId(), rev.GetSequence()})
+		h.ranges.mu.Lock()
+		h.ranges.ranges[rangeKey{"s", rev.GetRevisionId(), ""}] = cachedRange{r: &revisionRange{revs: []rangeRevision{{id: rev.GetRevisionId(), codec: cd}}}}
+		h.ranges.mu.Unlock()
+	}
+	held := 0
+	for _, k := range keys {
+		if _, ok := h.ranges.codecs[k]; ok {
+			held += len(spec)
+		}
+	}
+	if held > maxCachedSpecBytes {
+		t.Errorf("the cache holds %d bytes of definitions, bound %d", held, maxCachedSpecBytes)
+	}
+	if n := len(h.ranges.ranges); n*len(spec) > maxCachedSpecBytes+len(spec) {
+		t.Errorf("%d cached ranges still hold codecs of %d bytes each", n, len(spec))
 	}
 }

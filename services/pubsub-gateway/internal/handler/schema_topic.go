@@ -40,16 +40,24 @@ const (
 	msgLastRevisionNotFound  = "Last revision could not be found"
 )
 
-// maxCachedCodecs bounds the compiled revisions a replica keeps; past it the cache
-// starts again empty.
-const maxCachedCodecs = 4096
+// Bounds of the compiled revisions a replica keeps: a count, and the bytes of their
+// stored specs, since a compiled revision takes about 15 to 25 times the size of its
+// definition (a 300 KB protocol buffer definition compiles to some 7 MB), so 4096 of
+// the largest would take tens of GB. Past either bound the cache, with the revision
+// ranges that hold its codecs, starts again empty.
+const (
+	maxCachedCodecs    = 4096
+	maxCachedSpecBytes = 16 << 20
+	maxCachedRanges    = 4096
+)
 
 // rangeCache keeps the compiled revisions of topics' revision ranges for cacheTTL, and
 // the compiled revisions themselves (immutable) for as long as they are used.
 type rangeCache struct {
-	mu     sync.Mutex
-	ranges map[rangeKey]cachedRange
-	codecs map[codecKey]codec
+	mu        sync.Mutex
+	ranges    map[rangeKey]cachedRange
+	codecs    map[codecKey]codec
+	specBytes int // of the revisions in codecs
 }
 
 type rangeKey struct{ schema, first, last string }
@@ -126,6 +134,9 @@ func (h *Handler) revisionRange(ctx context.Context, id, first, last string) (*r
 		out.revs = append(out.revs, rangeRevision{id: revs[i].GetRevisionId(), codec: cd})
 	}
 	h.ranges.mu.Lock()
+	if len(h.ranges.ranges) >= maxCachedRanges {
+		h.ranges.ranges = map[rangeKey]cachedRange{}
+	}
 	h.ranges.ranges[key] = cachedRange{at: h.now(), r: out}
 	h.ranges.mu.Unlock()
 	return out, nil
@@ -148,11 +159,14 @@ func (h *Handler) revisionCodec(ctx context.Context, rev *coordinatorv1.PubSubSc
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "stored revision %s@%s no longer compiles: %v", rev.GetSchemaId(), rev.GetRevisionId(), err)
 	}
+	size := len(rev.GetSpec())
 	h.ranges.mu.Lock()
-	if len(h.ranges.codecs) >= maxCachedCodecs {
-		h.ranges.codecs = map[codecKey]codec{}
+	if c := h.ranges; len(c.codecs) >= maxCachedCodecs || c.specBytes+size > maxCachedSpecBytes {
+		// The ranges go too: they hold codecs, which would otherwise outlive the cache.
+		c.codecs, c.ranges, c.specBytes = map[codecKey]codec{}, map[rangeKey]cachedRange{}, 0
 	}
 	h.ranges.codecs[key] = cd
+	h.ranges.specBytes += size
 	h.ranges.mu.Unlock()
 	return cd, nil
 }
@@ -207,8 +221,9 @@ func topicSchemaError(ctx context.Context, err error) error {
 }
 
 // showSchemaSettings turns t's stored schema settings into what Google shows:
-// `_deleted-schema_` once the schema was deleted (schemaID empty), and
-// `_deleted-schema-revision_` for a bounding revision that was deleted.
+// `_deleted-schema_` once the schema was deleted (schemaID empty), with every bounding
+// revision, which went with it, `_deleted-schema-revision_` (as the emulator shows
+// them); and `_deleted-schema-revision_` for a bounding revision that was deleted.
 func (h *Handler) showSchemaSettings(ctx context.Context, t *pubsubpb.Topic, schemaID string) error {
 	ss := t.GetSchemaSettings()
 	if ss == nil {
@@ -216,6 +231,12 @@ func (h *Handler) showSchemaSettings(ctx context.Context, t *pubsubpb.Topic, sch
 	}
 	if schemaID == "" {
 		ss.Schema = deletedSchema
+		if ss.GetFirstRevisionId() != "" {
+			ss.FirstRevisionId = deletedSchemaRevision
+		}
+		if ss.GetLastRevisionId() != "" {
+			ss.LastRevisionId = deletedSchemaRevision
+		}
 		return nil
 	}
 	if ss.GetFirstRevisionId() == "" && ss.GetLastRevisionId() == "" {

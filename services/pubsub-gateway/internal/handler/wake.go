@@ -62,18 +62,24 @@ func (l *listeners) remove(s *stream) {
 }
 
 // wake marks the streams of token stale (their leases are re-read) and wakes them;
-// token "" wakes every stream.
+// token "" wakes every stream. One token is a map lookup: the sweep may announce
+// thousands of queues a tick, and each announcement must not cost every open queue.
 func (l *listeners) wake(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for tok, set := range l.byToken {
-		if token != "" && tok != token {
-			continue
-		}
-		for s := range set {
-			s.stale.Store(true)
-			s.notify()
-		}
+	if token != "" {
+		wakeAll(l.byToken[token])
+		return
+	}
+	for _, set := range l.byToken {
+		wakeAll(set)
+	}
+}
+
+func wakeAll(set map[*stream]struct{}) {
+	for s := range set {
+		s.stale.Store(true)
+		s.notify()
 	}
 }
 
