@@ -105,7 +105,7 @@ type appendReq struct {
 	// origin is the listener message recs come from (nil when it is not worth
 	// journaling: upstream, QoS 0, a session that ends with its connection).
 	origin *origin
-	done chan error // the definite outcome
+	done   chan error // the definite outcome
 	// state moves from reqQueued to reqSent (by the writer) or reqAbandoned (by the
 	// caller), once; out is set before reqSent.
 	state atomic.Int32
