@@ -909,6 +909,14 @@ func clientRecord(cl *mqtt.Client) storage.Client {
 	}
 }
 
+// subscriptionRecord is client's subscription f, granted qos, as the journal keeps it.
+func subscriptionRecord(client string, f packets.Subscription, qos byte) storage.Subscription {
+	return storage.Subscription{
+		ID: client + ":" + f.Filter, T: storage.SubscriptionKey, Client: client, Filter: f.Filter, Qos: qos,
+		Identifier: f.Identifier, NoLocal: f.NoLocal, RetainHandling: f.RetainHandling, RetainAsPublished: f.RetainAsPublished,
+	}
+}
+
 func messageRecord(cl *mqtt.Client, pk packets.Packet) storage.Message {
 	p := pk.Properties.Copy(false)
 	return storage.Message{
@@ -937,7 +945,7 @@ func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnClientExpired:
 		return true
-	case mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent,
+	case mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent,
 		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnPacketEncode,
 		mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages:
 		return h.s.j != nil
@@ -977,6 +985,32 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		}
 		c.Client, c.Connected = clientRecord(cl), time.Now().UnixMilli()
 		s.write(jsonRecord(recClient, c))
+	}
+	s.mu.Unlock()
+	if wrote {
+		s.sync()
+	}
+}
+
+// OnSessionEstablished (after the broker took the earlier session over) records the
+// subscriptions the session has and the journal does not: those of a session that
+// was not persistent until this connection (Clean Start 0 with a Session Expiry
+// Interval > 0 now, 0 before). Its messages in flight were recorded as the broker sent
+// them again.
+func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	s := h.s
+	s.mu.Lock()
+	wrote := false
+	if s.clients[cl.ID] != nil {
+		for _, f := range cl.State.Subscriptions.GetAll() {
+			if _, ok := s.subs[cl.ID][f.Filter]; ok {
+				continue
+			}
+			sub := subscriptionRecord(cl.ID, f, f.Qos)
+			s.putSub(sub)
+			s.write(jsonRecord(recSub, sub))
+			wrote = true
+		}
 	}
 	s.mu.Unlock()
 	if wrote {
@@ -1045,10 +1079,7 @@ func (h *sessionHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []b
 		if i >= len(codes) || codes[i] >= packets.ErrUnspecifiedError.Code {
 			continue
 		}
-		sub := storage.Subscription{
-			ID: cl.ID + ":" + f.Filter, T: storage.SubscriptionKey, Client: cl.ID, Filter: f.Filter, Qos: codes[i],
-			Identifier: f.Identifier, NoLocal: f.NoLocal, RetainHandling: f.RetainHandling, RetainAsPublished: f.RetainAsPublished,
-		}
+		sub := subscriptionRecord(cl.ID, f, codes[i])
 		s.putSub(sub)
 		s.write(jsonRecord(recSub, sub))
 	}
