@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -410,5 +411,52 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A kept session's expiry interval runs from its disconnection, not from the restart:
+// the broker is given what remains of it, and a session past it (or connected when the
+// process died and past it counting from the last heartbeat) is dropped at load.
+func TestSessionExpiryCountsFromDisconnection(t *testing.T) {
+	now := time.Now()
+	s := newSessionStore(zap.NewNop())
+	client := func(id string, expiry uint32, connected, disconnected time.Time) {
+		c := &storedClient{Client: storage.Client{ID: id, ProtocolVersion: 5,
+			Properties: storage.ClientProperties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true}}}
+		if !connected.IsZero() {
+			c.Connected = connected.UnixMilli()
+		}
+		if !disconnected.IsZero() {
+			c.Disconnected = disconnected.UnixMilli()
+		}
+		s.clients[id] = c
+		s.putSub(storage.Subscription{Client: id, Filter: "a/#"})
+	}
+	client("left-3s-ago", 10, time.Time{}, now.Add(-3*time.Second))
+	client("expired", 10, time.Time{}, now.Add(-11*time.Second))
+	client("online-at-crash", 10, now.Add(-time.Hour), time.Time{})
+	client("online-at-crash-expired", 5, now.Add(-time.Hour), time.Time{})
+	v3 := &storedClient{Client: storage.Client{ID: "v3", ProtocolVersion: 4}, Disconnected: now.Add(-48 * time.Hour).UnixMilli()}
+	s.clients["v3"] = v3
+	lastHeartbeat := now.Add(-7 * time.Second).UnixMilli()
+	if n := s.settle(lastHeartbeat, now); n != 2 {
+		t.Errorf("%d sessions expired at load, want 2", n)
+	}
+	h := &sessionHook{s: s}
+	clients, _ := h.StoredClients()
+	got := map[string]uint32{}
+	for _, c := range clients {
+		got[c.ID] = c.Properties.SessionExpiryInterval
+	}
+	// left 3 s ago: 7 s left; online at the crash: disconnected a second after the last
+	// heartbeat (7 s ago): 4 s left of 10.
+	if len(got) != 3 || got["left-3s-ago"] != 7 || got["online-at-crash"] != 4 {
+		t.Errorf("restored expiry intervals %v, want left-3s-ago 7, online-at-crash 4, v3", got)
+	}
+	if _, ok := got["v3"]; !ok {
+		t.Error("an MQTT 3.1.1 session (no expiry interval) was dropped")
+	}
+	if s.subs["expired"] != nil || s.subs["online-at-crash-expired"] != nil || s.subs["left-3s-ago"] == nil {
+		t.Errorf("subscriptions kept for %v", s.subs)
 	}
 }
