@@ -348,14 +348,16 @@ func (s *sessionStore) load(r []byte) (int64, error) {
 		if len(body) != 9 {
 			return 0, fmt.Errorf("answered record of %d bytes", len(body))
 		}
-		if b := s.batches[binary.BigEndian.Uint64(body)]; b != nil {
-			b.req = nil
-			b.out.stored = body[8] == 1
-			if !b.out.stored {
-				b.out.err = errors.New("refused by storage-core before the bridge restarted")
-			}
-			close(b.out.done)
+		b := s.batches[binary.BigEndian.Uint64(body)]
+		if b == nil || isDone(b.out) {
+			break // unknown, or answered already
 		}
+		b.req = nil
+		b.out.stored = body[8] == 1
+		if !b.out.stored {
+			b.out.err = errors.New("refused by storage-core before the bridge restarted")
+		}
+		close(b.out.done)
 	case recTouch:
 		var m batchMember
 		if err := json.Unmarshal(body, &m); err != nil {
@@ -387,6 +389,15 @@ func (s *sessionStore) load(r []byte) (int64, error) {
 		return 0, fmt.Errorf("unknown record kind %q", r[0])
 	}
 	return 0, nil
+}
+
+func isDone(o *outcome) bool {
+	select {
+	case <-o.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // settle ends the loading: sessions still connected when the process stopped count
