@@ -207,7 +207,9 @@ type storedBatch struct {
 	out *outcome
 }
 
-// sessionStore is the listener's session state (see the top of this file).
+// sessionStore is the listener's session state (see the top of this file). Lock order:
+// mu before the journal's own locks; mu is never held while calling the broker, the
+// store, or an fsync other than a compaction's.
 type sessionStore struct {
 	j   *journal.Journal // nil: sessions live in memory only (no listener.session-dir)
 	log *zap.Logger
