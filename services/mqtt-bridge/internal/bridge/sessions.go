@@ -839,8 +839,11 @@ func (s *sessionStore) start(st *store) {
 			err := st.resend(req)
 			out.stored, out.err, out.at = err == nil, err, time.Now()
 			close(out.done)
+			if inDoubt(err) {
+				return // the bridge stopped first: the next process sends it again
+			}
 			if err != nil {
-				s.log.Warn("batch journaled before the restart not stored", zap.Uint64("batch", id), zap.Error(err))
+				s.log.Warn("batch journaled before the restart refused", zap.Uint64("batch", id), zap.Error(err))
 			}
 			s.answered(id, out)
 		}()

@@ -460,3 +460,38 @@ func TestSessionExpiryCountsFromDisconnection(t *testing.T) {
 		t.Errorf("subscriptions kept for %v", s.subs)
 	}
 }
+
+// A batch still in doubt when the bridge stops gracefully (storage-core took it and
+// did not answer) is not taken for refused: the next process sends it again, and the
+// client's resend on its resumed session is answered from that, not stored twice.
+func TestListenerInDoubtAtStopResolvedAfterRestart(t *testing.T) {
+	f, addr := startBackend(t)
+	f.producers = true
+	dir := t.TempDir()
+	b := startSessionBridge(t, addr, dir)
+	waitFor(t, "producer ids", func() bool { return b.store.producers.Load() != nil })
+	f.mu.Lock()
+	f.hold = make(chan struct{})
+	f.mu.Unlock()
+	pub, _ := dialMQTT(t, b.ListenerAddr(), "pub", 300)
+	pub.publish(1, 5, false, "dev/s", "stalled")
+	waitFor(t, "the record stored", func() bool { return len(f.stored("kafka.devices")) == 1 })
+	b.stop() // the connection ends first: the client gets no answer
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+
+	b = startSessionBridge(t, addr, dir)
+	pub, ca := dialMQTT(t, b.ListenerAddr(), "pub", 300)
+	if !ca.SessionPresent {
+		t.Fatal("Session Present 0")
+	}
+	pub.publish(1, 5, true, "dev/s", "stalled")
+	if rc := reason(pub.next(packets.PUBACK, 5)); rc != 0 {
+		t.Fatalf("PUBACK to the resend: %#x", rc)
+	}
+	if got := values(f); got["stalled"] != 1 {
+		t.Fatalf("stored %v, want the message once", got)
+	}
+}

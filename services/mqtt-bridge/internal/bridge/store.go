@@ -95,7 +95,8 @@ type batchJournal interface {
 	// the outcome it will get. It returns an id for answered (0: nothing to tell); an
 	// error keeps the batch from being sent (its callers get the error).
 	sending(req *storagev1.AppendRequest, origins []*origin, out *outcome) (id uint64, err error)
-	// answered is called once out is known.
+	// answered is called once storage-core answered (out is known), not when the
+	// bridge stopped with the batch still in doubt.
 	answered(id uint64, out *outcome)
 }
 
@@ -403,7 +404,9 @@ func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.App
 	}
 	out.at = time.Now()
 	close(out.done)
-	if journalID != 0 {
+	if journalID != 0 && !inDoubt(err) {
+		// Answered by storage-core (not left in doubt by the bridge stopping: then the
+		// next process sends the batch again).
 		s.sessions.answered(journalID, out)
 	}
 	return err
