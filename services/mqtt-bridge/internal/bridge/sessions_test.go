@@ -209,6 +209,13 @@ func TestListenerSessionsSurviveCrash(t *testing.T) {
 	pub.publish(1, 10, false, "watch/queued", "queued")
 	pub.next(packets.PUBACK, 10)
 	short.next(packets.PUBLISH, 0)
+	// The broker hands a message to its subscribers just after the publisher's PUBACK.
+	waitFor(t, "the queued message recorded", func() bool {
+		s := b.listener.sessions
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.inflight["sub"]) == 1
+	})
 
 	restore := crashImage(t, dir)
 	crashed := time.Now()
@@ -325,7 +332,11 @@ func TestListenerJournaledBatchSentAgainAfterCrash(t *testing.T) {
 			f.mu.Unlock()
 			pub, _ := dialMQTT(t, b.ListenerAddr(), "pub", 300)
 			pub.publish(1, 3, false, "dev/x", "in-doubt")
-			<-entered
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the publish did not reach storage")
+			}
 			if landed {
 				waitFor(t, "the record stored", func() bool { return len(f.stored("kafka.devices")) == 1 })
 			}
