@@ -64,7 +64,9 @@ package bridge
 // a publisher's retry after 0x97 with a new packet identifier is recognised only while
 // the bridge runs (doubts); mochi does not publish the will of a session that was
 // connected when the process died, and a message mochi dropped for a slow persistent
-// subscriber may be delivered to it after a restart.
+// subscriber may be delivered to it after a restart; mochi hands a message to the
+// listener's subscribers just after acknowledging it to its publisher, so a kill in
+// between loses it for them (not for Kafka).
 
 import (
 	"bytes"
