@@ -99,7 +99,8 @@ start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
 start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
 start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
 start pubsub-gateway 30 8085 7431 -- --nats-url "$NATS_URL"
-start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
+TRIBUTARY_MQTT_LISTENER_SESSION_DIR="$RUN_DIR/data/mqtt-bridge/sessions" \
+  start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
 
 cat <<MSG
 Tributary is up.

@@ -201,6 +201,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 func (b *Bridge) close() {
 	b.cancel()
+	if b.listener != nil {
+		// After store.wait (Run): no batch is journaled any more.
+		b.listener.sessions.close()
+	}
 	if b.http != nil && b.http.Addr() != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = b.http.Close(ctx)

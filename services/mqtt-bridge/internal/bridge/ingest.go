@@ -24,6 +24,9 @@ type target struct {
 	// pending is the outcome of an earlier append of recs that is in doubt: a later
 	// appendGroups waits for it instead of appending recs again.
 	pending *outcome
+	// origin, for a listener message of a persistent session, names it to the session
+	// store (see sessions.go).
+	origin *origin
 }
 
 // build maps each message through its routes (routes[i] for msgs[i]; the caller
@@ -92,7 +95,7 @@ func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
 				}
 			}
 			b.m.sent.WithLabelValues(id).Add(float64(len(g.recs)))
-			if err := b.store.append(ctx, g.topic, g.partition, g.recs); err != nil {
+			if err := b.store.append(ctx, g.topic, g.partition, g.recs, g.origin); err != nil {
 				b.m.failed.WithLabelValues(id).Add(float64(len(g.recs)))
 				if d := (*inDoubtError)(nil); errors.As(err, &d) {
 					g.pending = d.out

@@ -30,6 +30,8 @@ import (
 // mapping takes is answered only once storage-core has the record: 0x00 then, 0x97
 // when storage refused it, did not answer within store-timeout, or too many messages
 // are waiting already (answered at once), 0x83 when it is over max-record-bytes.
+// Persistent sessions are kept by sessions (on disk with listener.session-dir; see
+// sessions.go).
 type listener struct {
 	b      *Bridge
 	cfg    config.ListenerConfig
@@ -41,12 +43,26 @@ type listener struct {
 	slots  chan struct{}
 	log    *zap.Logger
 	doubts doubts
+	// sessions keeps the persistent sessions and their clients' remembered messages.
+	sessions *sessionStore
 	// dropped counts messages not delivered to subscribers that did not keep up.
 	dropped prometheus.CounterFunc
 }
 
-func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*listener, error) {
+func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_ *listener, err error) {
 	l := &listener{b: b, cfg: c, routes: routes, slots: make(chan struct{}, c.QueueSize), log: b.log.With(zap.String("listener", c.Addr))}
+	if c.SessionDir != "" {
+		if l.sessions, err = openSessions(c.SessionDir, l.log); err != nil {
+			return nil, err
+		}
+	} else {
+		l.sessions = newSessionStore(l.log)
+	}
+	defer func() {
+		if err != nil {
+			l.sessions.close()
+		}
+	}()
 	caps := mqtt.NewDefaultServerCapabilities()
 	// An acknowledgement carries no copy of the publish's properties; with them the
 	// library would also encode its QoS 1 "granted" code (0x01) into a PUBACK.
@@ -66,6 +82,9 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	// of each, of up to a Maximum Packet Size apiece).
 	caps.MaximumInflight = subscriberQueue
 	caps.MaximumClientWritesPending = subscriberQueue
+	// How many QoS 1/2 messages a client may have unacknowledged: the session store
+	// remembers that many per session for their resends.
+	caps.ReceiveMaximum = receiveMaximum
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -78,6 +97,10 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (*
 	if err := l.srv.AddHook(&storeHook{l: l}, nil); err != nil {
 		return nil, err
 	}
+	if err := l.srv.AddHook(&sessionHook{s: l.sessions, srv: l.srv}, nil); err != nil {
+		return nil, err
+	}
+	b.store.sessions = l.sessions
 	var tlsCfg *tls.Config
 	if t := c.TLS; t != nil {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
@@ -149,7 +172,12 @@ func maxPacketSize(routes []*mapping.Route) uint32 {
 // Addr is the bound listener address.
 func (l *listener) Addr() string { return l.ln.Address() }
 
-func (l *listener) serve() error { return l.srv.Serve() }
+// serve starts the broker (which reads the kept sessions back first) and sends the
+// batches a previous process journaled without learning their outcome again.
+func (l *listener) serve() error {
+	l.sessions.start(l.b.store)
+	return l.srv.Serve()
+}
 
 // close ends the connections that have not sent CONNECT yet (the library does not
 // know them, and would wait for them for ever), then the server and its clients.
@@ -340,8 +368,17 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	}
 	ctx := l.b.ctx
 	stored := pk.FixedHeader.Qos > 0 && !routed
+	// A persistent session's message is remembered, so that its resend (after a
+	// reconnection, after a restart) is not stored again (sessions.go).
+	var rc *receipt
+	if stored && persistent(cl) {
+		wctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
+		rc = l.sessions.receive(wctx, cl.ID, pk.PacketID, pk.FixedHeader.Dup, digestOf(msg))
+		cancel()
+		defer l.sessions.release(rc)
+	}
 	var groups []*target
-	if stored {
+	if stored && (rc == nil || !rc.resent) {
 		groups = l.doubts.take(cl.ID, msg)
 	}
 	if groups == nil {
@@ -354,6 +391,14 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		if err != nil {
 			l.log.Warn("partition lookup failed", zap.Error(err))
 			return h.refuse(cl, pk, packets.ErrQuotaExceeded)
+		}
+		if rc != nil && rc.resent {
+			l.sessions.attach(rc.entry, groups)
+		}
+	}
+	if rc != nil {
+		for _, g := range groups {
+			g.origin = &origin{entry: rc.entry, route: g.route.Cfg.ID, partition: g.partition}
 		}
 	}
 	select {

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -32,16 +33,25 @@ func TestMain(m *testing.M) {
 }
 
 // fakeBackend is storage-core and the coordinator in one gRPC server. Append blocks
-// while gate is closed and fails with fail when set.
+// while gate is closed and fails with fail when set. With producers, InitProducerId
+// hands out producer ids and Append recognises a batch sent again (same channel,
+// producer, epoch, base sequence and count) as storage-core does: answered, not stored
+// again; hold, when set, keeps the answer of an Append that stored its records back
+// until it is closed (or the caller gives up).
 type fakeBackend struct {
 	storagev1.UnimplementedStorageServiceServer
 	coordinatorv1.UnimplementedCoordinatorServiceServer
 
-	mu      sync.Mutex
-	records map[string][]*storagev1.AppendRecord
-	gate    chan struct{} // Append waits for it to be closed (nil = open)
-	fail    error
-	entered chan struct{}
+	mu        sync.Mutex
+	records   map[string][]*storagev1.AppendRecord
+	gate      chan struct{} // Append waits for it to be closed (nil = open)
+	fail      error
+	entered   chan struct{}
+	producers bool
+	nextPID   int64
+	batches   map[string]bool // channel, producer id, epoch, base sequence, count
+	dups      int
+	hold      chan struct{}
 }
 
 func (f *fakeBackend) Append(ctx context.Context, req *storagev1.AppendRequest) (*storagev1.AppendResponse, error) {
@@ -62,9 +72,36 @@ func (f *fakeBackend) Append(ctx context.Context, req *storagev1.AppendRequest) 
 		return nil, fail
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	if p := req.GetProducer(); p != nil && f.producers {
+		k := fmt.Sprint(req.GetChannel(), p.GetProducerId(), p.GetProducerEpoch(), p.GetBaseSequence(), len(req.GetRecords()))
+		if f.batches[k] {
+			f.dups++
+			f.mu.Unlock()
+			return &storagev1.AppendResponse{Duplicate: true}, nil
+		}
+		f.batches[k] = true
+	}
 	f.records[req.GetChannel()] = append(f.records[req.GetChannel()], req.GetRecords()...)
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &storagev1.AppendResponse{}, nil
+}
+
+func (f *fakeBackend) InitProducerId(context.Context, *coordinatorv1.InitProducerIdRequest) (*coordinatorv1.InitProducerIdResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.producers {
+		return nil, status.Error(codes.Unimplemented, "no producer ids")
+	}
+	f.nextPID++
+	return &coordinatorv1.InitProducerIdResponse{ProducerId: f.nextPID}, nil
 }
 
 func (f *fakeBackend) GetTopics(_ context.Context, req *coordinatorv1.GetTopicsRequest) (*coordinatorv1.GetTopicsResponse, error) {
@@ -83,7 +120,7 @@ func (f *fakeBackend) stored(ch string) []*storagev1.AppendRecord {
 
 func startBackend(t *testing.T) (*fakeBackend, string) {
 	t.Helper()
-	f := &fakeBackend{records: map[string][]*storagev1.AppendRecord{}}
+	f := &fakeBackend{records: map[string][]*storagev1.AppendRecord{}, batches: map[string]bool{}}
 	srv := grpcx.NewServer(zap.NewNop())
 	storagev1.RegisterStorageServiceServer(srv, f)
 	coordinatorv1.RegisterCoordinatorServiceServer(srv, f)

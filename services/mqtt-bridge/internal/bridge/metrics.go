@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		published:    c("published_total", "kafka-to-mqtt: MQTT messages the MQTT side accepted."),
 		invalid:      c("invalid_total", "kafka-to-mqtt: records skipped because they make an invalid or $ MQTT topic."),
 		refused:      c("refused_total", "listener: QoS 1/2 publishes answered with a refusal (or, for MQTT 3.1.1, acknowledged although not stored)."),
-		deduplicated: c("deduplicated_total", "mqtt-to-kafka: records not appended again because an earlier append of the same message, in doubt, was found stored (a listener publisher's retry after 0x97, an upstream retry)."),
+		deduplicated: c("deduplicated_total", "mqtt-to-kafka: records not appended again because an earlier append of the same message was found stored (a listener publisher's retry after 0x97, a listener session's resend after a reconnection or restart, an upstream retry)."),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tributary_mqtt_held_acks", Help: "QoS 1/2 acknowledgements held back now until storage-core has the message.",
 		}),

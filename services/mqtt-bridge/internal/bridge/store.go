@@ -57,11 +57,19 @@ const appendsInFlight = 1
 // with an inDoubtError holding a handle on it. Until the producer ids are known
 // (coordinator unreachable since start) batches are sent without an identity, and an
 // unanswered one stays unknown.
+//
+// A batch holding records of listener messages (requests with an origin) is shown to
+// sessions before it is sent: the listener's session store journals it with its
+// producer identity, so that a restarted bridge can send it again unchanged (resend)
+// and storage-core's idempotence tells whether it landed (see sessions.go).
 type store struct {
 	storage storagev1.StorageServiceClient
 	coord   coordinatorv1.CoordinatorServiceClient
 	timeout time.Duration
 	log     *zap.Logger
+	// sessions, when set (before the first append), learns each batch with origins
+	// before it is sent, and its outcome.
+	sessions batchJournal
 
 	mu      sync.Mutex
 	topics  map[string]topicInfo
@@ -84,10 +92,25 @@ const (
 	reqAbandoned
 )
 
+// batchJournal is told about batches that hold listener messages (see store).
+type batchJournal interface {
+	// sending is called before the first Append of a batch whose requests have
+	// origins, with the request as it will be sent (producer identity included) and
+	// the outcome it will get. It returns an id for answered (0: nothing to tell); an
+	// error keeps the batch from being sent (its callers get the error).
+	sending(req *storagev1.AppendRequest, origins []*origin, out *outcome) (id uint64, err error)
+	// answered is called once storage-core answered (out is known), not when the
+	// bridge stopped with the batch still in doubt.
+	answered(id uint64, out *outcome)
+}
+
 type appendReq struct {
 	ctx  context.Context // the caller's: a request it gave up on before it was sent is not sent
 	recs []*storagev1.AppendRecord
-	done chan error // the definite outcome
+	// origin is the listener message recs come from (nil when it is not worth
+	// journaling: upstream, QoS 0, a session that ends with its connection).
+	origin *origin
+	done   chan error // the definite outcome
 	// state moves from reqQueued to reqSent (by the writer) or reqAbandoned (by the
 	// caller), once; out is set before reqSent.
 	state atomic.Int32
@@ -214,13 +237,14 @@ func (s *store) fetchPartitions(ctx context.Context, topic string, create int32)
 	return 0, fmt.Errorf("topic %s: no partition count", topic)
 }
 
-// append stores recs on the channel of topic partition p and returns once they are
-// durable, or with the error. Concurrent appends to one channel share one Append. When
-// ctx ends first: ctx's error if the records were not sent (they never will be), or an
-// *inDoubtError if they were (they may be stored; its outcome tells).
-func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord) error {
+// append stores recs (from the listener message o, or nil) on the channel of topic
+// partition p and returns once they are durable, or with the error. Concurrent appends
+// to one channel share one Append. When ctx ends first: ctx's error if the records were
+// not sent (they never will be), or an *inDoubtError if they were (they may be stored;
+// its outcome tells).
+func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *origin) error {
 	name := channel.KafkaPartition(topic, p)
-	req := &appendReq{ctx: ctx, recs: recs, done: make(chan error, 1)}
+	req := &appendReq{ctx: ctx, recs: recs, origin: o, done: make(chan error, 1)}
 	w := s.writer(name)
 	select {
 	case w <- req:
@@ -316,14 +340,18 @@ func (s *store) write(name string, w chan *appendReq) {
 			continue
 		}
 		recs := make([]*storagev1.AppendRecord, 0, n)
+		var origins []*origin
 		for _, r := range live {
 			recs = append(recs, r.recs...)
+			if r.origin != nil {
+				origins = append(origins, r.origin)
+			}
 		}
 		inflight.Add(1)
 		go func() {
 			defer inflight.Done()
 			defer func() { free <- slot }()
-			err := s.send(name, slot, &slots[slot], recs, latest, out)
+			err := s.send(name, slot, &slots[slot], recs, origins, latest, out)
 			for _, r := range live {
 				r.done <- err
 			}
@@ -331,13 +359,25 @@ func (s *store) write(name string, w chan *appendReq) {
 	}
 }
 
-// send appends recs as slot's producer (first attempt until deadline) and, while the
-// answer is in doubt, sends them again, unchanged, until storage-core answers or the
-// bridge stops. It records the outcome in out and returns its error.
-func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.AppendRecord, deadline time.Time, out *outcome) error {
+// send appends recs (holding the listener messages origins) as slot's producer (first
+// attempt until deadline) and, while the answer is in doubt, sends them again,
+// unchanged, until storage-core answers or the bridge stops. It records the outcome in
+// out and returns its error.
+func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.AppendRecord, origins []*origin, deadline time.Time, out *outcome) error {
 	req := &storagev1.AppendRequest{Channel: name, Records: recs}
 	if ids := s.producers.Load(); ids != nil && !st.exhausted {
 		req.Producer = &storagev1.AppendProducer{ProducerId: ids[slot], ProducerEpoch: int32(st.epoch), BaseSequence: st.seq}
+	}
+	var journalID uint64
+	if s.sessions != nil && len(origins) > 0 {
+		id, err := s.sessions.sending(req, origins, out)
+		if err != nil {
+			err = fmt.Errorf("append %s not sent: %w", name, err)
+			out.err, out.at = err, time.Now()
+			close(out.done)
+			return err
+		}
+		journalID = id
 	}
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
 	// WaitForReady: while storage-core is unreachable the append waits (the
@@ -346,12 +386,7 @@ func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.App
 	cancel()
 	if req.Producer != nil && inDoubt(err) {
 		s.log.Warn("append not answered; sending it again until storage-core answers", zap.String("channel", name), zap.Int("records", len(recs)), zap.Error(err))
-		backoff := 100 * time.Millisecond
-		for inDoubt(err) && retry(s.ctx, &backoff) {
-			ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-			_, err = s.storage.Append(ctx, req, grpc.WaitForReady(true))
-			cancel()
-		}
+		err = s.untilAnswered(req, err)
 	}
 	switch {
 	case err == nil:
@@ -373,7 +408,37 @@ func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.App
 	}
 	out.at = time.Now()
 	close(out.done)
+	if journalID != 0 && !inDoubt(err) {
+		// Answered by storage-core (not left in doubt by the bridge stopping: then the
+		// next process sends the batch again).
+		s.sessions.answered(journalID, out)
+	}
 	return err
+}
+
+// untilAnswered sends req again, unchanged, while err (its last attempt's) leaves its
+// fate in doubt, until storage-core answers or the bridge stops; it returns the last
+// attempt's error.
+func (s *store) untilAnswered(req *storagev1.AppendRequest, err error) error {
+	backoff := 100 * time.Millisecond
+	for inDoubt(err) && retry(s.ctx, &backoff) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+		_, err = s.storage.Append(ctx, req, grpc.WaitForReady(true))
+		cancel()
+	}
+	return err
+}
+
+// resend sends req, a batch an earlier bridge process journaled with its producer
+// identity and may have sent, again, unchanged, until storage-core answers or the
+// bridge stops: storage-core stores it unless it has it already (a duplicate of one of
+// that producer's last batches), so it ends up stored once, or refused. It returns nil
+// when the batch is stored.
+func (s *store) resend(req *storagev1.AppendRequest) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	_, err := s.storage.Append(ctx, req, grpc.WaitForReady(true))
+	cancel()
+	return s.untilAnswered(req, err)
 }
 
 // inDoubt reports whether err leaves an Append's fate unknown: anything but success

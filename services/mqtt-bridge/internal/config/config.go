@@ -78,6 +78,10 @@ type ListenerConfig struct {
 	// QueueSize bounds the messages waiting for storage at once; beyond it a QoS 1/2
 	// publish is refused at once with 0x97 (quota exceeded).
 	QueueSize int `yaml:"queue-size"`
+	// SessionDir keeps the persistent sessions of listener clients (Clean Start 0 with
+	// a Session Expiry Interval; MQTT 3.1.1 Clean Session 0) across restarts, kill -9
+	// included; without it they live in memory. One bridge process per directory.
+	SessionDir string `yaml:"session-dir"`
 }
 
 // MQTTToKafka moves messages matching filters into a Kafka topic.

@@ -155,6 +155,7 @@ func TestEnvOverridesAndSecretFile(t *testing.T) {
 		"TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_QOS":                     "2",
 		"TRIBUTARY_MQTT_CLUSTERS_0_SESSION_EXPIRY":               "5m",
 		"TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_PROPERTIES_CONTENT_TYPE": "text/plain",
+		"TRIBUTARY_MQTT_LISTENER_SESSION_DIR":                    filepath.Join(dir, "sessions"),
 	}
 	cfg, ps := Load([]byte(good), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err := ps.Err(); err != nil {
@@ -168,6 +169,18 @@ func TestEnvOverridesAndSecretFile(t *testing.T) {
 	}
 	if QoSOr(cfg.KafkaToMQTT[0].QoS, 1) != 2 || cfg.Clusters[0].SessionExpiry.Minutes() != 5 || cfg.KafkaToMQTT[0].Properties.ContentType != "text/plain" {
 		t.Errorf("env not applied to pointer/duration/nested fields")
+	}
+	if cfg.Listener.SessionDir != filepath.Join(dir, "sessions") {
+		t.Errorf("listener.session-dir = %q", cfg.Listener.SessionDir)
+	}
+	_, ps = Load([]byte(good), func(k string) (string, bool) {
+		if k == "TRIBUTARY_MQTT_LISTENER_SESSION_DIR" {
+			return pw, true
+		}
+		return "", false
+	})
+	if ps.Err() == nil || !strings.Contains(ps.Err().Error(), "listener.session-dir") {
+		t.Errorf("a session dir that is a file not reported: %v", ps)
 	}
 	_, ps = Load([]byte(good), func(k string) (string, bool) {
 		if k == "TRIBUTARY_MQTT_KAFKA_TO_MQTT_0_QOS" {

@@ -184,6 +184,11 @@ func (l *loader) validate(c *Config) {
 			l.add("listener.queue-size", "must be positive")
 		}
 		l.checkTLS(c.Listener.TLS, "listener.tls", true)
+		if d := c.Listener.SessionDir; d != "" {
+			if fi, err := os.Stat(d); err == nil && !fi.IsDir() {
+				l.add("listener.session-dir", "%s is not a directory", d)
+			}
+		}
 	}
 	if c.StoreTimeout < 0 {
 		l.add("store-timeout", "must be positive")
