@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -25,6 +26,9 @@ import (
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/bridge"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
 )
+
+// gcPercent is the garbage collector's target (GOGC) unless the environment sets one.
+const gcPercent = 400
 
 // errCheckFailed makes `check` exit 1 after printing its findings.
 var errCheckFailed = errors.New("config has errors")
@@ -84,6 +88,12 @@ func run(args []string) error {
 	defer func() { _ = log.Sync() }()
 	for _, p := range problems {
 		log.Warn("config warning", zap.String("problem", p.String()))
+	}
+	if os.Getenv("GOGC") == "" {
+		// Each message allocates a few KiB that die within milliseconds while the live
+		// heap stays small, so the default (collect when the heap doubles) spent about a
+		// tenth of the bridge's CPU on collection. GOGC in the environment wins.
+		debug.SetGCPercent(gcPercent)
 	}
 	b, err := bridge.New(cfg, log)
 	if err != nil {
