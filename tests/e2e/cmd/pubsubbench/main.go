@@ -57,6 +57,20 @@ type config struct {
 type target struct {
 	name string
 	addr string
+	// fresh, when set, starts a new server for each case and returns its address and
+	// its close (pstest keeps every message of earlier cases in its heap, which slowed
+	// its later cases several times over).
+	fresh func() (string, func())
+}
+
+// forCase returns tg for one case, on a fresh server when tg has one, and its cleanup.
+func (tg target) forCase() (target, func()) {
+	if tg.fresh == nil {
+		return tg, func() {}
+	}
+	addr, closeFn := tg.fresh()
+	tg.addr = addr
+	return tg, closeFn
 }
 
 type result struct {
@@ -116,9 +130,10 @@ func run(cfg config) error {
 		targets = append(targets, target{name: "tributary", addr: s.PubSubAddrs[0]})
 	}
 	if want["pstest"] {
-		srv := pstest.NewServer()
-		defer func() { _ = srv.Close() }()
-		targets = append(targets, target{name: "pstest", addr: srv.Addr})
+		targets = append(targets, target{name: "pstest", fresh: func() (string, func()) {
+			srv := pstest.NewServer()
+			return srv.Addr, func() { _ = srv.Close() }
+		}})
 	}
 	if want["emulator"] {
 		addr, stopEmu, err := startEmulator(ctx)
@@ -133,12 +148,18 @@ func run(cfg config) error {
 	for _, tg := range targets {
 		fmt.Printf("%s: StreamingPull %d × %d B...\n", tg.name, cfg.messages, cfg.bytes)
 		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-		r := streaming(cctx, cfg, tg)
+		one, done := tg.forCase()
+		r := streaming(cctx, cfg, one)
+		done()
 		if r.err == nil {
 			fmt.Printf("%s: latency at %d msgs/s for %v...\n", tg.name, cfg.rate, cfg.latencyDur)
-			r.p50, r.p99, r.latErr = latency(cctx, cfg, tg)
+			one, done = tg.forCase()
+			r.p50, r.p99, r.latErr = latency(cctx, cfg, one)
+			done()
 			fmt.Printf("%s: Pull+Acknowledge %d...\n", tg.name, cfg.pullMessages)
-			r.pullRate, r.err = unaryPull(cctx, cfg, tg)
+			one, done = tg.forCase()
+			r.pullRate, r.err = unaryPull(cctx, cfg, one)
+			done()
 		}
 		cancel()
 		results[tg.name] = r
