@@ -163,7 +163,7 @@ func (s *Schemas) ListPubSubSchemaRevisions(ctx context.Context, req *coordinato
 	from, to := int64(0), int64(math.MaxInt64)
 	if after != "" {
 		seq, err := strconv.ParseInt(after, 10, 64)
-		if err != nil {
+		if err != nil || seq < 0 || seq == math.MaxInt64 {
 			return nil, status.Errorf(codes.InvalidArgument, "invalid page token %q", req.GetPageToken())
 		}
 		from = seq + 1

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/base64"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -94,6 +95,13 @@ func TestPubSubSchemas(t *testing.T) {
 	rg, err = c.ListPubSubSchemaRevisions(ctx, &coordinatorv1.ListPubSubSchemaRevisionsRequest{SchemaId: "orders-v", LastRevisionId: ids[1]})
 	if err != nil || len(rg.GetRevisions()) != 1 || rg.GetRevisions()[0].GetRevisionId() != ids[0] || !rg.GetLastRevisionDeleted() {
 		t.Fatalf("range up to the deleted revision: %v, %v", rg, err)
+	}
+	for _, seq := range []string{"9223372036854775807", "-5", "x"} {
+		// The largest sequence once wrapped round to the first page.
+		tok := base64.RawURLEncoding.EncodeToString([]byte(seq))
+		if _, err := c.ListPubSubSchemaRevisions(ctx, &coordinatorv1.ListPubSubSchemaRevisionsRequest{SchemaId: "orders-v", PageToken: tok}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("page token of sequence %s: %v, want InvalidArgument", seq, err)
+		}
 	}
 	if _, err := c.ListPubSubSchemaRevisions(ctx, &coordinatorv1.ListPubSubSchemaRevisionsRequest{SchemaId: "orders-v", FirstRevisionId: "00000000"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("range from an unknown revision: %v", err)
