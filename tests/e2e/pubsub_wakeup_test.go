@@ -306,6 +306,17 @@ func TestPubSubLeaseSweepFailover(t *testing.T) {
 		if err := s.Restart(ctxT(t, time.Minute), s.Coordinator.Name); err != nil {
 			t.Fatal(err)
 		}
+		// The gateway's readiness gate checks its backends every 500 ms: until it has
+		// seen the restarted coordinator serving, every RPC is UNAVAILABLE.
+		gw := s.PubSub[0]
+		waitFor(t, 20*time.Second, gw.Name+" ready again", func() bool {
+			resp, err := http.Get("http://" + gw.HTTPAddr + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
 	}
 	survivor := s.Coordinator
 
