@@ -260,13 +260,25 @@ func openSessions(dir string, log *zap.Logger) (*sessionStore, error) {
 	s := newSessionStore(log)
 	s.j = j
 	var alive int64
+	unwritten := 0
 	for i, r := range recs {
+		if len(r) == 0 {
+			// The bridge writes no empty records: this is a run of zero bytes, a frame
+			// the journal cannot tell from an empty record (length 0, CRC 0). A machine
+			// crash leaves such a tail when the file grew but its last pages were never
+			// written; the compaction below removes it.
+			unwritten++
+			continue
+		}
 		at, err := s.load(r)
 		if err != nil {
 			_ = j.Close()
 			return nil, fmt.Errorf("listener session journal record %d: %w", i, err)
 		}
 		alive = max(alive, at)
+	}
+	if unwritten > 0 {
+		log.Warn("session journal: zero-filled tail dropped (the machine stopped before writing it)", zap.Int("frames", unwritten))
 	}
 	expired := s.settle(alive, time.Now())
 	if err := s.compact(); err != nil {
@@ -285,11 +297,8 @@ func openSessions(dir string, log *zap.Logger) (*sessionStore, error) {
 }
 
 // load applies one journal record and returns the time it says the bridge was alive
-// at (unix ms; 0 when it says nothing of it).
+// at (unix ms; 0 when it says nothing of it). r is not empty.
 func (s *sessionStore) load(r []byte) (int64, error) {
-	if len(r) == 0 {
-		return 0, errors.New("empty record")
-	}
 	body := r[1:]
 	switch r[0] {
 	case recClient:

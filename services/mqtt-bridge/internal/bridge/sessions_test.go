@@ -506,3 +506,38 @@ func TestListenerInDoubtAtStopResolvedAfterRestart(t *testing.T) {
 		t.Fatalf("stored %v, want the message once", got)
 	}
 }
+
+// TestSessionJournalZeroFilledTail: a machine crash can leave a journal whose size
+// grew but whose last pages were never written, i.e. a tail of zero bytes. Eight zero
+// bytes are a well-formed journal frame (length 0, and 0 is the CRC-32C of nothing),
+// so the journal hands them back as empty records; the bridge never writes those and
+// must start with what was written before, not refuse every restart.
+func TestSessionJournalZeroFilledTail(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openSessions(dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.write(jsonRecord(recRetain, storage.Message{TopicName: "dev/kept", Payload: []byte("v")}))
+	s.mu.Unlock()
+	s.close()
+	f, err := os.OpenFile(filepath.Join(dir, journalFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = openSessions(dir, zap.NewNop())
+	if err != nil {
+		t.Fatalf("restart after a zero-filled tail: %v", err)
+	}
+	defer s.close()
+	if m, ok := s.retained["dev/kept"]; !ok || string(m.Payload) != "v" {
+		t.Fatalf("retained message lost: %+v", s.retained)
+	}
+}

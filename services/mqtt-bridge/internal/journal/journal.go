@@ -55,7 +55,8 @@ type Journal struct {
 
 // Open opens (creating it if needed) the journal at path and returns it with its
 // records in order. A torn or corrupt tail is cut off and its size reported in
-// dropped (bytes). A file that is not a journal is an error, left untouched, and so is
+// dropped (bytes). A file whose header was never wholly written (see unwrittenHeader)
+// is started afresh. A file that is not a journal is an error, left untouched, and so is
 // a journal another process has open (ErrLocked).
 func Open(path string) (j *Journal, records [][]byte, dropped int64, err error) {
 	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
@@ -83,8 +84,12 @@ func Open(path string) (j *Journal, records [][]byte, dropped int64, err error) 
 		_ = f.Close()
 		return nil, nil, 0, err
 	}
-	if len(data) == 0 {
-		if _, err := f.Write([]byte(magic)); err != nil {
+	if unwrittenHeader(data) {
+		if err := f.Truncate(0); err != nil {
+			_ = f.Close()
+			return nil, nil, 0, err
+		}
+		if _, err := f.WriteAt([]byte(magic), 0); err != nil {
 			_ = f.Close()
 			return nil, nil, 0, err
 		}
@@ -114,6 +119,17 @@ func Open(path string) (j *Journal, records [][]byte, dropped int64, err error) 
 		return nil, nil, 0, err
 	}
 	return &Journal{path: path, lock: lock, f: f, size: good}, records, dropped, nil
+}
+
+// unwrittenHeader reports whether data is a journal file whose header was never
+// (wholly) written: empty, a part of the magic, or only zeros (a crash can leave the
+// file's new size without its data). Records are appended only after the header is
+// synced, so such a file holds none.
+func unwrittenHeader(data []byte) bool {
+	if len(data) < len(magic) && bytes.HasPrefix([]byte(magic), data) {
+		return true
+	}
+	return len(data) <= len(magic) && bytes.Count(data, []byte{0}) == len(data)
 }
 
 // parse returns the whole frames of data (after the magic) and where they end.

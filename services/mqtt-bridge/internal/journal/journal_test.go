@@ -201,3 +201,32 @@ func TestConcurrentAppendAndSync(t *testing.T) {
 		t.Errorf("%d distinct records of 400", len(seen))
 	}
 }
+
+// TestUnwrittenHeaderIsNew: a crash while a new journal's header is written can leave
+// a part of it, or a file of zeros (its size on disk before its data). No record was
+// ever appended to such a file, so it opens as a new journal instead of refusing.
+func TestUnwrittenHeaderIsNew(t *testing.T) {
+	for _, content := range [][]byte{[]byte(magic[:3]), make([]byte, len(magic)), make([]byte, 3)} {
+		path := filepath.Join(t.TempDir(), "j")
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		j, recs, _ := open(t, path)
+		if len(recs) != 0 {
+			t.Fatalf("%q: records %q", content, texts(recs))
+		}
+		if err := j.Append([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+		j, recs, _ = open(t, path)
+		if got := texts(recs); len(got) != 1 || got[0] != "a" {
+			t.Fatalf("%q: after reopening %q", content, got)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
