@@ -26,6 +26,9 @@ import (
 // Kafka Produce requests may carry up to 100 MiB (socket.request.max.bytes).
 const MaxMessageBytes = 256 << 20
 
+// streamWorkers is how many reused goroutines a server runs calls on.
+const streamWorkers = 32
+
 // NewServer returns a gRPC server with recovery interceptors and the message limits.
 func NewServer(log *zap.Logger, opts ...grpc.ServerOption) *grpc.Server {
 	base := []grpc.ServerOption{
@@ -51,6 +54,10 @@ func NewServer(log *zap.Logger, opts ...grpc.ServerOption) *grpc.Server {
 		}),
 	}
 	base = append(base, bufferOptions()...)
+	// Reused handler goroutines: a fresh goroutine per call grows its stack again on
+	// every call (runtime.newstack was 7% of storage-core's CPU under MQTT appends).
+	// Calls beyond the workers, and long-lived streams, still get goroutines of their own.
+	base = append(base, grpc.NumStreamWorkers(streamWorkers))
 	return grpc.NewServer(append(base, opts...)...)
 }
 

@@ -290,6 +290,14 @@ func (s *store) write(name string, w chan *appendReq) {
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	for {
+		// A slot first, then the batch: what arrives while every slot is busy joins
+		// the next Append instead of waiting behind a batch formed before it.
+		var slot int
+		select {
+		case slot = <-free:
+		case <-s.ctx.Done():
+			return
+		}
 		var first *appendReq
 		select {
 		case first = <-w:
@@ -307,12 +315,6 @@ func (s *store) write(name string, w chan *appendReq) {
 			default:
 				break drain
 			}
-		}
-		var slot int
-		select {
-		case slot = <-free:
-		case <-s.ctx.Done():
-			return
 		}
 		// Requests whose callers gave up meanwhile (a listener publish already answered
 		// 0x97) are not sent; the first Append lasts until the latest caller deadline.

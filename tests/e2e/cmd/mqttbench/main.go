@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -114,20 +115,30 @@ mqtt-to-kafka:
 	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "bench-" + id + "/mosq/#", QoS: 1}}}); err != nil {
 		return err
 	}
+	mosqPid := mosquittoPid(mosq)
+	mosqCPU, selfCPU := stack.CPUTime(mosqPid), stack.CPUTime(os.Getpid())
 	start := time.Now()
 	if _, err := publish(ctx, mosq, "bench-"+id+"/mosq", *publishers, *duration, payload); err != nil {
 		return err
 	}
-	mosqRate := float64(received.Load()) / time.Since(start).Seconds()
+	mosqN := received.Load()
+	mosqRate := float64(mosqN) / time.Since(start).Seconds()
 	_ = sub.Disconnect(&paho.Disconnect{})
 	fmt.Printf("  %-44s %10.0f msg/s\n", "mosquitto alone (publisher → subscriber)", mosqRate)
+	if mosqN > 0 {
+		mosqUs := "mosquitto not found"
+		if mosqPid != 0 {
+			mosqUs = fmt.Sprintf("%.1f µs mosquitto", float64((stack.CPUTime(mosqPid) - mosqCPU).Microseconds())/float64(mosqN))
+		}
+		fmt.Printf("  %-44s %s, %.1f µs clients (this process)\n", "  CPU per message", mosqUs, float64((stack.CPUTime(os.Getpid())-selfCPU).Microseconds())/float64(mosqN))
+	}
 
 	// Listener: PUBACK after fsync.
 	storage, err := s.Proc(stack.StorageCore)
 	if err != nil {
 		return err
 	}
-	cpuBefore := [2]time.Duration{cpuTime(bridge.Pid()), cpuTime(storage.Pid())}
+	cpuBefore := [3]time.Duration{stack.CPUTime(bridge.Pid()), stack.CPUTime(storage.Pid()), stack.CPUTime(os.Getpid())}
 	lisN, err := publish(ctx, lis, "bench/l", *publishers, *duration, payload)
 	if err != nil {
 		return err
@@ -136,9 +147,9 @@ mqtt-to-kafka:
 	fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (bar ≥ 0.5×)\n", "listener (PUBACK after fsync)", lisRate, lisRate/mosqRate)
 	if lisN > 0 {
 		per := func(i int, pid int) float64 {
-			return float64((cpuTime(pid) - cpuBefore[i]).Microseconds()) / float64(lisN)
+			return float64((stack.CPUTime(pid) - cpuBefore[i]).Microseconds()) / float64(lisN)
 		}
-		fmt.Printf("  %-44s %7.1f µs mqtt-bridge, %.1f µs storage-core (user+system)\n", "  CPU per listener message", per(0, bridge.Pid()), per(1, storage.Pid()))
+		fmt.Printf("  %-44s %7.1f µs mqtt-bridge, %.1f µs storage-core, %.1f µs clients (this process)\n", "  CPU per message", per(0, bridge.Pid()), per(1, storage.Pid()), per(2, os.Getpid()))
 	}
 
 	// Upstream: through Mosquitto into storage-core.
@@ -233,24 +244,23 @@ func publish(ctx context.Context, addr, topic string, n int, d time.Duration, pa
 	return ok.Load(), errors.Join(all...)
 }
 
-// cpuTime is the user+system CPU time process pid has used (/proc/<pid>/stat, in
-// clock ticks of 10 ms); 0 when it cannot be read. CPU per message varies far less
-// than messages per second on a shared machine, so it shows what a change costs.
-func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// mosquittoPid is the pid of the mosquitto process listening on addr's port, or 0
+// (not found, or not on this machine's /proc).
+func mosquittoPid(addr string) int {
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return 0
 	}
-	// Fields after the command name (which may hold spaces) start at state (field 3);
-	// utime and stime are fields 14 and 15.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
+	out, err := exec.Command("ss", "-ltnpH", "sport = :"+port).Output()
+	if err != nil {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	_, rest, ok := strings.Cut(string(out), "pid=")
+	if !ok {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimRightFunc(rest[:strings.IndexAny(rest+",", ",)")], func(r rune) bool { return r < '0' || r > '9' }))
+	return pid
 }
 
 func metric(httpAddr, name, mapping string) (float64, error) {

@@ -57,10 +57,21 @@ type config struct {
 type target struct {
 	name string
 	addr string
+	// pids are the server processes whose CPU time the StreamingPull case reports
+	// (none: the server runs in this process).
+	pids []int
 	// fresh, when set, starts a new server for each case and returns its address and
 	// its close (pstest keeps every message of earlier cases in its heap, which slowed
 	// its later cases several times over).
 	fresh func() (string, func())
+}
+
+// cpuNames names the entries of result.cpu.
+func (tg target) cpuNames() []string {
+	if len(tg.pids) == 0 {
+		return []string{"this process (client and server)"}
+	}
+	return []string{"pubsub-gateway", "storage-core", "this process (client)"}
 }
 
 // forCase returns tg for one case, on a fresh server when tg has one, and its cleanup.
@@ -80,6 +91,11 @@ type result struct {
 	pullRate float64
 	// publish is how long publishing took.
 	publish time.Duration
+	// cpu is the CPU time each of the target's pids, then this process (the Go
+	// client, and an in-process server), used during the StreamingPull receive.
+	cpu []time.Duration
+	// pullCPU is this process's CPU time during the unary Pull+Acknowledge case.
+	pullCPU time.Duration
 	// partial: the StreamingPull case timed out; the rate is of what was delivered.
 	partial bool
 	latErr  error
@@ -127,7 +143,7 @@ func run(cfg config) error {
 				fmt.Fprintln(os.Stderr, "close stack:", err)
 			}
 		}()
-		targets = append(targets, target{name: "tributary", addr: s.PubSubAddrs[0]})
+		targets = append(targets, target{name: "tributary", addr: s.PubSubAddrs[0], pids: []int{s.PubSub[0].Pid(), s.Storage.Pid()}})
 	}
 	if want["pstest"] {
 		targets = append(targets, target{name: "pstest", fresh: func() (string, func()) {
@@ -158,7 +174,7 @@ func run(cfg config) error {
 			done()
 			fmt.Printf("%s: Pull+Acknowledge %d...\n", tg.name, cfg.pullMessages)
 			one, done = tg.forCase()
-			r.pullRate, r.err = unaryPull(cctx, cfg, one)
+			r.pullRate, r.pullCPU, r.err = unaryPull(cctx, cfg, one)
 			done()
 		}
 		cancel()
@@ -182,6 +198,18 @@ func run(cfg config) error {
 		fmt.Printf("%-10s %16.0f %14.0f %s %16.0f%s\n", tg.name, float64(r.n)/r.elapsed.Seconds(),
 			float64(cfg.messages)/r.publish.Seconds(), lat, r.pullRate, mark)
 	}
+	fmt.Println("\nCPU per message (user+system µs): StreamingPull receive, and the unary Pull+Acknowledge case")
+	for _, tg := range targets {
+		r := results[tg.name]
+		if r.err != nil || len(r.cpu) == 0 {
+			continue
+		}
+		var parts []string
+		for i, name := range tg.cpuNames() {
+			parts = append(parts, fmt.Sprintf("%.1f %s", perMessage(r.cpu[i], r.n), name))
+		}
+		fmt.Printf("%-10s %s; Pull+Ack %.1f this process\n", tg.name, strings.Join(parts, ", "), perMessage(r.pullCPU, cfg.pullMessages))
+	}
 	ours, ok1 := results["tributary"]
 	ps, ok2 := results["pstest"]
 	if ok1 && ok2 && ours.err == nil && ps.err == nil {
@@ -190,6 +218,23 @@ func run(cfg config) error {
 			rate/ps.pullRate, ours.p99.Round(time.Millisecond), cfg.rate)
 	}
 	return nil
+}
+
+// cpuTimes returns stack.CPUTime of each pid.
+func cpuTimes(pids []int) []time.Duration {
+	out := make([]time.Duration, len(pids))
+	for i, p := range pids {
+		out[i] = stack.CPUTime(p)
+	}
+	return out
+}
+
+// perMessage is d per message of n, in µs.
+func perMessage(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
 }
 
 func client(ctx context.Context, addr string) (*pubsub.Client, error) {
@@ -307,8 +352,13 @@ func streaming(ctx context.Context, cfg config, tg target) result {
 	r := result{publish: time.Since(pstart)}
 	sctx, cancel := context.WithTimeout(ctx, cfg.streamTimeout)
 	defer cancel()
+	pids := append(append([]int(nil), tg.pids...), os.Getpid())
+	cpu0 := cpuTimes(pids)
 	start := time.Now()
 	n, last, _, err := receiveN(sctx, c, sub, cfg.messages, nil)
+	for i, t := range cpuTimes(pids) {
+		r.cpu = append(r.cpu, t-cpu0[i])
+	}
 	r.n = n
 	if n == 0 {
 		r.err = fmt.Errorf("nothing received: %v", err)
@@ -364,16 +414,16 @@ func latency(ctx context.Context, cfg config, tg target) (p50, p99 time.Duration
 }
 
 // unaryPull publishes cfg.pullMessages, then drains them with Pull (1000 at a time) and
-// Acknowledge, and returns messages/s of the drain.
-func unaryPull(ctx context.Context, cfg config, tg target) (float64, error) {
+// Acknowledge, and returns messages/s of the drain and the CPU time this process used in it.
+func unaryPull(ctx context.Context, cfg config, tg target) (float64, time.Duration, error) {
 	c, err := client(ctx, tg.addr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer func() { _ = c.Close() }()
 	topic, sub, err := setup(ctx, c)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	p := c.Publisher(topic)
 	res := make([]*pubsub.PublishResult, cfg.pullMessages)
@@ -383,17 +433,18 @@ func unaryPull(ctx context.Context, cfg config, tg target) (float64, error) {
 	for _, r := range res {
 		if _, err := r.Get(ctx); err != nil {
 			p.Stop()
-			return 0, fmt.Errorf("publish: %w", err)
+			return 0, 0, fmt.Errorf("publish: %w", err)
 		}
 	}
 	p.Stop()
 	name := "projects/" + project + "/subscriptions/" + sub
+	cpu0 := stack.CPUTime(os.Getpid())
 	start := time.Now()
 	got := 0
 	for got < cfg.pullMessages {
 		pr, err := c.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: name, MaxMessages: 1000})
 		if err != nil {
-			return 0, fmt.Errorf("pull after %d: %w", got, err)
+			return 0, 0, fmt.Errorf("pull after %d: %w", got, err)
 		}
 		ids := make([]string, 0, len(pr.GetReceivedMessages()))
 		for _, m := range pr.GetReceivedMessages() {
@@ -403,11 +454,11 @@ func unaryPull(ctx context.Context, cfg config, tg target) (float64, error) {
 			continue
 		}
 		if err := c.SubscriptionAdminClient.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: name, AckIds: ids}); err != nil {
-			return 0, fmt.Errorf("acknowledge: %w", err)
+			return 0, 0, fmt.Errorf("acknowledge: %w", err)
 		}
 		got += len(ids)
 	}
-	return float64(got) / time.Since(start).Seconds(), nil
+	return float64(got) / time.Since(start).Seconds(), stack.CPUTime(os.Getpid()) - cpu0, nil
 }
 
 // startEmulator starts `gcloud beta emulators pubsub start` on a free port and waits
