@@ -128,7 +128,7 @@ mqtt-to-kafka:
 	if mosqN > 0 {
 		mosqUs := "mosquitto not found"
 		if mosqPid != 0 {
-			mosqUs = fmt.Sprintf("%.1f µs mosquitto", float64((stack.CPUTime(mosqPid) - mosqCPU).Microseconds())/float64(mosqN))
+			mosqUs = fmt.Sprintf("%.1f µs mosquitto", float64((stack.CPUTime(mosqPid)-mosqCPU).Microseconds())/float64(mosqN))
 		}
 		fmt.Printf("  %-44s %s, %.1f µs clients (this process)\n", "  CPU per message", mosqUs, float64((stack.CPUTime(os.Getpid())-selfCPU).Microseconds())/float64(mosqN))
 	}
