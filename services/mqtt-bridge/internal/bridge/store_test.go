@@ -1,0 +1,170 @@
+package bridge
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tributary/tributary/libs/channel"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// countingStorage is a storage client whose Append blocks until release is closed
+// (channels in stuck always fail UNAVAILABLE, an answer in doubt, at once) and
+// which records the most Appends it saw in flight at once.
+type countingStorage struct {
+	storagev1.StorageServiceClient
+	release chan struct{}
+	stuck   map[string]bool
+
+	mu               sync.Mutex
+	inFlight, most   int
+	stuckAttempts    map[string]int
+	storedByChannel  map[string]int
+	enteredByChannel chan string
+}
+
+func (c *countingStorage) Append(ctx context.Context, req *storagev1.AppendRequest, _ ...grpc.CallOption) (*storagev1.AppendResponse, error) {
+	ch := req.GetChannel()
+	if c.stuck[ch] {
+		c.mu.Lock()
+		c.stuckAttempts[ch]++
+		c.mu.Unlock()
+		return nil, status.Error(codes.Unavailable, "storage-core unreachable")
+	}
+	c.mu.Lock()
+	c.inFlight++
+	c.most = max(c.most, c.inFlight)
+	c.mu.Unlock()
+	c.enteredByChannel <- ch
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.storedByChannel[ch] += len(req.GetRecords())
+		c.mu.Unlock()
+	}()
+	select {
+	case <-c.release:
+		return &storagev1.AppendResponse{}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type fixedProducers struct {
+	coordinatorv1.CoordinatorServiceClient
+}
+
+func (fixedProducers) InitProducerId(context.Context, *coordinatorv1.InitProducerIdRequest, ...grpc.CallOption) (*coordinatorv1.InitProducerIdResponse, error) {
+	return &coordinatorv1.InitProducerIdResponse{ProducerId: 7}, nil
+}
+
+func newCountingStore(t *testing.T, stuck ...string) (*store, *countingStorage) {
+	t.Helper()
+	c := &countingStorage{release: make(chan struct{}), stuck: map[string]bool{}, stuckAttempts: map[string]int{},
+		storedByChannel: map[string]int{}, enteredByChannel: make(chan string, 100)}
+	for _, ch := range stuck {
+		c.stuck[ch] = true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newStore(ctx, c, fixedProducers{}, 5*time.Second, zap.NewNop())
+	t.Cleanup(func() { cancel(); s.wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for s.producers.Load() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("producer ids never loaded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return s, c
+}
+
+func oneRecord() []*storagev1.AppendRecord {
+	return []*storagev1.AppendRecord{{Value: []byte("v")}}
+}
+
+// Appends to six channels at once: at most maxAppends are in flight, the rest wait
+// and go out once those are answered, and every record is stored.
+func TestStoreBoundsAppendsInFlight(t *testing.T) {
+	s, c := newCountingStore(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for p := range int32(6) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.append(context.Background(), "t", p, oneRecord(), nil)
+		}()
+	}
+	for range maxAppends {
+		<-c.enteredByChannel
+	}
+	select {
+	case ch := <-c.enteredByChannel:
+		t.Fatalf("Append to %s sent while %d were in flight", ch, maxAppends)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(c.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.most != maxAppends {
+		t.Fatalf("most Appends in flight = %d, want %d", c.most, maxAppends)
+	}
+	for p := range int32(6) {
+		if n := c.storedByChannel[channel.KafkaPartition("t", p)]; n != 1 {
+			t.Fatalf("partition %d: %d records stored, want 1 (%v)", p, n, c.storedByChannel)
+		}
+	}
+}
+
+// Appends left in doubt on maxAppends channels are sent again and again; they do not
+// hold the bridge's Appends in flight, so another channel's records are still stored.
+func TestStoreInDoubtRetriesDoNotHoldAppends(t *testing.T) {
+	stuck := make([]string, 0, maxAppends)
+	for p := 1; p <= maxAppends; p++ {
+		stuck = append(stuck, channel.KafkaPartition("t", int32(p)))
+	}
+	s, c := newCountingStore(t, stuck...)
+	close(c.release)
+	for p := 1; p <= maxAppends; p++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		go func() { defer cancel(); _ = s.append(ctx, "t", int32(p), oneRecord(), nil) }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		retrying := 0
+		for _, ch := range stuck {
+			if c.stuckAttempts[ch] >= 2 {
+				retrying++
+			}
+		}
+		c.mu.Unlock()
+		if retrying == len(stuck) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck channels' Appends were not sent again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.append(ctx, "t", 0, oneRecord(), nil); err != nil {
+		t.Fatalf("append to a healthy channel while %d others retry: %v", maxAppends, err)
+	}
+}
