@@ -30,6 +30,34 @@ const topicRefresh = 30 * time.Second
 // maxBatchRecords bounds one Append of coalesced requests.
 const maxBatchRecords = 2000
 
+// maxBatchBytes bounds the encoded size of one Append of coalesced requests, in bytes:
+// storage-core refuses a batch larger than its channel's max_message_bytes
+// (INVALID_ARGUMENT), by default Kafka's max.message.bytes, 1048588. Requests are
+// coalesced while their estimated size (batchBytes) stays within it; a request larger
+// on its own is sent alone, and the channel decides.
+const maxBatchBytes = 1048588
+
+// Upper bounds of a Kafka record batch's overhead (KIP-98 record batch v2): the batch
+// header, each record's varints (length, attributes, timestamp and offset deltas, key
+// and value lengths, header count) and each header's two length varints, in bytes.
+const (
+	batchOverhead  = 61
+	recordOverhead = 5 + 1 + 10 + 5 + 5 + 5 + 5
+	headerOverhead = 5 + 5
+)
+
+// recordsBytes is an upper bound of what recs add to a record batch, in bytes.
+func recordsBytes(recs []*storagev1.AppendRecord) int {
+	n := 0
+	for _, r := range recs {
+		n += recordOverhead + len(r.GetKey()) + len(r.GetValue())
+		for _, h := range r.GetHeaders() {
+			n += headerOverhead + len(h.GetKey()) + len(h.GetValue())
+		}
+	}
+	return n
+}
+
 // appendsInFlight is how many Appends one channel may have in flight at once. Requests
 // that must keep their order relative to each other are never in flight together: a
 // listener client has one publish in flight, and upstream batches wait for the one
@@ -302,6 +330,9 @@ func (s *store) write(name string, w chan *appendReq) {
 	}
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	// next is a request taken from w that did not fit in the last batch: it is the
+	// first of the next one.
+	var next *appendReq
 	for {
 		// A slot first, then the batch: what arrives while every slot is busy joins
 		// the next Append instead of waiting behind a batch formed before it.
@@ -311,11 +342,14 @@ func (s *store) write(name string, w chan *appendReq) {
 		case <-s.ctx.Done():
 			return
 		}
-		var first *appendReq
-		select {
-		case first = <-w:
-		case <-s.ctx.Done():
-			return
+		first := next
+		next = nil
+		if first == nil {
+			select {
+			case first = <-w:
+			case <-s.ctx.Done():
+				return
+			}
 		}
 		select {
 		case s.appending <- struct{}{}:
@@ -325,13 +359,19 @@ func (s *store) write(name string, w chan *appendReq) {
 		var once sync.Once
 		release := func() { once.Do(func() { <-s.appending }) }
 		batch := []*appendReq{first}
-		n := len(first.recs)
+		n, size := len(first.recs), batchOverhead+recordsBytes(first.recs)
 	drain:
 		for n < maxBatchRecords {
 			select {
 			case r := <-w:
+				b := recordsBytes(r.recs)
+				if size+b > maxBatchBytes {
+					next = r
+					break drain
+				}
 				batch = append(batch, r)
 				n += len(r.recs)
+				size += b
 			default:
 				break drain
 			}

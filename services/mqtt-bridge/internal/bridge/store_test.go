@@ -18,7 +18,8 @@ import (
 
 // countingStorage is a storage client whose Append blocks until release is closed
 // (channels in stuck always fail UNAVAILABLE, an answer in doubt, at once) and
-// which records the most Appends it saw in flight at once.
+// which records the most Appends it saw in flight at once and the most records one
+// Append carried.
 type countingStorage struct {
 	storagev1.StorageServiceClient
 	release chan struct{}
@@ -26,6 +27,7 @@ type countingStorage struct {
 
 	mu               sync.Mutex
 	inFlight, most   int
+	mostRecords      int
 	stuckAttempts    map[string]int
 	storedByChannel  map[string]int
 	enteredByChannel chan string
@@ -42,6 +44,7 @@ func (c *countingStorage) Append(ctx context.Context, req *storagev1.AppendReque
 	c.mu.Lock()
 	c.inFlight++
 	c.most = max(c.most, c.inFlight)
+	c.mostRecords = max(c.mostRecords, len(req.GetRecords()))
 	c.mu.Unlock()
 	c.enteredByChannel <- ch
 	defer func() {
@@ -166,5 +169,45 @@ func TestStoreInDoubtRetriesDoNotHoldAppends(t *testing.T) {
 	defer cancel()
 	if err := s.append(ctx, "t", 0, oneRecord(), nil); err != nil {
 		t.Fatalf("append to a healthy channel while %d others retry: %v", maxAppends, err)
+	}
+}
+
+// Requests queued on one channel while its Append is in flight are coalesced only up
+// to maxBatchBytes: records of 200 KiB go at most five to an Append (six are over
+// storage-core's default max_message_bytes, which refuses the whole Append), and every
+// one is stored.
+func TestStoreBoundsBatchBytes(t *testing.T) {
+	s, c := newCountingStore(t)
+	big := func() []*storagev1.AppendRecord {
+		return []*storagev1.AppendRecord{{Key: []byte("k"), Value: make([]byte, 200<<10)}}
+	}
+	const queued = 20
+	errs := make(chan error, queued+1)
+	go func() { errs <- s.append(context.Background(), "t", 0, big(), nil) }()
+	<-c.enteredByChannel
+	for range queued {
+		go func() { errs <- s.append(context.Background(), "t", 0, big(), nil) }()
+	}
+	w := s.writer(channel.KafkaPartition("t", 0))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(w) < queued {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d appends queued", len(w), queued)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(c.release)
+	for range queued + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mostRecords > 5 {
+		t.Fatalf("an Append carried %d records of 200 KiB (over 1048588 bytes)", c.mostRecords)
+	}
+	if n := c.storedByChannel[channel.KafkaPartition("t", 0)]; n != queued+1 {
+		t.Fatalf("%d records stored, want %d", n, queued+1)
 	}
 }

@@ -332,6 +332,15 @@ func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, rout
 			return err
 		}
 	}
+	if len(msgs) > 1 && oversized(groups) {
+		// More than one Append may carry (storage-core would refuse it every time):
+		// the halves in turn, so each partition still gets its records in order.
+		h := len(msgs) / 2
+		if err := u.storeBatch(ctx, msgs[:h], routes[:h], at[:h]); err != nil {
+			return err
+		}
+		return u.storeBatch(ctx, msgs[h:], routes[h:], at[h:])
+	}
 	for {
 		err := u.b.appendGroups(ctx, groups)
 		if err == nil {
@@ -345,6 +354,17 @@ func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, rout
 			return err
 		}
 	}
+}
+
+// oversized reports whether a group of groups is larger than one Append may carry
+// (maxBatchBytes).
+func oversized(groups []*target) bool {
+	for _, g := range groups {
+		if batchOverhead+recordsBytes(g.recs) > maxBatchBytes {
+			return true
+		}
+	}
+	return false
 }
 
 // publish sends m to the broker and waits for its acknowledgement (QoS 1/2).
