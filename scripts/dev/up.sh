@@ -108,7 +108,7 @@ Tributary is up.
   Pub/Sub emulator        127.0.0.1:8085     (export PUBSUB_EMULATOR_HOST=127.0.0.1:8085)
   storage-core gRPC       127.0.0.1:7400     (make tools; bin/tools/grpcurl -plaintext 127.0.0.1:7400 list)
   coordinator gRPC        127.0.0.1:7410
-  MQTT (mqtt-bridge)      127.0.0.1:1884     (mosquitto_pub -p 1884 -t devices/d1 -m hi → Kafka topic mqtt-devices)
+  MQTT (mqtt-bridge)      127.0.0.1:1884     (mosquitto_pub -p 1884 -i d1 -t devices/d1 -m hi → Kafka topic mqtt-devices, key d1)
   metrics/health          :7401 storage-core  :7411 coordinator  :7421 kafka-gateway  :7431 pubsub-gateway
                           :9464 mqtt-bridge   (/metrics /healthz /readyz)
   logs                    $RUN_DIR/logs
