@@ -76,6 +76,9 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	defer func() {
 		// Named on srv: the error returns below set s to nil.
 		if err != nil {
+			if srv.grpc != nil {
+				srv.grpc.Stop() // ends its handler goroutines (grpcx's stream workers)
+			}
 			srv.closeClients()
 		}
 	}()

@@ -72,6 +72,9 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	srv := &Server{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
+			if srv.grpc != nil {
+				srv.grpc.Stop() // ends its handler goroutines (grpcx's stream workers)
+			}
 			srv.closeClients()
 		}
 	}()

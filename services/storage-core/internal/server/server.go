@@ -143,6 +143,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.http.AddReadyCheck("queues", func(context.Context) error { return qm.Ready() })
 	ln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
+		s.grpc.Stop() // ends its handler goroutines (grpcx's stream workers)
 		_ = qm.Close()
 		_ = st.Close()
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
@@ -150,6 +151,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.ln = ln
 	if err := s.http.Listen(cfg.HTTPAddr); err != nil {
 		_ = ln.Close()
+		s.grpc.Stop()
 		_ = qm.Close()
 		_ = st.Close()
 		return nil, err
