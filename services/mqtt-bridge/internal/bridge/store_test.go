@@ -211,3 +211,54 @@ func TestStoreBoundsBatchBytes(t *testing.T) {
 		t.Fatalf("%d records stored, want %d", n, queued+1)
 	}
 }
+
+// A partition's share over maxBatchBytes is cut into parts that each fit, in order,
+// one part per round; a record larger on its own is a part alone; a small group is
+// one part.
+func TestAppendRounds(t *testing.T) {
+	big := func(n, size int) *target {
+		g := &target{topic: "t"}
+		for i := range n {
+			g.recs = append(g.recs, &storagev1.AppendRecord{Key: []byte{byte(i)}, Value: make([]byte, size)})
+			g.received = append(g.received, time.UnixMilli(int64(i)))
+		}
+		return g
+	}
+	large, small, huge := big(20, 200<<10), big(3, 10), big(2, 2<<20)
+	rounds := appendRounds([]*target{large, small, huge})
+	for k, round := range rounds {
+		for _, part := range round {
+			if n := batchOverhead + recordsBytes(part.recs); n > maxBatchBytes && len(part.recs) > 1 {
+				t.Fatalf("round %d: a part of %d records estimates %d bytes > %d", k, len(part.recs), n, maxBatchBytes)
+			}
+			if len(part.received) != len(part.recs) {
+				t.Fatalf("round %d: %d receive times for %d records", k, len(part.received), len(part.recs))
+			}
+		}
+	}
+	var keys [3][]byte // per group (told apart by value size), the keys in round order
+	for _, round := range rounds {
+		for _, part := range round {
+			i := map[int]int{200 << 10: 0, 10: 1, 2 << 20: 2}[len(part.recs[0].GetValue())]
+			for _, r := range part.recs {
+				keys[i] = append(keys[i], r.GetKey()[0])
+			}
+		}
+	}
+	for i, want := range []int{20, 3, 2} {
+		if len(keys[i]) != want {
+			t.Fatalf("group %d: %d records over the rounds, want %d", i, len(keys[i]), want)
+		}
+		for j, k := range keys[i] {
+			if int(k) != j {
+				t.Fatalf("group %d: records out of order: %v", i, keys[i])
+			}
+		}
+	}
+	if len(rounds) < 4 {
+		t.Fatalf("%d rounds for 20 records of 200 KiB, want at least 4", len(rounds))
+	}
+	if n := len(appendRounds([]*target{small})); n != 1 {
+		t.Fatalf("a small group took %d rounds, want 1", n)
+	}
+}

@@ -332,39 +332,55 @@ func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, rout
 			return err
 		}
 	}
-	if len(msgs) > 1 && oversized(groups) {
-		// More than one Append may carry (storage-core would refuse it every time):
-		// the halves in turn, so each partition still gets its records in order.
-		h := len(msgs) / 2
-		if err := u.storeBatch(ctx, msgs[:h], routes[:h], at[:h]); err != nil {
-			return err
-		}
-		return u.storeBatch(ctx, msgs[h:], routes[h:], at[h:])
-	}
-	for {
-		err := u.b.appendGroups(ctx, groups)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		u.log.Warn("append failed; retrying before acknowledging", zap.Error(err))
-		if err := wait(); err != nil {
-			return err
+	// A partition's share larger than one Append may carry (storage-core would refuse
+	// it every time) goes in several, one round after another, so each partition still
+	// gets its records in order.
+	for _, round := range appendRounds(groups) {
+		for {
+			err := u.b.appendGroups(ctx, round)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			u.log.Warn("append failed; retrying before acknowledging", zap.Error(err))
+			if err := wait(); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
-// oversized reports whether a group of groups is larger than one Append may carry
-// (maxBatchBytes).
-func oversized(groups []*target) bool {
+// appendRounds splits groups into rounds of Appends: round k holds the k-th part of
+// each group, a group's records cut into parts of at most maxBatchBytes (estimated,
+// recordsBytes; a record larger on its own is a part alone). Most batches are one round
+// of the groups as they are.
+func appendRounds(groups []*target) [][]*target {
+	var rounds [][]*target
 	for _, g := range groups {
-		if batchOverhead+recordsBytes(g.recs) > maxBatchBytes {
-			return true
+		start, size := 0, batchOverhead
+		part := 0
+		cut := func(end int) {
+			if part == len(rounds) {
+				rounds = append(rounds, nil)
+			}
+			rounds[part] = append(rounds[part], &target{topic: g.topic, partition: g.partition, route: g.route,
+				recs: g.recs[start:end], received: g.received[start:end]})
+			part++
+			start, size = end, batchOverhead
 		}
+		for i := range g.recs {
+			b := recordsBytes(g.recs[i : i+1])
+			if i > start && size+b > maxBatchBytes {
+				cut(i)
+			}
+			size += b
+		}
+		cut(len(g.recs))
 	}
-	return false
+	return rounds
 }
 
 // publish sends m to the broker and waits for its acknowledgement (QoS 1/2).
