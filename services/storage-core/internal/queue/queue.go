@@ -618,7 +618,9 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 				return err
 			}
 		}
-		for _, off := range acked {
+		// Attempts below the floor go with deleteBelow; deleting them one by one as
+		// well cost a B+tree descent each.
+		for _, off := range above {
 			if err := at.Delete(offKey(off)); err != nil {
 				return err
 			}
