@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,12 +31,12 @@ const topicRefresh = 30 * time.Second
 // maxBatchRecords bounds one Append of coalesced requests.
 const maxBatchRecords = 2000
 
-// maxBatchBytes bounds the encoded size of one Append of coalesced requests, in bytes:
-// storage-core refuses a batch larger than its channel's max_message_bytes
-// (INVALID_ARGUMENT), by default Kafka's max.message.bytes, 1048588. Requests are
-// coalesced while their estimated size (batchBytes) stays within it; a request larger
-// on its own is sent alone, and the channel decides.
-const maxBatchBytes = 1048588
+// defaultMaxMessageBytes is a topic's max.message.bytes when it sets none (Kafka's
+// default, the coordinator's too), in bytes. storage-core refuses an Append whose batch
+// is larger than its channel's limit (INVALID_ARGUMENT), so requests are coalesced
+// while their estimated size (recordsBytes) stays within the topic's limit; a request
+// larger on its own is sent alone, and the channel decides.
+const defaultMaxMessageBytes = 1048588
 
 // Upper bounds of a Kafka record batch's overhead (KIP-98 record batch v2): the batch
 // header, each record's varints (length, attributes, timestamp and offset deltas, key
@@ -123,7 +124,9 @@ type store struct {
 
 type topicInfo struct {
 	partitions int32
-	at         time.Time
+	// maxMessageBytes is the topic's max.message.bytes (defaultMaxMessageBytes unless set).
+	maxMessageBytes int
+	at              time.Time
 }
 
 // States of an appendReq: queued until the writer sends it or its caller gives up.
@@ -148,6 +151,8 @@ type batchJournal interface {
 type appendReq struct {
 	ctx  context.Context // the caller's: a request it gave up on before it was sent is not sent
 	recs []*storagev1.AppendRecord
+	// limit is the channel's batch limit in bytes (its topic's max.message.bytes).
+	limit int
 	// origin is the listener message recs come from (nil when it is not worth
 	// journaling: upstream, QoS 0, a session that ends with its connection).
 	origin *origin
@@ -232,50 +237,67 @@ func (s *store) partitions(ctx context.Context, topic string, create int32) (int
 	if ok && time.Since(ti.at) < topicRefresh {
 		return ti.partitions, nil
 	}
-	n, err := s.fetchPartitions(ctx, topic, create)
+	t, err := s.fetchTopic(ctx, topic, create)
 	if err != nil {
 		if ok {
 			return ti.partitions, nil // keep using the last known count
 		}
 		return 0, err
 	}
+	ti = topicInfo{partitions: t.GetPartitions(), maxMessageBytes: defaultMaxMessageBytes, at: time.Now()}
+	if v, err := strconv.Atoi(t.GetConfigs()["max.message.bytes"]); err == nil && v > 0 {
+		ti.maxMessageBytes = v
+	}
 	s.mu.Lock()
-	s.topics[topic] = topicInfo{partitions: n, at: time.Now()}
+	s.topics[topic] = ti
 	s.mu.Unlock()
-	return n, nil
+	return ti.partitions, nil
 }
 
-func (s *store) fetchPartitions(ctx context.Context, topic string, create int32) (int32, error) {
+// batchLimit is the largest batch an Append to topic may carry, in bytes: its
+// max.message.bytes as last looked up by partitions (defaultMaxMessageBytes before).
+func (s *store) batchLimit(topic string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ti, ok := s.topics[topic]; ok && ti.maxMessageBytes > 0 {
+		return ti.maxMessageBytes
+	}
+	return defaultMaxMessageBytes
+}
+
+// fetchTopic returns topic as the coordinator has it (partition count, explicit
+// configs), creating it with create partitions when it does not exist.
+func (s *store) fetchTopic(ctx context.Context, topic string, create int32) (*coordinatorv1.Topic, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	for attempt := 0; attempt < 2; attempt++ {
 		resp, err := s.coord.GetTopics(ctx, &coordinatorv1.GetTopicsRequest{Names: []string{topic}})
 		if err != nil {
-			return 0, fmt.Errorf("coordinator GetTopics %s: %w", topic, err)
+			return nil, fmt.Errorf("coordinator GetTopics %s: %w", topic, err)
 		}
 		for _, t := range resp.GetTopics() {
 			if t.GetName() == topic && t.GetErrorCode() == 0 && t.GetPartitions() > 0 {
-				return t.GetPartitions(), nil
+				return t, nil
 			}
 		}
 		cr, err := s.coord.CreateTopics(ctx, &coordinatorv1.CreateTopicsRequest{
 			Topics: []*coordinatorv1.CreatableTopic{{Name: topic, Partitions: create}},
 		})
 		if err != nil {
-			return 0, fmt.Errorf("coordinator CreateTopics %s: %w", topic, err)
+			return nil, fmt.Errorf("coordinator CreateTopics %s: %w", topic, err)
 		}
 		for _, r := range cr.GetResults() {
 			switch r.GetErrorCode() {
 			case 0:
-				return r.GetTopic().GetPartitions(), nil
+				return r.GetTopic(), nil
 			case kafkaTopicAlreadyExists:
 				// created meanwhile: ask again
 			default:
-				return 0, fmt.Errorf("create topic %s: kafka error %d: %s", topic, r.GetErrorCode(), r.GetErrorMessage())
+				return nil, fmt.Errorf("create topic %s: kafka error %d: %s", topic, r.GetErrorCode(), r.GetErrorMessage())
 			}
 		}
 	}
-	return 0, fmt.Errorf("topic %s: no partition count", topic)
+	return nil, fmt.Errorf("topic %s: no partition count", topic)
 }
 
 // append stores recs (from the listener message o, or nil) on the channel of topic
@@ -285,7 +307,7 @@ func (s *store) fetchPartitions(ctx context.Context, topic string, create int32)
 // its outcome tells).
 func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *origin) error {
 	name := channel.KafkaPartition(topic, p)
-	req := &appendReq{ctx: ctx, recs: recs, origin: o, done: make(chan error, 1)}
+	req := &appendReq{ctx: ctx, recs: recs, limit: s.batchLimit(topic), origin: o, done: make(chan error, 1)}
 	w := s.writer(name)
 	select {
 	case w <- req:
@@ -365,7 +387,7 @@ func (s *store) write(name string, w chan *appendReq) {
 			select {
 			case r := <-w:
 				b := recordsBytes(r.recs)
-				if size+b > maxBatchBytes {
+				if size+b > first.limit {
 					next = r
 					break drain
 				}

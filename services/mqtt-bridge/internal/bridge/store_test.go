@@ -65,6 +65,20 @@ type fixedProducers struct {
 	coordinatorv1.CoordinatorServiceClient
 }
 
+// GetTopics answers every topic with one partition; topic "small" sets
+// max.message.bytes to 450000 (two records of 200 KiB fit in a batch, three do not).
+func (fixedProducers) GetTopics(_ context.Context, req *coordinatorv1.GetTopicsRequest, _ ...grpc.CallOption) (*coordinatorv1.GetTopicsResponse, error) {
+	var out []*coordinatorv1.Topic
+	for _, n := range req.GetNames() {
+		t := &coordinatorv1.Topic{Name: n, Partitions: 1}
+		if n == "small" {
+			t.Configs = map[string]string{"max.message.bytes": "450000"}
+		}
+		out = append(out, t)
+	}
+	return &coordinatorv1.GetTopicsResponse{Topics: out}, nil
+}
+
 func (fixedProducers) InitProducerId(context.Context, *coordinatorv1.InitProducerIdRequest, ...grpc.CallOption) (*coordinatorv1.InitProducerIdResponse, error) {
 	return &coordinatorv1.InitProducerIdResponse{ProducerId: 7}, nil
 }
@@ -173,46 +187,56 @@ func TestStoreInDoubtRetriesDoNotHoldAppends(t *testing.T) {
 }
 
 // Requests queued on one channel while its Append is in flight are coalesced only up
-// to maxBatchBytes: records of 200 KiB go at most five to an Append (six are over
-// storage-core's default max_message_bytes, which refuses the whole Append), and every
-// one is stored.
+// to the topic's max.message.bytes (storage-core refuses a whole Append over it):
+// records of 200 KiB go at most five to an Append under the default (1048588), at most
+// two where the topic sets 450000, and every one is stored.
 func TestStoreBoundsBatchBytes(t *testing.T) {
-	s, c := newCountingStore(t)
-	big := func() []*storagev1.AppendRecord {
-		return []*storagev1.AppendRecord{{Key: []byte("k"), Value: make([]byte, 200<<10)}}
-	}
-	const queued = 20
-	errs := make(chan error, queued+1)
-	go func() { errs <- s.append(context.Background(), "t", 0, big(), nil) }()
-	<-c.enteredByChannel
-	for range queued {
-		go func() { errs <- s.append(context.Background(), "t", 0, big(), nil) }()
-	}
-	w := s.writer(channel.KafkaPartition("t", 0))
-	deadline := time.Now().Add(5 * time.Second)
-	for len(w) < queued {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d appends queued", len(w), queued)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	close(c.release)
-	for range queued + 1 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mostRecords > 5 {
-		t.Fatalf("an Append carried %d records of 200 KiB (over 1048588 bytes)", c.mostRecords)
-	}
-	if n := c.storedByChannel[channel.KafkaPartition("t", 0)]; n != queued+1 {
-		t.Fatalf("%d records stored, want %d", n, queued+1)
+	for _, tc := range []struct {
+		topic string
+		most  int
+	}{{"t", 5}, {"small", 2}} {
+		t.Run(tc.topic, func(t *testing.T) {
+			s, c := newCountingStore(t)
+			if _, err := s.partitions(context.Background(), tc.topic, 1); err != nil {
+				t.Fatal(err)
+			}
+			big := func() []*storagev1.AppendRecord {
+				return []*storagev1.AppendRecord{{Key: []byte("k"), Value: make([]byte, 200<<10)}}
+			}
+			const queued = 20
+			errs := make(chan error, queued+1)
+			go func() { errs <- s.append(context.Background(), tc.topic, 0, big(), nil) }()
+			<-c.enteredByChannel
+			for range queued {
+				go func() { errs <- s.append(context.Background(), tc.topic, 0, big(), nil) }()
+			}
+			w := s.writer(channel.KafkaPartition(tc.topic, 0))
+			deadline := time.Now().Add(5 * time.Second)
+			for len(w) < queued {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d appends queued", len(w), queued)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(c.release)
+			for range queued + 1 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.mostRecords > tc.most {
+				t.Fatalf("an Append carried %d records of 200 KiB, want at most %d", c.mostRecords, tc.most)
+			}
+			if n := c.storedByChannel[channel.KafkaPartition(tc.topic, 0)]; n != queued+1 {
+				t.Fatalf("%d records stored, want %d", n, queued+1)
+			}
+		})
 	}
 }
 
-// A partition's share over maxBatchBytes is cut into parts that each fit, in order,
+// A partition's share over its topic's limit is cut into parts that each fit, in order,
 // one part per round; a record larger on its own is a part alone; a small group is
 // one part.
 func TestAppendRounds(t *testing.T) {
@@ -225,11 +249,11 @@ func TestAppendRounds(t *testing.T) {
 		return g
 	}
 	large, small, huge := big(20, 200<<10), big(3, 10), big(2, 2<<20)
-	rounds := appendRounds([]*target{large, small, huge})
+	rounds := appendRounds([]*target{large, small, huge}, func(string) int { return defaultMaxMessageBytes })
 	for k, round := range rounds {
 		for _, part := range round {
-			if n := batchOverhead + recordsBytes(part.recs); n > maxBatchBytes && len(part.recs) > 1 {
-				t.Fatalf("round %d: a part of %d records estimates %d bytes > %d", k, len(part.recs), n, maxBatchBytes)
+			if n := batchOverhead + recordsBytes(part.recs); n > defaultMaxMessageBytes && len(part.recs) > 1 {
+				t.Fatalf("round %d: a part of %d records estimates %d bytes > %d", k, len(part.recs), n, defaultMaxMessageBytes)
 			}
 			if len(part.received) != len(part.recs) {
 				t.Fatalf("round %d: %d receive times for %d records", k, len(part.received), len(part.recs))
@@ -258,7 +282,7 @@ func TestAppendRounds(t *testing.T) {
 	if len(rounds) < 4 {
 		t.Fatalf("%d rounds for 20 records of 200 KiB, want at least 4", len(rounds))
 	}
-	if n := len(appendRounds([]*target{small})); n != 1 {
+	if n := len(appendRounds([]*target{small}, func(string) int { return defaultMaxMessageBytes })); n != 1 {
 		t.Fatalf("a small group took %d rounds, want 1", n)
 	}
 }

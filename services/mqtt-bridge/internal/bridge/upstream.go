@@ -335,7 +335,7 @@ func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, rout
 	// A partition's share larger than one Append may carry (storage-core would refuse
 	// it every time) goes in several, one round after another, so each partition still
 	// gets its records in order.
-	for _, round := range appendRounds(groups) {
+	for _, round := range appendRounds(groups, u.b.store.batchLimit) {
 		for {
 			err := u.b.appendGroups(ctx, round)
 			if err == nil {
@@ -354,12 +354,13 @@ func (u *upstream) storeBatch(ctx context.Context, msgs []*mapping.Message, rout
 }
 
 // appendRounds splits groups into rounds of Appends: round k holds the k-th part of
-// each group, a group's records cut into parts of at most maxBatchBytes (estimated,
+// each group, a group's records cut into parts of at most limit(topic) bytes (estimated,
 // recordsBytes; a record larger on its own is a part alone). Most batches are one round
 // of the groups as they are.
-func appendRounds(groups []*target) [][]*target {
+func appendRounds(groups []*target, limit func(topic string) int) [][]*target {
 	var rounds [][]*target
 	for _, g := range groups {
+		max := limit(g.topic)
 		start, size := 0, batchOverhead
 		part := 0
 		cut := func(end int) {
@@ -373,7 +374,7 @@ func appendRounds(groups []*target) [][]*target {
 		}
 		for i := range g.recs {
 			b := recordsBytes(g.recs[i : i+1])
-			if i > start && size+b > maxBatchBytes {
+			if i > start && size+b > max {
 				cut(i)
 			}
 			size += b
