@@ -42,6 +42,13 @@ const (
 	// while the client sits idle; the client's own flow control still holds the
 	// application to its limit.
 	windowFactor = 10
+	// ackLag is how long a message the client has settled is taken to stay outstanding
+	// here before its ack arrives (the Go client's 100 ms ack batching and the RPC, with
+	// room). The window grows past the scaled limit by what the stream settles in that
+	// time, measured over rateSpan, so the batching does not cap a fast consumer at
+	// ten windows per second either; a slow one keeps the scaled limit.
+	ackLag   = 250 * time.Millisecond
+	rateSpan = 500 * time.Millisecond
 	// releaseTimeout bounds the nack of messages a closing stream could not send.
 	releaseTimeout = 5 * time.Second
 	// maxLeaseQuery is the most ack ids one GetLeases asks about (storage-core's bound).
@@ -141,12 +148,20 @@ type stream struct {
 	closed bool // set when the handler returns; no Send after that
 
 	mu          sync.Mutex
-	maxMsgs     int64
+	maxMsgs     int64 // the window's floor: the client's limits × windowFactor
 	maxBytes    int64
 	outstanding map[string]lease
 	count       int64
 	bytes       int64
 	wake        chan struct{}
+	// nextBound is at or before the earliest deadline in outstanding (zero: none
+	// tracked); window scans for the exact one only once it has passed.
+	nextBound time.Time
+	// The settle rate behind the window's growth: settled messages and bytes since
+	// rateFrom, and the growth last measured from them.
+	settled, settledBytes int64
+	rateFrom              time.Time
+	extraMsgs, extraBytes int64
 
 	// stale is set by a wake-up: leases of the queue ended elsewhere, re-read them.
 	stale atomic.Bool
@@ -261,31 +276,53 @@ func isKeepalive(req *pubsubpb.StreamingPullRequest) bool {
 }
 
 // window returns how many messages and bytes the stream may still take (at most one
-// response's worth), whether it is full, and the earliest lease deadline it knows
-// (zero when it tracks none).
+// response's worth), whether it is full, and a time at or before the earliest lease
+// deadline it knows, exact once that time has passed (zero when it tracks none). The
+// window is the floor (maxMsgs, maxBytes) plus what the stream settled in the last
+// ackLag, as last measured over rateSpan.
 func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
+	now := s.h.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.nextBound.IsZero() && !now.Before(s.nextBound) {
+		s.nextBound = s.earliestLocked()
+	}
+	next = s.nextBound
+	if s.rateFrom.IsZero() {
+		s.rateFrom = now
+	} else if span := now.Sub(s.rateFrom); span >= rateSpan {
+		s.extraMsgs = s.settled * int64(ackLag) / int64(span)
+		s.extraBytes = s.settledBytes * int64(ackLag) / int64(span)
+		s.settled, s.settledBytes, s.rateFrom = 0, 0, now
+	}
+	msgs = maxPullBatch
+	if s.maxMsgs > 0 {
+		limit := s.maxMsgs + s.extraMsgs
+		if s.count >= limit {
+			return 0, 0, next, true
+		}
+		msgs = int32(min(int64(msgs), limit-s.count))
+	}
+	bytes = maxResponseBytes
+	if s.maxBytes > 0 {
+		limit := s.maxBytes + s.extraBytes
+		if s.bytes >= limit {
+			return 0, 0, next, true
+		}
+		bytes = min(bytes, limit-s.bytes)
+	}
+	return msgs, bytes, next, false
+}
+
+// earliestLocked returns the earliest deadline in outstanding (zero: none).
+func (s *stream) earliestLocked() time.Time {
+	var next time.Time
 	for _, l := range s.outstanding {
 		if next.IsZero() || l.deadline.Before(next) {
 			next = l.deadline
 		}
 	}
-	msgs = maxPullBatch
-	if s.maxMsgs > 0 {
-		if s.count >= s.maxMsgs {
-			return 0, 0, next, true
-		}
-		msgs = int32(min(int64(msgs), s.maxMsgs-s.count))
-	}
-	bytes = maxResponseBytes
-	if s.maxBytes > 0 {
-		if s.bytes >= s.maxBytes {
-			return 0, 0, next, true
-		}
-		bytes = min(bytes, s.maxBytes-s.bytes)
-	}
-	return msgs, bytes, next, false
+	return next
 }
 
 // recheck is how long a full window waits for a wake-up before re-reading its leases.
@@ -370,6 +407,7 @@ func (s *stream) refreshLeases(ctx context.Context) {
 			s.outstanding[id] = l
 		}
 	}
+	s.nextBound = s.earliestLocked()
 	s.mu.Unlock()
 	s.h.streams.forget(s, gone)
 }
@@ -397,6 +435,8 @@ func (s *stream) forgetLocked(id string, l lease) {
 	delete(s.outstanding, id)
 	s.count--
 	s.bytes -= l.bytes
+	s.settled++
+	s.settledBytes += l.bytes
 }
 
 func (s *stream) notify() {
@@ -545,6 +585,9 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
 func (s *stream) track(id string, size int64, until time.Time) {
 	s.mu.Lock()
 	s.outstanding[id] = lease{bytes: size, deadline: until}
+	if s.nextBound.IsZero() || until.Before(s.nextBound) {
+		s.nextBound = until
+	}
 	s.count++
 	s.bytes += size
 	s.mu.Unlock()
@@ -606,6 +649,9 @@ func (b *streamBook) extend(ids []string, until time.Time) {
 		if l, ok := s.outstanding[id]; ok {
 			l.deadline = until
 			s.outstanding[id] = l
+			if until.Before(s.nextBound) {
+				s.nextBound = until // a shorter deadline than the stream knew
+			}
 		}
 		s.mu.Unlock()
 	}

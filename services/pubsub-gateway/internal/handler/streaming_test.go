@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -48,8 +49,17 @@ func TestStreamWindow(t *testing.T) {
 		t.Fatalf("after an ack: %d, %v", msgs, full)
 	}
 	h.streams.extend([]string{"c"}, now.Add(time.Minute))
-	if _, _, next, _ := s.window(); !next.Equal(now.Add(20 * time.Second)) {
-		t.Fatalf("after c was extended the next deadline is %v, want b's", next)
+	if _, _, next, _ := s.window(); !next.Equal(now.Add(10 * time.Second)) {
+		t.Fatalf("before a's old deadline passed, next = %v, want that deadline (a bound)", next)
+	}
+	start := now
+	now = now.Add(10 * time.Second)
+	if _, _, next, _ := s.window(); !next.Equal(start.Add(20 * time.Second)) {
+		t.Fatalf("once the bound passed, next = %v, want b's deadline", next)
+	}
+	h.streams.extend([]string{"c"}, start.Add(15*time.Second))
+	if _, _, next, _ := s.window(); !next.Equal(start.Add(15 * time.Second)) {
+		t.Fatalf("after c was shortened, next = %v, want c's new deadline", next)
 	}
 	s.track("big", 200, now.Add(time.Minute))
 	if _, _, _, full := s.window(); !full {
@@ -58,6 +68,54 @@ func TestStreamWindow(t *testing.T) {
 	h.streams.drop(s)
 	if len(h.streams.byID) != 0 {
 		t.Fatalf("book after drop: %v", h.streams.byID)
+	}
+}
+
+// TestStreamWindowGrowsWithSettleRate: a stream whose client settles fast gets room
+// past its floor for what it settles in ackLag (acks come in batches); a slow one keeps
+// the floor.
+func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New(Deps{Now: func() time.Time { return now }})
+	s := &stream{h: h, maxMsgs: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	s.window() // starts the rate measurement
+	// 100 messages settled every 50 ms: 2000/s, so 500 within ackLag.
+	id := 0
+	for step := 0; step < int(rateSpan/(50*time.Millisecond)); step++ {
+		var ids []string
+		for range 100 {
+			name := fmt.Sprint(id)
+			id++
+			s.track(name, 1, now.Add(time.Minute))
+			ids = append(ids, name)
+		}
+		h.streams.done(ids)
+		now = now.Add(50 * time.Millisecond)
+	}
+	for i := 0; i < 550; i++ {
+		s.track(fmt.Sprint("x", i), 1, now.Add(time.Minute))
+	}
+	if _, _, _, full := s.window(); full {
+		t.Fatalf("window full at 550 outstanding with a floor of 100 and 2000 settled/s")
+	}
+	for i := 550; i < 600; i++ {
+		s.track(fmt.Sprint("x", i), 1, now.Add(time.Minute))
+	}
+	if _, _, _, full := s.window(); !full {
+		t.Fatalf("window not full at 600 outstanding (floor 100 + 500 settled in ackLag)")
+	}
+	// Nothing settles for a rate span: the growth goes, the floor stays.
+	now = now.Add(rateSpan)
+	if _, _, _, full := s.window(); !full {
+		t.Fatal("window not full after the settling stopped")
+	}
+	var ids []string
+	for i := 0; i < 550; i++ {
+		ids = append(ids, fmt.Sprint("x", i))
+	}
+	h.streams.done(ids)
+	if msgs, _, _, full := s.window(); full || msgs != 50 {
+		t.Fatalf("window with 50 outstanding after the growth went = %d, %v; want 50 left of the floor", msgs, full)
 	}
 }
 

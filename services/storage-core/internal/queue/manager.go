@@ -30,7 +30,10 @@ import (
 type Options struct {
 	// Now is the clock for leases, backoff and retention (tests); nil = time.Now.
 	Now func() time.Time
-	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 = 10000.
+	// MaxLoaded bounds the unacked messages a queue keeps decoded in memory; 0 =
+	// 100000. Leased messages count until acked, and clients ack in batches (the Go
+	// Pub/Sub client every 100 ms), so the bound must hold what a queue delivers in an
+	// ack interval: at 10000 it held one queue to about 100k messages/s.
 	MaxLoaded int
 	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
 	// message is loaded whatever its size.
@@ -84,7 +87,7 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 		opts.Now = time.Now
 	}
 	if opts.MaxLoaded <= 0 {
-		opts.MaxLoaded = 10000
+		opts.MaxLoaded = 100000
 	}
 	if opts.MaxLoadedBytes <= 0 {
 		opts.MaxLoadedBytes = 64 << 20
