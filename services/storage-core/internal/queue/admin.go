@@ -35,6 +35,8 @@ func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
 	q.loadPos = floor
 	q.ackedAhead = acked
 	q.attempts = map[int64]delivered{}
+	q.deliveredMark = floor
+	q.tombs = 0
 	clear(q.dirty)
 	q.dirty = q.dirty[:0]
 	q.wakeLocked()
@@ -46,6 +48,9 @@ func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
 			return nil
 		}
 		if err := b.Put(keyFloor, offKey(floor)); err != nil {
+			return err
+		}
+		if err := b.Put(keyDelivered, offKey(floor)); err != nil {
 			return err
 		}
 		ab := b.Bucket(bktAcked)

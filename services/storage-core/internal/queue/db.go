@@ -19,10 +19,16 @@ import (
 //	queues/<name>                 JSON queueMeta (config, bindings, detached, incarnation)
 //	state/<name>/incarnation      8 bytes: the incarnation of the queue this state is of
 //	state/<name>/floor            8 bytes: every queue offset below it is acked
+//	state/<name>/delivered        8 bytes: every unacked queue offset below it was
+//	                              delivered at least once (attempts, when it has no
+//	                              record of its own, is 1)
 //	state/<name>/acked/<off>      8 bytes: end of a span [off, end) of acked offsets
 //	                              above the floor (spans.go)
 //	state/<name>/attempts/<off>   12 bytes: deliveries so far of an unacked message and
-//	                              the time (ms) before which it is not redelivered
+//	                              the time (ms) before which it is not redelivered,
+//	                              for messages the delivered mark does not cover: a
+//	                              redelivery, a backoff, a first delivery out of
+//	                              offset order (ordering keys)
 //	state/<name>/cursors/<source> 16 bytes: binding checkpoint (next source sequence,
 //	                              queue offset from which to rescan the queue log)
 //	snapshots/<name>              JSON snapshot (queue, created, ack state)
@@ -36,6 +42,7 @@ var (
 	bktAttempts  = []byte("attempts")
 	bktCursors   = []byte("cursors")
 	keyFloor     = []byte("floor")
+	keyDelivered = []byte("delivered")
 	keyInc       = []byte("incarnation")
 )
 

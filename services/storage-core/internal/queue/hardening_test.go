@@ -39,7 +39,7 @@ func TestAttackDeadLetterAfterDeleteRecreate(t *testing.T) {
 	q.deadLetter([]*msg{m})
 	// Any other state write still queued by the old queue lands nowhere either.
 	q.mu.Lock()
-	op := q.commitAcksLocked([]int64{ds[2].Record.Offset})
+	op := q.commitAcksLocked([]*msg{q.find(ds[2].Record.Offset)})
 	q.mu.Unlock()
 	if err := op.wait(); err != nil {
 		t.Fatal(err)

@@ -243,6 +243,9 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 		if v := b.Get(keyFloor); len(v) == 8 {
 			q.loadPos = keyOff(v)
 		}
+		if v := b.Get(keyDelivered); len(v) == 8 {
+			q.deliveredMark = keyOff(v)
+		}
 		var err error
 		if q.ackedAhead, err = readAckedSpans(b.Bucket(bktAcked)); err != nil {
 			return err
@@ -359,6 +362,8 @@ func (q *Queue) clampStateTo(hw int64) error {
 	q.m.log.Error("queue delivery state is ahead of its log (the log's tail was cut); acks past the log's end dropped, bindings rewound",
 		zap.String("queue", q.name), zap.Int64("floor", q.loadPos), zap.Int64("log_end", hw))
 	q.loadPos = min(q.loadPos, hw)
+	// Records copied again past hw are new messages: the mark must not cover them.
+	q.deliveredMark = min(q.deliveredMark, hw)
 	for i := len(q.ackedAhead) - 1; i >= 0; i-- {
 		if q.ackedAhead[i].From >= hw {
 			q.ackedAhead = q.ackedAhead[:i]
@@ -371,7 +376,7 @@ func (q *Queue) clampStateTo(hw int64) error {
 			delete(q.attempts, off)
 		}
 	}
-	floor, acked := q.loadPos, append(spans(nil), q.ackedAhead...)
+	floor, acked, mark := q.loadPos, append(spans(nil), q.ackedAhead...), q.deliveredMark
 	cursors := map[string]int64{}
 	for _, b := range q.bindings {
 		cursors[b.source] = b.cursor.Load()
@@ -382,6 +387,9 @@ func (q *Queue) clampStateTo(hw int64) error {
 			return nil
 		}
 		if err := b.Put(keyFloor, offKey(floor)); err != nil {
+			return err
+		}
+		if err := b.Put(keyDelivered, offKey(mark)); err != nil {
 			return err
 		}
 		ab := b.Bucket(bktAcked)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -44,8 +45,11 @@ type msg struct {
 	state     uint8
 	attempts  int32 // deliveries so far (durable at each Receive)
 	notBefore int64 // ms; retry backoff
-	deadline  int64 // ms; lease end while stLeased
-	lease     uint64
+	// keyed: the state file holds an attempts record of this message, to be deleted
+	// with its ack (a first delivery in order is covered by the delivered mark).
+	keyed    bool
+	deadline int64 // ms; lease end while stLeased
+	lease    uint64
 }
 
 // Delivery is one leased message handed out by Receive.
@@ -105,6 +109,12 @@ type Queue struct {
 	// attempts holds the delivery counts and backoffs of messages not loaded yet (from
 	// the state file).
 	attempts map[int64]delivered
+	// deliveredMark: every unacked message below it was delivered at least once
+	// (durable as state/<name>/delivered), so a first delivery in offset order needs
+	// no attempts record of its own.
+	deliveredMark int64
+	// tombs counts the acked messages still in pending (compactLocked).
+	tombs int
 	// dirty lists messages whose backoff changed (nack, expiry) and is not enqueued
 	// for the state file yet (flushDirtyLocked).
 	dirty    []*msg
@@ -246,9 +256,9 @@ func (q *Queue) fillLocked() {
 			return
 		}
 		pos, gen := q.loadPos, q.gen
-		room := q.m.opts.MaxLoaded - len(q.pending)
+		room := q.m.opts.MaxLoaded - (len(q.pending) - q.tombs)
 		roomBytes := q.m.opts.MaxLoadedBytes - q.pendingBytes
-		if len(q.pending) == 0 {
+		if len(q.pending) == q.tombs {
 			roomBytes = max(roomBytes, 1)
 		}
 		q.mu.Unlock()
@@ -287,8 +297,10 @@ func (q *Queue) fillLocked() {
 			}
 			m := q.newMsg(r)
 			if d, ok := q.attempts[r.Offset]; ok {
-				m.attempts, m.notBefore = d.attempts, d.notBefore
+				m.attempts, m.notBefore, m.keyed = d.attempts, d.notBefore, true
 				delete(q.attempts, r.Offset)
+			} else if r.Offset < q.deliveredMark {
+				m.attempts = 1
 			}
 			q.pending = append(q.pending, m)
 			q.pendingBytes += m.size
@@ -327,6 +339,7 @@ func (q *Queue) flushDirtyLocked() *dbOp {
 	vals := make([][]byte, 0, len(q.dirty))
 	for _, m := range q.dirty {
 		if m.state == stAvailable && q.find(m.off) == m {
+			m.keyed = true
 			offs = append(offs, m.off)
 			vals = append(vals, delivered{m.attempts, m.notBefore}.encode())
 		}
@@ -338,7 +351,13 @@ func (q *Queue) flushDirtyLocked() *dbOp {
 
 // putDeliveredLocked enqueues delivery records (attempts bucket) for offs.
 func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
-	if len(offs) == 0 {
+	return q.putDeliveriesLocked(offs, vals, -1)
+}
+
+// putDeliveriesLocked enqueues delivery records for offs and, when mark >= 0, the
+// delivered mark.
+func (q *Queue) putDeliveriesLocked(offs []int64, vals [][]byte, mark int64) *dbOp {
+	if len(offs) == 0 && mark < 0 {
 		return nil
 	}
 	name, inc := q.name, q.inc
@@ -346,6 +365,11 @@ func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
 		b := incStateBucket(tx, name, inc)
 		if b == nil {
 			return nil // deleted meanwhile
+		}
+		if mark >= 0 {
+			if err := b.Put(keyDelivered, offKey(mark)); err != nil {
+				return err
+			}
 		}
 		at := b.Bucket(bktAttempts)
 		for i, off := range offs {
@@ -392,8 +416,7 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		seen = map[string]struct{}{}
 	}
 	var size int64
-	var leasedOffs []int64
-	var leasedVals [][]byte
+	var leased []*msg
 	event := func(t int64) {
 		if t > now && (nextEvent == 0 || t < nextEvent) {
 			nextEvent = t
@@ -403,6 +426,9 @@ scan:
 	for _, m := range q.pending {
 		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
 			break
+		}
+		if m.state == stAcked {
+			continue // a tombstone not compacted yet
 		}
 		if m.state == stLeased && m.deadline <= now {
 			q.m.opts.Metrics.Expired.Inc()
@@ -443,13 +469,43 @@ scan:
 			Record: m.rec, Source: m.source, SourceSeq: m.srcSeq, Attempt: m.attempts,
 		})
 		m.notBefore = 0
-		leasedOffs = append(leasedOffs, m.off)
-		leasedVals = append(leasedVals, delivered{attempts: m.attempts}.encode())
+		leased = append(leased, m)
 	}
 	q.m.opts.Metrics.Deliveries.Add(float64(len(out)))
 	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
-	op = q.putDeliveredLocked(leasedOffs, leasedVals)
+	mark := q.advanceDeliveredLocked()
+	var leasedOffs []int64
+	var leasedVals [][]byte
+	for _, m := range leased {
+		if m.attempts > 1 || m.off >= q.deliveredMark {
+			m.keyed = true
+			leasedOffs = append(leasedOffs, m.off)
+			leasedVals = append(leasedVals, delivered{attempts: m.attempts}.encode())
+		}
+	}
+	op = q.putDeliveriesLocked(leasedOffs, leasedVals, mark)
 	return out, dl, nextEvent, op
+}
+
+// advanceDeliveredLocked moves the delivered mark past the delivered (or acked)
+// messages that follow it in the window, and returns the new mark to store, or -1
+// when it did not move.
+func (q *Queue) advanceDeliveredLocked() int64 {
+	i := sort.Search(len(q.pending), func(i int) bool { return q.pending[i].off >= q.deliveredMark })
+	for ; i < len(q.pending); i++ {
+		if m := q.pending[i]; m.attempts == 0 && m.state != stAcked {
+			break
+		}
+	}
+	mark := q.loadPos
+	if i < len(q.pending) {
+		mark = q.pending[i].off
+	}
+	if mark <= q.deliveredMark {
+		return -1
+	}
+	q.deliveredMark = mark
+	return mark
 }
 
 // Receive leases up to maxMsgs messages for leaseMs (0 = the queue's ack deadline),
@@ -552,7 +608,7 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 		return nil, err
 	}
 	res := make([]AckResult, len(ids))
-	var acked []int64
+	var acked []*msg
 	now := q.m.nowMs()
 	eod := q.meta.Config.ExactlyOnce
 	for i, id := range ids {
@@ -562,7 +618,7 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 		}
 		if m != nil && (r == AckOK || r == AckExpired && !eod && m.state == stAvailable) {
 			q.ackLocked(m)
-			acked = append(acked, m.off)
+			acked = append(acked, m)
 		}
 		res[i] = q.finalResult(r)
 	}
@@ -589,20 +645,27 @@ func (q *Queue) ackLocked(m *msg) {
 		q.leased--
 	}
 	m.state = stAcked
+	q.tombs++
+	q.pendingBytes -= m.size
 }
 
-// commitAcksLocked drops the acked messages from the window and enqueues their
-// durable ack: the new floor, the acked offsets above it, their delivery counts
-// removed.
-func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
+// commitAcksLocked drops the messages just acked (ackLocked) from the window and
+// enqueues their durable ack: the new floor, the acked offsets above it (as runs of
+// consecutive offsets), their delivery records (keyed) removed.
+func (q *Queue) commitAcksLocked(acked []*msg) *dbOp {
 	q.compactLocked()
 	floor := q.floorLocked()
-	above := acked[:0:0]
-	for _, off := range acked {
-		if off >= floor {
-			above = append(above, off)
+	var above, delKeys []int64
+	for _, m := range acked {
+		if m.off < floor {
+			continue
+		}
+		above = append(above, m.off)
+		if m.keyed {
+			delKeys = append(delKeys, m.off)
 		}
 	}
+	slices.Sort(above)
 	name, inc := q.name, q.inc
 	return q.m.db.enqueue(func(tx *bolt.Tx) error {
 		b := incStateBucket(tx, name, inc)
@@ -613,14 +676,19 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 			return err
 		}
 		ab, at := b.Bucket(bktAcked), b.Bucket(bktAttempts)
-		for _, off := range above {
-			if err := putAckedOffset(ab, off); err != nil {
+		for i := 0; i < len(above); {
+			j := i + 1
+			for j < len(above) && above[j] <= above[j-1]+1 {
+				j++
+			}
+			if err := putAckedRange(ab, above[i], above[j-1]+1); err != nil {
 				return err
 			}
+			i = j
 		}
 		// Attempts below the floor go with deleteBelow; deleting them one by one as
 		// well cost a B+tree descent each.
-		for _, off := range above {
+		for _, off := range delKeys {
 			if err := at.Delete(offKey(off)); err != nil {
 				return err
 			}
@@ -632,18 +700,31 @@ func (q *Queue) commitAcksLocked(acked []int64) *dbOp {
 	})
 }
 
-// compactLocked removes acked (tombstoned) messages from the window.
+// compactLocked removes acked (tombstoned) messages from the window: those at its
+// front at once (the floor is the first unacked message), the others once they are
+// half the window, so an ack costs amortized O(1) however large the window.
 func (q *Queue) compactLocked() {
+	i := 0
+	for i < len(q.pending) && q.pending[i].state == stAcked {
+		i++
+	}
+	if i > 0 {
+		clear(q.pending[:i])
+		q.pending = q.pending[i:]
+		q.tombs -= i
+	}
+	if q.tombs == 0 || q.tombs*2 < len(q.pending) {
+		return
+	}
 	out := q.pending[:0]
 	for _, m := range q.pending {
 		if m.state != stAcked {
 			out = append(out, m)
-		} else {
-			q.pendingBytes -= m.size
 		}
 	}
 	clear(q.pending[len(out):])
 	q.pending = out
+	q.tombs = 0
 }
 
 // ModifyAckDeadline sets the lease of leased messages to deadlineMs from now; 0 is a
@@ -787,7 +868,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 			}
 		}
 		q.mu.Lock()
-		var acked []int64
+		var acked []*msg
 		for i, m := range batch {
 			if q.deleted || m.state != stDeadLettering || q.find(m.off) != m {
 				continue // the queue was deleted or the window rebuilt meanwhile
@@ -800,7 +881,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 				continue
 			}
 			q.ackLocked(m)
-			acked = append(acked, m.off)
+			acked = append(acked, m)
 		}
 		var op *dbOp
 		if len(acked) > 0 {
@@ -888,7 +969,7 @@ func (q *Queue) Info() Info {
 	if !q.meta.Detached {
 		hw := max(q.log.HighWatermark(), q.loadPos)
 		ahead := q.ackedAhead.count(q.loadPos, hw)
-		in.Backlog = max(int64(len(q.pending))+hw-q.loadPos-ahead, 0)
+		in.Backlog = max(int64(len(q.pending)-q.tombs)+hw-q.loadPos-ahead, 0)
 	}
 	return in
 }

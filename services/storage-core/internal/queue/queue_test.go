@@ -981,3 +981,69 @@ func TestAckedSpansStayCompact(t *testing.T) {
 		t.Fatalf("%d acked entries after the floor passed them", n)
 	}
 }
+
+// attemptsRecords counts the attempts records of queue name in the state file.
+func (e *env) attemptsRecords(name string) int {
+	e.t.Helper()
+	n := 0
+	err := e.m.db.view(func(tx *bolt.Tx) error {
+		n = stateBucket(tx, name).Bucket(bktAttempts).Stats().KeyN
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeliveredMark: first deliveries in offset order are recorded by the delivered
+// mark alone, with no attempts record each; a first delivery behind an undelivered
+// message (an ordering lane held it) and a redelivery get records. Either way the
+// counts survive a restart, and acks delete the records.
+func TestDeliveredMark(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{OrderingKeyHeader: "k"}, Binding{Source: "gcp.t"})
+	for i, k := range []string{"", "", "x", "x", ""} {
+		publishWith(t, src, fmt.Sprint(i), "k", k)
+	}
+	// 0, 1, 2 in order; 3 is held behind 2 (key x); 4 is first delivered behind it.
+	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[0 1 2 4]" {
+		t.Fatalf("first round %v", got)
+	}
+	if n := e.attemptsRecords("gcp.sub.s"); n != 1 {
+		t.Fatalf("%d attempts records after first deliveries, want 1 (offset 4, behind held 3)", n)
+	}
+	e.restart()
+	q, err := e.m.Get("gcp.sub.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := receive(t, q, 10, 4) // leases gone: 0 1 2 4 again, attempt 2; 3 still held
+	for _, d := range ds {
+		if d.Attempt != 2 {
+			t.Fatalf("after restart %s has attempt %d, want 2", d.Record.Value, d.Attempt)
+		}
+	}
+	if n := e.attemptsRecords("gcp.sub.s"); n != 4 {
+		t.Fatalf("%d attempts records after redeliveries, want 4", n)
+	}
+	mustAck(t, q, ackIDs(ds)...)
+	d := receive(t, q, 10, 1)[0]
+	if string(d.Record.Value) != "3" || d.Attempt != 1 {
+		t.Fatalf("held message %s attempt %d, want 3 attempt 1", d.Record.Value, d.Attempt)
+	}
+	mustAck(t, q, d.AckID)
+	if n := e.attemptsRecords("gcp.sub.s"); n != 0 {
+		t.Fatalf("%d attempts records with everything acked", n)
+	}
+	// A seek back makes every message new again: the mark goes back with it.
+	if err := q.SeekTime(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range receive(t, q, 10, 4) {
+		if d.Attempt != 1 {
+			t.Fatalf("after a seek back %s has attempt %d, want 1", d.Record.Value, d.Attempt)
+		}
+	}
+}

@@ -25,11 +25,11 @@ func (q *Queue) maintain(snapFloor int64, pinned bool) {
 	}
 	cfg := q.meta.Config
 	cutoff := now - cfg.retention()
-	var expired []int64
+	var expired []*msg
 	for _, m := range q.pending {
 		if (m.state == stAvailable || m.state == stLeased) && m.rec.Timestamp < cutoff {
 			q.ackLocked(m)
-			expired = append(expired, m.off)
+			expired = append(expired, m)
 		}
 	}
 	var op *dbOp

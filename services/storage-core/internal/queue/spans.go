@@ -85,6 +85,39 @@ func (s *spans) raiseFloor(floor int64) int64 {
 // The acked bucket holds spans: key = first offset, value = end offset (8 bytes
 // each). An empty value (a single offset) is read as [key, key+1).
 
+// putAckedRange adds the offsets [from, to) to the acked spans of bucket b, merging
+// them with every span they overlap or touch.
+func putAckedRange(b *bolt.Bucket, from, to int64) error {
+	if to-from == 1 {
+		return putAckedOffset(b, from)
+	}
+	c := b.Cursor()
+	k, v := c.Seek(offKey(from))
+	var pk, pv []byte
+	if k == nil {
+		pk, pv = c.Last()
+	} else {
+		pk, pv = c.Prev()
+	}
+	if pk != nil && spanEnd(pk, pv) >= from {
+		from = keyOff(pk)
+		to = max(to, spanEnd(pk, pv))
+	}
+	var drop [][]byte
+	for k, v = c.Seek(offKey(from)); k != nil && keyOff(k) <= to; k, v = c.Next() {
+		to = max(to, spanEnd(k, v))
+		if keyOff(k) != from {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+	}
+	for _, k := range drop {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return b.Put(offKey(from), offKey(to))
+}
+
 // putAckedOffset adds off to the acked spans of bucket b, merging with neighbours.
 func putAckedOffset(b *bolt.Bucket, off int64) error {
 	from, to := off, off+1

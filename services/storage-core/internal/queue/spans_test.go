@@ -50,10 +50,32 @@ func TestAckedBucket(t *testing.T) {
 			}
 			for i := 0; i < 20; i++ {
 				off := floor + rnd.Int63n(100)
+				if rnd.Intn(2) == 0 {
+					n := 1 + rnd.Int63n(12)
+					for o := off; o < off+n; o++ {
+						want[o] = true
+					}
+					if err := putAckedRange(b, off, off+n); err != nil {
+						return err
+					}
+					continue
+				}
 				want[off] = true
 				if err := putAckedOffset(b, off); err != nil {
 					return err
 				}
+			}
+			// The stored spans themselves (not merged on reading) neither overlap
+			// nor touch.
+			prevEnd := int64(-1)
+			if err := b.ForEach(func(k, v []byte) error {
+				if keyOff(k) <= prevEnd {
+					return fmt.Errorf("round %d: stored span at %d overlaps or touches the one ending at %d", round, keyOff(k), prevEnd)
+				}
+				prevEnd = spanEnd(k, v)
+				return nil
+			}); err != nil {
+				return err
 			}
 			if round%10 == 9 {
 				floor += rnd.Int63n(30)
