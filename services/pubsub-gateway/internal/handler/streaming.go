@@ -45,10 +45,12 @@ const (
 	// ackLag is how long a message the client has settled is taken to stay outstanding
 	// here before its ack arrives (the Go client's 100 ms ack batching and the RPC, with
 	// room). The window grows past the scaled limit by what the stream settles in that
-	// time, measured over rateSpan, so the batching does not cap a fast consumer at
-	// ten windows per second either; a slow one keeps the scaled limit.
+	// time, so the batching does not cap a fast consumer at ten windows per second
+	// either; a slow one keeps the scaled limit. The settle rate is measured over each
+	// rateSpan; the growth follows a higher rate at once and halves per span when the
+	// rate falls, so one span without an ack batch does not shut the window.
 	ackLag   = 250 * time.Millisecond
-	rateSpan = 500 * time.Millisecond
+	rateSpan = 100 * time.Millisecond
 	// releaseTimeout bounds the nack of messages a closing stream could not send.
 	releaseTimeout = 5 * time.Second
 	// maxLeaseQuery is the most ack ids one GetLeases asks about (storage-core's bound).
@@ -291,8 +293,8 @@ func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 	if s.rateFrom.IsZero() {
 		s.rateFrom = now
 	} else if span := now.Sub(s.rateFrom); span >= rateSpan {
-		s.extraMsgs = s.settled * int64(ackLag) / int64(span)
-		s.extraBytes = s.settledBytes * int64(ackLag) / int64(span)
+		s.extraMsgs = max(s.settled*int64(ackLag)/int64(span), s.extraMsgs/2)
+		s.extraBytes = max(s.settledBytes*int64(ackLag)/int64(span), s.extraBytes/2)
 		s.settled, s.settledBytes, s.rateFrom = 0, 0, now
 	}
 	msgs = maxPullBatch

@@ -104,18 +104,20 @@ func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 	if _, _, _, full := s.window(); !full {
 		t.Fatalf("window not full at 600 outstanding (floor 100 + 500 settled in ackLag)")
 	}
-	// Nothing settles for a rate span: the growth goes, the floor stays.
+	// Nothing settles: the growth halves with each rate span; the floor stays.
 	now = now.Add(rateSpan)
 	if _, _, _, full := s.window(); !full {
-		t.Fatal("window not full after the settling stopped")
+		t.Fatal("window not full one span after the settling stopped (floor 100 + 250)")
 	}
+	now = now.Add(rateSpan)
+	s.window()
 	var ids []string
 	for i := 0; i < 550; i++ {
 		ids = append(ids, fmt.Sprint("x", i))
 	}
 	h.streams.done(ids)
-	if msgs, _, _, full := s.window(); full || msgs != 50 {
-		t.Fatalf("window with 50 outstanding after the growth went = %d, %v; want 50 left of the floor", msgs, full)
+	if msgs, _, _, full := s.window(); full || msgs != 175 {
+		t.Fatalf("window with 50 outstanding two quiet spans later = %d, %v; want 175 (floor 100 + 125 - 50)", msgs, full)
 	}
 }
 
