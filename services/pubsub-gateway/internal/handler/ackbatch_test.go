@@ -100,6 +100,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// recvErr waits for a caller's answer, failing the test after 10 s.
+func recvErr(t *testing.T, what string, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return", what)
+		return nil
+	}
+}
+
 // waitCalls waits until q has seen n calls.
 func waitCalls(t *testing.T, q *gateQueues, n int) []gateCall {
 	t.Helper()
@@ -214,7 +226,7 @@ func TestAckCoalescerCancel(t *testing.T) {
 	go func() { _, err := h.acks.do(ctxB, testQueue, []string{"b"}); gone <- err }()
 	waitPending(t, h.acks, testQueue, 1)
 	cancelB()
-	if err := <-gone; !errors.Is(err, context.Canceled) {
+	if err := recvErr(t, "the caller cancelled while queued", gone); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled caller: %v, want context.Canceled", err)
 	}
 	waitPending(t, h.acks, testQueue, 0)
@@ -236,14 +248,14 @@ func TestAckCoalescerCancel(t *testing.T) {
 		t.Fatalf("second call %v, want [x y] (b was cancelled while queued)", c[1].ids)
 	}
 	cancelX()
-	if err := <-x; !errors.Is(err, context.Canceled) {
+	if err := recvErr(t, "the caller cancelled in flight", x); !errors.Is(err, context.Canceled) {
 		t.Fatalf("caller cancelled in flight: %v, want context.Canceled", err)
 	}
 	if c[1].ctx.Err() != nil {
 		t.Fatal("the storage call was cancelled while a caller still waited")
 	}
 	cancelY()
-	if err := <-y; !errors.Is(err, context.Canceled) {
+	if err := recvErr(t, "the last caller cancelled in flight", y); !errors.Is(err, context.Canceled) {
 		t.Fatalf("second caller cancelled in flight: %v, want context.Canceled", err)
 	}
 	select {
