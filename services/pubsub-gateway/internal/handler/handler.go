@@ -67,6 +67,10 @@ type Handler struct {
 	listeners *listeners
 	announce  Announcer
 	budget    *holdBudget
+	// acks and modacks coalesce the storage calls of concurrent acks and deadline
+	// changes (ackbatch.go).
+	acks    *coalescer[string]
+	modacks *coalescer[modAckKey]
 }
 
 // cachedTopic is what Publish needs to know about a topic.
@@ -100,7 +104,7 @@ func New(d Deps) *Handler {
 	if limit <= 0 {
 		limit = DefaultStreamBufferBytes
 	}
-	return &Handler{
+	h := &Handler{
 		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, log: d.Log, now: now,
 		topics:    map[string]cachedTopic{},
 		subs:      map[string]cachedSub{},
@@ -111,6 +115,9 @@ func New(d Deps) *Handler {
 		announce:  d.Announce,
 		budget:    &holdBudget{limit: limit},
 	}
+	h.acks = newCoalescer(h.storageAck)
+	h.modacks = newCoalescer(h.storageModAck)
+	return h
 }
 
 // topicExists reports whether topic id is registered, from the cache when fresh.

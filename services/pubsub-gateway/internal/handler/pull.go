@@ -158,7 +158,8 @@ func checkAckIDs(ids []string) error {
 }
 
 // Acknowledge acks messages. On an exactly-once subscription, ack ids that are not a
-// current lease fail the call with INVALID_ARGUMENT and a per-ack-id ErrorInfo.
+// current lease fail the call with INVALID_ARGUMENT and a per-ack-id ErrorInfo. The
+// storage call is coalesced with the concurrent acks of the subscription (ackbatch.go).
 func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequest) (*emptypb.Empty, error) {
 	r, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
@@ -168,12 +169,12 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 		return nil, err
 	}
 	h.touch(r.id)
-	resp, err := h.queues.Ack(ctx, &storagev1.AckRequest{Queue: channel.PubSubSubscription(r.id), AckIds: req.GetAckIds()})
+	results, err := h.acks.do(ctx, channel.PubSubSubscription(r.id), req.GetAckIds())
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
-	h.leasesEnded(channel.PubSubSubscription(r.id), settled(req.GetAckIds(), resp.GetResults()))
-	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
+	h.leasesEnded(channel.PubSubSubscription(r.id), settled(req.GetAckIds(), results))
+	if err := ackFailures(req.GetAckIds(), results); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
@@ -194,33 +195,34 @@ func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 	if err := checkAckIDs(req.GetAckIds()); err != nil {
 		return nil, err
 	}
-	resp, err := h.modAck(ctx, r.id, req.GetAckIds(), req.GetAckDeadlineSeconds())
+	results, err := h.modAck(ctx, r.id, req.GetAckIds(), req.GetAckDeadlineSeconds())
 	if err != nil {
 		return nil, err
 	}
 	h.touch(r.id)
-	if err := ackFailures(req.GetAckIds(), resp.GetResults()); err != nil {
+	if err := ackFailures(req.GetAckIds(), results); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
 }
 
-func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds int32) (*storagev1.ModifyAckDeadlineResponse, error) {
+// modAck changes the deadline of ids (0 nacks them), coalesced with the concurrent
+// modacks of the subscription to the same deadline (ackbatch.go), and returns their
+// results.
+func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds int32) ([]storagev1.AckResult, error) {
 	queue := channel.PubSubSubscription(sub)
-	resp, err := h.queues.ModifyAckDeadline(ctx, &storagev1.ModifyAckDeadlineRequest{
-		Queue: queue, AckIds: ids, AckDeadlineMs: seconds * 1000,
-	})
+	results, err := h.modacks.do(ctx, modAckKey{queue: queue, seconds: seconds}, ids)
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
 	if seconds == 0 {
-		h.leasesEnded(queue, settled(ids, resp.GetResults()))
+		h.leasesEnded(queue, settled(ids, results))
 	} else {
 		// An extension through another replica is not announced: a stream there
 		// re-reads its leases when the deadline it knows passes.
 		var live, gone []string
 		for i, id := range ids {
-			switch result(resp.GetResults(), i) {
+			switch result(results, i) {
 			case storagev1.AckResult_ACK_RESULT_UNSPECIFIED:
 				live = append(live, id)
 			case storagev1.AckResult_ACK_RESULT_EXPIRED:
@@ -230,7 +232,7 @@ func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds 
 		h.streams.extend(live, h.now().Add(time.Duration(seconds)*time.Second))
 		h.streams.done(gone)
 	}
-	return resp, nil
+	return results, nil
 }
 
 // result is the i-th ack result (success when storage-core sent fewer).

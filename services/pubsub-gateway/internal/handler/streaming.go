@@ -226,13 +226,13 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 	}
 	confirm := &pubsubpb.StreamingPullResponse{}
 	if ids := req.GetAckIds(); len(ids) > 0 {
-		resp, err := s.h.queues.Ack(ctx, &storagev1.AckRequest{Queue: s.queue, AckIds: ids})
+		results, err := s.h.acks.do(ctx, s.queue, ids)
 		if err != nil {
 			return backendError(ctx, err, msgSubNotFound)
 		}
-		s.h.leasesEnded(s.queue, settled(ids, resp.GetResults()))
+		s.h.leasesEnded(s.queue, settled(ids, results))
 		if s.props.ExactlyOnceDeliveryEnabled {
-			ok, failed := splitResults(ids, resp.GetResults())
+			ok, failed := splitResults(ids, results)
 			confirm.AcknowledgeConfirmation = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{AckIds: ok, InvalidAckIds: failed}
 		}
 	}
@@ -250,7 +250,7 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 	}
 	for _, sec := range order {
 		ids := bySeconds[sec]
-		resp, err := s.h.modAck(ctx, s.sub.id, ids, sec)
+		results, err := s.h.modAck(ctx, s.sub.id, ids, sec)
 		if err != nil {
 			return err
 		}
@@ -259,7 +259,7 @@ func (s *stream) handle(ctx context.Context, req *pubsubpb.StreamingPullRequest)
 				confirm.ModifyAckDeadlineConfirmation = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
 			}
 			c := confirm.ModifyAckDeadlineConfirmation
-			ok, failed := splitResults(ids, resp.GetResults())
+			ok, failed := splitResults(ids, results)
 			c.AckIds = append(c.AckIds, ok...)
 			c.InvalidAckIds = append(c.InvalidAckIds, failed...)
 		}
