@@ -360,6 +360,7 @@ func TestModAckCoalescing(t *testing.T) {
 	q.results["gone"] = storagev1.AckResult_ACK_RESULT_EXPIRED
 	h := New(Deps{Queues: q, Now: func() time.Time { return now }})
 	s := &stream{h: h, queue: testQueue, maxMsgs: 10, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
 	for _, id := range []string{"a", "b", "gone"} {
 		s.track(id, 1, now.Add(10*time.Second))
 	}

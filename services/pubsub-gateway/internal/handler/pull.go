@@ -229,8 +229,8 @@ func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds 
 				gone = append(gone, id)
 			}
 		}
-		h.streams.extend(live, h.now().Add(time.Duration(seconds)*time.Second))
-		h.streams.done(gone)
+		h.streams.extend(queue, live, h.now().Add(time.Duration(seconds)*time.Second))
+		h.streams.done(queue, gone)
 	}
 	return results, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,12 +101,13 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 		},
 	}
 	st.deadline.Store(first.GetStreamAckDeadlineSeconds())
-	defer h.streams.drop(st)
 	h.budget.streams.Add(1)
 	defer h.budget.streams.Add(-1)
 	if st.limited() {
 		h.listeners.add(st)
 		defer h.listeners.remove(st)
+		h.streams.add(st)
+		defer h.streams.drop(st)
 	}
 	if err := st.send(&pubsubpb.StreamingPullResponse{}); err != nil {
 		return err
@@ -391,14 +393,12 @@ func (s *stream) refreshLeases(ctx context.Context) {
 	}
 	now := s.h.now()
 	s.refreshedAt = now
-	var gone []string
 	s.mu.Lock()
 	for id, l := range s.outstanding {
 		d, asked := answers[id]
 		switch {
 		case asked && d == 0, !asked && now.After(l.deadline):
 			s.forgetLocked(id, l)
-			gone = append(gone, id)
 		case asked:
 			// Next looked at no sooner than leaseRecheck from now: the deadline is
 			// storage-core's clock, and its expiry is announced by the sweep anyway.
@@ -411,7 +411,6 @@ func (s *stream) refreshLeases(ctx context.Context) {
 	}
 	s.nextBound = s.earliestLocked()
 	s.mu.Unlock()
-	s.h.streams.forget(s, gone)
 }
 
 // pause waits until a wake-up, ctx's end, or what the window waits for: the recheck,
@@ -593,93 +592,99 @@ func (s *stream) track(id string, size int64, until time.Time) {
 	s.count++
 	s.bytes += size
 	s.mu.Unlock()
-	s.h.streams.add(id, s)
 }
 
-// streamBook maps ack ids delivered on this replica's streams to their stream, so an
-// ack or modack arriving through any RPC of this replica updates the stream's
-// flow-control window.
+// streamBook lists this replica's streams that track leases, by queue, so an ack or
+// modack arriving through any RPC of this replica updates the window of the stream
+// that delivered the message. An ack id is looked up in the streams of its queue,
+// starting with the one that last held one (a client's ack batch is one stream's).
 type streamBook struct {
-	mu   sync.Mutex
-	byID map[string]*stream
+	mu      sync.Mutex
+	byQueue map[string][]*stream
 }
 
-func newStreamBook() *streamBook { return &streamBook{byID: map[string]*stream{}} }
+func newStreamBook() *streamBook { return &streamBook{byQueue: map[string][]*stream{}} }
 
-func (b *streamBook) add(id string, s *stream) {
+func (b *streamBook) add(s *stream) {
 	b.mu.Lock()
-	b.byID[id] = s
+	b.byQueue[s.queue] = append(b.byQueue[s.queue], s)
 	b.mu.Unlock()
 }
 
-// done settles ack ids (acked or nacked) and returns those no stream of this replica
-// tracks.
-func (b *streamBook) done(ids []string) (untracked []string) {
+// drop removes a finished stream.
+func (b *streamBook) drop(s *stream) {
 	b.mu.Lock()
-	touched := map[*stream]bool{}
-	for _, id := range ids {
-		s, ok := b.byID[id]
-		if !ok {
-			untracked = append(untracked, id)
-			continue
-		}
-		delete(b.byID, id)
-		s.mu.Lock()
-		if l, ok := s.outstanding[id]; ok {
-			s.forgetLocked(id, l)
-		}
-		s.mu.Unlock()
-		touched[s] = true
+	defer b.mu.Unlock()
+	ss := slices.DeleteFunc(b.byQueue[s.queue], func(x *stream) bool { return x == s })
+	if len(ss) == 0 {
+		delete(b.byQueue, s.queue)
+	} else {
+		b.byQueue[s.queue] = ss
 	}
+}
+
+// visit calls fn with each stream of queue that tracks ids[i] (under that stream's
+// mu) and returns the ids no stream tracks.
+func (b *streamBook) visit(queue string, ids []string, fn func(s *stream, id string, l lease)) (untracked []string) {
+	b.mu.Lock()
+	ss := b.byQueue[queue]
 	b.mu.Unlock()
-	for s := range touched {
+	if len(ss) == 0 {
+		return ids
+	}
+	var last *stream
+	for _, id := range ids {
+		found := false
+		if last != nil {
+			last.mu.Lock()
+			if l, ok := last.outstanding[id]; ok {
+				fn(last, id, l)
+				found = true
+			}
+			last.mu.Unlock()
+		}
+		for i := 0; !found && i < len(ss); i++ {
+			s := ss[i]
+			if s == last {
+				continue
+			}
+			s.mu.Lock()
+			if l, ok := s.outstanding[id]; ok {
+				fn(s, id, l)
+				found, last = true, s
+			}
+			s.mu.Unlock()
+		}
+		if !found {
+			untracked = append(untracked, id)
+		}
+	}
+	return untracked
+}
+
+// done settles ack ids of queue (acked or nacked), waking the streams they free, and
+// returns those no stream of this replica tracks.
+func (b *streamBook) done(queue string, ids []string) (untracked []string) {
+	var touched []*stream
+	untracked = b.visit(queue, ids, func(s *stream, id string, l lease) {
+		s.forgetLocked(id, l)
+		if !slices.Contains(touched, s) {
+			touched = append(touched, s)
+		}
+	})
+	for _, s := range touched {
 		s.notify()
 	}
 	return untracked
 }
 
-// extend moves the deadline of ack ids.
-func (b *streamBook) extend(ids []string, until time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, id := range ids {
-		s, ok := b.byID[id]
-		if !ok {
-			continue
+// extend moves the deadline of ack ids of queue.
+func (b *streamBook) extend(queue string, ids []string, until time.Time) {
+	b.visit(queue, ids, func(s *stream, id string, l lease) {
+		l.deadline = until
+		s.outstanding[id] = l
+		if until.Before(s.nextBound) {
+			s.nextBound = until // a shorter deadline than the stream knew
 		}
-		s.mu.Lock()
-		if l, ok := s.outstanding[id]; ok {
-			l.deadline = until
-			s.outstanding[id] = l
-			if until.Before(s.nextBound) {
-				s.nextBound = until // a shorter deadline than the stream knew
-			}
-		}
-		s.mu.Unlock()
-	}
-}
-
-// drop forgets a finished stream's ack ids.
-func (b *streamBook) drop(s *stream) {
-	s.mu.Lock()
-	ids := make([]string, 0, len(s.outstanding))
-	for id := range s.outstanding {
-		ids = append(ids, id)
-	}
-	s.mu.Unlock()
-	b.forget(s, ids)
-}
-
-// forget removes ack ids of stream s (no longer tracked by it).
-func (b *streamBook) forget(s *stream, ids []string) {
-	if len(ids) == 0 {
-		return
-	}
-	b.mu.Lock()
-	for _, id := range ids {
-		if b.byID[id] == s {
-			delete(b.byID, id)
-		}
-	}
-	b.mu.Unlock()
+	})
 }

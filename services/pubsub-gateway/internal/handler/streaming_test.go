@@ -24,7 +24,8 @@ import (
 func TestStreamWindow(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := New(Deps{Now: func() time.Time { return now }})
-	s := &stream{h: h, maxMsgs: 3, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 3, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
 	if msgs, bytes, next, full := s.window(); full || msgs != 3 || bytes != 100 || !next.IsZero() {
 		t.Fatalf("empty window = %d, %d, %v, %v", msgs, bytes, next, full)
 	}
@@ -37,7 +38,7 @@ func TestStreamWindow(t *testing.T) {
 	if _, _, _, full := s.window(); !full {
 		t.Fatal("window not full at max_outstanding_messages")
 	}
-	if untracked := h.streams.done([]string{"a", "unknown"}); len(untracked) != 1 || untracked[0] != "unknown" {
+	if untracked := h.streams.done("gcp.sub.s", []string{"a", "unknown"}); len(untracked) != 1 || untracked[0] != "unknown" {
 		t.Fatalf("untracked ids %v, want [unknown]", untracked)
 	}
 	select {
@@ -48,7 +49,7 @@ func TestStreamWindow(t *testing.T) {
 	if msgs, _, _, full := s.window(); full || msgs != 1 {
 		t.Fatalf("after an ack: %d, %v", msgs, full)
 	}
-	h.streams.extend([]string{"c"}, now.Add(time.Minute))
+	h.streams.extend("gcp.sub.s", []string{"c"}, now.Add(time.Minute))
 	if _, _, next, _ := s.window(); !next.Equal(now.Add(10 * time.Second)) {
 		t.Fatalf("before a's old deadline passed, next = %v, want that deadline (a bound)", next)
 	}
@@ -57,7 +58,7 @@ func TestStreamWindow(t *testing.T) {
 	if _, _, next, _ := s.window(); !next.Equal(start.Add(20 * time.Second)) {
 		t.Fatalf("once the bound passed, next = %v, want b's deadline", next)
 	}
-	h.streams.extend([]string{"c"}, start.Add(15*time.Second))
+	h.streams.extend("gcp.sub.s", []string{"c"}, start.Add(15*time.Second))
 	if _, _, next, _ := s.window(); !next.Equal(start.Add(15 * time.Second)) {
 		t.Fatalf("after c was shortened, next = %v, want c's new deadline", next)
 	}
@@ -66,8 +67,11 @@ func TestStreamWindow(t *testing.T) {
 		t.Fatal("window not full at max_outstanding_bytes")
 	}
 	h.streams.drop(s)
-	if len(h.streams.byID) != 0 {
-		t.Fatalf("book after drop: %v", h.streams.byID)
+	if len(h.streams.byQueue) != 0 {
+		t.Fatalf("book after drop: %v", h.streams.byQueue)
+	}
+	if untracked := h.streams.done("gcp.sub.s", []string{"b"}); len(untracked) != 1 {
+		t.Fatalf("a dropped stream's lease is still tracked (untracked %v)", untracked)
 	}
 }
 
@@ -77,7 +81,8 @@ func TestStreamWindow(t *testing.T) {
 func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := New(Deps{Now: func() time.Time { return now }})
-	s := &stream{h: h, maxMsgs: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
 	s.window() // starts the rate measurement
 	// 100 messages settled every 50 ms: 2000/s, so 500 within ackLag.
 	id := 0
@@ -89,7 +94,7 @@ func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 			s.track(name, 1, now.Add(time.Minute))
 			ids = append(ids, name)
 		}
-		h.streams.done(ids)
+		h.streams.done("gcp.sub.s", ids)
 		now = now.Add(50 * time.Millisecond)
 	}
 	for i := 0; i < 550; i++ {
@@ -115,7 +120,7 @@ func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 	for i := 0; i < 550; i++ {
 		ids = append(ids, fmt.Sprint("x", i))
 	}
-	h.streams.done(ids)
+	h.streams.done("gcp.sub.s", ids)
 	if msgs, _, _, full := s.window(); full || msgs != 175 {
 		t.Fatalf("window with 50 outstanding two quiet spans later = %d, %v; want 175 (floor 100 + 125 - 50)", msgs, full)
 	}
@@ -160,8 +165,8 @@ func TestStreamRefreshLeases(t *testing.T) {
 	if _, ok := s.outstanding["acked-elsewhere"]; ok || s.count != 2 {
 		t.Fatalf("after the re-read: %v (count %d), want kept and soon", s.outstanding, s.count)
 	}
-	if _, ok := h.streams.byID["acked-elsewhere"]; ok {
-		t.Fatal("a lease ended elsewhere is still in the replica's book")
+	if untracked := h.streams.done("gcp.sub.s", []string{"acked-elsewhere"}); len(untracked) != 1 {
+		t.Fatal("a lease ended elsewhere is still tracked by the stream")
 	}
 	if d := s.outstanding["kept"].deadline; !d.Equal(now.Add(time.Minute)) {
 		t.Fatalf("kept's deadline %v, want storage-core's %v", d, now.Add(time.Minute))
@@ -205,6 +210,8 @@ func TestWakeUps(t *testing.T) {
 	h := New(Deps{Now: func() time.Time { return now }, Announce: ann})
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	other := &stream{h: h, queue: "gcp.sub.other", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
+	h.streams.add(other)
 	h.listeners.add(s)
 	h.listeners.add(other)
 	s.track("mine", 1, now.Add(10*time.Second))
@@ -288,7 +295,8 @@ func TestStreamWindowIgnoresInvalidAcks(t *testing.T) {
 	now := time.Unix(1000, 0)
 	invalid := []storagev1.AckResult{storagev1.AckResult_ACK_RESULT_INVALID}
 	h := New(Deps{Now: func() time.Time { return now }, Queues: resultQueues{results: invalid}})
-	s := &stream{h: h, maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	s := &stream{h: h, queue: "gcp.sub.sub", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
 	s.track("a", 10, now.Add(10*time.Second))
 	ctx := context.Background()
 	_, err := h.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: "projects/p/subscriptions/other", AckIds: []string{"a"}})
@@ -359,5 +367,48 @@ func TestStreamReceiveOutageLogsOnce(t *testing.T) {
 	}
 	if logs.FilterMessage("streaming pull receive recovered").Len() != 1 {
 		t.Fatal("no recovery logged")
+	}
+}
+
+// TestStreamBookSeveralStreams: acks of one call reach whichever streams of the queue
+// delivered them, streams of other queues are not touched, and ids no stream holds
+// come back untracked.
+func TestStreamBookSeveralStreams(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New(Deps{Now: func() time.Time { return now }})
+	mk := func(queue string) *stream {
+		s := &stream{h: h, queue: queue, maxMsgs: 10, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+		h.streams.add(s)
+		return s
+	}
+	a, b, other := mk("gcp.sub.s"), mk("gcp.sub.s"), mk("gcp.sub.t")
+	for _, id := range []string{"a1", "a2", "a3"} {
+		a.track(id, 1, now.Add(time.Minute))
+	}
+	for _, id := range []string{"b1", "b2"} {
+		b.track(id, 1, now.Add(time.Minute))
+	}
+	other.track("a1", 1, now.Add(time.Minute)) // same id, another queue
+	untracked := h.streams.done("gcp.sub.s", []string{"a1", "b1", "a2", "b2", "x"})
+	if fmt.Sprint(untracked) != "[x]" {
+		t.Fatalf("untracked %v, want [x]", untracked)
+	}
+	if a.count != 1 || b.count != 0 || other.count != 1 {
+		t.Fatalf("outstanding after the acks: a %d, b %d, other %d; want 1, 0, 1", a.count, b.count, other.count)
+	}
+	for _, s := range []*stream{a, b} {
+		select {
+		case <-s.wake:
+		default:
+			t.Fatalf("stream %p not woken by the acks that freed it", s)
+		}
+	}
+	h.streams.extend("gcp.sub.s", []string{"a3"}, now.Add(time.Hour))
+	if d := a.outstanding["a3"].deadline; !d.Equal(now.Add(time.Hour)) {
+		t.Fatalf("a3's deadline %v after the extension", d)
+	}
+	h.streams.drop(a)
+	if untracked := h.streams.done("gcp.sub.s", []string{"a3"}); len(untracked) != 1 {
+		t.Fatal("a dropped stream's lease is still found")
 	}
 }

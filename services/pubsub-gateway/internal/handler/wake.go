@@ -92,7 +92,7 @@ func (h *Handler) Wake(token string) { h.listeners.wake(token) }
 // the streams of this replica tracking them free their windows, and when some are not
 // tracked here the other replicas are told.
 func (h *Handler) leasesEnded(queue string, ids []string) {
-	if untracked := h.streams.done(ids); len(untracked) > 0 && h.announce != nil {
+	if untracked := h.streams.done(queue, ids); len(untracked) > 0 && h.announce != nil {
 		h.announce.Announce(queue)
 	}
 }
