@@ -142,6 +142,9 @@ func (qs *queueService) Receive(ctx context.Context, req *storagev1.ReceiveReque
 		}
 		return nil, toStatus(err)
 	}
+	if holdDeliveries(ctx, ds) {
+		return &storagev1.ReceiveResponse{}, nil // receiveDirect answers
+	}
 	resp := &storagev1.ReceiveResponse{Messages: make([]*storagev1.ReceivedMessage, len(ds))}
 	for i := range ds {
 		d := &ds[i]

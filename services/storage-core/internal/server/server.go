@@ -169,7 +169,7 @@ func transportOptions() []grpc.ServerOption {
 		grpc.InitialConnWindowSize(64 << 20),
 		grpc.WriteBufferSize(1 << 20),
 		grpc.ReadBufferSize(1 << 20),
-		grpc.ChainUnaryInterceptor(fetchByReference),
+		grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect),
 	}
 }
 
