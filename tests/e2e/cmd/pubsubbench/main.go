@@ -112,7 +112,7 @@ func main() {
 	var cfg config
 	flag.IntVar(&cfg.messages, "messages", 50000, "messages per StreamingPull case")
 	flag.IntVar(&cfg.bytes, "bytes", 1024, "message data size")
-	flag.IntVar(&cfg.pullMessages, "pull-messages", 20000, "messages for the unary Pull+Acknowledge case")
+	flag.IntVar(&cfg.pullMessages, "pull-messages", 0, "messages for the unary Pull+Acknowledge case (0 = -messages: pstest's Pull walks its whole backlog on every call, so its rate depends on this count)")
 	flag.StringVar(&cfg.targets, "targets", "tributary,pstest,emulator", "targets, comma separated (tributary, pstest, emulator)")
 	flag.StringVar(&cfg.fsync, "fsync", "always", "storage-core --fsync")
 	flag.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "bound of all cases of one target")
@@ -120,6 +120,9 @@ func main() {
 	flag.IntVar(&cfg.rate, "rate", 2000, "messages/s of the latency case")
 	flag.DurationVar(&cfg.latencyDur, "latency-duration", 5*time.Second, "publish time of the latency case")
 	flag.Parse()
+	if cfg.pullMessages <= 0 {
+		cfg.pullMessages = cfg.messages
+	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "pubsubbench:", err)
 		os.Exit(1)
