@@ -611,11 +611,12 @@ func (b *streamBook) add(s *stream) {
 	b.mu.Unlock()
 }
 
-// drop removes a finished stream.
+// drop removes a finished stream. The list is copied, not changed in place: visit
+// walks the list it read without b.mu (add only appends past its length).
 func (b *streamBook) drop(s *stream) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ss := slices.DeleteFunc(b.byQueue[s.queue], func(x *stream) bool { return x == s })
+	ss := slices.DeleteFunc(slices.Clone(b.byQueue[s.queue]), func(x *stream) bool { return x == s })
 	if len(ss) == 0 {
 		delete(b.byQueue, s.queue)
 	} else {
