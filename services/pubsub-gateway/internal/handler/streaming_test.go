@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -466,5 +467,27 @@ func TestStreamBookChurn(t *testing.T) {
 	h.streams.drop(keep)
 	if len(h.streams.byQueue) != 0 {
 		t.Fatalf("book after every drop: %v", h.streams.byQueue)
+	}
+}
+
+// TestStreamWindowHugeLimits: a client's max_outstanding_messages/bytes near the
+// int64 range (scaled by windowFactor) plus the settle rate's growth must not wrap
+// the window's limit negative, which would hold the stream full for good.
+func TestStreamWindowHugeLimits(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New(Deps{Now: func() time.Time { return now }})
+	huge := int64(math.MaxInt64/windowFactor) * windowFactor
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: huge, maxBytes: huge, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
+	s.window()
+	var ids []string
+	for i := range 100 {
+		ids = append(ids, fmt.Sprint(i))
+		s.track(ids[i], 1000, now.Add(time.Minute))
+	}
+	h.streams.done("gcp.sub.s", ids)
+	now = now.Add(rateSpan)
+	if msgs, bytes, _, full := s.window(); full || msgs != maxPullBatch || bytes != maxResponseBytes {
+		t.Fatalf("window after settling with huge limits = %d, %d, %v", msgs, bytes, full)
 	}
 }
