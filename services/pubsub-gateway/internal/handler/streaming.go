@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -301,7 +302,7 @@ func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 	}
 	msgs = maxPullBatch
 	if s.maxMsgs > 0 {
-		limit := s.maxMsgs + s.extraMsgs
+		limit := addCapped(s.maxMsgs, s.extraMsgs)
 		if s.count >= limit {
 			return 0, 0, next, true
 		}
@@ -309,13 +310,22 @@ func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 	}
 	bytes = maxResponseBytes
 	if s.maxBytes > 0 {
-		limit := s.maxBytes + s.extraBytes
+		limit := addCapped(s.maxBytes, s.extraBytes)
 		if s.bytes >= limit {
 			return 0, 0, next, true
 		}
 		bytes = min(bytes, limit-s.bytes)
 	}
 	return msgs, bytes, next, false
+}
+
+// addCapped is a + b for a, b >= 0, at most math.MaxInt64: a client's limits may be
+// anywhere in the int64 range.
+func addCapped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // earliestLocked returns the earliest deadline in outstanding (zero: none).
@@ -611,11 +621,12 @@ func (b *streamBook) add(s *stream) {
 	b.mu.Unlock()
 }
 
-// drop removes a finished stream.
+// drop removes a finished stream. The list is copied, not changed in place: visit
+// walks the list it read without b.mu (add only appends past its length).
 func (b *streamBook) drop(s *stream) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ss := slices.DeleteFunc(b.byQueue[s.queue], func(x *stream) bool { return x == s })
+	ss := slices.DeleteFunc(slices.Clone(b.byQueue[s.queue]), func(x *stream) bool { return x == s })
 	if len(ss) == 0 {
 		delete(b.byQueue, s.queue)
 	} else {

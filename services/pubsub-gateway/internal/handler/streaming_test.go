@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -410,5 +411,83 @@ func TestStreamBookSeveralStreams(t *testing.T) {
 	h.streams.drop(a)
 	if untracked := h.streams.done("gcp.sub.s", []string{"a3"}); len(untracked) != 1 {
 		t.Fatal("a dropped stream's lease is still found")
+	}
+}
+
+// TestStreamBookChurn: streams of one queue open and close while acks and deadline
+// changes of that queue look up their leases: a lookup must neither race with the
+// book's changes nor meet a removed stream's slot (run with -race).
+func TestStreamBookChurn(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New(Deps{Now: func() time.Time { return now }})
+	mk := func(i int) *stream {
+		s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1000, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+		for j := 0; j < 4; j++ {
+			s.track(fmt.Sprint(i, ".", j), 1, now.Add(time.Minute))
+		}
+		return s
+	}
+	keep := mk(-1)
+	h.streams.add(keep)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ids := []string{fmt.Sprint(i%50, ".0"), "none", fmt.Sprint(i%50, ".1")}
+				h.streams.extend("gcp.sub.s", ids, now.Add(time.Hour))
+				h.streams.done("gcp.sub.s", ids)
+			}
+		}()
+	}
+	var open []*stream
+	for i := 0; i < 2000; i++ {
+		if len(open) < 8 {
+			s := mk(i % 50)
+			h.streams.add(s)
+			open = append(open, s)
+			continue
+		}
+		k := i % len(open)
+		h.streams.drop(open[k])
+		open = append(open[:k], open[k+1:]...)
+	}
+	close(stop)
+	wg.Wait()
+	for _, s := range open {
+		h.streams.drop(s)
+	}
+	h.streams.drop(keep)
+	if len(h.streams.byQueue) != 0 {
+		t.Fatalf("book after every drop: %v", h.streams.byQueue)
+	}
+}
+
+// TestStreamWindowHugeLimits: a client's max_outstanding_messages/bytes near the
+// int64 range (scaled by windowFactor) plus the settle rate's growth must not wrap
+// the window's limit negative, which would hold the stream full for good.
+func TestStreamWindowHugeLimits(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New(Deps{Now: func() time.Time { return now }})
+	huge := int64(math.MaxInt64/windowFactor) * windowFactor
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: huge, maxBytes: huge, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	h.streams.add(s)
+	s.window()
+	var ids []string
+	for i := range 100 {
+		ids = append(ids, fmt.Sprint(i))
+		s.track(ids[i], 1000, now.Add(time.Minute))
+	}
+	h.streams.done("gcp.sub.s", ids)
+	now = now.Add(rateSpan)
+	if msgs, bytes, _, full := s.window(); full || msgs != maxPullBatch || bytes != maxResponseBytes {
+		t.Fatalf("window after settling with huge limits = %d, %d, %v", msgs, bytes, full)
 	}
 }

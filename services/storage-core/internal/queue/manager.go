@@ -275,7 +275,9 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 		}
 	}
 	hw := l.HighWatermark()
-	cut := q.loadPos > hw || len(q.ackedAhead) > 0 && q.ackedAhead[len(q.ackedAhead)-1].To > hw
+	// The delivered mark alone may be past hw too: deliveries write it at once, while
+	// the binding's checkpoint may be older than the cut records.
+	cut := q.loadPos > hw || q.deliveredMark > hw || len(q.ackedAhead) > 0 && q.ackedAhead[len(q.ackedAhead)-1].To > hw
 	for off := range q.attempts {
 		cut = cut || off >= hw
 	}

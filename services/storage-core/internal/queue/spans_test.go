@@ -114,3 +114,63 @@ func TestAckedBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestAckedBucketLegacyEntries: single offsets stored with an empty value, one key
+// each (state files of older versions, neighbours not merged), mix with the spans
+// putAckedOffset and putAckedRange write: the bucket always reads as the acked set.
+func TestAckedBucketLegacyEntries(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "x.db"), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for seed := int64(1); seed <= 200; seed++ {
+		rnd := rand.New(rand.NewSource(seed))
+		want := map[int64]bool{}
+		err := db.Update(func(tx *bolt.Tx) error {
+			_ = tx.DeleteBucket([]byte("a"))
+			b, err := tx.CreateBucket([]byte("a"))
+			if err != nil {
+				return err
+			}
+			for i := 0; i < 15; i++ {
+				off := rnd.Int63n(40)
+				want[off] = true
+				if err := b.Put(offKey(off), nil); err != nil {
+					return err
+				}
+			}
+			for i := 0; i < 10; i++ {
+				off, n := rnd.Int63n(45), 1+rnd.Int63n(6)
+				if rnd.Intn(2) == 0 {
+					n = 1
+					if err := putAckedOffset(b, off); err != nil {
+						return err
+					}
+				} else if err := putAckedRange(b, off, off+n); err != nil {
+					return err
+				}
+				for o := off; o < off+n; o++ {
+					want[o] = true
+				}
+				got, err := readAckedSpans(b)
+				if err != nil {
+					return err
+				}
+				have := map[int64]bool{}
+				for _, sp := range got {
+					for o := sp.From; o < sp.To; o++ {
+						have[o] = true
+					}
+				}
+				if fmt.Sprint(have) != fmt.Sprint(want) {
+					return fmt.Errorf("seed %d step %d: bucket holds %v, want %v", seed, i, got, want)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
