@@ -92,9 +92,8 @@ func putAckedRange(b *bolt.Bucket, from, to int64) error {
 		return putAckedOffset(b, from)
 	}
 	c := b.Cursor()
-	k, v := c.Seek(offKey(from))
 	var pk, pv []byte
-	if k == nil {
+	if k, _ := c.Seek(offKey(from)); k == nil {
 		pk, pv = c.Last()
 	} else {
 		pk, pv = c.Prev()
@@ -104,7 +103,7 @@ func putAckedRange(b *bolt.Bucket, from, to int64) error {
 		to = max(to, spanEnd(pk, pv))
 	}
 	var drop [][]byte
-	for k, v = c.Seek(offKey(from)); k != nil && keyOff(k) <= to; k, v = c.Next() {
+	for k, v := c.Seek(offKey(from)); k != nil && keyOff(k) <= to; k, v = c.Next() {
 		to = max(to, spanEnd(k, v))
 		if keyOff(k) != from {
 			drop = append(drop, append([]byte(nil), k...))
