@@ -35,6 +35,10 @@ type Options struct {
 	// Pub/Sub client every 100 ms), so the bound must hold what a queue delivers in an
 	// ack interval: at 10000 it held one queue to about 100k messages/s.
 	MaxLoaded int
+	// MaxUnleased bounds the loaded messages not under a lease; 0 = 10000. A queue
+	// with a backlog and no consumer keeps this many decoded, not MaxLoaded: only
+	// leases (waiting for their acks) fill the window past it.
+	MaxUnleased int
 	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
 	// message is loaded whatever its size.
 	MaxLoadedBytes int64
@@ -88,6 +92,9 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	if opts.MaxLoaded <= 0 {
 		opts.MaxLoaded = 100000
+	}
+	if opts.MaxUnleased <= 0 {
+		opts.MaxUnleased = 10000
 	}
 	if opts.MaxLoadedBytes <= 0 {
 		opts.MaxLoadedBytes = 64 << 20

@@ -256,7 +256,8 @@ func (q *Queue) fillLocked() {
 			return
 		}
 		pos, gen := q.loadPos, q.gen
-		room := q.m.opts.MaxLoaded - (len(q.pending) - q.tombs)
+		loaded := len(q.pending) - q.tombs
+		room := min(q.m.opts.MaxLoaded-loaded, q.m.opts.MaxUnleased-(loaded-q.leased))
 		roomBytes := q.m.opts.MaxLoadedBytes - q.pendingBytes
 		if len(q.pending) == q.tombs {
 			roomBytes = max(roomBytes, 1)

@@ -1047,3 +1047,42 @@ func TestDeliveredMark(t *testing.T) {
 		}
 	}
 }
+
+// TestUnleasedBound: a backlog with no consumer keeps only MaxUnleased messages
+// loaded; leases (waiting for acks) let the window grow past it, up to MaxLoaded.
+func TestUnleasedBound(t *testing.T) {
+	e := newEnv(t)
+	e.m.opts.MaxUnleased, e.m.opts.MaxLoaded = 10, 25
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	for i := 0; i < 40; i++ {
+		publish(t, src, fmt.Sprint(i))
+	}
+	loaded := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.pending) - q.tombs
+	}
+	q.fill()
+	if n := loaded(); n != 10 {
+		t.Fatalf("%d messages loaded with no consumer, want MaxUnleased 10", n)
+	}
+	first := receive(t, q, 10, 10)
+	q.fill()
+	if n := loaded(); n != 20 {
+		t.Fatalf("%d loaded with 10 leased, want 20", n)
+	}
+	receive(t, q, 15, 15) // 25 leased: MaxLoaded
+	q.fill()
+	if n := loaded(); n != 25 {
+		t.Fatalf("%d loaded at MaxLoaded, want 25", n)
+	}
+	mustAck(t, q, ackIDs(first)...)
+	q.fill()
+	if n := loaded(); n != 25 {
+		t.Fatalf("%d loaded after 10 acks, want 25 (15 leased + 10 unleased)", n)
+	}
+	if got := values(receive(t, q, 20, 10)); got[0] != "25" {
+		t.Fatalf("next deliveries %v, want from 25 on", got)
+	}
+}
