@@ -577,6 +577,12 @@ func TestDeleteRecordsAndOffsetForLeaderEpoch(t *testing.T) {
 	if p := del(9); p.ErrorCode != kerr.OffsetOutOfRange.Code {
 		t.Errorf("delete past HWM: %s", code(p.ErrorCode))
 	}
+	if p := del(1); p.ErrorCode != 0 || p.LowWatermark != 2 {
+		t.Errorf("delete before 1 with log start 2 (Kafka: no-op, low watermark 2): %+v", p)
+	}
+	if p := del(-2); p.ErrorCode != kerr.OffsetOutOfRange.Code {
+		t.Errorf("delete before -2: %s", code(p.ErrorCode))
+	}
 	if p := del(-1); p.ErrorCode != 0 || p.LowWatermark != 4 {
 		t.Errorf("delete all: %+v", p)
 	}
