@@ -298,10 +298,12 @@ func (s *Storage) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsR
 	if before == -1 {
 		before = l.next
 	}
-	if before < l.logStart || before > l.next {
+	if before < 1 || before > l.next {
 		return nil, status.Error(codes.OutOfRange, "before_sequence out of range")
 	}
-	l.logStart = before
+	if before > l.logStart {
+		l.logStart = before
+	}
 	return &storagev1.DeleteRecordsResponse{LogStartSequence: l.logStart}, nil
 }
 

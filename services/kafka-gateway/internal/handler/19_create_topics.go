@@ -5,7 +5,9 @@ package handler
 // Behaviour:
 //   - Names are validated here (INVALID_TOPIC_EXCEPTION) and by the coordinator, which
 //     decides partition counts (1..256, else INVALID_PARTITIONS) and configs
-//     (INVALID_CONFIG). num_partitions -1 means the gateway's default partition count.
+//     (INVALID_CONFIG; a config with a null value is INVALID_CONFIG here, as in Kafka's
+//     ReplicationControlManager). num_partitions -1 means the gateway's default
+//     partition count.
 //   - Replication factor -1 or 1 is accepted (storage-core keeps one durable copy); any
 //     other is INVALID_REPLICATION_FACTOR. Manual replica assignments are
 //     INVALID_REQUEST. A name given twice in one request is INVALID_REQUEST for both.
@@ -19,6 +21,7 @@ package handler
 
 import (
 	"context"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -56,6 +59,9 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 		case len(t.ReplicaAssignment) > 0:
 			rt.ErrorCode = kerr.InvalidRequest.Code
 			rt.ErrorMessage = strPtr("manual replica assignment is not supported")
+		case len(nullConfigs(t.Configs)) > 0:
+			rt.ErrorCode = kerr.InvalidConfig.Code
+			rt.ErrorMessage = strPtr("Null value not supported for topic configs: " + strings.Join(nullConfigs(t.Configs), ","))
 		default:
 			n := t.NumPartitions
 			if n == -1 {
@@ -63,9 +69,7 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 			}
 			ct := &coordinatorv1.CreatableTopic{Name: t.Topic, Partitions: n, Configs: map[string]string{}}
 			for _, c := range t.Configs {
-				if c.Value != nil {
-					ct.Configs[c.Name] = *c.Value
-				}
+				ct.Configs[c.Name] = *c.Value
 			}
 			creq.Topics = append(creq.Topics, ct)
 			idx[t.Topic] = len(resp.Topics)
@@ -123,4 +127,15 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 		}
 	}
 	return resp, nil
+}
+
+// nullConfigs names the configs of a CreateTopics topic whose value is null.
+func nullConfigs(cs []kmsg.CreateTopicsRequestTopicConfig) []string {
+	var out []string
+	for _, c := range cs {
+		if c.Value == nil {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }

@@ -4,9 +4,11 @@ package handler
 //
 // Behaviour: per partition, storage-core DeleteRecords moves the log start to the given
 // offset (before_sequence = offset + 1); offset -1 means the high watermark (delete
-// everything). The answer's low watermark is the new log start offset. An offset outside
-// [log start, high watermark] is OFFSET_OUT_OF_RANGE; unknown partitions
-// UNKNOWN_TOPIC_OR_PARTITION; storage outage NOT_LEADER_OR_FOLLOWER (retriable).
+// everything). The answer's low watermark is the new log start offset. As in Kafka the
+// log start only moves forward: an offset below it is no error and changes nothing (the
+// low watermark is the current log start). An offset past the high watermark or below
+// -1 is OFFSET_OUT_OF_RANGE; unknown partitions UNKNOWN_TOPIC_OR_PARTITION; storage
+// outage NOT_LEADER_OR_FOLLOWER (retriable).
 //
 // KIPs: KIP-107, KIP-482 (flexible v2).
 

@@ -5,7 +5,8 @@ package handler
 // Behaviour: topic resources go to the coordinator's AlterTopicConfigs in one call
 // (op = Kafka op + 1: SET, DELETE, APPEND, SUBTRACT; the coordinator validates names and
 // values: INVALID_CONFIG, and pushes storage-relevant ones to the channels). Invalid
-// topic names: INVALID_TOPIC_EXCEPTION; a topic named twice: INVALID_REQUEST. Broker
+// topic names: INVALID_TOPIC_EXCEPTION; a topic named twice, or a SET, APPEND or
+// SUBTRACT with a null value: INVALID_REQUEST (as Kafka's ConfigAdminManager). Broker
 // configs are read-only here: INVALID_REQUEST. validate_only is passed through. Altered
 // topics leave the metadata cache at once. Coordinator outage: REQUEST_TIMED_OUT.
 //
@@ -13,6 +14,7 @@ package handler
 
 import (
 	"context"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -50,6 +52,9 @@ func (h *Handler) handleIncrementalAlterConfigs(ctx context.Context, r *Request)
 		case count[res.ResourceName] > 1:
 			rr.ErrorCode = kerr.InvalidRequest.Code
 			rr.ErrorMessage = strPtr("topic named more than once in the request")
+		case len(nullValued(res.Configs)) > 0:
+			rr.ErrorCode = kerr.InvalidRequest.Code
+			rr.ErrorMessage = strPtr("Null value not supported for : " + strings.Join(nullValued(res.Configs), ", "))
 		case !validTopicName(res.ResourceName):
 			rr.ErrorCode = kerr.InvalidTopicException.Code
 		default:
@@ -94,4 +99,16 @@ func (h *Handler) handleIncrementalAlterConfigs(ctx context.Context, r *Request)
 		}
 	}
 	return resp, nil
+}
+
+// nullValued names the configs of res that carry a null value with an op other than
+// DELETE (Kafka refuses those with INVALID_REQUEST before looking at the resource).
+func nullValued(cs []kmsg.IncrementalAlterConfigsRequestResourceConfig) []string {
+	var out []string
+	for _, c := range cs {
+		if c.Value == nil && c.Op != kmsg.IncrementalAlterConfigOpDelete {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }

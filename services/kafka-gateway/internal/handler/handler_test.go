@@ -577,6 +577,12 @@ func TestDeleteRecordsAndOffsetForLeaderEpoch(t *testing.T) {
 	if p := del(9); p.ErrorCode != kerr.OffsetOutOfRange.Code {
 		t.Errorf("delete past HWM: %s", code(p.ErrorCode))
 	}
+	if p := del(1); p.ErrorCode != 0 || p.LowWatermark != 2 {
+		t.Errorf("delete before 1 with log start 2 (Kafka: no-op, low watermark 2): %+v", p)
+	}
+	if p := del(-2); p.ErrorCode != kerr.OffsetOutOfRange.Code {
+		t.Errorf("delete before -2: %s", code(p.ErrorCode))
+	}
 	if p := del(-1); p.ErrorCode != 0 || p.LowWatermark != 4 {
 		t.Errorf("delete all: %+v", p)
 	}
@@ -752,5 +758,73 @@ func TestStaleTopicsServeWhileCoordinatorDown(t *testing.T) {
 	}
 	if p := e.produce(t, "stale", 1, fake.Batch("y")); p.ErrorCode != 0 || p.BaseOffset != 1 {
 		t.Errorf("produce while the coordinator is down: %+v", p)
+	}
+}
+
+// TestNullConfigValues: a null config value is refused as Kafka refuses it, and nothing
+// is created or changed: CreateTopics INVALID_CONFIG (ReplicationControlManager),
+// IncrementalAlterConfigs SET/APPEND/SUBTRACT INVALID_REQUEST (ConfigAdminManager);
+// DELETE needs no value.
+func TestNullConfigValues(t *testing.T) {
+	e := newEnv(t, nil)
+
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "nullcfg", 1, -1
+	c := kmsg.NewCreateTopicsRequestTopicConfig()
+	c.Name = "retention.ms" // Value nil
+	rt.Configs = append(rt.Configs, c)
+	req.Topics = append(req.Topics, rt)
+	for _, v := range []int16{2, 7} {
+		resp := e.do(t, req, v).(*kmsg.CreateTopicsResponse)
+		if got := resp.Topics[0].ErrorCode; got != kerr.InvalidConfig.Code {
+			t.Errorf("v%d CreateTopics with a null retention.ms: %s, want INVALID_CONFIG", v, code(got))
+		}
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("nullcfg")
+	md.Topics = append(md.Topics, mt)
+	if got := e.do(t, md, 9).(*kmsg.MetadataResponse).Topics[0].ErrorCode; got != kerr.UnknownTopicOrPartition.Code {
+		t.Errorf("topic created despite a null config: metadata %s", code(got))
+	}
+
+	e.createTopic(t, "c", 1, map[string]string{"retention.ms": "1000"})
+	for _, op := range []kmsg.IncrementalAlterConfigOp{kmsg.IncrementalAlterConfigOpSet, kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract} {
+		alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		res := kmsg.NewIncrementalAlterConfigsRequestResource()
+		res.ResourceType, res.ResourceName = resourceTopic, "c"
+		ok := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		ok.Name, ok.Op, ok.Value = "max.message.bytes", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("2048")
+		null := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		null.Name, null.Op = "cleanup.policy", op
+		res.Configs = append(res.Configs, ok, null)
+		alter.Resources = append(alter.Resources, res)
+		ar := e.do(t, alter, 1).(*kmsg.IncrementalAlterConfigsResponse)
+		if got := ar.Resources[0].ErrorCode; got != kerr.InvalidRequest.Code {
+			t.Errorf("op %v with a null value: %s, want INVALID_REQUEST", op, code(got))
+		}
+	}
+	del := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = resourceTopic, "c"
+	dc := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	dc.Name, dc.Op = "retention.ms", kmsg.IncrementalAlterConfigOpDelete
+	res.Configs = append(res.Configs, dc)
+	del.Resources = append(del.Resources, res)
+	if got := e.do(t, del, 1).(*kmsg.IncrementalAlterConfigsResponse).Resources[0].ErrorCode; got != 0 {
+		t.Errorf("DELETE with a null value: %s, want NONE", code(got))
+	}
+
+	desc := kmsg.NewPtrDescribeConfigsRequest()
+	dr := kmsg.NewDescribeConfigsRequestResource()
+	dr.ResourceType, dr.ResourceName = resourceTopic, "c"
+	desc.Resources = append(desc.Resources, dr)
+	vals := map[string]string{}
+	for _, cfg := range e.do(t, desc, 4).(*kmsg.DescribeConfigsResponse).Resources[0].Configs {
+		vals[cfg.Name] = *cfg.Value
+	}
+	if vals["max.message.bytes"] != "1048588" || vals["cleanup.policy"] != "delete" || vals["retention.ms"] != "604800000" {
+		t.Errorf("configs after the refused alterations and the DELETE: %v", vals)
 	}
 }

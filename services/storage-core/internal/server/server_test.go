@@ -215,6 +215,16 @@ func TestGRPC(t *testing.T) {
 	if err != nil || dr.LogStartSequence != 3 {
 		t.Fatalf("delete records: %v %v", dr, err)
 	}
+	// Again, and below the log start: nothing changes, no error (Kafka DeleteRecords).
+	for _, before := range []int64{3, 2, 1} {
+		dr, err := c.DeleteRecords(ctx, &storagev1.DeleteRecordsRequest{Channel: "kafka.orders", BeforeSequence: before})
+		if err != nil || dr.LogStartSequence != 3 {
+			t.Fatalf("delete records before %d with log start 3: %v %v", before, dr, err)
+		}
+	}
+	if _, err := c.DeleteRecords(ctx, &storagev1.DeleteRecordsRequest{Channel: "kafka.orders", BeforeSequence: 8}); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("delete records past the high watermark: %v", err)
+	}
 	if _, err := c.Read(ctx, &storagev1.ReadRequest{Channel: "kafka.orders", FromSequence: 1}); status.Code(err) != codes.OutOfRange {
 		t.Fatalf("read below log start: %v", err)
 	}

@@ -864,7 +864,11 @@ func scanFrames(s *segment, pos, end, limit int64, fn func(*batchHeader, []byte)
 }
 
 // DeleteRecords moves the log start to before (-1 = the high watermark), persisting it,
-// and deletes segments that fall wholly below it. Errors: ErrOutOfRange.
+// and deletes segments that fall wholly below it. It returns the log start after the
+// call. As Kafka's UnifiedLog.maybeIncrementLogStartOffset, the log start only moves
+// forward: before below it changes nothing and returns it (a repeated or stale
+// DeleteRecords is not an error). Errors: ErrOutOfRange (before past the high
+// watermark, or negative other than -1).
 func (l *Log) DeleteRecords(before int64) (int64, error) {
 	l.mu.Lock()
 	hw := l.hw.Load().next
@@ -872,9 +876,13 @@ func (l *Log) DeleteRecords(before int64) (int64, error) {
 		before = hw
 	}
 	start := l.logStart.Load()
-	if before < start || before > hw {
+	if before < 0 || before > hw {
 		l.mu.Unlock()
-		return start, fmt.Errorf("%w: %d outside [%d, %d]", ErrOutOfRange, before, start, hw)
+		return start, fmt.Errorf("%w: %d outside [0, %d]", ErrOutOfRange, before, hw)
+	}
+	if before < start {
+		l.mu.Unlock()
+		return start, nil
 	}
 	if before > start {
 		l.logStart.Store(before)

@@ -433,8 +433,16 @@ func TestRetentionAndDeleteRecords(t *testing.T) {
 		t.Fatalf("bytes retention left %d segments", n)
 	}
 	// DeleteRecords.
-	if _, err := l.DeleteRecords(l.LogStart() - 1); !errors.Is(err, ErrOutOfRange) {
-		t.Fatalf("delete below start: %v", err)
+	// Below the log start (Kafka: the log start only moves forward, no error).
+	start = l.LogStart()
+	if ls, err := l.DeleteRecords(start - 1); err != nil || ls != start {
+		t.Fatalf("delete below start %d: %d %v", start, ls, err)
+	}
+	if ls, err := l.DeleteRecords(0); err != nil || ls != start || l.LogStart() != start {
+		t.Fatalf("delete before 0 with log start %d: %d %v (log start now %d)", start, ls, err, l.LogStart())
+	}
+	if _, err := l.DeleteRecords(-2); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("delete before -2: %v", err)
 	}
 	if _, err := l.DeleteRecords(21); !errors.Is(err, ErrOutOfRange) {
 		t.Fatalf("delete past hw: %v", err)

@@ -1942,8 +1942,9 @@ func (x *LookupSequenceResponse) GetFound() bool {
 type DeleteRecordsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Channel string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
-	// Records before this sequence are deleted; the log start becomes it. Must be in
-	// [log start, high watermark + 1]; -1 = the high watermark + 1 (delete everything).
+	// Records before this sequence are deleted; the log start becomes it. At most the
+	// high watermark + 1; -1 = the high watermark + 1 (delete everything). A sequence
+	// below the log start changes nothing (the log start only moves forward).
 	BeforeSequence int64 `protobuf:"varint,2,opt,name=before_sequence,json=beforeSequence,proto3" json:"before_sequence,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// resealBatch fixes the length and CRC-32C of a hand-edited batch.
+func resealBatch(b []byte) []byte {
+	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+// idempotentBatch is recordBatch with n records from producer pid at epoch, first
+// sequence seq.
+func idempotentBatch(pid int64, epoch int16, seq int32, n int) []byte {
+	recs := make([]kv, n)
+	for i := range recs {
+		recs[i] = kv{nil, []byte("idem")}
+	}
+	b := recordBatch(recs)
+	binary.BigEndian.PutUint64(b[43:], uint64(pid))
+	binary.BigEndian.PutUint16(b[51:], uint16(epoch))
+	binary.BigEndian.PutUint32(b[53:], uint32(seq))
+	return resealBatch(b)
+}
+
+// deleteRecords sends one DeleteRecords for topic/partition at offset and returns the
+// partition's error code and low watermark.
+func deleteRecords(t *testing.T, req kmsg.Requestor, topic string, partition int32, offset int64) (int16, int64) {
+	t.Helper()
+	dr := kmsg.NewPtrDeleteRecordsRequest()
+	dr.TimeoutMillis = 10000
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition = partition
+	rp.Offset = offset
+	rt.Partitions = append(rt.Partitions, rp)
+	dr.Topics = append(dr.Topics, rt)
+	resp, err := dr.RequestWith(ctxT(t, 20*time.Second), req)
+	if err != nil {
+		t.Fatalf("DeleteRecords %s/%d before %d: %v", topic, partition, offset, err)
+	}
+	p := resp.Topics[0].Partitions[0]
+	return p.ErrorCode, p.LowWatermark
+}
+
+// TestBadInputEdges: edge cases next to TestBadInput's: DeleteRecords below the log
+// start (a no-op in Kafka, not an error), past the high watermark and below -1; null
+// config values; idempotent sequences (duplicate, gap, fenced epoch) on raw batches;
+// batches whose header disagrees with their records. Refused requests change nothing.
+func TestBadInputEdges(t *testing.T) {
+	s := sharedStack(t)
+	addrs := s.KafkaAddrs
+	adm := newAdmin(t, addrs)
+	cl := newClient(t, addrs)
+
+	t.Run("DeleteRecords", func(t *testing.T) {
+		topic := topicName("delrec")
+		createTopic(t, adm, topic, 1, nil)
+		td := waitTopic(t, adm, topic, 1)
+		leader := cl.Broker(int(td.Partitions[0].Leader))
+		produceKeyed(t, cl, topic, "dr", 10)
+
+		if code, low := deleteRecords(t, leader, topic, 0, 5); code != 0 || low != 5 {
+			t.Fatalf("DeleteRecords before 5: %s low watermark %d, want NONE 5", codeName(code), low)
+		}
+		// Kafka (UnifiedLog.maybeIncrementLogStartOffset): the log start only moves
+		// forward; the same or a lower offset is answered NONE with the current log start.
+		for _, off := range []int64{5, 3, 0} {
+			if code, low := deleteRecords(t, leader, topic, 0, off); code != 0 || low != 5 {
+				t.Errorf("DeleteRecords before %d with log start 5: %s low watermark %d, want NONE 5", off, codeName(code), low)
+			}
+		}
+		for _, off := range []int64{11, -2, -100} {
+			if code, _ := deleteRecords(t, leader, topic, 0, off); code != kerr.OffsetOutOfRange.Code {
+				t.Errorf("DeleteRecords before %d (high watermark 10): %s, want OFFSET_OUT_OF_RANGE", off, codeName(code))
+			}
+		}
+		// kadm reports a repeated deletion as success too.
+		res, err := adm.DeleteRecords(ctxT(t, 20*time.Second), kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 4}}})
+		if err != nil {
+			t.Fatalf("kadm DeleteRecords: %v", err)
+		}
+		if r, ok := res.Lookup(topic, 0); !ok || r.Err != nil || r.LowWatermark != 5 {
+			t.Errorf("kadm DeleteRecords before 4 with log start 5: %+v, want low watermark 5", r)
+		}
+		starts, err := adm.ListStartOffsets(ctxT(t, 20*time.Second), topic)
+		if err != nil {
+			t.Fatalf("ListStartOffsets: %v", err)
+		}
+		if o, _ := starts.Lookup(topic, 0); o.Offset != 5 {
+			t.Errorf("log start after the deletions: %d, want 5", o.Offset)
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 10 {
+			t.Errorf("high watermark after the deletions: %d, want 10", got)
+		}
+	})
+
+	t.Run("NullConfigValues", func(t *testing.T) {
+		name := topicName("nullcfg")
+		req := kmsg.NewPtrCreateTopicsRequest()
+		req.TimeoutMillis = 15000
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, -1
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name = "retention.ms" // null value
+		rt.Configs = append(rt.Configs, c)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
+		if err != nil {
+			t.Fatalf("CreateTopics: %v", err)
+		}
+		if got := resp.Topics[0].ErrorCode; got != kerr.InvalidConfig.Code {
+			t.Errorf("CreateTopics with a null config value: %s, want INVALID_CONFIG", codeName(got))
+		}
+		if listed, err := adm.ListTopics(ctxT(t, 20*time.Second)); err != nil {
+			t.Fatalf("ListTopics: %v", err)
+		} else if listed.Has(name) {
+			t.Errorf("topic %s was created despite a null config value", name)
+		}
+
+		topic := topicName("nullalter")
+		createTopic(t, adm, topic, 1, nil)
+		alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		res := kmsg.NewIncrementalAlterConfigsRequestResource()
+		res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+		set := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		set.Name, set.Op, set.Value = "retention.ms", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("1000")
+		null := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		null.Name, null.Op = "cleanup.policy", kmsg.IncrementalAlterConfigOpSet
+		res.Configs = append(res.Configs, set, null)
+		alter.Resources = append(alter.Resources, res)
+		ar, err := alter.RequestWith(ctxT(t, 30*time.Second), cl)
+		if err != nil {
+			t.Fatalf("IncrementalAlterConfigs: %v", err)
+		}
+		if got := ar.Resources[0].ErrorCode; got != kerr.InvalidRequest.Code {
+			t.Errorf("IncrementalAlterConfigs SET with a null value: %s, want INVALID_REQUEST", codeName(got))
+		}
+		cfgs, err := adm.DescribeTopicConfigs(ctxT(t, 20*time.Second), topic)
+		if err != nil {
+			t.Fatalf("DescribeConfigs: %v", err)
+		}
+		rc, err := cfgs.On(topic, nil)
+		if err != nil {
+			t.Fatalf("DescribeConfigs %s: %v", topic, err)
+		}
+		for _, e := range rc.Configs {
+			if e.Key == "retention.ms" && e.Source != kmsg.ConfigSourceDefaultConfig {
+				t.Errorf("retention.ms changed by a refused IncrementalAlterConfigs: %v (%v)", e.MaybeValue(), e.Source)
+			}
+			if e.Key == "cleanup.policy" && e.MaybeValue() != "delete" {
+				t.Errorf("cleanup.policy = %q after a refused null SET, want delete", e.MaybeValue())
+			}
+		}
+	})
+
+	t.Run("IdempotentSequences", func(t *testing.T) {
+		topic := topicName("idem")
+		createTopic(t, adm, topic, 1, nil)
+		td := waitTopic(t, adm, topic, 1)
+		leader := td.Partitions[0].Leader
+		ipr, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctxT(t, 20*time.Second), cl)
+		if err != nil || ipr.ErrorCode != 0 {
+			t.Fatalf("InitProducerId: %v %s", err, codeName(ipr.ErrorCode))
+		}
+		pid, epoch := ipr.ProducerID, ipr.ProducerEpoch
+		steps := []struct {
+			name       string
+			epoch      int16
+			seq        int32
+			n          int
+			code       int16
+			baseOffset int64
+		}{
+			{"first batch", epoch, 0, 3, 0, 0},
+			{"retry of the first batch", epoch, 0, 3, 0, 0},
+			{"next batch", epoch, 3, 2, 0, 3},
+			{"late retry of the first batch", epoch, 0, 3, 0, 0},
+			{"retry of the second batch", epoch, 3, 2, 0, 3},
+			{"sequence gap", epoch, 9, 1, kerr.OutOfOrderSequenceNumber.Code, -1},
+			{"overlapping sequence", epoch, 4, 2, kerr.OutOfOrderSequenceNumber.Code, -1},
+			{"new epoch not at sequence 0", epoch + 1, 5, 1, kerr.OutOfOrderSequenceNumber.Code, -1},
+			{"new epoch", epoch + 1, 0, 1, 0, 5},
+			{"old epoch", epoch, 5, 1, kerr.InvalidProducerEpoch.Code, -1},
+		}
+		for _, st := range steps {
+			code, off := rawProduce(t, cl, leader, td, 0, idempotentBatch(pid, st.epoch, st.seq, st.n))
+			if code != st.code || (code == 0 && off != st.baseOffset) {
+				t.Errorf("%s (epoch %d, sequence %d): %s at offset %d, want %s at %d", st.name, st.epoch, st.seq, codeName(code), off, codeName(st.code), st.baseOffset)
+			}
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 6 {
+			t.Errorf("high watermark %d after the idempotent batches, want 6", got)
+		}
+	})
+
+	t.Run("BatchHeaderLies", func(t *testing.T) {
+		topic := topicName("lies")
+		createTopic(t, adm, topic, 1, nil)
+		td := waitTopic(t, adm, topic, 1)
+		leader := td.Partitions[0].Leader
+		produceKeyed(t, cl, topic, "lies", 4)
+		before := snapshot(consumeAll(t, addrs, topic))
+		good := recordBatch([]kv{{nil, []byte("a")}, {nil, []byte("b")}})
+		cases := []struct {
+			name string
+			edit func([]byte) []byte
+			want []int16
+		}{
+			{"last offset delta 5 for 2 records", func(b []byte) []byte { binary.BigEndian.PutUint32(b[23:], 5); return resealBatch(b) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
+			{"record count 3 for 2 records", func(b []byte) []byte { binary.BigEndian.PutUint32(b[57:], 3); return resealBatch(b) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
+			{"record count 0", func(b []byte) []byte { binary.BigEndian.PutUint32(b[57:], 0); return resealBatch(b) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
+			{"compression codec 7", func(b []byte) []byte { b[22] |= 7; return resealBatch(b) }, []int16{kerr.UnsupportedCompressionType.Code, kerr.CorruptMessage.Code}},
+			{"gzip flag on plain records", func(b []byte) []byte { b[22] |= 1; return resealBatch(b) }, []int16{kerr.CorruptMessage.Code}},
+			{"zstd flag on plain records", func(b []byte) []byte { b[22] |= 4; return resealBatch(b) }, []int16{kerr.CorruptMessage.Code}},
+			{"bytes after the last record", func(b []byte) []byte { return resealBatch(append(b, 1, 2, 3)) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
+			{"producer id -5", func(b []byte) []byte { binary.BigEndian.PutUint64(b[43:], ^uint64(4)); return resealBatch(b) }, []int16{kerr.InvalidRecord.Code}},
+			{"header only", func(b []byte) []byte { return resealBatch(b[:61]) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
+		}
+		for _, c := range cases {
+			code, _ := rawProduce(t, cl, leader, td, 0, c.edit(append([]byte(nil), good...)))
+			ok := false
+			for _, w := range c.want {
+				ok = ok || code == w
+			}
+			if !ok {
+				t.Errorf("produce of a batch with %s: %s, want one of %v", c.name, codeName(code), c.want)
+			}
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 4 {
+			t.Errorf("high watermark %d after refused batches, want 4", got)
+		}
+		if after := snapshot(consumeAll(t, addrs, topic)); !reflect.DeepEqual(before, after) {
+			t.Errorf("records of %s changed after refused batches", topic)
+		}
+	})
+}
