@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"reflect"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -103,6 +105,60 @@ func TestBadInputEdges(t *testing.T) {
 		}
 		if got := endOffsets(t, adm, topic)[0]; got != 10 {
 			t.Errorf("high watermark after the deletions: %d, want 10", got)
+		}
+	})
+
+	// franz-go with idempotence off (needed for acks 0 and 1) writes producer id -1
+	// with base sequence 0, which Kafka takes; it used to be refused INVALID_RECORD.
+	t.Run("NonIdempotentKgo", func(t *testing.T) {
+		topic := topicName("noidem")
+		createTopic(t, adm, topic, 1, nil)
+		for _, acks := range []kgo.Acks{kgo.NoAck(), kgo.LeaderAck(), kgo.AllISRAcks()} {
+			pc := newClient(t, addrs, kgo.DefaultProduceTopic(topic), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(acks))
+			var rs []*kgo.Record
+			for i := 0; i < 10; i++ {
+				rs = append(rs, &kgo.Record{Value: []byte("v")})
+			}
+			if err := pc.ProduceSync(ctxT(t, 20*time.Second), rs...).FirstErr(); err != nil {
+				t.Fatalf("non-idempotent produce with %v: %v", acks, err)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for endOffsets(t, adm, topic)[0] != 30 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond) // acks 0 answers before the append
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 30 {
+			t.Fatalf("high watermark %d after 3 x 10 non-idempotent records, want 30", got)
+		}
+	})
+
+	t.Run("TimestampLimits", func(t *testing.T) {
+		topic := topicName("tslimits")
+		minute := "60000"
+		createTopic(t, adm, topic, 1, map[string]*string{"message.timestamp.before.max.ms": &minute, "message.timestamp.after.max.ms": &minute})
+		pc := newClient(t, addrs, kgo.DefaultProduceTopic(topic), kgo.DisableIdempotentWrite(), kgo.RecordRetries(0))
+		produceAt := func(ts time.Time) error {
+			return pc.ProduceSync(ctxT(t, 20*time.Second), &kgo.Record{Value: []byte(ts.String()), Timestamp: ts}).FirstErr()
+		}
+		now := time.Now()
+		for name, ts := range map[string]time.Time{"2 min ago": now.Add(-2 * time.Minute), "in 2 min": now.Add(2 * time.Minute)} {
+			if err := produceAt(ts); !errors.Is(err, kerr.InvalidTimestamp) {
+				t.Errorf("produce with a timestamp %s on a topic allowing 1 min: %v, want INVALID_TIMESTAMP", name, err)
+			}
+		}
+		if err := produceAt(now); err != nil {
+			t.Fatalf("produce with the current time: %v", err)
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 1 {
+			t.Fatalf("high watermark %d, want 1: a refused batch was stored", got)
+		}
+		// Back to Kafka's default (Long.MAX_VALUE: no limit): an old timestamp is taken.
+		rs, err := adm.AlterTopicConfigs(ctxT(t, 20*time.Second), []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: "message.timestamp.before.max.ms"}}, topic)
+		if err != nil || rs[0].Err != nil {
+			t.Fatalf("delete message.timestamp.before.max.ms: %v %v", err, rs)
+		}
+		if err := produceAt(now.Add(-2 * time.Minute)); err != nil {
+			t.Fatalf("produce with an old timestamp after the limit was removed: %v", err)
 		}
 	})
 

@@ -86,9 +86,9 @@ var defs = []Def{
 	{Name: "message.downconversion.enable", Type: coordinatorv1.ConfigType_CONFIG_TYPE_BOOLEAN, Default: "true",
 		Doc: "Accepted for compatibility; batches are always served as stored (magic v2).", check: boolean},
 	{Name: "message.timestamp.after.max.ms", Type: coordinatorv1.ConfigType_CONFIG_TYPE_LONG, Default: maxLong,
-		Doc: "Largest allowed lead of a CreateTime timestamp over the broker's clock, in ms.", check: longAtLeast(0)},
+		Doc: "Largest allowed lead of a CreateTime timestamp over the broker's clock, in ms; a batch past it is refused with INVALID_TIMESTAMP.", check: longAtLeast(0)},
 	{Name: "message.timestamp.before.max.ms", Type: coordinatorv1.ConfigType_CONFIG_TYPE_LONG, Default: maxLong,
-		Doc: "Largest allowed lag of a CreateTime timestamp behind the broker's clock, in ms.", check: longAtLeast(0)},
+		Doc: "Largest allowed lag of a CreateTime timestamp behind the broker's clock, in ms; a batch past it is refused with INVALID_TIMESTAMP.", check: longAtLeast(0)},
 	{Name: "message.timestamp.difference.max.ms", Type: coordinatorv1.ConfigType_CONFIG_TYPE_LONG, Default: maxLong,
 		Doc: "Deprecated Kafka limit on timestamp skew, in ms; accepted for compatibility.", check: longAtLeast(0)},
 	{Name: "message.timestamp.type", Type: coordinatorv1.ConfigType_CONFIG_TYPE_STRING, Default: "CreateTime",
@@ -253,12 +253,14 @@ func Alter(current map[string]string, alts []Alteration) (map[string]string, err
 }
 
 // StorageMask lists the ChannelConfig fields ChannelConfig fills (for UpdateChannelConfig).
-var StorageMask = []string{"retention_ms", "retention_bytes", "max_message_bytes", "segment_bytes", "segment_ms", "cleanup_policy", "timestamp_type"}
+var StorageMask = []string{"retention_ms", "retention_bytes", "max_message_bytes", "segment_bytes", "segment_ms", "cleanup_policy", "timestamp_type", "timestamp_before_max_ms", "timestamp_after_max_ms"}
 
 // ChannelConfig returns the storage-core config in force for a topic with overrides
 // configs (which must be valid). Every field is set explicitly. Kafka's 0 for
 // retention.ms, retention.bytes and max.message.bytes (keep nothing / accept nothing)
-// becomes 1, because 0 means "default" in ChannelConfig.
+// becomes 1, because 0 means "default" in ChannelConfig; so does a 0 of
+// message.timestamp.before/after.max.ms (no skew allowed: 1 ms is), and their
+// Long.MAX_VALUE default (no limit) becomes 0.
 func ChannelConfig(configs map[string]string) *storagev1.ChannelConfig {
 	long := func(name string) int64 {
 		n, _ := strconv.ParseInt(Value(configs, name), 10, 64)
@@ -279,6 +281,14 @@ func ChannelConfig(configs map[string]string) *storagev1.ChannelConfig {
 		CleanupPolicy:   storagev1.CleanupPolicy_CLEANUP_POLICY_DELETE,
 		TimestampType:   storagev1.TimestampType_TIMESTAMP_TYPE_CREATE_TIME,
 	}
+	skew := func(name string) int64 {
+		if n := long(name); n != math.MaxInt64 {
+			return nonZero(n)
+		}
+		return 0
+	}
+	cc.TimestampBeforeMaxMs = skew("message.timestamp.before.max.ms")
+	cc.TimestampAfterMaxMs = skew("message.timestamp.after.max.ms")
 	policy := splitList(Value(configs, "cleanup.policy"))
 	compact, del := slices.Contains(policy, "compact"), slices.Contains(policy, "delete")
 	switch {

@@ -113,4 +113,11 @@ func TestChannelConfig(t *testing.T) {
 		cc.GetTimestampType() != storagev1.TimestampType_TIMESTAMP_TYPE_LOG_APPEND_TIME {
 		t.Fatalf("overrides = %v", cc)
 	}
+	if def.GetTimestampBeforeMaxMs() != 0 || def.GetTimestampAfterMaxMs() != 0 {
+		t.Fatalf("default timestamp limits = %d, %d; want 0 (Long.MAX_VALUE: none)", def.GetTimestampBeforeMaxMs(), def.GetTimestampAfterMaxMs())
+	}
+	ts := ChannelConfig(map[string]string{"message.timestamp.before.max.ms": "60000", "message.timestamp.after.max.ms": "0"})
+	if ts.GetTimestampBeforeMaxMs() != 60000 || ts.GetTimestampAfterMaxMs() != 1 {
+		t.Fatalf("timestamp limits = %d, %d; want 60000 and 1 (Kafka's 0)", ts.GetTimestampBeforeMaxMs(), ts.GetTimestampAfterMaxMs())
+	}
 }

@@ -47,6 +47,7 @@ var errorTable = []struct {
 	{store.ErrCorruptBatch, storagev1.ErrorCode_ERROR_CODE_CORRUPT_BATCH, codes.InvalidArgument},
 	{store.ErrInvalidRecord, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
 	{store.ErrBatchTooLarge, storagev1.ErrorCode_ERROR_CODE_BATCH_TOO_LARGE, codes.InvalidArgument},
+	{store.ErrInvalidTimestamp, storagev1.ErrorCode_ERROR_CODE_INVALID_TIMESTAMP, codes.InvalidArgument},
 	{store.ErrUnsupportedCompression, storagev1.ErrorCode_ERROR_CODE_UNSUPPORTED_COMPRESSION, codes.InvalidArgument},
 	{store.ErrOutOfOrderSequence, storagev1.ErrorCode_ERROR_CODE_OUT_OF_ORDER_SEQUENCE, codes.FailedPrecondition},
 	{store.ErrInvalidProducerEpoch, storagev1.ErrorCode_ERROR_CODE_INVALID_PRODUCER_EPOCH, codes.FailedPrecondition},

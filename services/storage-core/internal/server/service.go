@@ -96,7 +96,7 @@ func configFromProto(c *storagev1.ChannelConfig) store.ChannelConfig {
 	return store.ChannelConfig{
 		RetentionMs: c.RetentionMs, RetentionBytes: c.RetentionBytes, MaxMessageBytes: c.MaxMessageBytes,
 		SegmentBytes: c.SegmentBytes, CleanupPolicy: int32(c.CleanupPolicy), TimestampType: int32(c.TimestampType),
-		SegmentMs: c.SegmentMs,
+		SegmentMs: c.SegmentMs, TimestampBeforeMaxMs: c.TimestampBeforeMaxMs, TimestampAfterMaxMs: c.TimestampAfterMaxMs,
 	}
 }
 
@@ -105,6 +105,7 @@ func configToProto(c store.ChannelConfig) *storagev1.ChannelConfig {
 		RetentionMs: c.RetentionMs, RetentionBytes: c.RetentionBytes, MaxMessageBytes: c.MaxMessageBytes,
 		SegmentBytes: c.SegmentBytes, CleanupPolicy: storagev1.CleanupPolicy(c.CleanupPolicy),
 		TimestampType: storagev1.TimestampType(c.TimestampType), SegmentMs: c.SegmentMs,
+		TimestampBeforeMaxMs: c.TimestampBeforeMaxMs, TimestampAfterMaxMs: c.TimestampAfterMaxMs,
 	}
 }
 
@@ -204,6 +205,10 @@ func (s *service) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateCh
 				c.TimestampType = in.TimestampType
 			case "segment_ms":
 				c.SegmentMs = in.SegmentMs
+			case "timestamp_before_max_ms":
+				c.TimestampBeforeMaxMs = in.TimestampBeforeMaxMs
+			case "timestamp_after_max_ms":
+				c.TimestampAfterMaxMs = in.TimestampAfterMaxMs
 			default:
 				return nil, status.Errorf(codes.InvalidArgument, "update_mask: unknown field %q", f)
 			}

@@ -59,6 +59,9 @@ type batchHeader struct {
 	ProducerEpoch   int16
 	BaseSequence    int32
 	RecordCount     int32
+	// minTSDelta and maxTSDelta are the smallest and largest record timestamp deltas
+	// (from BaseTimestamp), set by checkFrame.
+	minTSDelta, maxTSDelta int64
 }
 
 // LastOffset is the offset of the batch's last record.
@@ -143,7 +146,7 @@ func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 	case codec > 4:
 		return h, fmt.Errorf("%w: codec %d", ErrUnsupportedCompression, codec)
 	case codec == 0:
-		if err := validateRecords(b[batchHeaderLen:], h.RecordCount); err != nil {
+		if err := validateRecords(b[batchHeaderLen:], &h); err != nil {
 			return h, err
 		}
 	default:
@@ -156,7 +159,7 @@ func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 		if err != nil {
 			return h, fmt.Errorf("%w: decompress: %v", ErrCorruptBatch, err)
 		}
-		if err := validateRecords(recs, h.RecordCount); err != nil {
+		if err := validateRecords(recs, &h); err != nil {
 			return h, err
 		}
 	}
@@ -165,8 +168,9 @@ func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 
 // checkProducerFields applies Kafka's batch checks on client-written batches
 // (LogValidator.validateBatch, ProducerStateManager): no control batches; producer id
-// -1 (none) or >= 0; without a producer id the base sequence is -1 and the batch is
-// not transactional; with one the base sequence is >= 0.
+// -1 (none) or >= 0; without a producer id the batch is not transactional (its base
+// sequence is not looked at: franz-go writes 0 there when idempotence is off, and
+// Kafka takes it); with one the base sequence is >= 0.
 func checkProducerFields(h *batchHeader) error {
 	switch {
 	case h.Attributes&attrControl != 0:
@@ -175,8 +179,6 @@ func checkProducerFields(h *batchHeader) error {
 		return fmt.Errorf("%w: producer id %d", ErrInvalidRecord, h.ProducerID)
 	case h.ProducerID == -1 && h.Attributes&attrTransactional != 0:
 		return fmt.Errorf("%w: transactional batch without a producer id", ErrInvalidRecord)
-	case h.ProducerID == -1 && h.BaseSequence != -1:
-		return fmt.Errorf("%w: base sequence %d without a producer id", ErrInvalidRecord, h.BaseSequence)
 	case h.ProducerID >= 0 && h.BaseSequence < 0:
 		return fmt.Errorf("%w: base sequence %d for producer %d", ErrInvalidRecord, h.BaseSequence, h.ProducerID)
 	}
@@ -186,7 +188,8 @@ func checkProducerFields(h *batchHeader) error {
 // validateRecords parses a batch's records section in place (no allocation): exactly
 // want records, each a varint length then a body that validateRecord accepts, filling
 // recs exactly.
-func validateRecords(recs []byte, want int32) error {
+func validateRecords(recs []byte, h *batchHeader) error {
+	want := h.RecordCount
 	n := int32(0)
 	for len(recs) > 0 {
 		if n == want {
@@ -196,8 +199,15 @@ func validateRecords(recs []byte, want int32) error {
 		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
 			return fmt.Errorf("%w: record %d has a bad length", ErrCorruptBatch, n)
 		}
-		if err := validateRecord(recs[k:k+int(l)], n); err != nil {
+		tsDelta, err := validateRecord(recs[k:k+int(l)], n)
+		if err != nil {
 			return err
+		}
+		if n == 0 || tsDelta < h.minTSDelta {
+			h.minTSDelta = tsDelta
+		}
+		if n == 0 || tsDelta > h.maxTSDelta {
+			h.maxTSDelta = tsDelta
 		}
 		recs = recs[k+int(l):]
 		n++
@@ -210,36 +220,37 @@ func validateRecords(recs []byte, want int32) error {
 
 // validateRecord checks one record body (Kafka DefaultRecord.readFrom): attributes,
 // timestamp delta, offset delta == i, key and value (length -1 = null), header count
-// >= 0, header keys non-null, and no bytes left over. Errors wrap ErrInvalidRecord.
-func validateRecord(body []byte, i int32) error {
+// >= 0, header keys non-null, and no bytes left over, and returns its timestamp delta.
+// Errors wrap ErrInvalidRecord.
+func validateRecord(body []byte, i int32) (int64, error) {
 	if len(body) < 1 {
-		return fmt.Errorf("%w: record %d is empty", ErrInvalidRecord, i)
+		return 0, fmt.Errorf("%w: record %d is empty", ErrInvalidRecord, i)
 	}
 	r := recReader{b: body[1:]}
-	_ = r.varint() // timestamp delta
+	tsDelta := r.varint()
 	if od := r.varint(); r.err == nil && od != int64(i) {
-		return fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, od)
+		return 0, fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, od)
 	}
 	_ = r.bytes() // key
 	_ = r.bytes() // value
 	nh := r.varint()
 	if r.err == nil && (nh < 0 || nh > int64(len(r.b))) {
-		return fmt.Errorf("%w: record %d has header count %d", ErrInvalidRecord, i, nh)
+		return 0, fmt.Errorf("%w: record %d has header count %d", ErrInvalidRecord, i, nh)
 	}
 	for j := int64(0); j < nh && r.err == nil; j++ {
 		if kl, _ := binary.Varint(r.b); kl < 0 {
-			return fmt.Errorf("%w: record %d header %d has a null key", ErrInvalidRecord, i, j)
+			return 0, fmt.Errorf("%w: record %d header %d has a null key", ErrInvalidRecord, i, j)
 		}
 		_ = r.bytes()
 		_ = r.bytes()
 	}
 	if r.err != nil {
-		return fmt.Errorf("%w: record %d: %v", ErrInvalidRecord, i, r.err)
+		return 0, fmt.Errorf("%w: record %d: %v", ErrInvalidRecord, i, r.err)
 	}
 	if len(r.b) != 0 {
-		return fmt.Errorf("%w: record %d has %d bytes past its fields", ErrInvalidRecord, i, len(r.b))
+		return 0, fmt.Errorf("%w: record %d has %d bytes past its fields", ErrInvalidRecord, i, len(r.b))
 	}
-	return nil
+	return tsDelta, nil
 }
 
 // setLogAppendTime marks a batch as LogAppendTime with max timestamp ts (ms) and

@@ -16,6 +16,9 @@ var (
 	// ErrInvalidRecord: a frame that is not a RecordBatch v2 (magic != 2) or is malformed
 	// in a way Kafka reports as INVALID_RECORD (e.g. no records).
 	ErrInvalidRecord = errors.New("invalid record")
+	// ErrInvalidTimestamp: a record timestamp of a CreateTime channel further from the
+	// append time than timestamp_before_max_ms / timestamp_after_max_ms allow.
+	ErrInvalidTimestamp = errors.New("record timestamp out of range")
 	// ErrBatchTooLarge: a batch larger than the channel's max_message_bytes.
 	ErrBatchTooLarge = errors.New("batch larger than max_message_bytes")
 	// ErrOutOfOrderSequence: an idempotent producer's sequence is not the next expected.

@@ -205,7 +205,6 @@ func TestAppendProducerFieldChecks(t *testing.T) {
 		"control":                put(-1, -1, attrControl),
 		"transactional no pid":   put(-1, -1, attrTransactional),
 		"pid -2":                 put(-2, -1, 0),
-		"seq without pid":        put(-1, 5, 0),
 		"negative seq with pid":  put(7, -3, 0),
 		"control idempotent pid": put(7, 0, attrControl|attrTransactional),
 	} {
@@ -214,6 +213,10 @@ func TestAppendProducerFieldChecks(t *testing.T) {
 		}
 	}
 	mustAppend(t, l, put(7, 0, 0))
+	// No producer id with a base sequence: Kafka does not look at it, and franz-go
+	// writes 0 there when idempotence is off.
+	mustAppend(t, l, put(-1, 0, 0))
+	mustAppend(t, l, put(-1, 5, 0))
 }
 
 // TestAppendDecompressedLimit: a small batch that decompresses past the channel's

@@ -320,6 +320,9 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 		hdrs = append(hdrs, h)
 		p += n
 	}
+	if err := checkTimestamps(cfg, hdrs, l.st.nowMs()); err != nil {
+		return AppendResult{}, 0, err
+	}
 
 	l.mu.Lock()
 	if l.closed {
@@ -407,6 +410,29 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 		return res, 0, nil
 	}
 	return res, off, nil
+}
+
+// checkTimestamps refuses, for a CreateTime channel with limits, a batch holding a
+// record timestamp more than TimestampBeforeMaxMs before nowMs or TimestampAfterMaxMs
+// after it (Kafka LogValidator.validateTimestamp; -1, no timestamp, is not checked).
+// Errors: ErrInvalidTimestamp.
+func checkTimestamps(cfg *ChannelConfig, hdrs []batchHeader, nowMs int64) error {
+	before, after := cfg.TimestampBeforeMaxMs, cfg.TimestampAfterMaxMs
+	if cfg.TimestampType == TimestampLogAppendTime || before == 0 && after == 0 {
+		return nil
+	}
+	for i := range hdrs {
+		h := &hdrs[i]
+		for _, ts := range [2]int64{h.BaseTimestamp + h.minTSDelta, h.BaseTimestamp + h.maxTSDelta} {
+			if ts == -1 {
+				continue
+			}
+			if before > 0 && nowMs-ts > before || after > 0 && ts-nowMs > after {
+				return fmt.Errorf("%w: timestamp %d is outside [%d, %d] (append time %d)", ErrInvalidTimestamp, ts, nowMs-before, nowMs+after, nowMs)
+			}
+		}
+	}
+	return nil
 }
 
 // Append encodes records as one uncompressed batch (producer id -1) and appends it.

@@ -43,6 +43,11 @@ type ChannelConfig struct {
 	CleanupPolicy   int32 `json:"cleanup_policy,omitempty"`
 	TimestampType   int32 `json:"timestamp_type,omitempty"`
 	SegmentMs       int64 `json:"segment_ms,omitempty"`
+	// TimestampBeforeMaxMs and TimestampAfterMaxMs bound how far (ms) a record
+	// timestamp of a CreateTime channel may lie before or after the append time (Kafka
+	// message.timestamp.before/after.max.ms); 0 = no limit.
+	TimestampBeforeMaxMs int64 `json:"timestamp_before_max_ms,omitempty"`
+	TimestampAfterMaxMs  int64 `json:"timestamp_after_max_ms,omitempty"`
 }
 
 // Validate reports a value outside its range (wrapping ErrInvalidArgument);
@@ -66,6 +71,8 @@ func (c ChannelConfig) validate(minSegmentBytes int64) error {
 		return fmt.Errorf("%w: cleanup_policy %d", ErrInvalidArgument, c.CleanupPolicy)
 	case c.TimestampType < 0 || c.TimestampType > TimestampLogAppendTime:
 		return fmt.Errorf("%w: timestamp_type %d", ErrInvalidArgument, c.TimestampType)
+	case c.TimestampBeforeMaxMs < 0 || c.TimestampAfterMaxMs < 0:
+		return fmt.Errorf("%w: timestamp_before_max_ms %d and timestamp_after_max_ms %d must not be negative", ErrInvalidArgument, c.TimestampBeforeMaxMs, c.TimestampAfterMaxMs)
 	}
 	return nil
 }

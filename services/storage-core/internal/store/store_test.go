@@ -760,3 +760,43 @@ func TestReadPrefetch(t *testing.T) {
 		t.Fatalf("readahead %d, want the visible end %d", got, size)
 	}
 }
+
+// TestTimestampLimits: a CreateTime channel with timestamp_before/after_max_ms refuses
+// a batch with any record timestamp past them (its first, its largest, or one behind
+// its first) with ErrInvalidTimestamp and stores nothing; LogAppendTime channels and
+// channels without limits take any timestamp.
+func TestTimestampLimits(t *testing.T) {
+	now := time.UnixMilli(10_000_000)
+	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Now: func() time.Time { return now }}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ms := now.UnixMilli()
+	l := mustCreate(t, s, "limited", ChannelConfig{TimestampBeforeMaxMs: 60_000, TimestampAfterMaxMs: 1_000})
+	mustAppend(t, l, kbatch(t, batchOpt{ts: ms - 60_000}, "a"))
+	mustAppend(t, l, kbatch(t, batchOpt{ts: ms + 999}, "b", "c")) // the second record at +1000
+	behind := kmsg.Record{OffsetDelta: 1, TimestampDelta64: -61_000, Value: []byte("old")}
+	behind.Length = int32(len(behind.AppendTo(nil)) - 1)
+	first := kmsg.Record{Value: []byte("now")}
+	first.Length = int32(len(first.AppendTo(nil)) - 1)
+	refused := map[string][]byte{
+		"too old":         kbatch(t, batchOpt{ts: ms - 60_001}, "x"),
+		"too new":         kbatch(t, batchOpt{ts: ms + 1_001}, "x"),
+		"last too new":    kbatch(t, batchOpt{ts: ms + 1_000}, "x", "y"),
+		"one behind base": kbatch(t, batchOpt{ts: ms, recs: behind.AppendTo(first.AppendTo(nil))}, "now", "old"),
+	}
+	for name, b := range refused {
+		if _, err := l.AppendBatches(b); !errors.Is(err, ErrInvalidTimestamp) {
+			t.Fatalf("%s: %v, want ErrInvalidTimestamp", name, err)
+		}
+	}
+	if hw := l.HighWatermark(); hw != 3 {
+		t.Fatalf("high watermark %d after refused batches, want 3", hw)
+	}
+	for _, cfg := range []ChannelConfig{{}, {TimestampBeforeMaxMs: 1, TimestampAfterMaxMs: 1, TimestampType: TimestampLogAppendTime}} {
+		free := mustCreate(t, s, fmt.Sprint("free", cfg.TimestampType), cfg)
+		mustAppend(t, free, kbatch(t, batchOpt{ts: 1}, "ancient"))
+		mustAppend(t, free, kbatch(t, batchOpt{ts: ms + 86_400_000}, "future"))
+	}
+}

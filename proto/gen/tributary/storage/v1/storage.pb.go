@@ -332,9 +332,16 @@ type ChannelConfig struct {
 	CleanupPolicy CleanupPolicy `protobuf:"varint,5,opt,name=cleanup_policy,json=cleanupPolicy,proto3,enum=tributary.storage.v1.CleanupPolicy" json:"cleanup_policy,omitempty"`
 	TimestampType TimestampType `protobuf:"varint,6,opt,name=timestamp_type,json=timestampType,proto3,enum=tributary.storage.v1.TimestampType" json:"timestamp_type,omitempty"`
 	// Roll a segment when its first record is older than this, in ms. 0 = default (7 days).
-	SegmentMs     int64 `protobuf:"varint,7,opt,name=segment_ms,json=segmentMs,proto3" json:"segment_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SegmentMs int64 `protobuf:"varint,7,opt,name=segment_ms,json=segmentMs,proto3" json:"segment_ms,omitempty"`
+	// CREATE_TIME channels: an append whose batch holds a record timestamp more than this
+	// many ms before the append time is refused with INVALID_TIMESTAMP (Kafka
+	// message.timestamp.before.max.ms). 0 = no limit.
+	TimestampBeforeMaxMs int64 `protobuf:"varint,8,opt,name=timestamp_before_max_ms,json=timestampBeforeMaxMs,proto3" json:"timestamp_before_max_ms,omitempty"`
+	// The same for timestamps after the append time (message.timestamp.after.max.ms).
+	// 0 = no limit.
+	TimestampAfterMaxMs int64 `protobuf:"varint,9,opt,name=timestamp_after_max_ms,json=timestampAfterMaxMs,proto3" json:"timestamp_after_max_ms,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ChannelConfig) Reset() {
@@ -412,6 +419,20 @@ func (x *ChannelConfig) GetTimestampType() TimestampType {
 func (x *ChannelConfig) GetSegmentMs() int64 {
 	if x != nil {
 		return x.SegmentMs
+	}
+	return 0
+}
+
+func (x *ChannelConfig) GetTimestampBeforeMaxMs() int64 {
+	if x != nil {
+		return x.TimestampBeforeMaxMs
+	}
+	return 0
+}
+
+func (x *ChannelConfig) GetTimestampAfterMaxMs() int64 {
+	if x != nil {
+		return x.TimestampAfterMaxMs
 	}
 	return 0
 }
@@ -2871,7 +2892,7 @@ var File_tributary_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\"tributary/storage/v1/storage.proto\x12\x14tributary.storage.v1\"\xe3\x02\n" +
+	"\"tributary/storage/v1/storage.proto\x12\x14tributary.storage.v1\"\xcf\x03\n" +
 	"\rChannelConfig\x12!\n" +
 	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\x12'\n" +
 	"\x0fretention_bytes\x18\x02 \x01(\x03R\x0eretentionBytes\x12*\n" +
@@ -2880,7 +2901,9 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0ecleanup_policy\x18\x05 \x01(\x0e2#.tributary.storage.v1.CleanupPolicyR\rcleanupPolicy\x12J\n" +
 	"\x0etimestamp_type\x18\x06 \x01(\x0e2#.tributary.storage.v1.TimestampTypeR\rtimestampType\x12\x1d\n" +
 	"\n" +
-	"segment_ms\x18\a \x01(\x03R\tsegmentMs\"\xc9\x02\n" +
+	"segment_ms\x18\a \x01(\x03R\tsegmentMs\x125\n" +
+	"\x17timestamp_before_max_ms\x18\b \x01(\x03R\x14timestampBeforeMaxMs\x123\n" +
+	"\x16timestamp_after_max_ms\x18\t \x01(\x03R\x13timestampAfterMaxMs\"\xc9\x02\n" +
 	"\aChannel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
