@@ -175,6 +175,11 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 				continue
 			}
 			chk := checkBatches(p.Records)
+			if chk.code == 0 && chk.batches > 1 {
+				// Kafka (ProduceRequest.validateRecords): from v3 on, exactly one
+				// batch per partition; earlier versions are refused above.
+				chk.code = kerr.InvalidRecord.Code
+			}
 			if chk.code != 0 {
 				rp.ErrorCode = chk.code
 				continue

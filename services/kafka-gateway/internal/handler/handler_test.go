@@ -198,6 +198,7 @@ func TestProduceErrors(t *testing.T) {
 		{"dotdot", "..", 0, good, kerr.InvalidTopicException.Code},
 		{"long", strings.Repeat("q", 250), 0, good, kerr.InvalidTopicException.Code},
 		{"bad char", "a$b", 0, good, kerr.InvalidTopicException.Code},
+		{"two batches", "t", 0, append(fake.Batch("d"), fake.Batch("e")...), kerr.InvalidRecord.Code},
 	}
 	for _, c := range cases {
 		if p := e.produce(t, c.topic, c.part, c.recs); p.ErrorCode != c.want {
