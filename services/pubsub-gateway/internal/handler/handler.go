@@ -16,6 +16,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
@@ -32,7 +33,11 @@ type Deps struct {
 	Schemas  coordinatorv1.PubSubSchemaServiceClient
 	Storage  storagev1.StorageServiceClient
 	Queues   storagev1.QueueServiceClient
-	Log      *zap.Logger
+	// StorageConn is the connection Queues uses; with it, Receive answers are decoded
+	// straight from the wire (receivewire.go). It needs grpcx's codec on the
+	// connection (grpcx.Dial). nil: through Queues.
+	StorageConn grpc.ClientConnInterface
+	Log         *zap.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Announce carries lease wake-ups to and from the other replicas (NATS; wake.go);
@@ -53,8 +58,10 @@ type Handler struct {
 	schemas coordinatorv1.PubSubSchemaServiceClient
 	store   storagev1.StorageServiceClient
 	queues  storagev1.QueueServiceClient
-	log     *zap.Logger
-	now     func() time.Time
+	// storageConn: see Deps.StorageConn.
+	storageConn grpc.ClientConnInterface
+	log         *zap.Logger
+	now         func() time.Time
 
 	mu     sync.Mutex
 	topics map[string]cachedTopic
@@ -105,7 +112,7 @@ func New(d Deps) *Handler {
 		limit = DefaultStreamBufferBytes
 	}
 	h := &Handler{
-		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, log: d.Log, now: now,
+		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, storageConn: d.StorageConn, log: d.Log, now: now,
 		topics:    map[string]cachedTopic{},
 		subs:      map[string]cachedSub{},
 		ranges:    newRangeCache(),

@@ -71,7 +71,7 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 	} else if dl, ok := ctx.Deadline(); ok {
 		wait = min(wait, max(time.Until(dl)-deadlineMargin, 0))
 	}
-	resp, err := h.queues.Receive(ctx, &storagev1.ReceiveRequest{
+	ds, err := h.receive(ctx, &storagev1.ReceiveRequest{
 		Queue:       channel.PubSubSubscription(r.id),
 		MaxMessages: min(req.GetMaxMessages(), maxPullBatch),
 		MaxBytes:    maxResponseBytes,
@@ -80,48 +80,83 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
 	}
-	out := &pubsubpb.PullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}
-	for _, m := range resp.GetMessages() {
-		rm := toReceived(m, sub)
+	out := &pubsubpb.PullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(ds))}
+	for i := range ds {
+		rm := ds[i].received(sub)
 		h.showDeletedSchema(ctx, rm.GetMessage())
 		out.ReceivedMessages = append(out.ReceivedMessages, rm)
 	}
 	return out, nil
 }
 
-// toReceived turns a queue delivery into a Pub/Sub message: headers without the "_"
-// prefix are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time
-// and ordering key come from the reserved headers, or from the record itself for a
-// native append.
-func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
+// delivery is one message leased from storage-core: the fields of a ReceivedMessage
+// the gateway uses, decoded by proto (fromProto) or straight from the wire
+// (receiveReply).
+type delivery struct {
+	ackID     string
+	attempt   int32
+	sourceSeq int64
+	ts        int64 // record timestamp, ms
+	value     []byte
+	headers   []storedHeader
+}
+
+type storedHeader struct {
+	key   string
+	value []byte
+}
+
+// fromProto is m as a delivery.
+func fromProto(m *storagev1.ReceivedMessage) delivery {
 	rec := m.GetRecord()
-	msg := &pubsubpb.PubsubMessage{Data: rec.GetValue()}
+	d := delivery{ackID: m.GetAckId(), attempt: m.GetDeliveryAttempt(), sourceSeq: m.GetSourceSequence(), ts: rec.GetTimestampMs(), value: rec.GetValue()}
+	if hs := rec.GetHeaders(); len(hs) > 0 {
+		d.headers = make([]storedHeader, len(hs))
+		for i, h := range hs {
+			d.headers[i] = storedHeader{key: h.GetKey(), value: h.GetValue()}
+		}
+	}
+	return d
+}
+
+// toReceived turns a queue delivery into a Pub/Sub message (see received).
+func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
+	d := fromProto(m)
+	return d.received(sub)
+}
+
+// received turns the delivery into a Pub/Sub message: headers without the "_" prefix
+// are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time and
+// ordering key come from the reserved headers, or from the record itself for a native
+// append.
+func (d *delivery) received(sub *subInfo) *pubsubpb.ReceivedMessage {
+	msg := &pubsubpb.PubsubMessage{Data: d.value}
 	var id, published string
-	for _, hd := range rec.GetHeaders() {
-		k := hd.GetKey()
+	for _, hd := range d.headers {
+		k := hd.key
 		if !strings.HasPrefix(k, "_") {
 			if msg.Attributes == nil {
 				msg.Attributes = map[string]string{}
 			}
-			msg.Attributes[k] = string(hd.GetValue())
+			msg.Attributes[k] = string(hd.value)
 			continue
 		}
 		if a, ok := strings.CutPrefix(k, hdrAttrPrefix); ok {
 			if msg.Attributes == nil {
 				msg.Attributes = map[string]string{}
 			}
-			msg.Attributes[a] = string(hd.GetValue())
+			msg.Attributes[a] = string(hd.value)
 			continue
 		}
 		switch k {
 		case hdrMessageID:
-			id = string(hd.GetValue())
+			id = string(hd.value)
 		case hdrPublishTime:
-			published = string(hd.GetValue())
+			published = string(hd.value)
 		case hdrOrderingKey:
-			msg.OrderingKey = string(hd.GetValue())
+			msg.OrderingKey = string(hd.value)
 		case hdrDeadLetterSourceTime:
-			if ms, err := strconv.ParseInt(string(hd.GetValue()), 10, 64); err == nil {
+			if ms, err := strconv.ParseInt(string(hd.value), 10, 64); err == nil {
 				if msg.Attributes == nil {
 					msg.Attributes = map[string]string{}
 				}
@@ -130,17 +165,17 @@ func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMe
 		}
 	}
 	if id == "" {
-		id = strconv.FormatInt(m.GetSourceSequence(), 10)
+		id = strconv.FormatInt(d.sourceSeq, 10)
 	}
 	msg.MessageId = id
 	if t, err := time.Parse(time.RFC3339Nano, published); err == nil {
 		msg.PublishTime = timestamppb.New(t)
 	} else {
-		msg.PublishTime = timestamppb.New(time.UnixMilli(rec.GetTimestampMs()))
+		msg.PublishTime = timestamppb.New(time.UnixMilli(d.ts))
 	}
-	out := &pubsubpb.ReceivedMessage{AckId: m.GetAckId(), Message: msg}
+	out := &pubsubpb.ReceivedMessage{AckId: d.ackID, Message: msg}
 	if sub.spec.GetDeadLetterPolicy() != nil {
-		out.DeliveryAttempt = m.GetDeliveryAttempt()
+		out.DeliveryAttempt = d.attempt
 	}
 	return out
 }

@@ -132,7 +132,7 @@ func (p *Pusher) work(ctx context.Context, sub *subInfo) {
 	queue := channel.PubSubSubscription(sub.id)
 	deadline := time.Duration(sub.spec.GetAckDeadlineSeconds()) * time.Second
 	for ctx.Err() == nil {
-		resp, err := p.h.queues.Receive(ctx, &storagev1.ReceiveRequest{Queue: queue, MaxMessages: pushBatch, WaitMs: int32(streamPollWait.Milliseconds())})
+		ds, err := p.h.receive(ctx, &storagev1.ReceiveRequest{Queue: queue, MaxMessages: pushBatch, WaitMs: int32(streamPollWait.Milliseconds())})
 		if err != nil {
 			if ctx.Err() == nil {
 				p.h.log.Debug("push receive failed", zap.String("subscription", sub.id), zap.Error(err))
@@ -141,9 +141,9 @@ func (p *Pusher) work(ctx context.Context, sub *subInfo) {
 			continue
 		}
 		var wg sync.WaitGroup
-		for _, m := range resp.GetMessages() {
+		for i := range ds {
 			wg.Go(func() {
-				rm := toReceived(m, sub)
+				rm := ds[i].received(sub)
 				p.h.showDeletedSchema(ctx, rm.GetMessage())
 				pctx, cancel := context.WithTimeout(ctx, deadline)
 				err := p.post(pctx, sub, rm)
@@ -158,7 +158,7 @@ func (p *Pusher) work(ctx context.Context, sub *subInfo) {
 					}
 					return
 				}
-				backoff := min(pushMinBackoff<<min(max(m.GetDeliveryAttempt()-1, 0), 16), pushMaxBackoff)
+				backoff := min(pushMinBackoff<<min(max(ds[i].attempt-1, 0), 16), pushMaxBackoff)
 				p.h.log.Debug("push failed, retrying", zap.String("subscription", sub.id), zap.Duration("backoff", backoff), zap.Error(err))
 				if _, err := p.h.queues.ModifyAckDeadline(actx, &storagev1.ModifyAckDeadlineRequest{Queue: queue, AckIds: ids, AckDeadlineMs: int32(backoff.Milliseconds())}); err != nil {
 					p.h.log.Debug("push backoff failed", zap.String("subscription", sub.id), zap.Error(err))

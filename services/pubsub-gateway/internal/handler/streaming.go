@@ -536,7 +536,7 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
 		}
 		bytes = min(bytes, room)
 		deadline := s.deadline.Load()
-		resp, err := s.h.queues.Receive(ctx, &storagev1.ReceiveRequest{
+		ds, err := s.h.receive(ctx, &storagev1.ReceiveRequest{
 			Queue: s.queue, MaxMessages: msgs, MaxBytes: bytes,
 			AckDeadlineMs: deadline * 1000, WaitMs: int32(streamPollWait.Milliseconds()),
 		})
@@ -566,13 +566,13 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
 			s.h.log.Info("streaming pull receive recovered", zap.String("queue", s.queue))
 			failing = false
 		}
-		if len(resp.GetMessages()) == 0 {
+		if len(ds) == 0 {
 			continue
 		}
-		b := batch{out: &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(resp.GetMessages()))}}
+		b := batch{out: &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(ds))}}
 		until := s.h.now().Add(time.Duration(deadline) * time.Second)
-		for _, m := range resp.GetMessages() {
-			rm := toReceived(m, s.sub)
+		for i := range ds {
+			rm := ds[i].received(s.sub)
 			s.h.showDeletedSchema(ctx, rm.GetMessage())
 			b.out.ReceivedMessages = append(b.out.ReceivedMessages, rm)
 			size := int64(proto.Size(rm.GetMessage()))

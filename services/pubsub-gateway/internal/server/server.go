@@ -117,12 +117,13 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream),
 	)
 	h := handler.New(handler.Deps{
-		Registry: coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
-		Schemas:  coordinatorv1.NewPubSubSchemaServiceClient(srv.coordConn),
-		Storage:  storagev1.NewStorageServiceClient(srv.storageConn),
-		Queues:   storagev1.NewQueueServiceClient(srv.storageConn),
-		Log:      log.Named("handler"),
-		Announce: announce,
+		Registry:    coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
+		Schemas:     coordinatorv1.NewPubSubSchemaServiceClient(srv.coordConn),
+		Storage:     storagev1.NewStorageServiceClient(srv.storageConn),
+		Queues:      storagev1.NewQueueServiceClient(srv.storageConn),
+		StorageConn: srv.storageConn,
+		Log:         log.Named("handler"),
+		Announce:    announce,
 
 		StreamBufferBytes: cfg.StreamBufferBytes,
 	})

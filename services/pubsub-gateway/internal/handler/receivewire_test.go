@@ -1,0 +1,81 @@
+package handler
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// TestReceiveReplyMatchesProto: Receive answers decoded from the wire give the same
+// Pub/Sub messages as those decoded by proto, over random records (reserved and
+// escaped headers, native records, values absent and empty, unknown fields, the
+// answer split over several buffers); a truncated answer and a header key that is not
+// UTF-8 are errors, as proto.Unmarshal makes them.
+func TestReceiveReplyMatchesProto(t *testing.T) {
+	rnd := rand.New(rand.NewSource(3))
+	subs := []*subInfo{{spec: &pubsubpb.Subscription{}}, {spec: &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{MaxDeliveryAttempts: 5}}}}
+	pick := func(xs ...string) string { return xs[rnd.Intn(len(xs))] }
+	for round := 0; round < 200; round++ {
+		resp := &storagev1.ReceiveResponse{}
+		for i := rnd.Intn(12); i > 0; i-- {
+			rec := &storagev1.Record{Sequence: rnd.Int63n(1 << 40), TimestampMs: rnd.Int63n(1 << 42), ProducerId: -1}
+			switch rnd.Intn(3) {
+			case 0:
+			case 1:
+				rec.Value = []byte{}
+			default:
+				rec.Value = make([]byte, rnd.Intn(2000))
+				rnd.Read(rec.Value)
+			}
+			for j := rnd.Intn(6); j > 0; j-- {
+				k := pick("a", "b", hdrMessageID, hdrPublishTime, hdrOrderingKey, hdrAttrPrefix+"_x", "_tributary_source", hdrDeadLetterSourceTime)
+				v := pick("", "v", "2026-12-01T10:00:00.123456789Z", "12345", "not a time")
+				rec.Headers = append(rec.Headers, &storagev1.Header{Key: k, Value: []byte(v)})
+			}
+			resp.Messages = append(resp.Messages, &storagev1.ReceivedMessage{
+				AckId: fmt.Sprintf("%x.%x.%x", rnd.Uint64(), rnd.Intn(1e6), rnd.Intn(1e6)), Record: rec,
+				Source: "gcp.t", SourceSequence: rnd.Int63n(1 << 40), DeliveryAttempt: rnd.Int31n(6),
+			})
+		}
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An unknown field at the top: skipped.
+		b = protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 7)
+		cut := rnd.Intn(len(b) + 1)
+		var r receiveReply
+		if err := r.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(b[:cut]), mem.SliceBuffer(b[cut:])}, nil); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(r.msgs) != len(resp.Messages) {
+			t.Fatalf("round %d: %d deliveries, want %d", round, len(r.msgs), len(resp.Messages))
+		}
+		for i, m := range resp.Messages {
+			sub := subs[rnd.Intn(len(subs))]
+			want, got := toReceived(m, sub), r.msgs[i].received(sub)
+			if !proto.Equal(got, want) {
+				t.Fatalf("round %d message %d:\n got %v\nwant %v", round, i, got, want)
+			}
+		}
+	}
+	whole, _ := proto.Marshal(&storagev1.ReceiveResponse{Messages: []*storagev1.ReceivedMessage{{AckId: "a", Record: &storagev1.Record{Value: []byte("xyz")}}}})
+	var r receiveReply
+	if err := r.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(whole[:len(whole)-2])}, nil); err == nil {
+		t.Fatal("a truncated answer decoded without error")
+	}
+	bad := &storagev1.Header{Key: "ok", Value: []byte("v")}
+	hb, _ := proto.Marshal(&storagev1.ReceiveResponse{Messages: []*storagev1.ReceivedMessage{{AckId: "a", Record: &storagev1.Record{Headers: []*storagev1.Header{bad}}}}})
+	i := len(hb) - len("okv") - 2 // the key's bytes
+	hb[i] = 0xff
+	if err := r.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(hb)}, nil); err == nil {
+		t.Fatalf("a header key that is not UTF-8 decoded without error (%x)", hb)
+	}
+}
