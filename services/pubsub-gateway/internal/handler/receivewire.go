@@ -52,6 +52,9 @@ var _ grpcx.BufferUnmarshaler = (*receiveReply)(nil)
 // errBadUTF8 is proto's refusal of a string field that is not UTF-8.
 var errBadUTF8 = errors.New("receive answer: string field contains invalid UTF-8")
 
+// errFieldNumber is proto's refusal of a field number above protowire.MaxValidNumber.
+var errFieldNumber = errors.New("receive answer: invalid field number")
+
 // UnmarshalBuffers implements grpcx.BufferUnmarshaler: the answer is copied once, and
 // the deliveries' values and header values are views of that copy.
 func (r *receiveReply) UnmarshalBuffers(data mem.BufferSlice, _ mem.BufferPool) error {
@@ -77,6 +80,11 @@ func forFields(b []byte, fn func(num protowire.Number, typ protowire.Type, v []b
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			// ConsumeTag takes field numbers up to MaxInt32; proto refuses those above
+			// 2^29-1.
+			return errFieldNumber
 		}
 		b = b[n:]
 		var v []byte
@@ -108,7 +116,7 @@ func varint(v []byte) uint64 {
 }
 
 // decodeDelivery decodes a ReceivedMessage (queue.proto): ack_id 1, record 2,
-// source_sequence 4, delivery_attempt 5.
+// source 3 (checked only), source_sequence 4, delivery_attempt 5.
 func decodeDelivery(b []byte) (delivery, error) {
 	var d delivery
 	err := forFields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
@@ -120,6 +128,11 @@ func decodeDelivery(b []byte) (delivery, error) {
 			d.ackID = string(v)
 		case num == 2 && typ == protowire.BytesType:
 			return decodeRecordInto(&d, v)
+		case num == 3 && typ == protowire.BytesType:
+			// source: unused, but a string, so proto refuses it when not UTF-8.
+			if !utf8.Valid(v) {
+				return errBadUTF8
+			}
 		case num == 4 && typ == protowire.VarintType:
 			d.sourceSeq = int64(varint(v))
 		case num == 5 && typ == protowire.VarintType:
