@@ -59,9 +59,11 @@ type batchHeader struct {
 	ProducerEpoch   int16
 	BaseSequence    int32
 	RecordCount     int32
-	// minTSDelta and maxTSDelta are the smallest and largest record timestamp deltas
-	// (from BaseTimestamp), set by checkFrame.
-	minTSDelta, maxTSDelta int64
+	// minTS and maxTS are the smallest and largest record timestamps (BaseTimestamp
+	// plus the record's delta) other than -1 (no timestamp), set by checkFrame;
+	// hasTS reports whether there is one.
+	minTS, maxTS int64
+	hasTS        bool
 }
 
 // LastOffset is the offset of the batch's last record.
@@ -203,11 +205,17 @@ func validateRecords(recs []byte, h *batchHeader) error {
 		if err != nil {
 			return err
 		}
-		if n == 0 || tsDelta < h.minTSDelta {
-			h.minTSDelta = tsDelta
-		}
-		if n == 0 || tsDelta > h.maxTSDelta {
-			h.maxTSDelta = tsDelta
+		// Kafka adds the delta to the base timestamp (wrapping) and skips -1 in its
+		// limits check; the limits are monotone in the timestamp, so checking the
+		// smallest and largest of the others checks them all.
+		if ts := h.BaseTimestamp + tsDelta; ts != -1 {
+			if !h.hasTS || ts < h.minTS {
+				h.minTS = ts
+			}
+			if !h.hasTS || ts > h.maxTS {
+				h.maxTS = ts
+			}
+			h.hasTS = true
 		}
 		recs = recs[k+int(l):]
 		n++

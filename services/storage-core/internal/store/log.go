@@ -423,14 +423,21 @@ func checkTimestamps(cfg *ChannelConfig, hdrs []batchHeader, nowMs int64) error 
 	}
 	for i := range hdrs {
 		h := &hdrs[i]
-		for _, ts := range [2]int64{h.BaseTimestamp + h.minTSDelta, h.BaseTimestamp + h.maxTSDelta} {
-			if ts == -1 {
-				continue
-			}
-			if before > 0 && nowMs-ts > before || after > 0 && ts-nowMs > after {
-				return fmt.Errorf("%w: timestamp %d is outside [%d, %d] (append time %d)", ErrInvalidTimestamp, ts, nowMs-before, nowMs+after, nowMs)
-			}
+		if !h.hasTS {
+			continue
 		}
+		// Compared without overflow (Kafka's now-ts wraps for a timestamp near
+		// MinInt64 and lets it through): nowMs >= 0 and before >= 0.
+		ts := int64(0)
+		switch {
+		case before > 0 && h.minTS < nowMs-before:
+			ts = h.minTS
+		case after > 0 && h.maxTS > nowMs && h.maxTS-nowMs > after:
+			ts = h.maxTS
+		default:
+			continue
+		}
+		return fmt.Errorf("%w: timestamp %d is outside [%d, %d] (append time %d)", ErrInvalidTimestamp, ts, nowMs-before, nowMs+after, nowMs)
 	}
 	return nil
 }

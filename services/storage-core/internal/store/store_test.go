@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -799,4 +800,42 @@ func TestTimestampLimits(t *testing.T) {
 		mustAppend(t, free, kbatch(t, batchOpt{ts: 1}, "ancient"))
 		mustAppend(t, free, kbatch(t, batchOpt{ts: ms + 86_400_000}, "future"))
 	}
+}
+
+// TestTimestampLimitsPerRecord: the limits hold for every record, not only the batch's
+// smallest and largest timestamps: a record without a timestamp (-1) is not checked,
+// but it does not hide a too-old record next to it, and a timestamp far enough in the
+// past that now-ts overflows is still too old.
+func TestTimestampLimitsPerRecord(t *testing.T) {
+	now := time.UnixMilli(10_000_000)
+	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Now: func() time.Time { return now }}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ms := now.UnixMilli()
+	l := mustCreate(t, s, "limited", ChannelConfig{TimestampBeforeMaxMs: 60_000, TimestampAfterMaxMs: 1_000})
+	recs := func(base int64, deltas ...int64) []byte {
+		var out []byte
+		for i, d := range deltas {
+			r := kmsg.Record{OffsetDelta: int32(i), TimestampDelta64: d, Value: []byte("v")}
+			r.Length = int32(len(r.AppendTo(nil)) - 1)
+			out = r.AppendTo(out)
+		}
+		return kbatch(t, batchOpt{ts: base, recs: out}, make([]string, len(deltas))...)
+	}
+	// No timestamp, then one at now: taken.
+	mustAppend(t, l, recs(-1, 0, ms+1))
+	for name, b := range map[string][]byte{
+		"no timestamp hides a too-old one": recs(-1, 0, 1, ms+1), // -1, 0 (too old), now
+	} {
+		if _, err := l.AppendBatches(b); !errors.Is(err, ErrInvalidTimestamp) {
+			t.Fatalf("%s: %v, want ErrInvalidTimestamp", name, err)
+		}
+	}
+	old := mustCreate(t, s, "before-only", ChannelConfig{TimestampBeforeMaxMs: 60_000})
+	if _, err := old.AppendBatches(recs(math.MinInt64, 0)); !errors.Is(err, ErrInvalidTimestamp) {
+		t.Fatalf("MinInt64: %v, want ErrInvalidTimestamp", err)
+	}
+	mustAppend(t, old, recs(ms, 0, math.MaxInt64-ms)) // far future, no after limit
 }
