@@ -246,3 +246,10 @@ func (f *fakeStorage) setFailCreate(name string, fail bool) {
 	defer f.mu.Unlock()
 	f.failCreate[name] = fail
 }
+
+// setConfig replaces a channel's config behind the coordinator's back.
+func (f *fakeStorage) setConfig(name string, c *storagev1.ChannelConfig) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.channels[name] = c
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -668,6 +669,30 @@ func TestReconcileRecreatesLostChannels(t *testing.T) {
 	if e.storage.config("kafka.lost~1").GetRetentionMs() != 4242 {
 		t.Fatalf("re-created channel config = %v", e.storage.config("kafka.lost~1"))
 	}
+}
+
+// TestReconcilePushesTimestampLimits: a topic's channels that hold no timestamp limits
+// although the topic sets them (made before storage-core enforced them) get the
+// topic's configs at the next reconcile.
+func TestReconcilePushesTimestampLimits(t *testing.T) {
+	e := newEnv(t)
+	r := start(t, e.cfg, true)
+	createOne(t, r.client, "old", 2, map[string]string{"message.timestamp.before.max.ms": "60000", "retention.ms": "4242"})
+	r.stop()
+	for _, ch := range []string{"kafka.old", "kafka.old~1"} {
+		c := e.storage.config(ch)
+		c.TimestampBeforeMaxMs, c.TimestampAfterMaxMs = 0, 0
+		e.storage.setConfig(ch, c)
+	}
+	start(t, e.cfg, true)
+	waitFor(t, "timestamp limits pushed", func() error {
+		for _, ch := range []string{"kafka.old", "kafka.old~1"} {
+			if c := e.storage.config(ch); c.GetTimestampBeforeMaxMs() != 60000 || c.GetRetentionMs() != 4242 {
+				return fmt.Errorf("%s: %v", ch, c)
+			}
+		}
+		return nil
+	})
 }
 
 // A taken port is an error from New, not a panic (the cleanup of a half-built server
