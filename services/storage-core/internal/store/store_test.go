@@ -762,30 +762,45 @@ func TestReadPrefetch(t *testing.T) {
 	}
 }
 
+// openClocked opens a store whose clock stands at now.
+func openClocked(t *testing.T, now time.Time) *Store {
+	t.Helper()
+	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Now: func() time.Time { return now }}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// timedBatch is a batch with first timestamp base and one record per timestamp delta.
+func timedBatch(t *testing.T, base int64, deltas ...int64) []byte {
+	t.Helper()
+	var out []byte
+	for i, d := range deltas {
+		r := kmsg.Record{OffsetDelta: int32(i), TimestampDelta64: d, Value: []byte("v")}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		out = r.AppendTo(out)
+	}
+	return kbatch(t, batchOpt{ts: base, recs: out}, make([]string, len(deltas))...)
+}
+
 // TestTimestampLimits: a CreateTime channel with timestamp_before/after_max_ms refuses
 // a batch with any record timestamp past them (its first, its largest, or one behind
 // its first) with ErrInvalidTimestamp and stores nothing; LogAppendTime channels and
 // channels without limits take any timestamp.
 func TestTimestampLimits(t *testing.T) {
 	now := time.UnixMilli(10_000_000)
-	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Now: func() time.Time { return now }}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openClocked(t, now)
 	ms := now.UnixMilli()
 	l := mustCreate(t, s, "limited", ChannelConfig{TimestampBeforeMaxMs: 60_000, TimestampAfterMaxMs: 1_000})
 	mustAppend(t, l, kbatch(t, batchOpt{ts: ms - 60_000}, "a"))
 	mustAppend(t, l, kbatch(t, batchOpt{ts: ms + 999}, "b", "c")) // the second record at +1000
-	behind := kmsg.Record{OffsetDelta: 1, TimestampDelta64: -61_000, Value: []byte("old")}
-	behind.Length = int32(len(behind.AppendTo(nil)) - 1)
-	first := kmsg.Record{Value: []byte("now")}
-	first.Length = int32(len(first.AppendTo(nil)) - 1)
 	refused := map[string][]byte{
 		"too old":         kbatch(t, batchOpt{ts: ms - 60_001}, "x"),
 		"too new":         kbatch(t, batchOpt{ts: ms + 1_001}, "x"),
 		"last too new":    kbatch(t, batchOpt{ts: ms + 1_000}, "x", "y"),
-		"one behind base": kbatch(t, batchOpt{ts: ms, recs: behind.AppendTo(first.AppendTo(nil))}, "now", "old"),
+		"one behind base": timedBatch(t, ms, 0, -61_000),
 	}
 	for name, b := range refused {
 		if _, err := l.AppendBatches(b); !errors.Is(err, ErrInvalidTimestamp) {
@@ -808,22 +823,10 @@ func TestTimestampLimits(t *testing.T) {
 // past that now-ts overflows is still too old.
 func TestTimestampLimitsPerRecord(t *testing.T) {
 	now := time.UnixMilli(10_000_000)
-	s, err := Open(t.TempDir(), Options{RetentionInterval: -1, Now: func() time.Time { return now }}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openClocked(t, now)
 	ms := now.UnixMilli()
 	l := mustCreate(t, s, "limited", ChannelConfig{TimestampBeforeMaxMs: 60_000, TimestampAfterMaxMs: 1_000})
-	recs := func(base int64, deltas ...int64) []byte {
-		var out []byte
-		for i, d := range deltas {
-			r := kmsg.Record{OffsetDelta: int32(i), TimestampDelta64: d, Value: []byte("v")}
-			r.Length = int32(len(r.AppendTo(nil)) - 1)
-			out = r.AppendTo(out)
-		}
-		return kbatch(t, batchOpt{ts: base, recs: out}, make([]string, len(deltas))...)
-	}
+	recs := func(base int64, deltas ...int64) []byte { return timedBatch(t, base, deltas...) }
 	// No timestamp, then one at now: taken.
 	mustAppend(t, l, recs(-1, 0, ms+1))
 	for name, b := range map[string][]byte{
