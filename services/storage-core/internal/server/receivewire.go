@@ -90,13 +90,18 @@ var errHeaderUTF8 = errors.New("string field contains invalid UTF-8 (header key)
 // MarshalBuffers implements grpcx.BufferMarshaler.
 func (w receiveWire) MarshalBuffers(pool mem.BufferPool) (mem.BufferSlice, error) {
 	size := 0
+	// sizes[i]: the encoded size of delivery i and of its record, computed once for
+	// the total and the length prefixes.
+	sizes := make([][2]int, len(w))
 	for i := range w {
 		for _, h := range w[i].Record.Headers {
 			if !utf8.ValidString(h.Key) {
 				return nil, errHeaderUTF8
 			}
 		}
-		n := deliverySize(&w[i])
+		rs := recordSize(&w[i].Record)
+		n := deliverySize(&w[i], rs)
+		sizes[i] = [2]int{n, rs}
 		size += 1 + protowire.SizeVarint(uint64(n)) + n
 	}
 	if size == 0 {
@@ -113,8 +118,8 @@ func (w receiveWire) MarshalBuffers(pool mem.BufferPool) (mem.BufferSlice, error
 	for i := range w {
 		d := &w[i]
 		b = protowire.AppendTag(b, fReceiveMessages, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(deliverySize(d)))
-		b = appendDelivery(b, d)
+		b = protowire.AppendVarint(b, uint64(sizes[i][0]))
+		b = appendDelivery(b, d, sizes[i][1])
 	}
 	if bp == nil {
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
@@ -134,12 +139,13 @@ func varintField(v uint64) int {
 	return 1 + protowire.SizeVarint(v)
 }
 
-func deliverySize(d *queue.Delivery) int {
+// deliverySize is the encoded size of d, whose record encodes to recordSize bytes.
+func deliverySize(d *queue.Delivery, recordSize int) int {
 	n := 0
 	if d.AckID != "" {
 		n += bytesField(len(d.AckID))
 	}
-	n += bytesField(recordSize(&d.Record))
+	n += bytesField(recordSize)
 	if d.Source != "" {
 		n += bytesField(len(d.Source))
 	}
@@ -208,11 +214,12 @@ func appendBoolField(b []byte, num protowire.Number, v bool) []byte {
 	return append(protowire.AppendTag(b, num, protowire.VarintType), 1)
 }
 
-func appendDelivery(b []byte, d *queue.Delivery) []byte {
+// appendDelivery appends d, whose record encodes to recordSize bytes.
+func appendDelivery(b []byte, d *queue.Delivery, recordSize int) []byte {
 	b = appendStringField(b, fMsgAckID, d.AckID)
 	r := &d.Record
 	b = protowire.AppendTag(b, fMsgRecord, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(recordSize(r)))
+	b = protowire.AppendVarint(b, uint64(recordSize))
 	b = appendVarintField(b, fRecSequence, uint64(r.Offset+1))
 	b = appendVarintField(b, fRecTimestamp, uint64(r.Timestamp))
 	if r.Key != nil {
