@@ -290,3 +290,9 @@ func TestValidateLabels(t *testing.T) {
 		t.Errorf("topic with a bad label: %v", err)
 	}
 }
+
+// toReceived is the Pub/Sub message a proto-decoded delivery becomes.
+func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
+	d := fromProto(m)
+	return d.received(sub)
+}

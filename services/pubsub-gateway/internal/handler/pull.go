@@ -119,12 +119,6 @@ func fromProto(m *storagev1.ReceivedMessage) delivery {
 	return d
 }
 
-// toReceived turns a queue delivery into a Pub/Sub message (see received).
-func toReceived(m *storagev1.ReceivedMessage, sub *subInfo) *pubsubpb.ReceivedMessage {
-	d := fromProto(m)
-	return d.received(sub)
-}
-
 // received turns the delivery into a Pub/Sub message: headers without the "_" prefix
 // are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time and
 // ordering key come from the reserved headers, or from the record itself for a native

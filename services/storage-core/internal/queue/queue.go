@@ -347,17 +347,12 @@ func (q *Queue) flushDirtyLocked() *dbOp {
 	}
 	clear(q.dirty)
 	q.dirty = q.dirty[:0]
-	return q.putDeliveredLocked(offs, vals)
+	return q.putDeliveredLocked(offs, vals, -1)
 }
 
-// putDeliveredLocked enqueues delivery records (attempts bucket) for offs.
-func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte) *dbOp {
-	return q.putDeliveriesLocked(offs, vals, -1)
-}
-
-// putDeliveriesLocked enqueues delivery records for offs and, when mark >= 0, the
-// delivered mark.
-func (q *Queue) putDeliveriesLocked(offs []int64, vals [][]byte, mark int64) *dbOp {
+// putDeliveredLocked enqueues delivery records (attempts bucket) for offs and, when
+// mark >= 0, the delivered mark (nil: nothing to write).
+func (q *Queue) putDeliveredLocked(offs []int64, vals [][]byte, mark int64) *dbOp {
 	if len(offs) == 0 && mark < 0 {
 		return nil
 	}
@@ -484,7 +479,7 @@ scan:
 			leasedVals = append(leasedVals, delivered{attempts: m.attempts}.encode())
 		}
 	}
-	op = q.putDeliveriesLocked(leasedOffs, leasedVals, mark)
+	op = q.putDeliveredLocked(leasedOffs, leasedVals, mark)
 	return out, dl, nextEvent, op
 }
 
