@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -617,7 +618,7 @@ var emulatorDiffers = map[string]struct {
 	"topic id sub. prefix":                   {codes.OK, "gcp.sub.* names subscription queues (DESIGN section 2)"},
 	"publish attribute value 1025 bytes":     {codes.OK, "the emulator skips Google's 1024-byte attribute value limit"},
 	"publish goog attribute key":             {codes.OK, "the emulator skips Google's reserved goog prefix"},
-	"publish over 10 MB":                     {codes.Internal, "the emulator resets the stream; Google answers INVALID_ARGUMENT"},
+	"publish over 10 MB":                     {codes.Internal, "the emulator resets the stream (or leaves the call hanging: emulatorAlso); Google answers INVALID_ARGUMENT"},
 	"subscription ack deadline 5":            {codes.OK, "the emulator accepts deadlines under Google's 10 s minimum"},
 	"subscription filter over 256 bytes":     {codes.OK, "the emulator ignores filters"},
 	"subscription invalid filter":            {codes.OK, "the emulator ignores filters"},
@@ -625,23 +626,34 @@ var emulatorDiffers = map[string]struct {
 	"subscription label value 64 characters": {codes.OK, "the emulator skips Google's label requirements"},
 }
 
+// emulatorAlso is another answer the emulator gives to some of those calls on some
+// runs.
+var emulatorAlso = map[string]codes.Code{"publish over 10 MB": codes.DeadlineExceeded}
+
 // TestPubSubBadInputVsEmulator runs the bad-input calls against Google's official
 // emulator (gcloud beta emulators pubsub) and checks it answers each with the code the
 // gateway gives, except for the documented emulatorDiffers.
 func TestPubSubBadInputVsEmulator(t *testing.T) {
 	addr := startEmulator(t)
 	pub, sc := rawPubSub(t, addr)
-	// One bound for every case: the emulator's JVM answers the first calls slowly, and
-	// a busy machine took the cases past one minute.
-	ctx := ctxT(t, 3*time.Minute)
 	topic, sub := psID("emu"), psID("emu-sub")
 	mustCreateTopic(t, pub, topic)
 	mustCreateSub(t, sc, sub, topic, nil)
-	for _, tc := range badInputCases(ctx, pub, sc, topic, sub) {
+	// A bound per case: the emulator sometimes leaves the over-10-MB publish hanging,
+	// which with one shared bound failed every case after it.
+	n := len(badInputCases(context.Background(), pub, sc, topic, sub))
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		tc := badInputCases(ctx, pub, sc, topic, sub)[i]
 		want := tc.want
 		if d, ok := emulatorDiffers[tc.name]; ok {
 			want = d.code
 		}
-		wantCode(t, "emulator: "+tc.name, tc.call(), want)
+		err := tc.call()
+		cancel()
+		if also, ok := emulatorAlso[tc.name]; ok && status.Code(err) == also {
+			continue
+		}
+		wantCode(t, "emulator: "+tc.name, err, want)
 	}
 }
