@@ -706,43 +706,63 @@ func (b *streamBook) drop(s *stream) {
 	}
 }
 
-// visit calls fn with each stream of queue that tracks ids[i] (under that stream's
-// mu) and returns the ids no stream tracks.
+// visit calls fn with the stream of queue that tracks ids[i], for each i (under that
+// stream's mu), and returns the ids no stream tracks, in their order. Each stream is
+// locked once for all the ids it is asked about: first the one tracking the first id
+// found (a client's ack batch is mostly one stream's), then, for the ids it does not
+// track, the others in turn.
 func (b *streamBook) visit(queue string, ids []string, fn func(s *stream, id string, l lease)) (untracked []string) {
 	b.mu.Lock()
 	ss := b.byQueue[queue]
 	b.mu.Unlock()
-	if len(ss) == 0 {
+	if len(ss) == 0 || len(ids) == 0 {
 		return ids
 	}
-	var last *stream
-	for _, id := range ids {
-		found := false
-		if last != nil {
-			last.mu.Lock()
-			if l, ok := last.outstanding[id]; ok {
-				fn(last, id, l)
-				found = true
+	first := 0
+	if len(ss) > 1 {
+		first = -1
+		for k := 0; first < 0 && k < len(ids); k++ {
+			for i, s := range ss {
+				s.mu.Lock()
+				_, ok := s.outstanding[ids[k]]
+				s.mu.Unlock()
+				if ok {
+					first = i
+					break
+				}
 			}
-			last.mu.Unlock()
 		}
-		for i := 0; !found && i < len(ss); i++ {
-			s := ss[i]
-			if s == last {
-				continue
-			}
-			s.mu.Lock()
-			if l, ok := s.outstanding[id]; ok {
-				fn(s, id, l)
-				found, last = true, s
-			}
-			s.mu.Unlock()
-		}
-		if !found {
-			untracked = append(untracked, id)
+		if first < 0 {
+			return ids
 		}
 	}
-	return untracked
+	pending := ids
+	var spare []string // a list of ids no longer read, reused (never ids itself)
+	for n := 0; n < len(ss) && len(pending) > 0; n++ {
+		s := ss[(first+n)%len(ss)]
+		var miss []string
+		s.mu.Lock()
+		for i, id := range pending {
+			if l, ok := s.outstanding[id]; ok {
+				fn(s, id, l)
+				continue
+			}
+			if miss == nil {
+				if cap(spare) >= len(pending)-i {
+					miss = spare[:0]
+				} else {
+					miss = make([]string, 0, len(pending)-i)
+				}
+			}
+			miss = append(miss, id)
+		}
+		s.mu.Unlock()
+		if n > 0 {
+			spare = pending
+		}
+		pending = miss
+	}
+	return pending
 }
 
 // done settles ack ids of queue (acked or nacked), waking the streams they free, and

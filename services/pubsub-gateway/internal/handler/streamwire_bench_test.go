@@ -2,6 +2,8 @@ package handler
 
 import (
 	"fmt"
+	"math/rand"
+	"slices"
 	"testing"
 	"time"
 
@@ -87,5 +89,51 @@ func BenchmarkStreamBatchProto(b *testing.B) {
 			b.Fatal(err)
 		}
 		enc.Free()
+	}
+}
+
+// BenchmarkLeaseBook: a 1000-message batch tracked by a stream, then, as the Go
+// client does, its receipt modack (extend) and its acks (done) through the replica's
+// stream book, in batches of 250 in a shuffled order, with 20000 other leases
+// outstanding; streams is how many streams of the queue the replica has (the batch is
+// the last one's).
+func BenchmarkLeaseBook(b *testing.B) {
+	for _, streams := range []int{1, 4} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			h := New(Deps{})
+			var ss []*stream
+			for range streams {
+				s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1 << 40, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+				h.streams.add(s)
+				ss = append(ss, s)
+			}
+			s := ss[len(ss)-1]
+			// A window's worth of other leases outstanding, as in a busy stream.
+			for i := range 20_000 {
+				s.track(fmt.Sprintf("%x.%x.%x", uint64(0xfedcba9876543210), i, i), 1100, time.Now().Add(time.Hour))
+			}
+			ids := make([]string, 1000)
+			sizes := make([]int64, len(ids))
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%x.%x.%x", uint64(0x1234567890abcdef), 1000+i, uint64(1_800_000_000_000_000_000)+uint64(i))
+				sizes[i] = 1100
+			}
+			shuffled := slices.Clone(ids)
+			rand.New(rand.NewSource(1)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			until := time.Now().Add(time.Minute)
+			b.ReportAllocs()
+			for b.Loop() {
+				s.trackAll(ids, sizes, until)
+				for i := 0; i < len(shuffled); i += 250 {
+					h.streams.extend("gcp.sub.s", shuffled[i:i+250], until)
+				}
+				for i := 0; i < len(shuffled); i += 250 {
+					h.streams.done("gcp.sub.s", shuffled[i:i+250])
+				}
+			}
+			if s.count != 20_000 {
+				b.Fatalf("%d leases left", s.count)
+			}
+		})
 	}
 }
