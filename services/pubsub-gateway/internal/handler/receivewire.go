@@ -118,23 +118,29 @@ func (r *receiveReply) UnmarshalBuffers(data mem.BufferSlice, pool mem.BufferPoo
 func (r *receiveReply) decode(b []byte) error {
 	// Count the messages first, so msgs is allocated once.
 	n := 0
-	if err := forFields(b, func(num protowire.Number, typ protowire.Type, _ []byte) error {
+	for rest := b; len(rest) > 0; {
+		num, typ, _, next, err := nextField(rest)
+		if err != nil {
+			return err
+		}
 		if num == 1 && typ == protowire.BytesType {
 			n++
 		}
-		return nil
-	}); err != nil {
-		return err
+		rest = next
 	}
 	// Messages published through Pub/Sub carry two headers (id and publish time).
 	dec := replyDecoder{msgs: make([]delivery, 0, n), acks: make([][]byte, 0, n), hdrs: make([]storedHeader, 0, 2*n), hend: make([]int, 0, n)}
-	if err := forFields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if num != 1 || typ != protowire.BytesType {
-			return nil
+	for len(b) > 0 {
+		num, typ, v, rest, err := nextField(b)
+		if err != nil {
+			return err
 		}
-		return dec.delivery(v)
-	}); err != nil {
-		return err
+		if num == 1 && typ == protowire.BytesType {
+			if err := dec.delivery(v); err != nil {
+				return err
+			}
+		}
+		b = rest
 	}
 	r.msgs = dec.finish()
 	return nil
@@ -176,41 +182,36 @@ func (dec *replyDecoder) finish() []delivery {
 	return dec.msgs
 }
 
-// forFields calls fn with each field of the message b; v is the value of a bytes
-// field, or the bytes of a varint (decode with protowire.ConsumeVarint), else nil.
-func forFields(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		if num > protowire.MaxValidNumber {
-			// ConsumeTag takes field numbers up to MaxInt32; proto refuses those above
-			// 2^29-1.
-			return errFieldNumber
-		}
-		b = b[n:]
-		var v []byte
-		switch typ {
-		case protowire.BytesType:
-			v, n = protowire.ConsumeBytes(b)
-		case protowire.VarintType:
-			_, n = protowire.ConsumeVarint(b)
-			if n > 0 {
-				v = b[:n]
-			}
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		if err := fn(num, typ, v); err != nil {
-			return err
-		}
-		b = b[n:]
+// nextField reads the field at the start of the message b: its number, wire type and
+// value (of a bytes field its contents, of a varint its bytes, decode with varint;
+// else nil), and the rest of b. It refuses what proto.Unmarshal refuses: a truncated
+// or malformed field, a field number above protowire.MaxValidNumber.
+func nextField(b []byte) (num protowire.Number, typ protowire.Type, v, rest []byte, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, nil, protowire.ParseError(n)
 	}
-	return nil
+	if num > protowire.MaxValidNumber {
+		// ConsumeTag takes field numbers up to MaxInt32; proto refuses those above
+		// 2^29-1.
+		return 0, 0, nil, nil, errFieldNumber
+	}
+	b = b[n:]
+	switch typ {
+	case protowire.BytesType:
+		v, n = protowire.ConsumeBytes(b)
+	case protowire.VarintType:
+		_, n = protowire.ConsumeVarint(b)
+		if n > 0 {
+			v = b[:n]
+		}
+	default:
+		n = protowire.ConsumeFieldValue(num, typ, b)
+	}
+	if n < 0 {
+		return 0, 0, nil, nil, protowire.ParseError(n)
+	}
+	return num, typ, v, b[n:], nil
 }
 
 func varint(v []byte) uint64 {
@@ -223,7 +224,12 @@ func varint(v []byte) uint64 {
 func (dec *replyDecoder) delivery(b []byte) error {
 	var d delivery
 	var ack []byte
-	err := forFields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	for len(b) > 0 {
+		num, typ, v, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			if !utf8.Valid(v) {
@@ -231,7 +237,9 @@ func (dec *replyDecoder) delivery(b []byte) error {
 			}
 			ack = v
 		case num == 2 && typ == protowire.BytesType:
-			return dec.record(&d, v)
+			if err := dec.record(&d, v); err != nil {
+				return err
+			}
 		case num == 3 && typ == protowire.BytesType:
 			// source: unused, but a string, so proto refuses it when not UTF-8.
 			if !utf8.Valid(v) {
@@ -242,10 +250,6 @@ func (dec *replyDecoder) delivery(b []byte) error {
 		case num == 5 && typ == protowire.VarintType:
 			d.attempt = int32(varint(v))
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	dec.msgs = append(dec.msgs, d)
 	dec.acks = append(dec.acks, ack)
@@ -257,33 +261,48 @@ func (dec *replyDecoder) delivery(b []byte) error {
 // value 4, headers 5 (key 1, value 2). A record sent twice in one message merges, as
 // proto merges it: the later one's scalars win, headers add up.
 func (dec *replyDecoder) record(d *delivery, b []byte) error {
-	return forFields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	for len(b) > 0 {
+		num, typ, v, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
 		switch {
 		case num == 2 && typ == protowire.VarintType:
 			d.ts = int64(varint(v))
 		case num == 4 && typ == protowire.BytesType:
 			d.value = v[:len(v):len(v)]
 		case num == 5 && typ == protowire.BytesType:
-			var h storedHeader
-			err := forFields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
-				switch {
-				case num == 1 && typ == protowire.BytesType:
-					if !utf8.Valid(v) {
-						return errBadUTF8
-					}
-					h.key = headerKey(v)
-				case num == 2 && typ == protowire.BytesType:
-					h.value = v[:len(v):len(v)]
-				}
-				return nil
-			})
+			h, err := header(v)
 			if err != nil {
 				return err
 			}
 			dec.hdrs = append(dec.hdrs, h)
 		}
-		return nil
-	})
+	}
+	return nil
+}
+
+// header decodes a Header (storage.proto): key 1, value 2.
+func header(b []byte) (storedHeader, error) {
+	var h storedHeader
+	for len(b) > 0 {
+		num, typ, v, rest, err := nextField(b)
+		if err != nil {
+			return storedHeader{}, err
+		}
+		b = rest
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			if !utf8.Valid(v) {
+				return storedHeader{}, errBadUTF8
+			}
+			h.key = headerKey(v)
+		case num == 2 && typ == protowire.BytesType:
+			h.value = v[:len(v):len(v)]
+		}
+	}
+	return h, nil
 }
 
 // headerKey is the header key k as a string: the reserved keys every Pub/Sub message
