@@ -32,11 +32,17 @@ func FuzzReceiveReply(f *testing.F) {
 		if (perr == nil) != (werr == nil) {
 			t.Fatalf("proto: %v, wire: %v", perr, werr)
 		}
-		half := len(b) / 2
+		// Pooled, from buffers of a size the input picks (1..16 bytes, or halves).
+		var split mem.BufferSlice
+		if len(b) > 0 && b[0]&0x10 != 0 {
+			split = evenSplit(b, max(len(b)/(int(b[0]&0x0f)+1), 1))
+		} else {
+			split = evenSplit(b, 2)
+		}
 		pooled := receiveReply{pooled: true}
 		defer pooled.free()
-		if perr2 := pooled.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(b[:half]), mem.SliceBuffer(b[half:])}, grpcx.BufferPool); (perr2 == nil) != (werr == nil) {
-			t.Fatalf("heap copy: %v, pooled copy: %v", werr, perr2)
+		if perr2 := pooled.UnmarshalBuffers(split, grpcx.BufferPool); (perr2 == nil) != (werr == nil) {
+			t.Fatalf("heap copy: %v, pooled: %v", werr, perr2)
 		}
 		if perr != nil {
 			return
