@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -652,11 +653,12 @@ func (s *stream) batch(ctx context.Context, ds []delivery) (batch, []int64) {
 }
 
 // trackAll tracks the leases ids (sizes[i] bytes each) until the deadline, under one
-// lock.
+// lock. Each id is copied: the ids of a Receive answer share one string
+// (receiveReply), which a single lease kept here for long would keep whole.
 func (s *stream) trackAll(ids []string, sizes []int64, until time.Time) {
 	s.mu.Lock()
 	for i, id := range ids {
-		s.trackLocked(id, sizes[i], until)
+		s.trackLocked(strings.Clone(id), sizes[i], until)
 	}
 	s.mu.Unlock()
 }
