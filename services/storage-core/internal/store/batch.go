@@ -169,17 +169,17 @@ func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 }
 
 // checkProducerFields applies Kafka's batch checks on client-written batches
-// (LogValidator.validateBatch, ProducerStateManager): no control batches; producer id
-// -1 (none) or >= 0; without a producer id the batch is not transactional (its base
+// (LogValidator.validateBatch, ProducerStateManager): no control batches; a producer
+// id below 0 means none, as in Kafka, whose RecordBatch.hasProducerId is
+// "producerId > NO_PRODUCER_ID (-1)": -5 is taken and stored as sent, without
+// idempotence, like -1. Without a producer id the batch is not transactional (its base
 // sequence is not looked at: franz-go writes 0 there when idempotence is off, and
 // Kafka takes it); with one the base sequence is >= 0.
 func checkProducerFields(h *batchHeader) error {
 	switch {
 	case h.Attributes&attrControl != 0:
 		return fmt.Errorf("%w: clients may not write control batches", ErrInvalidRecord)
-	case h.ProducerID < -1:
-		return fmt.Errorf("%w: producer id %d", ErrInvalidRecord, h.ProducerID)
-	case h.ProducerID == -1 && h.Attributes&attrTransactional != 0:
+	case h.ProducerID < 0 && h.Attributes&attrTransactional != 0:
 		return fmt.Errorf("%w: transactional batch without a producer id", ErrInvalidRecord)
 	case h.ProducerID >= 0 && h.BaseSequence < 0:
 		return fmt.Errorf("%w: base sequence %d for producer %d", ErrInvalidRecord, h.BaseSequence, h.ProducerID)
