@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -122,8 +123,16 @@ type Queue struct {
 	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
 	leased   int
 	leaseSeq uint64
-	deleted  bool
-	notify   chan struct{}
+	// busyTo, busyMin: every pending message below offset busyTo is leased until
+	// busyMin or later, acked or being dead-lettered, so while busyMin is in the
+	// future a Receive has nothing to do there and starts its scan at busyTo (the
+	// leases a client holds, often thousands, sit at the window's front). A lease
+	// ending there (expiry, nack, a failed dead-letter) lowers busyTo, a deadline
+	// moved earlier lowers busyMin; leaseLocked recomputes both.
+	busyTo  int64
+	busyMin int64
+	deleted bool
+	notify  chan struct{}
 
 	pumpStop chan struct{}
 	pumps    sync.WaitGroup
@@ -431,6 +440,7 @@ func (q *Queue) expireLocked(m *msg, now int64) bool {
 	if m.state == stLeased {
 		q.leased--
 	}
+	q.busyTo = min(q.busyTo, m.off)
 	cfg := &q.meta.Config
 	if dl := cfg.DeadLetter; dl != nil && m.attempts >= dl.MaxDeliveryAttempts {
 		m.state = stDeadLettering
@@ -525,14 +535,44 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		seen = map[string]struct{}{}
 	}
 	var size int64
-	var leased []*msg
+	// Sized for the messages not leased (more when expired leases are taken again).
+	n := min(maxMsgs, max(len(q.pending)-q.tombs-q.leased, 0))
+	out = make([]Delivery, 0, n)
+	leased := make([]*msg, 0, n)
 	event := func(t int64) {
 		if t > now && (nextEvent == 0 || t < nextEvent) {
 			nextEvent = t
 		}
 	}
+	// The busy run: the messages from the window's front that are leased (until
+	// runMin or later), acked or being dead-lettered, up to runEnd (busyTo).
+	start, runMin, runEnd, busyRun := 0, int64(math.MaxInt64), int64(0), true
+	if !ordered && q.busyTo > 0 && q.busyMin > now {
+		start = sort.Search(len(q.pending), func(i int) bool { return q.pending[i].off >= q.busyTo })
+		if start > 0 {
+			event(q.busyMin)
+			runMin = q.busyMin
+		}
+	}
+	markRun := func(m *msg) {
+		if !busyRun {
+			return
+		}
+		switch m.state {
+		case stLeased:
+			runMin = min(runMin, m.deadline)
+		case stAcked, stDeadLettering:
+		default:
+			busyRun, runEnd = false, m.off
+		}
+	}
+	i := start
 scan:
-	for _, m := range q.pending {
+	for ; i < len(q.pending); i++ {
+		m := q.pending[i]
+		if i > start {
+			markRun(q.pending[i-1])
+		}
 		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
 			break
 		}
@@ -580,6 +620,18 @@ scan:
 		m.notBefore = 0
 		leased = append(leased, m)
 	}
+	if i == len(q.pending) && i > start {
+		markRun(q.pending[i-1])
+	}
+	if busyRun {
+		switch {
+		case i < len(q.pending):
+			runEnd = q.pending[i].off // not looked at
+		case i > 0:
+			runEnd = q.pending[i-1].off + 1
+		}
+	}
+	q.busyTo, q.busyMin = runEnd, runMin
 	q.m.opts.Metrics.Deliveries.Add(float64(len(out)))
 	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
 	mark := q.advanceDeliveredLocked()
@@ -866,6 +918,7 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 				changed = true
 			} else {
 				m.deadline = now + deadlineMs
+				q.busyMin = min(q.busyMin, m.deadline)
 			}
 		}
 		res[i] = q.finalResult(r)
@@ -987,6 +1040,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 					zap.Int64("sequence", m.off+1), zap.Error(errs[i]))
 				m.state = stAvailable
 				m.notBefore = q.m.nowMs() + 1000
+				q.busyTo = min(q.busyTo, m.off)
 				continue
 			}
 			q.ackLocked(m)
