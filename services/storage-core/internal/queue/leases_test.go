@@ -131,3 +131,25 @@ func TestReceiveSkipsOnlyLiveLeases(t *testing.T) {
 		t.Fatalf("after the leases ended: %v, want [b c d f]", got)
 	}
 }
+
+// TestFind: find agrees with a linear search over windows with and without gaps
+// (acked messages compacted away, offsets skipped at load).
+func TestFind(t *testing.T) {
+	for _, offs := range [][]int64{nil, {5}, {0, 1, 2, 3}, {3, 4, 7, 8, 9, 20}, {1, 3, 5, 7, 9, 11}, {10, 11, 12, 40}} {
+		q := &Queue{}
+		for _, o := range offs {
+			q.pending = append(q.pending, &msg{off: o})
+		}
+		for off := int64(-1); off < 45; off++ {
+			var want *msg
+			for _, m := range q.pending {
+				if m.off == off {
+					want = m
+				}
+			}
+			if got := q.find(off); got != want {
+				t.Fatalf("window %v: find(%d) = %v, want %v", offs, off, got, want)
+			}
+		}
+	}
+}

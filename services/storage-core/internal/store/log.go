@@ -762,8 +762,9 @@ func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, n
 }
 
 // ReadBatchRecords decodes every record at or after off of the whole frames
-// ReadRawTo(off, maxBytes, alloc) returns (at least one frame when one is available),
-// with no bound on their count. Each frame is read and verified once even when the
+// ReadRawTo(off, maxBytes, alloc) returns: up to maxBytes bytes of stored (possibly
+// compressed) frames from one segment, at least one frame when one is available, with
+// no bound on the number of records. Each frame is read and verified once even when the
 // caller uses its records in small steps, where ReadRecords stops within a frame and a
 // later call reads and checks the whole frame again. The records alias the buffer
 // from alloc, which the caller may reuse once it is done with them. next is the
