@@ -228,7 +228,10 @@ func isInternalHeader(key string) bool { return key == HeaderSource || key == He
 // ownRecord returns r without its internal headers, its key, value and header values
 // copied into one allocation of their own: decoded records point into the read
 // buffer, which holds many more records and is reused (fillStage), and the window
-// keeps messages for long. Header keys are immutable strings, shared.
+// keeps messages for long. Header keys are immutable strings, shared. One allocation
+// per message, not one per read shared by its messages: such a slab would stay whole
+// while any one of them is unacked, so a few slow messages could hold far more
+// memory than MaxLoadedBytes counts.
 func ownRecord(r store.Record) store.Record {
 	n, nh := len(r.Key)+len(r.Value), 0
 	for _, h := range r.Headers {
