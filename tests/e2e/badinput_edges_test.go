@@ -281,7 +281,8 @@ func TestBadInputEdges(t *testing.T) {
 			{"gzip flag on plain records", func(b []byte) []byte { b[22] |= 1; return resealBatch(b) }, []int16{kerr.CorruptMessage.Code}},
 			{"zstd flag on plain records", func(b []byte) []byte { b[22] |= 4; return resealBatch(b) }, []int16{kerr.CorruptMessage.Code}},
 			{"bytes after the last record", func(b []byte) []byte { return resealBatch(append(b, 1, 2, 3)) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
-			{"producer id -5", func(b []byte) []byte { binary.BigEndian.PutUint64(b[43:], ^uint64(4)); return resealBatch(b) }, []int16{kerr.InvalidRecord.Code}},
+			// Producer id -5 is not a lie: Kafka takes it as "no producer id"
+			// (RepeatsEpochsProducerIDs).
 			{"header only", func(b []byte) []byte { return resealBatch(b[:61]) }, []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}},
 		}
 		for _, c := range cases {
@@ -299,6 +300,80 @@ func TestBadInputEdges(t *testing.T) {
 		}
 		if after := snapshot(consumeAll(t, addrs, topic)); !reflect.DeepEqual(before, after) {
 			t.Errorf("records of %s changed after refused batches", topic)
+		}
+	})
+	// Kafka 4.x answers to repeated partitions, null records, current leader epochs and
+	// producer ids below -1 (KafkaApis, ListOffsetsRequest, Partition, RecordBatch).
+	t.Run("RepeatsEpochsProducerIDs", func(t *testing.T) {
+		topic := topicName("repeats")
+		createTopic(t, adm, topic, 1, nil)
+		td := waitTopic(t, adm, topic, 1)
+		leader := cl.Broker(int(td.Partitions[0].Leader))
+
+		// Partition 0 listed twice: appended once, with the later entry's records.
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 10000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = topic
+		for _, n := range []int{1, 3} {
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Records = idempotentBatch(-1, -1, -1, n)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctxT(t, 30*time.Second), leader)
+		if err != nil {
+			t.Fatalf("produce with a repeated partition: %v", err)
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+			t.Fatalf("produce with a repeated partition: %+v, want one successful answer", resp.Topics)
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 3 {
+			t.Fatalf("high watermark %d after a produce listing partition 0 twice (1 then 3 records), want 3", got)
+		}
+
+		if code, _ := rawProduce(t, cl, td.Partitions[0].Leader, td, 0, nil); code != kerr.InvalidRecord.Code {
+			t.Errorf("null records: %s, want INVALID_RECORD", codeName(code))
+		}
+
+		// Producer id -5 is no producer id (Kafka: hasProducerId is id > -1): taken as
+		// sent, twice, without de-duplication.
+		for i := 0; i < 2; i++ {
+			if code, _ := rawProduce(t, cl, td.Partitions[0].Leader, td, 0, idempotentBatch(-5, 0, 0, 1)); code != 0 {
+				t.Errorf("producer id -5, batch %d: %s, want NONE", i, codeName(code))
+			}
+		}
+		if got := endOffsets(t, adm, topic)[0]; got != 5 {
+			t.Errorf("high watermark %d after two batches with producer id -5, want 5", got)
+		}
+
+		lo := func(parts []int32, epoch int32) *kmsg.ListOffsetsResponse {
+			t.Helper()
+			req := kmsg.NewPtrListOffsetsRequest()
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = topic
+			for _, p := range parts {
+				rp := kmsg.NewListOffsetsRequestTopicPartition()
+				rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = p, -1, epoch
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctxT(t, 20*time.Second), leader)
+			if err != nil {
+				t.Fatalf("ListOffsets: %v", err)
+			}
+			return resp
+		}
+		if r := lo([]int32{0, 0}, -1); len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.InvalidRequest.Code {
+			t.Errorf("ListOffsets with partition 0 twice: %+v, want one INVALID_REQUEST", r.Topics)
+		}
+		for _, c := range []struct {
+			epoch int32
+			want  int16
+		}{{0, 0}, {1, kerr.UnknownLeaderEpoch.Code}, {-5, kerr.FencedLeaderEpoch.Code}} {
+			if p := lo([]int32{0}, c.epoch).Topics[0].Partitions[0]; p.ErrorCode != c.want || (c.want == 0 && p.Offset != 5) {
+				t.Errorf("ListOffsets with current leader epoch %d: %s offset %d, want %s", c.epoch, codeName(p.ErrorCode), p.Offset, codeName(c.want))
+			}
 		}
 	})
 }

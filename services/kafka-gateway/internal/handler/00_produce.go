@@ -16,6 +16,12 @@ package handler
 //     with the default partition count when auto-create is on (else
 //     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is
 //     UNKNOWN_TOPIC_OR_PARTITION.
+//   - A partition listed more than once (in one topic or in two entries of the same
+//     topic) is appended once, with the records of its last entry, and answered once;
+//     the response has one entry per distinct topic and partition, in order of first
+//     appearance (Kafka keys both the records and the answers by topic-partition).
+//   - Null or empty records are INVALID_RECORD (Kafka: "must have at least one record
+//     batch per partition").
 //   - Each partition's batches are checked (framing, magic 2; CRC-32C of control and
 //     transactional batches: storage-core verifies every CRC, a mismatch is
 //     CORRUPT_MESSAGE either way) and then all
@@ -63,22 +69,12 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 	req := r.Body.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 
-	// Skeleton in request order; every partition starts as "not written".
-	type slot struct{ t, p int }
-	for _, t := range req.Topics {
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic = t.Topic
-		rt.TopicID = t.TopicID
-		for _, p := range t.Partitions {
-			rp := kmsg.NewProduceResponseTopicPartition()
-			rp.Partition = p.Partition
-			rp.BaseOffset = -1
-			rp.LogAppendTime = -1
-			rp.LogStartOffset = -1
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		resp.Topics = append(resp.Topics, rt)
-	}
+	// Skeleton in request order, one entry per distinct topic and partition (as Kafka's
+	// response, built from a map keyed by partition); every partition starts as "not
+	// written". at[ti][pi] is the response slot of request partition (ti, pi); only the
+	// last occurrence of a partition listed more than once is written (Kafka collects
+	// the records per partition in a map, so the later entry replaces the earlier).
+	at, last := dedupeProduce(req, resp)
 	setAll := func(code int16) {
 		for i := range resp.Topics {
 			for j := range resp.Topics[i].Partitions {
@@ -146,7 +142,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 
 	var (
 		channels []*storagev1.ChannelBatches
-		slots    []slot
+		slots    []produceSlot
 		bytesIn  int
 	)
 	for ti, t := range req.Topics {
@@ -165,7 +161,11 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 			}
 		}
 		for pi, p := range t.Partitions {
-			rp := &resp.Topics[ti].Partitions[pi]
+			if !last[ti][pi] {
+				continue
+			}
+			sl := at[ti][pi]
+			rp := &resp.Topics[sl.t].Partitions[sl.p]
 			if topicCode != 0 {
 				rp.ErrorCode = topicCode
 				continue
@@ -193,7 +193,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 				Channel: channel.KafkaPartition(t.Topic, p.Partition),
 				Batches: p.Records,
 			})
-			slots = append(slots, slot{ti, pi})
+			slots = append(slots, sl)
 		}
 	}
 	h.metrics.addProduceBytes(bytesIn)
@@ -235,7 +235,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 				rp.ErrorMessage = &msg
 			}
 			if res.GetError() == storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
-				h.topics.invalidate(req.Topics[s.t].Topic)
+				h.topics.invalidate(resp.Topics[s.t].Topic)
 			}
 			if res.GetLogStartSequence() > 0 {
 				rp.LogStartOffset = res.GetLogStartSequence() - 1
@@ -283,4 +283,61 @@ func (h *Handler) storeBatches(connCtx, ctx context.Context, r *Request, channel
 		r.bodyInUse.Store(false)
 	}
 	return res, err
+}
+
+// produceSlot is a position in a ProduceResponse: topic index, partition index.
+type produceSlot struct{ t, p int }
+
+// dedupeProduce fills resp with one topic per distinct topic name and one partition
+// per distinct partition of it, in order of first appearance, each "not written"
+// (offsets -1). It returns, for every request partition (ti, pi), its response slot,
+// and whether it is the last occurrence of its topic and partition: the one whose
+// records count. Kafka (KafkaApis.handleProduceRequest) gathers the partitions into a
+// map keyed by topic-partition, so a partition listed twice is appended once, with
+// the later entry's records, and answered once.
+func dedupeProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse) ([][]produceSlot, [][]bool) {
+	type tp struct {
+		topic string
+		part  int32
+	}
+	topicAt := make(map[string]int, len(req.Topics))
+	partAt := make(map[tp]produceSlot)
+	lastOf := make(map[tp][2]int)
+	at := make([][]produceSlot, len(req.Topics))
+	for ti, t := range req.Topics {
+		rti, ok := topicAt[t.Topic]
+		if !ok {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = t.Topic
+			rt.TopicID = t.TopicID
+			rti = len(resp.Topics)
+			resp.Topics = append(resp.Topics, rt)
+			topicAt[t.Topic] = rti
+		}
+		at[ti] = make([]produceSlot, len(t.Partitions))
+		for pi, p := range t.Partitions {
+			k := tp{t.Topic, p.Partition}
+			sl, ok := partAt[k]
+			if !ok {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.BaseOffset = -1
+				rp.LogAppendTime = -1
+				rp.LogStartOffset = -1
+				sl = produceSlot{rti, len(resp.Topics[rti].Partitions)}
+				resp.Topics[rti].Partitions = append(resp.Topics[rti].Partitions, rp)
+				partAt[k] = sl
+			}
+			at[ti][pi] = sl
+			lastOf[k] = [2]int{ti, pi}
+		}
+	}
+	last := make([][]bool, len(req.Topics))
+	for ti, t := range req.Topics {
+		last[ti] = make([]bool, len(t.Partitions))
+	}
+	for _, l := range lastOf {
+		last[l[0]][l[1]] = true
+	}
+	return at, last
 }

@@ -14,6 +14,15 @@ package handler
 //     (as Kafka).
 //   - Leader epoch 0 on answers with an offset, -1 otherwise. Unknown topic/partition:
 //     UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER (retriable).
+//   - current_leader_epoch (v4+) other than -1 is checked against the partition's epoch,
+//     0 (as Metadata reports it), after the partition is known to exist (Kafka:
+//     Partition.localLogWithEpochOrThrow): above it UNKNOWN_LEADER_EPOCH, below it
+//     FENCED_LEADER_EPOCH.
+//   - A topic-partition listed more than once is INVALID_REQUEST and not looked up, in
+//     every version (Kafka: ListOffsetsRequest.duplicatePartitions, checked first in
+//     ReplicaManager.fetchOffset); like Kafka's answer, built from a map keyed by
+//     topic-partition, the response holds each topic and partition once, here in order
+//     of first appearance.
 //
 // KIPs: KIP-79 (v1 timestamps), KIP-98 (v2 isolation), KIP-207 (v5), KIP-320 (v4
 // epochs), KIP-482 (flexible v6+), KIP-734, KIP-405, KIP-1005, KIP-1075 (v10 timeout).
@@ -63,38 +72,70 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
 
 	type job struct {
-		rp    *kmsg.ListOffsetsResponseTopicPartition
-		ch    string
-		ts    int64
-		topic string
+		t, p     int // response slot; rp is set once every slot exists
+		rp       *kmsg.ListOffsetsResponseTopicPartition
+		ch       string
+		ts       int64
+		epochErr int16 // answer once the partition is known to exist
 	}
+	type tp struct {
+		topic string
+		part  int32
+	}
+	seen := make(map[tp]int)
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			seen[tp{t.Topic, p.Partition}]++
+		}
+	}
+	topicAt := make(map[string]int, len(req.Topics))
+	done := make(map[tp]bool, len(seen))
 	var jobs []job
 	for _, t := range req.Topics {
-		rt := kmsg.NewListOffsetsResponseTopic()
-		rt.Topic = t.Topic
-		rt.Partitions = make([]kmsg.ListOffsetsResponseTopicPartition, len(t.Partitions))
-		resp.Topics = append(resp.Topics, rt)
-	}
-	for ti, t := range req.Topics {
+		ti, ok := topicAt[t.Topic]
+		if !ok {
+			rt := kmsg.NewListOffsetsResponseTopic()
+			rt.Topic = t.Topic
+			ti = len(resp.Topics)
+			resp.Topics = append(resp.Topics, rt)
+			topicAt[t.Topic] = ti
+		}
 		valid := validTopicName(t.Topic)
-		for pi, p := range t.Partitions {
-			rp := &resp.Topics[ti].Partitions[pi]
-			*rp = kmsg.NewListOffsetsResponseTopicPartition()
+		for _, p := range t.Partitions {
+			k := tp{t.Topic, p.Partition}
+			if done[k] {
+				continue
+			}
+			done[k] = true
+			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.Timestamp, rp.Offset, rp.LeaderEpoch = -1, -1, -1
+			var epochErr int16
+			if req.Version >= 4 {
+				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
+			}
 			switch {
+			case seen[k] > 1:
+				rp.ErrorCode = kerr.InvalidRequest.Code
 			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case p.Timestamp == -5:
+			case p.Timestamp == -5 && epochErr == 0:
 				// Nothing is tiered.
 			default:
 				ts := p.Timestamp
 				if ts == -4 {
 					ts = -2
 				}
-				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition), ts: ts, topic: t.Topic})
+				if epochErr != 0 {
+					ts = -1 // looked up only to learn that the partition exists
+				}
+				jobs = append(jobs, job{t: ti, p: len(resp.Topics[ti].Partitions), ch: channel.KafkaPartition(t.Topic, p.Partition), ts: ts, epochErr: epochErr})
 			}
+			resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, rp)
 		}
+	}
+	for i := range jobs {
+		jobs[i].rp = &resp.Topics[jobs[i].t].Partitions[jobs[i].p]
 	}
 	forEach(len(jobs), func(i int) {
 		j := jobs[i]
@@ -103,6 +144,10 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 		out, err := h.storage.LookupSequence(cctx, &storagev1.LookupSequenceRequest{Channel: j.ch, TimestampMs: j.ts})
 		if err != nil {
 			j.rp.ErrorCode = dataCode(err)
+			return
+		}
+		if j.epochErr != 0 {
+			j.rp.ErrorCode = j.epochErr
 			return
 		}
 		if !out.GetFound() {
@@ -115,4 +160,20 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 		}
 	})
 	return resp, nil
+}
+
+// leaderEpochCode checks a request's current_leader_epoch against the partition's leader
+// epoch, which is 0 forever here (Metadata reports 0). -1 means "not given" and is never
+// checked; otherwise, as Kafka's Partition.checkCurrentLeaderEpoch: an epoch above ours
+// is UNKNOWN_LEADER_EPOCH (the client knows an epoch we have not reached), one below it
+// is FENCED_LEADER_EPOCH (the client's metadata is stale).
+func leaderEpochCode(current int32) int16 {
+	switch {
+	case current == -1 || current == 0:
+		return 0
+	case current > 0:
+		return kerr.UnknownLeaderEpoch.Code
+	default:
+		return kerr.FencedLeaderEpoch.Code
+	}
 }

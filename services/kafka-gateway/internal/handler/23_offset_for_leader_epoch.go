@@ -5,7 +5,9 @@ package handler
 // Every partition has leader epoch 0 forever (one durable copy, any replica serves it).
 // Behaviour, per partition: a requested epoch of 0 or more returns epoch 0 and end
 // offset = the high watermark (storage-core GetChannel); a current_leader_epoch above 0
-// is UNKNOWN_LEADER_EPOCH (the client knows an epoch we never handed out); a requested
+// is UNKNOWN_LEADER_EPOCH (the client knows an epoch we never handed out), one below 0
+// other than -1 (not given) is FENCED_LEADER_EPOCH (leaderEpochCode, shared with
+// ListOffsets; Kafka's Partition.checkCurrentLeaderEpoch); a requested
 // epoch below 0 returns epoch -1 / offset -1 (UNDEFINED). Unknown partition:
 // UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER.
 //
@@ -51,8 +53,8 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 			switch {
 			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case p.CurrentLeaderEpoch > 0:
-				rp.ErrorCode = kerr.UnknownLeaderEpoch.Code
+			case leaderEpochCode(p.CurrentLeaderEpoch) != 0:
+				rp.ErrorCode = leaderEpochCode(p.CurrentLeaderEpoch)
 			case p.LeaderEpoch < 0:
 			default:
 				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition)})

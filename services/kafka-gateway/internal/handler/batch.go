@@ -40,14 +40,18 @@ type batchCheck struct {
 // included): every batch must be a complete magic-2 batch; a control or
 // transactional batch must also have a correct CRC-32C.
 //
-//	no records, short or overlong frame          -> CORRUPT_MESSAGE (2)
+//	null or empty records                        -> INVALID_RECORD (87)
+//	short or overlong frame                      -> CORRUPT_MESSAGE (2)
 //	bad CRC (here or in storage-core)            -> CORRUPT_MESSAGE (2)
 //	magic other than 2                           -> INVALID_RECORD (87)
 //	control batch from a producer                -> INVALID_RECORD (87)
 func checkBatches(b []byte) batchCheck {
 	var c batchCheck
 	if len(b) == 0 {
-		c.code = kerr.CorruptMessage.Code
+		// Kafka (ProduceRequest.validateRecords, v3+): "must have at least one record
+		// batch per partition", an InvalidRecordException. Null records pass that check
+		// in Kafka only to fail later without a defined code; they hold no batch either.
+		c.code = kerr.InvalidRecord.Code
 		return c
 	}
 	for len(b) > 0 {

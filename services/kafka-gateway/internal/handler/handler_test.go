@@ -190,7 +190,9 @@ func TestProduceErrors(t *testing.T) {
 	}{
 		{"bad crc", "t", 0, bad, kerr.CorruptMessage.Code},
 		{"truncated", "t", 0, short, kerr.CorruptMessage.Code},
-		{"empty", "t", 0, nil, kerr.CorruptMessage.Code},
+		// Kafka: "must have at least one record batch per partition" (INVALID_RECORD).
+		{"null records", "t", 0, nil, kerr.InvalidRecord.Code},
+		{"empty records", "t", 0, []byte{}, kerr.InvalidRecord.Code},
 		{"too large", "small", 0, fake.Batch(strings.Repeat("z", 4096)), kerr.MessageTooLarge.Code},
 		{"unknown partition", "t", 7, good, kerr.UnknownTopicOrPartition.Code},
 		{"negative partition", "t", -1, good, kerr.UnknownTopicOrPartition.Code},

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -26,7 +27,16 @@ func (a ackID) String() string {
 	return string(b)
 }
 
+// parseAckID parses an ack id; ok is false for anything that is not one.
 func parseAckID(s string) (ackID, bool) {
+	if a, ok := parseAckIDHex(s); ok {
+		return a, true
+	}
+	return parseAckIDStrconv(s)
+}
+
+// parseAckIDStrconv is parseAckID's general path.
+func parseAckIDStrconv(s string) (ackID, bool) {
 	if len(s) > 64 {
 		return ackID{}, false
 	}
@@ -45,4 +55,39 @@ func parseAckID(s string) (ackID, bool) {
 		return ackID{}, false
 	}
 	return ackID{inc: inc, off: off, lease: lease}, true
+}
+
+// parseAckIDHex parses the ack ids String writes (three runs of 1..16 hex digits,
+// the offset below 2^63) without strconv; anything else is left to parseAckID's
+// general path, which accepts these ids with the same values.
+func parseAckIDHex(s string) (ackID, bool) {
+	var f [3]uint64
+	n, digits := 0, 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		case c == '.' && n < 2 && digits > 0:
+			n++
+			digits = 0
+			continue
+		default:
+			return ackID{}, false
+		}
+		if digits == 16 {
+			return ackID{}, false
+		}
+		f[n] = f[n]<<4 | uint64(d)
+		digits++
+	}
+	if n != 2 || digits == 0 || f[1] > math.MaxInt64 {
+		return ackID{}, false
+	}
+	return ackID{inc: f[0], off: int64(f[1]), lease: f[2]}, true
 }

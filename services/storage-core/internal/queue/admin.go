@@ -32,6 +32,7 @@ func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
 	q.pending = nil
 	q.pendingBytes = 0
 	q.leased = 0
+	q.busyTo, q.busyMin = 0, 0
 	q.loadPos = floor
 	q.ackedAhead = acked
 	q.attempts = map[int64]delivered{}

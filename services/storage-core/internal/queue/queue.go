@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -95,6 +96,7 @@ type Queue struct {
 	log  *store.Log
 
 	fillMu sync.Mutex
+	stage  fillStage // under fillMu
 
 	mu       sync.Mutex
 	meta     queueMeta
@@ -121,8 +123,16 @@ type Queue struct {
 	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
 	leased   int
 	leaseSeq uint64
-	deleted  bool
-	notify   chan struct{}
+	// busyTo, busyMin: every pending message below offset busyTo is leased until
+	// busyMin or later, acked or being dead-lettered, so while busyMin is in the
+	// future a Receive has nothing to do there and starts its scan at busyTo (the
+	// leases a client holds, often thousands, sit at the window's front). A lease
+	// ending there (expiry, nack, a failed dead-letter) lowers busyTo, a deadline
+	// moved earlier lowers busyMin; leaseLocked recomputes both.
+	busyTo  int64
+	busyMin int64
+	deleted bool
+	notify  chan struct{}
 
 	pumpStop chan struct{}
 	pumps    sync.WaitGroup
@@ -149,9 +159,24 @@ func (q *Queue) usableLocked() error {
 
 // find returns the pending message at off, or nil.
 func (q *Queue) find(off int64) *msg {
-	i := sort.Search(len(q.pending), func(i int) bool { return q.pending[i].off >= off })
-	if i < len(q.pending) && q.pending[i].off == off {
-		return q.pending[i]
+	p := q.pending
+	if len(p) == 0 || off < p[0].off {
+		return nil
+	}
+	// Offsets grow by at least one along pending, so off is at index off-p[0].off or
+	// before it: exactly there while no acked message between was compacted away
+	// (compactLocked drops them only once they are half the window), which spares
+	// an ack the binary search's cache misses.
+	hi := len(p)
+	if d := off - p[0].off; d < int64(hi) {
+		if p[d].off == off {
+			return p[d]
+		}
+		hi = int(d)
+	}
+	i := sort.Search(hi, func(i int) bool { return p[i].off >= off })
+	if i < hi && p[i].off == off {
+		return p[i]
 	}
 	return nil
 }
@@ -165,22 +190,19 @@ func (q *Queue) floorLocked() int64 {
 }
 
 // newMsg builds a window entry from a queue record, splitting off the internal
-// headers.
+// headers. Caller holds Queue.mu, or is opening the queue.
 func (q *Queue) newMsg(r store.Record) *msg {
 	m := &msg{off: r.Offset}
-	hs := r.Headers[:0:0]
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderSource:
-			m.source = string(h.Value)
+			m.source = q.sourceName(h.Value)
 		case HeaderSourceSeq:
 			m.srcSeq, _ = strconv.ParseInt(string(h.Value), 10, 64)
-		default:
-			hs = append(hs, h)
 		}
 	}
-	r.Headers = hs
 	m.rec = ownRecord(r)
+	hs := m.rec.Headers
 	m.key = orderingKey(q.meta.Config.OrderingKeyHeader, hs)
 	m.size = int64(len(r.Key) + len(r.Value))
 	for _, h := range hs {
@@ -189,13 +211,34 @@ func (q *Queue) newMsg(r store.Record) *msg {
 	return m
 }
 
-// ownRecord copies r's key, value and header values into one allocation of their
-// own: decoded records point into the read buffer, which holds many more records, and
-// the window keeps messages for long.
+// sourceName returns the source log name v as a string: the binding's own when a
+// binding of the queue has that source (each of its records names it), so loading a
+// message does not allocate one.
+func (q *Queue) sourceName(v []byte) string {
+	for _, b := range q.bindings {
+		if b.source == string(v) {
+			return b.source
+		}
+	}
+	return string(v)
+}
+
+func isInternalHeader(key string) bool { return key == HeaderSource || key == HeaderSourceSeq }
+
+// ownRecord returns r without its internal headers, its key, value and header values
+// copied into one allocation of their own: decoded records point into the read
+// buffer, which holds many more records and is reused (fillStage), and the window
+// keeps messages for long. Header keys are immutable strings, shared. One allocation
+// per message, not one per read shared by its messages: such a slab would stay whole
+// while any one of them is unacked, so a few slow messages could hold far more
+// memory than MaxLoadedBytes counts.
 func ownRecord(r store.Record) store.Record {
-	n := len(r.Key) + len(r.Value)
+	n, nh := len(r.Key)+len(r.Value), 0
 	for _, h := range r.Headers {
-		n += len(h.Value)
+		if !isInternalHeader(h.Key) {
+			n += len(h.Value)
+			nh++
+		}
 	}
 	buf := make([]byte, 0, n)
 	own := func(b []byte) []byte {
@@ -206,10 +249,12 @@ func ownRecord(r store.Record) store.Record {
 		return buf[len(buf)-len(b) : len(buf) : len(buf)]
 	}
 	r.Key, r.Value = own(r.Key), own(r.Value)
-	if len(r.Headers) > 0 {
-		hs := make([]store.Header, len(r.Headers))
-		for i, h := range r.Headers {
-			hs[i] = store.Header{Key: h.Key, Value: own(h.Value)}
+	if nh > 0 {
+		hs := make([]store.Header, 0, nh)
+		for _, h := range r.Headers {
+			if !isInternalHeader(h.Key) {
+				hs = append(hs, store.Header{Key: h.Key, Value: own(h.Value)})
+			}
 		}
 		r.Headers = hs
 	} else {
@@ -249,10 +294,12 @@ func (q *Queue) tryFill() {
 }
 
 func (q *Queue) fillLocked() {
+	st := &q.stage
 	for {
 		q.mu.Lock()
 		if q.deleted {
 			q.mu.Unlock()
+			st.drop()
 			return
 		}
 		pos, gen := q.loadPos, q.gen
@@ -269,27 +316,31 @@ func (q *Queue) fillLocked() {
 		if start := q.log.LogStart(); pos < start {
 			pos = start // below the log start: gone with retention
 		}
-		if pos >= q.log.HighWatermark() {
-			q.mu.Lock()
-			if q.gen == gen && q.loadPos < pos {
-				q.loadPos = pos
+		if !st.holds(pos, gen) {
+			st.drop()
+			if pos >= q.log.HighWatermark() {
+				q.mu.Lock()
+				if q.gen == gen && q.loadPos < pos {
+					q.loadPos = pos
+				}
+				q.mu.Unlock()
+				return
 			}
-			q.mu.Unlock()
-			return
-		}
-		recs, next, err := q.log.ReadRecords(pos, min(room, 1000), int(min(roomBytes, 1<<20)))
-		if err != nil {
-			if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
-				q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
+			if err := st.read(q.log, pos, gen); err != nil {
+				if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
+					q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
+				}
+				return
 			}
-			return
+			if len(st.recs) == 0 && st.next <= pos {
+				return
+			}
 		}
-		if len(recs) == 0 && next <= pos {
-			return
-		}
+		recs, next := st.take(room, roomBytes)
 		q.mu.Lock()
 		if q.gen != gen || q.deleted {
 			q.mu.Unlock()
+			st.drop()
 			return
 		}
 		for _, r := range recs {
@@ -309,6 +360,95 @@ func (q *Queue) fillLocked() {
 		q.loadPos = next
 		q.wakeLocked()
 		q.mu.Unlock()
+		if len(st.recs) == 0 {
+			st.drop() // every record read is owned by the window now: the buffer is free
+		}
+	}
+}
+
+// fillReadBytes bounds one read of the queue log by fill; a larger frame is read
+// whole. fillBufBytes is the size of a fresh read buffer: a binding copies about 1 MiB
+// of records per frame, so its frames are a little over fillReadBytes.
+const (
+	fillReadBytes = 1 << 20
+	fillBufBytes  = fillReadBytes + fillReadBytes/4
+)
+
+// fillBufs holds fill read buffers (*[]byte) between reads, for all queues: a queue
+// keeps one only while it stages records, so idle queues hold none.
+var fillBufs sync.Pool
+
+// fillStage holds records of the queue log that fill read but did not load yet. A read
+// decodes whole frames (a binding's copy is one frame of about 1 MiB), while the
+// window often has room for a few of their records only (each Receive frees a few
+// dozen places); without the stage each fill would read, check and decode a whole
+// frame again for them. The staged records alias the read buffer, and the window's
+// messages are copies (ownRecord), so the buffer is reused once every staged record
+// is loaded. A queue holds at most one read this way (fillReadBytes, or one larger
+// frame) beside its window's MaxLoadedBytes, and only while the window is full with
+// records left in the read. Only fill uses it (under Queue.fillMu).
+type fillStage struct {
+	recs []store.Record // read, not loaded yet, by offset
+	next int64          // queue offset after the read
+	gen  uint64         // Queue.gen of the read: a rebuilt window discards it
+	buf  *[]byte        // read buffer the records alias, from fillBufs
+}
+
+// holds reports whether the stage continues the window at offset pos of generation gen.
+func (s *fillStage) holds(pos int64, gen uint64) bool {
+	return len(s.recs) > 0 && s.gen == gen && s.recs[0].Offset == pos
+}
+
+// read replaces the stage with the records of a read at pos.
+func (s *fillStage) read(l *store.Log, pos int64, gen uint64) error {
+	s.drop()
+	bp, _ := fillBufs.Get().(*[]byte)
+	alloc := func(n int) []byte {
+		if bp == nil || cap(*bp) < n {
+			b := make([]byte, max(n, fillBufBytes))
+			bp = &b
+		}
+		return (*bp)[:n]
+	}
+	recs, next, err := l.ReadBatchRecords(pos, fillReadBytes, alloc)
+	s.buf = bp
+	if err != nil {
+		s.drop()
+		return err
+	}
+	s.recs, s.next, s.gen = recs, next, gen
+	return nil
+}
+
+// take removes and returns the first records of the stage that fit in room messages
+// and roomBytes bytes (key, value and headers as stored, the record crossing
+// roomBytes included, at least one), and the queue offset to load from after them.
+// They alias the read buffer until drop.
+func (s *fillStage) take(room int, roomBytes int64) ([]store.Record, int64) {
+	k, size := 0, int64(0)
+	for k < len(s.recs) && k < room && size < roomBytes {
+		r := &s.recs[k]
+		size += int64(len(r.Key) + len(r.Value))
+		for _, h := range r.Headers {
+			size += int64(len(h.Key) + len(h.Value))
+		}
+		k++
+	}
+	out := s.recs[:k:k]
+	s.recs = s.recs[k:]
+	if len(s.recs) > 0 {
+		return out, s.recs[0].Offset
+	}
+	return out, s.next
+}
+
+// drop empties the stage and returns its read buffer to fillBufs: nothing may use
+// records taken from it afterwards.
+func (s *fillStage) drop() {
+	s.recs = nil
+	if s.buf != nil {
+		fillBufs.Put(s.buf)
+		s.buf = nil
 	}
 }
 
@@ -318,6 +458,7 @@ func (q *Queue) expireLocked(m *msg, now int64) bool {
 	if m.state == stLeased {
 		q.leased--
 	}
+	q.busyTo = min(q.busyTo, m.off)
 	cfg := &q.meta.Config
 	if dl := cfg.DeadLetter; dl != nil && m.attempts >= dl.MaxDeliveryAttempts {
 		m.state = stDeadLettering
@@ -412,14 +553,44 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		seen = map[string]struct{}{}
 	}
 	var size int64
-	var leased []*msg
+	// Sized for the messages not leased (more when expired leases are taken again).
+	n := min(maxMsgs, max(len(q.pending)-q.tombs-q.leased, 0))
+	out = make([]Delivery, 0, n)
+	leased := make([]*msg, 0, n)
 	event := func(t int64) {
 		if t > now && (nextEvent == 0 || t < nextEvent) {
 			nextEvent = t
 		}
 	}
+	// The busy run: the messages from the window's front that are leased (until
+	// runMin or later), acked or being dead-lettered, up to runEnd (busyTo).
+	start, runMin, runEnd, busyRun := 0, int64(math.MaxInt64), int64(0), true
+	if !ordered && q.busyTo > 0 && q.busyMin > now {
+		start = sort.Search(len(q.pending), func(i int) bool { return q.pending[i].off >= q.busyTo })
+		if start > 0 {
+			event(q.busyMin)
+			runMin = q.busyMin
+		}
+	}
+	markRun := func(m *msg) {
+		if !busyRun {
+			return
+		}
+		switch m.state {
+		case stLeased:
+			runMin = min(runMin, m.deadline)
+		case stAcked, stDeadLettering:
+		default:
+			busyRun, runEnd = false, m.off
+		}
+	}
+	i := start
 scan:
-	for _, m := range q.pending {
+	for ; i < len(q.pending); i++ {
+		m := q.pending[i]
+		if i > start {
+			markRun(q.pending[i-1])
+		}
 		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
 			break
 		}
@@ -467,6 +638,18 @@ scan:
 		m.notBefore = 0
 		leased = append(leased, m)
 	}
+	if i == len(q.pending) && i > start {
+		markRun(q.pending[i-1])
+	}
+	if busyRun {
+		switch {
+		case i < len(q.pending):
+			runEnd = q.pending[i].off // not looked at
+		case i > 0:
+			runEnd = q.pending[i-1].off + 1
+		}
+	}
+	q.busyTo, q.busyMin = runEnd, runMin
 	q.m.opts.Metrics.Deliveries.Add(float64(len(out)))
 	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
 	mark := q.advanceDeliveredLocked()
@@ -753,6 +936,7 @@ func (q *Queue) ModifyAckDeadline(ids []string, deadlineMs int64) ([]AckResult, 
 				changed = true
 			} else {
 				m.deadline = now + deadlineMs
+				q.busyMin = min(q.busyMin, m.deadline)
 			}
 		}
 		res[i] = q.finalResult(r)
@@ -874,6 +1058,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 					zap.Int64("sequence", m.off+1), zap.Error(errs[i]))
 				m.state = stAvailable
 				m.notBefore = q.m.nowMs() + 1000
+				q.busyTo = min(q.busyTo, m.off)
 				continue
 			}
 			q.ackLocked(m)

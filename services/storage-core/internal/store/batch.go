@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 )
 
 // Kafka RecordBatch v2 layout (KIP-98, Kafka DefaultRecordBatch.java). All integers big
@@ -169,17 +170,17 @@ func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 }
 
 // checkProducerFields applies Kafka's batch checks on client-written batches
-// (LogValidator.validateBatch, ProducerStateManager): no control batches; producer id
-// -1 (none) or >= 0; without a producer id the batch is not transactional (its base
+// (LogValidator.validateBatch, ProducerStateManager): no control batches; a producer
+// id below 0 means none, as in Kafka, whose RecordBatch.hasProducerId is
+// "producerId > NO_PRODUCER_ID (-1)": -5 is taken and stored as sent, without
+// idempotence, like -1. Without a producer id the batch is not transactional (its base
 // sequence is not looked at: franz-go writes 0 there when idempotence is off, and
 // Kafka takes it); with one the base sequence is >= 0.
 func checkProducerFields(h *batchHeader) error {
 	switch {
 	case h.Attributes&attrControl != 0:
 		return fmt.Errorf("%w: clients may not write control batches", ErrInvalidRecord)
-	case h.ProducerID < -1:
-		return fmt.Errorf("%w: producer id %d", ErrInvalidRecord, h.ProducerID)
-	case h.ProducerID == -1 && h.Attributes&attrTransactional != 0:
+	case h.ProducerID < 0 && h.Attributes&attrTransactional != 0:
 		return fmt.Errorf("%w: transactional batch without a producer id", ErrInvalidRecord)
 	case h.ProducerID >= 0 && h.BaseSequence < 0:
 		return fmt.Errorf("%w: base sequence %d for producer %d", ErrInvalidRecord, h.BaseSequence, h.ProducerID)
@@ -393,56 +394,104 @@ func DecodeBatch(b []byte) ([]Record, error) {
 // (the record crossing maxBytes is included), so a small read of a batch of many
 // records does not decode them all.
 func decodeBatchFrom(b []byte, from int64, maxRecords, maxBytes int) ([]Record, error) {
+	return appendBatch(nil, b, from, maxRecords, maxBytes)
+}
+
+// appendBatch is decodeBatchFrom appending to out (nil: a slice sized for the batch).
+// The records' header slices share allocations of their batch, and header keys
+// repeated across its records share one string (decodeScratch).
+func appendBatch(out []Record, b []byte, from int64, maxRecords, maxBytes int) ([]Record, error) {
 	n, err := frameLen(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDataLoss, err)
+		return out, fmt.Errorf("%w: %v", ErrDataLoss, err)
 	}
 	b = b[:n]
 	if b[offMagic] != 2 {
-		return nil, fmt.Errorf("%w: magic %d", ErrDataLoss, b[offMagic])
+		return out, fmt.Errorf("%w: magic %d", ErrDataLoss, b[offMagic])
 	}
 	if crc32.Checksum(b[offAttributes:], castagnoli) != binary.BigEndian.Uint32(b[offCRC:]) {
-		return nil, fmt.Errorf("%w: CRC mismatch in the batch at offset %d", ErrDataLoss, int64(binary.BigEndian.Uint64(b)))
+		return out, fmt.Errorf("%w: CRC mismatch in the batch at offset %d", ErrDataLoss, int64(binary.BigEndian.Uint64(b)))
 	}
 	h := parseHeader(b)
 	recs := b[batchHeaderLen:]
 	if codec := h.Attributes & attrCompressionMask; codec != 0 {
 		if codec > 4 {
-			return nil, fmt.Errorf("%w: codec %d", ErrDataLoss, codec)
+			return out, fmt.Errorf("%w: codec %d", ErrDataLoss, codec)
 		}
 		recs, err = decompress(recs, codec)
 		if err != nil {
-			return nil, fmt.Errorf("%w: decompress: %v", ErrDataLoss, err)
+			return out, fmt.Errorf("%w: decompress: %v", ErrDataLoss, err)
 		}
 	}
 	// Size the slice by what is wanted and what the bytes can hold (>= 7 bytes a record).
-	out := make([]Record, 0, min(max(int(h.RecordCount), 0), len(recs)/7+1, maxRecords))
+	want := min(max(int(h.RecordCount), 0), len(recs)/7+1, maxRecords)
+	if out == nil {
+		out = make([]Record, 0, want)
+	} else {
+		out = slices.Grow(out, want)
+	}
 	logAppend := h.Attributes&attrTimestampType != 0
 	size := 0
-	for i := 0; i < int(h.RecordCount) && len(out) < maxRecords && size < maxBytes; i++ {
+	var sc decodeScratch
+	for i, got := 0, 0; i < int(h.RecordCount) && got < maxRecords && size < maxBytes; i++ {
 		l, k := binary.Varint(recs)
 		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
-			return nil, fmt.Errorf("%w: record %d length", ErrDataLoss, i)
+			return out, fmt.Errorf("%w: record %d length", ErrDataLoss, i)
 		}
 		body := recs[k : k+int(l)]
 		recs = recs[k+int(l):]
 		if h.BaseOffset+int64(i) < from {
 			continue // offset deltas are 0..n-1 (checked at append)
 		}
-		r, err := decodeRecord(body, &h, int64(i))
+		r, err := decodeRecord(body, &h, int64(i), &sc)
 		if err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrDataLoss, i, err)
+			return out, fmt.Errorf("%w: record %d: %v", ErrDataLoss, i, err)
 		}
 		if logAppend {
 			r.Timestamp = h.MaxTimestamp
 		}
 		out = append(out, r)
+		got++
 		size += len(r.Key) + len(r.Value)
 		for _, hd := range r.Headers {
 			size += len(hd.Key) + len(hd.Value)
 		}
 	}
 	return out, nil
+}
+
+// decodeScratch is what the records of one batch share while decoded: header slices
+// are cut from one allocation, and header keys seen before in the batch are reused
+// rather than allocated again (records of one producer mostly carry the same keys).
+type decodeScratch struct {
+	keys  [8]string
+	nkeys int
+	hdrs  []Header // free room for header slices
+}
+
+// headers returns an empty slice with room for n headers, n > 0.
+func (sc *decodeScratch) headers(n int) []Header {
+	if cap(sc.hdrs)-len(sc.hdrs) < n {
+		sc.hdrs = make([]Header, 0, max(n, 64))
+	}
+	l := len(sc.hdrs)
+	sc.hdrs = sc.hdrs[:l+n]
+	return sc.hdrs[l : l : l+n]
+}
+
+// key returns k as a string, the batch's earlier one when it has the same bytes.
+func (sc *decodeScratch) key(k []byte) string {
+	for _, s := range sc.keys[:sc.nkeys] {
+		if s == string(k) {
+			return s
+		}
+	}
+	s := string(k)
+	if sc.nkeys < len(sc.keys) {
+		sc.keys[sc.nkeys] = s
+		sc.nkeys++
+	}
+	return s
 }
 
 type recReader struct {
@@ -482,7 +531,7 @@ func (r *recReader) bytes() []byte {
 
 // decodeRecord decodes record i of a batch. Its offset is the batch's base offset + i
 // (the offset delta, checked to be i at append, is not trusted again).
-func decodeRecord(body []byte, h *batchHeader, i int64) (Record, error) {
+func decodeRecord(body []byte, h *batchHeader, i int64, sc *decodeScratch) (Record, error) {
 	if len(body) < 1 {
 		return Record{}, fmt.Errorf("empty record")
 	}
@@ -504,12 +553,12 @@ func decodeRecord(body []byte, h *batchHeader, i int64) (Record, error) {
 		return rec, fmt.Errorf("bad header count %d", nh)
 	}
 	if nh > 0 {
-		rec.Headers = make([]Header, 0, nh)
+		rec.Headers = sc.headers(int(nh))
 	}
 	for i := int64(0); i < nh && r.err == nil; i++ {
 		k := r.bytes()
 		v := r.bytes()
-		rec.Headers = append(rec.Headers, Header{Key: string(k), Value: v})
+		rec.Headers = append(rec.Headers, Header{Key: sc.key(k), Value: v})
 	}
 	return rec, r.err
 }

@@ -204,7 +204,7 @@ func TestAppendProducerFieldChecks(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"control":                put(-1, -1, attrControl),
 		"transactional no pid":   put(-1, -1, attrTransactional),
-		"pid -2":                 put(-2, -1, 0),
+		"transactional pid -5":   put(-5, 0, attrTransactional),
 		"negative seq with pid":  put(7, -3, 0),
 		"control idempotent pid": put(7, 0, attrControl|attrTransactional),
 	} {
@@ -217,6 +217,19 @@ func TestAppendProducerFieldChecks(t *testing.T) {
 	// writes 0 there when idempotence is off.
 	mustAppend(t, l, put(-1, 0, 0))
 	mustAppend(t, l, put(-1, 5, 0))
+	// A producer id below -1 is no producer id either (Kafka: hasProducerId is
+	// producerId > -1): taken as sent, and not de-duplicated.
+	hw := l.HighWatermark()
+	mustAppend(t, l, put(-5, 0, 0))
+	mustAppend(t, l, put(-5, 0, 0))
+	mustAppend(t, l, put(-2, -1, 0))
+	if got := l.HighWatermark(); got != hw+3 {
+		t.Fatalf("after three batches without a producer id the high watermark is %d, want %d", got, hw+3)
+	}
+	recs, _, err := l.ReadRecords(hw, 10, 1<<20)
+	if err != nil || len(recs) != 3 || recs[0].ProducerID != -5 || recs[2].ProducerID != -2 {
+		t.Fatalf("read back: %v %+v", err, recs)
+	}
 }
 
 // TestAppendDecompressedLimit: a small batch that decompresses past the channel's

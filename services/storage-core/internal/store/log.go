@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -756,6 +757,36 @@ func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, n
 				next = h.NextOffset()
 			}
 		}
+	}
+	return recs, next, nil
+}
+
+// ReadBatchRecords decodes every record at or after off of the whole frames
+// ReadRawTo(off, maxBytes, alloc) returns: up to maxBytes bytes of stored (possibly
+// compressed) frames from one segment, at least one frame when one is available, with
+// no bound on the number of records. Each frame is read and verified once even when the
+// caller uses its records in small steps, where ReadRecords stops within a frame and a
+// later call reads and checks the whole frame again. The records alias the buffer
+// from alloc, which the caller may reuse once it is done with them. next is the
+// offset after the last frame read (off when none was). Errors: as ReadRawTo, and
+// ErrDataLoss for a damaged frame.
+func (l *Log) ReadBatchRecords(off int64, maxBytes int, alloc func(n int) []byte) (recs []Record, next int64, err error) {
+	raw, err := l.ReadRawTo(off, maxBytes, alloc)
+	if err != nil {
+		return nil, off, err
+	}
+	next = off
+	for len(raw) > 0 {
+		n, err := frameLen(raw)
+		if err != nil {
+			return nil, off, fmt.Errorf("%w: %v", ErrDataLoss, err)
+		}
+		if recs, err = appendBatch(recs, raw[:n], next, math.MaxInt, math.MaxInt); err != nil {
+			return nil, off, err
+		}
+		h := parseHeader(raw)
+		next = max(next, h.NextOffset())
+		raw = raw[n:]
 	}
 	return recs, next, nil
 }

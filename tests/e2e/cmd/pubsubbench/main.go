@@ -26,7 +26,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -303,14 +303,17 @@ func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.D
 	return nil
 }
 
-// receiveN runs Receive until n distinct messages arrived (acking each) or ctx ends,
-// and returns how many arrived, when the last did, and their publish→receive latencies.
+// receiveN runs Receive until n distinct messages (indexes 0..n-1, see publishN)
+// arrived, acking each, or ctx ends, and returns how many arrived, when the last did,
+// and their publish→receive latencies. The callback takes no lock: the client runs it
+// on many goroutines at once, and a shared mutex and map in it cost the client about a
+// tenth of its CPU, which the unary Pull case it is compared with does not pay.
 func receiveN(ctx context.Context, c *pubsub.Client, sub string, n int, started chan<- struct{}) (int, time.Time, []time.Duration, error) {
 	var (
-		mu   sync.Mutex
-		seen = make(map[uint64]bool, n)
-		lat  = make([]time.Duration, 0, n)
-		last time.Time
+		seen  = make([]atomic.Bool, n)
+		lat   = make([]time.Duration, n)
+		count atomic.Int64
+		last  atomic.Int64 // UnixNano of the latest first arrival
 	)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -325,24 +328,26 @@ func receiveN(ctx context.Context, c *pubsub.Client, sub string, n int, started 
 		}
 		sent := int64(binary.BigEndian.Uint64(m.Data))
 		seq := binary.BigEndian.Uint64(m.Data[8:])
-		mu.Lock()
-		defer mu.Unlock()
-		if seen[seq] {
+		if seq >= uint64(n) || !seen[seq].CompareAndSwap(false, true) {
 			return
 		}
-		seen[seq] = true
-		lat = append(lat, now.Sub(time.Unix(0, sent)))
-		last = now
-		if len(seen) == n {
+		lat[seq] = now.Sub(time.Unix(0, sent))
+		storeMax(&last, now.UnixNano())
+		if count.Add(1) == int64(n) {
 			stop()
 		}
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) < n && err == nil {
+	got := int(count.Load())
+	if got < n && err == nil {
 		err = ctx.Err()
 	}
-	return len(seen), last, lat, err
+	arrived := make([]time.Duration, 0, got)
+	for i := range seen {
+		if seen[i].Load() {
+			arrived = append(arrived, lat[i])
+		}
+	}
+	return got, time.Unix(0, last.Load()), arrived, err
 }
 
 // streaming publishes cfg.messages, then takes them with Receive (StreamingPull): the
@@ -475,6 +480,16 @@ func unaryPull(ctx context.Context, cfg config, tg target) (float64, time.Durati
 		got += len(ids)
 	}
 	return float64(got) / time.Since(start).Seconds(), stack.CPUTime(os.Getpid()) - cpu0, nil
+}
+
+// storeMax sets a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		t := a.Load()
+		if t >= v || a.CompareAndSwap(t, v) {
+			return
+		}
+	}
 }
 
 // startEmulator starts `gcloud beta emulators pubsub start` on a free port and waits
