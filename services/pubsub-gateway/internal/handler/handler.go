@@ -37,7 +37,12 @@ type Deps struct {
 	// straight from the wire (receivewire.go). It needs grpcx's codec on the
 	// connection (grpcx.Dial). nil: through Queues.
 	StorageConn grpc.ClientConnInterface
-	Log         *zap.Logger
+	// EncodeStreams makes StreamingPull streams encode their message batches themselves
+	// (streamwire.go) and send them through the server's codec as
+	// grpcx.BufferMarshaler: set it only when the server runs grpcx's codec
+	// (grpcx.NewServer). false: streams send proto messages.
+	EncodeStreams bool
+	Log           *zap.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Announce carries lease wake-ups to and from the other replicas (NATS; wake.go);
@@ -60,8 +65,10 @@ type Handler struct {
 	queues  storagev1.QueueServiceClient
 	// storageConn: see Deps.StorageConn.
 	storageConn grpc.ClientConnInterface
-	log         *zap.Logger
-	now         func() time.Time
+	// encodeStreams: see Deps.EncodeStreams.
+	encodeStreams bool
+	log           *zap.Logger
+	now           func() time.Time
 
 	mu     sync.Mutex
 	topics map[string]cachedTopic
@@ -112,7 +119,7 @@ func New(d Deps) *Handler {
 		limit = DefaultStreamBufferBytes
 	}
 	h := &Handler{
-		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, storageConn: d.StorageConn, log: d.Log, now: now,
+		reg: d.Registry, schemas: d.Schemas, store: d.Storage, queues: d.Queues, storageConn: d.StorageConn, encodeStreams: d.EncodeStreams, log: d.Log, now: now,
 		topics:    map[string]cachedTopic{},
 		subs:      map[string]cachedSub{},
 		ranges:    newRangeCache(),

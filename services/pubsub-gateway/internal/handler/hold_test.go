@@ -68,26 +68,42 @@ func (c stuckClient) Send(*pubsubpb.StreamingPullResponse) error {
 	return c.ctx.Err()
 }
 
+// SendMsg is Send for the responses a stream encodes itself (wireResponse).
+func (c stuckClient) SendMsg(any) error {
+	<-c.ctx.Done()
+	return c.ctx.Err()
+}
+
 func (c stuckClient) Context() context.Context { return c.ctx }
 
 // TestStreamHoldBudget: streams whose clients never read stop leasing at their share
 // of the replica's hold budget (limit / open streams, plus at most one message), so
 // the replica holds about the limit whatever the number of such streams; when they
-// end, every message they held is nacked (none lost) and the budget is empty again.
+// end, every message they held is nacked (none lost) and the budget is empty again;
+// whether the streams send proto messages or encode their responses.
 func TestStreamHoldBudget(t *testing.T) {
+	for _, encode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("encode=%v", encode), func(t *testing.T) { testStreamHoldBudget(t, encode) })
+	}
+}
+
+func testStreamHoldBudget(t *testing.T, encode bool) {
 	const (
 		limit   = 4 << 20
 		msgSize = 256 << 10
 		streams = 4
 	)
 	q := &bulkQueues{leased: map[string]bool{}, nacked: map[string]bool{}, msgSize: msgSize}
-	h := New(Deps{Queues: q, Log: zap.NewNop(), StreamBufferBytes: limit})
+	h := New(Deps{Queues: q, Log: zap.NewNop(), StreamBufferBytes: limit, EncodeStreams: encode})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var ss []*stream
 	for i := range streams {
 		s := &stream{h: h, ss: stuckClient{ctx: ctx}, sub: &subInfo{id: fmt.Sprintf("s%d", i), spec: &pubsubpb.Subscription{}},
 			queue: fmt.Sprintf("gcp.sub.s%d", i), outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+		if encode {
+			s.enc = &streamEncoder{h: h, sub: s.sub, props: &pubsubpb.StreamingPullResponse_SubscriptionProperties{}}
+		}
 		s.deadline.Store(10)
 		ss = append(ss, s)
 		h.budget.streams.Add(1)

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -249,13 +250,16 @@ func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds 
 	} else {
 		// An extension through another replica is not announced: a stream there
 		// re-reads its leases when the deadline it knows passes.
-		var live, gone []string
-		for i, id := range ids {
-			switch result(results, i) {
-			case storagev1.AckResult_ACK_RESULT_UNSPECIFIED:
-				live = append(live, id)
-			case storagev1.AckResult_ACK_RESULT_EXPIRED:
-				gone = append(gone, id)
+		live, gone := ids, []string(nil) // all extended, the usual answer
+		if !allSucceeded(results) {
+			live = nil
+			for i, id := range ids {
+				switch result(results, i) {
+				case storagev1.AckResult_ACK_RESULT_UNSPECIFIED:
+					live = append(live, id)
+				case storagev1.AckResult_ACK_RESULT_EXPIRED:
+					gone = append(gone, id)
+				}
 			}
 		}
 		h.streams.extend(queue, live, h.now().Add(time.Duration(seconds)*time.Second))
@@ -314,6 +318,9 @@ func allSucceeded(results []storagev1.AckResult) bool {
 // invalid for the queue (malformed, or another subscription's). A stream's window must
 // not lose a lease because a client sent its ack id to the wrong subscription.
 func settled(ids []string, results []storagev1.AckResult) []string {
+	if !slices.Contains(results, storagev1.AckResult_ACK_RESULT_INVALID) {
+		return ids
+	}
 	out := ids[:0:0]
 	for i, id := range ids {
 		if result(results, i) != storagev1.AckResult_ACK_RESULT_INVALID {

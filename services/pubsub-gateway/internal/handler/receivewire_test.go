@@ -3,6 +3,7 @@ package handler
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -17,7 +19,8 @@ import (
 // Pub/Sub messages as those decoded by proto, over random records (reserved and
 // escaped headers, native records, values absent and empty, unknown fields, the
 // answer split over several buffers); a truncated answer and a header key that is not
-// UTF-8 are errors, as proto.Unmarshal makes them.
+// UTF-8 are errors, as proto.Unmarshal makes them; decoded into a heap copy or a pooled
+// one, from answers cut into random buffers.
 func TestReceiveReplyMatchesProto(t *testing.T) {
 	rnd := rand.New(rand.NewSource(3))
 	subs := []*subInfo{{spec: &pubsubpb.Subscription{}}, {spec: &pubsubpb.Subscription{DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{MaxDeliveryAttempts: 5}}}}
@@ -51,31 +54,65 @@ func TestReceiveReplyMatchesProto(t *testing.T) {
 		// An unknown field at the top: skipped.
 		b = protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 7)
 		cut := rnd.Intn(len(b) + 1)
-		var r receiveReply
-		if err := r.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(b[:cut]), mem.SliceBuffer(b[cut:])}, nil); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if len(r.msgs) != len(resp.Messages) {
-			t.Fatalf("round %d: %d deliveries, want %d", round, len(r.msgs), len(resp.Messages))
-		}
-		for i, m := range resp.Messages {
-			sub := subs[rnd.Intn(len(subs))]
-			want, got := toReceived(m, sub), r.msgs[i].received(sub)
-			if !proto.Equal(got, want) {
-				t.Fatalf("round %d message %d:\n got %v\nwant %v", round, i, got, want)
+		for _, pooled := range []bool{false, true} {
+			r := receiveReply{pooled: pooled}
+			if err := r.UnmarshalBuffers(randomSplit(rnd, b, cut), grpcx.BufferPool); err != nil {
+				t.Fatalf("round %d (pooled %v): %v", round, pooled, err)
 			}
+			if len(r.msgs) != len(resp.Messages) {
+				t.Fatalf("round %d (pooled %v): %d deliveries, want %d", round, pooled, len(r.msgs), len(resp.Messages))
+			}
+			for i, m := range resp.Messages {
+				sub := subs[rnd.Intn(len(subs))]
+				want, got := toReceived(m, sub), r.msgs[i].received(sub)
+				if !proto.Equal(got, want) {
+					t.Fatalf("round %d (pooled %v) message %d:\n got %v\nwant %v", round, pooled, i, got, want)
+				}
+			}
+			r.free()
 		}
 	}
 	whole, _ := proto.Marshal(&storagev1.ReceiveResponse{Messages: []*storagev1.ReceivedMessage{{AckId: "a", Record: &storagev1.Record{Value: []byte("xyz")}}}})
-	var r receiveReply
-	if err := r.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(whole[:len(whole)-2])}, nil); err == nil {
-		t.Fatal("a truncated answer decoded without error")
-	}
 	bad := &storagev1.Header{Key: "ok", Value: []byte("v")}
 	hb, _ := proto.Marshal(&storagev1.ReceiveResponse{Messages: []*storagev1.ReceivedMessage{{AckId: "a", Record: &storagev1.Record{Headers: []*storagev1.Header{bad}}}}})
 	i := len(hb) - len("okv") - 2 // the key's bytes
 	hb[i] = 0xff
-	if err := r.UnmarshalBuffers(mem.BufferSlice{mem.SliceBuffer(hb)}, nil); err == nil {
-		t.Fatalf("a header key that is not UTF-8 decoded without error (%x)", hb)
+	for _, pooled := range []bool{false, true} {
+		for _, pieces := range []int{1, 3} {
+			r := receiveReply{pooled: pooled}
+			if err := r.UnmarshalBuffers(evenSplit(whole[:len(whole)-2], pieces), grpcx.BufferPool); err == nil {
+				t.Fatalf("a truncated answer decoded without error (pooled %v, %d pieces)", pooled, pieces)
+			}
+			if r.buf != nil || r.msgs != nil {
+				t.Fatal("a failed decode kept memory or deliveries")
+			}
+			if err := r.UnmarshalBuffers(evenSplit(hb, pieces), grpcx.BufferPool); err == nil {
+				t.Fatalf("a header key that is not UTF-8 decoded without error (%x, pooled %v, %d pieces)", hb, pooled, pieces)
+			}
+		}
 	}
+}
+
+// randomSplit is b in a few buffers: cut at cut, and more cuts at random, some
+// buffers empty.
+func randomSplit(rnd *rand.Rand, b []byte, cut int) mem.BufferSlice {
+	cuts := []int{0, cut, len(b)}
+	for i := rnd.Intn(6); i > 0; i-- {
+		cuts = append(cuts, rnd.Intn(len(b)+1))
+	}
+	slices.Sort(cuts)
+	var out mem.BufferSlice
+	for i := 1; i < len(cuts); i++ {
+		out = append(out, mem.SliceBuffer(b[cuts[i-1]:cuts[i]]))
+	}
+	return out
+}
+
+// evenSplit is b in n buffers of about the same size.
+func evenSplit(b []byte, n int) mem.BufferSlice {
+	var out mem.BufferSlice
+	for i := range n {
+		out = append(out, mem.SliceBuffer(b[len(b)*i/n:len(b)*(i+1)/n]))
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,6 +102,9 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 			MessageOrderingEnabled:     sub.spec.GetEnableMessageOrdering(),
 		},
 	}
+	if h.encodeStreams {
+		st.enc = &streamEncoder{h: h, sub: sub, props: st.props}
+	}
 	st.deadline.Store(first.GetStreamAckDeadlineSeconds())
 	h.budget.streams.Add(1)
 	defer h.budget.streams.Add(-1)
@@ -146,6 +150,8 @@ type stream struct {
 	sub   *subInfo
 	queue string
 	props *pubsubpb.StreamingPullResponse_SubscriptionProperties
+	// enc encodes the stream's batches (Deps.EncodeStreams; nil: proto messages).
+	enc *streamEncoder
 
 	deadline atomic.Int32 // stream ack deadline, seconds
 
@@ -176,10 +182,23 @@ type stream struct {
 	held atomic.Int64
 }
 
-// batch is one response on its way to the client, with the bytes it holds.
+// batch is one response on its way to the client: a proto message (out), or one the
+// stream encoded (wire, streamwire.go), or the error encoding it gave (err: the
+// sender fails the stream with it, as a failed Send); ids are its ack ids, bytes the
+// message bytes it holds.
 type batch struct {
 	out   *pubsubpb.StreamingPullResponse
+	wire  *wireResponse
+	err   error
+	ids   []string
 	bytes int64
+}
+
+// free drops the batch's encoded buffer once it is sent or given up.
+func (b batch) free() {
+	if b.wire != nil {
+		b.wire.free()
+	}
 }
 
 // limited reports whether the client asked for flow control (the stream then tracks
@@ -194,6 +213,22 @@ func (s *stream) send(resp *pubsubpb.StreamingPullResponse) error {
 		return errStreamClosed
 	}
 	return s.ss.Send(resp)
+}
+
+// sendBatch sends b's response (or fails with its encoding error).
+func (s *stream) sendBatch(b batch) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.wire == nil {
+		return s.send(b.out)
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.closed {
+		return errStreamClosed
+	}
+	return s.ss.SendMsg(b.wire)
 }
 
 func (s *stream) close() {
@@ -471,9 +506,10 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 				sendErr <- nil
 				return
 			case b := <-batches:
-				err := s.send(b.out)
+				err := s.sendBatch(b)
+				b.free()
 				if err != nil {
-					s.release(b.out)
+					s.release(b.ids)
 				}
 				s.unhold(b.bytes)
 				if err != nil {
@@ -489,7 +525,8 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 	serr := <-sendErr
 	select {
 	case b := <-batches:
-		s.release(b.out)
+		b.free()
+		s.release(b.ids)
 		s.unhold(b.bytes)
 	default:
 	}
@@ -502,11 +539,7 @@ func (s *stream) deliverLoop(ctx context.Context) error {
 // release nacks messages leased for the stream but never sent to its client, so they
 // (and, with ordering, their keys' later messages) are redelivered at once rather than
 // after the lease.
-func (s *stream) release(out *pubsubpb.StreamingPullResponse) {
-	ids := make([]string, 0, len(out.GetReceivedMessages()))
-	for _, m := range out.GetReceivedMessages() {
-		ids = append(ids, m.GetAckId())
-	}
+func (s *stream) release(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -536,10 +569,10 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
 		}
 		bytes = min(bytes, room)
 		deadline := s.deadline.Load()
-		ds, err := s.h.receive(ctx, &storagev1.ReceiveRequest{
+		r, err := s.h.receiveReply(ctx, &storagev1.ReceiveRequest{
 			Queue: s.queue, MaxMessages: msgs, MaxBytes: bytes,
 			AckDeadlineMs: deadline * 1000, WaitMs: int32(streamPollWait.Milliseconds()),
-		})
+		}, s.enc != nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -566,26 +599,22 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
 			s.h.log.Info("streaming pull receive recovered", zap.String("queue", s.queue))
 			failing = false
 		}
-		if len(ds) == 0 {
+		if len(r.msgs) == 0 {
+			r.free()
 			continue
 		}
-		b := batch{out: &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(ds))}}
 		until := s.h.now().Add(time.Duration(deadline) * time.Second)
-		for i := range ds {
-			rm := ds[i].received(s.sub)
-			s.h.showDeletedSchema(ctx, rm.GetMessage())
-			b.out.ReceivedMessages = append(b.out.ReceivedMessages, rm)
-			size := int64(proto.Size(rm.GetMessage()))
-			b.bytes += size
-			if limited {
-				s.track(rm.GetAckId(), size, until)
-			}
+		b, sizes := s.batch(ctx, r.msgs)
+		r.free() // the batch does not refer to the deliveries
+		if limited && b.err == nil {
+			s.trackAll(b.ids, sizes, until)
 		}
 		s.hold(b.bytes)
 		select {
 		case batches <- b:
 		case <-ctx.Done():
-			s.release(b.out)
+			b.free()
+			s.release(b.ids)
 			s.unhold(b.bytes)
 			return nil
 		}
@@ -593,15 +622,60 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch) error {
 	return nil
 }
 
+// batch turns ds into the response to send, encoded by the stream's encoder when it
+// has one, and returns it with each message's flow-control size (proto.Size of its
+// PubsubMessage).
+func (s *stream) batch(ctx context.Context, ds []delivery) (batch, []int64) {
+	b := batch{ids: make([]string, len(ds))}
+	for i := range ds {
+		b.ids[i] = ds[i].ackID
+	}
+	if s.enc != nil {
+		w, sizes, total, err := s.enc.encode(ctx, ds)
+		if err != nil {
+			// What gRPC's Send answers a message proto cannot marshal.
+			b.err = status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+			return b, nil
+		}
+		b.wire, b.bytes = w, total
+		return b, sizes
+	}
+	b.out = &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(ds))}
+	sizes := make([]int64, len(ds))
+	for i := range ds {
+		rm := ds[i].received(s.sub)
+		s.h.showDeletedSchema(ctx, rm.GetMessage())
+		b.out.ReceivedMessages = append(b.out.ReceivedMessages, rm)
+		sizes[i] = int64(proto.Size(rm.GetMessage()))
+		b.bytes += sizes[i]
+	}
+	return b, sizes
+}
+
+// trackAll tracks the leases ids (sizes[i] bytes each) until the deadline, under one
+// lock. Each id is copied: the ids of a Receive answer share one string
+// (receiveReply), which a single lease kept here for long would keep whole.
+func (s *stream) trackAll(ids []string, sizes []int64, until time.Time) {
+	s.mu.Lock()
+	for i, id := range ids {
+		s.trackLocked(strings.Clone(id), sizes[i], until)
+	}
+	s.mu.Unlock()
+}
+
 func (s *stream) track(id string, size int64, until time.Time) {
 	s.mu.Lock()
+	s.trackLocked(id, size, until)
+	s.mu.Unlock()
+}
+
+func (s *stream) trackLocked(id string, size int64, until time.Time) {
 	s.outstanding[id] = lease{bytes: size, deadline: until}
 	if s.nextBound.IsZero() || until.Before(s.nextBound) {
 		s.nextBound = until
 	}
 	s.count++
 	s.bytes += size
-	s.mu.Unlock()
 }
 
 // streamBook lists this replica's streams that track leases, by queue, so an ack or
@@ -634,43 +708,63 @@ func (b *streamBook) drop(s *stream) {
 	}
 }
 
-// visit calls fn with each stream of queue that tracks ids[i] (under that stream's
-// mu) and returns the ids no stream tracks.
+// visit calls fn with the stream of queue that tracks ids[i], for each i (under that
+// stream's mu), and returns the ids no stream tracks, in their order. Each stream is
+// locked once for all the ids it is asked about: first the one tracking the first id
+// found (a client's ack batch is mostly one stream's), then, for the ids it does not
+// track, the others in turn.
 func (b *streamBook) visit(queue string, ids []string, fn func(s *stream, id string, l lease)) (untracked []string) {
 	b.mu.Lock()
 	ss := b.byQueue[queue]
 	b.mu.Unlock()
-	if len(ss) == 0 {
+	if len(ss) == 0 || len(ids) == 0 {
 		return ids
 	}
-	var last *stream
-	for _, id := range ids {
-		found := false
-		if last != nil {
-			last.mu.Lock()
-			if l, ok := last.outstanding[id]; ok {
-				fn(last, id, l)
-				found = true
+	first := 0
+	if len(ss) > 1 {
+		first = -1
+		for k := 0; first < 0 && k < len(ids); k++ {
+			for i, s := range ss {
+				s.mu.Lock()
+				_, ok := s.outstanding[ids[k]]
+				s.mu.Unlock()
+				if ok {
+					first = i
+					break
+				}
 			}
-			last.mu.Unlock()
 		}
-		for i := 0; !found && i < len(ss); i++ {
-			s := ss[i]
-			if s == last {
-				continue
-			}
-			s.mu.Lock()
-			if l, ok := s.outstanding[id]; ok {
-				fn(s, id, l)
-				found, last = true, s
-			}
-			s.mu.Unlock()
-		}
-		if !found {
-			untracked = append(untracked, id)
+		if first < 0 {
+			return ids
 		}
 	}
-	return untracked
+	pending := ids
+	var spare []string // a list of ids no longer read, reused (never ids itself)
+	for n := 0; n < len(ss) && len(pending) > 0; n++ {
+		s := ss[(first+n)%len(ss)]
+		var miss []string
+		s.mu.Lock()
+		for i, id := range pending {
+			if l, ok := s.outstanding[id]; ok {
+				fn(s, id, l)
+				continue
+			}
+			if miss == nil {
+				if cap(spare) >= len(pending)-i {
+					miss = spare[:0]
+				} else {
+					miss = make([]string, 0, len(pending)-i)
+				}
+			}
+			miss = append(miss, id)
+		}
+		s.mu.Unlock()
+		if n > 0 {
+			spare = pending
+		}
+		pending = miss
+	}
+	return pending
 }
 
 // done settles ack ids of queue (acked or nacked), waking the streams they free, and

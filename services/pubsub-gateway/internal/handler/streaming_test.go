@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -489,5 +491,56 @@ func TestStreamWindowHugeLimits(t *testing.T) {
 	now = now.Add(rateSpan)
 	if msgs, bytes, _, full := s.window(); full || msgs != maxPullBatch || bytes != maxResponseBytes {
 		t.Fatalf("window after settling with huge limits = %d, %d, %v", msgs, bytes, full)
+	}
+}
+
+// TestStreamBookVisitRandom: visit, locking each stream once per call, finds for each
+// id the stream tracking it, and reports the ids none tracks in their order (an id
+// given twice and settled the first time is untracked the second), over random books.
+func TestStreamBookVisitRandom(t *testing.T) {
+	rnd := rand.New(rand.NewSource(9))
+	for round := 0; round < 300; round++ {
+		h := New(Deps{})
+		var ss []*stream
+		owner := map[string]*stream{}
+		for i := rnd.Intn(4) + 1; i > 0; i-- {
+			s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1000, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+			h.streams.add(s)
+			ss = append(ss, s)
+		}
+		for i := rnd.Intn(30); i > 0; i-- {
+			id := fmt.Sprintf("id%d", rnd.Intn(40))
+			if owner[id] == nil {
+				s := ss[rnd.Intn(len(ss))]
+				s.track(id, 1, time.Unix(1, 0))
+				owner[id] = s
+			}
+		}
+		var ids []string
+		for i := rnd.Intn(30); i > 0; i-- {
+			ids = append(ids, fmt.Sprintf("id%d", rnd.Intn(45)))
+		}
+		orig := slices.Clone(ids)
+		var want []string
+		settled := map[string]bool{}
+		for _, id := range ids {
+			if owner[id] == nil || settled[id] {
+				want = append(want, id)
+				continue
+			}
+			settled[id] = true
+		}
+		got := h.streams.done("gcp.sub.s", ids)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: untracked %v, want %v", round, got, want)
+		}
+		if !slices.Equal(ids, orig) {
+			t.Fatalf("round %d: visit changed its ids: %v, was %v", round, ids, orig)
+		}
+		for id, s := range owner {
+			if _, ok := s.outstanding[id]; ok == settled[id] {
+				t.Fatalf("round %d: %s tracked %v after done, settled %v", round, id, ok, settled[id])
+			}
+		}
 	}
 }

@@ -122,8 +122,10 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		Storage:     storagev1.NewStorageServiceClient(srv.storageConn),
 		Queues:      storagev1.NewQueueServiceClient(srv.storageConn),
 		StorageConn: srv.storageConn,
-		Log:         log.Named("handler"),
-		Announce:    announce,
+		// srv.grpc is a grpcx server, whose codec takes the streams' own encoding.
+		EncodeStreams: true,
+		Log:           log.Named("handler"),
+		Announce:      announce,
 
 		StreamBufferBytes: cfg.StreamBufferBytes,
 	})
