@@ -95,7 +95,7 @@ type streamEncoder struct {
 
 // encode encodes ds as one StreamingPullResponse with the stream's subscription
 // properties. It returns the response, the flow-control size of each message
-// (proto.Size of its PubsubMessage; sizes is reused by the next call) and their sum.
+// (proto.Size of its PubsubMessage, in bytes; a new slice per call) and their sum.
 // The response does not refer to ds: ds may be freed once it returns. The error is
 // proto's, for a message it cannot marshal.
 func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireResponse, sizes []int64, total int64, err error) {
