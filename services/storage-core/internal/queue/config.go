@@ -16,7 +16,7 @@ const (
 	DefaultRetentionMs   = 7 * 24 * 3600 * 1000
 	MaxDeliveryAttempts  = 100
 	MaxBackoffMs         = 600_000
-	MaxReceiveMessages   = 1000
+	MaxReceiveMessages   = 10000
 	MaxSnapshotNameLen   = 255
 	// MaxLeaseQuery bounds the ack ids of one GetLeases.
 	MaxLeaseQuery = 10_000

@@ -111,7 +111,7 @@ func TestAttackBadInputs(t *testing.T) {
 		n    int
 		b, l int64
 		w    time.Duration
-	}{{0, 0, 0, 0}, {1001, 0, 0, 0}, {-1, 0, 0, 0}, {1, -1, 0, 0}, {1, 0, 9999, 0}, {1, 0, 600001, 0}, {1, 0, -5, 0}, {1, 0, 0, -1}} {
+	}{{0, 0, 0, 0}, {MaxReceiveMessages + 1, 0, 0, 0}, {-1, 0, 0, 0}, {1, -1, 0, 0}, {1, 0, 9999, 0}, {1, 0, 600001, 0}, {1, 0, -5, 0}, {1, 0, 0, -1}} {
 		if _, err := q.Receive(ctx, c.n, c.b, c.l, c.w); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: %v", c, err)
 		}

@@ -238,8 +238,8 @@ func TestBindingStartSequenceAndErrors(t *testing.T) {
 	if _, err := q.Receive(context.Background(), 0, 0, 0, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("max 0: %v", err)
 	}
-	if _, err := q.Receive(context.Background(), 1001, 0, 0, 0); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("max 1001: %v", err)
+	if _, err := q.Receive(context.Background(), MaxReceiveMessages+1, 0, 0, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("max %d: %v", MaxReceiveMessages+1, err)
 	}
 	if _, err := q.Receive(context.Background(), 1, 0, 9999, 0); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("deadline 9999: %v", err)

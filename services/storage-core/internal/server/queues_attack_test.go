@@ -64,8 +64,8 @@ func TestQueueServiceBadInput(t *testing.T) {
 		{"get log", func() error { _, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "gcp.t"}); return err }, codes.FailedPrecondition},
 		{"get reserved", func() error { _, err := c.q.GetQueue(ctx, &storagev1.GetQueueRequest{Name: "_q"}); return err }, codes.PermissionDenied},
 		{"receive 0", func() error { _, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s"}); return err }, codes.InvalidArgument},
-		{"receive 1001", func() error {
-			_, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s", MaxMessages: 1001})
+		{"receive 10001", func() error {
+			_, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s", MaxMessages: 10001})
 			return err
 		}, codes.InvalidArgument},
 		{"receive negative", func() error {

@@ -123,7 +123,7 @@ func TestQueueServiceGRPC(t *testing.T) {
 	// Bad input.
 	for _, req := range []*storagev1.ReceiveRequest{
 		{Queue: "gcp.sub.s", MaxMessages: 0},
-		{Queue: "gcp.sub.s", MaxMessages: 1001},
+		{Queue: "gcp.sub.s", MaxMessages: 10001},
 		{Queue: "gcp.sub.s", MaxMessages: 1, AckDeadlineMs: 1000},
 		{Queue: "gcp.sub.s", MaxMessages: 1, WaitMs: -1},
 	} {

@@ -1088,7 +1088,7 @@ func (x *UnbindResponse) GetRemoved() bool {
 type ReceiveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	// 1..1000.
+	// 1..10000.
 	MaxMessages int32 `protobuf:"varint,2,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	// Stop adding messages once this many bytes of record data are returned (0 = no
 	// limit). At least one message is returned when one is available.
