@@ -34,7 +34,7 @@ func TestHostileStreamBookConcurrent(t *testing.T) {
 				sizes[j] = int64(j + 1)
 			}
 			for j := 0; j < perStream; j += 50 {
-				s.trackAll(ids[j:j+50], sizes[j:j+50], time.Unix(100, 0))
+				s.trackAll(ids[j:j+50], sizes[j:j+50], time.Unix(100, 0), 0, 0)
 			}
 		}()
 	}

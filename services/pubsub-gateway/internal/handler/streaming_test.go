@@ -21,6 +21,40 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
+// peekWindow is window without its reservation: what the stream may take now.
+func peekWindow(s *stream) (int32, int64, time.Time, bool) {
+	msgs, bytes, next, full := s.window()
+	s.unreserve(msgs, bytes)
+	return msgs, bytes, next, full
+}
+
+// TestStreamWindowReserves: two receive loops share a stream's window: what one
+// reserved for its Receive in flight the other cannot take, and tracking the answer
+// gives the reservation back, so the window counts each message once.
+func TestStreamWindowReserves(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := New(Deps{Now: func() time.Time { return now }})
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 5, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 2)}
+	h.streams.add(s)
+	m1, b1, _, full := s.window()
+	if full || m1 != 5 || b1 != 100 {
+		t.Fatalf("first reservation = %d, %d, %v", m1, b1, full)
+	}
+	if _, _, _, full := s.window(); !full {
+		t.Fatal("a second Receive may take the room the first reserved")
+	}
+	// The first answers two messages of 10 bytes: three messages and 80 bytes are free.
+	s.trackAll([]string{"a", "b"}, []int64{10, 10}, now.Add(time.Minute), m1, b1)
+	m2, b2, _, full := s.window()
+	if full || m2 != 3 || b2 != 80 {
+		t.Fatalf("after tracking = %d, %d, %v, want 3, 80", m2, b2, full)
+	}
+	s.unreserve(m2, b2) // an empty answer
+	if m, b, _, _ := peekWindow(s); m != 3 || b != 80 {
+		t.Fatalf("after an empty answer = %d, %d, want 3, 80", m, b)
+	}
+}
+
 // TestStreamWindow: the flow-control book of a stream: tracked leases fill the window,
 // acks and nacks through any RPC of the replica (streamBook.done) free it, deadline
 // extensions move the deadline it knows; ack ids no stream tracks are reported.
@@ -29,16 +63,16 @@ func TestStreamWindow(t *testing.T) {
 	h := New(Deps{Now: func() time.Time { return now }})
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 3, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
-	if msgs, bytes, next, full := s.window(); full || msgs != 3 || bytes != 100 || !next.IsZero() {
+	if msgs, bytes, next, full := peekWindow(s); full || msgs != 3 || bytes != 100 || !next.IsZero() {
 		t.Fatalf("empty window = %d, %d, %v, %v", msgs, bytes, next, full)
 	}
 	s.track("a", 10, now.Add(10*time.Second))
 	s.track("b", 10, now.Add(20*time.Second))
-	if msgs, bytes, next, _ := s.window(); msgs != 1 || bytes != 80 || !next.Equal(now.Add(10*time.Second)) {
+	if msgs, bytes, next, _ := peekWindow(s); msgs != 1 || bytes != 80 || !next.Equal(now.Add(10*time.Second)) {
 		t.Fatalf("window with two leases = %d, %d, next %v", msgs, bytes, next)
 	}
 	s.track("c", 10, now.Add(10*time.Second))
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, full := peekWindow(s); !full {
 		t.Fatal("window not full at max_outstanding_messages")
 	}
 	if untracked := h.streams.done("gcp.sub.s", []string{"a", "unknown"}); len(untracked) != 1 || untracked[0] != "unknown" {
@@ -49,24 +83,24 @@ func TestStreamWindow(t *testing.T) {
 	default:
 		t.Fatal("an ack did not wake the stream")
 	}
-	if msgs, _, _, full := s.window(); full || msgs != 1 {
+	if msgs, _, _, full := peekWindow(s); full || msgs != 1 {
 		t.Fatalf("after an ack: %d, %v", msgs, full)
 	}
 	h.streams.extend("gcp.sub.s", []string{"c"}, now.Add(time.Minute))
-	if _, _, next, _ := s.window(); !next.Equal(now.Add(10 * time.Second)) {
+	if _, _, next, _ := peekWindow(s); !next.Equal(now.Add(10 * time.Second)) {
 		t.Fatalf("before a's old deadline passed, next = %v, want that deadline (a bound)", next)
 	}
 	start := now
 	now = now.Add(10 * time.Second)
-	if _, _, next, _ := s.window(); !next.Equal(start.Add(20 * time.Second)) {
+	if _, _, next, _ := peekWindow(s); !next.Equal(start.Add(20 * time.Second)) {
 		t.Fatalf("once the bound passed, next = %v, want b's deadline", next)
 	}
 	h.streams.extend("gcp.sub.s", []string{"c"}, start.Add(15*time.Second))
-	if _, _, next, _ := s.window(); !next.Equal(start.Add(15 * time.Second)) {
+	if _, _, next, _ := peekWindow(s); !next.Equal(start.Add(15 * time.Second)) {
 		t.Fatalf("after c was shortened, next = %v, want c's new deadline", next)
 	}
 	s.track("big", 200, now.Add(time.Minute))
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, full := peekWindow(s); !full {
 		t.Fatal("window not full at max_outstanding_bytes")
 	}
 	h.streams.drop(s)
@@ -86,7 +120,7 @@ func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 	h := New(Deps{Now: func() time.Time { return now }})
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
-	s.window() // starts the rate measurement
+	peekWindow(s) // starts the rate measurement
 	// 100 messages settled every 50 ms: 2000/s, so 500 within ackLag.
 	id := 0
 	for step := 0; step < int(rateSpan/(50*time.Millisecond)); step++ {
@@ -103,28 +137,28 @@ func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 	for i := 0; i < 550; i++ {
 		s.track(fmt.Sprint("x", i), 1, now.Add(time.Minute))
 	}
-	if _, _, _, full := s.window(); full {
+	if _, _, _, full := peekWindow(s); full {
 		t.Fatalf("window full at 550 outstanding with a floor of 100 and 2000 settled/s")
 	}
 	for i := 550; i < 600; i++ {
 		s.track(fmt.Sprint("x", i), 1, now.Add(time.Minute))
 	}
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, full := peekWindow(s); !full {
 		t.Fatalf("window not full at 600 outstanding (floor 100 + 500 settled in ackLag)")
 	}
 	// Nothing settles: the growth halves with each rate span; the floor stays.
 	now = now.Add(rateSpan)
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, full := peekWindow(s); !full {
 		t.Fatal("window not full one span after the settling stopped (floor 100 + 250)")
 	}
 	now = now.Add(rateSpan)
-	s.window()
+	peekWindow(s)
 	var ids []string
 	for i := 0; i < 550; i++ {
 		ids = append(ids, fmt.Sprint("x", i))
 	}
 	h.streams.done("gcp.sub.s", ids)
-	if msgs, _, _, full := s.window(); full || msgs != 175 {
+	if msgs, _, _, full := peekWindow(s); full || msgs != 175 {
 		t.Fatalf("window with 50 outstanding two quiet spans later = %d, %v; want 175 (floor 100 + 125 - 50)", msgs, full)
 	}
 }
@@ -229,7 +263,7 @@ func TestWakeUps(t *testing.T) {
 	<-s.wake // from the tracked ack
 	s.track("x", 1, now.Add(10*time.Second))
 	s.refreshedAt = now.Add(-leaseRefreshGap)
-	_, _, next, full := s.window()
+	_, _, next, full := peekWindow(s)
 	if s.refreshDue(now, next, full) {
 		t.Fatal("refresh due with nothing said")
 	}
@@ -306,20 +340,20 @@ func TestStreamWindowIgnoresInvalidAcks(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("ack of an invalid id: %v", err)
 	}
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, full := peekWindow(s); !full {
 		t.Fatal("an ack through the wrong subscription freed the stream's window")
 	}
 	if _, err := h.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: "projects/p/subscriptions/other", AckIds: []string{"a"}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("nack of an invalid id: %v", err)
 	}
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, full := peekWindow(s); !full {
 		t.Fatal("a nack through the wrong subscription freed the stream's window")
 	}
 	h.queues = resultQueues{results: []storagev1.AckResult{storagev1.AckResult_ACK_RESULT_EXPIRED}}
 	if _, err := h.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: "projects/p/subscriptions/sub", AckIds: []string{"a"}, AckDeadlineSeconds: 60}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("extension of an expired id: %v", err)
 	}
-	if _, _, _, full := s.window(); full {
+	if _, _, _, full := peekWindow(s); full {
 		t.Fatal("an expired lease stayed in the window after a failed extension")
 	}
 }
@@ -356,7 +390,7 @@ func TestStreamReceiveOutageLogsOnce(t *testing.T) {
 	s.deadline.Store(10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.receiveLoop(ctx, make(chan batch, 1)) }()
+	go func() { done <- s.receiveLoop(ctx, make(chan batch, 1), nil, true) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for logs.FilterMessage("streaming pull receive recovered").Len() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -481,7 +515,7 @@ func TestStreamWindowHugeLimits(t *testing.T) {
 	huge := int64(math.MaxInt64/windowFactor) * windowFactor
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: huge, maxBytes: huge, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
-	s.window()
+	peekWindow(s)
 	var ids []string
 	for i := range 100 {
 		ids = append(ids, fmt.Sprint(i))
@@ -489,7 +523,7 @@ func TestStreamWindowHugeLimits(t *testing.T) {
 	}
 	h.streams.done("gcp.sub.s", ids)
 	now = now.Add(rateSpan)
-	if msgs, bytes, _, full := s.window(); full || msgs != maxPullBatch || bytes != maxResponseBytes {
+	if msgs, bytes, _, full := peekWindow(s); full || msgs != maxStreamBatch || bytes != maxResponseBytes {
 		t.Fatalf("window after settling with huge limits = %d, %d, %v", msgs, bytes, full)
 	}
 }

@@ -3,6 +3,7 @@ package handler
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,7 +143,10 @@ func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireRespo
 		b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), 1)
 	}
 	if len(b) != size {
-		panic("streamwire: encoded size differs from the computed one")
+		// A bug, not bad input: it fails this stream (INTERNAL), not the replica, as a
+		// panic outside the handler's goroutine would.
+		grpcx.BufferPool.Put(bp)
+		return nil, nil, 0, fmt.Errorf("streamwire: encoded %d bytes where %d were computed", len(b), size)
 	}
 	*bp = b
 	return &wireResponse{buf: mem.NewBuffer(bp, grpcx.BufferPool)}, sizes, total, nil

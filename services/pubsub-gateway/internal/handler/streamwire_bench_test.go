@@ -123,7 +123,7 @@ func BenchmarkLeaseBook(b *testing.B) {
 			until := time.Now().Add(time.Minute)
 			b.ReportAllocs()
 			for b.Loop() {
-				s.trackAll(ids, sizes, until)
+				s.trackAll(ids, sizes, until, 0, 0)
 				for i := 0; i < len(shuffled); i += 250 {
 					h.streams.extend("gcp.sub.s", shuffled[i:i+250], until)
 				}

@@ -18,7 +18,7 @@ import (
 func protoBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) ([]byte, []int64, error) {
 	t.Helper()
 	s := &stream{h: h, sub: sub, props: props}
-	b, sizes := s.batch(context.Background(), ds)
+	b, sizes := s.batch(context.Background(), s.enc, ds)
 	b.out.SubscriptionProperties = props
 	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(b.out)
 	return out, sizes, err
@@ -28,7 +28,7 @@ func protoBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.Streamin
 func wireBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) ([]byte, []int64, error) {
 	t.Helper()
 	s := &stream{h: h, sub: sub, props: props, enc: &streamEncoder{h: h, sub: sub, props: props}}
-	b, sizes := s.batch(context.Background(), ds)
+	b, sizes := s.batch(context.Background(), s.enc, ds)
 	if b.err != nil {
 		return nil, nil, b.err
 	}
@@ -134,7 +134,7 @@ func TestStreamWireFromReceive(t *testing.T) {
 		t.Fatal("pooled decode kept no buffer")
 	}
 	s := &stream{h: h, sub: sub, props: props, enc: &streamEncoder{h: h, sub: sub, props: props}}
-	b, _ := s.batch(context.Background(), r.msgs)
+	b, _ := s.batch(context.Background(), s.enc, r.msgs)
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
@@ -173,7 +173,7 @@ func BenchmarkStreamBatchWire(b *testing.B) {
 		if err := r.UnmarshalBuffers(data, grpcx.BufferPool); err != nil {
 			b.Fatal(err)
 		}
-		bt, _ := s.batch(context.Background(), r.msgs)
+		bt, _ := s.batch(context.Background(), s.enc, r.msgs)
 		r.free()
 		enc, err := grpcx.Codec.Marshal(bt.wire)
 		if err != nil {
