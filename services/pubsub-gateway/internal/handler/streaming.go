@@ -106,7 +106,7 @@ func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) erro
 	st := &stream{
 		h: h, ss: ss, sub: sub, queue: channel.PubSubSubscription(r.id),
 		maxMsgs: first.GetMaxOutstandingMessages() * windowFactor, maxBytes: first.GetMaxOutstandingBytes() * windowFactor,
-		outstanding: map[string]lease{}, wake: make(chan struct{}, streamReceivers),
+		outstanding: map[string]lease{}, wake: make(chan struct{}, 1), wakeOthers: make(chan struct{}, streamReceivers-1),
 		props: &pubsubpb.StreamingPullResponse_SubscriptionProperties{
 			ExactlyOnceDeliveryEnabled: sub.spec.GetEnableExactlyOnceDelivery(),
 			MessageOrderingEnabled:     sub.spec.GetEnableMessageOrdering(),
@@ -178,8 +178,10 @@ type stream struct {
 	// reserved, reservedBytes are the window room taken by Receive calls in flight
 	// (window), given back when their answer is tracked or dropped.
 	reserved, reservedBytes int64
-	// wake holds a wake-up for each receive loop (notify).
-	wake chan struct{}
+	// wake holds a wake-up for the first receive loop, the refresher, and wakeOthers
+	// one for each other loop (notify fills both): a wake-up that says leases ended
+	// elsewhere must reach the refresher, not be taken by a loop that cannot act on it.
+	wake, wakeOthers chan struct{}
 	// nextBound is at or before the earliest deadline in outstanding (zero: none
 	// tracked); window scans for the exact one only once it has passed.
 	nextBound time.Time
@@ -486,22 +488,26 @@ func (s *stream) refreshLeases(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-// pause waits until a wake-up, ctx's end, or what the window waits for: the recheck,
-// the next deadline it knows, and for the refresher (the receive loop that re-reads
-// the leases) the end of the refresh gap when a wake-up is pending.
+// pause waits until a wake-up of the loop, ctx's end, or the recheck; the refresher
+// (the receive loop that re-reads the leases) also for what only it acts on: the next
+// deadline the window knows, and the end of the refresh gap when a wake-up is pending.
 func (s *stream) pause(ctx context.Context, now, next time.Time, refresher bool) {
 	d := s.recheck()
-	if !next.IsZero() {
-		d = min(d, next.Sub(now))
-	}
-	if refresher && s.stale.Load() {
-		d = min(d, s.refreshedAt.Add(leaseRefreshGap).Sub(now))
+	wake := s.wakeOthers
+	if refresher {
+		wake = s.wake
+		if !next.IsZero() {
+			d = min(d, next.Sub(now))
+		}
+		if s.stale.Load() {
+			d = min(d, s.refreshedAt.Add(leaseRefreshGap).Sub(now))
+		}
 	}
 	t := time.NewTimer(max(d, time.Millisecond))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-s.wake:
+	case <-wake:
 	case <-t.C:
 	}
 }
@@ -517,6 +523,10 @@ func (s *stream) forgetLocked(id string, l lease) {
 func (s *stream) notify() {
 	select {
 	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case s.wakeOthers <- struct{}{}: // a nil wakeOthers (tests' streams) is never ready
 	default:
 	}
 }
