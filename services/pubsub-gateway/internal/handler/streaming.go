@@ -66,6 +66,12 @@ const (
 	// core allows 10,000): fewer, larger answers cost fewer round trips and fsyncs
 	// per message than unary Pull's 1,000.
 	maxStreamBatch = 2500
+	// firstStreamBatch is the most messages a stream's first Receive asks for; each
+	// later one may ask twice as many as the one before, up to maxStreamBatch. A
+	// client sees no message of a response before all of it arrived, through a
+	// connection whose flow-control window starts at 64 KiB: a full first batch of
+	// 2,500 1-KiB messages kept the Go client idle for its first 30 ms.
+	firstStreamBatch = 100
 	// maxLeaseQuery is the most ack ids one GetLeases asks about (storage-core's bound).
 	maxLeaseQuery = 10_000
 )
@@ -178,6 +184,9 @@ type stream struct {
 	// reserved, reservedBytes are the window room taken by Receive calls in flight
 	// (window), given back when their answer is tracked or dropped.
 	reserved, reservedBytes int64
+	// batchLimit is the most messages the next Receive asks for (firstStreamBatch,
+	// doubling per Receive up to maxStreamBatch; zero: not started).
+	batchLimit int32
 	// wake holds a wake-up for the first receive loop, the refresher, and wakeOthers
 	// one for each other loop (notify fills both): a wake-up that says leases ended
 	// elsewhere must reach the refresher, not be taken by a loop that cannot act on it.
@@ -334,12 +343,13 @@ func isKeepalive(req *pubsubpb.StreamingPullRequest) bool {
 }
 
 // window returns how many messages and bytes the stream may still take (at most one
-// Receive's worth, maxStreamBatch), whether it is full, and a time at or before the
-// earliest lease deadline it knows, exact once that time has passed (zero when it
-// tracks none). The window is the floor (maxMsgs, maxBytes) plus what the stream
-// settled in the last ackLag, as last measured over rateSpan, less what Receive calls
-// in flight reserved. Unless full, the room returned is reserved too: the caller gives
-// it back with unreserve, or trackAll, once its Receive has answered.
+// Receive's worth: batchLimit, which each call doubles up to maxStreamBatch), whether
+// it is full, and a time at or before the earliest lease deadline it knows, exact
+// once that time has passed (zero when it tracks none). The window is the floor
+// (maxMsgs, maxBytes) plus what the stream settled in the last ackLag, as last
+// measured over rateSpan, less what Receive calls in flight reserved. Unless full,
+// the room returned is reserved too: the caller gives it back with unreserve, or
+// trackAll, once its Receive has answered.
 func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 	now := s.h.now()
 	s.mu.Lock()
@@ -355,7 +365,10 @@ func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 		s.extraBytes = max(s.settledBytes*int64(ackLag)/int64(span), s.extraBytes/2)
 		s.settled, s.settledBytes, s.rateFrom = 0, 0, now
 	}
-	msgs = maxStreamBatch
+	if s.batchLimit == 0 {
+		s.batchLimit = firstStreamBatch
+	}
+	msgs = s.batchLimit
 	if s.maxMsgs > 0 {
 		limit := addCapped(s.maxMsgs, s.extraMsgs)
 		if s.count+s.reserved >= limit {
@@ -373,6 +386,7 @@ func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 	}
 	s.reserved += int64(msgs)
 	s.reservedBytes += bytes
+	s.batchLimit = min(2*s.batchLimit, maxStreamBatch)
 	return msgs, bytes, next, false
 }
 

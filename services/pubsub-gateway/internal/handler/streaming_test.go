@@ -28,6 +28,23 @@ func peekWindow(s *stream) (int32, int64, time.Time, bool) {
 	return msgs, bytes, next, full
 }
 
+// TestStreamBatchSlowStart: a stream's first Receive asks for firstStreamBatch
+// messages and each later one for twice as many, up to maxStreamBatch, so the client
+// gets its first messages without waiting for a full batch.
+func TestStreamBatchSlowStart(t *testing.T) {
+	h := New(Deps{})
+	s := &stream{h: h, queue: "gcp.sub.s", outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	var got []int32
+	for range 7 {
+		msgs, _, _, _ := peekWindow(s)
+		got = append(got, msgs)
+	}
+	want := []int32{100, 200, 400, 800, 1600, 2500, 2500}
+	if !slices.Equal(got, want) {
+		t.Fatalf("batches %v, want %v", got, want)
+	}
+}
+
 // TestStreamWindowReserves: two receive loops share a stream's window: what one
 // reserved for its Receive in flight the other cannot take, and tracking the answer
 // gives the reservation back, so the window counts each message once.
@@ -523,6 +540,9 @@ func TestStreamWindowHugeLimits(t *testing.T) {
 	}
 	h.streams.done("gcp.sub.s", ids)
 	now = now.Add(rateSpan)
+	for s.batchLimit < maxStreamBatch { // past the first batches' slow start
+		peekWindow(s)
+	}
 	if msgs, bytes, _, full := peekWindow(s); full || msgs != maxStreamBatch || bytes != maxResponseBytes {
 		t.Fatalf("window after settling with huge limits = %d, %d, %v", msgs, bytes, full)
 	}
