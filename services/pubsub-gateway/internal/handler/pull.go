@@ -120,45 +120,57 @@ func fromProto(m *storagev1.ReceivedMessage) delivery {
 	return d
 }
 
-// received turns the delivery into a Pub/Sub message: headers without the "_" prefix
-// are the attributes, and so are escaped ones (hdrAttrPrefix); id, publish time and
-// ordering key come from the reserved headers, or from the record itself for a native
-// append.
-func (d *delivery) received(sub *subInfo) *pubsubpb.ReceivedMessage {
-	msg := &pubsubpb.PubsubMessage{Data: d.value}
-	var id, published string
+// pubsubFields are the reserved headers of a delivery: its message id, publish time
+// (RFC 3339; hasPublished when the header is there) and ordering key.
+type pubsubFields struct {
+	id, published, ordering []byte
+	hasPublished            bool
+}
+
+// walkHeaders calls attr for each of d's headers that is a Pub/Sub attribute, in
+// header order: one without the "_" prefix, an escaped one (hdrAttrPrefix removed),
+// and the dead-letter source time (ms, formatted as RFC 3339); it returns the reserved
+// fields. received and the stream encoder (streamwire.go) both read headers so.
+func (d *delivery) walkHeaders(attr func(key string, val []byte)) (f pubsubFields) {
 	for _, hd := range d.headers {
 		k := hd.key
 		if !strings.HasPrefix(k, "_") {
-			if msg.Attributes == nil {
-				msg.Attributes = map[string]string{}
-			}
-			msg.Attributes[k] = string(hd.value)
+			attr(k, hd.value)
 			continue
 		}
 		if a, ok := strings.CutPrefix(k, hdrAttrPrefix); ok {
-			if msg.Attributes == nil {
-				msg.Attributes = map[string]string{}
-			}
-			msg.Attributes[a] = string(hd.value)
+			attr(a, hd.value)
 			continue
 		}
 		switch k {
 		case hdrMessageID:
-			id = string(hd.value)
+			f.id = hd.value
 		case hdrPublishTime:
-			published = string(hd.value)
+			f.published, f.hasPublished = hd.value, true
 		case hdrOrderingKey:
-			msg.OrderingKey = string(hd.value)
+			f.ordering = hd.value
 		case hdrDeadLetterSourceTime:
 			if ms, err := strconv.ParseInt(string(hd.value), 10, 64); err == nil {
-				if msg.Attributes == nil {
-					msg.Attributes = map[string]string{}
-				}
-				msg.Attributes[deadLetterSourceTime] = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+				attr(deadLetterSourceTime, []byte(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)))
 			}
 		}
 	}
+	return f
+}
+
+// received turns the delivery into a Pub/Sub message: attributes and reserved fields
+// as walkHeaders reads them; id and publish time come from the record itself for a
+// native append.
+func (d *delivery) received(sub *subInfo) *pubsubpb.ReceivedMessage {
+	msg := &pubsubpb.PubsubMessage{Data: d.value}
+	f := d.walkHeaders(func(k string, v []byte) {
+		if msg.Attributes == nil {
+			msg.Attributes = map[string]string{}
+		}
+		msg.Attributes[k] = string(v)
+	})
+	id, published := string(f.id), string(f.published)
+	msg.OrderingKey = string(f.ordering)
 	if id == "" {
 		id = strconv.FormatInt(d.sourceSeq, 10)
 	}

@@ -169,31 +169,9 @@ func (e *streamEncoder) propsSize() int {
 // of a key winning.
 func (e *streamEncoder) prepare(ctx context.Context, m *wireMsg, d *delivery) error {
 	*m = wireMsg{d: d, attr0: len(e.attrs)}
-	var published []byte
-	hasPublished, fallback := false, false
-	for _, hd := range d.headers {
-		k := hd.key
-		if !strings.HasPrefix(k, "_") {
-			e.addAttr(m, k, hd.value)
-			continue
-		}
-		if a, ok := strings.CutPrefix(k, hdrAttrPrefix); ok {
-			e.addAttr(m, a, hd.value)
-			continue
-		}
-		switch k {
-		case hdrMessageID:
-			m.id = hd.value
-		case hdrPublishTime:
-			published, hasPublished = hd.value, true
-		case hdrOrderingKey:
-			m.ordering = hd.value
-		case hdrDeadLetterSourceTime:
-			if ms, err := strconv.ParseInt(string(hd.value), 10, 64); err == nil {
-				e.addAttr(m, deadLetterSourceTime, []byte(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)))
-			}
-		}
-	}
+	f := d.walkHeaders(func(k string, v []byte) { e.addAttr(m, k, v) })
+	m.id, m.ordering = f.id, f.ordering
+	fallback := false
 	m.attr1 = len(e.attrs)
 	attrs := e.attrs[m.attr0:m.attr1]
 	for _, a := range attrs {
@@ -211,7 +189,7 @@ func (e *streamEncoder) prepare(ctx context.Context, m *wireMsg, d *delivery) er
 	if len(m.id) == 0 {
 		m.idSeq = true
 	}
-	m.secs, m.nanos = e.publishTime(published, hasPublished, d.ts)
+	m.secs, m.nanos = e.publishTime(f.published, f.hasPublished, d.ts)
 
 	n := 0
 	if len(d.value) > 0 {
