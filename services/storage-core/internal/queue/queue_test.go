@@ -34,11 +34,20 @@ type env struct {
 	clk *clock
 	st  *store.Store
 	m   *Manager
+	// opts: the window bounds (MaxLoaded, MaxUnleased, MaxLoadedBytes) each open
+	// passes to the Manager, so they hold from its start, across restarts too.
+	opts Options
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), clk: &clock{}}
+	return newEnvOpts(t, Options{})
+}
+
+// newEnvOpts is newEnv with the window bounds of opts (env.opts).
+func newEnvOpts(t *testing.T, opts Options) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), clk: &clock{}, opts: opts}
 	e.clk.ms.Store(1_700_000_000_000)
 	e.open()
 	t.Cleanup(e.close)
@@ -51,7 +60,9 @@ func (e *env) open() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), Options{Now: e.clk.now, MaintenanceInterval: -1}, zaptest.NewLogger(e.t))
+	opts := Options{Now: e.clk.now, MaintenanceInterval: -1,
+		MaxLoaded: e.opts.MaxLoaded, MaxUnleased: e.opts.MaxUnleased, MaxLoadedBytes: e.opts.MaxLoadedBytes}
+	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), opts, zaptest.NewLogger(e.t))
 	if err != nil {
 		_ = st.Close()
 		e.t.Fatal(err)
