@@ -38,6 +38,7 @@ func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
 	q.attempts = map[int64]delivered{}
 	q.deliveredMark = floor
 	q.tombs = 0
+	q.lanes, q.laneMsgs = nil, 0
 	clear(q.dirty)
 	q.dirty = q.dirty[:0]
 	q.wakeLocked()
@@ -472,6 +473,7 @@ func (q *Queue) UpdateConfig(in Config, mask []string) (Info, error) {
 		for _, m := range q.pending {
 			m.key = orderingKey(c.OrderingKeyHeader, m.rec.Headers)
 		}
+		q.recountLanesLocked()
 	}
 	q.wakeLocked()
 	q.mu.Unlock()

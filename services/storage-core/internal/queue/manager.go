@@ -37,7 +37,9 @@ type Options struct {
 	MaxLoaded int
 	// MaxUnleased bounds the loaded messages not under a lease; 0 = 10000. A queue
 	// with a backlog and no consumer keeps this many decoded, not MaxLoaded: only
-	// leases (waiting for their acks) fill the window past it.
+	// leases (waiting for their acks) fill the window past it, and, in an ordered
+	// queue, messages waiting behind an earlier unacked one of their ordering key, so
+	// one key's backlog does not hold the other keys' messages out of the window.
 	MaxUnleased int
 	// MaxLoadedBytes bounds their bytes (key, value, headers); 0 = 64 MiB. At least one
 	// message is loaded whatever its size.

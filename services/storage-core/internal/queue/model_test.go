@@ -87,6 +87,7 @@ func runQueueModel(t *testing.T, seed int64) {
 	}
 	check := func() {
 		t.Helper()
+		checkLanes(t, q)
 		var unacked, leased int64
 		for _, m := range msgs {
 			if !m.acked {

@@ -117,6 +117,20 @@ type Queue struct {
 	deliveredMark int64
 	// tombs counts the acked messages still in pending (compactLocked).
 	tombs int
+	// lanes, laneMsgs: the window's unacked messages with an ordering key. Invariant:
+	// lanes[k] is the number of messages of pending with key k not in state stAcked
+	// (every other state holds k's lane: leaseLocked), no entry is zero, and laneMsgs
+	// is the sum of the counts; an unordered queue's messages have no key, so both
+	// are empty. Only a key's first unacked message can be delivered: the others
+	// (blockedLocked: laneMsgs - len(lanes)) wait for its ack and do not count
+	// against MaxUnleased, else one key's backlog would fill the window and hold
+	// every other key's messages out of it. Kept where a message enters pending
+	// (fillLocked), stops being unacked (ackLocked: ack, dead-letter, retention), the
+	// window is rebuilt (resetLocked: purge, seek, detach) or the keys change
+	// (UpdateConfig); nothing else adds a message to pending, un-acks one or drops an
+	// unacked one (compactLocked drops acked ones only).
+	lanes    map[string]int32
+	laneMsgs int
 	// dirty lists messages whose backoff changed (nack, expiry) and is not enqueued
 	// for the state file yet (flushDirtyLocked).
 	dirty    []*msg
@@ -275,6 +289,45 @@ func orderingKey(header string, hs []store.Header) string {
 	return ""
 }
 
+// laneAddLocked counts an unacked message of key entering the window (lanes).
+func (q *Queue) laneAddLocked(key string) {
+	if key == "" {
+		return
+	}
+	if q.lanes == nil {
+		q.lanes = map[string]int32{}
+	}
+	q.lanes[key]++
+	q.laneMsgs++
+}
+
+// laneDropLocked uncounts a message of key that is acked (lanes).
+func (q *Queue) laneDropLocked(key string) {
+	if key == "" {
+		return
+	}
+	if n := q.lanes[key]; n > 1 {
+		q.lanes[key] = n - 1
+	} else {
+		delete(q.lanes, key)
+	}
+	q.laneMsgs--
+}
+
+// recountLanesLocked rebuilds lanes from pending (after the keys changed).
+func (q *Queue) recountLanesLocked() {
+	q.lanes, q.laneMsgs = nil, 0
+	for _, m := range q.pending {
+		if m.state != stAcked {
+			q.laneAddLocked(m.key)
+		}
+	}
+}
+
+// blockedLocked is the number of messages of the window waiting behind an earlier
+// unacked message of their ordering key (lanes).
+func (q *Queue) blockedLocked() int { return q.laneMsgs - len(q.lanes) }
+
 // fill loads records of the queue log past loadPos into the window while it has room.
 // The reads run without Queue.mu; a rebuild of the window meanwhile (gen) discards
 // them. Bindings call it after each copy and wait their turn (so what they copied is
@@ -304,7 +357,11 @@ func (q *Queue) fillLocked() {
 		}
 		pos, gen := q.loadPos, q.gen
 		loaded := len(q.pending) - q.tombs
-		room := min(q.m.opts.MaxLoaded-loaded, q.m.opts.MaxUnleased-(loaded-q.leased))
+		// Blocked messages count against MaxLoaded and MaxLoadedBytes only (lanes). A
+		// blocked message is never leased, but for leases taken before the ordering
+		// key header changed (UpdateConfig), hence the max.
+		unleased := max(loaded-q.leased-q.blockedLocked(), 0)
+		room := min(q.m.opts.MaxLoaded-loaded, q.m.opts.MaxUnleased-unleased)
 		roomBytes := q.m.opts.MaxLoadedBytes - q.pendingBytes
 		if len(q.pending) == q.tombs {
 			roomBytes = max(roomBytes, 1)
@@ -356,6 +413,7 @@ func (q *Queue) fillLocked() {
 			}
 			q.pending = append(q.pending, m)
 			q.pendingBytes += m.size
+			q.laneAddLocked(m.key)
 		}
 		q.loadPos = next
 		q.wakeLocked()
@@ -553,8 +611,9 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 		seen = map[string]struct{}{}
 	}
 	var size int64
-	// Sized for the messages not leased (more when expired leases are taken again).
-	n := min(maxMsgs, max(len(q.pending)-q.tombs-q.leased, 0))
+	// Sized for the messages not leased nor blocked behind their ordering key (more
+	// when expired leases are taken again).
+	n := min(maxMsgs, max(len(q.pending)-q.tombs-q.leased-q.blockedLocked(), 0))
 	out = make([]Delivery, 0, n)
 	leased := make([]*msg, 0, n)
 	event := func(t int64) {
@@ -584,6 +643,11 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (ou
 			busyRun, runEnd = false, m.off
 		}
 	}
+	// An ordered queue's scan ends once it has seen each key's first unacked message
+	// (heads: one per lanes entry) and every unkeyed one (free): all the rest wait
+	// behind those. A backlog of one key can fill the window up to MaxLoaded (lanes),
+	// which each Receive would walk otherwise.
+	heads, free, unkeyed := len(q.lanes), len(q.pending)-q.tombs-q.laneMsgs, 0
 	i := start
 scan:
 	for ; i < len(q.pending); i++ {
@@ -591,7 +655,7 @@ scan:
 		if i > start {
 			markRun(q.pending[i-1])
 		}
-		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes {
+		if len(out) >= maxMsgs || maxBytes > 0 && size >= maxBytes || ordered && len(seen) == heads && unkeyed == free {
 			break
 		}
 		if m.state == stAcked {
@@ -608,6 +672,8 @@ scan:
 				continue // an earlier message of this key is not acked yet
 			}
 			seen[m.key] = struct{}{}
+		} else if ordered {
+			unkeyed++
 		}
 		switch {
 		case m.state == stLeased:
@@ -818,7 +884,7 @@ func (q *Queue) Ack(ids []string) ([]AckResult, error) {
 	return res, nil
 }
 
-// ackLocked marks m acked (removed from the window by compactLocked).
+// ackLocked marks m, not acked yet, acked (removed from the window by compactLocked).
 func (q *Queue) ackLocked(m *msg) {
 	if m.state == stLeased {
 		q.leased--
@@ -826,6 +892,7 @@ func (q *Queue) ackLocked(m *msg) {
 	m.state = stAcked
 	q.tombs++
 	q.pendingBytes -= m.size
+	q.laneDropLocked(m.key)
 }
 
 // commitAcksLocked drops the messages just acked (ackLocked) from the window and
