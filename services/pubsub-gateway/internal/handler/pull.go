@@ -1,11 +1,13 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -131,24 +133,30 @@ type pubsubFields struct {
 // header order: one without the "_" prefix, an escaped one (hdrAttrPrefix removed),
 // and the dead-letter source time (ms, formatted as RFC 3339); it returns the reserved
 // fields. received and the stream encoder (streamwire.go) both read headers so.
+//
+// Attribute values, the message id and the ordering key are strings in Pub/Sub, but a
+// native append (or a Kafka-side copy) may store any bytes in a header: those that are
+// not UTF-8 are given with each run of invalid bytes replaced by U+FFFD (validUTF8), as
+// proto cannot marshal them, and a message it cannot marshal would fail every Pull and
+// stream that leased it, for as long as it stays in the subscription.
 func (d *delivery) walkHeaders(attr func(key string, val []byte)) (f pubsubFields) {
 	for _, hd := range d.headers {
 		k := hd.key
 		if !strings.HasPrefix(k, "_") {
-			attr(k, hd.value)
+			attr(k, validUTF8(hd.value))
 			continue
 		}
 		if a, ok := strings.CutPrefix(k, hdrAttrPrefix); ok {
-			attr(a, hd.value)
+			attr(a, validUTF8(hd.value))
 			continue
 		}
 		switch k {
 		case hdrMessageID:
-			f.id = hd.value
+			f.id = validUTF8(hd.value)
 		case hdrPublishTime:
 			f.published, f.hasPublished = hd.value, true
 		case hdrOrderingKey:
-			f.ordering = hd.value
+			f.ordering = validUTF8(hd.value)
 		case hdrDeadLetterSourceTime:
 			if ms, err := strconv.ParseInt(string(hd.value), 10, 64); err == nil {
 				attr(deadLetterSourceTime, []byte(time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)))
@@ -156,6 +164,15 @@ func (d *delivery) walkHeaders(attr func(key string, val []byte)) (f pubsubField
 		}
 	}
 	return f
+}
+
+// validUTF8 returns v, or when v is not valid UTF-8 a copy with each run of invalid bytes
+// replaced by U+FFFD.
+func validUTF8(v []byte) []byte {
+	if utf8.Valid(v) {
+		return v
+	}
+	return bytes.ToValidUTF8(v, []byte("\uFFFD"))
 }
 
 // received turns the delivery into a Pub/Sub message: attributes and reserved fields

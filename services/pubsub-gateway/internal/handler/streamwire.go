@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/mem"
@@ -26,8 +25,8 @@ import (
 // gives for the StreamingPullResponse that delivery.received builds, with
 // deterministic map order (attributes sorted by key): streamwire_test.go checks them
 // byte for byte. A delivery whose message names a schema (its attributes may be
-// rewritten by showDeletedSchema), or whose strings are not all valid UTF-8 (proto
-// refuses to marshal it), is built and marshalled by proto as before.
+// rewritten by showDeletedSchema) is built and marshalled by proto as before. Strings
+// are valid UTF-8: walkHeaders makes them so.
 //
 // This needs grpcx's codec on the server (Deps.EncodeStreams); without it, streams send
 // proto messages.
@@ -175,12 +174,9 @@ func (e *streamEncoder) prepare(ctx context.Context, m *wireMsg, d *delivery) er
 	m.attr1 = len(e.attrs)
 	attrs := e.attrs[m.attr0:m.attr1]
 	for _, a := range attrs {
-		if a.key == attrSchemaName || !utf8.Valid(a.val) {
+		if a.key == attrSchemaName {
 			fallback = true
 		}
-	}
-	if !utf8.Valid(m.id) || !utf8.Valid(m.ordering) {
-		fallback = true
 	}
 	if fallback {
 		return e.prepareProto(ctx, m, d)

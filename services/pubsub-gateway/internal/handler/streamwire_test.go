@@ -75,7 +75,7 @@ func checkWireBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.Stre
 // with the same flow-control sizes, over random deliveries: attributes plain, escaped
 // and repeated, reserved headers repeated or malformed, dead-letter source times,
 // ordering keys, schema attributes (built by proto), values absent and empty, values
-// that are not UTF-8 (proto refuses them, so does the encoder), every subscription
+// that are not UTF-8 (both give them with U+FFFD, never an error), every subscription
 // property, with and without a dead-letter policy; and the encoder's scratch reused
 // from batch to batch.
 func TestStreamWireMatchesProto(t *testing.T) {
@@ -107,6 +107,60 @@ func TestStreamWireMatchesProto(t *testing.T) {
 			ds = append(ds, d)
 		}
 		checkWireBatch(t, h, sub, props, ds)
+		if _, _, err := protoBatch(t, h, sub, props, ds); err != nil {
+			t.Fatalf("round %d: the batch cannot be marshalled: %v", round, err)
+		}
+	}
+}
+
+// TestDeliveryNotUTF8: a record appended natively to gcp.<t> may carry header values
+// that are not UTF-8. An attribute value, message id or ordering key made of them is
+// delivered with U+FFFD for each run of invalid bytes, by Pull and by the stream encoder
+// alike: a message proto cannot marshal would fail every Pull or stream that leased
+// it (INTERNAL), with the valid messages of its batch, and the subscription would
+// deliver nothing while it stays.
+func TestDeliveryNotUTF8(t *testing.T) {
+	h := New(Deps{})
+	sub := &subInfo{spec: &pubsubpb.Subscription{}}
+	props := &pubsubpb.StreamingPullResponse_SubscriptionProperties{}
+	ds := []delivery{
+		{ackID: "a.1.1", sourceSeq: 1, value: []byte("ok"), headers: []storedHeader{{key: "k", value: []byte("v")}}},
+		{ackID: "a.2.1", sourceSeq: 2, value: []byte("bad"), headers: []storedHeader{
+			{key: "k", value: []byte("v\xff")},
+			{key: hdrAttrPrefix + "_e", value: []byte("\xc3")},
+			{key: hdrMessageID, value: []byte("\xfe\xff1")},
+			{key: hdrOrderingKey, value: []byte("o\x80")},
+		}},
+	}
+	checkWireBatch(t, h, sub, props, ds)
+	out, _, err := protoBatch(t, h, sub, props, ds)
+	if err != nil {
+		t.Fatalf("a batch with header values that are not UTF-8 cannot be marshalled: %v", err)
+	}
+	var resp pubsubpb.StreamingPullResponse
+	if err := proto.Unmarshal(out, &resp); err != nil {
+		t.Fatal(err)
+	}
+	m := resp.GetReceivedMessages()[1].GetMessage()
+	if got := m.GetAttributes()["k"]; got != "v\uFFFD" {
+		t.Errorf("attribute k = %q, want %q", got, "v\uFFFD")
+	}
+	if got := m.GetAttributes()["_e"]; got != "\uFFFD" {
+		t.Errorf("attribute _e = %q, want %q", got, "\uFFFD")
+	}
+	if got := m.GetMessageId(); got != "\uFFFD1" {
+		t.Errorf("message id = %q", got)
+	}
+	if got := m.GetOrderingKey(); got != "o\uFFFD" {
+		t.Errorf("ordering key = %q", got)
+	}
+	// Pull builds the same message.
+	rm := ds[1].received(sub)
+	if _, err := proto.Marshal(rm); err != nil {
+		t.Fatalf("Pull's message cannot be marshalled: %v", err)
+	}
+	if !proto.Equal(rm.GetMessage(), m) {
+		t.Errorf("Pull's message %v, the stream's %v", rm.GetMessage(), m)
 	}
 }
 
