@@ -206,10 +206,14 @@ func (p *Pusher) post(ctx context.Context, sub *subInfo, rm *pubsubpb.ReceivedMe
 				}
 			}
 			hdr.Set("x-goog-pubsub-subscription-name", sub.spec.GetName())
-			hdr.Set("x-goog-pubsub-message-id", m.GetMessageId())
 			hdr.Set("x-goog-pubsub-publish-time", published)
-			if m.GetOrderingKey() != "" {
-				hdr.Set("x-goog-pubsub-ordering-key", m.GetOrderingKey())
+			// The ordering key (any string in Pub/Sub) and the message id (any
+			// header value of a native append) likewise.
+			if id := m.GetMessageId(); httpguts.ValidHeaderFieldValue(id) {
+				hdr.Set("x-goog-pubsub-message-id", id)
+			}
+			if k := m.GetOrderingKey(); k != "" && httpguts.ValidHeaderFieldValue(k) {
+				hdr.Set("x-goog-pubsub-ordering-key", k)
 			}
 		}
 	} else {

@@ -43,6 +43,36 @@ func TestPushWriteMetadataInvalidHeader(t *testing.T) {
 	}
 }
 
+// The same for an ordering key and a message id no HTTP header can carry: a newline
+// is valid in a Pub/Sub ordering key, and a native append sets the message id header
+// to any bytes. The push goes out without those headers.
+func TestPushWriteMetadataInvalidOrderingKey(t *testing.T) {
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+	}))
+	defer srv.Close()
+	p := NewPusher(New(Deps{Log: zap.NewNop()}))
+	defer p.client.CloseIdleConnections()
+	sub := &subInfo{id: "s1", spec: &pubsubpb.Subscription{Name: "projects/p/subscriptions/s1", PushConfig: &pubsubpb.PushConfig{
+		PushEndpoint: srv.URL,
+		Wrapper:      &pubsubpb.PushConfig_NoWrapper_{NoWrapper: &pubsubpb.PushConfig_NoWrapper{WriteMetadata: true}},
+	}}}
+	rm := &pubsubpb.ReceivedMessage{AckId: "a", Message: &pubsubpb.PubsubMessage{
+		Data: []byte("d"), MessageId: "id\r\n1", OrderingKey: "line1\nline2",
+		Attributes: map[string]string{"ok": "v"},
+	}}
+	if err := p.post(context.Background(), sub, rm); err != nil {
+		t.Fatalf("push of a message whose ordering key and id cannot be headers: %v", err)
+	}
+	if got.Get("ok") != "v" || got.Get("x-goog-pubsub-subscription-name") == "" {
+		t.Fatalf("headers %v", got)
+	}
+	if got.Get("x-goog-pubsub-ordering-key") != "" || got.Get("x-goog-pubsub-message-id") != "" {
+		t.Fatalf("unrepresentable headers sent: %v", got)
+	}
+}
+
 type fakeRegistry struct {
 	coordinatorv1.PubSubRegistryServiceClient
 	mu   sync.Mutex
