@@ -169,7 +169,10 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 		if err := t.Time.CheckValid(); err != nil {
 			return nil, invalid("Invalid time in the SeekRequest: %v", err)
 		}
-		seek.Target = &storagev1.SeekRequest_TimeMs{TimeMs: t.Time.AsTime().UnixMilli()}
+		// A time before 1970 is valid (Timestamp goes back to year 1) and, as Google
+		// and the emulator take it, before every message; storage-core's time_ms is
+		// not negative.
+		seek.Target = &storagev1.SeekRequest_TimeMs{TimeMs: max(t.Time.AsTime().UnixMilli(), 0)}
 	case *pubsubpb.SeekRequest_Snapshot:
 		snap, err := parseName(t.Snapshot, collSnapshots)
 		if err != nil {
