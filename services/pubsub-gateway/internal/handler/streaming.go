@@ -271,6 +271,11 @@ func (s *stream) readLoop(ctx context.Context) error {
 			return err
 		}
 		s.h.touch(s.sub.id) // acks, modacks and keepalives keep an open stream active
+		if req.GetSubscription() != "" {
+			// Google: "must not be set in subsequent requests"; the emulator refuses
+			// it too, even naming the stream's own subscription.
+			return invalid("subscription may only be set in first message")
+		}
 		if err := s.handle(ctx, req); err != nil {
 			return err
 		}
