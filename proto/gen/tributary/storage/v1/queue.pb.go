@@ -1685,7 +1685,13 @@ type SeekRequest struct {
 	//
 	//	*SeekRequest_TimeMs
 	//	*SeekRequest_Snapshot
-	Target        isSeekRequest_Target `protobuf_oneof:"target"`
+	Target isSeekRequest_Target `protobuf_oneof:"target"`
+	// For time_ms: acked messages published at or after the time become unacked again
+	// only when the queue has retain_acked set or this is true (Pub/Sub: the topic has
+	// message retention); otherwise they stay acked, as Google's Seek restores only
+	// retained messages. Messages published before the time become acked either way.
+	// Ignored for a snapshot.
+	ReplayAcked   bool `protobuf:"varint,4,opt,name=replay_acked,json=replayAcked,proto3" json:"replay_acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1752,13 +1758,22 @@ func (x *SeekRequest) GetSnapshot() string {
 	return ""
 }
 
+func (x *SeekRequest) GetReplayAcked() bool {
+	if x != nil {
+		return x.ReplayAcked
+	}
+	return false
+}
+
 type isSeekRequest_Target interface {
 	isSeekRequest_Target()
 }
 
 type SeekRequest_TimeMs struct {
-	// Messages published (source timestamp) before this time become acked, the rest
-	// unacked (as far as retention allows).
+	// Messages published (source timestamp) before this time become acked. Those
+	// published at or after it become unacked, as far as the queue log still holds
+	// them, except the acked ones when replay_acked is false and the queue has no
+	// retain_acked: those stay acked (see replay_acked).
 	TimeMs int64 `protobuf:"varint,2,opt,name=time_ms,json=timeMs,proto3,oneof"`
 }
 
@@ -2167,11 +2182,12 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\fdeadlines_ms\x18\x01 \x03(\x03R\vdeadlinesMs\"\x14\n" +
 	"\x12SweepLeasesRequest\"-\n" +
 	"\x13SweepLeasesResponse\x12\x16\n" +
-	"\x06queues\x18\x01 \x03(\tR\x06queues\"f\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\"\x89\x01\n" +
 	"\vSeekRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x19\n" +
 	"\atime_ms\x18\x02 \x01(\x03H\x00R\x06timeMs\x12\x1c\n" +
-	"\bsnapshot\x18\x03 \x01(\tH\x00R\bsnapshotB\b\n" +
+	"\bsnapshot\x18\x03 \x01(\tH\x00R\bsnapshot\x12!\n" +
+	"\freplay_acked\x18\x04 \x01(\bR\vreplayAckedB\b\n" +
 	"\x06target\"\x0e\n" +
 	"\fSeekResponse\"A\n" +
 	"\x15CreateSnapshotRequest\x12\x14\n" +
