@@ -84,7 +84,12 @@ func (q *Queue) Purge() error {
 // rest, as far as the queue log still holds them: the new floor is the first queue
 // record with a timestamp at or after tsMs (Kafka ListOffsets semantics; records are
 // in queue order, so a later record published earlier than tsMs stays unacked).
-func (q *Queue) SeekTime(tsMs int64) error {
+//
+// Acked messages from the floor on become unacked again only when the queue retains
+// them (Config.RetainAcked) or replayAcked is set (Pub/Sub: the topic has message
+// retention); otherwise they stay acked, as Google's Seek restores only retained
+// messages, and only the unacked ones lose their leases and delivery history.
+func (q *Queue) SeekTime(tsMs int64, replayAcked bool) error {
 	off, _, found, err := q.log.LookupTime(tsMs)
 	if err != nil {
 		return err
@@ -97,7 +102,14 @@ func (q *Queue) SeekTime(tsMs int64) error {
 	if !found {
 		off = q.log.HighWatermark()
 	}
-	op := q.resetLocked(max(off, q.log.LogStart()), nil)
+	floor := max(off, q.log.LogStart())
+	var acked spans
+	if !q.meta.Config.RetainAcked && !replayAcked {
+		s := q.snapshotLocked(0)
+		acked = s.ackedSpans(max(floor, s.Floor))
+		floor = acked.raiseFloor(max(floor, s.Floor))
+	}
+	op := q.resetLocked(floor, acked)
 	q.mu.Unlock()
 	return op.wait()
 }
@@ -138,28 +150,7 @@ func (q *Queue) SeekSnapshot(name string) error {
 		return err
 	}
 	floor := max(s.Floor, q.log.LogStart())
-	// Acked: [floor, End) but the unacked offsets (sorted), then AckedAhead.
-	var acked spans
-	cur := floor
-	for _, u := range s.Unacked {
-		if u < cur {
-			continue
-		}
-		if u > cur {
-			acked = append(acked, span{cur, u})
-		}
-		cur = u + 1
-	}
-	if cur < s.End {
-		acked = append(acked, span{cur, s.End})
-	}
-	for _, sp := range s.AckedAhead {
-		if n := len(acked); n > 0 && acked[n-1].To >= sp.From {
-			acked[n-1].To = max(acked[n-1].To, sp.To)
-			continue
-		}
-		acked = append(acked, sp)
-	}
+	acked := s.ackedSpans(floor)
 	floor = acked.raiseFloor(floor)
 	op := q.resetLocked(floor, acked)
 	q.mu.Unlock()
@@ -214,6 +205,33 @@ func sourceOf(hs []store.Header) (string, int64) {
 		}
 	}
 	return src, seq
+}
+
+// ackedSpans returns the offsets a snapshot holds acked from floor on: [floor, End)
+// but the unacked offsets (sorted), then AckedAhead.
+func (s *snapshot) ackedSpans(floor int64) spans {
+	var acked spans
+	cur := floor
+	for _, u := range s.Unacked {
+		if u < cur {
+			continue
+		}
+		if u > cur {
+			acked = append(acked, span{cur, u})
+		}
+		cur = u + 1
+	}
+	if cur < s.End {
+		acked = append(acked, span{cur, s.End})
+	}
+	for _, sp := range s.AckedAhead {
+		if n := len(acked); n > 0 && acked[n-1].To >= sp.From {
+			acked[n-1].To = max(acked[n-1].To, sp.To)
+			continue
+		}
+		acked = append(acked, sp)
+	}
+	return acked
 }
 
 // snapshotLocked captures the queue's acknowledgement state.

@@ -38,6 +38,104 @@ func TestPurge(t *testing.T) {
 	}
 }
 
+// TestSeekTimeKeepsAcked: without retain_acked, a seek to a time leaves the acked
+// messages after it acked (Pub/Sub Seek restores only retained messages) unless the
+// caller asks for a replay (the topic retains them); messages before the time become
+// acked either way, and unacked ones after it are delivered again.
+func TestSeekTimeKeepsAcked(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	retained := e.queue("gcp.sub.r", Config{RetainAcked: true}, Binding{Source: "gcp.t"})
+	for i := 0; i < 6; i++ {
+		if _, _, err := src.Append([]store.NewRecord{{Timestamp: int64(1000 * (i + 1)), Value: []byte(strconv.Itoa(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := receive(t, q, 10, 6)
+	mustAck(t, q, ds[0].AckID, ds[1].AckID, ds[3].AckID) // unacked (leased): 2, 4, 5
+	mustAck(t, retained, ackIDs(receive(t, retained, 10, 6))...)
+
+	// The emulator's case: everything acked, seek back, nothing comes back.
+	if err := retained.SeekTime(0, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(receive(t, retained, 10, 6)); fmt.Sprint(got) != "[0 1 2 3 4 5]" {
+		t.Fatalf("retain_acked queue after a seek back %v", got)
+	}
+
+	// Back in time: 2, 4 and 5 lose their leases and come again as new; 3 stays acked.
+	if err := q.SeekTime(2000, false); err != nil {
+		t.Fatal(err)
+	}
+	got := receive(t, q, 10, 3)
+	if fmt.Sprint(values(got)) != "[2 4 5]" {
+		t.Fatalf("after a seek back %v, want [2 4 5]", values(got))
+	}
+	for _, d := range got {
+		if d.Attempt != 1 {
+			t.Fatalf("after a seek back %s has attempt %d, want 1", d.Record.Value, d.Attempt)
+		}
+	}
+	// Forward: the unacked 2 and 4 (published before 5500 ms) become acked, 5 stays
+	// unacked.
+	if err := q.SeekTime(5500, false); err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, q, 10, 1)[0]
+	if string(d.Record.Value) != "5" {
+		t.Fatalf("after a seek forward %s, want 5", d.Record.Value)
+	}
+	mustAck(t, q, d.AckID)
+	// The state is durable.
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	if err := q.SeekTime(0, false); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, q, 10, 0)
+	if in := q.Info(); in.Backlog != 0 {
+		t.Fatalf("backlog %d with everything acked", in.Backlog)
+	}
+	// A replay (the topic retains acked messages) unacks everything after the time.
+	if err := q.SeekTime(3000, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[2 3 4 5]" {
+		t.Fatalf("after a replay %v, want [2 3 4 5]", got)
+	}
+}
+
+// TestSeekTimeKeepsAckedAhead: acks above a window that has not loaded them since a
+// restart (acked ahead) stay acked through a seek back too.
+func TestSeekTimeKeepsAckedAhead(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "0", "1", "2", "3", "4", "5")
+	ds := receive(t, q, 10, 6)
+	mustAck(t, q, ds[0].AckID, ds[1].AckID, ds[3].AckID, ds[4].AckID) // unacked: 2, 5
+	e.opts.MaxLoaded = 1
+	e.restart()
+	q, _ = e.m.Get("gcp.sub.s")
+	if err := q.SeekTime(0, false); err != nil {
+		t.Fatal(err)
+	}
+	if in := q.Info(); in.Backlog != 2 {
+		t.Fatalf("backlog %d after a seek back, want 2", in.Backlog)
+	}
+	var got []string
+	for i := 0; i < 2; i++ {
+		d := receive(t, q, 10, 1)[0]
+		mustAck(t, q, d.AckID)
+		got = append(got, string(d.Record.Value))
+	}
+	receive(t, q, 10, 0)
+	if fmt.Sprint(got) != "[2 5]" {
+		t.Fatalf("after a restart and a seek back %v, want [2 5]", got)
+	}
+}
+
 func TestSeekTimeAndSnapshot(t *testing.T) {
 	e := newEnv(t)
 	src := e.log("gcp.t")
@@ -62,14 +160,14 @@ func TestSeekTimeAndSnapshot(t *testing.T) {
 	receive(t, q, 10, 0)
 
 	// Back in time: published at or after 3000 ms (values 2..5) are unacked again.
-	if err := q.SeekTime(3000); err != nil {
+	if err := q.SeekTime(3000, false); err != nil { // retain_acked replays them
 		t.Fatal(err)
 	}
 	if got := values(receive(t, q, 10, 4)); fmt.Sprint(got) != "[2 3 4 5]" {
 		t.Fatalf("seek time %v", got)
 	}
 	// Forward past everything: all acked.
-	if err := q.SeekTime(1 << 50); err != nil {
+	if err := q.SeekTime(1<<50, false); err != nil {
 		t.Fatal(err)
 	}
 	receive(t, q, 10, 0)

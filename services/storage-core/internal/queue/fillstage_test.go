@@ -104,7 +104,7 @@ func TestFillStageDropsOnRebuild(t *testing.T) {
 	if got := values(receive(t, q, 10, 1)); got[0] != "after" {
 		t.Fatalf("after a purge got %v, want [after]", got)
 	}
-	if err := q.SeekTime(0); err != nil {
+	if err := q.SeekTime(0, true); err != nil {
 		t.Fatal(err)
 	}
 	var all []string

@@ -142,10 +142,10 @@ func TestAttackBadInputs(t *testing.T) {
 			t.Errorf("snapshot name of %d bytes: %v", len(n), err)
 		}
 	}
-	if err := q.SeekTime(1 << 62); err != nil {
+	if err := q.SeekTime(1<<62, false); err != nil {
 		t.Error(err)
 	}
-	if err := q.SeekTime(0); err != nil {
+	if err := q.SeekTime(0, true); err != nil {
 		t.Error(err)
 	}
 	if err := q.SeekSnapshot("nope"); !errors.Is(err, ErrSnapshotNotFound) {

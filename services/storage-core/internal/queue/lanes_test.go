@@ -336,7 +336,8 @@ func runLaneCounts(t *testing.T, seed int64) {
 			}
 			trace = append(trace, "seek-"+name)
 		case r < 96:
-			if err := q.SeekTime(e.m.nowMs() - int64(rnd.Intn(100_000))); err != nil {
+			ago := int64(rnd.Intn(100_000))
+			if err := q.SeekTime(e.m.nowMs()-ago, ago%2 == 0); err != nil {
 				fail("seek: %v", err)
 			}
 			trace = append(trace, "seek-time")

@@ -274,13 +274,16 @@ func runQueueModel(t *testing.T, seed int64) {
 			}
 			trace = append(trace, "seek-"+s.name)
 		case r < 97:
-			if err := q.SeekTime(0); err != nil {
+			// Every other seek replays acked messages; the others leave them acked
+			// (no retain_acked) and only make the unacked ones new again.
+			replay := step%2 == 0
+			if err := q.SeekTime(0, replay); err != nil {
 				fail("seek: %v", err)
 			}
 			for _, m := range msgs {
-				*m = modelMsg{key: m.key}
+				*m = modelMsg{key: m.key, acked: m.acked && !replay}
 			}
-			trace = append(trace, "seek")
+			trace = append(trace, fmt.Sprint("seek-replay-", replay))
 		default:
 			if err := q.Purge(); err != nil {
 				fail("purge: %v", err)

@@ -1049,7 +1049,7 @@ func TestDeliveredMark(t *testing.T) {
 		t.Fatalf("%d attempts records with everything acked", n)
 	}
 	// A seek back makes every message new again: the mark goes back with it.
-	if err := q.SeekTime(0); err != nil {
+	if err := q.SeekTime(0, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range receive(t, q, 10, 4) {

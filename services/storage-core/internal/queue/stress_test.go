@@ -220,7 +220,7 @@ func TestAttackChaos(t *testing.T) {
 		case 0:
 			err = q.Purge()
 		case 1:
-			err = q.SeekTime(0)
+			err = q.SeekTime(0, i%12 == 1)
 		case 2:
 			_, err = q.CreateSnapshot(fmt.Sprint("snap", i%12))
 		case 3:

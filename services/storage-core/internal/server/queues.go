@@ -241,7 +241,7 @@ func (qs *queueService) Seek(_ context.Context, req *storagev1.SeekRequest) (_ *
 		if t.TimeMs < 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "time_ms %d is negative", t.TimeMs)
 		}
-		err = q.SeekTime(t.TimeMs)
+		err = q.SeekTime(t.TimeMs, req.ReplayAcked)
 	case *storagev1.SeekRequest_Snapshot:
 		err = q.SeekSnapshot(t.Snapshot)
 	default:

@@ -289,3 +289,63 @@ func TestQueueServiceAdminGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestQueueServiceSeekReplayAcked: Seek to a time leaves acked messages acked unless
+// replay_acked asks for them (Pub/Sub: the topic retains acked messages).
+func TestQueueServiceSeekReplayAcked(t *testing.T) {
+	c, stop := startQueueServer(t, t.TempDir())
+	defer stop()
+	ctx := context.Background()
+	if _, err := c.st.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "gcp.t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "gcp.sub.s", Bindings: []*storagev1.Binding{{Source: "gcp.t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.Append(ctx, &storagev1.AppendRequest{Channel: "gcp.t", Records: []*storagev1.AppendRecord{
+		{Value: []byte("a")}, {Value: []byte("b")}}}); err != nil {
+		t.Fatal(err)
+	}
+	// receiveAll leases messages until it has want of them or a poll comes back empty.
+	receiveAll := func(want int) []string {
+		t.Helper()
+		var vals, ids []string
+		for len(vals) < want {
+			r, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s", MaxMessages: 10, WaitMs: 2000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Messages) == 0 {
+				break
+			}
+			for _, m := range r.Messages {
+				vals = append(vals, string(m.Record.Value))
+				ids = append(ids, m.AckId)
+			}
+		}
+		if len(ids) > 0 {
+			if _, err := c.q.Ack(ctx, &storagev1.AckRequest{Queue: "gcp.sub.s", AckIds: ids}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return vals
+	}
+	if got := receiveAll(2); len(got) != 2 {
+		t.Fatalf("received %v, want a and b", got)
+	}
+	seek := func(replay bool) {
+		t.Helper()
+		if _, err := c.q.Seek(ctx, &storagev1.SeekRequest{Queue: "gcp.sub.s", Target: &storagev1.SeekRequest_TimeMs{TimeMs: 0}, ReplayAcked: replay}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seek(false)
+	r, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s", MaxMessages: 10, WaitMs: 200})
+	if err != nil || len(r.Messages) != 0 {
+		t.Fatalf("after a seek back without replay_acked: %v %v", r, err)
+	}
+	seek(true)
+	if got := receiveAll(2); len(got) != 2 {
+		t.Fatalf("after a seek back with replay_acked %v, want a and b", got)
+	}
+}
