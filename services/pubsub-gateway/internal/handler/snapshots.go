@@ -151,7 +151,9 @@ func (h *Handler) DeleteSnapshot(ctx context.Context, req *pubsubpb.DeleteSnapsh
 }
 
 // Seek moves a subscription's acknowledgement state to a time (messages published
-// before it become acked, the rest unacked, as far as retention allows) or to a
+// before it become acked, the rest unacked, as far as retention allows; acked ones
+// only when retained: with retain_acked_messages, or when the topic has
+// message_retention_duration, as Google's Seek restores only retained messages) or to a
 // snapshot of the same topic, taken of this subscription or of another one (also a
 // deleted one): storage-core applies another queue's snapshot by topic sequences, to
 // the messages this subscription still holds, as the official emulator does. A
@@ -173,6 +175,9 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 		// and the emulator take it, before every message; storage-core's time_ms is
 		// not negative.
 		seek.Target = &storagev1.SeekRequest_TimeMs{TimeMs: max(t.Time.AsTime().UnixMilli(), 0)}
+		if seek.ReplayAcked, err = h.topicRetains(ctx, sub.id); err != nil {
+			return nil, err
+		}
 	case *pubsubpb.SeekRequest_Snapshot:
 		snap, err := parseName(t.Snapshot, collSnapshots)
 		if err != nil {
@@ -201,4 +206,31 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 	h.queueChanged(seek.Queue) // every lease of the queue ended
 	h.touch(sub.id)
 	return &pubsubpb.SeekResponse{}, nil
+}
+
+// topicRetains reports whether subscription id's topic has message retention, so a
+// Seek to a time replays acked messages too (Google: topic retention lets
+// subscriptions replay acked messages). Read from the registry, not the caches: the
+// topic's retention may have just changed. A deleted topic retains nothing.
+func (h *Handler) topicRetains(ctx context.Context, id string) (bool, error) {
+	sr, err := h.reg.GetPubSubSubscription(ctx, &coordinatorv1.GetPubSubSubscriptionRequest{Id: id})
+	if err != nil {
+		return false, backendError(ctx, err, msgSubNotFound)
+	}
+	topicID := sr.GetSubscription().GetTopicId()
+	if topicID == "" {
+		return false, nil
+	}
+	tr, err := h.reg.GetPubSubTopic(ctx, &coordinatorv1.GetPubSubTopicRequest{Id: topicID})
+	if status.Code(err) == codes.NotFound {
+		return false, nil // deleted meanwhile
+	}
+	if err != nil {
+		return false, backendError(ctx, err, "")
+	}
+	t := &pubsubpb.Topic{}
+	if err := proto.Unmarshal(tr.GetTopic().GetSpec(), t); err != nil {
+		return false, backendError(ctx, err, "")
+	}
+	return t.GetMessageRetentionDuration().AsDuration() > 0, nil
 }
