@@ -395,8 +395,9 @@ func pullAll(t *testing.T, sc pubsubpb.SubscriberClient, sub string, n int, ack 
 }
 
 // TestPubSubSnapshotSeekDetach: a snapshot taken before acking brings the messages back
-// on Seek; Seek to a time before the publish does too, Seek to now acks them; a detached
-// subscription refuses Pull with FAILED_PRECONDITION.
+// on Seek; Seek to a time before the publish does too (the subscription retains acked
+// messages: without that they stay acked, TestPubSubSeekTimeKeepsAcked), Seek to now
+// acks them; a detached subscription refuses Pull with FAILED_PRECONDITION.
 func TestPubSubSnapshotSeekDetach(t *testing.T) {
 	s := pubsubStack(t)
 	pub, sc := rawPubSub(t, s.PubSubAddrs[0])
@@ -406,7 +407,7 @@ func TestPubSubSnapshotSeekDetach(t *testing.T) {
 	topic, other, sub, osub, snap := psID("seek"), psID("seek-o"), psID("seek-sub"), psID("seek-osub"), psID("seek-snap")
 	mustCreateTopic(t, pub, topic)
 	mustCreateTopic(t, pub, other)
-	mustCreateSub(t, sc, sub, topic, nil)
+	mustCreateSub(t, sc, sub, topic, &pubsubpb.Subscription{RetainAckedMessages: true})
 	mustCreateSub(t, sc, osub, other, nil)
 	before := time.Now().Add(-time.Second)
 	if _, err := pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topicPath(topic), Messages: []*pubsubpb.PubsubMessage{{Data: []byte("a")}, {Data: []byte("b")}, {Data: []byte("c")}}}); err != nil {
