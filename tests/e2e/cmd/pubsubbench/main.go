@@ -1,8 +1,8 @@
 // Command pubsubbench measures Pub/Sub delivery with the Go client
 // (cloud.google.com/go/pubsub/v2) at its default settings: N messages of 1 KiB are
 // published, then a StreamingPull subscriber (Subscriber.Receive, acking each message)
-// takes them all; a second case publishes at a fixed rate while Receive runs, for the
-// publish→receive latency. Targets: against a Tributary stack started from the real binaries (storage-core
+// takes them all; a second case publishes at a fixed rate while Receive runs (from the
+// moment a warm-up message arrived), for the publish→receive latency. Targets: against a Tributary stack started from the real binaries (storage-core
 // with fsync on, one pubsub-gateway), against pstest (the Go client's in-process fake)
 // and, when gcloud is installed, against Google's official emulator, side by side in one
 // run. It prints the StreamingPull messages/s, the latency p50/p99 and the unary
@@ -29,6 +29,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -363,9 +364,9 @@ func setup(ctx context.Context, c *pubsub.Client) (topic, sub string, err error)
 	return topic, sub, nil
 }
 
-// publishN publishes n messages of size bytes (the first 8 bytes: publish time in ns,
-// the next 8: the index) and waits for every result.
-func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.Duration) error {
+// publishN publishes n messages of size bytes with indexes from0.. (the first 8 bytes:
+// publish time in ns, the next 8: the index) and waits for every result.
+func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.Duration, from0 int) error {
 	res := make([]*pubsub.PublishResult, n)
 	next := time.Now()
 	for i := range n {
@@ -377,7 +378,7 @@ func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.D
 		}
 		data := make([]byte, max(size, 16))
 		binary.BigEndian.PutUint64(data, uint64(time.Now().UnixNano()))
-		binary.BigEndian.PutUint64(data[8:], uint64(i))
+		binary.BigEndian.PutUint64(data[8:], uint64(from0+i))
 		res[i] = p.Publish(ctx, &pubsub.Message{Data: data})
 	}
 	for _, r := range res {
@@ -390,24 +391,26 @@ func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.D
 
 // receiveN runs Receive until n distinct messages (indexes 0..n-1, see publishN)
 // arrived, acking each, or ctx ends, and returns how many arrived, when the last did,
-// and their publish→receive latencies. The callback takes no lock: the client runs it
+// and their publish→receive latencies; first, when set, is closed when the first
+// message of any index arrived. The callback takes no lock: the client runs it
 // on many goroutines at once, and a shared mutex and map in it cost the client about a
 // tenth of its CPU, which the unary Pull case it is compared with does not pay.
-func receiveN(ctx context.Context, c *pubsub.Client, sub string, n int, started chan<- struct{}) (int, time.Time, []time.Duration, error) {
+func receiveN(ctx context.Context, c *pubsub.Client, sub string, n int, first chan<- struct{}) (int, time.Time, []time.Duration, error) {
 	var (
-		seen  = make([]atomic.Bool, n)
-		lat   = make([]time.Duration, n)
-		count atomic.Int64
-		last  atomic.Int64 // UnixNano of the latest first arrival
+		seen      = make([]atomic.Bool, n)
+		lat       = make([]time.Duration, n)
+		count     atomic.Int64
+		last      atomic.Int64 // UnixNano of the latest first arrival
+		firstOnce sync.Once
 	)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	if started != nil {
-		close(started)
-	}
 	err := c.Subscriber(sub).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		now := time.Now()
 		m.Ack()
+		if first != nil {
+			firstOnce.Do(func() { close(first) })
+		}
 		if len(m.Data) < 16 {
 			return
 		}
@@ -450,7 +453,7 @@ func streaming(ctx context.Context, cfg config, tg target) result {
 	}
 	p := c.Publisher(topic)
 	pstart := time.Now()
-	err = publishN(ctx, p, cfg.messages, cfg.bytes, 0)
+	err = publishN(ctx, p, cfg.messages, cfg.bytes, 0, 0)
 	p.Stop()
 	if err != nil {
 		return result{err: err}
@@ -492,7 +495,7 @@ func latency(ctx context.Context, cfg config, tg target) (p50, p99 time.Duration
 	n := int(float64(cfg.rate) * cfg.latencyDur.Seconds())
 	lctx, cancel := context.WithTimeout(ctx, cfg.latencyDur+cfg.streamTimeout)
 	defer cancel()
-	started := make(chan struct{})
+	first := make(chan struct{})
 	type got struct {
 		n   int
 		lat []time.Duration
@@ -500,12 +503,22 @@ func latency(ctx context.Context, cfg config, tg target) (p50, p99 time.Duration
 	}
 	done := make(chan got, 1)
 	go func() {
-		k, _, lat, err := receiveN(lctx, c, sub, n, started)
+		k, _, lat, err := receiveN(lctx, c, sub, n, first)
 		done <- got{k, lat, err}
 	}()
-	<-started
+	// The measured messages go out once the subscriber receives: a warm-up message
+	// (index n, not counted) must have arrived first, so the latencies are those of a
+	// running stream, not of its opening, which the first messages waited for.
 	p := c.Publisher(topic)
-	perr := publishN(lctx, p, n, cfg.bytes, time.Second/time.Duration(cfg.rate))
+	perr := publishN(lctx, p, 1, cfg.bytes, 0, n)
+	if perr == nil {
+		select {
+		case <-first:
+			perr = publishN(lctx, p, n, cfg.bytes, time.Second/time.Duration(cfg.rate), 0)
+		case <-lctx.Done():
+			perr = fmt.Errorf("warm-up message not received: %w", lctx.Err())
+		}
+	}
 	p.Stop()
 	g := <-done
 	if perr != nil {
