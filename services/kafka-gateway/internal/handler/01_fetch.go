@@ -17,6 +17,11 @@ package handler
 //   - Fetch sessions (KIP-227) are not kept: every answer has session id 0, which all
 //     clients accept as "sessionless"; a request naming a session id we never handed out
 //     gets FETCH_SESSION_ID_NOT_FOUND. Forgotten topics are therefore ignored.
+//   - v9+ current_leader_epoch (KIP-320) is checked as ListOffsets does (leaderEpochCode:
+//     the leader epoch is 0 forever): a partition that exists answers
+//     UNKNOWN_LEADER_EPOCH above it and FENCED_LEADER_EPOCH below it, with no records
+//     and offsets -1, before its fetch offset is looked at; such an answer is sent
+//     without waiting, as Kafka completes a fetch with a partition error at once.
 //   - Preferred read replica (KIP-392): never set (-1); any replica serves any partition.
 //   - Fetch-ahead (fetchahead.go): when every partition of an answer returned data and
 //     has more, the next ranges are read from storage-core right away, and the
@@ -58,10 +63,16 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		return resp, nil
 	}
 
-	type slot struct{ t, p int }
+	// slot is where a storage result goes; epochErr, when set, is the partition's
+	// answer once storage-core confirmed it exists (leaderEpochCode).
+	type slot struct {
+		t, p     int
+		epochErr int16
+	}
 	var (
 		channels []*storagev1.FetchChannel
 		slots    []slot
+		fenced   bool // a slot has an epochErr
 	)
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
@@ -92,11 +103,25 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 			// Kafka always sends records, empty rather than null: librdkafka fails to
 			// parse a null record set ("invalid MessageSetSize -1").
 			rp.RecordBatches = []byte{}
+			var epochErr int16
+			if req.Version >= 9 {
+				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
+			}
 			switch {
 			case topicCode != 0:
 				rp.ErrorCode = topicCode
 			case p.Partition < 0 || p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case epochErr != 0:
+				// Read only to learn that the partition exists: the least data, from
+				// a valid sequence whatever the fetch offset.
+				channels = append(channels, &storagev1.FetchChannel{
+					Channel:      channel.KafkaPartition(name, p.Partition),
+					FromSequence: max(p.FetchOffset+1, 1),
+					MaxBytes:     1,
+				})
+				slots = append(slots, slot{len(resp.Topics), len(rt.Partitions), epochErr})
+				fenced = true
 			case p.FetchOffset < 0:
 				rp.ErrorCode = kerr.OffsetOutOfRange.Code
 			default:
@@ -106,7 +131,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 					FromSequence: p.FetchOffset + 1,
 					MaxBytes:     maxBytes,
 				})
-				slots = append(slots, slot{len(resp.Topics), len(rt.Partitions)})
+				slots = append(slots, slot{len(resp.Topics), len(rt.Partitions), 0})
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
@@ -131,7 +156,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 	if req.IsolationLevel == 1 {
 		iso = storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 	}
-	if h.drainCtx.Err() != nil {
+	if h.drainCtx.Err() != nil || fenced {
 		wait = 0
 	}
 	sctx, cancel := context.WithTimeout(ctx, wait+15*time.Second)
@@ -156,7 +181,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 	} else {
 		out, err = h.storage.Fetch(sctx, sreq)
 	}
-	if err == nil && h.drainCtx.Err() == nil {
+	if err == nil && h.drainCtx.Err() == nil && !fenced {
 		h.ahead.start(h.storage, h.drainCtx, sreq, out.GetResults())
 	}
 	if err != nil {
@@ -179,6 +204,10 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 			continue
 		}
 		res := results[i]
+		if s.epochErr != 0 && res.GetError() != storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
+			rp.ErrorCode = s.epochErr // it exists: the epoch decides (offsets stay -1)
+			continue
+		}
 		if res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
 			rp.ErrorCode = storageCode(res.GetError())
 			if res.GetError() == storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
