@@ -1096,7 +1096,15 @@ type ReceiveRequest struct {
 	// Lease length, 10000..600000 ms; 0 = the queue's ack_deadline_ms.
 	AckDeadlineMs int32 `protobuf:"varint,4,opt,name=ack_deadline_ms,json=ackDeadlineMs,proto3" json:"ack_deadline_ms,omitempty"`
 	// Long poll: when nothing is available, wait up to this many ms (0 = answer at once).
-	WaitMs        int32 `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitMs int32 `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// Read your writes: before answering, wait until every binding of the queue has
+	// looked at everything its source log held when the call began (each binding's
+	// cursor past the source's high watermark read at the start), and the records it
+	// copied are deliverable, so records appended to a source before the call are
+	// included when there is room. The wait is at most 100 ms, also with wait_ms 0, and
+	// counts toward wait_ms; bindings whose source is gone do not wait. Without it a
+	// record appended just before the call may come only on the next Receive.
+	CatchUp       bool `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1164,6 +1172,13 @@ func (x *ReceiveRequest) GetWaitMs() int32 {
 		return x.WaitMs
 	}
 	return 0
+}
+
+func (x *ReceiveRequest) GetCatchUp() bool {
+	if x != nil {
+		return x.CatchUp
+	}
+	return false
 }
 
 type ReceivedMessage struct {
@@ -2148,13 +2163,14 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\"*\n" +
 	"\x0eUnbindResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xa7\x01\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xc2\x01\n" +
 	"\x0eReceiveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12!\n" +
 	"\fmax_messages\x18\x02 \x01(\x05R\vmaxMessages\x12\x1b\n" +
 	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fack_deadline_ms\x18\x04 \x01(\x05R\rackDeadlineMs\x12\x17\n" +
-	"\await_ms\x18\x05 \x01(\x05R\x06waitMs\"\xca\x01\n" +
+	"\await_ms\x18\x05 \x01(\x05R\x06waitMs\x12\x19\n" +
+	"\bcatch_up\x18\x06 \x01(\bR\acatchUp\"\xca\x01\n" +
 	"\x0fReceivedMessage\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\tR\x05ackId\x124\n" +
 	"\x06record\x18\x02 \x01(\v2\x1c.tributary.storage.v1.RecordR\x06record\x12\x16\n" +
