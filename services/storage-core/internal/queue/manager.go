@@ -50,6 +50,9 @@ type Options struct {
 	// message_retention_ms dropped, the queue log trimmed); 0 = 30 s; < 0 disables the
 	// loop (tests call Maintain).
 	MaintenanceInterval time.Duration
+	// CatchUpMax bounds how long ReceiveCatchUp waits for the bindings; 0 = 100 ms
+	// (DefaultCatchUpMax).
+	CatchUpMax time.Duration
 }
 
 // Queue log settings: the queue engine decides what to keep, so the log itself keeps
@@ -106,6 +109,9 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 	}
 	if opts.MaintenanceInterval == 0 {
 		opts.MaintenanceInterval = 30 * time.Second
+	}
+	if opts.CatchUpMax <= 0 {
+		opts.CatchUpMax = DefaultCatchUpMax
 	}
 	db, err := openStateDB(path, opts.Metrics)
 	if err != nil {

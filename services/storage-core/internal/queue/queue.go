@@ -758,6 +758,99 @@ func (q *Queue) advanceDeliveredLocked() int64 {
 // it returns. Errors: ErrInvalidArgument, ErrNotFound, ErrDetached, ErrState,
 // ErrClosed, ctx's error.
 func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration) ([]Delivery, error) {
+	return q.receive(ctx, maxMsgs, maxBytes, leaseMs, wait, false)
+}
+
+// ReceiveCatchUp is Receive with read-your-writes: before leasing it waits,
+// up to Options.CatchUpMax (also when wait is shorter; the time counts toward wait),
+// until each binding has looked at every record its source held when the call began
+// and what it copied is loaded (catchUp), so records appended to a source before the
+// call are delivered by it when the window has room.
+func (q *Queue) ReceiveCatchUp(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration) ([]Delivery, error) {
+	return q.receive(ctx, maxMsgs, maxBytes, leaseMs, wait, true)
+}
+
+// DefaultCatchUpMax is the default Options.CatchUpMax, the bound of ReceiveCatchUp's
+// wait for the bindings: a binding that cannot progress (its source unreadable, the
+// queue log failing) delays a Receive no longer. A copy takes a read and an fsync.
+const DefaultCatchUpMax = 100 * time.Millisecond
+
+// catchUpPoll is how often catchUp looks at the cursors when nothing woke it: a copy
+// that loaded nothing (every record filtered out, or the window full) moves a cursor
+// without a wake-up.
+const catchUpPoll = time.Millisecond
+
+// catchUp waits until every binding's cursor is past its source's high watermark as
+// read at the start, or Options.CatchUpMax passed, or ctx ended (ctx's error), then
+// loads what the bindings copied into the window: a pump moves its cursor before its
+// own fill loads the copy, and fill waits for that one. A binding whose source is gone
+// (deleted, or deleted and created again) or that was removed (unbind, detach) is not
+// waited for; a deleted or detached queue ends the wait (the caller reports it).
+func (q *Queue) catchUp(ctx context.Context) error {
+	type target struct {
+		b  *binding
+		hw int64 // the cursor must pass it: the source's last sequence at the start
+	}
+	q.mu.Lock()
+	bs := slices.Clone(q.bindings)
+	q.mu.Unlock()
+	if len(bs) == 0 {
+		return nil
+	}
+	// source returns b's source log, nil when it is gone.
+	source := func(b *binding) *store.Log {
+		src, err := q.m.st.Get(b.source)
+		if err != nil || b.srcCreated != 0 && src.CreatedMs() != b.srcCreated {
+			return nil
+		}
+		return src
+	}
+	var targets []target
+	for _, b := range bs {
+		if src := source(b); src != nil {
+			if hw := src.HighWatermark(); b.cursor.Load() <= hw {
+				targets = append(targets, target{b, hw})
+			}
+		}
+	}
+	if len(targets) > 0 {
+		bound := time.NewTimer(q.m.opts.CatchUpMax)
+		defer bound.Stop()
+		poll := time.NewTicker(catchUpPoll)
+		defer poll.Stop()
+	wait:
+		for {
+			q.mu.Lock()
+			if q.usableLocked() != nil {
+				q.mu.Unlock()
+				return nil
+			}
+			ch := q.notify
+			targets = slices.DeleteFunc(targets, func(t target) bool {
+				return t.b.cursor.Load() > t.hw || !slices.Contains(q.bindings, t.b)
+			})
+			q.mu.Unlock()
+			targets = slices.DeleteFunc(targets, func(t target) bool { return source(t.b) == nil })
+			if len(targets) == 0 {
+				break
+			}
+			select {
+			case <-ch:
+			case <-poll.C:
+			case <-bound.C:
+				break wait
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-q.m.stop:
+				return ErrClosed
+			}
+		}
+	}
+	q.fill()
+	return nil
+}
+
+func (q *Queue) receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration, catchUp bool) ([]Delivery, error) {
 	if maxMsgs < 1 || maxMsgs > MaxReceiveMessages {
 		return nil, fmt.Errorf("%w: max_messages %d outside [1, %d]", ErrInvalidArgument, maxMsgs, MaxReceiveMessages)
 	}
@@ -768,6 +861,11 @@ func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 		return nil, fmt.Errorf("%w: max_bytes and wait_ms must not be negative", ErrInvalidArgument)
 	}
 	end := time.Now().Add(wait)
+	if catchUp {
+		if err := q.catchUp(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		q.tryFill()
 		q.mu.Lock()

@@ -34,8 +34,8 @@ type env struct {
 	clk *clock
 	st  *store.Store
 	m   *Manager
-	// opts: the window bounds (MaxLoaded, MaxUnleased, MaxLoadedBytes) each open
-	// passes to the Manager, so they hold from its start, across restarts too.
+	// opts: the window bounds (MaxLoaded, MaxUnleased, MaxLoadedBytes) and CatchUpMax
+	// each open passes to the Manager, so they hold from its start, across restarts too.
 	opts Options
 }
 
@@ -61,7 +61,8 @@ func (e *env) open() {
 		e.t.Fatal(err)
 	}
 	opts := Options{Now: e.clk.now, MaintenanceInterval: -1,
-		MaxLoaded: e.opts.MaxLoaded, MaxUnleased: e.opts.MaxUnleased, MaxLoadedBytes: e.opts.MaxLoadedBytes}
+		MaxLoaded: e.opts.MaxLoaded, MaxUnleased: e.opts.MaxUnleased, MaxLoadedBytes: e.opts.MaxLoadedBytes,
+		CatchUpMax: e.opts.CatchUpMax}
 	m, err := Open(st, filepath.Join(e.dir, "store", "queues.db"), opts, zaptest.NewLogger(e.t))
 	if err != nil {
 		_ = st.Close()

@@ -135,7 +135,11 @@ func (qs *queueService) Receive(ctx context.Context, req *storagev1.ReceiveReque
 	}
 	wctx, cancel := qs.s.waitCtx(ctx)
 	defer cancel()
-	ds, err := q.Receive(wctx, int(req.MaxMessages), req.MaxBytes, int64(req.AckDeadlineMs), min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
+	receive := q.Receive
+	if req.CatchUp {
+		receive = q.ReceiveCatchUp
+	}
+	ds, err := receive(wctx, int(req.MaxMessages), req.MaxBytes, int64(req.AckDeadlineMs), min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
 	if err != nil {
 		if ctx.Err() == nil && wctx.Err() != nil {
 			return nil, status.Error(codes.Unavailable, "storage-core is shutting down")

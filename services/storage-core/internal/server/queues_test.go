@@ -349,3 +349,35 @@ func TestQueueServiceSeekReplayAcked(t *testing.T) {
 		t.Fatalf("after a seek back with replay_acked %v, want a and b", got)
 	}
 }
+
+// catch_up reaches the queue engine: records appended to the source just before a
+// Receive with wait_ms 0 are all in its answer.
+func TestReceiveCatchUpGRPC(t *testing.T) {
+	c, stop := startQueueServer(t, t.TempDir())
+	defer stop()
+	ctx := context.Background()
+	if _, err := c.st.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "gcp.orders"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.q.CreateQueue(ctx, &storagev1.CreateQueueRequest{Name: "gcp.sub.s", Bindings: []*storagev1.Binding{{Source: "gcp.orders"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		for _, v := range []string{"a", "b"} {
+			if _, err := c.st.Append(ctx, &storagev1.AppendRequest{Channel: "gcp.orders", Records: []*storagev1.AppendRecord{{Value: []byte(v)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := c.q.Receive(ctx, &storagev1.ReceiveRequest{Queue: "gcp.sub.s", MaxMessages: 10, CatchUp: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Messages) != 2 {
+			t.Fatalf("round %d: %d messages, want 2", i, len(r.Messages))
+		}
+		ids := []string{r.Messages[0].AckId, r.Messages[1].AckId}
+		if _, err := c.q.Ack(ctx, &storagev1.AckRequest{Queue: "gcp.sub.s", AckIds: ids}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
