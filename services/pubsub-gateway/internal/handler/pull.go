@@ -79,6 +79,10 @@ func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubp
 		MaxMessages: min(req.GetMaxMessages(), maxPullBatch),
 		MaxBytes:    maxResponseBytes,
 		WaitMs:      int32(wait.Milliseconds()),
+		// Read your writes, as the emulator does: messages published before the
+		// Pull are in its answer, not only those the bindings copied already. A
+		// stream and push keep receiving, so they have no need to wait for it.
+		CatchUp: true,
 	})
 	if err != nil {
 		return nil, backendError(ctx, err, msgSubNotFound)
