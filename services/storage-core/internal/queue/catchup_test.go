@@ -62,7 +62,7 @@ func restartPumps(q *Queue) {
 // A binding that cannot progress (here its pump is stopped) delays ReceiveCatchUp by
 // the bound only: it answers with what is there, not with the context's error.
 func TestReceiveCatchUpBounded(t *testing.T) {
-	e := newEnv(t) // DefaultCatchUpMax
+	e := newEnvOpts(t, Options{CatchUpMax: 100 * time.Millisecond})
 	src := e.log("gcp.t")
 	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
 	q.stopPumps()
@@ -102,6 +102,27 @@ func TestReceiveCatchUpSourceGone(t *testing.T) {
 	defer cancel()
 	if ds, err := q.ReceiveCatchUp(ctx, 10, 0, 0, 0); err != nil || len(ds) != 0 {
 		t.Fatalf("receive: %v %v", values(ds), err)
+	}
+	restartPumps(q)
+}
+
+// A window that already holds a full answer is not held up by a binding behind its
+// source: ReceiveCatchUp answers at once, however long the bound.
+func TestReceiveCatchUpFullWindow(t *testing.T) {
+	e := newEnvOpts(t, Options{CatchUpMax: time.Hour})
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t"})
+	publish(t, src, "a", "b", "c")
+	if got := values(receive(t, q, 1, 1)); fmt.Sprint(got) != "[a]" {
+		t.Fatalf("first %v", got)
+	}
+	q.stopPumps()
+	publish(t, src, "d") // not copied: would hold the call for the hour
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ds, err := q.ReceiveCatchUp(ctx, 2, 0, 0, 0)
+	if err != nil || fmt.Sprint(values(ds)) != "[b c]" {
+		t.Fatalf("full window: %v %v, want [b c] at once", values(ds), err)
 	}
 	restartPumps(q)
 }

@@ -772,8 +772,10 @@ func (q *Queue) ReceiveCatchUp(ctx context.Context, maxMsgs int, maxBytes, lease
 
 // DefaultCatchUpMax is the default Options.CatchUpMax, the bound of ReceiveCatchUp's
 // wait for the bindings: a binding that cannot progress (its source unreadable, the
-// queue log failing) delays a Receive no longer. A copy takes a read and an fsync.
-const DefaultCatchUpMax = 100 * time.Millisecond
+// queue log failing) delays a Receive no longer. A copy takes a read and an fsync,
+// usually a millisecond or two; the bound is far above that, so a slow fsync on a
+// loaded disk does not cut a Pull short, and only a stuck binding costs it.
+const DefaultCatchUpMax = time.Second
 
 // catchUpPoll is how often catchUp looks at the cursors when nothing woke it: a copy
 // that loaded nothing (every record filtered out, or the window full) moves a cursor
@@ -785,8 +787,11 @@ const catchUpPoll = time.Millisecond
 // loads what the bindings copied into the window: a pump moves its cursor before its
 // own fill loads the copy, and fill waits for that one. A binding whose source is gone
 // (deleted, or deleted and created again) or that was removed (unbind, detach) is not
-// waited for; a deleted or detached queue ends the wait (the caller reports it).
-func (q *Queue) catchUp(ctx context.Context) error {
+// waited for; a deleted or detached queue ends the wait (the caller reports it), and so
+// does a window that already holds maxMsgs messages not leased nor blocked behind their
+// ordering key (the answer is full without the copies: a binding far behind its source
+// does not hold up every Pull).
+func (q *Queue) catchUp(ctx context.Context, maxMsgs int) error {
 	type target struct {
 		b  *binding
 		hw int64 // the cursor must pass it: the source's last sequence at the start
@@ -825,6 +830,10 @@ func (q *Queue) catchUp(ctx context.Context) error {
 				q.mu.Unlock()
 				return nil
 			}
+			if len(q.pending)-q.tombs-q.leased-q.blockedLocked() >= maxMsgs {
+				q.mu.Unlock()
+				break
+			}
 			ch := q.notify
 			targets = slices.DeleteFunc(targets, func(t target) bool {
 				return t.b.cursor.Load() > t.hw || !slices.Contains(q.bindings, t.b)
@@ -862,7 +871,7 @@ func (q *Queue) receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 	}
 	end := time.Now().Add(wait)
 	if catchUp {
-		if err := q.catchUp(ctx); err != nil {
+		if err := q.catchUp(ctx, maxMsgs); err != nil {
 			return nil, err
 		}
 	}

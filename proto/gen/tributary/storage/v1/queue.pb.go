@@ -1101,8 +1101,9 @@ type ReceiveRequest struct {
 	// looked at everything its source log held when the call began (each binding's
 	// cursor past the source's high watermark read at the start), and the records it
 	// copied are deliverable, so records appended to a source before the call are
-	// included when there is room. The wait is at most 100 ms, also with wait_ms 0, and
-	// counts toward wait_ms; bindings whose source is gone do not wait. Without it a
+	// included when there is room. The wait is at most 1 s (none once the window
+	// holds max_messages deliverable messages), also with wait_ms 0, and counts toward
+	// wait_ms; bindings whose source is gone do not wait. Without it a
 	// record appended just before the call may come only on the next Receive.
 	CatchUp       bool `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
