@@ -7,9 +7,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tributary/tributary/libs/murmur2"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/murmur2"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

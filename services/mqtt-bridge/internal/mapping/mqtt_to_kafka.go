@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/tributary/tributary/libs/murmur2"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/murmur2"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/template"
 )
 
