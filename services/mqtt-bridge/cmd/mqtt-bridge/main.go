@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -26,9 +25,6 @@ import (
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/bridge"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
 )
-
-// gcPercent is the garbage collector's target (GOGC) unless the environment sets one.
-const gcPercent = 400
 
 // errCheckFailed makes `check` exit 1 after printing its findings.
 var errCheckFailed = errors.New("config has errors")
@@ -89,12 +85,7 @@ func run(args []string) error {
 	for _, p := range problems {
 		log.Warn("config warning", zap.String("problem", p.String()))
 	}
-	if os.Getenv("GOGC") == "" {
-		// Each message allocates a few KiB that die within milliseconds while the live
-		// heap stays small, so the default (collect when the heap doubles) spent about a
-		// tenth of the bridge's CPU on collection. GOGC in the environment wins.
-		debug.SetGCPercent(gcPercent)
-	}
+	obs.TuneGCPercent()
 	b, err := bridge.New(cfg, log)
 	if err != nil {
 		return err
