@@ -384,3 +384,41 @@ func TestProtocolSelection(t *testing.T) {
 		t.Fatalf("leader got metadata %v", got)
 	}
 }
+
+func TestOffsetFetchRequireStable(t *testing.T) {
+	e := newEnv(t)
+	c, _ := e.start(e.testConfig())
+	ctx := ctxT(t)
+	if code := commitCode(t, c, commitReq("g", -1, "", 10, "")); code != 0 {
+		t.Fatalf("commit: %d", code)
+	}
+	// An open transaction has staged an offset of t-1 (TxnOffsetCommit).
+	if _, err := e.pool.Exec(ctx, `INSERT INTO transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms)
+		VALUES ('tx', 1, 0, 'Ongoing', 60000)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO transaction_offsets (transactional_id, group_id, topic, partition, committed_offset, commit_time)
+		VALUES ('tx', 'g', 't', 1, 99, now())`); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(stable bool) map[int32]*coordinatorv1.FetchedPartition {
+		r, err := c.OffsetFetch(ctx, &coordinatorv1.OffsetFetchRequest{RequireStable: stable, Groups: []*coordinatorv1.OffsetFetchGroup{
+			{GroupId: "g", Topics: []*coordinatorv1.OffsetFetchTopic{{Name: "t", Partitions: []int32{0, 1}}}}}})
+		if err != nil {
+			t.Fatalf("fetch: %v", err)
+		}
+		out := map[int32]*coordinatorv1.FetchedPartition{}
+		for _, p := range r.GetGroups()[0].GetTopics()[0].GetPartitions() {
+			out[p.GetPartition()] = p
+		}
+		return out
+	}
+	got := fetch(true)
+	if got[0].GetErrorCode() != 0 || got[0].GetCommittedOffset() != 10 {
+		t.Fatalf("stable partition: %v", got[0])
+	}
+	wantCode(t, "pending partition with require_stable", got[1].GetErrorCode(), kerr.UnstableOffsetCommit)
+	if got = fetch(false); got[1].GetErrorCode() != 0 || got[1].GetCommittedOffset() != 11 {
+		t.Fatalf("pending partition without require_stable: %v (want the committed 11)", got[1])
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
 // OffsetCommit implements Kafka's handleCommitOffsets: offsets are written to Postgres
@@ -193,7 +194,9 @@ func sortedKeys(m map[tp]storedOffset) []tp {
 }
 
 // OffsetFetch implements Kafka's handleFetchOffsets for each group (KIP-709). Partitions
-// without a commit answer offset -1; an unknown group is not an error.
+// without a commit answer offset -1; an unknown group is not an error. With
+// require_stable (KIP-447) a partition whose offset an open transaction has staged
+// (TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT (88), offset -1.
 func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.OffsetFetchRequest) (_ *coordinatorv1.OffsetFetchResponse, err error) {
 	defer func() { err = grpcError(err) }()
 	if err := c.check(); err != nil {
@@ -211,7 +214,19 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.Offset
 		if err != nil {
 			return nil, err
 		}
+		var unstable map[store.TxnPartition]bool
+		if req.GetRequireStable() {
+			if unstable, err = store.PendingTxnOffsets(ctx, c.pool, rg.GetGroupId()); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
+			}
+		}
 		fetched := func(k tp) *coordinatorv1.FetchedPartition {
+			if unstable[store.TxnPartition{Topic: k.Topic, Partition: k.Partition}] {
+				// KIP-447: a transaction holds offsets of this partition not yet
+				// committed; the client retries.
+				return &coordinatorv1.FetchedPartition{Partition: k.Partition, CommittedOffset: -1, CommittedLeaderEpoch: -1,
+					ErrorCode: codeUnstableOffsetCommit}
+			}
 			o, ok := offs[k]
 			if !ok {
 				return &coordinatorv1.FetchedPartition{Partition: k.Partition, CommittedOffset: -1, CommittedLeaderEpoch: -1}

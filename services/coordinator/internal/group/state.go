@@ -28,6 +28,7 @@ const (
 var (
 	codeNone                   = int32(0)
 	codeOffsetMetadataTooLarge = int32(kerr.OffsetMetadataTooLarge.Code)
+	codeUnstableOffsetCommit   = int32(kerr.UnstableOffsetCommit.Code)
 	codeIllegalGeneration      = int32(kerr.IllegalGeneration.Code)
 	codeInconsistentGroupProto = int32(kerr.InconsistentGroupProtocol.Code)
 	codeInvalidGroupID         = int32(kerr.InvalidGroupID.Code)

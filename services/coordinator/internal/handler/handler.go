@@ -30,6 +30,7 @@ type Handler struct {
 	storage storagev1.StorageServiceClient
 	notify  Notifier
 	pids    *producerIDs
+	txns    TxnInit
 	log     *zap.Logger
 }
 

@@ -28,6 +28,8 @@ var (
 	// ErrRevisionIDTaken is returned by InsertSchemaRevision when the schema already
 	// has the revision id (the caller draws another).
 	ErrRevisionIDTaken = errors.New("schema revision id taken")
+	// ErrTxnNotFound is returned by LockTxn when a transactional id has no row.
+	ErrTxnNotFound = errors.New("transactional id not found")
 )
 
 // Unavailable reports whether err means Postgres could not be reached, is not ready or

@@ -1,0 +1,273 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Txn is one transactional id's row in transactions (migration 00300), with the
+// partitions and groups of its current transaction.
+type Txn struct {
+	ID            string
+	ProducerID    int64
+	ProducerEpoch int32
+	// The id and epoch before the last InitProducerId bump (-1 when none).
+	LastProducerID    int64
+	LastProducerEpoch int32
+	// Kafka state name (Empty, Ongoing, PrepareCommit, ...).
+	State     string
+	TimeoutMs int32
+	// When the current transaction became Ongoing; zero when none is open.
+	StartedAt time.Time
+	UpdatedAt time.Time
+	// Partitions of the current transaction, sorted by topic and partition.
+	Partitions []TxnPartition
+	// Consumer groups of the current transaction (AddOffsetsToTxn), sorted.
+	Groups []string
+}
+
+// TxnPartition is one topic partition of a transaction.
+type TxnPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// TxnOffset is one offset staged by TxnOffsetCommit.
+type TxnOffset struct {
+	Topic       string
+	Partition   int32
+	Offset      int64
+	LeaderEpoch int32
+	Metadata    string
+}
+
+// InTx runs fn in one Postgres transaction, committed when fn returns nil and rolled
+// back otherwise. ErrNotReady before the database is migrated.
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// LockTxn reads a transactional id's row under its row lock (FOR UPDATE), with its
+// partitions and groups. ErrTxnNotFound when there is no row.
+func LockTxn(ctx context.Context, tx pgx.Tx, id string) (*Txn, error) {
+	t := &Txn{ID: id}
+	var started *time.Time
+	err := tx.QueryRow(ctx, `SELECT producer_id, producer_epoch, last_producer_id, last_producer_epoch, state,
+			timeout_ms, started_at, updated_at
+		FROM transactions WHERE transactional_id = $1 FOR UPDATE`, id).
+		Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.State,
+			&t.TimeoutMs, &started, &t.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrTxnNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load transaction: %w", err)
+	}
+	if started != nil {
+		t.StartedAt = *started
+	}
+	rows, err := tx.Query(ctx, `SELECT topic, partition FROM transaction_partitions
+		WHERE transactional_id = $1 ORDER BY topic, partition`, id)
+	if err != nil {
+		return nil, fmt.Errorf("load transaction partitions: %w", err)
+	}
+	for rows.Next() {
+		var p TxnPartition
+		if err := rows.Scan(&p.Topic, &p.Partition); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan transaction partition: %w", err)
+		}
+		t.Partitions = append(t.Partitions, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load transaction partitions: %w", err)
+	}
+	rows, err = tx.Query(ctx, `SELECT group_id FROM transaction_groups WHERE transactional_id = $1 ORDER BY group_id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("load transaction groups: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g string
+		if err := rows.Scan(&g); err != nil {
+			return nil, fmt.Errorf("scan transaction group: %w", err)
+		}
+		t.Groups = append(t.Groups, g)
+	}
+	return t, rows.Err()
+}
+
+// SaveTxn inserts or updates a transactional id's row (not its partitions or groups),
+// with updated_at = now.
+func SaveTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) error {
+	var started *time.Time
+	if !t.StartedAt.IsZero() {
+		started = &t.StartedAt
+	}
+	t.UpdatedAt = now
+	_, err := tx.Exec(ctx, `INSERT INTO transactions (transactional_id, producer_id, producer_epoch, last_producer_id,
+			last_producer_epoch, state, timeout_ms, started_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (transactional_id) DO UPDATE SET producer_id = $2, producer_epoch = $3, last_producer_id = $4,
+			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9`,
+		t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, started, now)
+	if err != nil {
+		return fmt.Errorf("save transaction: %w", err)
+	}
+	return nil
+}
+
+// AddTxnPartitions adds partitions to a transaction (present ones are kept).
+func AddTxnPartitions(ctx context.Context, tx pgx.Tx, id string, parts []TxnPartition) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	topics := make([]string, len(parts))
+	nums := make([]int32, len(parts))
+	for i, p := range parts {
+		topics[i], nums[i] = p.Topic, p.Partition
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO transaction_partitions (transactional_id, topic, partition)
+		SELECT $1, t, p FROM unnest($2::text[], $3::integer[]) AS u(t, p)
+		ON CONFLICT DO NOTHING`, id, topics, nums)
+	if err != nil {
+		return fmt.Errorf("add transaction partitions: %w", err)
+	}
+	return nil
+}
+
+// AddTxnGroup adds a consumer group to a transaction (kept when present).
+func AddTxnGroup(ctx context.Context, tx pgx.Tx, id, group string) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO transaction_groups (transactional_id, group_id) VALUES ($1, $2)
+		ON CONFLICT DO NOTHING`, id, group); err != nil {
+		return fmt.Errorf("add transaction group: %w", err)
+	}
+	return nil
+}
+
+// StageTxnOffsets stages offsets of group in a transaction; a partition staged
+// before is replaced.
+func StageTxnOffsets(ctx context.Context, tx pgx.Tx, id, group string, offs []TxnOffset, now time.Time) error {
+	batch := &pgx.Batch{}
+	for _, o := range offs {
+		batch.Queue(`INSERT INTO transaction_offsets (transactional_id, group_id, topic, partition, committed_offset,
+				leader_epoch, metadata, commit_time) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (transactional_id, group_id, topic, partition) DO UPDATE SET committed_offset = $5,
+				leader_epoch = $6, metadata = $7, commit_time = $8`,
+			id, group, o.Topic, o.Partition, o.Offset, o.LeaderEpoch, o.Metadata, now)
+	}
+	if batch.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("stage transaction offsets: %w", err)
+	}
+	return nil
+}
+
+// ClearTxn ends a transaction's bookkeeping: with commit, its staged offsets become
+// the groups' committed offsets (a group without a row is created Empty, as an
+// OffsetCommit outside group management would); then its partitions, groups and
+// staged offsets are removed.
+func ClearTxn(ctx context.Context, tx pgx.Tx, id string, commit bool) error {
+	if commit {
+		if _, err := tx.Exec(ctx, `INSERT INTO consumer_groups (group_id, state, empty_since)
+			SELECT DISTINCT group_id, 'Empty', now() FROM transaction_offsets WHERE transactional_id = $1
+			ON CONFLICT (group_id) DO NOTHING`, id); err != nil {
+			return fmt.Errorf("create groups of transaction offsets: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO consumer_group_offsets (group_id, topic, partition, committed_offset,
+				leader_epoch, metadata, commit_time)
+			SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, commit_time
+			FROM transaction_offsets WHERE transactional_id = $1
+			ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset,
+				leader_epoch = EXCLUDED.leader_epoch, metadata = EXCLUDED.metadata, commit_time = EXCLUDED.commit_time`,
+			id); err != nil {
+			return fmt.Errorf("commit transaction offsets: %w", err)
+		}
+	}
+	for _, q := range []string{
+		`DELETE FROM transaction_offsets WHERE transactional_id = $1`,
+		`DELETE FROM transaction_partitions WHERE transactional_id = $1`,
+		`DELETE FROM transaction_groups WHERE transactional_id = $1`,
+	} {
+		if _, err := tx.Exec(ctx, q, id); err != nil {
+			return fmt.Errorf("clear transaction: %w", err)
+		}
+	}
+	return nil
+}
+
+// OpenTxn is a transaction the sweep looks at.
+type OpenTxn struct {
+	ID        string
+	State     string
+	TimeoutMs int32
+	StartedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ListOpenTxns returns the transactions that are Ongoing or Prepare* (unlocked).
+func (s *Store) ListOpenTxns(ctx context.Context) ([]OpenTxn, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT transactional_id, state, timeout_ms, COALESCE(started_at, updated_at), updated_at
+		FROM transactions WHERE state IN ('Ongoing', 'PrepareCommit', 'PrepareAbort')`)
+	if err != nil {
+		return nil, fmt.Errorf("list open transactions: %w", err)
+	}
+	defer rows.Close()
+	var out []OpenTxn
+	for rows.Next() {
+		var o OpenTxn
+		if err := rows.Scan(&o.ID, &o.State, &o.TimeoutMs, &o.StartedAt, &o.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("scan open transaction: %w", err)
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// Querier is what PendingTxnOffsets reads through: a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// PendingTxnOffsets returns the partitions of group with offsets staged by a
+// transaction that has not ended (KIP-447 require_stable).
+func PendingTxnOffsets(ctx context.Context, q Querier, group string) (map[TxnPartition]bool, error) {
+	rows, err := q.Query(ctx, `SELECT topic, partition FROM transaction_offsets WHERE group_id = $1`, group)
+	if err != nil {
+		return nil, fmt.Errorf("read pending transaction offsets: %w", err)
+	}
+	defer rows.Close()
+	out := map[TxnPartition]bool{}
+	for rows.Next() {
+		var p TxnPartition
+		if err := rows.Scan(&p.Topic, &p.Partition); err != nil {
+			return nil, fmt.Errorf("scan pending transaction offset: %w", err)
+		}
+		out[p] = true
+	}
+	return out, rows.Err()
+}

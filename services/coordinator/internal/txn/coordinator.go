@@ -1,0 +1,725 @@
+// Package txn is the Kafka transaction coordinator (KIP-98, with Kafka 4.x's error
+// codes per state): per transactional id the producer id and epoch, the state, the
+// partitions and groups of the current transaction, its timeout and start, kept in
+// Postgres (migration 00300, package store) under the row's lock, so any coordinator
+// replica serves any transactional id.
+//
+// State machine (Kafka's TransactionMetadata): Empty -AddPartitions/AddOffsets->
+// Ongoing -EndTxn-> PrepareCommit | PrepareAbort -markers written-> CompleteCommit |
+// CompleteAbort -AddPartitions-> Ongoing ...; InitProducerId bumps the epoch (fencing
+// the previous producer) from Empty and Complete*, and aborts an Ongoing transaction
+// first. The decision (Prepare*) is committed to Postgres before the first marker is
+// written; the markers and the Complete* transition then happen under the row lock, so
+// one finisher at a time writes them and a restarted coordinator (the next call that
+// meets the row, or the sweep) finishes them. Markers are idempotent in storage-core.
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/services/coordinator/internal/store"
+)
+
+// Kafka state names, as stored and as DescribeTransactions reports them.
+const (
+	StateEmpty          = "Empty"
+	StateOngoing        = "Ongoing"
+	StatePrepareCommit  = "PrepareCommit"
+	StatePrepareAbort   = "PrepareAbort"
+	StateCompleteCommit = "CompleteCommit"
+	StateCompleteAbort  = "CompleteAbort"
+	StateDead           = "Dead"
+)
+
+// Kafka error codes (Errors.java) answered here.
+const (
+	codeNone                     = 0
+	codeUnknownTopicOrPartition  = 3
+	codeOffsetMetadataTooLarge   = 12
+	codeIllegalGeneration        = 22
+	codeInvalidGroupID           = 24
+	codeUnknownMemberID          = 25
+	codeInvalidRequest           = 42
+	codeInvalidProducerEpoch     = 47
+	codeInvalidTxnState          = 48
+	codeInvalidProducerIDMapping = 49
+	codeInvalidTxnTimeout        = 50
+	codeConcurrentTransactions   = 51
+	codeOperationNotAttempted    = 55
+	codeFencedInstanceID         = 82
+	codeProducerFenced           = 90
+)
+
+// Defaults.
+const (
+	// DefaultMaxTimeout is Kafka's transaction.max.timeout.ms (15 minutes).
+	DefaultMaxTimeout = 15 * time.Minute
+	// maxMetadataSize is Kafka's offset.metadata.max.bytes.
+	maxMetadataSize = 4096
+	// markerTimeout bounds one WriteMarkers call.
+	markerTimeout = 30 * time.Second
+)
+
+// Marker is one COMMIT or ABORT control record to write into a partition's log.
+type Marker struct {
+	Topic         string
+	Partition     int32
+	ProducerID    int64
+	ProducerEpoch int32
+	Commit        bool
+}
+
+// MarkerWriter writes transaction markers (storage-core's WriteTxnMarkers). It returns
+// one Kafka error code per marker, in order (0 written or nothing to write); an error
+// means none is known to be written. Writing a marker twice must be harmless.
+type MarkerWriter interface {
+	WriteMarkers(ctx context.Context, markers []Marker) ([]int16, error)
+}
+
+// Config tunes the coordinator.
+type Config struct {
+	// MaxTimeout is transaction.max.timeout.ms: InitProducerId with a larger
+	// transaction timeout is INVALID_TRANSACTION_TIMEOUT. 0 = DefaultMaxTimeout.
+	MaxTimeout time.Duration
+}
+
+// Deps are the coordinator's collaborators.
+type Deps struct {
+	Store   *store.Store
+	Markers MarkerWriter
+	// NextProducerID hands out a fresh producer id (the idempotent producers' blocks).
+	NextProducerID func(ctx context.Context) (int64, error)
+	Log            *zap.Logger
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Coordinator serves the transaction APIs. Safe for concurrent use; every call is a
+// Postgres transaction on the transactional id's row.
+type Coordinator struct {
+	cfg     Config
+	store   *store.Store
+	markers MarkerWriter
+	nextPID func(ctx context.Context) (int64, error)
+	log     *zap.Logger
+	now     func() time.Time
+}
+
+// New returns a Coordinator.
+func New(cfg Config, deps Deps) *Coordinator {
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	now := deps.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Coordinator{cfg: cfg, store: deps.Store, markers: deps.Markers, nextPID: deps.NextProducerID, log: log, now: now}
+}
+
+// errDone ends an InTx callback without committing anything (the answer is known).
+var errDone = errors.New("answered without a change")
+
+// inTx runs fn under the store's transaction; errDone rolls back without an error.
+func (c *Coordinator) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	err := c.store.InTx(ctx, fn)
+	if errors.Is(err, errDone) {
+		return nil
+	}
+	return err
+}
+
+// epochExhausted is Kafka's TransactionMetadata.isEpochExhausted.
+func epochExhausted(epoch int32) bool { return epoch >= math.MaxInt16-1 }
+
+// InitProducerID serves InitProducerId for a transactional id (non-empty). timeoutMs
+// must be in 1..MaxTimeout (INVALID_TRANSACTION_TIMEOUT). expPID/expEpoch are the
+// KIP-360 producer id and epoch the producer has (-1 when new). It returns a Kafka
+// error code and the producer id and epoch to use:
+//   - a new id gets a fresh producer id, epoch 0;
+//   - Empty / Complete*: the epoch is bumped (a fresh producer id once it is
+//     exhausted), fencing the previous producer; with expPID set, a producer other
+//     than the current one is PRODUCER_FENCED, and a retry of the last bump (the
+//     previous id and epoch) gets the current id and epoch unchanged;
+//   - Ongoing: the transaction is aborted with the epoch bumped (fencing the producer
+//     that opened it) and CONCURRENT_TRANSACTIONS answered, so the client retries;
+//   - Prepare*: the markers are finished and CONCURRENT_TRANSACTIONS answered.
+func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs int32, expPID int64, expEpoch int32) (code int16, pid int64, epoch int32, err error) {
+	if tid == "" {
+		return codeInvalidRequest, -1, -1, nil
+	}
+	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
+		return codeInvalidTxnTimeout, -1, -1, nil
+	}
+	code, pid, epoch = codeNone, -1, -1
+	finish := false
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		now := c.now()
+		t, err := store.LockTxn(ctx, tx, tid)
+		if errors.Is(err, store.ErrTxnNotFound) {
+			id, err := c.nextPID(ctx)
+			if err != nil {
+				return err
+			}
+			t = &store.Txn{ID: tid, ProducerID: id, ProducerEpoch: 0, LastProducerID: -1, LastProducerEpoch: -1,
+				State: StateEmpty, TimeoutMs: timeoutMs}
+			pid, epoch = t.ProducerID, t.ProducerEpoch
+			return store.SaveTxn(ctx, tx, t, now)
+		}
+		if err != nil {
+			return err
+		}
+		switch t.State {
+		case StatePrepareCommit, StatePrepareAbort:
+			code, finish = codeConcurrentTransactions, true
+			return errDone
+		case StateOngoing:
+			// Kafka: fence the producer of the open transaction and abort it; the
+			// client's retry then bumps again from CompleteAbort.
+			if t.ProducerEpoch < math.MaxInt16 {
+				t.ProducerEpoch++
+			}
+			t.State = StatePrepareAbort
+			code, finish = codeConcurrentTransactions, true
+			return store.SaveTxn(ctx, tx, t, now)
+		}
+		if expPID >= 0 {
+			switch {
+			case expPID == t.LastProducerID && expEpoch == t.LastProducerEpoch:
+				// A retry of the bump that answered (t.ProducerID, t.ProducerEpoch).
+				pid, epoch = t.ProducerID, t.ProducerEpoch
+				return errDone
+			case expPID != t.ProducerID || expEpoch != t.ProducerEpoch:
+				code = codeProducerFenced
+				return errDone
+			}
+		}
+		t.LastProducerID, t.LastProducerEpoch = t.ProducerID, t.ProducerEpoch
+		if epochExhausted(t.ProducerEpoch) {
+			id, err := c.nextPID(ctx)
+			if err != nil {
+				return err
+			}
+			t.ProducerID, t.ProducerEpoch = id, 0
+		} else {
+			t.ProducerEpoch++
+		}
+		t.State, t.TimeoutMs, t.StartedAt = StateEmpty, timeoutMs, time.Time{}
+		if err := store.ClearTxn(ctx, tx, tid, false); err != nil {
+			return err
+		}
+		pid, epoch = t.ProducerID, t.ProducerEpoch
+		return store.SaveTxn(ctx, tx, t, now)
+	})
+	if err != nil {
+		return 0, -1, -1, err
+	}
+	if finish {
+		if _, err := c.finish(ctx, tid); err != nil {
+			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
+		}
+		return code, -1, -1, nil
+	}
+	return code, pid, epoch, nil
+}
+
+// producerCode checks a request's producer id and epoch against the row: 0 when they
+// are the current ones, INVALID_PRODUCER_ID_MAPPING for another producer id,
+// PRODUCER_FENCED for another epoch.
+func producerCode(t *store.Txn, pid int64, epoch int32) int16 {
+	switch {
+	case t.ProducerID != pid:
+		return codeInvalidProducerIDMapping
+	case t.ProducerEpoch != epoch:
+		return codeProducerFenced
+	}
+	return codeNone
+}
+
+// finish writes the markers of a Prepare* transaction and completes it, under the
+// row lock (one finisher at a time). It returns the state found or reached; a state
+// other than Prepare* is left as it is.
+func (c *Coordinator) finish(ctx context.Context, tid string) (string, error) {
+	state := ""
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := store.LockTxn(ctx, tx, tid)
+		if err != nil {
+			return err
+		}
+		state = t.State
+		if t.State != StatePrepareCommit && t.State != StatePrepareAbort {
+			return errDone
+		}
+		commit := t.State == StatePrepareCommit
+		if len(t.Partitions) > 0 {
+			markers := make([]Marker, len(t.Partitions))
+			for i, p := range t.Partitions {
+				markers[i] = Marker{Topic: p.Topic, Partition: p.Partition, ProducerID: t.ProducerID,
+					ProducerEpoch: t.ProducerEpoch, Commit: commit}
+			}
+			mctx, cancel := context.WithTimeout(ctx, markerTimeout)
+			codes, err := c.markers.WriteMarkers(mctx, markers)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrMarkers, err)
+			}
+			for i, code := range codes {
+				switch code {
+				case codeNone:
+				case codeUnknownTopicOrPartition:
+					// The partition is gone (topic deleted): nothing to mark.
+				case codeInvalidProducerEpoch:
+					// The log knows a newer epoch of the producer: a later marker was
+					// written already, so this transaction ended there.
+					c.log.Warn("transaction marker older than the log's producer epoch",
+						zap.String("transactional_id", tid), zap.String("topic", markers[i].Topic),
+						zap.Int32("partition", markers[i].Partition))
+				default:
+					return fmt.Errorf("%w: %s-%d: kafka error %d", ErrMarkers, markers[i].Topic, markers[i].Partition, code)
+				}
+			}
+		}
+		if err := store.ClearTxn(ctx, tx, tid, commit); err != nil {
+			return err
+		}
+		t.State, t.StartedAt = StateCompleteAbort, time.Time{}
+		if commit {
+			t.State = StateCompleteCommit
+		}
+		state = t.State
+		return store.SaveTxn(ctx, tx, t, c.now())
+	})
+	return state, err
+}
+
+// Partitions is the request of one transaction in AddPartitionsToTxn.
+type Partitions struct {
+	TransactionalID string
+	ProducerID      int64
+	ProducerEpoch   int32
+	VerifyOnly      bool
+	Topics          []store.TxnPartition
+}
+
+// AddPartitions adds partitions to a transaction (or, with VerifyOnly, checks that
+// they are in its Ongoing transaction) and returns one Kafka code per partition, in
+// order. Unknown topics or partitions are UNKNOWN_TOPIC_OR_PARTITION and the others
+// OPERATION_NOT_ATTEMPTED (nothing is added). Otherwise every partition gets the
+// transaction's code: INVALID_PRODUCER_ID_MAPPING (no such id, or another producer
+// id), PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS (Prepare*: retriable),
+// INVALID_TXN_STATE (Dead; verify-only: not Ongoing or not added).
+func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int16, error) {
+	codes := make([]int16, len(req.Topics))
+	fill := func(code int16) []int16 {
+		for i := range codes {
+			codes[i] = code
+		}
+		return codes
+	}
+	if req.TransactionalID == "" {
+		return fill(codeInvalidRequest), nil
+	}
+	if !req.VerifyOnly {
+		bad, err := c.unknownPartitions(ctx, req.Topics)
+		if err != nil {
+			return nil, err
+		}
+		if len(bad) > 0 {
+			for i := range req.Topics {
+				codes[i] = codeOperationNotAttempted
+				if bad[i] {
+					codes[i] = codeUnknownTopicOrPartition
+				}
+			}
+			return codes, nil
+		}
+	}
+	finish := false
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := store.LockTxn(ctx, tx, req.TransactionalID)
+		if errors.Is(err, store.ErrTxnNotFound) {
+			fill(codeInvalidProducerIDMapping)
+			return errDone
+		}
+		if err != nil {
+			return err
+		}
+		if code := producerCode(t, req.ProducerID, req.ProducerEpoch); code != codeNone {
+			fill(code)
+			return errDone
+		}
+		if req.VerifyOnly {
+			in := make(map[store.TxnPartition]bool, len(t.Partitions))
+			for _, p := range t.Partitions {
+				in[p] = true
+			}
+			for i, p := range req.Topics {
+				codes[i] = codeNone
+				if t.State != StateOngoing || !in[p] {
+					codes[i] = codeInvalidTxnState
+				}
+			}
+			return errDone
+		}
+		switch t.State {
+		case StatePrepareCommit, StatePrepareAbort:
+			fill(codeConcurrentTransactions)
+			finish = true
+			return errDone
+		case StateDead:
+			fill(codeInvalidTxnState)
+			return errDone
+		}
+		if err := store.AddTxnPartitions(ctx, tx, t.ID, req.Topics); err != nil {
+			return err
+		}
+		fill(codeNone)
+		return c.begin(ctx, tx, t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if finish {
+		c.finishQuietly(ctx, req.TransactionalID)
+	}
+	return codes, nil
+}
+
+// begin makes t Ongoing (a transaction starts now unless one is open) and saves it.
+func (c *Coordinator) begin(ctx context.Context, tx pgx.Tx, t *store.Txn) error {
+	now := c.now()
+	if t.State != StateOngoing {
+		t.State, t.StartedAt = StateOngoing, now
+	}
+	return store.SaveTxn(ctx, tx, t, now)
+}
+
+func (c *Coordinator) finishQuietly(ctx context.Context, tid string) {
+	if _, err := c.finish(ctx, tid); err != nil {
+		c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
+	}
+}
+
+// unknownPartitions marks the partitions whose topic is not registered or that are
+// beyond the topic's partition count (nil when all exist).
+func (c *Coordinator) unknownPartitions(ctx context.Context, parts []store.TxnPartition) (map[int]bool, error) {
+	names := make([]string, 0, len(parts))
+	seen := map[string]bool{}
+	for _, p := range parts {
+		if !seen[p.Topic] {
+			seen[p.Topic] = true
+			names = append(names, p.Topic)
+		}
+	}
+	topics, err := c.store.Topics(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	var bad map[int]bool
+	for i, p := range parts {
+		t := topics[p.Topic]
+		if t == nil || p.Partition < 0 || p.Partition >= t.Partitions {
+			if bad == nil {
+				bad = map[int]bool{}
+			}
+			bad[i] = true
+		}
+	}
+	return bad, nil
+}
+
+// AddOffsets adds a consumer group to a transaction (AddOffsetsToTxn). Codes as
+// AddPartitions; an empty group id is INVALID_GROUP_ID.
+func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epoch int32, group string) (int16, error) {
+	if tid == "" {
+		return codeInvalidRequest, nil
+	}
+	if group == "" {
+		return codeInvalidGroupID, nil
+	}
+	code, finish := int16(codeNone), false
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := store.LockTxn(ctx, tx, tid)
+		if errors.Is(err, store.ErrTxnNotFound) {
+			code = codeInvalidProducerIDMapping
+			return errDone
+		}
+		if err != nil {
+			return err
+		}
+		if code = producerCode(t, pid, epoch); code != codeNone {
+			return errDone
+		}
+		switch t.State {
+		case StatePrepareCommit, StatePrepareAbort:
+			code, finish = codeConcurrentTransactions, true
+			return errDone
+		case StateDead:
+			code = codeInvalidTxnState
+			return errDone
+		}
+		if err := store.AddTxnGroup(ctx, tx, tid, group); err != nil {
+			return err
+		}
+		return c.begin(ctx, tx, t)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if finish {
+		c.finishQuietly(ctx, tid)
+	}
+	return code, nil
+}
+
+// EndTxn commits or aborts the Ongoing transaction (Kafka's endTransaction): the
+// decision is stored (Prepare*), then the markers are written and the transaction
+// completed before the answer. Codes: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED as
+// AddPartitions; a retry of the decision already taken is answered NONE (once its
+// markers are written; CONCURRENT_TRANSACTIONS while they cannot be); the other
+// decision, or no transaction (Empty), is INVALID_TXN_STATE. When the markers cannot
+// be written right after the decision, the answer is still NONE: the decision is
+// durable and the markers are finished by the next call meeting the transaction or by
+// the sweep (in the meantime the transaction answers CONCURRENT_TRANSACTIONS).
+func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch int32, commit bool) (int16, error) {
+	if tid == "" {
+		return codeInvalidRequest, nil
+	}
+	code, finish, retry := int16(codeNone), false, false
+	prepare, complete := StatePrepareAbort, StateCompleteAbort
+	if commit {
+		prepare, complete = StatePrepareCommit, StateCompleteCommit
+	}
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := store.LockTxn(ctx, tx, tid)
+		if errors.Is(err, store.ErrTxnNotFound) {
+			code = codeInvalidProducerIDMapping
+			return errDone
+		}
+		if err != nil {
+			return err
+		}
+		if code = producerCode(t, pid, epoch); code != codeNone {
+			return errDone
+		}
+		switch t.State {
+		case StateOngoing:
+			t.State, finish = prepare, true
+			return store.SaveTxn(ctx, tx, t, c.now())
+		case prepare:
+			finish, retry = true, true
+			return errDone
+		case complete:
+			return errDone
+		default:
+			code = codeInvalidTxnState
+			return errDone
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !finish {
+		return code, nil
+	}
+	state, err := c.finish(ctx, tid)
+	if err != nil {
+		c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
+		if retry {
+			return codeConcurrentTransactions, nil
+		}
+		return codeNone, nil
+	}
+	if state != complete && retry {
+		return codeConcurrentTransactions, nil
+	}
+	return codeNone, nil
+}
+
+// OffsetCommit is a TxnOffsetCommit request.
+type OffsetCommit struct {
+	TransactionalID string
+	Group           string
+	ProducerID      int64
+	ProducerEpoch   int32
+	// -1 / "" / nil when the client sent no group metadata (before v3).
+	Generation int32
+	MemberID   string
+	InstanceID *string
+	Offsets    []store.TxnOffset
+}
+
+// TxnOffsetCommit stages offsets in the transaction (visible to the group only when it
+// commits) and returns one Kafka code per offset, in order: INVALID_GROUP_ID (empty
+// group), INVALID_PRODUCER_ID_MAPPING (no such id or another producer id),
+// INVALID_PRODUCER_EPOCH (another epoch), INVALID_TXN_STATE (no Ongoing transaction,
+// or the group was not added with AddOffsetsToTxn), CONCURRENT_TRANSACTIONS (Prepare*),
+// UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / FENCED_INSTANCE_ID (group metadata that does
+// not match the group), OFFSET_METADATA_TOO_LARGE per offset. Nothing is staged unless
+// every check passes (except the per-offset metadata size).
+func (c *Coordinator) TxnOffsetCommit(ctx context.Context, req OffsetCommit) ([]int16, error) {
+	codes := make([]int16, len(req.Offsets))
+	fill := func(code int16) {
+		for i := range codes {
+			codes[i] = code
+		}
+	}
+	switch {
+	case req.TransactionalID == "":
+		fill(codeInvalidRequest)
+		return codes, nil
+	case req.Group == "":
+		fill(codeInvalidGroupID)
+		return codes, nil
+	}
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := store.LockTxn(ctx, tx, req.TransactionalID)
+		if errors.Is(err, store.ErrTxnNotFound) {
+			fill(codeInvalidProducerIDMapping)
+			return errDone
+		}
+		if err != nil {
+			return err
+		}
+		code := producerCode(t, req.ProducerID, req.ProducerEpoch)
+		if code == codeProducerFenced {
+			code = codeInvalidProducerEpoch
+		}
+		if code == codeNone {
+			switch t.State {
+			case StatePrepareCommit, StatePrepareAbort:
+				code = codeConcurrentTransactions
+			case StateOngoing:
+				code = codeInvalidTxnState
+				for _, g := range t.Groups {
+					if g == req.Group {
+						code = codeNone
+					}
+				}
+			default:
+				code = codeInvalidTxnState
+			}
+		}
+		if code == codeNone {
+			if code, err = memberCode(ctx, tx, req); err != nil {
+				return err
+			}
+		}
+		if code != codeNone {
+			fill(code)
+			return errDone
+		}
+		var ok []store.TxnOffset
+		for i, o := range req.Offsets {
+			if len(o.Metadata) > maxMetadataSize {
+				codes[i] = codeOffsetMetadataTooLarge
+				continue
+			}
+			ok = append(ok, o)
+		}
+		return store.StageTxnOffsets(ctx, tx, t.ID, req.Group, ok, c.now())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return codes, nil
+}
+
+// memberCode checks TxnOffsetCommit's group metadata (KIP-447) against the group, as
+// Kafka's GroupMetadata.validateOffsetCommit: without a member id nothing is checked.
+func memberCode(ctx context.Context, tx pgx.Tx, req OffsetCommit) (int16, error) {
+	if req.MemberID == "" {
+		return codeNone, nil
+	}
+	var gen int32
+	err := tx.QueryRow(ctx, `SELECT generation FROM consumer_groups WHERE group_id = $1`, req.Group).Scan(&gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return codeUnknownMemberID, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read group: %w", err)
+	}
+	var inst *string
+	err = tx.QueryRow(ctx, `SELECT group_instance_id FROM consumer_group_members WHERE group_id = $1 AND member_id = $2 AND NOT pending`,
+		req.Group, req.MemberID).Scan(&inst)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if req.InstanceID != nil {
+			return codeFencedInstanceID, nil
+		}
+		return codeUnknownMemberID, nil
+	case err != nil:
+		return 0, fmt.Errorf("read group member: %w", err)
+	}
+	if req.InstanceID != nil && (inst == nil || *inst != *req.InstanceID) {
+		return codeFencedInstanceID, nil
+	}
+	if req.Generation != gen {
+		return codeIllegalGeneration, nil
+	}
+	return codeNone, nil
+}
+
+// Sweep aborts the Ongoing transactions older than their timeout, with the epoch
+// bumped so the producer that opened them is fenced, and finishes the markers of
+// Prepare* transactions left behind (a coordinator that died between the decision and
+// the last marker). Run by the one replica holding the sweep lock.
+func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
+	open, err := c.store.ListOpenTxns(ctx)
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	for _, o := range open {
+		switch o.State {
+		case StateOngoing:
+			if now.Sub(o.StartedAt) <= time.Duration(o.TimeoutMs)*time.Millisecond {
+				continue
+			}
+			if err := c.abortTimedOut(ctx, o.ID, now); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		default:
+			if _, err := c.finish(ctx, o.ID); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
+// abortTimedOut fences and aborts one timed-out transaction, re-checked under the lock.
+func (c *Coordinator) abortTimedOut(ctx context.Context, tid string, now time.Time) error {
+	aborted := false
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		t, err := store.LockTxn(ctx, tx, tid)
+		if err != nil {
+			return err
+		}
+		if t.State != StateOngoing || now.Sub(t.StartedAt) <= time.Duration(t.TimeoutMs)*time.Millisecond {
+			return errDone
+		}
+		if t.ProducerEpoch < math.MaxInt16 {
+			t.ProducerEpoch++
+		}
+		t.State, aborted = StatePrepareAbort, true
+		return store.SaveTxn(ctx, tx, t, c.now())
+	})
+	if err != nil || !aborted {
+		return err
+	}
+	c.log.Info("transaction timed out, aborting", zap.String("transactional_id", tid))
+	_, err = c.finish(ctx, tid)
+	return err
+}

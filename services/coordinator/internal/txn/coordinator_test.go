@@ -1,0 +1,524 @@
+package txn
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/tributary/tributary/services/coordinator/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const envPostgres = "TRIBUTARY_TEST_POSTGRES_URL"
+
+// fakeMarkers records the markers written; fail makes every call fail.
+type fakeMarkers struct {
+	mu      sync.Mutex
+	written []Marker
+	fail    atomic.Bool
+}
+
+var errStorageDown = errors.New("storage-core down")
+
+func (f *fakeMarkers) WriteMarkers(_ context.Context, ms []Marker) ([]int16, error) {
+	if f.fail.Load() {
+		return nil, errStorageDown
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.written = append(f.written, ms...)
+	return make([]int16, len(ms)), nil
+}
+
+func (f *fakeMarkers) take() []Marker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.written
+	f.written = nil
+	return out
+}
+
+type env struct {
+	t       *testing.T
+	st      *store.Store
+	c       *Coordinator
+	markers *fakeMarkers
+	now     atomic.Int64 // unix ms of the coordinator's clock
+	nextPID atomic.Int64
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	base := os.Getenv(envPostgres)
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Postgres is required in CI: %v", err)
+		}
+		t.Skipf("SKIPPING: Postgres (%s) is not reachable: %v", envPostgres, err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "tributary_txntest_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+			return
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{name}.Sanitize())); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	st, err := store.Open(u.String(), zap.NewNop())
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(st.Close)
+	if err := st.Prepare(ctx); err != nil {
+		t.Fatalf("apply migrations: %v", err)
+	}
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO topics (name, topic_id, partitions, configs)
+		VALUES ('in', gen_random_uuid(), 3, '{}'), ('out', gen_random_uuid(), 2, '{}')`); err != nil {
+		t.Fatalf("register topics: %v", err)
+	}
+	e := &env{t: t, st: st, markers: &fakeMarkers{}}
+	e.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	e.nextPID.Store(1000)
+	e.c = New(Config{}, Deps{
+		Store:          st,
+		Markers:        e.markers,
+		NextProducerID: func(context.Context) (int64, error) { return e.nextPID.Add(1), nil },
+		Log:            zaptest.NewLogger(t),
+		Now:            func() time.Time { return time.UnixMilli(e.now.Load()) },
+	})
+	return e
+}
+
+func (e *env) advance(d time.Duration) { e.now.Add(d.Milliseconds()) }
+
+func (e *env) init(tid string, timeoutMs int32) (int64, int32) {
+	e.t.Helper()
+	code, pid, epoch, err := e.c.InitProducerID(context.Background(), tid, timeoutMs, -1, -1)
+	if err != nil || code != 0 {
+		e.t.Fatalf("InitProducerID(%q) = %d, %v", tid, code, err)
+	}
+	return pid, epoch
+}
+
+func (e *env) add(tid string, pid int64, epoch int32, parts ...store.TxnPartition) []int16 {
+	e.t.Helper()
+	codes, err := e.c.AddPartitions(context.Background(), Partitions{TransactionalID: tid, ProducerID: pid, ProducerEpoch: epoch, Topics: parts})
+	if err != nil {
+		e.t.Fatalf("AddPartitions: %v", err)
+	}
+	return codes
+}
+
+func (e *env) state(tid string) *store.Txn {
+	e.t.Helper()
+	var t *store.Txn
+	err := e.st.InTx(context.Background(), func(tx pgx.Tx) error {
+		var err error
+		t, err = store.LockTxn(context.Background(), tx, tid)
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("read transaction %q: %v", tid, err)
+	}
+	return t
+}
+
+// committed returns the group's committed offset of in-<p>, -1 when none.
+func (e *env) committed(group string, p int32) int64 {
+	e.t.Helper()
+	var off int64 = -1
+	err := e.st.Pool().QueryRow(context.Background(), `SELECT committed_offset FROM consumer_group_offsets
+		WHERE group_id = $1 AND topic = 'in' AND partition = $2`, group, p).Scan(&off)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		e.t.Fatal(err)
+	}
+	return off
+}
+
+func (e *env) pending(group string) map[store.TxnPartition]bool {
+	e.t.Helper()
+	m, err := store.PendingTxnOffsets(context.Background(), e.st.Pool(), group)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+func codesEqual(got []int16, want ...int16) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func tp(topic string, p int32) store.TxnPartition {
+	return store.TxnPartition{Topic: topic, Partition: p}
+}
+
+func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-a", 60000)
+	if epoch != 0 {
+		t.Fatalf("new transactional id: epoch %d, want 0", epoch)
+	}
+	if got := e.add("tx-a", pid, epoch, tp("out", 0), tp("out", 1)); !codesEqual(got, 0, 0) {
+		t.Fatalf("AddPartitions = %v", got)
+	}
+	if st := e.state("tx-a"); st.State != StateOngoing || st.StartedAt.IsZero() {
+		t.Fatalf("after AddPartitions: state %s started %v", st.State, st.StartedAt)
+	}
+	if code, err := e.c.AddOffsets(ctx, "tx-a", pid, epoch, "g"); err != nil || code != 0 {
+		t.Fatalf("AddOffsets = %d, %v", code, err)
+	}
+	codes, err := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-a", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
+		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 2, Offset: 42, LeaderEpoch: -1}}})
+	if err != nil || !codesEqual(codes, 0) {
+		t.Fatalf("TxnOffsetCommit = %v, %v", codes, err)
+	}
+	if e.committed("g", 2) != -1 || !e.pending("g")[tp("in", 2)] {
+		t.Fatalf("before commit: committed %d pending %v; want not visible, pending", e.committed("g", 2), e.pending("g"))
+	}
+	if code, err := e.c.EndTxn(ctx, "tx-a", pid, epoch, true); err != nil || code != 0 {
+		t.Fatalf("EndTxn(commit) = %d, %v", code, err)
+	}
+	ms := e.markers.take()
+	if len(ms) != 2 {
+		t.Fatalf("markers %+v, want one per partition", ms)
+	}
+	for i, m := range ms {
+		if m.Topic != "out" || m.Partition != int32(i) || !m.Commit || m.ProducerID != pid || m.ProducerEpoch != epoch {
+			t.Fatalf("marker %d = %+v", i, m)
+		}
+	}
+	if st := e.state("tx-a"); st.State != StateCompleteCommit || len(st.Partitions) != 0 || len(st.Groups) != 0 {
+		t.Fatalf("after commit: %+v", st)
+	}
+	if got := e.committed("g", 2); got != 42 {
+		t.Fatalf("committed offset after commit = %d, want 42", got)
+	}
+	if len(e.pending("g")) != 0 {
+		t.Fatalf("pending after commit: %v", e.pending("g"))
+	}
+	// A retried EndTxn is recognised and writes nothing; the other decision is refused.
+	if code, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, true); code != 0 {
+		t.Fatalf("retried EndTxn(commit) = %d, want 0", code)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, false); code != codeInvalidTxnState {
+		t.Fatalf("EndTxn(abort) after commit = %d, want INVALID_TXN_STATE", code)
+	}
+	if ms := e.markers.take(); len(ms) != 0 {
+		t.Fatalf("retries wrote markers: %+v", ms)
+	}
+	// The next transaction starts from CompleteCommit.
+	if got := e.add("tx-a", pid, epoch, tp("out", 1)); !codesEqual(got, 0) {
+		t.Fatalf("second transaction AddPartitions = %v", got)
+	}
+}
+
+func TestAbortDropsOffsets(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-b", 60000)
+	e.add("tx-b", pid, epoch, tp("out", 1))
+	if code, _ := e.c.AddOffsets(ctx, "tx-b", pid, epoch, "g"); code != 0 {
+		t.Fatalf("AddOffsets = %d", code)
+	}
+	if _, err := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-b", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
+		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, false); code != 0 {
+		t.Fatalf("EndTxn(abort) = %d", code)
+	}
+	ms := e.markers.take()
+	if len(ms) != 1 || ms[0].Commit || ms[0].Partition != 1 {
+		t.Fatalf("markers %+v, want one ABORT for out-1", ms)
+	}
+	if e.committed("g", 0) != -1 || len(e.pending("g")) != 0 {
+		t.Fatalf("after abort: committed %d pending %v", e.committed("g", 0), e.pending("g"))
+	}
+	if st := e.state("tx-b"); st.State != StateCompleteAbort {
+		t.Fatalf("state %s", st.State)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, true); code != codeInvalidTxnState {
+		t.Fatalf("EndTxn(commit) after abort = %d, want INVALID_TXN_STATE", code)
+	}
+}
+
+func TestFencing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, old := e.init("tx-f", 60000)
+	e.add("tx-f", pid, old, tp("out", 0))
+	// A second producer with the same id: the Ongoing transaction is aborted with the
+	// epoch bumped (fencing the first) and the second is told to retry.
+	code, _, _, err := e.c.InitProducerID(ctx, "tx-f", 60000, -1, -1)
+	if err != nil || code != codeConcurrentTransactions {
+		t.Fatalf("InitProducerID over an Ongoing transaction = %d, %v; want CONCURRENT_TRANSACTIONS", code, err)
+	}
+	ms := e.markers.take()
+	if len(ms) != 1 || ms[0].Commit || ms[0].ProducerEpoch != old+1 {
+		t.Fatalf("fence markers %+v, want one ABORT at epoch %d", ms, old+1)
+	}
+	_, pid2, epoch2, err := e.c.InitProducerID(ctx, "tx-f", 60000, -1, -1)
+	if err != nil || pid2 != pid || epoch2 != old+2 {
+		t.Fatalf("retried InitProducerID = %d/%d, %v; want %d/%d", pid2, epoch2, err, pid, old+2)
+	}
+	if got := e.add("tx-f", pid, old, tp("out", 1)); !codesEqual(got, codeProducerFenced) {
+		t.Fatalf("old producer AddPartitions = %v, want PRODUCER_FENCED", got)
+	}
+	if code, _ := e.c.AddOffsets(ctx, "tx-f", pid, old, "g"); code != codeProducerFenced {
+		t.Fatalf("old producer AddOffsets = %d", code)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-f", pid, old, true); code != codeProducerFenced {
+		t.Fatalf("old producer EndTxn = %d", code)
+	}
+	// The new producer opens a transaction; the old one cannot commit offsets in it.
+	e.add("tx-f", pid, epoch2, tp("out", 1))
+	if code, _ := e.c.AddOffsets(ctx, "tx-f", pid, epoch2, "g"); code != 0 {
+		t.Fatalf("AddOffsets = %d", code)
+	}
+	codes, _ := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-f", Group: "g", ProducerID: pid, ProducerEpoch: old,
+		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 1}}})
+	if !codesEqual(codes, codeInvalidProducerEpoch) || len(e.pending("g")) != 0 {
+		t.Fatalf("TxnOffsetCommit with the old epoch = %v, pending %v", codes, e.pending("g"))
+	}
+	codes, _ = e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-f", Group: "g", ProducerID: pid + 1, ProducerEpoch: epoch2,
+		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 1}}})
+	if !codesEqual(codes, codeInvalidProducerIDMapping) {
+		t.Fatalf("TxnOffsetCommit with another producer id = %v", codes)
+	}
+	// Verify-only (the Produce check): only the current producer's added partitions.
+	check := func(epoch int32, p store.TxnPartition) int16 {
+		codes, err := e.c.AddPartitions(ctx, Partitions{TransactionalID: "tx-f", ProducerID: pid, ProducerEpoch: epoch, VerifyOnly: true,
+			Topics: []store.TxnPartition{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return codes[0]
+	}
+	if c := check(epoch2, tp("out", 1)); c != 0 {
+		t.Fatalf("verify added partition = %d", c)
+	}
+	if c := check(epoch2, tp("out", 0)); c != codeInvalidTxnState {
+		t.Fatalf("verify partition not added = %d", c)
+	}
+	if c := check(old, tp("out", 1)); c != codeProducerFenced {
+		t.Fatalf("verify with the old epoch = %d", c)
+	}
+}
+
+func TestKIP360Recovery(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-r", 60000)
+	_, pid1, epoch1, _ := e.c.InitProducerID(ctx, "tx-r", 60000, pid, epoch)
+	if pid1 != pid || epoch1 != epoch+1 {
+		t.Fatalf("bump with the current epoch = %d/%d", pid1, epoch1)
+	}
+	// The answer was lost: the producer retries with the epoch it had.
+	_, pid2, epoch2, _ := e.c.InitProducerID(ctx, "tx-r", 60000, pid, epoch)
+	if pid2 != pid1 || epoch2 != epoch1 {
+		t.Fatalf("retried bump = %d/%d, want %d/%d unchanged", pid2, epoch2, pid1, epoch1)
+	}
+	if code, _, _, _ := e.c.InitProducerID(ctx, "tx-r", 60000, pid, epoch+7); code != codeProducerFenced {
+		t.Fatalf("bump with an unknown epoch = %d, want PRODUCER_FENCED", code)
+	}
+	// Exhausted epochs move to a fresh producer id.
+	if _, err := e.st.Pool().Exec(ctx, `UPDATE transactions SET producer_epoch = 32766 WHERE transactional_id = 'tx-r'`); err != nil {
+		t.Fatal(err)
+	}
+	_, pid3, epoch3, _ := e.c.InitProducerID(ctx, "tx-r", 60000, -1, -1)
+	if pid3 == pid || epoch3 != 0 {
+		t.Fatalf("after an exhausted epoch = %d/%d, want a fresh id at epoch 0", pid3, epoch3)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ms := range []int32{0, -1, int32(DefaultMaxTimeout/time.Millisecond) + 1} {
+		if code, _, _, _ := e.c.InitProducerID(ctx, "tx-x", ms, -1, -1); code != codeInvalidTxnTimeout {
+			t.Fatalf("timeout %d ms: %d, want INVALID_TRANSACTION_TIMEOUT", ms, code)
+		}
+	}
+	pid, epoch := e.init("tx-x", 60000)
+	if got := e.add("tx-x", pid, epoch, tp("out", 0), tp("nope", 0), tp("out", 2)); !codesEqual(got, codeOperationNotAttempted, codeUnknownTopicOrPartition, codeUnknownTopicOrPartition) {
+		t.Fatalf("AddPartitions with unknown partitions = %v", got)
+	}
+	if st := e.state("tx-x"); st.State != StateEmpty || len(st.Partitions) != 0 {
+		t.Fatalf("after refused AddPartitions: %+v", st)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-x", pid, epoch, true); code != codeInvalidTxnState {
+		t.Fatalf("EndTxn without a transaction = %d, want INVALID_TXN_STATE", code)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-none", 1, 0, true); code != codeInvalidProducerIDMapping {
+		t.Fatalf("EndTxn of an unknown id = %d", code)
+	}
+	if got := e.add("tx-none", 1, 0, tp("out", 0)); !codesEqual(got, codeInvalidProducerIDMapping) {
+		t.Fatalf("AddPartitions of an unknown id = %v", got)
+	}
+	codes, _ := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-x", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
+		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 1}}})
+	if !codesEqual(codes, codeInvalidTxnState) || len(e.pending("g")) != 0 {
+		t.Fatalf("TxnOffsetCommit without AddOffsetsToTxn = %v", codes)
+	}
+	if ms := e.markers.take(); len(ms) != 0 {
+		t.Fatalf("bad input wrote markers %+v", ms)
+	}
+	if st := e.state("tx-x"); st.State != StateEmpty || st.ProducerEpoch != epoch {
+		t.Fatalf("bad input changed the transaction: %+v", st)
+	}
+}
+
+func TestDecisionSurvivesMarkerFailure(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-c", 60000)
+	e.add("tx-c", pid, epoch, tp("out", 0), tp("out", 1))
+	e.c.AddOffsets(ctx, "tx-c", pid, epoch, "g")
+	e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-c", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
+		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 1, Offset: 9}}})
+	e.markers.fail.Store(true)
+	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true); code != 0 {
+		t.Fatalf("EndTxn with storage down = %d, want 0 (the decision is durable)", code)
+	}
+	if st := e.state("tx-c"); st.State != StatePrepareCommit || len(st.Partitions) != 2 {
+		t.Fatalf("after failed markers: %+v", st)
+	}
+	if e.committed("g", 1) != -1 {
+		t.Fatal("offsets visible before the markers are written")
+	}
+	if got := e.add("tx-c", pid, epoch, tp("out", 0)); !codesEqual(got, codeConcurrentTransactions) {
+		t.Fatalf("AddPartitions during PrepareCommit = %v", got)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true); code != codeConcurrentTransactions {
+		t.Fatalf("retried EndTxn while markers fail = %d", code)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, false); code != codeInvalidTxnState {
+		t.Fatalf("EndTxn(abort) during PrepareCommit = %d", code)
+	}
+	// storage-core is back: the sweep (another coordinator after a crash) finishes.
+	e.markers.fail.Store(false)
+	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
+		t.Fatal(err)
+	}
+	if ms := e.markers.take(); len(ms) != 2 || !ms[0].Commit || !ms[1].Commit {
+		t.Fatalf("sweep markers %+v", ms)
+	}
+	if st := e.state("tx-c"); st.State != StateCompleteCommit || e.committed("g", 1) != 9 {
+		t.Fatalf("after sweep: state %s committed %d", st.State, e.committed("g", 1))
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true); code != 0 {
+		t.Fatalf("retried EndTxn after completion = %d", code)
+	}
+}
+
+func TestTimeoutAbortsAndFences(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-t", 1000)
+	e.add("tx-t", pid, epoch, tp("out", 0))
+	e.advance(900 * time.Millisecond)
+	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.state("tx-t"); st.State != StateOngoing {
+		t.Fatalf("aborted before its timeout: %s", st.State)
+	}
+	e.advance(200 * time.Millisecond)
+	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
+		t.Fatal(err)
+	}
+	ms := e.markers.take()
+	if len(ms) != 1 || ms[0].Commit || ms[0].ProducerEpoch != epoch+1 {
+		t.Fatalf("timeout markers %+v, want one ABORT at epoch %d", ms, epoch+1)
+	}
+	if st := e.state("tx-t"); st.State != StateCompleteAbort || st.ProducerEpoch != epoch+1 {
+		t.Fatalf("after timeout: %+v", st)
+	}
+	if code, _ := e.c.EndTxn(ctx, "tx-t", pid, epoch, true); code != codeProducerFenced {
+		t.Fatalf("zombie EndTxn = %d, want PRODUCER_FENCED", code)
+	}
+	if got := e.add("tx-t", pid, epoch, tp("out", 0)); !codesEqual(got, codeProducerFenced) {
+		t.Fatalf("zombie AddPartitions = %v", got)
+	}
+}
+
+func TestTxnOffsetCommitChecksMember(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pool := e.st.Pool()
+	if _, err := pool.Exec(ctx, `INSERT INTO consumer_groups (group_id, state, generation) VALUES ('g', 'Stable', 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO consumer_group_members (group_id, member_id, session_timeout_ms, rebalance_timeout_ms,
+		protocol_names, protocol_metadata, session_deadline, joined_at) VALUES ('g', 'm1', 10000, 10000, '{}', '{}', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch := e.init("tx-m", 60000)
+	e.c.AddOffsets(ctx, "tx-m", pid, epoch, "g")
+	commit := func(member string, gen int32) int16 {
+		codes, err := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-m", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
+			Generation: gen, MemberID: member, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 5}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return codes[0]
+	}
+	if c := commit("m2", 3); c != codeUnknownMemberID {
+		t.Fatalf("unknown member = %d", c)
+	}
+	if c := commit("m1", 2); c != codeIllegalGeneration {
+		t.Fatalf("old generation = %d", c)
+	}
+	if len(e.pending("g")) != 0 {
+		t.Fatal("refused commits staged offsets")
+	}
+	if c := commit("m1", 3); c != 0 {
+		t.Fatalf("current member = %d", c)
+	}
+}
