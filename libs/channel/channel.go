@@ -78,6 +78,10 @@ func topicChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
+// KafkaPrefix starts the name of every Kafka log channel (KafkaPartition): list the
+// channels under it to find every Kafka partition's log.
+const KafkaPrefix = kafkaPrefix
+
 // KafkaPartition returns the log channel for a Kafka topic partition. The topic must
 // already be valid (ValidateKafkaTopic) and partition in 0..MaxPartitions-1.
 func KafkaPartition(topic string, partition int32) string {

@@ -27,6 +27,9 @@ func TestKafkaRoundTrip(t *testing.T) {
 		if err := Validate(got); err != nil {
 			t.Fatalf("Validate(%q): %v", got, err)
 		}
+		if !strings.HasPrefix(got, KafkaPrefix) {
+			t.Fatalf("%q does not start with KafkaPrefix %q", got, KafkaPrefix)
+		}
 	}
 }
 

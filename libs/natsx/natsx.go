@@ -1,6 +1,7 @@
-// Package natsx names the NATS subjects more than one service uses. NATS carries
-// wake-ups and sweep coordination, never data (DESIGN §1, §4): a message on these
-// subjects says "look again", and its payload is empty.
+// Package natsx names the NATS subjects Tributary's services publish and subscribe to;
+// no service spells a subject by hand. NATS carries wake-ups, announcements and sweep
+// coordination, never data (DESIGN §1, §4). Every subject starts with
+// "tributary.<cluster-id>.", so clusters sharing a NATS server never hear each other.
 package natsx
 
 import (
@@ -8,11 +9,47 @@ import (
 	"encoding/hex"
 )
 
+func clusterPrefix(clusterID string) string { return "tributary." + clusterID + "." }
+
+// TopicsChangedSubject is the subject the coordinator announces a Kafka topic change on
+// (create, delete, partitions added, configs altered): "tributary.<cluster-id>.topics.changed",
+// with the topic name as payload. kafka-gateway replicas drop that topic's cached
+// metadata when it arrives.
+func TopicsChangedSubject(clusterID string) string {
+	return clusterPrefix(clusterID) + "topics.changed"
+}
+
+// BrokersSubject is the subject kafka-gateway replicas announce themselves on, once a
+// second: "tributary.<cluster-id>.kafka.brokers", payload JSON {node_id, host, port, rack}.
+func BrokersSubject(clusterID string) string {
+	return clusterPrefix(clusterID) + "kafka.brokers"
+}
+
+// GroupChangedPrefix is the prefix of the subjects announcing that a Kafka group's state
+// changed: "tributary.<cluster-id>.groups.changed.". Subscribe to the prefix followed by
+// "*" to hear every group. The payload is empty.
+func GroupChangedPrefix(clusterID string) string {
+	return clusterPrefix(clusterID) + "groups.changed."
+}
+
+// GroupChangedSubject is the subject announcing a change of Kafka group groupID (a
+// member joined, left or expired, a generation or assignment changed): JoinGroup and
+// SyncGroup calls waiting on any coordinator replica re-read the group when it arrives.
+func GroupChangedSubject(clusterID, groupID string) string {
+	return GroupChangedPrefix(clusterID) + GroupToken(groupID)
+}
+
+// GroupToken is a group id's subject token: the first 128 bits of SHA-256(group id) in
+// hex. A group id may hold any character and up to 32767 bytes, while a NATS token may
+// not hold every character and a subject line over 4 KiB makes the server close the
+// connection; a (vanishingly unlikely) shared token costs only a spurious wake-up.
+func GroupToken(groupID string) string { return token(groupID) }
+
 // QueueChangedPrefix is the prefix of the subjects announcing that a queue's delivery
 // state changed: "tributary.<cluster-id>.queues.changed.". Subscribe to the prefix
 // followed by "*" to hear every queue.
 func QueueChangedPrefix(clusterID string) string {
-	return "tributary." + clusterID + ".queues.changed."
+	return clusterPrefix(clusterID) + "queues.changed."
 }
 
 // QueueChangedSubject is the subject announcing a change of queue (a storage-core queue
@@ -25,7 +62,10 @@ func QueueChangedSubject(clusterID, queue string) string {
 // QueueToken is a queue's subject token: the first 128 bits of SHA-256(name) in hex.
 // Queue names hold '.' (the subject token separator) and characters NATS subjects may
 // not carry; a (vanishingly unlikely) shared token costs only a spurious wake-up.
-func QueueToken(queue string) string {
-	sum := sha256.Sum256([]byte(queue))
+func QueueToken(queue string) string { return token(queue) }
+
+// token is the first 128 bits of SHA-256(name) in hex: one NATS subject token.
+func token(name string) string {
+	sum := sha256.Sum256([]byte(name))
 	return hex.EncodeToString(sum[:16])
 }

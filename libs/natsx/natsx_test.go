@@ -18,3 +18,20 @@ func TestQueueChangedSubject(t *testing.T) {
 		t.Fatalf("prefix %q", QueueChangedPrefix("c1"))
 	}
 }
+
+func TestSubjects(t *testing.T) {
+	if got := TopicsChangedSubject("c1"); got != "tributary.c1.topics.changed" {
+		t.Fatalf("TopicsChangedSubject = %q", got)
+	}
+	if got := BrokersSubject("c1"); got != "tributary.c1.kafka.brokers" {
+		t.Fatalf("BrokersSubject = %q", got)
+	}
+	s := GroupChangedSubject("c1", "a group.with*odd>chars")
+	tok, ok := strings.CutPrefix(s, "tributary.c1.groups.changed.")
+	if !ok || tok != GroupToken("a group.with*odd>chars") || len(tok) != 32 || strings.ContainsAny(tok, ".*> \t") {
+		t.Fatalf("GroupChangedSubject = %q", s)
+	}
+	if GroupChangedPrefix("c1")+tok != s {
+		t.Fatalf("prefix %q does not lead subject %q", GroupChangedPrefix("c1"), s)
+	}
+}

@@ -1,22 +1,20 @@
 package group
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tributary/tributary/libs/natsx"
 )
 
 // notifier wakes the JoinGroup and SyncGroup calls waiting on this replica when any
-// replica changes their group. A change is announced on
-// "tributary.<cluster-id>.groups.changed.<token>", the token being the first 128 bits of
-// SHA-256(group id) in hex: a group id may hold any character and up to 32767 bytes,
-// while a NATS token may not hold every character and a subject line over 4 KiB makes
-// the server close the connection. Each replica subscribes to the wildcard once and
-// closes the local wake channel of the token; a (vanishingly unlikely) shared token only
-// costs a spurious wake-up, since waiters re-read their group's state.
+// replica changes their group. A change is announced on natsx.GroupChangedSubject
+// ("tributary.<cluster-id>.groups.changed.<token>", natsx.GroupToken). Each replica
+// subscribes to the wildcard once and closes the local wake channel of the token; a
+// (vanishingly unlikely) shared token only costs a spurious wake-up, since waiters
+// re-read their group's state.
 type notifier struct {
 	nc     *nats.Conn
 	prefix string
@@ -27,7 +25,7 @@ type notifier struct {
 }
 
 func newNotifier(nc *nats.Conn, clusterID string) *notifier {
-	return &notifier{nc: nc, prefix: "tributary." + clusterID + ".groups.changed.", waits: map[string]chan struct{}{}}
+	return &notifier{nc: nc, prefix: natsx.GroupChangedPrefix(clusterID), waits: map[string]chan struct{}{}}
 }
 
 func (n *notifier) start() error {
@@ -54,7 +52,7 @@ func (n *notifier) stop() {
 // wait returns a channel closed at the next change of the group. Take it before
 // reading the group's state so no change between the read and the wait is missed.
 func (n *notifier) wait(groupID string) <-chan struct{} {
-	tok := groupToken(groupID)
+	tok := natsx.GroupToken(groupID)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ch, ok := n.waits[tok]
@@ -75,17 +73,11 @@ func (n *notifier) wake(tok string) {
 	}
 }
 
-// groupToken is a group id's NATS subject token: 32 hex digits of its SHA-256.
-func groupToken(groupID string) string {
-	sum := sha256.Sum256([]byte(groupID))
-	return hex.EncodeToString(sum[:16])
-}
-
 // publish announces a change of the group to every replica (this one included). The
 // local waiters are woken at once as well, so a lost NATS message only costs the
 // remote replicas a recheck interval.
 func (n *notifier) publish(groupID string) error {
-	tok := groupToken(groupID)
+	tok := natsx.GroupToken(groupID)
 	n.wake(tok)
 	return n.nc.Publish(n.prefix+tok, nil)
 }

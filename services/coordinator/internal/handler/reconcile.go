@@ -15,9 +15,9 @@ import (
 
 // Reconcile creates the channels of registered topics that storage-core lacks (e.g.
 // after its data directory was lost while Postgres kept the registry), so every visible
-// topic is usable again. It lists storage-core's "kafka." channels once, then, for each
-// topic missing some, re-checks the topic under its lock and creates the missing
-// channels with the topic's configs. It returns how many channels it created. Channels
+// topic is usable again. It lists storage-core's Kafka channels (channel.KafkaPrefix)
+// once, then, for each topic missing some, re-checks the topic under its lock and
+// creates the missing channels with the topic's configs. It returns how many channels it created. Channels
 // without a topic are left alone (they are adopted if the topic is created).
 //
 // It also pushes the topic's configs to channels whose timestamp limits
@@ -32,7 +32,7 @@ func (h *Handler) Reconcile(ctx context.Context) (int, error) {
 	if len(topics) == 0 {
 		return 0, nil
 	}
-	list, err := h.storage.ListChannels(ctx, &storagev1.ListChannelsRequest{Prefix: "kafka."})
+	list, err := h.storage.ListChannels(ctx, &storagev1.ListChannelsRequest{Prefix: channel.KafkaPrefix})
 	if err != nil {
 		return 0, fmt.Errorf("%w: list channels: %v", ErrStorage, err)
 	}

@@ -60,7 +60,3 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// TopicsChangedSubject is the NATS subject topic changes are announced on (payload: the
-// topic name).
-func (c Config) TopicsChangedSubject() string { return "tributary." + c.ClusterID + ".topics.changed" }

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/natsx"
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -192,7 +193,7 @@ func (s *Server) storageReady(ctx context.Context) error {
 
 // TopicChanged announces a topic change on NATS and refreshes the topics gauge.
 func (s *Server) TopicChanged(topic string) {
-	if err := s.nc.Publish(s.cfg.TopicsChangedSubject(), []byte(topic)); err != nil {
+	if err := s.nc.Publish(natsx.TopicsChangedSubject(s.cfg.ClusterID), []byte(topic)); err != nil {
 		s.metrics.notified.WithLabelValues("error").Inc()
 		s.log.Warn("could not announce topic change", zap.String("topic", topic), zap.Error(err))
 	} else {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/tributary/tributary/libs/natsx"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -134,7 +135,7 @@ func createOne(t *testing.T, c coordinatorv1.CoordinatorServiceClient, name stri
 
 func TestCreateAndGetTopics(t *testing.T) {
 	e := newEnv(t)
-	sub, err := e.nc.SubscribeSync(e.cfg.TopicsChangedSubject())
+	sub, err := e.nc.SubscribeSync(natsx.TopicsChangedSubject(e.cfg.ClusterID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package cluster keeps the list of live kafka-gateway replicas. Each replica announces
-// itself on NATS subject "tributary.<cluster-id>.kafka.brokers" every second with a JSON
-// payload {node_id, host, port, rack}; entries not heard from for 5 s expire. The local
+// itself on NATS subject natsx.BrokersSubject ("tributary.<cluster-id>.kafka.brokers")
+// every second with a JSON payload {node_id, host, port, rack}; entries not heard from for 5 s expire. The local
 // replica is always in the list, so a gateway without NATS still serves (as a cluster of
 // one). A starting replica's first announcement carries a reply subject; every peer
 // answers it at once with its own announcement, so a new replica knows its peers after
@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/natsx"
 )
 
 // Defaults of the announcement protocol.
@@ -35,15 +37,6 @@ type Member struct {
 	Host   string  `json:"host"`
 	Port   int32   `json:"port"`
 	Rack   *string `json:"rack"`
-}
-
-// BrokersSubject is the NATS subject kafka-gateway replicas announce themselves on.
-func BrokersSubject(clusterID string) string { return "tributary." + clusterID + ".kafka.brokers" }
-
-// TopicsChangedSubject is the NATS subject the coordinator publishes a topic name on
-// after any topic create, delete, partition or config change.
-func TopicsChangedSubject(clusterID string) string {
-	return "tributary." + clusterID + ".topics.changed"
 }
 
 type seen struct {
@@ -71,7 +64,7 @@ type Membership struct {
 func New(clusterID string, self Member, log *zap.Logger) *Membership {
 	return &Membership{
 		self:     self,
-		subject:  BrokersSubject(clusterID),
+		subject:  natsx.BrokersSubject(clusterID),
 		log:      log,
 		interval: AnnounceInterval,
 		expiry:   Expiry,

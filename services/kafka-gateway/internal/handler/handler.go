@@ -233,7 +233,7 @@ func (h *Handler) call(ctx context.Context, a api, r *Request) (resp kmsg.Respon
 }
 
 // InvalidateTopic drops a topic from the metadata cache ("" drops everything). Called
-// on "tributary.<cluster-id>.topics.changed" NATS messages.
+// on natsx.TopicsChangedSubject NATS messages.
 func (h *Handler) InvalidateTopic(name string) {
 	h.topics.invalidate(name)
 	h.ahead.clear()

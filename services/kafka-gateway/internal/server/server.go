@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/natsx"
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
@@ -381,7 +382,7 @@ func (s *Server) runNATS(ctx context.Context) {
 	} else {
 		s.log.Warn("nats not reachable yet; serving as a cluster of one until it is", zap.String("url", s.cfg.NATSURL))
 	}
-	sub, err := nc.Subscribe(cluster.TopicsChangedSubject(s.cfg.ClusterID), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(natsx.TopicsChangedSubject(s.cfg.ClusterID), func(m *nats.Msg) {
 		s.h.InvalidateTopic(string(m.Data))
 	})
 	if err != nil {
