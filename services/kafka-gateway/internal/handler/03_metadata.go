@@ -24,8 +24,6 @@ package handler
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"hash/fnv"
 	"sort"
 
@@ -35,13 +33,6 @@ import (
 )
 
 func init() { register(kmsg.Metadata.Int16(), 0, 13, (*Handler).handleMetadata) }
-
-// KafkaClusterID derives the Kafka cluster id (22 characters of URL-safe base64, like a
-// Kafka-generated id) from the Tributary cluster id, so every replica reports the same.
-func KafkaClusterID(clusterID string) string {
-	sum := sha256.Sum256([]byte("tributary/" + clusterID))
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
 
 // leaderFor returns the node id leading partition p of topic among sorted brokers.
 func leaderFor(topic string, p int32, brokers []Broker) int32 {

@@ -28,13 +28,11 @@ import (
 
 func init() { register(kmsg.DescribeConfigs.Int16(), 1, 4, (*Handler).handleDescribeConfigs) }
 
-// Kafka ConfigSource values.
+// Kafka ConfigSource and ConfigType values.
 const (
 	sourceDynamicTopic = kmsg.ConfigSource(1)
 	sourceStaticBroker = kmsg.ConfigSource(4)
 	sourceDefault      = kmsg.ConfigSource(5)
-	resourceTopic      = kmsg.ConfigResourceType(2)
-	resourceBroker     = kmsg.ConfigResourceType(4)
 	configTypeBoolean  = kmsg.ConfigType(1)
 	configTypeString   = kmsg.ConfigType(2)
 	configTypeInt      = kmsg.ConfigType(3)
