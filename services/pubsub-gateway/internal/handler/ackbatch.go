@@ -185,7 +185,7 @@ type modAckKey struct {
 }
 
 // storageAck is the acks coalescer's storage call.
-func (h *Handler) storageAck(ctx context.Context, queue string, ids []string) ([]storagev1.AckResult, error) {
+func (h *Subscriber) storageAck(ctx context.Context, queue string, ids []string) ([]storagev1.AckResult, error) {
 	resp, err := h.queues.Ack(ctx, &storagev1.AckRequest{Queue: queue, AckIds: ids})
 	if err != nil {
 		return nil, err
@@ -194,7 +194,7 @@ func (h *Handler) storageAck(ctx context.Context, queue string, ids []string) ([
 }
 
 // storageModAck is the modacks coalescer's storage call.
-func (h *Handler) storageModAck(ctx context.Context, key modAckKey, ids []string) ([]storagev1.AckResult, error) {
+func (h *Subscriber) storageModAck(ctx context.Context, key modAckKey, ids []string) ([]storagev1.AckResult, error) {
 	resp, err := h.queues.ModifyAckDeadline(ctx, &storagev1.ModifyAckDeadlineRequest{
 		Queue: key.queue, AckIds: ids, AckDeadlineMs: key.seconds * 1000,
 	})

@@ -143,7 +143,7 @@ const testQueue = "gcp.sub.sub"
 func TestAckCoalescing(t *testing.T) {
 	q := newGateQueues()
 	q.results["b2"] = storagev1.AckResult_ACK_RESULT_EXPIRED
-	h := New(Deps{Queues: q})
+	h := New(Deps{Queues: q}).Subscriber
 	ctx := context.Background()
 	errs := make([]chan error, 4)
 	for i := range errs {
@@ -215,7 +215,7 @@ func TestAckCoalescing(t *testing.T) {
 // and is cancelled when the last stops waiting.
 func TestAckCoalescerCancel(t *testing.T) {
 	q := newGateQueues()
-	h := New(Deps{Queues: q})
+	h := New(Deps{Queues: q}).Subscriber
 	bg := context.Background()
 	first := make(chan error, 1)
 	go func() { _, err := h.Acknowledge(bg, ackReq("a")); first <- err }()
@@ -275,7 +275,7 @@ func TestAckCoalescerCancel(t *testing.T) {
 func TestAckCoalescerError(t *testing.T) {
 	q := newGateQueues()
 	q.fail[1] = status.Error(codes.Unavailable, "storage down")
-	h := New(Deps{Queues: q})
+	h := New(Deps{Queues: q}).Subscriber
 	ctx := context.Background()
 	errs := make([]chan error, 3)
 	for i := range errs {
@@ -305,7 +305,7 @@ func TestAckCoalescerError(t *testing.T) {
 // put back together in order.
 func TestAckCoalescerBound(t *testing.T) {
 	q := newGateQueues()
-	h := New(Deps{Queues: q})
+	h := New(Deps{Queues: q}).Subscriber
 	h.acks.max = 3
 	ctx := context.Background()
 	done := make(chan []storagev1.AckResult, 4)
@@ -358,7 +358,7 @@ func TestModAckCoalescing(t *testing.T) {
 	now := time.Unix(1000, 0)
 	q := newGateQueues()
 	q.results["gone"] = storagev1.AckResult_ACK_RESULT_EXPIRED
-	h := New(Deps{Queues: q, Now: func() time.Time { return now }})
+	h := New(Deps{Queues: q, Now: func() time.Time { return now }}).Subscriber
 	s := &stream{h: h, queue: testQueue, maxMsgs: 10, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
 	for _, id := range []string{"a", "b", "gone"} {

@@ -42,7 +42,7 @@ func newActivity() *activity {
 }
 
 // touch marks subscription id active now.
-func (h *Handler) touch(id string) {
+func (h *Subscriber) touch(id string) {
 	a := h.act
 	now := h.now()
 	a.mu.Lock()
@@ -54,7 +54,7 @@ func (h *Handler) touch(id string) {
 }
 
 // RunActivity reports activity until ctx ends, then once more.
-func (h *Handler) RunActivity(ctx context.Context) {
+func (h *Subscriber) RunActivity(ctx context.Context) {
 	t := time.NewTicker(activityFlush)
 	defer t.Stop()
 	for {
@@ -71,7 +71,7 @@ func (h *Handler) RunActivity(ctx context.Context) {
 }
 
 // flushActivity sends the pending reports; on failure they stay pending.
-func (h *Handler) flushActivity(ctx context.Context) {
+func (h *Subscriber) flushActivity(ctx context.Context) {
 	a := h.act
 	now := h.now()
 	a.mu.Lock()

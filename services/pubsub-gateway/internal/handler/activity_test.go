@@ -51,7 +51,7 @@ func (r *activityRegistry) take() string {
 func TestActivityReports(t *testing.T) {
 	reg := &activityRegistry{}
 	now := time.Unix(1_700_000_000, 0)
-	h := New(Deps{Registry: reg, Log: zap.NewNop(), Now: func() time.Time { return now }})
+	h := New(Deps{Registry: reg, Log: zap.NewNop(), Now: func() time.Time { return now }}).Subscriber
 	ctx := context.Background()
 
 	for range 1000 {

@@ -25,7 +25,7 @@ func (b *holdBudget) share() int64 { return b.limit / max(b.streams.Load(), 1) }
 
 // HeldBytes is the message bytes this replica's streams hold, not yet sent (the gauge
 // tributary_pubsub_gateway_stream_held_bytes).
-func (h *Handler) HeldBytes() int64 { return h.budget.held.Load() }
+func (h *Subscriber) HeldBytes() int64 { return h.budget.held.Load() }
 
 // room is how many more bytes s may lease before its client reads; <= 0 means none.
 func (s *stream) room() int64 { return s.h.budget.share() - s.held.Load() }

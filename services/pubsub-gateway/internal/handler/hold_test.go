@@ -101,7 +101,7 @@ func testStreamHoldBudget(t *testing.T, encode bool) {
 		streams = 4
 	)
 	q := &bulkQueues{leased: map[string]bool{}, nacked: map[string]bool{}, msgSize: msgSize}
-	h := New(Deps{Queues: q, Log: zap.NewNop(), StreamBufferBytes: limit, EncodeStreams: encode})
+	h := New(Deps{Queues: q, Log: zap.NewNop(), StreamBufferBytes: limit, EncodeStreams: encode}).Subscriber
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var ss []*stream

@@ -55,7 +55,7 @@ func attrHeader(k string) string {
 // Publish validates the whole batch (limits, then the topic's schema), then appends it
 // to gcp.<topic> in one call. Messages of a topic with a schema get the schema
 // attributes (schemaHeaders).
-func (h *Handler) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+func (h *Publisher) Publish(ctx context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
 	r, err := parseName(req.GetTopic(), collTopics)
 	if err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func (s *deletingStore) Append(_ context.Context, req *storagev1.AppendRequest, 
 func TestPublishRacingDeleteTopic(t *testing.T) {
 	reg := &topicRegistry{exists: map[string]bool{"t1x": true, "t2x": true}}
 	st := &deletingStore{failing: map[string]bool{"gcp.t2x": true}}
-	h := New(Deps{Registry: reg, Storage: st, Log: zap.NewNop()})
+	h := New(Deps{Registry: reg, Storage: st, Log: zap.NewNop()}).Publisher
 	req := &pubsubpb.PublishRequest{Topic: "projects/p/topics/t1x", Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}}
 	if _, err := h.Publish(context.Background(), req); status.Code(err) != codes.NotFound || status.Convert(err).Message() != msgTopicNotFound {
 		t.Fatalf("publish racing DeleteTopic: %v, want NOT_FOUND %q", err, msgTopicNotFound)

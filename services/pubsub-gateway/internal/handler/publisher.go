@@ -27,9 +27,21 @@ var topicUpdatable = map[string]bool{
 	"message_retention_duration": true, "ingestion_data_source_settings": true, "message_transforms": true,
 }
 
+// Publisher serves google.pubsub.v1.Publisher: topics, Publish, and the schema
+// settings of topics (schema_topic.go).
+type Publisher struct {
+	pubsubpb.UnimplementedPublisherServer
+	*registry
+	store storagev1.StorageServiceClient
+}
+
+func newPublisher(r *registry, d Deps) *Publisher {
+	return &Publisher{registry: r, store: d.Storage}
+}
+
 // CreateTopic registers a topic and its log gcp.<id>; schema settings are checked as
 // Google does (checkSchemaSettings).
-func (h *Handler) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsubpb.Topic, error) {
+func (h *Publisher) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsubpb.Topic, error) {
 	r, err := parseName(t.GetName(), collTopics)
 	if err != nil {
 		return nil, err
@@ -78,7 +90,7 @@ func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
 
 // loadTopic returns a topic as stored (with its name) and the id of its schema in the
 // registry ("" when none, or once the schema was deleted).
-func (h *Handler) loadTopic(ctx context.Context, name string) (resource, *pubsubpb.Topic, string, error) {
+func (h *Publisher) loadTopic(ctx context.Context, name string) (resource, *pubsubpb.Topic, string, error) {
 	r, err := parseName(name, collTopics)
 	if err != nil {
 		return r, nil, "", err
@@ -96,7 +108,7 @@ func (h *Handler) loadTopic(ctx context.Context, name string) (resource, *pubsub
 }
 
 // GetTopic returns a topic.
-func (h *Handler) GetTopic(ctx context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
+func (h *Publisher) GetTopic(ctx context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
 	_, t, schemaID, err := h.loadTopic(ctx, req.GetTopic())
 	if err != nil {
 		return nil, err
@@ -108,7 +120,7 @@ func (h *Handler) GetTopic(ctx context.Context, req *pubsubpb.GetTopicRequest) (
 }
 
 // UpdateTopic changes the fields named in update_mask (required, non-empty).
-func (h *Handler) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequest) (*pubsubpb.Topic, error) {
+func (h *Publisher) UpdateTopic(ctx context.Context, req *pubsubpb.UpdateTopicRequest) (*pubsubpb.Topic, error) {
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
 		return nil, invalid("The update_mask in the UpdateTopicRequest must be set, and must be non-empty.")
@@ -193,7 +205,7 @@ func setSchemaSetting(cur, in *pubsubpb.SchemaSettings, field string) {
 }
 
 // ListTopics pages through the project's topics (ids are global: every topic).
-func (h *Handler) ListTopics(ctx context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
+func (h *Publisher) ListTopics(ctx context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
 	project, err := parseProject(req.GetProject())
 	if err != nil {
 		return nil, err
@@ -221,7 +233,7 @@ func (h *Handler) ListTopics(ctx context.Context, req *pubsubpb.ListTopicsReques
 }
 
 // ListTopicSubscriptions pages through the names of a topic's subscriptions.
-func (h *Handler) ListTopicSubscriptions(ctx context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
+func (h *Publisher) ListTopicSubscriptions(ctx context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
 	r, err := parseName(req.GetTopic(), collTopics)
 	if err != nil {
 		return nil, err
@@ -243,7 +255,7 @@ func (h *Handler) ListTopicSubscriptions(ctx context.Context, req *pubsubpb.List
 }
 
 // ListTopicSnapshots pages through the names of a topic's snapshots.
-func (h *Handler) ListTopicSnapshots(ctx context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
+func (h *Publisher) ListTopicSnapshots(ctx context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
 	r, err := parseName(req.GetTopic(), collTopics)
 	if err != nil {
 		return nil, err
@@ -266,7 +278,7 @@ func (h *Handler) ListTopicSnapshots(ctx context.Context, req *pubsubpb.ListTopi
 
 // DeleteTopic unregisters a topic and deletes its log; its subscriptions stay, with
 // topic "_deleted-topic_".
-func (h *Handler) DeleteTopic(ctx context.Context, req *pubsubpb.DeleteTopicRequest) (*emptypb.Empty, error) {
+func (h *Publisher) DeleteTopic(ctx context.Context, req *pubsubpb.DeleteTopicRequest) (*emptypb.Empty, error) {
 	r, err := parseName(req.GetTopic(), collTopics)
 	if err != nil {
 		return nil, err
@@ -280,7 +292,7 @@ func (h *Handler) DeleteTopic(ctx context.Context, req *pubsubpb.DeleteTopicRequ
 
 // DetachSubscription detaches a subscription: its backlog is dropped, and pulls fail
 // with FAILED_PRECONDITION.
-func (h *Handler) DetachSubscription(ctx context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
+func (h *Publisher) DetachSubscription(ctx context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
 	r, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return nil, err

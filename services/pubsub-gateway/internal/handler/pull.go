@@ -51,7 +51,7 @@ func deliverable(s *subInfo) error {
 }
 
 // Pull leases up to max_messages messages.
-func (h *Handler) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubpb.PullResponse, error) {
+func (h *Subscriber) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubpb.PullResponse, error) {
 	r, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ func checkAckIDs(ids []string) error {
 // Acknowledge acks messages. On an exactly-once subscription, ack ids that are not a
 // current lease fail the call with INVALID_ARGUMENT and a per-ack-id ErrorInfo. The
 // storage call is coalesced with the concurrent acks of the subscription (ackbatch.go).
-func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequest) (*emptypb.Empty, error) {
+func (h *Subscriber) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequest) (*emptypb.Empty, error) {
 	r, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return nil, err
@@ -244,7 +244,7 @@ func (h *Handler) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeRequ
 }
 
 // ModifyAckDeadline extends (or with 0 nacks) leases, 0..600 s.
-func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAckDeadlineRequest) (*emptypb.Empty, error) {
+func (h *Subscriber) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAckDeadlineRequest) (*emptypb.Empty, error) {
 	r, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return nil, err
@@ -272,7 +272,7 @@ func (h *Handler) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 // modAck changes the deadline of ids (0 nacks them), coalesced with the concurrent
 // modacks of the subscription to the same deadline (ackbatch.go), and returns their
 // results.
-func (h *Handler) modAck(ctx context.Context, sub string, ids []string, seconds int32) ([]storagev1.AckResult, error) {
+func (h *Subscriber) modAck(ctx context.Context, sub string, ids []string, seconds int32) ([]storagev1.AckResult, error) {
 	queue := channel.PubSubSubscription(sub)
 	results, err := h.modacks.do(ctx, modAckKey{queue: queue, seconds: seconds}, ids)
 	if err != nil {
@@ -383,4 +383,26 @@ func ackFailures(ids []string, results []storagev1.AckResult) error {
 		return status.Error(codes.InvalidArgument, "invalid ack ids")
 	}
 	return st.Err()
+}
+
+// showDeletedSchema rewrites the schema attributes of a message being delivered once
+// its schema was deleted: googclient_schemaname reads `_deleted-schema_` (Google,
+// "Validate schemas") and googclient_schemarevisionid `_deleted-schema-revision_`, as
+// the emulator delivers them. When the registry cannot be asked the attributes stay as
+// published.
+func (h *Subscriber) showDeletedSchema(ctx context.Context, m *pubsubpb.PubsubMessage) {
+	name, ok := m.GetAttributes()[attrSchemaName]
+	if !ok || name == deletedSchema {
+		return
+	}
+	r, err := parseName(name, collSchemas)
+	if err != nil {
+		return
+	}
+	if _, err := h.revisionRange(ctx, r.id, "", ""); status.Code(err) == codes.NotFound {
+		m.Attributes[attrSchemaName] = deletedSchema
+		if _, ok := m.Attributes[attrSchemaRevision]; ok {
+			m.Attributes[attrSchemaRevision] = deletedSchemaRevision
+		}
+	}
 }

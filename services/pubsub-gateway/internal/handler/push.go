@@ -37,7 +37,7 @@ const (
 // message; anything else (or no answer within the ack deadline) redelivers it after a
 // backoff.
 type Pusher struct {
-	h      *Handler
+	h      *Subscriber
 	client *http.Client
 
 	mu      sync.Mutex
@@ -51,7 +51,7 @@ type pushWorker struct {
 }
 
 // NewPusher returns a Pusher over h's backends.
-func NewPusher(h *Handler) *Pusher {
+func NewPusher(h *Subscriber) *Pusher {
 	return &Pusher{h: h, client: &http.Client{}, workers: map[string]*pushWorker{}}
 }
 

@@ -25,7 +25,7 @@ func TestPushWriteMetadataInvalidHeader(t *testing.T) {
 		got = r.Header.Clone()
 	}))
 	defer srv.Close()
-	p := NewPusher(New(Deps{Log: zap.NewNop()}))
+	p := NewPusher(New(Deps{Log: zap.NewNop()}).Subscriber)
 	defer p.client.CloseIdleConnections()
 	sub := &subInfo{id: "s1", spec: &pubsubpb.Subscription{Name: "projects/p/subscriptions/s1", PushConfig: &pubsubpb.PushConfig{
 		PushEndpoint: srv.URL,
@@ -52,7 +52,7 @@ func TestPushWriteMetadataInvalidOrderingKey(t *testing.T) {
 		got = r.Header.Clone()
 	}))
 	defer srv.Close()
-	p := NewPusher(New(Deps{Log: zap.NewNop()}))
+	p := NewPusher(New(Deps{Log: zap.NewNop()}).Subscriber)
 	defer p.client.CloseIdleConnections()
 	sub := &subInfo{id: "s1", spec: &pubsubpb.Subscription{Name: "projects/p/subscriptions/s1", PushConfig: &pubsubpb.PushConfig{
 		PushEndpoint: srv.URL,
@@ -107,7 +107,7 @@ func (idleQueues) Receive(ctx context.Context, _ *storagev1.ReceiveRequest, _ ..
 // to no_wrapper, a new ack deadline) is pushed with the new settings.
 func TestPushWorkerFollowsSettings(t *testing.T) {
 	reg := &fakeRegistry{}
-	p := NewPusher(New(Deps{Registry: reg, Queues: idleQueues{}, Log: zap.NewNop()}))
+	p := NewPusher(New(Deps{Registry: reg, Queues: idleQueues{}, Log: zap.NewNop()}).Subscriber)
 	defer p.stopAll()
 	ctx := context.Background()
 	s := &pubsubpb.Subscription{Name: "projects/p/subscriptions/s1", AckDeadlineSeconds: 10, PushConfig: &pubsubpb.PushConfig{PushEndpoint: "http://127.0.0.1:1/push"}}

@@ -34,7 +34,7 @@ import (
 // receive leases messages from storage-core: over conn, decoded by receiveReply;
 // without it (tests with a fake QueueServiceClient), through queues. The deliveries
 // are the caller's to keep.
-func (h *Handler) receive(ctx context.Context, req *storagev1.ReceiveRequest) ([]delivery, error) {
+func (h *Subscriber) receive(ctx context.Context, req *storagev1.ReceiveRequest) ([]delivery, error) {
 	r, err := h.receiveReply(ctx, req, false)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (h *Handler) receive(ctx context.Context, req *storagev1.ReceiveRequest) ([
 // pooled buffer when pooled is set and the answer came over the storage connection:
 // the caller then calls r.free once nothing reads the deliveries any more (their ack
 // ids stay valid; they are not in the buffer). On error nothing needs freeing.
-func (h *Handler) receiveReply(ctx context.Context, req *storagev1.ReceiveRequest, pooled bool) (*receiveReply, error) {
+func (h *Subscriber) receiveReply(ctx context.Context, req *storagev1.ReceiveRequest, pooled bool) (*receiveReply, error) {
 	if h.storageConn != nil {
 		r := &receiveReply{pooled: pooled}
 		if err := h.storageConn.Invoke(ctx, storagev1.QueueService_Receive_FullMethodName, req, r); err != nil {

@@ -51,7 +51,7 @@ func FuzzReceiveReply(f *testing.F) {
 			t.Fatalf("pooled copy: %d deliveries, want %d", len(pooled.msgs), len(r.msgs))
 		}
 		props := &pubsubpb.StreamingPullResponse_SubscriptionProperties{ExactlyOnceDeliveryEnabled: len(b)%2 == 0}
-		checkWireBatch(t, New(Deps{}), sub, props, pooled.msgs)
+		checkWireBatch(t, New(Deps{}).Subscriber, sub, props, pooled.msgs)
 		if len(r.msgs) != len(want.Messages) {
 			t.Fatalf("%d deliveries, want %d", len(r.msgs), len(want.Messages))
 		}

@@ -22,6 +22,13 @@ import (
 // stored, so every stored revision compiles. Errors follow the emulator's codes and
 // words, except where Google's reference says otherwise (noted at each call).
 
+// Schemas serves google.pubsub.v1.SchemaService. Its changes drop the registry's
+// cached revision ranges (forgetSchema), which Publisher checks messages against.
+type Schemas struct {
+	pubsubpb.UnimplementedSchemaServiceServer
+	*registry
+}
+
 // maxSchemaRevisions is how many revisions a schema may have (Google: "A single schema
 // cannot have more than 20 revisions").
 const maxSchemaRevisions = 20
@@ -93,7 +100,7 @@ func schemaOut(project string, rev *coordinatorv1.PubSubSchemaRevision, view pub
 // CreateSchema creates schema parent/schemas/schema_id with its first revision. The
 // id follows the resource name rules (INVALID_ARGUMENT "Invalid [schemas] name"); an
 // existing one is ALREADY_EXISTS.
-func (h *Handler) CreateSchema(ctx context.Context, req *pubsubpb.CreateSchemaRequest) (*pubsubpb.Schema, error) {
+func (h *Schemas) CreateSchema(ctx context.Context, req *pubsubpb.CreateSchemaRequest) (*pubsubpb.Schema, error) {
 	r, err := parseName(req.GetParent()+"/"+collSchemas+"/"+req.GetSchemaId(), collSchemas)
 	if err != nil {
 		return nil, err
@@ -114,7 +121,7 @@ func (h *Handler) CreateSchema(ctx context.Context, req *pubsubpb.CreateSchemaRe
 
 // GetSchema returns a schema's latest revision, or the one named S@REV. The default
 // view is FULL.
-func (h *Handler) GetSchema(ctx context.Context, req *pubsubpb.GetSchemaRequest) (*pubsubpb.Schema, error) {
+func (h *Schemas) GetSchema(ctx context.Context, req *pubsubpb.GetSchemaRequest) (*pubsubpb.Schema, error) {
 	r, rev, err := parseSchemaName(req.GetName(), true)
 	if err != nil {
 		return nil, err
@@ -129,7 +136,7 @@ func (h *Handler) GetSchema(ctx context.Context, req *pubsubpb.GetSchemaRequest)
 // ListSchemas pages through the project's schemas (ids are global: every schema), each
 // as its latest revision. The default view is BASIC, as Google documents it (the
 // emulator answers FULL).
-func (h *Handler) ListSchemas(ctx context.Context, req *pubsubpb.ListSchemasRequest) (*pubsubpb.ListSchemasResponse, error) {
+func (h *Schemas) ListSchemas(ctx context.Context, req *pubsubpb.ListSchemasRequest) (*pubsubpb.ListSchemasResponse, error) {
 	project, err := parseProject(req.GetParent())
 	if err != nil {
 		return nil, err
@@ -154,7 +161,7 @@ func (h *Handler) ListSchemas(ctx context.Context, req *pubsubpb.ListSchemasRequ
 
 // ListSchemaRevisions pages through a schema's revisions, oldest first (the emulator's
 // order). The default view is BASIC, as Google documents it.
-func (h *Handler) ListSchemaRevisions(ctx context.Context, req *pubsubpb.ListSchemaRevisionsRequest) (*pubsubpb.ListSchemaRevisionsResponse, error) {
+func (h *Schemas) ListSchemaRevisions(ctx context.Context, req *pubsubpb.ListSchemaRevisionsRequest) (*pubsubpb.ListSchemaRevisionsResponse, error) {
 	r, _, err := parseSchemaName(req.GetName(), false)
 	if err != nil {
 		return nil, err
@@ -188,7 +195,7 @@ func basicByDefault(v pubsubpb.SchemaView) pubsubpb.SchemaView {
 
 // commit adds a revision with spec to schema r and returns it: RESOURCE_EXHAUSTED past
 // maxSchemaRevisions.
-func (h *Handler) commit(ctx context.Context, r resource, spec []byte) (*pubsubpb.Schema, error) {
+func (h *Schemas) commit(ctx context.Context, r resource, spec []byte) (*pubsubpb.Schema, error) {
 	resp, err := h.schemas.CommitPubSubSchemaRevision(ctx, &coordinatorv1.CommitPubSubSchemaRevisionRequest{
 		Revision: &coordinatorv1.PubSubSchemaRevision{SchemaId: r.id, Spec: spec}, MaxRevisions: maxSchemaRevisions,
 	})
@@ -204,7 +211,7 @@ func (h *Handler) commit(ctx context.Context, r resource, spec []byte) (*pubsubp
 
 // CommitSchema adds a revision (the schema's name inside the request is ignored) and
 // returns it; it becomes the latest.
-func (h *Handler) CommitSchema(ctx context.Context, req *pubsubpb.CommitSchemaRequest) (*pubsubpb.Schema, error) {
+func (h *Schemas) CommitSchema(ctx context.Context, req *pubsubpb.CommitSchemaRequest) (*pubsubpb.Schema, error) {
 	r, _, err := parseSchemaName(req.GetName(), false)
 	if err != nil {
 		return nil, err
@@ -217,7 +224,7 @@ func (h *Handler) CommitSchema(ctx context.Context, req *pubsubpb.CommitSchemaRe
 }
 
 // RollbackSchema commits a new revision with the definition of revision_id.
-func (h *Handler) RollbackSchema(ctx context.Context, req *pubsubpb.RollbackSchemaRequest) (*pubsubpb.Schema, error) {
+func (h *Schemas) RollbackSchema(ctx context.Context, req *pubsubpb.RollbackSchemaRequest) (*pubsubpb.Schema, error) {
 	r, _, err := parseSchemaName(req.GetName(), false)
 	if err != nil {
 		return nil, err
@@ -240,7 +247,7 @@ func (h *Handler) RollbackSchema(ctx context.Context, req *pubsubpb.RollbackSche
 // revision_id field names the revision when the name has none (the emulator ignores
 // it); naming two different ones is INVALID_ARGUMENT. A schema's only revision cannot
 // be deleted (INVALID_ARGUMENT; delete the schema).
-func (h *Handler) DeleteSchemaRevision(ctx context.Context, req *pubsubpb.DeleteSchemaRevisionRequest) (*pubsubpb.Schema, error) {
+func (h *Schemas) DeleteSchemaRevision(ctx context.Context, req *pubsubpb.DeleteSchemaRevisionRequest) (*pubsubpb.Schema, error) {
 	r, rev, err := parseSchemaName(req.GetName(), true)
 	if err != nil {
 		return nil, err
@@ -269,7 +276,7 @@ func (h *Handler) DeleteSchemaRevision(ctx context.Context, req *pubsubpb.Delete
 
 // DeleteSchema deletes a schema and all its revisions. Topics that used it keep their
 // settings with schema `_deleted-schema_`, and refuse every publish.
-func (h *Handler) DeleteSchema(ctx context.Context, req *pubsubpb.DeleteSchemaRequest) (*emptypb.Empty, error) {
+func (h *Schemas) DeleteSchema(ctx context.Context, req *pubsubpb.DeleteSchemaRequest) (*emptypb.Empty, error) {
 	r, _, err := parseSchemaName(req.GetName(), false)
 	if err != nil {
 		return nil, err
@@ -278,15 +285,13 @@ func (h *Handler) DeleteSchema(ctx context.Context, req *pubsubpb.DeleteSchemaRe
 		return nil, schemaError(ctx, err)
 	}
 	h.forgetSchema(r.id)
-	h.mu.Lock()
-	clear(h.topics) // their schemaDeleted flags changed
-	h.mu.Unlock()
+	h.forgetTopics()
 	return &emptypb.Empty{}, nil
 }
 
 // ValidateSchema checks that a schema compiles (compileSchema); nothing is stored.
 // A malformed parent is INVALID_ARGUMENT (the emulator fails with UNKNOWN).
-func (h *Handler) ValidateSchema(ctx context.Context, req *pubsubpb.ValidateSchemaRequest) (*pubsubpb.ValidateSchemaResponse, error) {
+func (h *Schemas) ValidateSchema(ctx context.Context, req *pubsubpb.ValidateSchemaRequest) (*pubsubpb.ValidateSchemaResponse, error) {
 	if _, err := parseProject(req.GetParent()); err != nil {
 		return nil, err
 	}
@@ -299,7 +304,7 @@ func (h *Handler) ValidateSchema(ctx context.Context, req *pubsubpb.ValidateSche
 // ValidateMessage checks one message against a stored schema (its latest revision, or
 // S@REV) or an ad hoc one. A message that does not match is INVALID_ARGUMENT "Could
 // not parse <encoding> <type> message: <why>".
-func (h *Handler) ValidateMessage(ctx context.Context, req *pubsubpb.ValidateMessageRequest) (*pubsubpb.ValidateMessageResponse, error) {
+func (h *Schemas) ValidateMessage(ctx context.Context, req *pubsubpb.ValidateMessageRequest) (*pubsubpb.ValidateMessageResponse, error) {
 	if _, err := parseProject(req.GetParent()); err != nil {
 		return nil, err
 	}

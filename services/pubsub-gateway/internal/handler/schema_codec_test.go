@@ -306,7 +306,7 @@ func TestProtoCodec(t *testing.T) {
 // bytes of their definitions, not only by their count (a compiled 300 KB definition
 // takes megabytes), and the revision ranges holding codecs go with them.
 func TestCodecCacheBytes(t *testing.T) {
-	h := New(Deps{Log: zap.NewNop()})
+	h := New(Deps{Log: zap.NewNop()}).Schemas
 	ctx := context.Background()
 	def := `"string"` + strings.Repeat(" ", maxSchemaDefinition-10)
 	spec, err := proto.Marshal(&pubsubpb.Schema{Type: pubsubpb.Schema_AVRO, Definition: def})

@@ -34,7 +34,7 @@ func (q *seekQueues) Seek(_ context.Context, req *storagev1.SeekRequest, _ ...gr
 // time_ms.
 func TestSeekBeforeEpoch(t *testing.T) {
 	q := &seekQueues{}
-	h := New(Deps{Queues: q, Registry: &seekRegistry{subTopic: map[string]string{"sub1": "t"}}, Log: zap.NewNop()})
+	h := New(Deps{Queues: q, Registry: &seekRegistry{subTopic: map[string]string{"sub1": "t"}}, Log: zap.NewNop()}).Subscriber
 	for _, secs := range []int64{-100, -62135596800} { // 1969, year 1
 		_, err := h.Seek(context.Background(), &pubsubpb.SeekRequest{
 			Subscription: "projects/p/subscriptions/sub1",
@@ -87,7 +87,7 @@ func TestSeekReplaysAckedWithTopicRetention(t *testing.T) {
 			"plain":    {},
 		},
 	}
-	h := New(Deps{Queues: q, Registry: reg, Log: zap.NewNop()})
+	h := New(Deps{Queues: q, Registry: reg, Log: zap.NewNop()}).Subscriber
 	seek := func(sub string) (*storagev1.SeekRequest, error) {
 		q.got = nil
 		_, err := h.Seek(context.Background(), &pubsubpb.SeekRequest{

@@ -174,7 +174,7 @@ func validPushEndpoint(ep string) bool {
 }
 
 // checkDeadLetterTopic answers NOT_FOUND when the dead-letter topic does not exist.
-func (h *Handler) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subscription) error {
+func (h *Subscriber) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subscription) error {
 	p := s.GetDeadLetterPolicy()
 	if p == nil {
 		return nil

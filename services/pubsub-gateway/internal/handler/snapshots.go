@@ -25,7 +25,7 @@ const msgSnapshotNotFound = "Snapshot does not exist"
 // snapUpdatable lists the Snapshot fields UpdateSnapshot may change.
 var snapUpdatable = map[string]bool{"labels": true, "expire_time": true}
 
-func (h *Handler) snapshotProto(project string, s *coordinatorv1.PubSubSnapshot) (*pubsubpb.Snapshot, error) {
+func (h *Subscriber) snapshotProto(project string, s *coordinatorv1.PubSubSnapshot) (*pubsubpb.Snapshot, error) {
 	spec := &pubsubpb.Snapshot{}
 	if err := proto.Unmarshal(s.GetSpec(), spec); err != nil {
 		return nil, backendError(context.Background(), err, "")
@@ -36,7 +36,7 @@ func (h *Handler) snapshotProto(project string, s *coordinatorv1.PubSubSnapshot)
 }
 
 // CreateSnapshot records a subscription's acknowledgement state.
-func (h *Handler) CreateSnapshot(ctx context.Context, req *pubsubpb.CreateSnapshotRequest) (*pubsubpb.Snapshot, error) {
+func (h *Subscriber) CreateSnapshot(ctx context.Context, req *pubsubpb.CreateSnapshotRequest) (*pubsubpb.Snapshot, error) {
 	snap, err := parseName(req.GetName(), collSnapshots)
 	if err != nil {
 		return nil, err
@@ -60,7 +60,7 @@ func (h *Handler) CreateSnapshot(ctx context.Context, req *pubsubpb.CreateSnapsh
 }
 
 // GetSnapshot returns a snapshot.
-func (h *Handler) GetSnapshot(ctx context.Context, req *pubsubpb.GetSnapshotRequest) (*pubsubpb.Snapshot, error) {
+func (h *Subscriber) GetSnapshot(ctx context.Context, req *pubsubpb.GetSnapshotRequest) (*pubsubpb.Snapshot, error) {
 	snap, err := parseName(req.GetSnapshot(), collSnapshots)
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func (h *Handler) GetSnapshot(ctx context.Context, req *pubsubpb.GetSnapshotRequ
 }
 
 // UpdateSnapshot changes a snapshot's labels or expire time.
-func (h *Handler) UpdateSnapshot(ctx context.Context, req *pubsubpb.UpdateSnapshotRequest) (*pubsubpb.Snapshot, error) {
+func (h *Subscriber) UpdateSnapshot(ctx context.Context, req *pubsubpb.UpdateSnapshotRequest) (*pubsubpb.Snapshot, error) {
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
 		return nil, invalid("The update_mask in the UpdateSnapshotRequest must be set, and must be non-empty.")
@@ -115,7 +115,7 @@ func (h *Handler) UpdateSnapshot(ctx context.Context, req *pubsubpb.UpdateSnapsh
 }
 
 // ListSnapshots pages through every snapshot (ids are global).
-func (h *Handler) ListSnapshots(ctx context.Context, req *pubsubpb.ListSnapshotsRequest) (*pubsubpb.ListSnapshotsResponse, error) {
+func (h *Subscriber) ListSnapshots(ctx context.Context, req *pubsubpb.ListSnapshotsRequest) (*pubsubpb.ListSnapshotsResponse, error) {
 	project, err := parseProject(req.GetProject())
 	if err != nil {
 		return nil, err
@@ -139,7 +139,7 @@ func (h *Handler) ListSnapshots(ctx context.Context, req *pubsubpb.ListSnapshots
 }
 
 // DeleteSnapshot deletes a snapshot.
-func (h *Handler) DeleteSnapshot(ctx context.Context, req *pubsubpb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
+func (h *Subscriber) DeleteSnapshot(ctx context.Context, req *pubsubpb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
 	snap, err := parseName(req.GetSnapshot(), collSnapshots)
 	if err != nil {
 		return nil, err
@@ -160,7 +160,7 @@ func (h *Handler) DeleteSnapshot(ctx context.Context, req *pubsubpb.DeleteSnapsh
 // snapshot of another topic, or of an earlier topic of the same name, is
 // FAILED_PRECONDITION (Google: "The snapshot's topic must be the same as that of the
 // provided subscription").
-func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubpb.SeekResponse, error) {
+func (h *Subscriber) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubpb.SeekResponse, error) {
 	sub, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return nil, err
@@ -212,7 +212,7 @@ func (h *Handler) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 // Seek to a time replays acked messages too (Google: topic retention lets
 // subscriptions replay acked messages). Read from the registry, not the caches: the
 // topic's retention may have just changed. A deleted topic retains nothing.
-func (h *Handler) topicRetains(ctx context.Context, id string) (bool, error) {
+func (h *Subscriber) topicRetains(ctx context.Context, id string) (bool, error) {
 	sr, err := h.reg.GetPubSubSubscription(ctx, &coordinatorv1.GetPubSubSubscriptionRequest{Id: id})
 	if err != nil {
 		return false, backendError(ctx, err, msgSubNotFound)

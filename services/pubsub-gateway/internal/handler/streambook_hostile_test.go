@@ -14,7 +14,7 @@ import (
 // settled at most once, each stream's counters match its outstanding map, and an id
 // is reported untracked only when no live stream holds it.
 func TestHostileStreamBookConcurrent(t *testing.T) {
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	const streams, perStream = 8, 400
 	var ss []*stream
 	for i := 0; i < streams; i++ {

@@ -81,7 +81,7 @@ const (
 // later requests carry acks, deadline changes and keepalives (empty requests, answered
 // with an empty response so the client sees the stream alive). The first response
 // carries the subscription's properties.
-func (h *Handler) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) error {
+func (h *Subscriber) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) error {
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
 	first, err := ss.Recv()
@@ -161,7 +161,7 @@ type lease struct {
 }
 
 type stream struct {
-	h     *Handler
+	h     *Subscriber
 	ss    pubsubpb.Subscriber_StreamingPullServer
 	sub   *subInfo
 	queue string

@@ -35,7 +35,7 @@ func (s *scriptedStream) Send(*pubsubpb.StreamingPullResponse) error { s.sent++;
 // subsequent requests") and the emulator answers; it was ignored, so acks a client
 // meant for another subscription went to this stream's and silently failed there.
 func TestStreamSubscriptionOnlyFirst(t *testing.T) {
-	h := New(Deps{Log: zap.NewNop()})
+	h := New(Deps{Log: zap.NewNop()}).Subscriber
 	sub := &subInfo{id: "sub1", spec: &pubsubpb.Subscription{}}
 	for _, name := range []string{"projects/p/subscriptions/sub1", "projects/p/subscriptions/other"} {
 		ss := &scriptedStream{reqs: []*pubsubpb.StreamingPullRequest{{}, {Subscription: name}}}

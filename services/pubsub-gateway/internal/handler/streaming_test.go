@@ -32,7 +32,7 @@ func peekWindow(s *stream) (int32, int64, time.Time, bool) {
 // messages and each later one for twice as many, up to maxStreamBatch, so the client
 // gets its first messages without waiting for a full batch.
 func TestStreamBatchSlowStart(t *testing.T) {
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	var got []int32
 	for range 7 {
@@ -50,7 +50,7 @@ func TestStreamBatchSlowStart(t *testing.T) {
 // gives the reservation back, so the window counts each message once.
 func TestStreamWindowReserves(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := New(Deps{Now: func() time.Time { return now }})
+	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 5, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 2)}
 	h.streams.add(s)
 	m1, b1, _, full := s.window()
@@ -77,7 +77,7 @@ func TestStreamWindowReserves(t *testing.T) {
 // extensions move the deadline it knows; ack ids no stream tracks are reported.
 func TestStreamWindow(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := New(Deps{Now: func() time.Time { return now }})
+	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 3, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
 	if msgs, bytes, next, full := peekWindow(s); full || msgs != 3 || bytes != 100 || !next.IsZero() {
@@ -134,7 +134,7 @@ func TestStreamWindow(t *testing.T) {
 // the floor.
 func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := New(Deps{Now: func() time.Time { return now }})
+	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
 	peekWindow(s) // starts the rate measurement
@@ -210,7 +210,7 @@ func (q *leaseQueues) GetLeases(_ context.Context, req *storagev1.GetLeasesReque
 func TestStreamRefreshLeases(t *testing.T) {
 	now := time.Unix(1000, 0)
 	q := &leaseQueues{leases: map[string]int64{"kept": now.Add(time.Minute).UnixMilli(), "soon": now.Add(100 * time.Millisecond).UnixMilli()}}
-	h := New(Deps{Now: func() time.Time { return now }, Queues: q, Log: zap.NewNop()})
+	h := New(Deps{Now: func() time.Time { return now }, Queues: q, Log: zap.NewNop()}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 4, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	for _, id := range []string{"kept", "soon", "acked-elsewhere"} {
 		s.track(id, 1, now.Add(10*time.Second))
@@ -261,7 +261,7 @@ func (a *fakeAnnouncer) Live() bool { return a.live }
 func TestWakeUps(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ann := &fakeAnnouncer{live: true}
-	h := New(Deps{Now: func() time.Time { return now }, Announce: ann})
+	h := New(Deps{Now: func() time.Time { return now }, Announce: ann}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	other := &stream{h: h, queue: "gcp.sub.other", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
@@ -348,7 +348,7 @@ func (q resultQueues) ModifyAckDeadline(context.Context, *storagev1.ModifyAckDea
 func TestStreamWindowIgnoresInvalidAcks(t *testing.T) {
 	now := time.Unix(1000, 0)
 	invalid := []storagev1.AckResult{storagev1.AckResult_ACK_RESULT_INVALID}
-	h := New(Deps{Now: func() time.Time { return now }, Queues: resultQueues{results: invalid}})
+	h := New(Deps{Now: func() time.Time { return now }, Queues: resultQueues{results: invalid}}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.sub", maxMsgs: 1, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
 	s.track("a", 10, now.Add(10*time.Second))
@@ -402,7 +402,7 @@ func (q *flakyQueues) Receive(ctx context.Context, _ *storagev1.ReceiveRequest, 
 func TestStreamReceiveOutageLogsOnce(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	q := &flakyQueues{fails: 4}
-	h := New(Deps{Queues: q, Log: zap.New(core)})
+	h := New(Deps{Queues: q, Log: zap.New(core)}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s1", outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	s.deadline.Store(10)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -429,7 +429,7 @@ func TestStreamReceiveOutageLogsOnce(t *testing.T) {
 // come back untracked.
 func TestStreamBookSeveralStreams(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := New(Deps{Now: func() time.Time { return now }})
+	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	mk := func(queue string) *stream {
 		s := &stream{h: h, queue: queue, maxMsgs: 10, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 		h.streams.add(s)
@@ -472,7 +472,7 @@ func TestStreamBookSeveralStreams(t *testing.T) {
 // book's changes nor meet a removed stream's slot (run with -race).
 func TestStreamBookChurn(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := New(Deps{Now: func() time.Time { return now }})
+	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	mk := func(i int) *stream {
 		s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1000, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 		for j := 0; j < 4; j++ {
@@ -528,7 +528,7 @@ func TestStreamBookChurn(t *testing.T) {
 // the window's limit negative, which would hold the stream full for good.
 func TestStreamWindowHugeLimits(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := New(Deps{Now: func() time.Time { return now }})
+	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	huge := int64(math.MaxInt64/windowFactor) * windowFactor
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: huge, maxBytes: huge, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
@@ -554,7 +554,7 @@ func TestStreamWindowHugeLimits(t *testing.T) {
 func TestStreamBookVisitRandom(t *testing.T) {
 	rnd := rand.New(rand.NewSource(9))
 	for round := 0; round < 300; round++ {
-		h := New(Deps{})
+		h := New(Deps{}).Subscriber
 		var ss []*stream
 		owner := map[string]*stream{}
 		for i := rnd.Intn(4) + 1; i > 0; i-- {

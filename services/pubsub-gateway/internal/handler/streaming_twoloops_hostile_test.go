@@ -34,7 +34,7 @@ import (
 func TestHostileTwoLoopsStaleWakeReachesRefresher(t *testing.T) {
 	far := time.Now().Add(time.Hour)
 	q := &leaseQueues{leases: map[string]int64{"a": far.UnixMilli(), "b": far.UnixMilli()}}
-	h := New(Deps{Queues: q, Log: zap.NewNop(), Announce: &fakeAnnouncer{live: true}})
+	h := New(Deps{Queues: q, Log: zap.NewNop(), Announce: &fakeAnnouncer{live: true}}).Subscriber
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &stream{h: h, ss: stuckClient{ctx: ctx}, sub: &subInfo{id: "s", spec: &pubsubpb.Subscription{}},
@@ -102,7 +102,7 @@ func (q *countingQueues) Receive(ctx context.Context, _ *storagev1.ReceiveReques
 func TestHostileSecondLoopDoesNotSpinOnPassedDeadline(t *testing.T) {
 	var nows atomic.Int64
 	q := &countingQueues{}
-	h := New(Deps{Queues: q, Log: zap.NewNop(), Now: func() time.Time { nows.Add(1); return time.Now() }})
+	h := New(Deps{Queues: q, Log: zap.NewNop(), Now: func() time.Time { nows.Add(1); return time.Now() }}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 10, outstanding: map[string]lease{}, wake: make(chan struct{}, 1), wakeOthers: make(chan struct{}, streamReceivers-1)}
 	s.deadline.Store(10)
 	for i := range 9 {
@@ -243,7 +243,7 @@ func TestHostileTwoLoopsSmallWindowsAccounting(t *testing.T) {
 func testTwoLoopsAccounting(t *testing.T, limit int64, ack bool) {
 	now := time.Now()
 	q := &churnQueues{rnd: rand.New(rand.NewPCG(uint64(limit), 7)), leased: map[string]bool{}, nacked: map[string]bool{}, msgSize: 100}
-	h := New(Deps{Queues: q, Log: zap.NewNop(), Now: func() time.Time { return now }})
+	h := New(Deps{Queues: q, Log: zap.NewNop(), Now: func() time.Time { return now }}).Subscriber
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &ackingClient{ctx: ctx, got: map[string]int{}, ack: ack}
 	s := &stream{h: h, ss: c, sub: &subInfo{id: "s", spec: &pubsubpb.Subscription{}},

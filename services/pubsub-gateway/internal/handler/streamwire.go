@@ -80,7 +80,7 @@ type wireAttr struct {
 // streamEncoder encodes a stream's responses; its scratch space is reused from batch
 // to batch (one encoder per stream, used by its receive loop only).
 type streamEncoder struct {
-	h     *Handler
+	h     *Subscriber
 	sub   *subInfo
 	props *pubsubpb.StreamingPullResponse_SubscriptionProperties
 

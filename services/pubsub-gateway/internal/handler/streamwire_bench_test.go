@@ -100,7 +100,7 @@ func BenchmarkStreamBatchProto(b *testing.B) {
 func BenchmarkLeaseBook(b *testing.B) {
 	for _, streams := range []int{1, 4} {
 		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
-			h := New(Deps{})
+			h := New(Deps{}).Subscriber
 			var ss []*stream
 			for range streams {
 				s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 1 << 40, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}

@@ -17,7 +17,7 @@ import (
 // publish time cache that sees the same value after a failed parse.
 func TestHostileStreamWireOddInputs(t *testing.T) {
 	rnd := rand.New(rand.NewSource(11))
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	pick := func(xs ...string) string { return xs[rnd.Intn(len(xs))] }
 	for round := 0; round < 150; round++ {
 		sub := &subInfo{spec: &pubsubpb.Subscription{}}

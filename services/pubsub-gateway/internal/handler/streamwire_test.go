@@ -15,7 +15,7 @@ import (
 
 // protoBatch is the StreamingPullResponse the stream built from ds with proto
 // messages, marshalled deterministically, and its messages' flow-control sizes.
-func protoBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) ([]byte, []int64, error) {
+func protoBatch(t testing.TB, h *Subscriber, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) ([]byte, []int64, error) {
 	t.Helper()
 	s := &stream{h: h, sub: sub, props: props}
 	b, sizes := s.batch(context.Background(), s.enc, ds)
@@ -25,7 +25,7 @@ func protoBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.Streamin
 }
 
 // wireBatch is the same through the stream's encoder.
-func wireBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) ([]byte, []int64, error) {
+func wireBatch(t testing.TB, h *Subscriber, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) ([]byte, []int64, error) {
 	t.Helper()
 	s := &stream{h: h, sub: sub, props: props, enc: &streamEncoder{h: h, sub: sub, props: props}}
 	b, sizes := s.batch(context.Background(), s.enc, ds)
@@ -50,7 +50,7 @@ func wireBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.Streaming
 
 // checkWireBatch: the encoder's bytes and sizes equal proto's for ds, and it fails
 // exactly when proto does.
-func checkWireBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) {
+func checkWireBatch(t testing.TB, h *Subscriber, sub *subInfo, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, ds []delivery) {
 	t.Helper()
 	want, wantSizes, perr := protoBatch(t, h, sub, props, ds)
 	got, gotSizes, werr := wireBatch(t, h, sub, props, ds)
@@ -80,7 +80,7 @@ func checkWireBatch(t testing.TB, h *Handler, sub *subInfo, props *pubsubpb.Stre
 // from batch to batch.
 func TestStreamWireMatchesProto(t *testing.T) {
 	rnd := rand.New(rand.NewSource(5))
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	pick := func(xs ...string) string { return xs[rnd.Intn(len(xs))] }
 	for round := 0; round < 500; round++ {
 		sub := &subInfo{spec: &pubsubpb.Subscription{}}
@@ -120,7 +120,7 @@ func TestStreamWireMatchesProto(t *testing.T) {
 // it (INTERNAL), with the valid messages of its batch, and the subscription would
 // deliver nothing while it stays.
 func TestDeliveryNotUTF8(t *testing.T) {
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	sub := &subInfo{spec: &pubsubpb.Subscription{}}
 	props := &pubsubpb.StreamingPullResponse_SubscriptionProperties{}
 	ds := []delivery{
@@ -171,7 +171,7 @@ func TestStreamWireFromReceive(t *testing.T) {
 	data := benchReceiveAnswer(t, 300)
 	sub := &subInfo{spec: &pubsubpb.Subscription{}}
 	props := &pubsubpb.StreamingPullResponse_SubscriptionProperties{}
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	var plain receiveReply
 	if err := plain.UnmarshalBuffers(data, nil); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestStreamWireFromReceive(t *testing.T) {
 // StreamingPullResponse as the stream does it now (pooled decode, own encoding).
 func BenchmarkStreamBatchWire(b *testing.B) {
 	data := benchReceiveAnswer(b, 1000)
-	h := New(Deps{})
+	h := New(Deps{}).Subscriber
 	sub := &subInfo{spec: &pubsubpb.Subscription{}}
 	props := &pubsubpb.StreamingPullResponse_SubscriptionProperties{}
 	s := &stream{h: h, sub: sub, props: props, enc: &streamEncoder{h: h, sub: sub, props: props}}

@@ -4,16 +4,61 @@ import (
 	"context"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
+
+// Subscriber serves google.pubsub.v1.Subscriber: subscriptions, Pull and
+// StreamingPull, acks and deadline changes, snapshots and Seek; it also feeds the
+// Pusher, reports subscriptions' activity, and wakes its streams when leases end
+// elsewhere (Wake).
+type Subscriber struct {
+	pubsubpb.UnimplementedSubscriberServer
+	*registry
+
+	queues storagev1.QueueServiceClient
+	// storageConn: see Deps.StorageConn.
+	storageConn grpc.ClientConnInterface
+	// encodeStreams: see Deps.EncodeStreams.
+	encodeStreams bool
+
+	streams   *streamBook
+	act       *activity
+	listeners *listeners
+	announce  Announcer
+	budget    *holdBudget
+	// acks and modacks coalesce the storage calls of concurrent acks and deadline
+	// changes (ackbatch.go).
+	acks    *coalescer[string]
+	modacks *coalescer[modAckKey]
+}
+
+func newSubscriber(r *registry, d Deps) *Subscriber {
+	limit := d.StreamBufferBytes
+	if limit <= 0 {
+		limit = DefaultStreamBufferBytes
+	}
+	h := &Subscriber{
+		registry: r, queues: d.Queues, storageConn: d.StorageConn, encodeStreams: d.EncodeStreams,
+		streams:   newStreamBook(),
+		act:       newActivity(),
+		listeners: newListeners(),
+		announce:  d.Announce,
+		budget:    &holdBudget{limit: limit},
+	}
+	h.acks = newCoalescer(h.storageAck)
+	h.modacks = newCoalescer(h.storageModAck)
+	return h
+}
 
 // CreateSubscription registers a subscription and its queue gcp.sub.<id>, bound to the
 // topic's log with the filter. NOT_FOUND when the topic (or dead-letter topic) is
 // missing.
-func (h *Handler) CreateSubscription(ctx context.Context, s *pubsubpb.Subscription) (*pubsubpb.Subscription, error) {
+func (h *Subscriber) CreateSubscription(ctx context.Context, s *pubsubpb.Subscription) (*pubsubpb.Subscription, error) {
 	sub, err := parseName(s.GetName(), collSubscriptions)
 	if err != nil {
 		return nil, err
@@ -43,7 +88,7 @@ func (h *Handler) CreateSubscription(ctx context.Context, s *pubsubpb.Subscripti
 	return spec, nil
 }
 
-func (h *Handler) getSub(ctx context.Context, name string) (resource, *pubsubpb.Subscription, error) {
+func (h *Subscriber) getSub(ctx context.Context, name string) (resource, *pubsubpb.Subscription, error) {
 	r, err := parseName(name, collSubscriptions)
 	if err != nil {
 		return r, nil, err
@@ -61,14 +106,14 @@ func (h *Handler) getSub(ctx context.Context, name string) (resource, *pubsubpb.
 }
 
 // GetSubscription returns a subscription.
-func (h *Handler) GetSubscription(ctx context.Context, req *pubsubpb.GetSubscriptionRequest) (*pubsubpb.Subscription, error) {
+func (h *Subscriber) GetSubscription(ctx context.Context, req *pubsubpb.GetSubscriptionRequest) (*pubsubpb.Subscription, error) {
 	_, s, err := h.getSub(ctx, req.GetSubscription())
 	return s, err
 }
 
 // UpdateSubscription changes the fields named in update_mask. filter, topic and
 // enable_message_ordering are immutable (INVALID_ARGUMENT).
-func (h *Handler) UpdateSubscription(ctx context.Context, req *pubsubpb.UpdateSubscriptionRequest) (*pubsubpb.Subscription, error) {
+func (h *Subscriber) UpdateSubscription(ctx context.Context, req *pubsubpb.UpdateSubscriptionRequest) (*pubsubpb.Subscription, error) {
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
 		return nil, invalid("The update_mask in the UpdateSubscriptionRequest must be set, and must be non-empty.")
@@ -146,7 +191,7 @@ func (h *Handler) UpdateSubscription(ctx context.Context, req *pubsubpb.UpdateSu
 }
 
 // ListSubscriptions pages through every subscription (ids are global).
-func (h *Handler) ListSubscriptions(ctx context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
+func (h *Subscriber) ListSubscriptions(ctx context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
 	project, err := parseProject(req.GetProject())
 	if err != nil {
 		return nil, err
@@ -171,7 +216,7 @@ func (h *Handler) ListSubscriptions(ctx context.Context, req *pubsubpb.ListSubsc
 }
 
 // DeleteSubscription unregisters a subscription and deletes its queue.
-func (h *Handler) DeleteSubscription(ctx context.Context, req *pubsubpb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
+func (h *Subscriber) DeleteSubscription(ctx context.Context, req *pubsubpb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
 	r, err := parseName(req.GetSubscription(), collSubscriptions)
 	if err != nil {
 		return nil, err
@@ -185,7 +230,7 @@ func (h *Handler) DeleteSubscription(ctx context.Context, req *pubsubpb.DeleteSu
 
 // ModifyPushConfig replaces a subscription's push config (an empty one makes it a pull
 // subscription).
-func (h *Handler) ModifyPushConfig(ctx context.Context, req *pubsubpb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
+func (h *Subscriber) ModifyPushConfig(ctx context.Context, req *pubsubpb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
 	r, cur, err := h.getSub(ctx, req.GetSubscription())
 	if err != nil {
 		return nil, err

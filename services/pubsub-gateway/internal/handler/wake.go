@@ -86,12 +86,12 @@ func wakeAll(set map[*stream]struct{}) {
 // Wake is called for each announcement heard on NATS: token is the announced queue's
 // natsx.QueueToken, or "" after a reconnect (announcements may have been missed), which
 // wakes every stream.
-func (h *Handler) Wake(token string) { h.listeners.wake(token) }
+func (h *Subscriber) Wake(token string) { h.listeners.wake(token) }
 
 // leasesEnded records that ids (leases of queue, as an ack or nack settled them) ended:
 // the streams of this replica tracking them free their windows, and when some are not
 // tracked here the other replicas are told.
-func (h *Handler) leasesEnded(queue string, ids []string) {
+func (h *Subscriber) leasesEnded(queue string, ids []string) {
 	if untracked := h.streams.done(queue, ids); len(untracked) > 0 && h.announce != nil {
 		h.announce.Announce(queue)
 	}
@@ -99,7 +99,7 @@ func (h *Handler) leasesEnded(queue string, ids []string) {
 
 // queueChanged wakes every stream of queue, here and on the other replicas (a seek
 // ended all its leases).
-func (h *Handler) queueChanged(queue string) {
+func (h *Subscriber) queueChanged(queue string) {
 	h.listeners.wake(natsx.QueueToken(queue))
 	if h.announce != nil {
 		h.announce.Announce(queue)
@@ -107,4 +107,4 @@ func (h *Handler) queueChanged(queue string) {
 }
 
 // announceLive reports whether announcements flow (false without an Announcer).
-func (h *Handler) announceLive() bool { return h.announce != nil && h.announce.Live() }
+func (h *Subscriber) announceLive() bool { return h.announce != nil && h.announce.Live() }

@@ -57,11 +57,11 @@ type Server struct {
 	grpcLn net.Listener
 	http   *obs.HTTP
 
-	ready    atomic.Bool
-	notReady atomic.Pointer[string]
-	calls    *prometheus.CounterVec
-	pusher   *handler.Pusher
-	handler  *handler.Handler
+	ready      atomic.Bool
+	notReady   atomic.Pointer[string]
+	calls      *prometheus.CounterVec
+	pusher     *handler.Pusher
+	subscriber *handler.Subscriber
 }
 
 // New validates cfg, opens the backend clients and binds the listeners.
@@ -116,7 +116,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary),
 		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream),
 	)
-	h := handler.New(handler.Deps{
+	svc := handler.New(handler.Deps{
 		Registry:    coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
 		Schemas:     coordinatorv1.NewPubSubSchemaServiceClient(srv.coordConn),
 		Storage:     storagev1.NewStorageServiceClient(srv.storageConn),
@@ -129,20 +129,21 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 
 		StreamBufferBytes: cfg.StreamBufferBytes,
 	})
-	srv.pusher = handler.NewPusher(h)
-	srv.handler = h
+	sub := svc.Subscriber
+	srv.pusher = handler.NewPusher(sub)
+	srv.subscriber = sub
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tributary_pubsub_gateway_stream_held_bytes",
 		Help: "Message bytes StreamingPull streams hold, leased but not yet sent to their clients (bounded by --stream-buffer-bytes).",
-	}, func() float64 { return float64(h.HeldBytes()) }))
+	}, func() float64 { return float64(sub.HeldBytes()) }))
 	if srv.bus != nil {
-		if err = srv.bus.connect(cfg.NATSURL, h.Wake); err != nil {
+		if err = srv.bus.connect(cfg.NATSURL, sub.Wake); err != nil {
 			return nil, err
 		}
 	}
-	pubsubpb.RegisterPublisherServer(srv.grpc, h)
-	pubsubpb.RegisterSubscriberServer(srv.grpc, h)
-	pubsubpb.RegisterSchemaServiceServer(srv.grpc, h)
+	pubsubpb.RegisterPublisherServer(srv.grpc, svc.Publisher)
+	pubsubpb.RegisterSubscriberServer(srv.grpc, sub)
+	pubsubpb.RegisterSchemaServiceServer(srv.grpc, svc.Schemas)
 	iampb.RegisterIAMPolicyServer(srv.grpc, handler.NewIAM())
 	srv.health = grpcx.RegisterStandard(srv.grpc)
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -235,7 +236,7 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.pusher.Run(ctx) })
-	wg.Go(func() { s.handler.RunActivity(ctx) })
+	wg.Go(func() { s.subscriber.RunActivity(ctx) })
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
 	var err error
