@@ -29,10 +29,15 @@ package handler
 //     first_sequence - 1 (the original offset for an idempotent duplicate),
 //     LogAppendTime from storage (-1 for CreateTime topics), LogStartOffset =
 //     log_start_sequence - 1.
-//   - Transactions are not served yet: InitProducerId refuses transactional ids, and a
-//     produce carrying a transactional id or a transactional batch is answered with
-//     INVALID_TXN_STATE (48) for every partition: no transaction can be open, which is
-//     what that code says, and clients treat it as fatal rather than retrying forever.
+//   - Transactional batches (KIP-98) are stored only once the coordinator confirms that
+//     the partition is in the Ongoing transaction of that producer id and epoch under
+//     the request's transactional id (one verify-only AddPartitionsToTxn per request,
+//     as Kafka's brokers do since KIP-890 part 1): a partition not added, no open
+//     transaction, another producer id or no transactional id is INVALID_TXN_STATE
+//     (48), an epoch that is not the current one INVALID_PRODUCER_EPOCH (47), and a
+//     coordinator outage NOT_ENOUGH_REPLICAS (19, retriable, as Kafka converts it).
+//     Nothing of a refused partition is stored. Batches that are not transactional
+//     take the idempotent path unchanged, with or without a transactional id.
 //   - Storage outages are retriable codes (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
 //     KAFKA_STORAGE_ERROR), never UNKNOWN_SERVER_ERROR (the Java client would turn that
 //     into duplicates).
@@ -57,6 +62,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/channel"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -105,9 +111,6 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
 		setAll(kerr.InvalidRequiredAcks.Code)
 		return resp, nil
-	case req.TransactionID != nil:
-		setAll(kerr.InvalidTxnState.Code)
-		return respond()
 	}
 
 	// Resolve topics (auto-create when enabled).
@@ -144,6 +147,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		channels []*storagev1.ChannelBatches
 		slots    []produceSlot
 		bytesIn  int
+		txnParts []txnPart // transactional partitions, stored once verified
 	)
 	for ti, t := range req.Topics {
 		info := infos[t.Topic]
@@ -184,11 +188,12 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 				rp.ErrorCode = chk.code
 				continue
 			}
+			bytesIn += len(p.Records)
 			if chk.transactional {
-				rp.ErrorCode = kerr.InvalidTxnState.Code
+				txnParts = append(txnParts, txnPart{slot: sl, topic: t.Topic, partition: p.Partition,
+					pid: chk.producerID, epoch: chk.producerEpoch, records: p.Records})
 				continue
 			}
-			bytesIn += len(p.Records)
 			channels = append(channels, &storagev1.ChannelBatches{
 				Channel: channel.KafkaPartition(t.Topic, p.Partition),
 				Batches: p.Records,
@@ -197,6 +202,20 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		}
 	}
 	h.metrics.addProduceBytes(bytesIn)
+	if len(txnParts) > 0 {
+		codes := h.verifyTxnPartitions(ctx, req.TransactionID, txnParts)
+		for i, tp := range txnParts {
+			if codes[i] != 0 {
+				resp.Topics[tp.slot.t].Partitions[tp.slot.p].ErrorCode = codes[i]
+				continue
+			}
+			channels = append(channels, &storagev1.ChannelBatches{
+				Channel: channel.KafkaPartition(tp.topic, tp.partition),
+				Batches: tp.records,
+			})
+			slots = append(slots, tp.slot)
+		}
+	}
 	if len(channels) == 0 {
 		return respond()
 	}
@@ -287,6 +306,80 @@ func (h *Handler) storeBatches(connCtx, ctx context.Context, r *Request, channel
 
 // produceSlot is a position in a ProduceResponse: topic index, partition index.
 type produceSlot struct{ t, p int }
+
+// txnPart is a partition of a produce whose batch is transactional.
+type txnPart struct {
+	slot      produceSlot
+	topic     string
+	partition int32
+	pid       int64
+	epoch     int16
+	records   []byte
+}
+
+// verifyTxnPartitions asks the coordinator (verify-only AddPartitionsToTxn) whether
+// each partition is in the Ongoing transaction of its batch's producer id and epoch
+// under transactional id tid, and returns the Produce code of each, in order: 0 when
+// it is, INVALID_PRODUCER_EPOCH for a fenced epoch, NOT_ENOUGH_REPLICAS when the
+// coordinator cannot be asked, INVALID_TXN_STATE otherwise (tid nil or empty included).
+func (h *Handler) verifyTxnPartitions(ctx context.Context, tid *string, parts []txnPart) []int16 {
+	codes := make([]int16, len(parts))
+	if tid == nil || *tid == "" {
+		for i := range codes {
+			codes[i] = kerr.InvalidTxnState.Code
+		}
+		return codes
+	}
+	// One verify-only transaction per producer id and epoch (normally one), one
+	// partition per topic entry, so the answers map back by position.
+	type producer struct {
+		pid   int64
+		epoch int16
+	}
+	index := map[producer]int{}
+	creq := &coordinatorv1.AddPartitionsToTxnRequest{}
+	where := make([][2]int, len(parts))
+	for i, p := range parts {
+		k := producer{p.pid, p.epoch}
+		xi, ok := index[k]
+		if !ok {
+			xi = len(creq.Transactions)
+			index[k] = xi
+			creq.Transactions = append(creq.Transactions, &coordinatorv1.TxnAddition{TransactionalId: *tid,
+				ProducerId: p.pid, ProducerEpoch: int32(p.epoch), VerifyOnly: true})
+		}
+		x := creq.Transactions[xi]
+		where[i] = [2]int{xi, len(x.Topics)}
+		x.Topics = append(x.Topics, &coordinatorv1.TxnTopic{Name: p.topic, Partitions: []int32{p.partition}})
+	}
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	out, err := h.txns.AddPartitionsToTxn(cctx, creq)
+	if err != nil {
+		h.log.Warn("coordinator transaction check failed", zap.Error(err))
+	}
+	for i, w := range where {
+		if err != nil {
+			codes[i] = kerr.NotEnoughReplicas.Code
+			continue
+		}
+		code := int32(kerr.InvalidTxnState.Code)
+		if rs := out.GetResults(); w[0] < len(rs) && w[1] < len(rs[w[0]].GetTopics()) {
+			if ps := rs[w[0]].GetTopics()[w[1]].GetPartitions(); len(ps) == 1 {
+				code = ps[0].GetErrorCode()
+			}
+		}
+		switch code {
+		case 0:
+			codes[i] = 0
+		case int32(kerr.ProducerFenced.Code), int32(kerr.InvalidProducerEpoch.Code):
+			codes[i] = kerr.InvalidProducerEpoch.Code
+		default:
+			codes[i] = kerr.InvalidTxnState.Code
+		}
+	}
+	return codes
+}
 
 // dedupeProduce fills resp with one topic per distinct topic name and one partition
 // per distinct partition of it, in order of first appearance, each "not written"

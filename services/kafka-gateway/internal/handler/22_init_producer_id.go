@@ -3,12 +3,18 @@ package handler
 // InitProducerId (API key 22), versions 0-5.
 //
 // Behaviour: passed through to the coordinator, which hands out producer ids from blocks
-// kept in Postgres, epoch 0. Idempotent producers (null transactional id) are served;
-// a transactional id is passed through and the coordinator answers INVALID_REQUEST until
-// transactions are implemented. v3+ may carry an existing producer id and epoch (KIP-360
-// epoch bump). Coordinator outage: COORDINATOR_NOT_AVAILABLE, which every client retries.
+// kept in Postgres, epoch 0. Idempotent producers (null transactional id) get a fresh
+// id. A transactional id (any non-empty string; an empty one is INVALID_REQUEST) is
+// served by the transaction coordinator: a new id gets a fresh producer id, a known
+// one its epoch bumped, fencing the previous producer (an open transaction is aborted
+// first and CONCURRENT_TRANSACTIONS answered, so the client retries);
+// transaction_timeout_ms must be 1..transaction.max.timeout.ms (15 min), else
+// INVALID_TRANSACTION_TIMEOUT. v3+ may carry an existing producer id and epoch
+// (KIP-360 epoch bump; PRODUCER_FENCED when they are not the current ones, answered as
+// INVALID_PRODUCER_EPOCH before v4, KIP-588). Coordinator outage:
+// COORDINATOR_NOT_AVAILABLE, which every client retries.
 //
-// KIPs: KIP-98, KIP-360 (v3), KIP-482 (flexible v2+), KIP-890 (v5).
+// KIPs: KIP-98, KIP-360 (v3), KIP-482 (flexible v2+), KIP-588 (v4), KIP-890 (v5).
 
 import (
 	"context"
@@ -33,6 +39,10 @@ func (h *Handler) handleInitProducerID(ctx context.Context, r *Request) (kmsg.Re
 		ProducerEpoch:        -1,
 	}
 	if req.TransactionalID != nil {
+		if *req.TransactionalID == "" {
+			resp.ErrorCode = kerr.InvalidRequest.Code
+			return resp, nil
+		}
 		creq.TransactionalId = *req.TransactionalID
 	}
 	if req.Version >= 3 {
@@ -46,7 +56,7 @@ func (h *Handler) handleInitProducerID(ctx context.Context, r *Request) (kmsg.Re
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp, nil
 	}
-	resp.ErrorCode = int16(out.GetErrorCode())
+	resp.ErrorCode = fenced(out.GetErrorCode(), req.Version, 4)
 	if resp.ErrorCode == 0 {
 		resp.ProducerID, resp.ProducerEpoch = out.GetProducerId(), int16(out.GetProducerEpoch())
 	}

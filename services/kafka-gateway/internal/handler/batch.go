@@ -21,6 +21,8 @@ const (
 	magicOffset      = 16
 	crcOffset        = 17
 	attrOffset       = 21
+	producerIDOffset = 43
+	epochOffset      = 51
 	attrTxnBit       = 0x10
 	attrControlBit   = 0x20
 	batchLogOverhead = 12
@@ -33,6 +35,9 @@ type batchCheck struct {
 	code          int16 // Kafka error code; 0 when the records are acceptable
 	transactional bool
 	batches       int
+	// Producer id and epoch of the last transactional batch (set with transactional).
+	producerID    int64
+	producerEpoch int16
 }
 
 // checkBatches validates the framing of the record batches a producer sent for one
@@ -89,6 +94,8 @@ func checkBatches(b []byte) batchCheck {
 		}
 		if attrs&attrTxnBit != 0 {
 			c.transactional = true
+			c.producerID = int64(binary.BigEndian.Uint64(batch[producerIDOffset:]))
+			c.producerEpoch = int16(binary.BigEndian.Uint16(batch[epochOffset:]))
 		}
 		c.batches++
 		b = b[total:]

@@ -55,6 +55,8 @@ type Deps struct {
 	Coordinator coordinatorv1.CoordinatorServiceClient
 	// Groups serves the group and offset APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
 	Groups coordinatorv1.GroupCoordinatorServiceClient
+	// Txns serves the transaction APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
+	Txns coordinatorv1.TransactionCoordinatorServiceClient
 	// Brokers returns the live kafka-gateway replicas, self included, sorted by node id.
 	Brokers func() []Broker
 	Log     *zap.Logger
@@ -92,6 +94,7 @@ type Handler struct {
 	storage storagev1.StorageServiceClient
 	coord   coordinatorv1.CoordinatorServiceClient
 	groups  coordinatorv1.GroupCoordinatorServiceClient
+	txns    coordinatorv1.TransactionCoordinatorServiceClient
 	brokers func() []Broker
 	log     *zap.Logger
 	metrics *Metrics
@@ -172,6 +175,7 @@ func New(cfg Config, deps Deps) *Handler {
 		storage:  deps.Storage,
 		coord:    deps.Coordinator,
 		groups:   groupsOrUnavailable(deps.Groups),
+		txns:     txnsOrUnavailable(deps.Txns),
 		brokers:  brokers,
 		log:      log,
 		metrics:  deps.Metrics,

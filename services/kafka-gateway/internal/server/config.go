@@ -62,6 +62,8 @@ type Config struct {
 	Coordinator coordinatorv1.CoordinatorServiceClient
 	// Groups, when set, is used instead of the coordinator connection's group client.
 	Groups coordinatorv1.GroupCoordinatorServiceClient
+	// Txns, when set, is used instead of the coordinator connection's transaction client.
+	Txns coordinatorv1.TransactionCoordinatorServiceClient
 }
 
 // Validate checks the config and fills defaults.

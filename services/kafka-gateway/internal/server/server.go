@@ -65,7 +65,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes), bodies: &bodyPool{}}
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
-	storage, coord, groups := cfg.Storage, cfg.Coordinator, cfg.Groups
+	storage, coord, groups, txns := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns
 	if storage == nil {
 		cc, err := grpcx.Dial(cfg.StorageAddr, storageDialOptions()...)
 		if err != nil {
@@ -85,6 +85,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		coord = coordinatorv1.NewCoordinatorServiceClient(cc)
 		if groups == nil {
 			groups = coordinatorv1.NewGroupCoordinatorServiceClient(cc)
+		}
+		if txns == nil {
+			txns = coordinatorv1.NewTransactionCoordinatorServiceClient(cc)
 		}
 		s.httpCheck("coordinator", cc)
 	}
@@ -123,6 +126,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		Storage:     storage,
 		Coordinator: coord,
 		Groups:      groups,
+		Txns:        txns,
 		Brokers:     s.brokers,
 		Log:         log,
 		Metrics:     handler.NewMetrics(s.reg),

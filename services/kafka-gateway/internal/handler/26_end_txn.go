@@ -1,0 +1,46 @@
+package handler
+
+// EndTxn (API key 26), versions 0-4.
+//
+// Behaviour: passed to the coordinator's transaction coordinator, which stores the
+// decision (PrepareCommit / PrepareAbort) in Postgres, writes a COMMIT or ABORT marker
+// into every partition of the transaction through storage-core, makes the staged
+// offsets the group's committed offsets (commit) or drops them (abort), and answers.
+// A retry of the decision already taken is NONE; the other decision, or EndTxn
+// without a transaction, is INVALID_TXN_STATE; INVALID_PRODUCER_ID_MAPPING,
+// PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2, KIP-588), CONCURRENT_TRANSACTIONS
+// (markers still being written: retriable). Coordinator outage:
+// COORDINATOR_NOT_AVAILABLE. v5 (KIP-890 epoch bump per transaction) is not served.
+//
+// KIPs: KIP-98, KIP-482 (flexible v3+), KIP-588, KIP-890 (v4 TRANSACTION_ABORTABLE:
+// not answered).
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+func init() { register(kmsg.EndTxn.Int16(), 0, 4, (*Handler).handleEndTxn) }
+
+// endTxnTimeout bounds EndTxn: the coordinator writes every partition's marker first.
+const endTxnTimeout = 40 * time.Second
+
+func (h *Handler) handleEndTxn(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.EndTxnRequest)
+	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	cctx, cancel := context.WithTimeout(ctx, endTxnTimeout)
+	defer cancel()
+	out, err := h.txns.EndTxn(cctx, &coordinatorv1.EndTxnRequest{TransactionalId: req.TransactionalID,
+		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), Commit: req.Commit})
+	if err != nil {
+		resp.ErrorCode = h.txnCode("EndTxn", err)
+		return resp, nil
+	}
+	resp.ErrorCode = fenced(out.GetErrorCode(), req.Version, 2)
+	return resp, nil
+}
