@@ -113,14 +113,15 @@ func configToProto(c store.ChannelConfig) *storagev1.ChannelConfig {
 func describe(l *store.Log) *storagev1.Channel {
 	size, segs := l.Stats()
 	return &storagev1.Channel{
-		Name:             l.Name(),
-		Kind:             storagev1.ChannelKind(l.Kind()),
-		Config:           configToProto(l.Config().Effective()),
-		LogStartSequence: l.LogStart() + 1,
-		HighWatermark:    l.HighWatermark(),
-		SizeBytes:        size,
-		CreatedMs:        l.CreatedMs(),
-		SegmentCount:     int32(segs),
+		Name:               l.Name(),
+		Kind:               storagev1.ChannelKind(l.Kind()),
+		Config:             configToProto(l.Config().Effective()),
+		LogStartSequence:   l.LogStart() + 1,
+		HighWatermark:      l.HighWatermark(),
+		LastStableSequence: min(l.LastStable(), l.HighWatermark()),
+		SizeBytes:          size,
+		CreatedMs:          l.CreatedMs(),
+		SegmentCount:       int32(segs),
 	}
 }
 
@@ -307,14 +308,18 @@ func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *stor
 		l.Wait(wctx, off, min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
 		cancel()
 	}
-	recs, next, err := l.ReadRecords(off, maxRecs, maxBytes)
+	read := l.ReadRecords
+	if req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
+		read = l.ReadCommitted
+	}
+	recs, next, err := read(off, maxRecs, maxBytes)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	hw := l.HighWatermark()
 	return &storagev1.ReadResponse{
 		Records: toProtoRecords(recs), HighWatermark: hw, LogStartSequence: l.LogStart() + 1,
-		LastStableSequence: hw, NextSequence: next + 1,
+		LastStableSequence: min(l.LastStable(), hw), NextSequence: next + 1,
 	}, nil
 }
 
@@ -368,20 +373,28 @@ func (s *service) Subscribe(req *storagev1.SubscribeRequest, stream storagev1.St
 	default: // new, or unset
 		off = l.HighWatermark()
 	}
+	read := l.ReadRecords
+	if req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
+		read = l.ReadCommitted
+	}
 	ctx, cancel := s.waitCtx(stream.Context())
 	defer cancel()
 	for {
 		changed := l.Changed()
-		recs, next, err := l.ReadRecords(off, per, subscribeMaxBytes)
+		recs, next, err := read(off, per, subscribeMaxBytes)
 		if err != nil {
 			return toStatus(err)
 		}
+		moved := next > off
 		off = next
 		if len(recs) > 0 {
 			if err := stream.Send(&storagev1.SubscribeResponse{Records: toProtoRecords(recs), HighWatermark: l.HighWatermark()}); err != nil {
 				return err
 			}
 			continue
+		}
+		if moved {
+			continue // only skipped records (markers, aborted): read on
 		}
 		select {
 		case <-changed:
@@ -403,9 +416,17 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	// At read_committed (Kafka ListOffsets isolation_level 1) a lookup answers
+	// nothing at or past the last stable offset, and -1 answers it.
+	committed := req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+	end, limit := l.HighWatermark(), int64(math.MaxInt64)
+	if committed {
+		end = min(l.LastStable(), end)
+		limit = end
+	}
 	switch ts := req.TimestampMs; {
 	case ts == -1:
-		return &storagev1.LookupSequenceResponse{Sequence: l.HighWatermark() + 1, TimestampMs: -1, Found: true}, nil
+		return &storagev1.LookupSequenceResponse{Sequence: end + 1, TimestampMs: -1, Found: true}, nil
 	case ts == -2:
 		return &storagev1.LookupSequenceResponse{Sequence: l.LogStart() + 1, TimestampMs: -1, Found: true}, nil
 	case ts == -3:
@@ -413,8 +434,8 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		if !found {
-			return &storagev1.LookupSequenceResponse{Sequence: l.HighWatermark() + 1, TimestampMs: -1}, nil
+		if !found || off >= limit {
+			return &storagev1.LookupSequenceResponse{Sequence: end + 1, TimestampMs: -1}, nil
 		}
 		return &storagev1.LookupSequenceResponse{Sequence: off + 1, TimestampMs: rts, Found: true}, nil
 	case ts < 0:
@@ -424,8 +445,8 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		if !found {
-			return &storagev1.LookupSequenceResponse{Sequence: l.HighWatermark() + 1, TimestampMs: -1}, nil
+		if !found || off >= limit {
+			return &storagev1.LookupSequenceResponse{Sequence: end + 1, TimestampMs: -1}, nil
 		}
 		return &storagev1.LookupSequenceResponse{Sequence: off + 1, TimestampMs: rts, Found: true}, nil
 	}
@@ -667,6 +688,22 @@ func (s *service) Fetch(ctx context.Context, req *storagev1.FetchRequest) (_ *st
 	}
 }
 
+// abortedTransactions lists l's aborted transactions overlapping the fetch of data
+// (whole frames) from offset from, in sequences (Kafka's upper bound: the offset after
+// the last frame).
+func abortedTransactions(l *store.Log, from int64, data []byte) []*storagev1.AbortedTransaction {
+	upper := store.FramesEnd(data)
+	ab := l.AbortedTxns(from, upper)
+	if len(ab) == 0 {
+		return nil
+	}
+	out := make([]*storagev1.AbortedTransaction, len(ab))
+	for i, a := range ab {
+		out[i] = &storagev1.AbortedTransaction{ProducerId: a.ProducerID, FirstSequence: a.FirstOffset + 1}
+	}
+	return out
+}
+
 // waitAny waits until one of chs is closed (true), or timeout or ctx ends (false).
 func waitAny(ctx context.Context, chs []<-chan struct{}, timeout time.Duration) bool {
 	t := time.NewTimer(timeout)
@@ -698,6 +735,7 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 	}
 	total := 0
 	anyErr := false
+	committed := req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 	for i, fc := range req.Channels {
 		r := &storagev1.FetchChannelResult{Channel: fc.Channel}
 		resp.Results[i] = r
@@ -708,7 +746,8 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 			continue
 		}
 		hw := l.HighWatermark()
-		r.HighWatermark, r.LastStableSequence, r.LogStartSequence = hw, hw, l.LogStart()+1
+		lso := min(l.LastStable(), hw)
+		r.HighWatermark, r.LastStableSequence, r.LogStartSequence = hw, lso, l.LogStart()+1
 		budget := int(fc.MaxBytes)
 		if budget <= 0 {
 			budget = defaultFetchBytes
@@ -717,13 +756,22 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 		if budget <= 0 && total > 0 {
 			continue
 		}
-		data, err := l.ReadRawTo(fc.FromSequence-1, max(budget, 1), alloc)
+		var data []byte
+		var err error
+		if committed {
+			data, err = l.ReadRawUpTo(fc.FromSequence-1, max(budget, 1), lso, alloc)
+		} else {
+			data, err = l.ReadRawTo(fc.FromSequence-1, max(budget, 1), alloc)
+		}
 		if err != nil {
 			r.Error = errorCode(err)
 			anyErr = true
 			continue
 		}
 		r.Batches = data
+		if committed && len(data) > 0 {
+			r.AbortedTransactions = abortedTransactions(l, fc.FromSequence-1, data)
+		}
 		total += len(data)
 		remaining -= len(data)
 	}

@@ -40,3 +40,7 @@ var (
 	// already holds another channel's data). gRPC INTERNAL.
 	ErrInternal = errors.New("internal error")
 )
+
+// ErrCoordinatorFenced: a transaction marker carries a coordinator epoch older than
+// the producer's last marker on the channel (Kafka TRANSACTION_COORDINATOR_FENCED, 52).
+var ErrCoordinatorFenced = errors.New("transaction coordinator fenced")

@@ -59,6 +59,9 @@ type Log struct {
 
 	hw       atomic.Pointer[hwMark]
 	logStart atomic.Int64
+	// txn is the channel's transaction state (txn.go); nil until a transactional batch
+	// is seen, so channels without transactions pay nothing for them.
+	txn atomic.Pointer[txnState]
 
 	syncMu   sync.Mutex
 	syncCond *sync.Cond
@@ -158,15 +161,18 @@ func openLog(st *Store, dir string) (*Log, error) {
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	// Recovered producers count as active now: their expiry restarts at open.
 	openMs := st.nowMs()
-	visit := func(h *batchHeader) { l.prods.apply(h, openMs) }
+	visit := func(h *batchHeader, frame []byte) { l.recoverBatch(h, frame, openMs) }
 	// With a producer snapshot taken when the active segment was created, sealed
 	// segments load from their index files and only the active one is scanned.
-	snap, haveSnap := producers(nil), false
+	snap, snapTxn, haveSnap := producers(nil), (*txnState)(nil), false
 	if len(bases) > 0 {
-		snap, haveSnap = readSnapshot(dir, bases[len(bases)-1])
+		snap, snapTxn, haveSnap = readSnapshot(dir, bases[len(bases)-1])
 	}
 	if haveSnap {
 		l.prods = snap
+		if snapTxn != nil {
+			l.txn.Store(snapTxn)
+		}
 	}
 	if len(bases) == 0 {
 		s, err := createSegment(dir, max(m.LogStartOffset, 0), st.nowMs())
@@ -216,8 +222,29 @@ func openLog(st *Store, dir string) (*Log, error) {
 	l.next = l.active.next
 	l.durable = l.next
 	l.logStart.Store(min(max(m.LogStartOffset, l.segs[0].base), l.next))
+	l.trimTxns(l.logStart.Load())
 	l.publish(hwMark{next: l.next, segBase: l.active.base, pos: l.active.size.Load()})
+	l.LastStable() // drops the recovered markers from the not-yet-durable list
 	return l, nil
+}
+
+// recoverBatch applies a batch found at open to the producer and transaction state;
+// frame is the whole frame of a control batch (nil for others). A control batch that
+// is not a well-formed transaction marker is logged and changes no transaction.
+func (l *Log) recoverBatch(h *batchHeader, frame []byte, nowMs int64) {
+	l.prods.apply(h, nowMs)
+	switch {
+	case h.ProducerID < 0:
+	case h.Attributes&attrControl != 0:
+		ci, ok := parseControl(frame)
+		if !ok {
+			l.log.Warn("control batch is not a transaction marker; ignored", zap.Int64("offset", h.BaseOffset))
+			return
+		}
+		l.applyControl(h, ci)
+	case h.Attributes&attrTransactional != 0:
+		l.beginTxn(h.ProducerID, h.BaseOffset)
+	}
 }
 
 func (l *Log) closeFiles() {
@@ -355,7 +382,15 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 			prev = append(prev, prevBatch{pid: h.ProducerID, epoch: h.ProducerEpoch, lastSeq: h.LastSequence()})
 		}
 	}
-	now := l.st.nowMs()
+	res, target, err := l.writeLocked(b, hdrs, l.st.nowMs())
+	l.mu.Unlock()
+	return res, target, err
+}
+
+// writeLocked assigns offsets to the checked frames b (headers hdrs), writes them and
+// applies them to the producer and transaction state. Caller holds Log.mu. It returns
+// the result and the offset bound its durability waits for (0: none).
+func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64) (AppendResult, int64, error) {
 	res := AppendResult{BaseOffset: l.next, LogAppendTime: -1}
 	logAppend := l.cfg.Load().TimestampType == TimestampLogAppendTime
 	if logAppend {
@@ -379,7 +414,6 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 	res.LastOffset = off - 1
 	if err := l.maybeRollLocked(int64(len(b)), now); err != nil {
 		l.failLocked(err)
-		l.mu.Unlock()
 		return AppendResult{}, 0, fmt.Errorf("%w: roll segment: %v", ErrStorage, err)
 	}
 	seg := l.active
@@ -387,7 +421,6 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 	seg.reserve(pos, int64(len(b)), l.cfg.Load().SegmentBytes)
 	if _, err := seg.f.WriteAt(b, pos); err != nil {
 		l.failLocked(err)
-		l.mu.Unlock()
 		return AppendResult{}, 0, fmt.Errorf("%w: write: %v", ErrStorage, err)
 	}
 	p = 0
@@ -395,6 +428,9 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 		h := &hdrs[i]
 		seg.addIndex(h, pos+int64(p))
 		l.prods.apply(h, now)
+		if h.Attributes&(attrTransactional|attrControl) == attrTransactional {
+			l.beginTxn(h.ProducerID, h.BaseOffset)
+		}
 		p += int(h.Length)
 	}
 	seg.size.Store(pos + int64(len(b)))
@@ -405,7 +441,6 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 		l.dirty = true
 		l.publish(hwMark{next: off, segBase: seg.base, pos: pos + int64(len(b))})
 	}
-	l.mu.Unlock()
 	l.st.metrics.AppendBytes.Add(float64(len(b)))
 	if interval {
 		return res, 0, nil
@@ -521,7 +556,7 @@ func (l *Log) rollLocked(nowMs int64) error {
 	if err := a.writeIndexes(); err != nil {
 		return err
 	}
-	if err := writeSnapshot(l.dir, l.next, l.prods); err != nil {
+	if err := writeSnapshot(l.dir, l.next, l.prods, l.txn.Load(), l.logStart.Load()); err != nil {
 		return err
 	}
 	s, err := createSegment(l.dir, l.next, nowMs)
@@ -677,6 +712,13 @@ func (l *Log) ReadRaw(off int64, maxBytes int) ([]byte, error) {
 // number of bytes to read; the result is a prefix of that buffer, and the buffer is
 // the caller's whether or not the read succeeds. alloc nil allocates with make.
 func (l *Log) ReadRawTo(off int64, maxBytes int, alloc func(n int) []byte) ([]byte, error) {
+	return l.ReadRawUpTo(off, maxBytes, math.MaxInt64, alloc)
+}
+
+// ReadRawUpTo is ReadRawTo returning only frames whose base offset is below limit
+// (read_committed readers pass the last stable offset): an off at or past limit, but
+// not past the high watermark, returns nil.
+func (l *Log) ReadRawUpTo(off int64, maxBytes int, limit int64, alloc func(n int) []byte) ([]byte, error) {
 	if l.isClosed() {
 		return nil, l.closedErr()
 	}
@@ -684,7 +726,8 @@ func (l *Log) ReadRawTo(off int64, maxBytes int, alloc func(n int) []byte) ([]by
 	if off < l.logStart.Load() || off > hw.next {
 		return nil, fmt.Errorf("%w: offset %d outside [%d, %d]", ErrOutOfRange, off, l.logStart.Load(), hw.next)
 	}
-	if off == hw.next {
+	limit = min(limit, hw.next)
+	if off >= limit {
 		return nil, nil
 	}
 	l.segMu.RLock()
@@ -695,30 +738,46 @@ func (l *Log) ReadRawTo(off int64, maxBytes int, alloc func(n int) []byte) ([]by
 	}
 	for i := l.segmentFor(off); i < len(l.segs); i++ {
 		s := l.segs[i]
-		if s.base >= hw.next || s.closed.Load() {
+		if s.base >= limit || s.closed.Load() {
 			return nil, nil
 		}
 		end := visibleEnd(s, hw)
-		pos, first, ok, err := s.findPos(off, end, hw.next)
+		pos, first, ok, err := s.findPos(off, end, limit)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			continue
 		}
-		return s.readFrames(pos, first, maxBytes, end, hw.next, alloc)
+		return s.readFrames(pos, first, maxBytes, end, limit, alloc)
 	}
 	return nil, nil
 }
 
 // ReadRecords decodes records from off: at most maxRecords, stopping once maxBytes of
 // keys, values and headers are collected (at least one record when available). next is
-// the offset to read from next.
+// the offset to read from next. Control records (transaction markers) are skipped.
 func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, next int64, err error) {
+	return l.readRecords(off, maxRecords, maxBytes, false)
+}
+
+// ReadCommitted is ReadRecords at isolation read_committed: only records below the last
+// stable offset, and none of aborted transactions (next moves past them).
+func (l *Log) ReadCommitted(off int64, maxRecords, maxBytes int) (recs []Record, next int64, err error) {
+	return l.readRecords(off, maxRecords, maxBytes, true)
+}
+
+func (l *Log) readRecords(off int64, maxRecords, maxBytes int, committed bool) (recs []Record, next int64, err error) {
 	next = off
 	size := 0
+	limit := int64(math.MaxInt64)
+	var aborted map[int64][][2]int64
+	if committed {
+		limit = l.LastStable()
+		aborted = l.abortedSpans(off, limit)
+	}
 	for len(recs) < maxRecords && size < maxBytes {
-		raw, err := l.ReadRaw(next, max(maxBytes-size, 64<<10))
+		raw, err := l.ReadRawUpTo(next, max(maxBytes-size, 64<<10), limit, nil)
 		if err != nil {
 			if len(recs) > 0 && errors.Is(err, ErrOutOfRange) {
 				break
@@ -732,6 +791,13 @@ func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, n
 			n, err := frameLen(raw)
 			if err != nil {
 				return recs, next, err
+			}
+			if attr := binary.BigEndian.Uint16(raw[offAttributes:]); attr&(attrTransactional|attrControl) != 0 {
+				if h := parseHeader(raw); attr&attrControl != 0 || isAborted(aborted, &h) {
+					next = max(next, h.NextOffset())
+					raw = raw[n:]
+					continue
+				}
 			}
 			batch, err := decodeBatchFrom(raw[:n], next, maxRecords-len(recs), maxBytes-size)
 			if err != nil {
@@ -759,6 +825,17 @@ func (l *Log) ReadRecords(off int64, maxRecords, maxBytes int) (recs []Record, n
 		}
 	}
 	return recs, next, nil
+}
+
+// isAborted reports whether the transactional batch h lies in one of its producer's
+// aborted spans.
+func isAborted(spans map[int64][][2]int64, h *batchHeader) bool {
+	for _, sp := range spans[h.ProducerID] {
+		if h.BaseOffset >= sp[0] && h.BaseOffset < sp[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // ReadBatchRecords decodes every record at or after off of the whole frames
@@ -976,7 +1053,8 @@ func (l *Log) enforceRetention(nowMs int64) {
 		l.mu.Unlock()
 		return
 	}
-	l.prods.expire(nowMs)
+	l.prods.expire(nowMs, func(pid int64) bool { _, ok := l.openTxn(pid); return ok })
+	l.trimTxns(l.logStart.Load())
 	cfg := l.cfg.Load()
 	segs := l.segs // stable: only changed under mu
 	var total int64
@@ -1007,6 +1085,7 @@ func (l *Log) enforceRetention(nowMs int64) {
 	newStart := max(start, l.segs[0].base)
 	if newStart != start {
 		l.logStart.Store(newStart)
+		l.trimTxns(newStart)
 		if err := l.writeMetaLocked(); err != nil {
 			l.log.Error("persist log start after retention", zap.Error(err))
 		}

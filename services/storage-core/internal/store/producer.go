@@ -19,10 +19,11 @@ type producerBatch struct {
 // producerState is one idempotent producer's state in one channel: its epoch and last
 // batches, oldest first. Rebuilt from batch headers on start.
 type producerState struct {
-	epoch   int16
-	n       int
-	lastMs  int64 // time of the last append (batch max timestamp when recovered)
-	batches [maxProducerBatches]producerBatch
+	epoch      int16
+	n          int
+	lastMs     int64 // time of the last append (batch max timestamp when recovered)
+	coordEpoch int32 // coordinator epoch of the producer's last marker; -1 none
+	batches    [maxProducerBatches]producerBatch
 }
 
 func (p *producerState) push(b producerBatch) {
@@ -44,7 +45,7 @@ func (ps producers) apply(h *batchHeader, nowMs int64) {
 	}
 	st := ps[h.ProducerID]
 	if st == nil {
-		st = &producerState{epoch: h.ProducerEpoch}
+		st = &producerState{epoch: h.ProducerEpoch, coordEpoch: -1}
 		ps[h.ProducerID] = st
 	}
 	st.lastMs = max(st.lastMs, nowMs)
@@ -114,10 +115,11 @@ func (ps producers) check(h *batchHeader, prev []prevBatch) (*producerBatch, err
 	return nil, nil
 }
 
-// expire drops producers idle since before nowMs - producerExpiryMs.
-func (ps producers) expire(nowMs int64) {
+// expire drops producers idle since before nowMs - producerExpiryMs, except those
+// keep holds (an open transaction: Kafka never expires those).
+func (ps producers) expire(nowMs int64, keep func(pid int64) bool) {
 	for pid, st := range ps {
-		if st.lastMs < nowMs-producerExpiryMs {
+		if st.lastMs < nowMs-producerExpiryMs && !keep(pid) {
 			delete(ps, pid)
 		}
 	}

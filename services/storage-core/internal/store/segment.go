@@ -211,8 +211,9 @@ func (s *segment) writeIndexes() error {
 
 // loadSealed opens a sealed (non-last) segment. It trusts the index files when they
 // are present and consistent with the file, and otherwise rebuilds them by scanning
-// batch headers. visit is called for every batch header (producer state rebuild).
-func loadSealed(path string, base int64, visit func(*batchHeader)) (*segment, error) {
+// batch headers. visit is called for every batch header (producer and transaction
+// state rebuild), with the whole frame for control batches (nil for others).
+func loadSealed(path string, base int64, visit func(*batchHeader, []byte)) (*segment, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
@@ -240,7 +241,15 @@ func loadSealed(path string, base int64, visit func(*batchHeader)) (*segment, er
 		}
 		s.addIndex(&h, pos)
 		if visit != nil {
-			visit(&h)
+			var frame []byte
+			if h.Attributes&attrControl != 0 {
+				frame = make([]byte, h.Length)
+				if _, err := f.ReadAt(frame, pos); err != nil {
+					_ = f.Close()
+					return nil, fmt.Errorf("read control batch at %d of %s: %w", pos, path, err)
+				}
+			}
+			visit(&h, frame)
 		}
 		pos += int64(h.Length)
 	}
@@ -303,7 +312,7 @@ func loadIndexed(path string, base, next int64) (*segment, bool) {
 // offset continuity) and truncates at the first bad one when it starts a torn tail.
 // It returns the segment and the number of bytes truncated. A bad batch followed by an
 // intact one is ErrDataLoss (validFrameAfter), nothing is truncated.
-func recoverActive(path string, base int64, visit func(*batchHeader)) (*segment, int64, int, error) {
+func recoverActive(path string, base int64, visit func(*batchHeader, []byte)) (*segment, int64, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, 0, 0, err
@@ -348,7 +357,11 @@ func recoverActive(path string, base int64, visit func(*batchHeader)) (*segment,
 		}
 		s.addIndex(&h, pos)
 		if visit != nil {
-			visit(&h)
+			var frame []byte
+			if h.Attributes&attrControl != 0 {
+				frame = buf
+			}
+			visit(&h, frame)
 		}
 		pos += int64(h.Length)
 	}

@@ -61,6 +61,7 @@ type batchOpt struct {
 	ts    int64
 	codec kgo.CompressionCodec
 	recs  []byte // override records section
+	txn   bool   // transactional
 }
 
 // kbatch builds a RecordBatch v2 with kmsg as a Kafka producer would.
@@ -82,6 +83,9 @@ func kbatch(t *testing.T, o batchOpt, values ...string) []byte {
 		out, codec := c.Compress(new(bytes.Buffer), recs)
 		recs = append([]byte(nil), out...)
 		attrs = int16(codec)
+	}
+	if o.txn {
+		attrs |= attrTransactional
 	}
 	b := kmsg.RecordBatch{
 		PartitionLeaderEpoch: -1, Magic: 2, Attributes: attrs, LastOffsetDelta: int32(len(values) - 1),

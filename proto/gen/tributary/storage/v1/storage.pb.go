@@ -449,10 +449,14 @@ type Channel struct {
 	// Bytes on disk in segment files.
 	SizeBytes int64 `protobuf:"varint,6,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// Creation time, ms since epoch.
-	CreatedMs     int64 `protobuf:"varint,7,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
-	SegmentCount  int32 `protobuf:"varint,8,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreatedMs    int64 `protobuf:"varint,7,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	SegmentCount int32 `protobuf:"varint,8,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"`
+	// Sequence of the last record below every ongoing Kafka transaction: the Kafka last
+	// stable offset, numerically (as high_watermark is the Kafka high watermark). Equal to
+	// high_watermark when no transaction is ongoing; never below log_start_sequence - 1.
+	LastStableSequence int64 `protobuf:"varint,9,opt,name=last_stable_sequence,json=lastStableSequence,proto3" json:"last_stable_sequence,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Channel) Reset() {
@@ -537,6 +541,13 @@ func (x *Channel) GetCreatedMs() int64 {
 func (x *Channel) GetSegmentCount() int32 {
 	if x != nil {
 		return x.SegmentCount
+	}
+	return 0
+}
+
+func (x *Channel) GetLastStableSequence() int64 {
+	if x != nil {
+		return x.LastStableSequence
 	}
 	return 0
 }
@@ -1484,7 +1495,11 @@ type ReadRequest struct {
 	// record is returned when one is available, whatever its size.
 	MaxBytes int32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// Long poll: when nothing is available at from_sequence, wait up to this many ms.
-	WaitMs         int32          `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitMs int32 `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// READ_COMMITTED returns only records below the last stable sequence (Kafka
+	// transactions, KIP-98) and leaves out the records of aborted transactions;
+	// next_sequence may then skip over them. Control records (transaction markers) are
+	// never returned to native readers, whatever the isolation level.
 	IsolationLevel IsolationLevel `protobuf:"varint,6,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1563,11 +1578,12 @@ func (x *ReadRequest) GetIsolationLevel() IsolationLevel {
 }
 
 type ReadResponse struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	Records            []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
-	HighWatermark      int64                  `protobuf:"varint,2,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
-	LogStartSequence   int64                  `protobuf:"varint,3,opt,name=log_start_sequence,json=logStartSequence,proto3" json:"log_start_sequence,omitempty"`
-	LastStableSequence int64                  `protobuf:"varint,4,opt,name=last_stable_sequence,json=lastStableSequence,proto3" json:"last_stable_sequence,omitempty"`
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Records          []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	HighWatermark    int64                  `protobuf:"varint,2,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	LogStartSequence int64                  `protobuf:"varint,3,opt,name=log_start_sequence,json=logStartSequence,proto3" json:"log_start_sequence,omitempty"`
+	// As Channel.last_stable_sequence.
+	LastStableSequence int64 `protobuf:"varint,4,opt,name=last_stable_sequence,json=lastStableSequence,proto3" json:"last_stable_sequence,omitempty"`
 	// Sequence to read from next.
 	NextSequence  int64 `protobuf:"varint,5,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1652,8 +1668,11 @@ type SubscribeRequest struct {
 	Start isSubscribeRequest_Start `protobuf_oneof:"start"`
 	// Records per streamed message, at most (0 = 500).
 	MaxRecordsPerMessage int32 `protobuf:"varint,7,opt,name=max_records_per_message,json=maxRecordsPerMessage,proto3" json:"max_records_per_message,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// As ReadRequest.isolation_level: READ_COMMITTED streams only records below the last
+	// stable sequence and never records of aborted transactions.
+	IsolationLevel IsolationLevel `protobuf:"varint,8,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SubscribeRequest) Reset() {
@@ -1750,6 +1769,13 @@ func (x *SubscribeRequest) GetMaxRecordsPerMessage() int32 {
 		return x.MaxRecordsPerMessage
 	}
 	return 0
+}
+
+func (x *SubscribeRequest) GetIsolationLevel() IsolationLevel {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
 type isSubscribeRequest_Start interface {
@@ -1849,9 +1875,13 @@ type LookupSequenceRequest struct {
 	// -1 = latest (high watermark + 1), -2 = earliest (log start), -3 = the record with the
 	// largest timestamp; otherwise a timestamp in ms: the first record whose timestamp is
 	// >= it (Kafka ListOffsets).
-	TimestampMs   int64 `protobuf:"varint,2,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TimestampMs int64 `protobuf:"varint,2,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	// READ_COMMITTED (Kafka ListOffsets isolation_level 1): -1 answers the last stable
+	// sequence + 1, and a record found at or after the last stable sequence + 1 is not
+	// found (found false, sequence = last stable sequence + 1).
+	IsolationLevel IsolationLevel `protobuf:"varint,3,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LookupSequenceRequest) Reset() {
@@ -1896,6 +1926,13 @@ func (x *LookupSequenceRequest) GetTimestampMs() int64 {
 		return x.TimestampMs
 	}
 	return 0
+}
+
+func (x *LookupSequenceRequest) GetIsolationLevel() IsolationLevel {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
 type LookupSequenceResponse struct {
@@ -2465,7 +2502,10 @@ type FetchRequest struct {
 	MaxWaitMs int32 `protobuf:"varint,2,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
 	MinBytes  int32 `protobuf:"varint,3,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
 	// Total byte limit over all channels (Kafka max_bytes).
-	MaxBytes       int32          `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int32 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// READ_COMMITTED returns only batches below the last stable sequence and fills
+	// aborted_transactions; READ_UNCOMMITTED (or unspecified) reads to the high watermark
+	// and never fills it.
 	IsolationLevel IsolationLevel `protobuf:"varint,5,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -2544,10 +2584,15 @@ type FetchChannelResult struct {
 	LastStableSequence int64                  `protobuf:"varint,4,opt,name=last_stable_sequence,json=lastStableSequence,proto3" json:"last_stable_sequence,omitempty"`
 	LogStartSequence   int64                  `protobuf:"varint,5,opt,name=log_start_sequence,json=logStartSequence,proto3" json:"log_start_sequence,omitempty"`
 	// Whole stored RecordBatch v2 frames, byte for byte as stored. The first batch
-	// contains from_sequence (it may start before it).
-	Batches       []byte `protobuf:"bytes,6,opt,name=batches,proto3" json:"batches,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// contains from_sequence (it may start before it). Control batches (transaction
+	// markers) are included, as Kafka serves them.
+	Batches []byte `protobuf:"bytes,6,opt,name=batches,proto3" json:"batches,omitempty"`
+	// READ_COMMITTED only: the aborted transactions overlapping the returned batches
+	// (Kafka FetchResponse AbortedTransactions), ordered by their abort markers. Empty
+	// for READ_UNCOMMITTED.
+	AbortedTransactions []*AbortedTransaction `protobuf:"bytes,7,rep,name=aborted_transactions,json=abortedTransactions,proto3" json:"aborted_transactions,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *FetchChannelResult) Reset() {
@@ -2622,6 +2667,67 @@ func (x *FetchChannelResult) GetBatches() []byte {
 	return nil
 }
 
+func (x *FetchChannelResult) GetAbortedTransactions() []*AbortedTransaction {
+	if x != nil {
+		return x.AbortedTransactions
+	}
+	return nil
+}
+
+// AbortedTransaction is one aborted Kafka transaction of a channel: its producer and
+// the sequence of its first record (the Kafka first offset is first_sequence - 1).
+type AbortedTransaction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	FirstSequence int64                  `protobuf:"varint,2,opt,name=first_sequence,json=firstSequence,proto3" json:"first_sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortedTransaction) Reset() {
+	*x = AbortedTransaction{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortedTransaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortedTransaction) ProtoMessage() {}
+
+func (x *AbortedTransaction) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortedTransaction.ProtoReflect.Descriptor instead.
+func (*AbortedTransaction) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AbortedTransaction) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *AbortedTransaction) GetFirstSequence() int64 {
+	if x != nil {
+		return x.FirstSequence
+	}
+	return 0
+}
+
 type FetchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// In request order.
@@ -2632,7 +2738,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2750,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2763,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FetchResponse) GetResults() []*FetchChannelResult {
@@ -2679,7 +2785,7 @@ type GetCommittedOffsetsRequest struct {
 
 func (x *GetCommittedOffsetsRequest) Reset() {
 	*x = GetCommittedOffsetsRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2797,7 @@ func (x *GetCommittedOffsetsRequest) String() string {
 func (*GetCommittedOffsetsRequest) ProtoMessage() {}
 
 func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2810,7 @@ func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommittedOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetCommittedOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{36}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetCommittedOffsetsRequest) GetGroup() string {
@@ -2743,7 +2849,7 @@ type CommittedPosition struct {
 
 func (x *CommittedPosition) Reset() {
 	*x = CommittedPosition{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2861,7 @@ func (x *CommittedPosition) String() string {
 func (*CommittedPosition) ProtoMessage() {}
 
 func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2874,7 @@ func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedPosition.ProtoReflect.Descriptor instead.
 func (*CommittedPosition) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommittedPosition) GetChannel() string {
@@ -2839,7 +2945,7 @@ type GetCommittedOffsetsResponse struct {
 
 func (x *GetCommittedOffsetsResponse) Reset() {
 	*x = GetCommittedOffsetsResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2957,7 @@ func (x *GetCommittedOffsetsResponse) String() string {
 func (*GetCommittedOffsetsResponse) ProtoMessage() {}
 
 func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2970,7 @@ func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCommittedOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetCommittedOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{38}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetCommittedOffsetsResponse) GetGroup() string {
@@ -2888,6 +2994,513 @@ func (x *GetCommittedOffsetsResponse) GetPositions() []*CommittedPosition {
 	return nil
 }
 
+// TxnMarker asks for one control batch on one channel.
+type TxnMarker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A log channel (kafka.<topic>[~<p>]).
+	Channel string `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// The transactional producer, >= 0, and its epoch (0..32767). An epoch older than the
+	// producer's on the channel is INVALID_PRODUCER_EPOCH (47). A newer epoch becomes the
+	// producer's (KIP-890 bumps it each transaction).
+	ProducerId    int64 `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32 `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// True for COMMIT, false for ABORT.
+	Commit bool `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	// The transaction coordinator's epoch, stored in the marker. One older than the last
+	// marker's for the producer on the channel is TRANSACTION_COORDINATOR_FENCED (52).
+	CoordinatorEpoch int32 `protobuf:"varint,5,opt,name=coordinator_epoch,json=coordinatorEpoch,proto3" json:"coordinator_epoch,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TxnMarker) Reset() {
+	*x = TxnMarker{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMarker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMarker) ProtoMessage() {}
+
+func (x *TxnMarker) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMarker.ProtoReflect.Descriptor instead.
+func (*TxnMarker) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TxnMarker) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *TxnMarker) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnMarker) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *TxnMarker) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *TxnMarker) GetCoordinatorEpoch() int32 {
+	if x != nil {
+		return x.CoordinatorEpoch
+	}
+	return 0
+}
+
+type WriteTxnMarkersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..10000 markers. Markers of one channel are applied in request order.
+	Markers       []*TxnMarker `protobuf:"bytes,1,rep,name=markers,proto3" json:"markers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteTxnMarkersRequest) Reset() {
+	*x = WriteTxnMarkersRequest{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteTxnMarkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteTxnMarkersRequest) ProtoMessage() {}
+
+func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteTxnMarkersRequest.ProtoReflect.Descriptor instead.
+func (*WriteTxnMarkersRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *WriteTxnMarkersRequest) GetMarkers() []*TxnMarker {
+	if x != nil {
+		return x.Markers
+	}
+	return nil
+}
+
+type TxnMarkerResult struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Channel    string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	ProducerId int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// Kafka error code: 0 ok; 3 UNKNOWN_TOPIC_OR_PARTITION (no such channel, or a bad
+	// name), 29 TOPIC_AUTHORIZATION_FAILED (a reserved "_" channel or a queue's log),
+	// 42 INVALID_REQUEST (producer id or epoch out of range), 47 INVALID_PRODUCER_EPOCH,
+	// 52 TRANSACTION_COORDINATOR_FENCED, 56 KAFKA_STORAGE_ERROR (disk failure or
+	// shutdown: retry).
+	ErrorCode    int32  `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// Sequence of the control record written; 0 when nothing was written: the producer
+	// had no ongoing transaction on the channel (a retried marker is idempotent), or an
+	// error.
+	MarkerSequence int64 `protobuf:"varint,5,opt,name=marker_sequence,json=markerSequence,proto3" json:"marker_sequence,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TxnMarkerResult) Reset() {
+	*x = TxnMarkerResult{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMarkerResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMarkerResult) ProtoMessage() {}
+
+func (x *TxnMarkerResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMarkerResult.ProtoReflect.Descriptor instead.
+func (*TxnMarkerResult) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TxnMarkerResult) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *TxnMarkerResult) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnMarkerResult) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *TxnMarkerResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *TxnMarkerResult) GetMarkerSequence() int64 {
+	if x != nil {
+		return x.MarkerSequence
+	}
+	return 0
+}
+
+type WriteTxnMarkersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In request order.
+	Results       []*TxnMarkerResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteTxnMarkersResponse) Reset() {
+	*x = WriteTxnMarkersResponse{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteTxnMarkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteTxnMarkersResponse) ProtoMessage() {}
+
+func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteTxnMarkersResponse.ProtoReflect.Descriptor instead.
+func (*WriteTxnMarkersResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *WriteTxnMarkersResponse) GetResults() []*TxnMarkerResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type DescribeProducersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Channels      []string               `protobuf:"bytes,1,rep,name=channels,proto3" json:"channels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeProducersRequest) Reset() {
+	*x = DescribeProducersRequest{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeProducersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeProducersRequest) ProtoMessage() {}
+
+func (x *DescribeProducersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeProducersRequest.ProtoReflect.Descriptor instead.
+func (*DescribeProducersRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DescribeProducersRequest) GetChannels() []string {
+	if x != nil {
+		return x.Channels
+	}
+	return nil
+}
+
+// ProducerState is one idempotent or transactional producer of a channel.
+type ProducerState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// Kafka producer sequence of the producer's last batch's last record; -1 when none is
+	// kept (e.g. only a marker since its epoch began).
+	LastSequence int32 `protobuf:"varint,3,opt,name=last_sequence,json=lastSequence,proto3" json:"last_sequence,omitempty"`
+	// Time of its last append, ms since epoch (at recovery: that batch's max timestamp
+	// or the start time).
+	LastTimestampMs int64 `protobuf:"varint,4,opt,name=last_timestamp_ms,json=lastTimestampMs,proto3" json:"last_timestamp_ms,omitempty"`
+	// Coordinator epoch of its last transaction marker; -1 when none.
+	CoordinatorEpoch int32 `protobuf:"varint,5,opt,name=coordinator_epoch,json=coordinatorEpoch,proto3" json:"coordinator_epoch,omitempty"`
+	// Sequence of the first record of its ongoing transaction; -1 when none.
+	CurrentTxnStartSequence int64 `protobuf:"varint,6,opt,name=current_txn_start_sequence,json=currentTxnStartSequence,proto3" json:"current_txn_start_sequence,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *ProducerState) Reset() {
+	*x = ProducerState{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerState) ProtoMessage() {}
+
+func (x *ProducerState) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
+func (*ProducerState) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ProducerState) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *ProducerState) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *ProducerState) GetLastSequence() int32 {
+	if x != nil {
+		return x.LastSequence
+	}
+	return 0
+}
+
+func (x *ProducerState) GetLastTimestampMs() int64 {
+	if x != nil {
+		return x.LastTimestampMs
+	}
+	return 0
+}
+
+func (x *ProducerState) GetCoordinatorEpoch() int32 {
+	if x != nil {
+		return x.CoordinatorEpoch
+	}
+	return 0
+}
+
+func (x *ProducerState) GetCurrentTxnStartSequence() int64 {
+	if x != nil {
+		return x.CurrentTxnStartSequence
+	}
+	return 0
+}
+
+type ChannelProducers struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Channel      string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	Error        ErrorCode              `protobuf:"varint,2,opt,name=error,proto3,enum=tributary.storage.v1.ErrorCode" json:"error,omitempty"`
+	ErrorMessage string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// By producer id.
+	Producers     []*ProducerState `protobuf:"bytes,4,rep,name=producers,proto3" json:"producers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelProducers) Reset() {
+	*x = ChannelProducers{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelProducers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelProducers) ProtoMessage() {}
+
+func (x *ChannelProducers) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelProducers.ProtoReflect.Descriptor instead.
+func (*ChannelProducers) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ChannelProducers) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *ChannelProducers) GetError() ErrorCode {
+	if x != nil {
+		return x.Error
+	}
+	return ErrorCode_ERROR_CODE_UNSPECIFIED
+}
+
+func (x *ChannelProducers) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *ChannelProducers) GetProducers() []*ProducerState {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+type DescribeProducersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In request order.
+	Results       []*ChannelProducers `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeProducersResponse) Reset() {
+	*x = DescribeProducersResponse{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeProducersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeProducersResponse) ProtoMessage() {}
+
+func (x *DescribeProducersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeProducersResponse.ProtoReflect.Descriptor instead.
+func (*DescribeProducersResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DescribeProducersResponse) GetResults() []*ChannelProducers {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_tributary_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_storage_proto_rawDesc = "" +
@@ -2903,7 +3516,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"segment_ms\x18\a \x01(\x03R\tsegmentMs\x125\n" +
 	"\x17timestamp_before_max_ms\x18\b \x01(\x03R\x14timestampBeforeMaxMs\x123\n" +
-	"\x16timestamp_after_max_ms\x18\t \x01(\x03R\x13timestampAfterMaxMs\"\xc9\x02\n" +
+	"\x16timestamp_after_max_ms\x18\t \x01(\x03R\x13timestampAfterMaxMs\"\xfb\x02\n" +
 	"\aChannel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
@@ -2914,7 +3527,8 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"size_bytes\x18\x06 \x01(\x03R\tsizeBytes\x12\x1d\n" +
 	"\n" +
 	"created_ms\x18\a \x01(\x03R\tcreatedMs\x12#\n" +
-	"\rsegment_count\x18\b \x01(\x05R\fsegmentCount\"\xc2\x01\n" +
+	"\rsegment_count\x18\b \x01(\x05R\fsegmentCount\x120\n" +
+	"\x14last_stable_sequence\x18\t \x01(\x03R\x12lastStableSequence\"\xc2\x01\n" +
 	"\x14CreateChannelRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
@@ -2992,7 +3606,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\x12,\n" +
 	"\x12log_start_sequence\x18\x03 \x01(\x03R\x10logStartSequence\x120\n" +
 	"\x14last_stable_sequence\x18\x04 \x01(\x03R\x12lastStableSequence\x12#\n" +
-	"\rnext_sequence\x18\x05 \x01(\x03R\fnextSequence\"\xea\x01\n" +
+	"\rnext_sequence\x18\x05 \x01(\x03R\fnextSequence\"\xb9\x02\n" +
 	"\x10SubscribeRequest\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x12\n" +
 	"\x03new\x18\x02 \x01(\bH\x00R\x03new\x12\x16\n" +
@@ -3000,14 +3614,16 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\bsequence\x18\x04 \x01(\x03H\x00R\bsequence\x12\x19\n" +
 	"\atime_ms\x18\x05 \x01(\x03H\x00R\x06timeMs\x12\x17\n" +
 	"\x06last_n\x18\x06 \x01(\x03H\x00R\x05lastN\x125\n" +
-	"\x17max_records_per_message\x18\a \x01(\x05R\x14maxRecordsPerMessageB\a\n" +
+	"\x17max_records_per_message\x18\a \x01(\x05R\x14maxRecordsPerMessage\x12M\n" +
+	"\x0fisolation_level\x18\b \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevelB\a\n" +
 	"\x05start\"r\n" +
 	"\x11SubscribeResponse\x126\n" +
 	"\arecords\x18\x01 \x03(\v2\x1c.tributary.storage.v1.RecordR\arecords\x12%\n" +
-	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\"T\n" +
+	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\"\xa3\x01\n" +
 	"\x15LookupSequenceRequest\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12!\n" +
-	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\"m\n" +
+	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12M\n" +
+	"\x0fisolation_level\x18\x03 \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\"m\n" +
 	"\x16LookupSequenceResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12\x14\n" +
@@ -3046,14 +3662,19 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\vmax_wait_ms\x18\x02 \x01(\x05R\tmaxWaitMs\x12\x1b\n" +
 	"\tmin_bytes\x18\x03 \x01(\x05R\bminBytes\x12\x1b\n" +
 	"\tmax_bytes\x18\x04 \x01(\x05R\bmaxBytes\x12M\n" +
-	"\x0fisolation_level\x18\x05 \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\"\x86\x02\n" +
+	"\x0fisolation_level\x18\x05 \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\"\xe3\x02\n" +
 	"\x12FetchChannelResult\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x125\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x1f.tributary.storage.v1.ErrorCodeR\x05error\x12%\n" +
 	"\x0ehigh_watermark\x18\x03 \x01(\x03R\rhighWatermark\x120\n" +
 	"\x14last_stable_sequence\x18\x04 \x01(\x03R\x12lastStableSequence\x12,\n" +
 	"\x12log_start_sequence\x18\x05 \x01(\x03R\x10logStartSequence\x12\x18\n" +
-	"\abatches\x18\x06 \x01(\fR\abatches\"S\n" +
+	"\abatches\x18\x06 \x01(\fR\abatches\x12[\n" +
+	"\x14aborted_transactions\x18\a \x03(\v2(.tributary.storage.v1.AbortedTransactionR\x13abortedTransactions\"\\\n" +
+	"\x12AbortedTransaction\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0efirst_sequence\x18\x02 \x01(\x03R\rfirstSequence\"S\n" +
 	"\rFetchResponse\x12B\n" +
 	"\aresults\x18\x01 \x03(\v2(.tributary.storage.v1.FetchChannelResultR\aresults\"H\n" +
 	"\x1aGetCommittedOffsetsRequest\x12\x14\n" +
@@ -3071,7 +3692,43 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x1bGetCommittedOffsetsResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12E\n" +
-	"\tpositions\x18\x03 \x03(\v2'.tributary.storage.v1.CommittedPositionR\tpositions*\xc8\x03\n" +
+	"\tpositions\x18\x03 \x03(\v2'.tributary.storage.v1.CommittedPositionR\tpositions\"\xb2\x01\n" +
+	"\tTxnMarker\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\x12\x16\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\x12+\n" +
+	"\x11coordinator_epoch\x18\x05 \x01(\x05R\x10coordinatorEpoch\"S\n" +
+	"\x16WriteTxnMarkersRequest\x129\n" +
+	"\amarkers\x18\x01 \x03(\v2\x1f.tributary.storage.v1.TxnMarkerR\amarkers\"\xb9\x01\n" +
+	"\x0fTxnMarkerResult\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\x12'\n" +
+	"\x0fmarker_sequence\x18\x05 \x01(\x03R\x0emarkerSequence\"Z\n" +
+	"\x17WriteTxnMarkersResponse\x12?\n" +
+	"\aresults\x18\x01 \x03(\v2%.tributary.storage.v1.TxnMarkerResultR\aresults\"6\n" +
+	"\x18DescribeProducersRequest\x12\x1a\n" +
+	"\bchannels\x18\x01 \x03(\tR\bchannels\"\x92\x02\n" +
+	"\rProducerState\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\x12#\n" +
+	"\rlast_sequence\x18\x03 \x01(\x05R\flastSequence\x12*\n" +
+	"\x11last_timestamp_ms\x18\x04 \x01(\x03R\x0flastTimestampMs\x12+\n" +
+	"\x11coordinator_epoch\x18\x05 \x01(\x05R\x10coordinatorEpoch\x12;\n" +
+	"\x1acurrent_txn_start_sequence\x18\x06 \x01(\x03R\x17currentTxnStartSequence\"\xcb\x01\n" +
+	"\x10ChannelProducers\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x125\n" +
+	"\x05error\x18\x02 \x01(\x0e2\x1f.tributary.storage.v1.ErrorCodeR\x05error\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12A\n" +
+	"\tproducers\x18\x04 \x03(\v2#.tributary.storage.v1.ProducerStateR\tproducers\"]\n" +
+	"\x19DescribeProducersResponse\x12@\n" +
+	"\aresults\x18\x01 \x03(\v2&.tributary.storage.v1.ChannelProducersR\aresults*\xc8\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_CODE_CHANNEL_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -3103,7 +3760,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
-	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\xa6\v\n" +
+	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\x8c\r\n" +
 	"\x0eStorageService\x12h\n" +
 	"\rCreateChannel\x12*.tributary.storage.v1.CreateChannelRequest\x1a+.tributary.storage.v1.CreateChannelResponse\x12_\n" +
 	"\n" +
@@ -3119,7 +3776,9 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x13GetCommittedOffsets\x120.tributary.storage.v1.GetCommittedOffsetsRequest\x1a1.tributary.storage.v1.GetCommittedOffsetsResponse\x12h\n" +
 	"\rAppendBatches\x12*.tributary.storage.v1.AppendBatchesRequest\x1a+.tributary.storage.v1.AppendBatchesResponse\x12i\n" +
 	"\fAppendStream\x12).tributary.storage.v1.AppendStreamRequest\x1a*.tributary.storage.v1.AppendStreamResponse(\x010\x01\x12P\n" +
-	"\x05Fetch\x12\".tributary.storage.v1.FetchRequest\x1a#.tributary.storage.v1.FetchResponseBIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
+	"\x05Fetch\x12\".tributary.storage.v1.FetchRequest\x1a#.tributary.storage.v1.FetchResponse\x12n\n" +
+	"\x0fWriteTxnMarkers\x12,.tributary.storage.v1.WriteTxnMarkersRequest\x1a-.tributary.storage.v1.WriteTxnMarkersResponse\x12t\n" +
+	"\x11DescribeProducers\x12..tributary.storage.v1.DescribeProducersRequest\x1a/.tributary.storage.v1.DescribeProducersResponseBIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_tributary_storage_v1_storage_proto_rawDescOnce sync.Once
@@ -3134,7 +3793,7 @@ func file_tributary_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: tributary.storage.v1.ErrorCode
 	(CleanupPolicy)(0),                  // 1: tributary.storage.v1.CleanupPolicy
@@ -3176,10 +3835,19 @@ var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(*FetchChannel)(nil),                // 37: tributary.storage.v1.FetchChannel
 	(*FetchRequest)(nil),                // 38: tributary.storage.v1.FetchRequest
 	(*FetchChannelResult)(nil),          // 39: tributary.storage.v1.FetchChannelResult
-	(*FetchResponse)(nil),               // 40: tributary.storage.v1.FetchResponse
-	(*GetCommittedOffsetsRequest)(nil),  // 41: tributary.storage.v1.GetCommittedOffsetsRequest
-	(*CommittedPosition)(nil),           // 42: tributary.storage.v1.CommittedPosition
-	(*GetCommittedOffsetsResponse)(nil), // 43: tributary.storage.v1.GetCommittedOffsetsResponse
+	(*AbortedTransaction)(nil),          // 40: tributary.storage.v1.AbortedTransaction
+	(*FetchResponse)(nil),               // 41: tributary.storage.v1.FetchResponse
+	(*GetCommittedOffsetsRequest)(nil),  // 42: tributary.storage.v1.GetCommittedOffsetsRequest
+	(*CommittedPosition)(nil),           // 43: tributary.storage.v1.CommittedPosition
+	(*GetCommittedOffsetsResponse)(nil), // 44: tributary.storage.v1.GetCommittedOffsetsResponse
+	(*TxnMarker)(nil),                   // 45: tributary.storage.v1.TxnMarker
+	(*WriteTxnMarkersRequest)(nil),      // 46: tributary.storage.v1.WriteTxnMarkersRequest
+	(*TxnMarkerResult)(nil),             // 47: tributary.storage.v1.TxnMarkerResult
+	(*WriteTxnMarkersResponse)(nil),     // 48: tributary.storage.v1.WriteTxnMarkersResponse
+	(*DescribeProducersRequest)(nil),    // 49: tributary.storage.v1.DescribeProducersRequest
+	(*ProducerState)(nil),               // 50: tributary.storage.v1.ProducerState
+	(*ChannelProducers)(nil),            // 51: tributary.storage.v1.ChannelProducers
+	(*DescribeProducersResponse)(nil),   // 52: tributary.storage.v1.DescribeProducersResponse
 }
 var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ChannelConfig.cleanup_policy:type_name -> tributary.storage.v1.CleanupPolicy
@@ -3199,50 +3867,62 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	21, // 14: tributary.storage.v1.AppendRequest.producer:type_name -> tributary.storage.v1.AppendProducer
 	4,  // 15: tributary.storage.v1.ReadRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
 	18, // 16: tributary.storage.v1.ReadResponse.records:type_name -> tributary.storage.v1.Record
-	18, // 17: tributary.storage.v1.SubscribeResponse.records:type_name -> tributary.storage.v1.Record
-	31, // 18: tributary.storage.v1.AppendBatchesRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
-	0,  // 19: tributary.storage.v1.ChannelAppendResult.error:type_name -> tributary.storage.v1.ErrorCode
-	33, // 20: tributary.storage.v1.AppendBatchesResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
-	31, // 21: tributary.storage.v1.AppendStreamRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
-	33, // 22: tributary.storage.v1.AppendStreamResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
-	37, // 23: tributary.storage.v1.FetchRequest.channels:type_name -> tributary.storage.v1.FetchChannel
-	4,  // 24: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
-	0,  // 25: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
-	39, // 26: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
-	42, // 27: tributary.storage.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.storage.v1.CommittedPosition
-	7,  // 28: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
-	9,  // 29: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
-	11, // 30: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
-	13, // 31: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
-	15, // 32: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
-	20, // 33: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
-	23, // 34: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
-	25, // 35: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
-	27, // 36: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
-	29, // 37: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
-	41, // 38: tributary.storage.v1.StorageService.GetCommittedOffsets:input_type -> tributary.storage.v1.GetCommittedOffsetsRequest
-	32, // 39: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
-	35, // 40: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
-	38, // 41: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
-	8,  // 42: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
-	10, // 43: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
-	12, // 44: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
-	14, // 45: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
-	16, // 46: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
-	22, // 47: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
-	24, // 48: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
-	26, // 49: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
-	28, // 50: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
-	30, // 51: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
-	43, // 52: tributary.storage.v1.StorageService.GetCommittedOffsets:output_type -> tributary.storage.v1.GetCommittedOffsetsResponse
-	34, // 53: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
-	36, // 54: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
-	40, // 55: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
-	42, // [42:56] is the sub-list for method output_type
-	28, // [28:42] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	4,  // 17: tributary.storage.v1.SubscribeRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	18, // 18: tributary.storage.v1.SubscribeResponse.records:type_name -> tributary.storage.v1.Record
+	4,  // 19: tributary.storage.v1.LookupSequenceRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	31, // 20: tributary.storage.v1.AppendBatchesRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
+	0,  // 21: tributary.storage.v1.ChannelAppendResult.error:type_name -> tributary.storage.v1.ErrorCode
+	33, // 22: tributary.storage.v1.AppendBatchesResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
+	31, // 23: tributary.storage.v1.AppendStreamRequest.channels:type_name -> tributary.storage.v1.ChannelBatches
+	33, // 24: tributary.storage.v1.AppendStreamResponse.results:type_name -> tributary.storage.v1.ChannelAppendResult
+	37, // 25: tributary.storage.v1.FetchRequest.channels:type_name -> tributary.storage.v1.FetchChannel
+	4,  // 26: tributary.storage.v1.FetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	0,  // 27: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
+	40, // 28: tributary.storage.v1.FetchChannelResult.aborted_transactions:type_name -> tributary.storage.v1.AbortedTransaction
+	39, // 29: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
+	43, // 30: tributary.storage.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.storage.v1.CommittedPosition
+	45, // 31: tributary.storage.v1.WriteTxnMarkersRequest.markers:type_name -> tributary.storage.v1.TxnMarker
+	47, // 32: tributary.storage.v1.WriteTxnMarkersResponse.results:type_name -> tributary.storage.v1.TxnMarkerResult
+	0,  // 33: tributary.storage.v1.ChannelProducers.error:type_name -> tributary.storage.v1.ErrorCode
+	50, // 34: tributary.storage.v1.ChannelProducers.producers:type_name -> tributary.storage.v1.ProducerState
+	51, // 35: tributary.storage.v1.DescribeProducersResponse.results:type_name -> tributary.storage.v1.ChannelProducers
+	7,  // 36: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
+	9,  // 37: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
+	11, // 38: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
+	13, // 39: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
+	15, // 40: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
+	20, // 41: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
+	23, // 42: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
+	25, // 43: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
+	27, // 44: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
+	29, // 45: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
+	42, // 46: tributary.storage.v1.StorageService.GetCommittedOffsets:input_type -> tributary.storage.v1.GetCommittedOffsetsRequest
+	32, // 47: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
+	35, // 48: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
+	38, // 49: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
+	46, // 50: tributary.storage.v1.StorageService.WriteTxnMarkers:input_type -> tributary.storage.v1.WriteTxnMarkersRequest
+	49, // 51: tributary.storage.v1.StorageService.DescribeProducers:input_type -> tributary.storage.v1.DescribeProducersRequest
+	8,  // 52: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
+	10, // 53: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
+	12, // 54: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
+	14, // 55: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
+	16, // 56: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
+	22, // 57: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
+	24, // 58: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
+	26, // 59: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
+	28, // 60: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
+	30, // 61: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
+	44, // 62: tributary.storage.v1.StorageService.GetCommittedOffsets:output_type -> tributary.storage.v1.GetCommittedOffsetsResponse
+	34, // 63: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
+	36, // 64: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
+	41, // 65: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
+	48, // 66: tributary.storage.v1.StorageService.WriteTxnMarkers:output_type -> tributary.storage.v1.WriteTxnMarkersResponse
+	52, // 67: tributary.storage.v1.StorageService.DescribeProducers:output_type -> tributary.storage.v1.DescribeProducersResponse
+	52, // [52:68] is the sub-list for method output_type
+	36, // [36:52] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_storage_proto_init() }
@@ -3265,7 +3945,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_storage_proto_rawDesc), len(file_tributary_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   39,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,8 @@ const (
 	StorageService_AppendBatches_FullMethodName       = "/tributary.storage.v1.StorageService/AppendBatches"
 	StorageService_AppendStream_FullMethodName        = "/tributary.storage.v1.StorageService/AppendStream"
 	StorageService_Fetch_FullMethodName               = "/tributary.storage.v1.StorageService/Fetch"
+	StorageService_WriteTxnMarkers_FullMethodName     = "/tributary.storage.v1.StorageService/WriteTxnMarkers"
+	StorageService_DescribeProducers_FullMethodName   = "/tributary.storage.v1.StorageService/DescribeProducers"
 )
 
 // StorageServiceClient is the client API for StorageService service.
@@ -107,6 +109,18 @@ type StorageServiceClient interface {
 	// Fetch returns raw stored RecordBatch bytes from one or more channels, long-polling
 	// up to max_wait_ms until min_bytes are available. Used by kafka-gateway for Fetch.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
+	// WriteTxnMarkers ends Kafka transactions (KIP-98): for each marker, a control batch
+	// (COMMIT or ABORT) is appended to the channel through the durable append path and
+	// the producer's ongoing transaction there ends, moving the last stable sequence and,
+	// for an abort, adding to the channel's aborted-transactions index. Answered once
+	// every written marker is durable. Outcomes are per marker (Kafka error codes in the
+	// results); the call itself fails only for a broken request (INVALID_ARGUMENT: no
+	// markers, or more than 10000). Called by the coordinator's EndTxn and its
+	// transaction timeouts.
+	WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error)
+	// DescribeProducers lists, per channel, the producers whose state storage-core keeps
+	// (Kafka DescribeProducers, API 61). Per-channel errors in the results.
+	DescribeProducers(ctx context.Context, in *DescribeProducersRequest, opts ...grpc.CallOption) (*DescribeProducersResponse, error)
 }
 
 type storageServiceClient struct {
@@ -269,6 +283,26 @@ func (c *storageServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts
 	return out, nil
 }
 
+func (c *storageServiceClient) WriteTxnMarkers(ctx context.Context, in *WriteTxnMarkersRequest, opts ...grpc.CallOption) (*WriteTxnMarkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteTxnMarkersResponse)
+	err := c.cc.Invoke(ctx, StorageService_WriteTxnMarkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) DescribeProducers(ctx context.Context, in *DescribeProducersRequest, opts ...grpc.CallOption) (*DescribeProducersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeProducersResponse)
+	err := c.cc.Invoke(ctx, StorageService_DescribeProducers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServiceServer is the server API for StorageService service.
 // All implementations must embed UnimplementedStorageServiceServer
 // for forward compatibility.
@@ -326,6 +360,18 @@ type StorageServiceServer interface {
 	// Fetch returns raw stored RecordBatch bytes from one or more channels, long-polling
 	// up to max_wait_ms until min_bytes are available. Used by kafka-gateway for Fetch.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
+	// WriteTxnMarkers ends Kafka transactions (KIP-98): for each marker, a control batch
+	// (COMMIT or ABORT) is appended to the channel through the durable append path and
+	// the producer's ongoing transaction there ends, moving the last stable sequence and,
+	// for an abort, adding to the channel's aborted-transactions index. Answered once
+	// every written marker is durable. Outcomes are per marker (Kafka error codes in the
+	// results); the call itself fails only for a broken request (INVALID_ARGUMENT: no
+	// markers, or more than 10000). Called by the coordinator's EndTxn and its
+	// transaction timeouts.
+	WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error)
+	// DescribeProducers lists, per channel, the producers whose state storage-core keeps
+	// (Kafka DescribeProducers, API 61). Per-channel errors in the results.
+	DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error)
 	mustEmbedUnimplementedStorageServiceServer()
 }
 
@@ -377,6 +423,12 @@ func (UnimplementedStorageServiceServer) AppendStream(grpc.BidiStreamingServer[A
 }
 func (UnimplementedStorageServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedStorageServiceServer) WriteTxnMarkers(context.Context, *WriteTxnMarkersRequest) (*WriteTxnMarkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteTxnMarkers not implemented")
+}
+func (UnimplementedStorageServiceServer) DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeProducers not implemented")
 }
 func (UnimplementedStorageServiceServer) mustEmbedUnimplementedStorageServiceServer() {}
 func (UnimplementedStorageServiceServer) testEmbeddedByValue()                        {}
@@ -633,6 +685,42 @@ func _StorageService_Fetch_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_WriteTxnMarkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteTxnMarkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).WriteTxnMarkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_WriteTxnMarkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).WriteTxnMarkers(ctx, req.(*WriteTxnMarkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_DescribeProducers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeProducersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).DescribeProducers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_DescribeProducers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).DescribeProducers(ctx, req.(*DescribeProducersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StorageService_ServiceDesc is the grpc.ServiceDesc for StorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -687,6 +775,14 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fetch",
 			Handler:    _StorageService_Fetch_Handler,
+		},
+		{
+			MethodName: "WriteTxnMarkers",
+			Handler:    _StorageService_WriteTxnMarkers_Handler,
+		},
+		{
+			MethodName: "DescribeProducers",
+			Handler:    _StorageService_DescribeProducers_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
