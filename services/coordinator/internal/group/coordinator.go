@@ -23,20 +23,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
 // Deps are the coordinator's collaborators.
 type Deps struct {
-	// Pool is the coordinator database, migrated (consumer_groups and friends exist).
-	Pool *pgxpool.Pool
+	// Store is the coordinator database, migrated (consumer_groups and friends exist).
+	Store *store.Store
 	// NATS carries wake-ups and holds the sweep lock (JetStream KV).
 	NATS *nats.Conn
 	// Storage, when set, gives high watermarks for the lag gauges.
@@ -53,7 +52,7 @@ type Coordinator struct {
 	coordinatorv1.UnimplementedGroupCoordinatorServiceServer
 
 	cfg     Config
-	pool    *pgxpool.Pool
+	store   *store.Store
 	nc      *nats.Conn
 	log     *zap.Logger
 	now     func() time.Time
@@ -78,8 +77,8 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if deps.Pool == nil || deps.NATS == nil {
-		return nil, fmt.Errorf("%w: postgres pool and nats connection are required", ErrInvalidConfig)
+	if deps.Store == nil || deps.NATS == nil {
+		return nil, fmt.Errorf("%w: postgres store and nats connection are required", ErrInvalidConfig)
 	}
 	log := deps.Log
 	if log == nil {
@@ -91,7 +90,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	}
 	c := &Coordinator{
 		cfg:     cfg,
-		pool:    deps.Pool,
+		store:   deps.Store,
 		nc:      deps.NATS,
 		log:     log,
 		now:     now,
@@ -100,7 +99,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	}
 	c.sweeper = newSweeper(c, sweepLockKey)
 	c.sweeper.tick = c.sweeper.groupTick
-	c.metrics = newOffsetCollector(deps.Pool, deps.Storage, log)
+	c.metrics = newOffsetCollector(deps.Store, deps.Storage, log)
 	c.lockHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tributary_coordinator_sweep_lock_held",
 		Help: "1 while this replica holds the sweep lock (and runs that kind of sweep), else 0; by lock.",
@@ -155,7 +154,7 @@ func (c *Coordinator) Ready(ctx context.Context) error {
 	if !c.nc.IsConnected() {
 		return fmt.Errorf("%w: nats disconnected", ErrNotReady)
 	}
-	return c.pool.Ping(ctx)
+	return c.store.Ping(ctx)
 }
 
 // HoldsSweepLock reports whether this replica currently runs the group sweeps (and
@@ -191,7 +190,7 @@ var errSkip = errors.New("nothing to write")
 // fn sees exists == false. Waiters are woken after the commit when fn changed the
 // group's state.
 func (c *Coordinator) withGroup(ctx context.Context, id string, create bool, fn func(g *group, now time.Time) error) error {
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := c.store.BeginGroupTx(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: begin: %v", ErrNotReady, err)
 	}
@@ -206,7 +205,7 @@ func (c *Coordinator) wait(ctx context.Context, id string, done func(g *group) b
 	defer t.Stop()
 	for {
 		ch := c.notify.wait(id)
-		g, err := snapshotGroup(ctx, c.pool, id)
+		g, err := snapshotGroup(ctx, c.store, id)
 		if err != nil {
 			return err
 		}

@@ -168,8 +168,11 @@ func (e *env) startReplicaWith(cfg Config, setup func(*Coordinator)) (*Coordinat
 	if err != nil {
 		e.t.Fatalf("nats: %v", err)
 	}
-	pool := e.openPool()
-	c, err := New(cfg, Deps{Pool: pool, NATS: nc, Log: zaptest.NewLogger(e.t)})
+	st, err := store.Open(e.dbURL, zap.NewNop())
+	if err != nil {
+		e.t.Fatalf("open store: %v", err)
+	}
+	c, err := New(cfg, Deps{Store: st, NATS: nc, Log: zaptest.NewLogger(e.t)})
 	if err != nil {
 		e.t.Fatalf("new coordinator: %v", err)
 	}
@@ -187,7 +190,7 @@ func (e *env) startReplicaWith(cfg Config, setup func(*Coordinator)) (*Coordinat
 		stopped = true
 		c.Close()
 		nc.Close()
-		pool.Close()
+		st.Close()
 	}
 	e.t.Cleanup(stop)
 	return c, nc, stop

@@ -5,12 +5,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
 // maxLagSeries bounds how many partitions one scrape reports (and asks storage-core
@@ -21,7 +21,7 @@ const maxLagSeries = 10000
 // and its lag: the partition's high watermark (storage-core's GetChannel; the HWM
 // sequence is numerically the Kafka log end offset) minus the committed offset.
 type offsetCollector struct {
-	pool    *pgxpool.Pool
+	store   *store.Store
 	storage storagev1.StorageServiceClient
 	log     *zap.Logger
 
@@ -29,10 +29,10 @@ type offsetCollector struct {
 	lag       *prometheus.Desc
 }
 
-func newOffsetCollector(pool *pgxpool.Pool, storage storagev1.StorageServiceClient, log *zap.Logger) *offsetCollector {
+func newOffsetCollector(st *store.Store, storage storagev1.StorageServiceClient, log *zap.Logger) *offsetCollector {
 	labels := []string{"group", "topic", "partition"}
 	return &offsetCollector{
-		pool:    pool,
+		store:   st,
 		storage: storage,
 		log:     log,
 		committed: prometheus.NewDesc("tributary_group_committed_offset",
@@ -50,34 +50,19 @@ func (o *offsetCollector) Describe(ch chan<- *prometheus.Desc) {
 func (o *offsetCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rows, err := o.pool.Query(ctx, `SELECT group_id, topic, partition, committed_offset FROM consumer_group_offsets
-		ORDER BY group_id, topic, partition LIMIT $1`, maxLagSeries)
+	rs, err := o.store.GroupOffsetsForMetrics(ctx, maxLagSeries)
 	if err != nil {
 		o.log.Warn("read committed offsets for metrics", zap.Error(err))
 		return
 	}
-	type row struct {
-		group, topic string
-		partition    int32
-		offset       int64
-	}
-	var rs []row
-	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.group, &r.topic, &r.partition, &r.offset); err != nil {
-			break
-		}
-		rs = append(rs, r)
-	}
-	rows.Close()
 	hwms := map[string]int64{}
 	for _, r := range rs {
-		p := strconv.Itoa(int(r.partition))
-		ch <- prometheus.MustNewConstMetric(o.committed, prometheus.GaugeValue, float64(r.offset), r.group, r.topic, p)
+		p := strconv.Itoa(int(r.Partition))
+		ch <- prometheus.MustNewConstMetric(o.committed, prometheus.GaugeValue, float64(r.Offset), r.Group, r.Topic, p)
 		if o.storage == nil || ctx.Err() != nil {
 			continue
 		}
-		name := channel.KafkaPartition(r.topic, r.partition)
+		name := channel.KafkaPartition(r.Topic, r.Partition)
 		hwm, ok := hwms[name]
 		if !ok {
 			resp, err := o.storage.GetChannel(ctx, &storagev1.GetChannelRequest{Name: name})
@@ -91,6 +76,6 @@ func (o *offsetCollector) Collect(ch chan<- prometheus.Metric) {
 		if hwm < 0 {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(o.lag, prometheus.GaugeValue, float64(max(hwm-r.offset, 0)), r.group, r.topic, p)
+		ch <- prometheus.MustNewConstMetric(o.lag, prometheus.GaugeValue, float64(max(hwm-r.Offset, 0)), r.Group, r.Topic, p)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
@@ -47,7 +46,7 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 		instanceID = &v
 	}
 	simple := gen < 0 && memberID == "" && instanceID == nil
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := c.store.BeginGroupTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: begin: %v", ErrNotReady, err)
 	}
@@ -72,7 +71,7 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 		if m := g.member(memberID); m != nil && g.State == StateStable {
 			m.SessionDeadline, m.dirty = now.Add(m.SessionTimeout), true
 		}
-		batch := &pgx.Batch{}
+		var offsets []store.GroupOffset
 		for _, t := range req.GetTopics() {
 			rt := &coordinatorv1.TopicPartitionResults{Name: t.GetName()}
 			for _, p := range t.GetPartitions() {
@@ -82,17 +81,14 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 					r.ErrorCode = codeOffsetMetadataTooLarge
 					continue
 				}
-				batch.Queue(`INSERT INTO consumer_group_offsets (group_id, topic, partition, committed_offset, leader_epoch,
-						metadata, commit_time) VALUES ($1, $2, $3, $4, $5, $6, $7)
-					ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = $4, leader_epoch = $5,
-						metadata = $6, commit_time = $7`,
-					gid, t.GetName(), p.GetPartition(), p.GetCommittedOffset(), p.GetCommittedLeaderEpoch(), p.GetMetadata(), now)
+				offsets = append(offsets, store.GroupOffset{Topic: t.GetName(), Partition: p.GetPartition(),
+					Offset: p.GetCommittedOffset(), LeaderEpoch: p.GetCommittedLeaderEpoch(), Metadata: p.GetMetadata()})
 			}
 			resp.Topics = append(resp.Topics, rt)
 		}
-		if batch.Len() > 0 {
-			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-				return fmt.Errorf("commit offsets: %w", err)
+		if len(offsets) > 0 {
+			if err := tx.SaveGroupOffsets(ctx, gid, offsets, now); err != nil {
+				return err
 			}
 			g.wrote = true
 		}
@@ -106,18 +102,17 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 
 // withGroupTx is withGroup's work in the caller's transaction tx: it commits tx when fn
 // returns nil and leaves it for the caller to roll back otherwise (errSkip: no error).
-func (c *Coordinator) withGroupTx(ctx context.Context, tx pgx.Tx, id string, create bool, fn func(g *group, now time.Time) error) error {
-	g, err := loadGroup(ctx, tx, id, true)
+func (c *Coordinator) withGroupTx(ctx context.Context, tx *store.GroupTx, id string, create bool, fn func(g *group, now time.Time) error) error {
+	g, err := lockGroup(ctx, tx, id)
 	if err != nil {
 		return err
 	}
 	inserted := false
 	if !g.exists && create {
-		if _, err := tx.Exec(ctx, `INSERT INTO consumer_groups (group_id, state) VALUES ($1, 'Empty')
-			ON CONFLICT (group_id) DO NOTHING`, id); err != nil {
-			return fmt.Errorf("create group: %w", err)
+		if err := tx.InsertEmptyGroup(ctx, id); err != nil {
+			return err
 		}
-		if g, err = loadGroup(ctx, tx, id, true); err != nil {
+		if g, err = lockGroup(ctx, tx, id); err != nil {
 			return err
 		}
 		inserted = g.exists
@@ -159,24 +154,15 @@ type tp struct {
 }
 
 func (c *Coordinator) readOffsets(ctx context.Context, gid, topic string) (map[tp]storedOffset, error) {
-	rows, err := c.pool.Query(ctx, `SELECT topic, partition, committed_offset, leader_epoch, metadata, commit_time
-		FROM consumer_group_offsets WHERE group_id = $1 AND ($2 = '' OR topic = $2)`, gid, topic)
+	offs, err := c.store.GroupOffsets(ctx, gid, topic)
 	if err != nil {
-		return nil, fmt.Errorf("%w: read offsets: %v", ErrNotReady, err)
+		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 	}
-	defer rows.Close()
-	out := map[tp]storedOffset{}
-	for rows.Next() {
-		var (
-			k tp
-			o storedOffset
-		)
-		if err := rows.Scan(&k.Topic, &k.Partition, &o.Offset, &o.Epoch, &o.Metadata, &o.Time); err != nil {
-			return nil, fmt.Errorf("scan offset: %w", err)
-		}
-		out[k] = o
+	out := make(map[tp]storedOffset, len(offs))
+	for _, o := range offs {
+		out[tp{o.Topic, o.Partition}] = storedOffset{Offset: o.Offset, Epoch: o.LeaderEpoch, Metadata: o.Metadata, Time: o.CommitTime}
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func sortedKeys(m map[tp]storedOffset) []tp {
@@ -216,7 +202,7 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.Offset
 		}
 		var unstable map[store.TxnPartition]bool
 		if req.GetRequireStable() {
-			if unstable, err = store.PendingTxnOffsets(ctx, c.pool, rg.GetGroupId()); err != nil {
+			if unstable, err = c.store.GroupPendingTxnOffsets(ctx, rg.GetGroupId()); err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 			}
 		}
@@ -267,7 +253,7 @@ func (c *Coordinator) ReadCommittedOffsets(ctx context.Context, req *coordinator
 		resp.ErrorCode = codeInvalidGroupID
 		return resp, nil
 	}
-	g, err := snapshotGroup(ctx, c.pool, req.GetGroupId())
+	g, err := snapshotGroup(ctx, c.store, req.GetGroupId())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 	}
@@ -303,7 +289,7 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.Des
 			dg.ErrorCode = codeInvalidGroupID
 			continue
 		}
-		g, err := snapshotGroup(ctx, c.pool, id)
+		g, err := snapshotGroup(ctx, c.store, id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 		}
@@ -329,22 +315,17 @@ func (c *Coordinator) ListGroups(ctx context.Context, req *coordinatorv1.ListGro
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	rows, err := c.pool.Query(ctx, `SELECT group_id, protocol_type, state FROM consumer_groups ORDER BY group_id`)
+	groups, err := c.store.ListGroups(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: list groups: %v", ErrNotReady, err)
+		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 	}
-	defer rows.Close()
 	resp := &coordinatorv1.ListGroupsResponse{}
-	for rows.Next() {
-		lg := &coordinatorv1.ListedGroup{}
-		if err := rows.Scan(&lg.GroupId, &lg.ProtocolType, &lg.State); err != nil {
-			return nil, fmt.Errorf("scan group: %w", err)
-		}
-		if matches(req.GetStatesFilter(), lg.State) && matches(req.GetTypesFilter(), lg.ProtocolType) {
-			resp.Groups = append(resp.Groups, lg)
+	for _, l := range groups {
+		if matches(req.GetStatesFilter(), l.State) && matches(req.GetTypesFilter(), l.ProtocolType) {
+			resp.Groups = append(resp.Groups, &coordinatorv1.ListedGroup{GroupId: l.ID, ProtocolType: l.ProtocolType, State: l.State})
 		}
 	}
-	return resp, rows.Err()
+	return resp, nil
 }
 
 func matches(filter []string, v string) bool {
@@ -406,7 +387,7 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *coordinatorv1.Offse
 		resp.ErrorCode = codeInvalidGroupID
 		return resp, nil
 	}
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := c.store.BeginGroupTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: begin: %v", ErrNotReady, err)
 	}
@@ -438,9 +419,8 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *coordinatorv1.Offse
 					r.ErrorCode = codeGroupSubscribedToTopic
 					continue
 				}
-				if _, err := tx.Exec(ctx, `DELETE FROM consumer_group_offsets WHERE group_id = $1 AND topic = $2 AND partition = $3`,
-					g.ID, t.GetName(), p); err != nil {
-					return fmt.Errorf("delete offset: %w", err)
+				if err := tx.DeleteGroupOffset(ctx, g.ID, t.GetName(), p); err != nil {
+					return err
 				}
 			}
 		}

@@ -166,23 +166,9 @@ func (s *sweeper) release() {
 // and, every RetentionCheckInterval, expires the offsets of long-empty groups.
 func (s *sweeper) sweep(ctx context.Context) error {
 	now := s.c.now()
-	rows, err := s.c.pool.Query(ctx, `SELECT group_id FROM consumer_groups WHERE deadline <= $1 OR join_not_before <= $1
-		UNION SELECT group_id FROM consumer_group_members WHERE session_deadline <= $1 AND NOT awaiting_join`, now)
+	ids, err := s.c.store.DueGroups(ctx, now)
 	if err != nil {
-		return fmt.Errorf("find expired groups: %w", err)
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return fmt.Errorf("scan group id: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("find expired groups: %w", err)
+		return err
 	}
 	for _, id := range ids {
 		err := s.c.withGroup(ctx, id, false, func(g *group, now time.Time) error {
@@ -216,27 +202,16 @@ func (s *sweeper) sweep(ctx context.Context) error {
 // commit), then Empty groups left with no offsets and no members.
 func (s *sweeper) expireOffsets(ctx context.Context, now time.Time) error {
 	cutoff := now.Add(-s.c.cfg.OffsetsRetention)
-	tag, err := s.c.pool.Exec(ctx, `DELETE FROM consumer_group_offsets o USING consumer_groups g
-		WHERE o.group_id = g.group_id AND g.state = 'Empty' AND GREATEST(g.empty_since, o.commit_time) < $1`, cutoff)
+	n, err := s.c.store.ExpireGroupOffsets(ctx, cutoff)
 	if err != nil {
-		return fmt.Errorf("expire offsets: %w", err)
+		return err
 	}
-	if n := tag.RowsAffected(); n > 0 {
+	if n > 0 {
 		s.c.log.Info("expired committed offsets", zap.Int64("partitions", n))
 	}
-	rows, err := s.c.pool.Query(ctx, `DELETE FROM consumer_groups g WHERE g.state = 'Empty' AND g.updated_at < $1
-		AND NOT EXISTS (SELECT 1 FROM consumer_group_offsets o WHERE o.group_id = g.group_id)
-		AND NOT EXISTS (SELECT 1 FROM consumer_group_members m WHERE m.group_id = g.group_id)
-		RETURNING g.group_id`, now.Add(-s.c.cfg.RetentionCheckInterval))
-	if err != nil {
-		return fmt.Errorf("delete empty groups: %w", err)
+	ids, err := s.c.store.DeleteEmptyGroups(ctx, now.Add(-s.c.cfg.RetentionCheckInterval))
+	for _, id := range ids {
+		_ = s.c.notify.publish(id)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err == nil {
-			_ = s.c.notify.publish(id)
-		}
-	}
-	return rows.Err()
+	return err
 }

@@ -103,7 +103,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.http.AddReadyCheck("storage-core", s.storageReady)
 
 	s.groups, err = group.New(group.Config{ClusterID: cfg.ClusterID}, group.Deps{
-		Pool: s.store.Pool(), NATS: s.nc, Storage: s.storage, Registerer: reg, Log: log.Named("group"), Now: cfg.Now,
+		Store: s.store, NATS: s.nc, Storage: s.storage, Registerer: reg, Log: log.Named("group"), Now: cfg.Now,
 	})
 	if err != nil {
 		return nil, err

@@ -1,7 +1,8 @@
-// Package store is the coordinator's Postgres state: the Kafka topic registry and
-// producer-id blocks. The schema lives in migrations/ (embedded, applied with goose at
-// start). Topic changes are serialized across coordinator replicas with session-level
-// advisory locks (see LOCKS.md).
+// Package store is the coordinator's Postgres state and the one place its SQL lives:
+// the Kafka topic registry, producer-id blocks, consumer groups with their members and
+// committed offsets (groups.go), and the Pub/Sub registry. The schema lives in
+// migrations/ (embedded, applied with goose at start). Topic changes are serialized
+// across coordinator replicas with session-level advisory locks (see LOCKS.md).
 package store
 
 import (
@@ -86,8 +87,9 @@ func (s *Store) Prepare(ctx context.Context) error {
 	return nil
 }
 
-// Pool is the connection pool over the migrated database, for other coordinator
-// components keeping state in it. Use it only after Prepare succeeded.
+// Pool is the connection pool over the migrated database, for tests that set up or
+// inspect rows directly. Coordinator code reads and writes through the typed methods
+// of this package, which owns every SQL statement.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func (s *Store) ensureDatabase(ctx context.Context) error {
