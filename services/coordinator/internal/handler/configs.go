@@ -51,7 +51,9 @@ func (h *Handler) DescribeTopicConfigs(ctx context.Context, req *coordinatorv1.D
 }
 
 // AlterTopicConfigs changes topic configs with Kafka IncrementalAlterConfigs semantics
-// (SET, DELETE, APPEND, SUBTRACT; APPEND and SUBTRACT on lists only). A missing topic is
+// (SET, DELETE, APPEND, SUBTRACT; APPEND and SUBTRACT on lists only), or with replace
+// those of the non-incremental AlterConfigs (the SETs become the whole set of overrides;
+// any other op is INVALID_REQUEST), validated the same way. A missing topic is
 // UNKNOWN_TOPIC_OR_PARTITION (3); an unknown config, a bad value or APPEND/SUBTRACT on
 // a non-list INVALID_CONFIG (40); an unknown op, a config named twice or a topic named
 // twice INVALID_REQUEST (42). With validate_only nothing changes. Otherwise the new
@@ -69,7 +71,7 @@ func (h *Handler) AlterTopicConfigs(ctx context.Context, req *coordinatorv1.Alte
 			resp.Results = append(resp.Results, topicResult(ta.GetName(), kerr.InvalidRequest, "topic "+ta.GetName()+" appears more than once in the request"))
 			continue
 		}
-		res, err := h.alterTopic(ctx, ta, req.GetValidateOnly())
+		res, err := h.alterTopic(ctx, ta, req.GetValidateOnly(), req.GetReplace())
 		if err != nil {
 			return nil, statusError(err)
 		}
@@ -78,7 +80,7 @@ func (h *Handler) AlterTopicConfigs(ctx context.Context, req *coordinatorv1.Alte
 	return resp, nil
 }
 
-func (h *Handler) alterTopic(ctx context.Context, ta *coordinatorv1.TopicAlteration, validateOnly bool) (*coordinatorv1.TopicResult, error) {
+func (h *Handler) alterTopic(ctx context.Context, ta *coordinatorv1.TopicAlteration, validateOnly, replace bool) (*coordinatorv1.TopicResult, error) {
 	name := ta.GetName()
 	alts := make([]topicconfig.Alteration, len(ta.GetAlterations()))
 	for i, a := range ta.GetAlterations() {
@@ -95,7 +97,12 @@ func (h *Handler) alterTopic(ctx context.Context, ta *coordinatorv1.TopicAlterat
 		if err != nil {
 			return err
 		}
-		next, err := topicconfig.Alter(t.Configs, alts)
+		var next map[string]string
+		if replace {
+			next, err = topicconfig.Replace(alts)
+		} else {
+			next, err = topicconfig.Alter(t.Configs, alts)
+		}
 		if err != nil {
 			e := kerr.InvalidConfig
 			if errors.Is(err, topicconfig.ErrInvalidRequest) {

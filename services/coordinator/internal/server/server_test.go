@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -448,6 +449,79 @@ func TestTopicConfigs(t *testing.T) {
 	resp, err := r.client.AlterTopicConfigs(ctxT(t), &coordinatorv1.AlterTopicConfigsRequest{Topics: []*coordinatorv1.TopicAlteration{{Name: "nope", Alterations: []*coordinatorv1.ConfigAlteration{set("retention.ms", "5")}}}})
 	if err != nil || resp.GetResults()[0].GetErrorCode() != 3 {
 		t.Fatalf("alter missing topic: %v %v", resp, err)
+	}
+}
+
+// TestReplaceTopicConfigs: with replace (Kafka AlterConfigs) the SETs become the whole
+// set of overrides, so configs not named return to their defaults, in Postgres and on
+// every partition's channel; validate_only and a refused value change nothing.
+func TestReplaceTopicConfigs(t *testing.T) {
+	e := newEnv(t)
+	r := start(t, e.cfg, true)
+	createOne(t, r.client, "rep", 2, map[string]string{"retention.ms": "1000", "cleanup.policy": "compact"})
+	set := func(n, v string) *coordinatorv1.ConfigAlteration {
+		return &coordinatorv1.ConfigAlteration{Name: n, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: v}
+	}
+	replace := func(validateOnly bool, alts ...*coordinatorv1.ConfigAlteration) *coordinatorv1.TopicResult {
+		resp, err := r.client.AlterTopicConfigs(ctxT(t), &coordinatorv1.AlterTopicConfigsRequest{Replace: true, ValidateOnly: validateOnly, Topics: []*coordinatorv1.TopicAlteration{{Name: "rep", Alterations: alts}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetResults()[0]
+	}
+	overrides := func() map[string]string {
+		resp, err := r.client.DescribeTopicConfigs(ctxT(t), &coordinatorv1.DescribeTopicConfigsRequest{Names: []string{"rep"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, c := range resp.GetTopics()[0].GetEntries() {
+			if c.GetSource() == coordinatorv1.ConfigSource_CONFIG_SOURCE_TOPIC {
+				out[c.GetName()] = c.GetValue()
+			}
+		}
+		return out
+	}
+	before := map[string]string{"retention.ms": "1000", "cleanup.policy": "compact"}
+
+	if res := replace(true, set("retention.bytes", "999")); res.GetErrorCode() != 0 || !maps.Equal(res.GetTopic().GetConfigs(), map[string]string{"retention.bytes": "999"}) {
+		t.Fatalf("validate_only replace: %v", res)
+	}
+	if got := overrides(); !maps.Equal(got, before) {
+		t.Fatalf("validate_only replace changed the overrides: %v", got)
+	}
+	for _, tc := range []struct {
+		name string
+		alts []*coordinatorv1.ConfigAlteration
+		code int32
+	}{
+		{"bad value", []*coordinatorv1.ConfigAlteration{set("retention.bytes", "1"), set("segment.ms", "0")}, 40},
+		{"unknown config", []*coordinatorv1.ConfigAlteration{set("no.such", "1")}, 40},
+		{"delete op", []*coordinatorv1.ConfigAlteration{{Name: "retention.ms", Op: coordinatorv1.AlterOp_ALTER_OP_DELETE}}, 42},
+		{"same config twice", []*coordinatorv1.ConfigAlteration{set("retention.ms", "5"), set("retention.ms", "6")}, 42},
+	} {
+		if res := replace(false, tc.alts...); res.GetErrorCode() != tc.code {
+			t.Errorf("%s: code %d (%s), want %d", tc.name, res.GetErrorCode(), res.GetErrorMessage(), tc.code)
+		}
+	}
+	if got := overrides(); !maps.Equal(got, before) {
+		t.Fatalf("a refused replace changed the overrides: %v", got)
+	}
+
+	if res := replace(false, set("retention.bytes", "999")); res.GetErrorCode() != 0 {
+		t.Fatalf("replace: %v", res)
+	}
+	if got := overrides(); !maps.Equal(got, map[string]string{"retention.bytes": "999"}) {
+		t.Fatalf("after replace the overrides are %v, want only retention.bytes", got)
+	}
+	for _, ch := range []string{"kafka.rep", "kafka.rep~1"} {
+		cc := e.storage.config(ch)
+		if cc.GetRetentionBytes() != 999 || cc.GetRetentionMs() != 604800000 || cc.GetCleanupPolicy() != storagev1.CleanupPolicy_CLEANUP_POLICY_DELETE {
+			t.Fatalf("%s config after replace = %v", ch, cc)
+		}
+	}
+	if res := replace(false); res.GetErrorCode() != 0 || len(overrides()) != 0 {
+		t.Fatalf("empty replace: %v, overrides %v", res, overrides())
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package topicconfig is the table of Kafka topic configs the coordinator knows: their
 // types, defaults and validators (as in Apache Kafka's LogConfig / TopicConfig), the
-// IncrementalAlterConfigs operations over them (KIP-339), and the mapping of the
-// storage-relevant ones onto a storage-core ChannelConfig.
+// IncrementalAlterConfigs operations over them (KIP-339), the whole-set replace of the
+// older AlterConfigs, and the mapping of the storage-relevant ones onto a storage-core
+// ChannelConfig.
 //
 // Values are stored as strings, trimmed, exactly as a Kafka broker keeps topic
 // overrides; defaults are never stored.
@@ -250,6 +251,19 @@ func Alter(current map[string]string, alts []Alteration) (map[string]string, err
 		}
 	}
 	return out, nil
+}
+
+// Replace returns the overrides a topic has after Kafka's non-incremental AlterConfigs
+// with alts: exactly the SET entries of alts, each validated as Alter validates it; a
+// config not named returns to its default. Errors: ErrInvalidRequest (an op other than
+// SET, a name given twice), ErrUnknownConfig, ErrInvalidValue.
+func Replace(alts []Alteration) (map[string]string, error) {
+	for _, a := range alts {
+		if a.Op != coordinatorv1.AlterOp_ALTER_OP_SET {
+			return nil, fmt.Errorf("%w: op %d for config %s; a replacing alteration only sets", ErrInvalidRequest, a.Op, a.Name)
+		}
+	}
+	return Alter(nil, alts)
 }
 
 // StorageMask lists the ChannelConfig fields ChannelConfig fills (for UpdateChannelConfig).

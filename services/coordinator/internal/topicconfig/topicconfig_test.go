@@ -101,6 +101,35 @@ func TestAlter(t *testing.T) {
 	}
 }
 
+// TestReplace: the SET entries become the whole set, validated as Alter validates; any
+// other op, a repeated name, an unknown name or a bad value is refused.
+func TestReplace(t *testing.T) {
+	set := func(n, v string) Alteration {
+		return Alteration{Name: n, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: v}
+	}
+	got, err := Replace([]Alteration{set("retention.bytes", " 10 "), set("cleanup.policy", "compact")})
+	if err != nil || len(got) != 2 || got["retention.bytes"] != "10" || got["cleanup.policy"] != "compact" {
+		t.Fatalf("Replace = %v, %v", got, err)
+	}
+	if got, err := Replace(nil); err != nil || len(got) != 0 {
+		t.Fatalf("Replace(nil) = %v, %v; want no overrides", got, err)
+	}
+	for _, tc := range []struct {
+		alts []Alteration
+		err  error
+	}{
+		{[]Alteration{set("retention.ms", "1"), {Name: "segment.ms", Op: coordinatorv1.AlterOp_ALTER_OP_DELETE}}, ErrInvalidRequest},
+		{[]Alteration{{Name: "cleanup.policy", Op: coordinatorv1.AlterOp_ALTER_OP_APPEND, Value: "compact"}}, ErrInvalidRequest},
+		{[]Alteration{set("retention.ms", "1"), set("retention.ms", "2")}, ErrInvalidRequest},
+		{[]Alteration{set("nope", "1")}, ErrUnknownConfig},
+		{[]Alteration{set("retention.ms", "-2")}, ErrInvalidValue},
+	} {
+		if _, err := Replace(tc.alts); !errors.Is(err, tc.err) {
+			t.Errorf("Replace(%v) = %v, want %v", tc.alts, err, tc.err)
+		}
+	}
+}
+
 func TestChannelConfig(t *testing.T) {
 	def := ChannelConfig(nil)
 	if def.GetRetentionMs() != 604800000 || def.GetRetentionBytes() != -1 || def.GetMaxMessageBytes() != 1048588 ||

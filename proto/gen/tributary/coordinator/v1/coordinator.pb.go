@@ -1225,9 +1225,13 @@ func (x *TopicAlteration) GetAlterations() []*ConfigAlteration {
 }
 
 type AlterTopicConfigsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topics        []*TopicAlteration     `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
-	ValidateOnly  bool                   `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Topics       []*TopicAlteration     `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	ValidateOnly bool                   `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	// Kafka's non-incremental AlterConfigs: each topic's alterations (all SET; any other
+	// op is INVALID_REQUEST) become its whole set of overrides, so a config not named
+	// returns to its default.
+	Replace       bool `protobuf:"varint,3,opt,name=replace,proto3" json:"replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,6 +1276,13 @@ func (x *AlterTopicConfigsRequest) GetTopics() []*TopicAlteration {
 func (x *AlterTopicConfigsRequest) GetValidateOnly() bool {
 	if x != nil {
 		return x.ValidateOnly
+	}
+	return false
+}
+
+func (x *AlterTopicConfigsRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
 	}
 	return false
 }
@@ -1530,10 +1541,11 @@ const file_tributary_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\tR\x05value\"s\n" +
 	"\x0fTopicAlteration\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12L\n" +
-	"\valterations\x18\x02 \x03(\v2*.tributary.coordinator.v1.ConfigAlterationR\valterations\"\x82\x01\n" +
+	"\valterations\x18\x02 \x03(\v2*.tributary.coordinator.v1.ConfigAlterationR\valterations\"\x9c\x01\n" +
 	"\x18AlterTopicConfigsRequest\x12A\n" +
 	"\x06topics\x18\x01 \x03(\v2).tributary.coordinator.v1.TopicAlterationR\x06topics\x12#\n" +
-	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"\\\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\x12\x18\n" +
+	"\areplace\x18\x03 \x01(\bR\areplace\"\\\n" +
 	"\x19AlterTopicConfigsResponse\x12?\n" +
 	"\aresults\x18\x01 \x03(\v2%.tributary.coordinator.v1.TopicResultR\aresults\"\xc0\x01\n" +
 	"\x15InitProducerIdRequest\x12)\n" +

@@ -52,8 +52,8 @@ type CoordinatorServiceClient interface {
 	GetTopics(ctx context.Context, in *GetTopicsRequest, opts ...grpc.CallOption) (*GetTopicsResponse, error)
 	// DescribeTopicConfigs returns every known topic config with its value and source.
 	DescribeTopicConfigs(ctx context.Context, in *DescribeTopicConfigsRequest, opts ...grpc.CallOption) (*DescribeTopicConfigsResponse, error)
-	// AlterTopicConfigs changes topic configs (Kafka IncrementalAlterConfigs semantics) and
-	// pushes the storage-relevant ones to the channels.
+	// AlterTopicConfigs changes topic configs (Kafka IncrementalAlterConfigs semantics, or
+	// AlterConfigs with replace) and pushes the storage-relevant ones to the channels.
 	AlterTopicConfigs(ctx context.Context, in *AlterTopicConfigsRequest, opts ...grpc.CallOption) (*AlterTopicConfigsResponse, error)
 	// InitProducerId hands out a producer id (from blocks allocated in Postgres) and epoch 0.
 	InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error)
@@ -153,8 +153,8 @@ type CoordinatorServiceServer interface {
 	GetTopics(context.Context, *GetTopicsRequest) (*GetTopicsResponse, error)
 	// DescribeTopicConfigs returns every known topic config with its value and source.
 	DescribeTopicConfigs(context.Context, *DescribeTopicConfigsRequest) (*DescribeTopicConfigsResponse, error)
-	// AlterTopicConfigs changes topic configs (Kafka IncrementalAlterConfigs semantics) and
-	// pushes the storage-relevant ones to the channels.
+	// AlterTopicConfigs changes topic configs (Kafka IncrementalAlterConfigs semantics, or
+	// AlterConfigs with replace) and pushes the storage-relevant ones to the channels.
 	AlterTopicConfigs(context.Context, *AlterTopicConfigsRequest) (*AlterTopicConfigsResponse, error)
 	// InitProducerId hands out a producer id (from blocks allocated in Postgres) and epoch 0.
 	InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error)
