@@ -244,7 +244,9 @@ func (c *Coordinator) DescribeTopicConfigs(_ context.Context, req *coordinatorv1
 	return resp, nil
 }
 
-// AlterTopicConfigs implements coordinatorv1.CoordinatorServiceClient (SET and DELETE).
+// AlterTopicConfigs implements coordinatorv1.CoordinatorServiceClient: SET and DELETE,
+// or with replace only SETs, which become the whole set. A topic is changed all or
+// nothing; values are not validated.
 func (c *Coordinator) AlterTopicConfigs(_ context.Context, req *coordinatorv1.AlterTopicConfigsRequest, _ ...grpc.CallOption) (*coordinatorv1.AlterTopicConfigsResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -260,19 +262,24 @@ func (c *Coordinator) AlterTopicConfigs(_ context.Context, req *coordinatorv1.Al
 			r.ErrorCode = codeUnknownTopic
 			continue
 		}
+		next := map[string]string{}
+		if !req.GetReplace() {
+			for k, v := range t.configs {
+				next[k] = v
+			}
+		}
 		for _, a := range ta.GetAlterations() {
-			switch a.GetOp() {
-			case coordinatorv1.AlterOp_ALTER_OP_SET:
-				if !req.GetValidateOnly() {
-					t.configs[a.GetName()] = a.GetValue()
-				}
-			case coordinatorv1.AlterOp_ALTER_OP_DELETE:
-				if !req.GetValidateOnly() {
-					delete(t.configs, a.GetName())
-				}
+			switch {
+			case a.GetOp() == coordinatorv1.AlterOp_ALTER_OP_SET:
+				next[a.GetName()] = a.GetValue()
+			case a.GetOp() == coordinatorv1.AlterOp_ALTER_OP_DELETE && !req.GetReplace():
+				delete(next, a.GetName())
 			default:
 				r.ErrorCode = codeInvalidRequest
 			}
+		}
+		if r.ErrorCode == 0 && !req.GetValidateOnly() {
+			t.configs = next
 		}
 	}
 	return resp, nil

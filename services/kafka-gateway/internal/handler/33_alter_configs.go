@@ -1,0 +1,73 @@
+package handler
+
+// AlterConfigs (API key 33), versions 0-2.
+//
+// Behaviour: the older, non-incremental config change (Kafka's "legacy" AlterConfigs,
+// still sent by kadm's AlterTopicConfigsState, Sarama's ClusterAdmin.AlterConfig and
+// older kafka-configs.sh). The configs given for a topic become its whole set of dynamic
+// configs: one not named returns to its default. Topic resources go to the coordinator's
+// AlterTopicConfigs in one call with replace set, every config as a SET, so names and
+// values are validated as for IncrementalAlterConfigs (unknown name or bad value:
+// INVALID_CONFIG) and nothing of a refused topic changes. validate_only validates and
+// changes nothing. Before that, per resource as Kafka's ConfigAdminManager does: a
+// resource given twice, a config named twice or a null value is INVALID_REQUEST; broker
+// configs are read-only (INVALID_REQUEST), other resource types INVALID_REQUEST; an
+// empty topic name INVALID_REQUEST, an invalid one INVALID_TOPIC_EXCEPTION, an unknown
+// one UNKNOWN_TOPIC_OR_PARTITION. Altered topics leave the metadata cache at once.
+// Coordinator outage: REQUEST_TIMED_OUT.
+//
+// KIPs: KIP-133 (the API), KIP-482 (flexible v2). Kafka deprecates it for
+// IncrementalAlterConfigs (KIP-339) but still serves v0-2.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+func init() {
+	register(kmsg.AlterConfigs.Int16(), 0, 2, (*Handler).handleAlterConfigs)
+}
+
+func (h *Handler) handleAlterConfigs(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.AlterConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
+
+	rs := make([]configResource, len(req.Resources))
+	for i, res := range req.Resources {
+		rs[i] = configResource{typ: res.ResourceType, name: res.ResourceName}
+		for _, c := range res.Configs {
+			rs[i].configs = append(rs[i].configs, c.Name)
+			if c.Value == nil {
+				rs[i].nulls = append(rs[i].nulls, c.Name)
+			}
+		}
+	}
+	codes, msgs := checkAlterResources(rs)
+
+	areq := &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: req.ValidateOnly, Replace: true}
+	idx := map[string]int{}
+	for i, res := range req.Resources {
+		rr := kmsg.NewAlterConfigsResponseResource()
+		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName
+		rr.ErrorCode, rr.ErrorMessage = codes[i], msgs[i]
+		resp.Resources = append(resp.Resources, rr)
+		if codes[i] != 0 {
+			continue
+		}
+		ta := &coordinatorv1.TopicAlteration{Name: res.ResourceName}
+		for _, c := range res.Configs {
+			ta.Alterations = append(ta.Alterations, &coordinatorv1.ConfigAlteration{Name: c.Name, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: *c.Value})
+		}
+		areq.Topics = append(areq.Topics, ta)
+		idx[res.ResourceName] = i
+	}
+	h.alterTopicConfigs(ctx, areq, func(name string, code int16, msg *string) {
+		if i, ok := idx[name]; ok {
+			resp.Resources[i].ErrorCode, resp.Resources[i].ErrorMessage = code, msg
+		}
+	})
+	return resp, nil
+}

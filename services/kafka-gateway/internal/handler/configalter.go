@@ -1,0 +1,117 @@
+package handler
+
+// What AlterConfigs (33) and IncrementalAlterConfigs (44) share: the per-resource checks
+// Kafka's broker makes before a change reaches the controller (ConfigAdminManager.preprocess,
+// ControllerConfigurationValidator), and the one coordinator call that validates and
+// applies the topic changes (values are checked by the coordinator's topicconfig table,
+// for both APIs alike).
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+// configResource is one resource of an AlterConfigs or IncrementalAlterConfigs request,
+// reduced to what the checks need.
+type configResource struct {
+	typ  kmsg.ConfigResourceType
+	name string
+	// configs are the config names in request order.
+	configs []string
+	// nulls are the configs whose null value is refused (AlterConfigs: every null;
+	// IncrementalAlterConfigs: a null with an op other than DELETE).
+	nulls []string
+}
+
+// resourceKey identifies a config resource for Kafka's "at most once" rule.
+type resourceKey struct {
+	typ  kmsg.ConfigResourceType
+	name string
+}
+
+// checkAlterResources applies Kafka's per-resource checks, in Kafka's order, and returns
+// per resource the error code (0 when the resource may go to the coordinator) and
+// message:
+//   - a (type, name) pair given twice: INVALID_REQUEST on each;
+//   - a config named twice: INVALID_REQUEST;
+//   - a refused null value: INVALID_REQUEST naming the configs;
+//   - a broker resource: INVALID_REQUEST (broker configs are read-only here);
+//   - another non-topic type: INVALID_REQUEST;
+//   - an empty topic name (Kafka's default topic resource): INVALID_REQUEST;
+//   - an invalid topic name: INVALID_TOPIC_EXCEPTION.
+func checkAlterResources(rs []configResource) ([]int16, []*string) {
+	count := make(map[resourceKey]int, len(rs))
+	for _, r := range rs {
+		count[resourceKey{r.typ, r.name}]++
+	}
+	codes, msgs := make([]int16, len(rs)), make([]*string, len(rs))
+	for i, r := range rs {
+		var msg string
+		switch {
+		case count[resourceKey{r.typ, r.name}] > 1:
+			msg = "Each resource must appear at most once."
+		case hasDuplicate(r.configs):
+			msg = "Error due to duplicate config keys"
+		case len(r.nulls) > 0:
+			msg = "Null value not supported for : " + strings.Join(r.nulls, ", ")
+		case r.typ == resourceBroker:
+			msg = "broker configs are read-only"
+		case r.typ != resourceTopic:
+			msg = "Unknown resource type " + strconv.Itoa(int(r.typ)) + "; only topic configs can be altered"
+		case r.name == "":
+			msg = "Default topic resources are not allowed."
+		case !validTopicName(r.name):
+			codes[i] = kerr.InvalidTopicException.Code
+			continue
+		default:
+			continue
+		}
+		codes[i], msgs[i] = kerr.InvalidRequest.Code, &msg
+	}
+	return codes, msgs
+}
+
+func hasDuplicate(names []string) bool {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			return true
+		}
+		seen[n] = true
+	}
+	return false
+}
+
+// alterTopicConfigs sends areq (one TopicAlteration per topic, at most once each) to the
+// coordinator and reports each topic's outcome through set(name, code, message). The
+// topics leave the metadata cache at once. A coordinator outage is REQUEST_TIMED_OUT (or
+// the code controlCode gives) on every topic.
+func (h *Handler) alterTopicConfigs(ctx context.Context, areq *coordinatorv1.AlterTopicConfigsRequest, set func(name string, code int16, msg *string)) {
+	if len(areq.GetTopics()) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	out, err := h.coord.AlterTopicConfigs(cctx, areq)
+	for _, t := range areq.GetTopics() {
+		h.topics.invalidate(t.GetName())
+	}
+	if err != nil {
+		code := controlCode(err)
+		h.log.Warn("coordinator AlterTopicConfigs failed", zap.Error(err))
+		for _, t := range areq.GetTopics() {
+			set(t.GetName(), code, errMessage(err))
+		}
+		return
+	}
+	for _, res := range out.GetResults() {
+		set(res.GetName(), int16(res.GetErrorCode()), strPtr(res.GetErrorMessage()))
+	}
+}
