@@ -809,6 +809,9 @@ func (l *Log) readRecords(off int64, maxRecords, maxBytes int, committed bool) (
 				if r.Offset < next {
 					continue
 				}
+				if r.Offset >= limit {
+					return recs, next, nil // a batch across a log start clamped LSO
+				}
 				if len(recs) >= maxRecords || (size >= maxBytes && len(recs) > 0) {
 					return recs, next, nil
 				}
