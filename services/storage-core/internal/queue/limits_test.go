@@ -189,3 +189,43 @@ func TestReceiveMaxBytesNotExceeded(t *testing.T) {
 		t.Fatalf("got %d", len(got))
 	}
 }
+
+// With ExactBytes, max_bytes binds the first message too: a message larger than the
+// caller's room is not leased (it stays available to other callers), and the call
+// answers at once with its size instead of waiting out its long poll.
+func TestReceiveExactBytes(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("gcp.t")
+	q := e.queue("gcp.sub.s", Config{}, Binding{Source: "gcp.t", StartSequence: 1})
+	publishWith(t, src, "small")
+	publishWith(t, src, string(make([]byte, 1000)), "h", "vv")
+	publishWith(t, src, "tail")
+	for deadline := time.Now().Add(5 * time.Second); q.Info().Backlog < 3; { // all three copied
+		if time.Now().After(deadline) {
+			t.Fatal("not copied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	exact := ReceiveArgs{MaxMsgs: 10, MaxBytes: 100, Wait: 5 * time.Second, ExactBytes: true}
+	ds, tooBig, err := q.ReceiveWith(context.Background(), exact)
+	if err != nil || len(ds) != 1 || string(ds[0].Record.Value) != "small" || tooBig != 0 {
+		t.Fatalf("first exact receive: %d messages, tooBig %d, %v; want only \"small\"", len(ds), tooBig, err)
+	}
+	start := time.Now()
+	ds, tooBig, err = q.ReceiveWith(context.Background(), exact)
+	if err != nil || len(ds) != 0 || tooBig != 1000+1+2 {
+		t.Fatalf("exact receive before the large message: %d messages, tooBig %d, %v; want none and 1003", len(ds), tooBig, err)
+	}
+	if waited := time.Since(start); waited >= exact.Wait {
+		t.Fatalf("exact receive waited %v for a message that cannot fit", waited)
+	}
+	// Not leased: a caller without the bound takes it alone, then the tail follows.
+	ds, err = q.Receive(context.Background(), 10, 100, 0, time.Second)
+	if err != nil || len(ds) != 1 || len(ds[0].Record.Value) != 1000 {
+		t.Fatalf("receive without ExactBytes: %d messages, %v; want the large one alone", len(ds), err)
+	}
+	ds, tooBig, err = q.ReceiveWith(context.Background(), exact)
+	if err != nil || len(ds) != 1 || string(ds[0].Record.Value) != "tail" || tooBig != 0 {
+		t.Fatalf("last exact receive: %d messages, tooBig %d, %v; want \"tail\"", len(ds), tooBig, err)
+	}
+}

@@ -603,8 +603,10 @@ func decodeDelivered(b []byte) delivered {
 
 // leaseLocked leases up to max available messages for leaseMs. It also ends the
 // leases that expired (returning those to dead-letter) and reports the earliest future
-// time (ms) a lease ends or a backoff passes (0: none), for a waiting Receive.
-func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64) (out []Delivery, dl []*msg, nextEvent int64, op *dbOp) {
+// time (ms) a lease ends or a backoff passes (0: none), for a waiting Receive. With
+// exact, maxBytes binds the first message too: when the first available one is larger,
+// nothing is leased and tooBig is its size.
+func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64, exact bool) (out []Delivery, dl []*msg, nextEvent, tooBig int64, op *dbOp) {
 	ordered := q.meta.Config.OrderingKeyHeader != ""
 	var seen map[string]struct{}
 	if ordered {
@@ -684,10 +686,13 @@ scan:
 		case m.notBefore > now:
 			event(m.notBefore)
 			continue
-		case maxBytes > 0 && len(out) > 0 && size+m.size > maxBytes:
-			// Never past max_bytes but with a lone first message: callers size it
-			// from their clients' receive limits and flow control. Queue order is
-			// kept, so stop here rather than skip.
+		case maxBytes > 0 && (len(out) > 0 || exact) && size+m.size > maxBytes:
+			// Never past max_bytes but with a lone first message (not even that
+			// when exact): callers size it from their clients' receive limits and
+			// flow control. Queue order is kept, so stop here rather than skip.
+			if len(out) == 0 {
+				tooBig = m.size
+			}
 			break scan
 		}
 		m.state = stLeased
@@ -729,7 +734,7 @@ scan:
 		}
 	}
 	op = q.putDeliveredLocked(leasedOffs, leasedVals, mark)
-	return out, dl, nextEvent, op
+	return out, dl, nextEvent, tooBig, op
 }
 
 // advanceDeliveredLocked moves the delivered mark past the delivered (or acked)
@@ -758,7 +763,8 @@ func (q *Queue) advanceDeliveredLocked() int64 {
 // it returns. Errors: ErrInvalidArgument, ErrNotFound, ErrDetached, ErrState,
 // ErrClosed, ctx's error.
 func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration) ([]Delivery, error) {
-	return q.receive(ctx, maxMsgs, maxBytes, leaseMs, wait, false)
+	out, _, err := q.ReceiveWith(ctx, ReceiveArgs{MaxMsgs: maxMsgs, MaxBytes: maxBytes, LeaseMs: leaseMs, Wait: wait})
+	return out, err
 }
 
 // ReceiveCatchUp is Receive with read-your-writes: before leasing it waits,
@@ -767,7 +773,28 @@ func (q *Queue) Receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 // and what it copied is loaded (catchUp), so records appended to a source before the
 // call are delivered by it when the window has room.
 func (q *Queue) ReceiveCatchUp(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration) ([]Delivery, error) {
-	return q.receive(ctx, maxMsgs, maxBytes, leaseMs, wait, true)
+	out, _, err := q.ReceiveWith(ctx, ReceiveArgs{MaxMsgs: maxMsgs, MaxBytes: maxBytes, LeaseMs: leaseMs, Wait: wait, CatchUp: true})
+	return out, err
+}
+
+// ReceiveArgs are ReceiveWith's: Receive's, and whether it catches up
+// (ReceiveCatchUp) and whether MaxBytes is exact.
+type ReceiveArgs struct {
+	MaxMsgs           int
+	MaxBytes, LeaseMs int64
+	Wait              time.Duration
+	CatchUp           bool
+	// ExactBytes: MaxBytes binds the first message too (a caller that may hold no
+	// more). When the first available message is larger, nothing is leased and
+	// ReceiveWith answers at once, without waiting, with its size.
+	ExactBytes bool
+}
+
+// ReceiveWith is Receive, or ReceiveCatchUp with a.CatchUp; with a.ExactBytes it
+// returns nothing and the size of the first available message (key, value, header
+// names and values, bytes) when that one alone is larger than a.MaxBytes.
+func (q *Queue) ReceiveWith(ctx context.Context, a ReceiveArgs) (out []Delivery, tooBig int64, err error) {
+	return q.receive(ctx, a)
 }
 
 // DefaultCatchUpMax is the default Options.CatchUpMax, the bound of ReceiveCatchUp's
@@ -859,20 +886,21 @@ func (q *Queue) catchUp(ctx context.Context, maxMsgs int) error {
 	return nil
 }
 
-func (q *Queue) receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int64, wait time.Duration, catchUp bool) ([]Delivery, error) {
+func (q *Queue) receive(ctx context.Context, a ReceiveArgs) ([]Delivery, int64, error) {
+	maxMsgs, maxBytes, leaseMs, wait := a.MaxMsgs, a.MaxBytes, a.LeaseMs, a.Wait
 	if maxMsgs < 1 || maxMsgs > MaxReceiveMessages {
-		return nil, fmt.Errorf("%w: max_messages %d outside [1, %d]", ErrInvalidArgument, maxMsgs, MaxReceiveMessages)
+		return nil, 0, fmt.Errorf("%w: max_messages %d outside [1, %d]", ErrInvalidArgument, maxMsgs, MaxReceiveMessages)
 	}
 	if leaseMs != 0 && (leaseMs < MinAckDeadlineMs || leaseMs > MaxAckDeadlineMs) {
-		return nil, fmt.Errorf("%w: ack_deadline_ms %d outside [%d, %d] (0 = the queue's)", ErrInvalidArgument, leaseMs, MinAckDeadlineMs, MaxAckDeadlineMs)
+		return nil, 0, fmt.Errorf("%w: ack_deadline_ms %d outside [%d, %d] (0 = the queue's)", ErrInvalidArgument, leaseMs, MinAckDeadlineMs, MaxAckDeadlineMs)
 	}
 	if maxBytes < 0 || wait < 0 {
-		return nil, fmt.Errorf("%w: max_bytes and wait_ms must not be negative", ErrInvalidArgument)
+		return nil, 0, fmt.Errorf("%w: max_bytes and wait_ms must not be negative", ErrInvalidArgument)
 	}
 	end := time.Now().Add(wait)
-	if catchUp {
+	if a.CatchUp {
 		if err := q.catchUp(ctx, maxMsgs); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	for {
@@ -880,14 +908,14 @@ func (q *Queue) receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 		q.mu.Lock()
 		if err := q.usableLocked(); err != nil {
 			q.mu.Unlock()
-			return nil, err
+			return nil, 0, err
 		}
 		lease := leaseMs
 		if lease == 0 {
 			lease = q.meta.Config.ackDeadline()
 		}
 		now := q.m.nowMs()
-		out, dl, next, op := q.leaseLocked(now, maxMsgs, maxBytes, lease)
+		out, dl, next, tooBig, op := q.leaseLocked(now, maxMsgs, maxBytes, lease, a.ExactBytes)
 		ch := q.notify
 		q.mu.Unlock()
 		if len(dl) > 0 {
@@ -895,13 +923,16 @@ func (q *Queue) receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 		}
 		if len(out) > 0 {
 			if err := op.wait(); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
-			return out, nil
+			return out, 0, nil
+		}
+		if tooBig > 0 {
+			return nil, tooBig, nil
 		}
 		remaining := time.Until(end)
 		if remaining <= 0 {
-			return nil, nil
+			return nil, 0, nil
 		}
 		if next > 0 {
 			remaining = min(remaining, time.Duration(next-now)*time.Millisecond)
@@ -912,10 +943,10 @@ func (q *Queue) receive(ctx context.Context, maxMsgs int, maxBytes, leaseMs int6
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		case <-q.m.stop:
 			t.Stop()
-			return nil, ErrClosed
+			return nil, 0, ErrClosed
 		}
 		t.Stop()
 	}

@@ -135,16 +135,18 @@ func (qs *queueService) Receive(ctx context.Context, req *storagev1.ReceiveReque
 	}
 	wctx, cancel := qs.s.waitCtx(ctx)
 	defer cancel()
-	receive := q.Receive
-	if req.CatchUp {
-		receive = q.ReceiveCatchUp
-	}
-	ds, err := receive(wctx, int(req.MaxMessages), req.MaxBytes, int64(req.AckDeadlineMs), min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
+	ds, tooBig, err := q.ReceiveWith(wctx, queue.ReceiveArgs{
+		MaxMsgs: int(req.MaxMessages), MaxBytes: req.MaxBytes, LeaseMs: int64(req.AckDeadlineMs),
+		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait), CatchUp: req.CatchUp, ExactBytes: req.ExactMaxBytes,
+	})
 	if err != nil {
 		if ctx.Err() == nil && wctx.Err() != nil {
 			return nil, status.Error(codes.Unavailable, "storage-core is shutting down")
 		}
 		return nil, toStatus(err)
+	}
+	if tooBig > 0 {
+		return &storagev1.ReceiveResponse{NextBytes: tooBig}, nil
 	}
 	if holdDeliveries(ctx, ds) {
 		return &storagev1.ReceiveResponse{}, nil // receiveDirect answers

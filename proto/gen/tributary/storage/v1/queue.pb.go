@@ -1091,7 +1091,8 @@ type ReceiveRequest struct {
 	// 1..10000.
 	MaxMessages int32 `protobuf:"varint,2,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	// Stop adding messages once this many bytes of record data are returned (0 = no
-	// limit). At least one message is returned when one is available.
+	// limit). At least one message is returned when one is available, unless
+	// exact_max_bytes. Each message counts its key, value, header names and values.
 	MaxBytes int64 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// Lease length, 10000..600000 ms; 0 = the queue's ack_deadline_ms.
 	AckDeadlineMs int32 `protobuf:"varint,4,opt,name=ack_deadline_ms,json=ackDeadlineMs,proto3" json:"ack_deadline_ms,omitempty"`
@@ -1105,7 +1106,12 @@ type ReceiveRequest struct {
 	// holds max_messages deliverable messages), also with wait_ms 0, and counts toward
 	// wait_ms; bindings whose source is gone do not wait. Without it a
 	// record appended just before the call may come only on the next Receive.
-	CatchUp       bool `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	CatchUp bool `protobuf:"varint,6,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	// max_bytes binds the first message too: a caller that may hold no more than
+	// max_bytes (a stream with messages outstanding under its client's byte limit) gets
+	// nothing while the first available message in queue order is larger, and the call
+	// then answers at once, without waiting, with that message's size in next_bytes.
+	ExactMaxBytes bool `protobuf:"varint,7,opt,name=exact_max_bytes,json=exactMaxBytes,proto3" json:"exact_max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1178,6 +1184,13 @@ func (x *ReceiveRequest) GetWaitMs() int32 {
 func (x *ReceiveRequest) GetCatchUp() bool {
 	if x != nil {
 		return x.CatchUp
+	}
+	return false
+}
+
+func (x *ReceiveRequest) GetExactMaxBytes() bool {
+	if x != nil {
+		return x.ExactMaxBytes
 	}
 	return false
 }
@@ -1264,8 +1277,12 @@ func (x *ReceivedMessage) GetDeliveryAttempt() int32 {
 }
 
 type ReceiveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*ReceivedMessage     `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*ReceivedMessage     `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// With exact_max_bytes, when nothing was returned because the first available
+	// message is larger than max_bytes: its size, counted as max_bytes counts (key,
+	// value, header names and values); 0 otherwise.
+	NextBytes     int64 `protobuf:"varint,2,opt,name=next_bytes,json=nextBytes,proto3" json:"next_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1305,6 +1322,13 @@ func (x *ReceiveResponse) GetMessages() []*ReceivedMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *ReceiveResponse) GetNextBytes() int64 {
+	if x != nil {
+		return x.NextBytes
+	}
+	return 0
 }
 
 type AckRequest struct {
@@ -2164,22 +2188,25 @@ const file_tributary_storage_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\"*\n" +
 	"\x0eUnbindResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xc2\x01\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xea\x01\n" +
 	"\x0eReceiveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12!\n" +
 	"\fmax_messages\x18\x02 \x01(\x05R\vmaxMessages\x12\x1b\n" +
 	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\x12&\n" +
 	"\x0fack_deadline_ms\x18\x04 \x01(\x05R\rackDeadlineMs\x12\x17\n" +
 	"\await_ms\x18\x05 \x01(\x05R\x06waitMs\x12\x19\n" +
-	"\bcatch_up\x18\x06 \x01(\bR\acatchUp\"\xca\x01\n" +
+	"\bcatch_up\x18\x06 \x01(\bR\acatchUp\x12&\n" +
+	"\x0fexact_max_bytes\x18\a \x01(\bR\rexactMaxBytes\"\xca\x01\n" +
 	"\x0fReceivedMessage\x12\x15\n" +
 	"\x06ack_id\x18\x01 \x01(\tR\x05ackId\x124\n" +
 	"\x06record\x18\x02 \x01(\v2\x1c.tributary.storage.v1.RecordR\x06record\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12'\n" +
 	"\x0fsource_sequence\x18\x04 \x01(\x03R\x0esourceSequence\x12)\n" +
-	"\x10delivery_attempt\x18\x05 \x01(\x05R\x0fdeliveryAttempt\"T\n" +
+	"\x10delivery_attempt\x18\x05 \x01(\x05R\x0fdeliveryAttempt\"s\n" +
 	"\x0fReceiveResponse\x12A\n" +
-	"\bmessages\x18\x01 \x03(\v2%.tributary.storage.v1.ReceivedMessageR\bmessages\";\n" +
+	"\bmessages\x18\x01 \x03(\v2%.tributary.storage.v1.ReceivedMessageR\bmessages\x12\x1d\n" +
+	"\n" +
+	"next_bytes\x18\x02 \x01(\x03R\tnextBytes\";\n" +
 	"\n" +
 	"AckRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x17\n" +
