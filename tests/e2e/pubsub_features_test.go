@@ -483,9 +483,8 @@ func sortedStrings(s []string) []string {
 
 // TestPubSubStreamingPullProtocol drives StreamingPull by hand: the first response
 // carries the subscription's properties; an empty request (the clients' keepalive) is
-// answered; the server stops sending once the stream's flow-control window is full
-// (the gateway keeps ten times the client's max_outstanding_messages in flight) and
-// resumes when acks free it.
+// answered; the server stops sending once the client's max_outstanding_messages are
+// outstanding and resumes when acks free it.
 func TestPubSubStreamingPullProtocol(t *testing.T) {
 	s := pubsubStack(t)
 	pub, sc := rawPubSub(t, s.PubSubAddrs[0])
@@ -541,10 +540,10 @@ func TestPubSubStreamingPullProtocol(t *testing.T) {
 	for _, m := range first.GetReceivedMessages() {
 		ids = append(ids, m.GetAckId())
 	}
-	for count < 50 {
+	for count < 5 {
 		r, ok := next(10 * time.Second)
 		if !ok {
-			t.Fatalf("got %d messages, want the full window of 50", count)
+			t.Fatalf("got %d messages, want the full window of 5", count)
 		}
 		for _, m := range r.GetReceivedMessages() {
 			ids = append(ids, m.GetAckId())
@@ -560,7 +559,7 @@ func TestPubSubStreamingPullProtocol(t *testing.T) {
 		t.Fatal("keepalive not answered")
 	}
 	if n := len(r.GetReceivedMessages()); n > 0 {
-		t.Fatalf("%d more messages beyond the window of 50", n)
+		t.Fatalf("%d more messages beyond the window of 5", n)
 	}
 	if _, ok := next(time.Second); ok {
 		t.Fatal("the server sent more while the window was full")

@@ -63,7 +63,7 @@ func (h *Subscriber) receiveReply(ctx context.Context, req *storagev1.ReceiveReq
 	for i, m := range resp.GetMessages() {
 		out[i] = fromProto(m)
 	}
-	return &receiveReply{msgs: out}, nil
+	return &receiveReply{msgs: out, nextBytes: resp.GetNextBytes()}, nil
 }
 
 // receiveReply is a ReceiveResponse decoded into deliveries (grpcx.BufferUnmarshaler).
@@ -71,6 +71,9 @@ func (h *Subscriber) receiveReply(ctx context.Context, req *storagev1.ReceiveReq
 // type (proto keeps those as unknown fields).
 type receiveReply struct {
 	msgs []delivery
+	// nextBytes is the answer's next_bytes: with exact_max_bytes, the size of the
+	// first available message when it alone did not fit (then msgs is empty).
+	nextBytes int64
 	// pooled asks UnmarshalBuffers to copy the answer into its pool; buf is that copy
 	// (nil: none, or a heap copy), freed by free.
 	pooled bool
@@ -114,8 +117,9 @@ func (r *receiveReply) UnmarshalBuffers(data mem.BufferSlice, pool mem.BufferPoo
 	return err
 }
 
-// decode decodes the answer b into r.msgs.
+// decode decodes the answer b into r.msgs and r.nextBytes.
 func (r *receiveReply) decode(b []byte) error {
+	r.nextBytes = 0
 	// Count the messages first, so msgs is allocated once.
 	n := 0
 	for rest := b; len(rest) > 0; {
@@ -135,10 +139,13 @@ func (r *receiveReply) decode(b []byte) error {
 		if err != nil {
 			return err
 		}
-		if num == 1 && typ == protowire.BytesType {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
 			if err := dec.delivery(v); err != nil {
 				return err
 			}
+		case num == 2 && typ == protowire.VarintType:
+			r.nextBytes = int64(varint(v))
 		}
 		b = rest
 	}

@@ -116,3 +116,25 @@ func evenSplit(b []byte, n int) mem.BufferSlice {
 	}
 	return out
 }
+
+// TestReceiveReplyNextBytes: an exact_max_bytes answer that returned nothing because
+// its next message does not fit carries next_bytes, which the decoder reads beside the
+// messages (and which a later answer without it does not keep).
+func TestReceiveReplyNextBytes(t *testing.T) {
+	b, err := proto.Marshal(&storagev1.ReceiveResponse{NextBytes: 1_000_123})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r receiveReply
+	defer r.free()
+	if err := r.UnmarshalBuffers(evenSplit(b, 1), nil); err != nil || r.nextBytes != 1_000_123 || len(r.msgs) != 0 {
+		t.Fatalf("decoded %d messages, next_bytes %d, %v; want none, 1000123", len(r.msgs), r.nextBytes, err)
+	}
+	b, err = proto.Marshal(&storagev1.ReceiveResponse{Messages: []*storagev1.ReceivedMessage{{AckId: "a", Record: &storagev1.Record{Value: []byte("v")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.UnmarshalBuffers(evenSplit(b, 1), nil); err != nil || r.nextBytes != 0 || len(r.msgs) != 1 {
+		t.Fatalf("decoded %d messages, next_bytes %d, %v; want one, 0", len(r.msgs), r.nextBytes, err)
+	}
+}

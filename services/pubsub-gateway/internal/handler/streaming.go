@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -38,22 +37,6 @@ const (
 	leaseRefreshGap = 50 * time.Millisecond
 	// backendRetry is the pause after a failed Receive before the stream gives up.
 	backendRetry = 200 * time.Millisecond
-	// windowFactor scales the client's max_outstanding_messages/bytes into the stream's
-	// window. Clients release a flow-control slot as soon as the application acks, but
-	// send acks in batches (the Go client every 100 ms, over unary Acknowledge), so a
-	// window of exactly the client's limit would cap a stream at ten windows per second
-	// while the client sits idle; the client's own flow control still holds the
-	// application to its limit.
-	windowFactor = 10
-	// ackLag is how long a message the client has settled is taken to stay outstanding
-	// here before its ack arrives (the Go client's 100 ms ack batching and the RPC, with
-	// room). The window grows past the scaled limit by what the stream settles in that
-	// time, so the batching does not cap a fast consumer at ten windows per second
-	// either; a slow one keeps the scaled limit. The settle rate is measured over each
-	// rateSpan; the growth follows a higher rate at once and halves per span when the
-	// rate falls, so one span without an ack batch does not shut the window.
-	ackLag   = 250 * time.Millisecond
-	rateSpan = 100 * time.Millisecond
 	// releaseTimeout bounds the nack of messages a closing stream could not send.
 	releaseTimeout = 5 * time.Second
 	// streamReceivers is how many Receive calls a stream keeps in flight. Each waits
@@ -77,10 +60,20 @@ const (
 )
 
 // StreamingPull delivers messages over a bidirectional stream: the first request names
-// the subscription and the stream's ack deadline (10..600 s) and flow-control window;
-// later requests carry acks, deadline changes and keepalives (empty requests, answered
-// with an empty response so the client sees the stream alive). The first response
-// carries the subscription's properties.
+// the subscription and the stream's ack deadline (10..600 s) and flow control
+// (max_outstanding_messages/bytes, each <= 0 for none: google/pubsub/v1); later
+// requests carry acks, deadline changes and keepalives (empty requests, answered with
+// an empty response so the client sees the stream alive). The first response carries
+// the subscription's properties.
+//
+// Flow control is Google's: once max_outstanding_messages messages, or
+// max_outstanding_bytes bytes, sent on the stream are neither acked, nacked (a deadline
+// of 0) nor past their lease, nothing more is sent until one is; a message larger than
+// max_outstanding_bytes goes out alone, when nothing else is outstanding. A message's
+// bytes are its stored ones (data, attributes and the reserved headers: see
+// storedSize), at least the data size the Go client counts. The stream never leases
+// more than it may send, so what it holds back stays available to the subscription's
+// other streams.
 func (h *Subscriber) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) error {
 	ctx, cancel := context.WithCancel(ss.Context())
 	defer cancel()
@@ -111,7 +104,7 @@ func (h *Subscriber) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) e
 	h.touch(r.id)
 	st := &stream{
 		h: h, ss: ss, sub: sub, queue: channel.PubSubSubscription(r.id),
-		maxMsgs: first.GetMaxOutstandingMessages() * windowFactor, maxBytes: first.GetMaxOutstandingBytes() * windowFactor,
+		maxMsgs: first.GetMaxOutstandingMessages(), maxBytes: first.GetMaxOutstandingBytes(),
 		outstanding: map[string]lease{}, wake: make(chan struct{}, 1), wakeOthers: make(chan struct{}, streamReceivers-1),
 		props: &pubsubpb.StreamingPullResponse_SubscriptionProperties{
 			ExactlyOnceDeliveryEnabled: sub.spec.GetEnableExactlyOnceDelivery(),
@@ -176,7 +169,7 @@ type stream struct {
 	closed bool // set when the handler returns; no Send after that
 
 	mu          sync.Mutex
-	maxMsgs     int64 // the window's floor: the client's limits × windowFactor
+	maxMsgs     int64 // the window: the client's max_outstanding_messages/bytes (<= 0: none)
 	maxBytes    int64
 	outstanding map[string]lease
 	count       int64
@@ -194,11 +187,6 @@ type stream struct {
 	// nextBound is at or before the earliest deadline in outstanding (zero: none
 	// tracked); window scans for the exact one only once it has passed.
 	nextBound time.Time
-	// The settle rate behind the window's growth: settled messages and bytes since
-	// rateFrom, and the growth last measured from them.
-	settled, settledBytes int64
-	rateFrom              time.Time
-	extraMsgs, extraBytes int64
 
 	// stale is set by a wake-up: leases of the queue ended elsewhere, re-read them.
 	stale atomic.Bool
@@ -349,13 +337,14 @@ func isKeepalive(req *pubsubpb.StreamingPullRequest) bool {
 
 // window returns how many messages and bytes the stream may still take (at most one
 // Receive's worth: batchLimit, which each call doubles up to maxStreamBatch), whether
-// it is full, and a time at or before the earliest lease deadline it knows, exact
-// once that time has passed (zero when it tracks none). The window is the floor
-// (maxMsgs, maxBytes) plus what the stream settled in the last ackLag, as last
-// measured over rateSpan, less what Receive calls in flight reserved. Unless full,
-// the room returned is reserved too: the caller gives it back with unreserve, or
-// trackAll, once its Receive has answered.
-func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
+// the Receive must hold to those bytes exactly (exact: a byte limit, and messages
+// outstanding or reserved, so not even a lone larger message may come), whether the
+// window is full, and a time at or before the earliest lease deadline it knows, exact
+// once that time has passed (zero when it tracks none). The window is the client's
+// limits (maxMsgs, maxBytes) less what is outstanding and what Receive calls in
+// flight reserved. Unless full, the room returned is reserved too: the caller gives it
+// back with unreserve, or trackAll, once its Receive has answered.
+func (s *stream) window() (msgs int32, bytes int64, exact bool, next time.Time, full bool) {
 	now := s.h.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -363,36 +352,28 @@ func (s *stream) window() (msgs int32, bytes int64, next time.Time, full bool) {
 		s.nextBound = s.earliestLocked()
 	}
 	next = s.nextBound
-	if s.rateFrom.IsZero() {
-		s.rateFrom = now
-	} else if span := now.Sub(s.rateFrom); span >= rateSpan {
-		s.extraMsgs = max(s.settled*int64(ackLag)/int64(span), s.extraMsgs/2)
-		s.extraBytes = max(s.settledBytes*int64(ackLag)/int64(span), s.extraBytes/2)
-		s.settled, s.settledBytes, s.rateFrom = 0, 0, now
-	}
 	if s.batchLimit == 0 {
 		s.batchLimit = firstStreamBatch
 	}
 	msgs = s.batchLimit
 	if s.maxMsgs > 0 {
-		limit := addCapped(s.maxMsgs, s.extraMsgs)
-		if s.count+s.reserved >= limit {
-			return 0, 0, next, true
+		if s.count+s.reserved >= s.maxMsgs {
+			return 0, 0, false, next, true
 		}
-		msgs = int32(min(int64(msgs), limit-s.count-s.reserved))
+		msgs = int32(min(int64(msgs), s.maxMsgs-s.count-s.reserved))
 	}
 	bytes = maxResponseBytes
 	if s.maxBytes > 0 {
-		limit := addCapped(s.maxBytes, s.extraBytes)
-		if s.bytes+s.reservedBytes >= limit {
-			return 0, 0, next, true
+		if s.bytes+s.reservedBytes >= s.maxBytes {
+			return 0, 0, false, next, true
 		}
-		bytes = min(bytes, limit-s.bytes-s.reservedBytes)
+		bytes = min(bytes, s.maxBytes-s.bytes-s.reservedBytes)
+		exact = s.count > 0 || s.reserved > 0
 	}
 	s.reserved += int64(msgs)
 	s.reservedBytes += bytes
 	s.batchLimit = min(2*s.batchLimit, maxStreamBatch)
-	return msgs, bytes, next, false
+	return msgs, bytes, exact, next, false
 }
 
 // unreserve gives back room window reserved for a Receive (msgs messages, bytes bytes).
@@ -401,15 +382,6 @@ func (s *stream) unreserve(msgs int32, bytes int64) {
 	s.reserved -= int64(msgs)
 	s.reservedBytes -= bytes
 	s.mu.Unlock()
-}
-
-// addCapped is a + b for a, b >= 0, at most math.MaxInt64: a client's limits may be
-// anywhere in the int64 range.
-func addCapped(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 // earliestLocked returns the earliest deadline in outstanding (zero: none).
@@ -535,8 +507,6 @@ func (s *stream) forgetLocked(id string, l lease) {
 	delete(s.outstanding, id)
 	s.count--
 	s.bytes -= l.bytes
-	s.settled++
-	s.settledBytes += l.bytes
 }
 
 func (s *stream) notify() {
@@ -631,7 +601,7 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch, enc *str
 	failing := false // Receive failed UNAVAILABLE last time
 	for ctx.Err() == nil {
 		now := s.h.now()
-		msgs, bytes, next, full := s.window()
+		msgs, bytes, exact, next, full := s.window()
 		if refresher && limited && s.refreshDue(now, next, full) {
 			s.unreserve(msgs, bytes)
 			s.refreshLeases(ctx)
@@ -648,7 +618,7 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch, enc *str
 		s.hold(ask)
 		deadline := s.deadline.Load()
 		r, err := s.h.receiveReply(ctx, &storagev1.ReceiveRequest{
-			Queue: s.queue, MaxMessages: msgs, MaxBytes: ask,
+			Queue: s.queue, MaxMessages: msgs, MaxBytes: ask, ExactMaxBytes: exact,
 			AckDeadlineMs: deadline * 1000, WaitMs: int32(streamPollWait.Milliseconds()),
 		}, enc != nil)
 		if err != nil {
@@ -683,6 +653,11 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch, enc *str
 			s.unreserve(msgs, bytes)
 			s.unhold(ask)
 			r.free()
+			if r.nextBytes > 0 {
+				// The next message does not fit beside those outstanding (storage-core
+				// answered at once): wait for them to settle.
+				s.pause(ctx, now, next, refresher)
+			}
 			continue
 		}
 		until := s.h.now().Add(time.Duration(deadline) * time.Second)
@@ -710,14 +685,16 @@ func (s *stream) receiveLoop(ctx context.Context, batches chan<- batch, enc *str
 
 // batch turns ds into the response to send, encoded by enc when the stream encodes
 // (enc is the calling receive loop's), and returns it with each message's
-// flow-control size (proto.Size of its PubsubMessage, bytes).
+// flow-control size (storedSize, bytes).
 func (s *stream) batch(ctx context.Context, enc *streamEncoder, ds []delivery) (batch, []int64) {
 	b := batch{ids: make([]string, len(ds))}
+	sizes := make([]int64, len(ds))
 	for i := range ds {
 		b.ids[i] = ds[i].ackID
+		sizes[i] = storedSize(&ds[i])
 	}
 	if enc != nil {
-		w, sizes, total, err := enc.encode(ctx, ds)
+		w, total, err := enc.encode(ctx, ds)
 		if err != nil {
 			// What gRPC's Send answers a message proto cannot marshal.
 			b.err = status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
@@ -727,15 +704,27 @@ func (s *stream) batch(ctx context.Context, enc *streamEncoder, ds []delivery) (
 		return b, sizes
 	}
 	b.out = &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, 0, len(ds))}
-	sizes := make([]int64, len(ds))
 	for i := range ds {
 		rm := ds[i].received(s.sub)
 		s.h.showDeletedSchema(ctx, rm.GetMessage())
 		b.out.ReceivedMessages = append(b.out.ReceivedMessages, rm)
-		sizes[i] = int64(proto.Size(rm.GetMessage()))
-		b.bytes += sizes[i]
+		b.bytes += int64(proto.Size(rm.GetMessage()))
 	}
 	return b, sizes
+}
+
+// storedSize is a delivery's flow-control size in bytes: its value (the data) and its
+// headers' names and values (attributes and the reserved _pubsub_ headers), as
+// storage-core's max_bytes counts it but for the record key (for a Pub/Sub publish,
+// the ordering key, also a header). Never less than the data size the Go client's
+// flow control counts, nor more than storage-core counts, so a Receive's max_bytes
+// bounds it.
+func storedSize(d *delivery) int64 {
+	n := int64(len(d.value))
+	for _, h := range d.headers {
+		n += int64(len(h.key) + len(h.value))
+	}
+	return n
 }
 
 // trackAll tracks the leases ids (sizes[i] bytes each) until the deadline and gives

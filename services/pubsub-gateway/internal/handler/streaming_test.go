@@ -23,7 +23,7 @@ import (
 
 // peekWindow is window without its reservation: what the stream may take now.
 func peekWindow(s *stream) (int32, int64, time.Time, bool) {
-	msgs, bytes, next, full := s.window()
+	msgs, bytes, _, next, full := s.window()
 	s.unreserve(msgs, bytes)
 	return msgs, bytes, next, full
 }
@@ -53,18 +53,18 @@ func TestStreamWindowReserves(t *testing.T) {
 	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 5, maxBytes: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 2)}
 	h.streams.add(s)
-	m1, b1, _, full := s.window()
-	if full || m1 != 5 || b1 != 100 {
-		t.Fatalf("first reservation = %d, %d, %v", m1, b1, full)
+	m1, b1, exact, _, full := s.window()
+	if full || m1 != 5 || b1 != 100 || exact {
+		t.Fatalf("first reservation = %d, %d, exact %v, %v", m1, b1, exact, full)
 	}
-	if _, _, _, full := s.window(); !full {
+	if _, _, _, _, full := s.window(); !full {
 		t.Fatal("a second Receive may take the room the first reserved")
 	}
 	// The first answers two messages of 10 bytes: three messages and 80 bytes are free.
 	s.trackAll([]string{"a", "b"}, []int64{10, 10}, now.Add(time.Minute), m1, b1)
-	m2, b2, _, full := s.window()
-	if full || m2 != 3 || b2 != 80 {
-		t.Fatalf("after tracking = %d, %d, %v, want 3, 80", m2, b2, full)
+	m2, b2, exact, _, full := s.window()
+	if full || m2 != 3 || b2 != 80 || !exact {
+		t.Fatalf("after tracking = %d, %d, exact %v, %v, want 3, 80, exact", m2, b2, exact, full)
 	}
 	s.unreserve(m2, b2) // an empty answer
 	if m, b, _, _ := peekWindow(s); m != 3 || b != 80 {
@@ -129,54 +129,54 @@ func TestStreamWindow(t *testing.T) {
 	}
 }
 
-// TestStreamWindowGrowsWithSettleRate: a stream whose client settles fast gets room
-// past its floor for what it settles in ackLag (acks come in batches); a slow one keeps
-// the floor.
-func TestStreamWindowGrowsWithSettleRate(t *testing.T) {
+// TestStreamWindowIsTheClientsLimit: the window is exactly the client's
+// max_outstanding_messages/bytes, however fast it settles (Google stops sending at the
+// limit); its bytes bind a Receive exactly once anything is outstanding or reserved,
+// so only a message alone may be larger than the limit, and never without a byte
+// limit.
+func TestStreamWindowIsTheClientsLimit(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
-	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 100, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 10, maxBytes: 2500, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
-	peekWindow(s) // starts the rate measurement
-	// 100 messages settled every 50 ms: 2000/s, so 500 within ackLag.
 	id := 0
-	for step := 0; step < int(rateSpan/(50*time.Millisecond)); step++ {
+	for range 20 { // 10 settled per 50 ms: a fast consumer
 		var ids []string
-		for range 100 {
+		for range 10 {
 			name := fmt.Sprint(id)
 			id++
-			s.track(name, 1, now.Add(time.Minute))
+			s.track(name, 100, now.Add(time.Minute))
 			ids = append(ids, name)
 		}
 		h.streams.done("gcp.sub.s", ids)
 		now = now.Add(50 * time.Millisecond)
 	}
-	for i := 0; i < 550; i++ {
-		s.track(fmt.Sprint("x", i), 1, now.Add(time.Minute))
+	if msgs, bytes, exact, _, full := s.window(); full || msgs != 10 || bytes != 2500 || exact {
+		t.Fatalf("empty window after fast settling = %d, %d, exact %v, full %v; want 10, 2500, not exact", msgs, bytes, exact, full)
+	} else {
+		s.unreserve(msgs, bytes)
 	}
-	if _, _, _, full := peekWindow(s); full {
-		t.Fatalf("window full at 550 outstanding with a floor of 100 and 2000 settled/s")
+	for i := range 9 {
+		s.track(fmt.Sprint("x", i), 100, now.Add(time.Minute))
 	}
-	for i := 550; i < 600; i++ {
-		s.track(fmt.Sprint("x", i), 1, now.Add(time.Minute))
+	if msgs, bytes, exact, _, full := s.window(); full || msgs != 1 || bytes != 1600 || !exact {
+		t.Fatalf("window with 9 outstanding = %d, %d, exact %v, full %v; want 1, 1600, exact", msgs, bytes, exact, full)
+	} else {
+		s.unreserve(msgs, bytes)
 	}
+	s.track("x9", 100, now.Add(time.Minute))
 	if _, _, _, full := peekWindow(s); !full {
-		t.Fatalf("window not full at 600 outstanding (floor 100 + 500 settled in ackLag)")
+		t.Fatal("window not full at max_outstanding_messages")
 	}
-	// Nothing settles: the growth halves with each rate span; the floor stays.
-	now = now.Add(rateSpan)
+	h.streams.done("gcp.sub.s", []string{"x9"})
+	s.track("big", 1600, now.Add(time.Minute)) // 2500 bytes outstanding
 	if _, _, _, full := peekWindow(s); !full {
-		t.Fatal("window not full one span after the settling stopped (floor 100 + 250)")
+		t.Fatal("window not full at max_outstanding_bytes")
 	}
-	now = now.Add(rateSpan)
-	peekWindow(s)
-	var ids []string
-	for i := 0; i < 550; i++ {
-		ids = append(ids, fmt.Sprint("x", i))
-	}
-	h.streams.done("gcp.sub.s", ids)
-	if msgs, _, _, full := peekWindow(s); full || msgs != 175 {
-		t.Fatalf("window with 50 outstanding two quiet spans later = %d, %v; want 175 (floor 100 + 125 - 50)", msgs, full)
+	unlimited := &stream{h: h, queue: "gcp.sub.s", maxMsgs: 10, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
+	unlimited.track("u", 1<<20, now.Add(time.Minute))
+	if _, _, exact, _, full := unlimited.window(); full || exact {
+		t.Fatalf("a stream without a byte limit: exact %v, full %v", exact, full)
 	}
 }
 
@@ -523,13 +523,13 @@ func TestStreamBookChurn(t *testing.T) {
 	}
 }
 
-// TestStreamWindowHugeLimits: a client's max_outstanding_messages/bytes near the
-// int64 range (scaled by windowFactor) plus the settle rate's growth must not wrap
-// the window's limit negative, which would hold the stream full for good.
+// TestStreamWindowHugeLimits: a client's max_outstanding_messages/bytes at the top of
+// the int64 range must not wrap the window's room, which would hold the stream full
+// for good.
 func TestStreamWindowHugeLimits(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := New(Deps{Now: func() time.Time { return now }}).Subscriber
-	huge := int64(math.MaxInt64/windowFactor) * windowFactor
+	huge := int64(math.MaxInt64)
 	s := &stream{h: h, queue: "gcp.sub.s", maxMsgs: huge, maxBytes: huge, outstanding: map[string]lease{}, wake: make(chan struct{}, 1)}
 	h.streams.add(s)
 	peekWindow(s)
@@ -539,7 +539,6 @@ func TestStreamWindowHugeLimits(t *testing.T) {
 		s.track(ids[i], 1000, now.Add(time.Minute))
 	}
 	h.streams.done("gcp.sub.s", ids)
-	now = now.Add(rateSpan)
 	for s.batchLimit < maxStreamBatch { // past the first batches' slow start
 		peekWindow(s)
 	}

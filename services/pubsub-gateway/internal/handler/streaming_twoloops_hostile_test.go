@@ -109,7 +109,7 @@ func TestHostileSecondLoopDoesNotSpinOnPassedDeadline(t *testing.T) {
 		s.track(fmt.Sprint("old-", i), 1, time.Now().Add(-time.Second)) // deadline passed
 	}
 	// The first loop's Receive in flight: it reserved the last message of the window.
-	if m, _, _, full := s.window(); full || m != 1 {
+	if m, _, _, _, full := s.window(); full || m != 1 {
 		t.Fatalf("reservation = %d, %v", m, full)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,11 +225,10 @@ func (c *ackingClient) Send(resp *pubsubpb.StreamingPullResponse) error {
 
 func (c *ackingClient) Context() context.Context { return c.ctx }
 
-// TestHostileTwoLoopsSmallWindowsAccounting: for client limits of 1..10 messages (a
-// window of 10..100), two receive loops under churn (empty answers, UNAVAILABLE,
-// partial answers) never let the window hold more than its floor (the clock is still,
-// so it does not grow), no message is sent twice, every message leased is sent or
-// nacked, and when the stream ends no reservation and no held byte is left.
+// TestHostileTwoLoopsSmallWindowsAccounting: for client limits of 1..10 messages, two
+// receive loops under churn (empty answers, UNAVAILABLE, partial answers) never let
+// the window hold more than the limit, no message is sent twice, every message leased
+// is sent or nacked, and when the stream ends no reservation and no held byte is left.
 func TestHostileTwoLoopsSmallWindowsAccounting(t *testing.T) {
 	for _, limit := range []int64{1, 2, 3, 10} {
 		for _, ack := range []bool{true, false} {
@@ -247,7 +246,7 @@ func testTwoLoopsAccounting(t *testing.T, limit int64, ack bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &ackingClient{ctx: ctx, got: map[string]int{}, ack: ack}
 	s := &stream{h: h, ss: c, sub: &subInfo{id: "s", spec: &pubsubpb.Subscription{}},
-		queue: "gcp.sub.s", maxMsgs: limit * windowFactor, outstanding: map[string]lease{}, wake: make(chan struct{}, 1), wakeOthers: make(chan struct{}, streamReceivers-1)}
+		queue: "gcp.sub.s", maxMsgs: limit, outstanding: map[string]lease{}, wake: make(chan struct{}, 1), wakeOthers: make(chan struct{}, streamReceivers-1)}
 	c.s = s
 	s.deadline.Store(10)
 	h.budget.streams.Add(1)
@@ -260,7 +259,7 @@ func testTwoLoopsAccounting(t *testing.T, limit int64, ack bool) {
 		q.mu.Lock()
 		n := q.next
 		q.mu.Unlock()
-		if n >= 2000 || (!ack && n >= int(limit*windowFactor)) {
+		if n >= 2000 || (!ack && n >= int(limit)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -280,7 +279,7 @@ func testTwoLoopsAccounting(t *testing.T, limit int64, ack bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if c.maxCount > s.maxMsgs {
-		t.Errorf("window held %d messages, floor %d", c.maxCount, s.maxMsgs)
+		t.Errorf("window held %d messages, limit %d", c.maxCount, s.maxMsgs)
 	}
 	if q.maxAsk > int32(s.maxMsgs) {
 		t.Errorf("a Receive asked for %d messages, window %d", q.maxAsk, s.maxMsgs)

@@ -66,7 +66,7 @@ type wireMsg struct {
 	secs         int64
 	nanos        int32
 	attr0, attr1 int // the message's attributes: enc.attrs[attr0:attr1], sorted by key
-	msgSize      int // the PubsubMessage's encoded size (its flow-control bytes)
+	msgSize      int // the PubsubMessage's encoded size
 	rmSize       int // the ReceivedMessage's
 	// proto is the ReceivedMessage encoded by proto instead (see above), else nil.
 	proto []byte
@@ -94,11 +94,11 @@ type streamEncoder struct {
 }
 
 // encode encodes ds as one StreamingPullResponse with the stream's subscription
-// properties. It returns the response, the flow-control size of each message
-// (proto.Size of its PubsubMessage, in bytes; a new slice per call) and their sum.
+// properties. It returns the response and the sum of its messages' sizes (proto.Size
+// of each PubsubMessage, in bytes).
 // The response does not refer to ds: ds may be freed once it returns. The error is
 // proto's, for a message it cannot marshal.
-func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireResponse, sizes []int64, total int64, err error) {
+func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireResponse, total int64, err error) {
 	e.msgs = slices.Grow(e.msgs[:0], len(ds))[:len(ds)]
 	e.attrs = e.attrs[:0]
 	defer func() {
@@ -111,7 +111,7 @@ func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireRespo
 	for i := range ds {
 		m := &e.msgs[i]
 		if err := e.prepare(ctx, m, &ds[i]); err != nil {
-			return nil, nil, 0, err
+			return nil, 0, err
 		}
 		size += 1 + protowire.SizeBytes(m.rmSize)
 	}
@@ -120,10 +120,8 @@ func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireRespo
 
 	bp := grpcx.BufferPool.Get(size)
 	b := (*bp)[:0]
-	sizes = make([]int64, len(ds))
 	for i := range e.msgs {
 		m := &e.msgs[i]
-		sizes[i] = int64(m.msgSize)
 		total += int64(m.msgSize)
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(m.rmSize))
@@ -145,10 +143,10 @@ func (e *streamEncoder) encode(ctx context.Context, ds []delivery) (w *wireRespo
 		// A bug, not bad input: it fails this stream (INTERNAL), not the replica, as a
 		// panic outside the handler's goroutine would.
 		grpcx.BufferPool.Put(bp)
-		return nil, nil, 0, fmt.Errorf("streamwire: encoded %d bytes where %d were computed", len(b), size)
+		return nil, 0, fmt.Errorf("streamwire: encoded %d bytes where %d were computed", len(b), size)
 	}
 	*bp = b
-	return &wireResponse{buf: mem.NewBuffer(bp, grpcx.BufferPool)}, sizes, total, nil
+	return &wireResponse{buf: mem.NewBuffer(bp, grpcx.BufferPool)}, total, nil
 }
 
 func (e *streamEncoder) propsSize() int {

@@ -38,14 +38,19 @@ func wireBatch(t testing.TB, h *Subscriber, sub *subInfo, props *pubsubpb.Stream
 		t.Fatal(err)
 	}
 	defer bs.Free()
+	out := bs.Materialize()
+	var resp pubsubpb.StreamingPullResponse
+	if err := proto.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("encoded batch does not unmarshal: %v", err)
+	}
 	var total int64
-	for _, n := range sizes {
-		total += n
+	for _, rm := range resp.GetReceivedMessages() {
+		total += int64(proto.Size(rm.GetMessage()))
 	}
 	if total != b.bytes {
-		t.Fatalf("batch bytes %d, sizes add up to %d", b.bytes, total)
+		t.Fatalf("batch bytes %d, its messages' sizes add up to %d", b.bytes, total)
 	}
-	return bs.Materialize(), sizes, nil
+	return out, sizes, nil
 }
 
 // checkWireBatch: the encoder's bytes and sizes equal proto's for ds, and it fails
