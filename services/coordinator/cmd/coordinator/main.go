@@ -34,6 +34,8 @@ func run(args []string) error {
 	fs.StringVar(&cfg.StorageAddr, "storage-addr", cfg.StorageAddr, "storage-core gRPC address")
 	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL, "NATS server URL")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", cfg.ClusterID, "cluster id; NATS subjects start with tributary.<cluster-id>.")
+	fs.DurationVar(&cfg.TransactionMaxTimeout, "transaction-max-timeout", cfg.TransactionMaxTimeout,
+		"largest transaction.timeout.ms a Kafka transactional producer may ask for (Kafka transaction.max.timeout.ms)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "coordinator", args); err != nil {
 		return err

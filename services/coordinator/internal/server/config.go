@@ -7,7 +7,8 @@ import (
 )
 
 // Config is the coordinator's configuration (flags --grpc-addr, --http-addr,
-// --postgres-url, --storage-addr, --nats-url, --cluster-id).
+// --postgres-url, --storage-addr, --nats-url, --cluster-id,
+// --transaction-max-timeout).
 type Config struct {
 	// GRPCAddr is the CoordinatorService listen address (host:port; port 0 picks one).
 	GRPCAddr string
@@ -21,6 +22,9 @@ type Config struct {
 	NATSURL string
 	// ClusterID prefixes NATS subjects: "tributary.<cluster-id>.".
 	ClusterID string
+	// TransactionMaxTimeout is Kafka's transaction.max.timeout.ms: the largest
+	// transaction.timeout.ms a transactional producer may ask for (0 = 15 min).
+	TransactionMaxTimeout time.Duration
 	// PubSubExpiryInterval is how often the sweep-lock holder deletes expired Pub/Sub
 	// subscriptions (1 min when 0; not a flag).
 	PubSubExpiryInterval time.Duration
@@ -38,6 +42,8 @@ func DefaultConfig() Config {
 		StorageAddr: "127.0.0.1:7400",
 		NATSURL:     "nats://127.0.0.1:4222",
 		ClusterID:   "tributary",
+
+		TransactionMaxTimeout: 15 * time.Minute,
 	}
 }
 
@@ -54,6 +60,9 @@ func (c Config) Validate() error {
 		if f.v == "" {
 			return fmt.Errorf("%w: --%s is empty", ErrInvalidConfig, f.name)
 		}
+	}
+	if c.TransactionMaxTimeout < 0 || c.TransactionMaxTimeout > time.Duration(1<<31-1)*time.Millisecond {
+		return fmt.Errorf("%w: --transaction-max-timeout %s must be 0 (15m) or up to %dms", ErrInvalidConfig, c.TransactionMaxTimeout, 1<<31-1)
 	}
 	if !clusterIDPattern.MatchString(c.ClusterID) {
 		return fmt.Errorf("%w: --cluster-id %q must be 1..64 of [A-Za-z0-9_-]", ErrInvalidConfig, c.ClusterID)

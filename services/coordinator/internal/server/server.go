@@ -26,6 +26,7 @@ import (
 	"github.com/tributary/tributary/services/coordinator/internal/handler"
 	"github.com/tributary/tributary/services/coordinator/internal/pubsub"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
+	"github.com/tributary/tributary/services/coordinator/internal/txn"
 )
 
 // Timings of the background loops.
@@ -114,6 +115,13 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
+	txns := txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout}, txn.Deps{
+		Store: s.store, Markers: txn.StorageMarkers(s.storage), NextProducerID: s.handler.NextProducerID,
+		Log: log.Named("txn"), Now: cfg.Now,
+	})
+	s.handler.SetTransactions(txns)
+	coordinatorv1.RegisterTransactionCoordinatorServiceServer(s.grpc, txn.NewServer(txns))
+	s.groups.AddSweepLock(txn.SweepLock, txns.Sweep)
 	queues := storagev1.NewQueueServiceClient(s.storageConn)
 	registry := pubsub.New(s.store, s.storage, queues, log.Named("pubsub"), cfg.Now)
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
@@ -129,6 +137,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.TransactionCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
@@ -290,6 +299,7 @@ func (s *Server) prepare(ctx context.Context) {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.TransactionCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 

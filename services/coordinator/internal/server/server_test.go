@@ -546,8 +546,20 @@ func TestInitProducerIDAcrossRestarts(t *testing.T) {
 		seen[resp.GetProducerId()] = true
 		highest = max(highest, resp.GetProducerId())
 	}
-	if resp := init(r.client, &coordinatorv1.InitProducerIdRequest{TransactionalId: "tx", ProducerId: -1, ProducerEpoch: -1}); resp.GetErrorCode() != 42 {
-		t.Fatalf("transactional: %v, want 42", resp)
+	// Transactional ids go to the transaction coordinator: timeout checked, then a
+	// fresh id, then the same id with the epoch bumped (fencing the first producer).
+	if resp := init(r.client, &coordinatorv1.InitProducerIdRequest{TransactionalId: "tx", ProducerId: -1, ProducerEpoch: -1}); resp.GetErrorCode() != 50 {
+		t.Fatalf("transactional without a timeout: %v, want INVALID_TRANSACTION_TIMEOUT (50)", resp)
+	}
+	txReq := &coordinatorv1.InitProducerIdRequest{TransactionalId: "tx", TransactionTimeoutMs: 60000, ProducerId: -1, ProducerEpoch: -1}
+	tx1 := init(r.client, txReq)
+	if tx1.GetErrorCode() != 0 || tx1.GetProducerEpoch() != 0 || seen[tx1.GetProducerId()] {
+		t.Fatalf("transactional: %v (seen %v)", tx1, seen)
+	}
+	seen[tx1.GetProducerId()] = true
+	highest = max(highest, tx1.GetProducerId())
+	if tx2 := init(r.client, txReq); tx2.GetErrorCode() != 0 || tx2.GetProducerId() != tx1.GetProducerId() || tx2.GetProducerEpoch() != 1 {
+		t.Fatalf("transactional again: %v, want id %d epoch 1", tx2, tx1.GetProducerId())
 	}
 	if resp := init(r.client, &coordinatorv1.InitProducerIdRequest{ProducerId: 7, ProducerEpoch: 3}); resp.GetProducerId() != 7 || resp.GetProducerEpoch() != 4 {
 		t.Fatalf("bump: %v", resp)

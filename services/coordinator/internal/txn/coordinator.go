@@ -57,6 +57,9 @@ const (
 	codeProducerFenced           = 90
 )
 
+// SweepLock is the sweep-lock key (NATS JetStream KV) whose holder runs Sweep.
+const SweepLock = "transactions"
+
 // Defaults.
 const (
 	// DefaultMaxTimeout is Kafka's transaction.max.timeout.ms (15 minutes).

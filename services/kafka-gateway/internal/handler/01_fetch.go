@@ -13,7 +13,10 @@ package handler
 //     log start or above the high watermark: OFFSET_OUT_OF_RANGE (storage-core decides).
 //   - v13+ identifies topics by id (KIP-516): an unknown id is UNKNOWN_TOPIC_ID.
 //   - Aborted transactions are never sent on read_uncommitted (franz-go would skip
-//     records); read_committed gets an empty list and stops at the last stable offset.
+//     records); read_committed stops at the last stable offset and gets the aborted
+//     transactions overlapping the answer from storage-core (first offset = first
+//     sequence - 1; an empty list when none), so clients drop their records. Control
+//     batches (markers) are served as stored; clients skip them.
 //   - Fetch sessions (KIP-227) are not kept: every answer has session id 0, which all
 //     clients accept as "sessionless"; a request naming a session id we never handed out
 //     gets FETCH_SESSION_ID_NOT_FOUND. Forgotten topics are therefore ignored.
@@ -217,7 +220,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		}
 		fillOffsets(rp, res)
 		if iso == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
-			rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+			rp.AbortedTransactions = abortedTransactions(res.GetAbortedTransactions())
 		}
 		if b := res.GetBatches(); len(b) > 0 {
 			rp.RecordBatches = b
@@ -231,13 +234,14 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 // fillOffsets sets a partition's HighWatermark, LastStableOffset and LogStartOffset from
 // a storage result. The storage high watermark (sequence of the last durable record) is
 // numerically the Kafka high watermark; the Kafka log start offset is
-// log_start_sequence - 1. Without transactions the last stable offset is the high
-// watermark; storage's value is used when it lies in [0, HWM].
+// log_start_sequence - 1. storage-core's last stable sequence is numerically the Kafka
+// last stable offset (the high watermark without open transactions; 0 when one opens
+// the log); a value outside [0, HWM] is taken as the high watermark.
 func fillOffsets(rp *kmsg.FetchResponseTopicPartition, res *storagev1.FetchChannelResult) {
 	hwm := res.GetHighWatermark()
 	rp.HighWatermark = hwm
 	lso := res.GetLastStableSequence()
-	if lso <= 0 || lso > hwm {
+	if lso < 0 || lso > hwm {
 		lso = hwm
 	}
 	rp.LastStableOffset = lso
@@ -246,4 +250,17 @@ func fillOffsets(rp *kmsg.FetchResponseTopicPartition, res *storagev1.FetchChann
 		ls = 0
 	}
 	rp.LogStartOffset = ls
+}
+
+// abortedTransactions converts storage-core's aborted transactions (first sequences)
+// into Kafka's (first offsets = first sequence - 1); never nil, so read_committed
+// answers always carry the (possibly empty) list.
+func abortedTransactions(in []*storagev1.AbortedTransaction) []kmsg.FetchResponseTopicPartitionAbortedTransaction {
+	out := make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(in))
+	for _, a := range in {
+		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+		at.ProducerID, at.FirstOffset = a.GetProducerId(), a.GetFirstSequence()-1
+		out = append(out, at)
+	}
+	return out
 }

@@ -3,8 +3,9 @@ package handler
 // ListOffsets (API key 2), versions 1-10.
 //
 // Behaviour, per partition (one storage-core LookupSequence each, run concurrently):
-//   - -1 latest: the high watermark (read_committed: the last stable offset, equal
-//     without transactions); timestamp -1.
+//   - -1 latest: the high watermark (read_committed, v2+: the last stable offset, the
+//     first offset of the earliest open transaction, as storage-core answers it);
+//     timestamp -1. read_committed lookups by time find nothing at or past it.
 //   - -2 earliest and -4 earliest-local (v8+, KIP-405; no tiering here): the log start
 //     offset; timestamp -1.
 //   - -3 max timestamp (v7+, KIP-734): the record with the largest timestamp; offset -1,
@@ -109,11 +110,15 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 	for i := range jobs {
 		jobs[i].rp = &resp.Topics[jobs[i].t].Partitions[jobs[i].p]
 	}
+	iso := storagev1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED
+	if req.Version >= 2 && req.IsolationLevel == 1 {
+		iso = storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+	}
 	forEach(len(jobs), func(i int) {
 		j := jobs[i]
 		cctx, cancel := context.WithTimeout(ctx, storageCallTimeout)
 		defer cancel()
-		out, err := h.storage.LookupSequence(cctx, &storagev1.LookupSequenceRequest{Channel: j.ch, TimestampMs: j.ts})
+		out, err := h.storage.LookupSequence(cctx, &storagev1.LookupSequenceRequest{Channel: j.ch, TimestampMs: j.ts, IsolationLevel: iso})
 		if err != nil {
 			j.rp.ErrorCode = dataCode(err)
 			return

@@ -1333,7 +1333,9 @@ func (x *AlterTopicConfigsResponse) GetResults() []*TopicResult {
 
 type InitProducerIdRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Transactional producers are not served yet: a non-empty id is INVALID_REQUEST (42).
+	// Empty for an idempotent producer; otherwise served by the transaction coordinator
+	// (TransactionCoordinatorService's state): epoch bump and fencing, KIP-360 recovery,
+	// INVALID_TRANSACTION_TIMEOUT (50), CONCURRENT_TRANSACTIONS (51), PRODUCER_FENCED (90).
 	TransactionalId      string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
 	TransactionTimeoutMs int32  `protobuf:"varint,2,opt,name=transaction_timeout_ms,json=transactionTimeoutMs,proto3" json:"transaction_timeout_ms,omitempty"`
 	// KIP-360: an existing producer asking for a bumped epoch; -1 when new.

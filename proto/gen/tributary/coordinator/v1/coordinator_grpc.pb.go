@@ -55,7 +55,8 @@ type CoordinatorServiceClient interface {
 	// AlterTopicConfigs changes topic configs (Kafka IncrementalAlterConfigs semantics, or
 	// AlterConfigs with replace) and pushes the storage-relevant ones to the channels.
 	AlterTopicConfigs(ctx context.Context, in *AlterTopicConfigsRequest, opts ...grpc.CallOption) (*AlterTopicConfigsResponse, error)
-	// InitProducerId hands out a producer id (from blocks allocated in Postgres) and epoch 0.
+	// InitProducerId hands out a producer id (from blocks allocated in Postgres) and an
+	// epoch: 0 for a new producer, bumped for a known transactional id or a KIP-360 retry.
 	InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error)
 }
 
@@ -156,7 +157,8 @@ type CoordinatorServiceServer interface {
 	// AlterTopicConfigs changes topic configs (Kafka IncrementalAlterConfigs semantics, or
 	// AlterConfigs with replace) and pushes the storage-relevant ones to the channels.
 	AlterTopicConfigs(context.Context, *AlterTopicConfigsRequest) (*AlterTopicConfigsResponse, error)
-	// InitProducerId hands out a producer id (from blocks allocated in Postgres) and epoch 0.
+	// InitProducerId hands out a producer id (from blocks allocated in Postgres) and an
+	// epoch: 0 for a new producer, bumped for a known transactional id or a KIP-360 retry.
 	InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error)
 	mustEmbedUnimplementedCoordinatorServiceServer()
 }
