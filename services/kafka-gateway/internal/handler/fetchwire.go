@@ -118,8 +118,41 @@ func decodeFetchChannelResult(b []byte, r *storagev1.FetchChannelResult) bool {
 			case 5:
 				r.LogStartSequence = int64(v)
 			}
+		case num == 7 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			a := &storagev1.AbortedTransaction{}
+			if !decodeAbortedTransaction(v, a) {
+				return false
+			}
+			r.AbortedTransactions = append(r.AbortedTransactions, a)
 		default:
 			return false
+		}
+	}
+	return true
+}
+
+// decodeAbortedTransaction decodes one FetchChannelResult.aborted_transactions entry.
+func decodeAbortedTransaction(b []byte, a *storagev1.AbortedTransaction) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || (num != 1 && num != 2) || typ != protowire.VarintType {
+			return false
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num == 1 {
+			a.ProducerId = int64(v)
+		} else {
+			a.FirstSequence = int64(v)
 		}
 	}
 	return true

@@ -20,10 +20,15 @@ func TestFetchReplyDecodes(t *testing.T) {
 		{Channel: "kafka.b", Error: storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND, HighWatermark: -1, LogStartSequence: -5},
 		{},
 		{Channel: "kafka.c~3", Batches: []byte{1, 2, 3}},
+		{Channel: "kafka.d", LastStableSequence: 4, Batches: []byte{4}, AbortedTransactions: []*storagev1.AbortedTransaction{
+			{ProducerId: 3, FirstSequence: 2}, {}, {ProducerId: 1 << 40, FirstSequence: 1 << 50}}},
 	}}
 	b, err := proto.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !decodeFetchResponse(b, &storagev1.FetchResponse{}) {
+		t.Fatal("the by-reference decoder refused a response it should handle (aborted_transactions)")
 	}
 	var data mem.BufferSlice
 	for len(b) > 0 {
