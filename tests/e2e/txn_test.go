@@ -170,3 +170,65 @@ func TestTxnFencing(t *testing.T) {
 		t.Errorf("read_committed after the fence: %v, want [old-0 new-0]", got)
 	}
 }
+
+// TestTxnAbandonedProducerTimesOut: a producer that stops mid-transaction (as if
+// killed: no EndTxn, no more requests) holds the last stable offset at its first
+// record; its transaction is aborted by the coordinator's sweep within its timeout
+// (the LSO moves on), its records never reach read_committed, and the producer is
+// fenced (the abort bumped its epoch).
+func TestTxnAbandonedProducerTimesOut(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	topic := topicName("txnzombie")
+	createTopic(t, adm, topic, 1, nil)
+	const timeout = 3 * time.Second
+	zombie := txnProducer(t, s.KafkaAddrs, topicName("tid"), kgo.TransactionTimeout(timeout))
+	runTxn(t, zombie, topic, 1, true, "before")
+	ctx := ctxT(t, time.Minute)
+	if err := zombie.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	var first int64 = -1
+	for i := 0; i < 5; i++ {
+		r, err := zombie.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(fmt.Sprintf("zombie-%d", i))}).First()
+		if err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		if first < 0 {
+			first = r.Offset
+		}
+	}
+	opened := time.Now()
+	lso := func() (int64, int64) {
+		c, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			t.Fatalf("ListOffsets read_committed: %v", err)
+		}
+		e, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatalf("ListOffsets: %v", err)
+		}
+		co, _ := c.Lookup(topic, 0)
+		eo, _ := e.Lookup(topic, 0)
+		return co.Offset, eo.Offset
+	}
+	if l, hw := lso(); l != first || hw != first+5 {
+		t.Fatalf("open transaction: LSO %d, high watermark %d; want LSO %d (its first record), HW %d", l, hw, first, first+5)
+	}
+	// The sweep aborts it: an ABORT marker follows, and the LSO reaches the HW.
+	waitFor(t, timeout+10*time.Second, "the timed-out transaction to be aborted (LSO = HW)", func() bool {
+		l, hw := lso()
+		return l == hw && hw == first+6
+	})
+	t.Logf("aborted %v after the last record (timeout %v)", time.Since(opened).Round(100*time.Millisecond), timeout)
+	// The zombie is fenced.
+	if err := zombie.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("zombie-late")}).FirstErr(); err == nil {
+		t.Errorf("the timed-out producer could still produce")
+	}
+	fresh := txnProducer(t, s.KafkaAddrs, topicName("tid"))
+	runTxn(t, fresh, topic, 1, true, "after")
+	runTxn(t, fresh, topic, 1, true, "done")
+	if got := consumeUntil(t, s.KafkaAddrs, topic, 1, true, "done")[0]; strings.Join(got, ",") != "before,after" {
+		t.Errorf("read_committed: %v, want [before after]", got)
+	}
+}
