@@ -7,10 +7,30 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire"
 )
+
+// appendWire sends an AppendStreamRequest through grpcx.Codec without copying its
+// batches into the marshalled message (storagewire.AppendStreamRequestBuffers). The
+// batches are the Kafka request's own bytes (kmsg views of the request body), which
+// are never modified or reused after the request is read, so gRPC may write them
+// after SendMsg returns.
+type appendWire struct {
+	m *storagev1.AppendStreamRequest
+}
+
+// AppendStreamRequest is the wrapped message.
+func (w appendWire) AppendStreamRequest() *storagev1.AppendStreamRequest { return w.m }
+
+// MarshalBuffers implements grpcx.BufferMarshaler. Errors: storagewire.ErrInvalidUTF8
+// for a channel name proto.Marshal would refuse.
+func (w appendWire) MarshalBuffers(mem.BufferPool) (mem.BufferSlice, error) {
+	return storagewire.AppendStreamRequestBuffers(w.m)
+}
 
 // appendStream is one Kafka connection's pipelined AppendStream to storage-core.
 // storage-core applies a stream's requests in the order they were sent, so a produce

@@ -2,14 +2,13 @@ package handler
 
 import (
 	"context"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire"
 )
 
 // NewStorageClient returns the storage-core client for cc (a connection with
@@ -43,117 +42,15 @@ type fetchReply struct {
 	resp storagev1.FetchResponse
 }
 
-// UnmarshalBuffers implements grpcx.BufferUnmarshaler. Results are decoded by hand for
-// the fields FetchChannelResult has; anything else (unknown fields, wrong wire types,
-// bad UTF-8) is left to proto.Unmarshal, which reports the errors it always reports.
+// UnmarshalBuffers implements grpcx.BufferUnmarshaler: storagewire.DecodeFetchResponse
+// for the fields FetchChannelResult has; anything else (unknown fields, wrong wire
+// types, bad UTF-8) is left to proto.Unmarshal, which reports the errors it always
+// reports.
 func (f *fetchReply) UnmarshalBuffers(data mem.BufferSlice, _ mem.BufferPool) error {
 	b := data.Materialize()
-	if !decodeFetchResponse(b, &f.resp) {
+	if !storagewire.DecodeFetchResponse(b, &f.resp) {
 		f.resp.Reset()
 		return proto.Unmarshal(b, &f.resp)
 	}
 	return nil
-}
-
-// decodeFetchResponse decodes b into m with Batches aliasing b; false for input it
-// does not handle.
-func decodeFetchResponse(b []byte, m *storagev1.FetchResponse) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != 1 || typ != protowire.BytesType {
-			return false
-		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		r := &storagev1.FetchChannelResult{}
-		if !decodeFetchChannelResult(v, r) {
-			return false
-		}
-		m.Results = append(m.Results, r)
-	}
-	return true
-}
-
-// decodeFetchChannelResult decodes one result: fields in any order, and a field seen
-// twice keeps its last value, as proto.Unmarshal does for scalar and bytes fields.
-func decodeFetchChannelResult(b []byte, r *storagev1.FetchChannelResult) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		switch {
-		case (num == 1 || num == 6) && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			if num == 1 {
-				if !utf8.Valid(v) {
-					return false
-				}
-				r.Channel = string(v)
-			} else {
-				r.Batches = v[:len(v):len(v)]
-			}
-		case num >= 2 && num <= 5 && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			switch num {
-			case 2:
-				r.Error = storagev1.ErrorCode(int32(v))
-			case 3:
-				r.HighWatermark = int64(v)
-			case 4:
-				r.LastStableSequence = int64(v)
-			case 5:
-				r.LogStartSequence = int64(v)
-			}
-		case num == 7 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
-			a := &storagev1.AbortedTransaction{}
-			if !decodeAbortedTransaction(v, a) {
-				return false
-			}
-			r.AbortedTransactions = append(r.AbortedTransactions, a)
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// decodeAbortedTransaction decodes one FetchChannelResult.aborted_transactions entry.
-func decodeAbortedTransaction(b []byte, a *storagev1.AbortedTransaction) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || (num != 1 && num != 2) || typ != protowire.VarintType {
-			return false
-		}
-		b = b[n:]
-		v, n := protowire.ConsumeVarint(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		if num == 1 {
-			a.ProducerId = int64(v)
-		} else {
-			a.FirstSequence = int64(v)
-		}
-	}
-	return true
 }

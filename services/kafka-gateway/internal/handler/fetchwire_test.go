@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire"
 )
 
 // TestFetchReplyDecodes checks the by-reference decoding against proto.Unmarshal for a
@@ -27,7 +28,7 @@ func TestFetchReplyDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !decodeFetchResponse(b, &storagev1.FetchResponse{}) {
+	if !storagewire.DecodeFetchResponse(b, &storagev1.FetchResponse{}) {
 		t.Fatal("the by-reference decoder refused a response it should handle (aborted_transactions)")
 	}
 	var data mem.BufferSlice

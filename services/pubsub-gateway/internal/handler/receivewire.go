@@ -2,15 +2,13 @@ package handler
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire"
 )
 
 // Receive answers hold up to 1000 messages. Decoded by proto, each message became a
@@ -66,9 +64,8 @@ func (h *Subscriber) receiveReply(ctx context.Context, req *storagev1.ReceiveReq
 	return &receiveReply{msgs: out, nextBytes: resp.GetNextBytes()}, nil
 }
 
-// receiveReply is a ReceiveResponse decoded into deliveries (grpcx.BufferUnmarshaler).
-// Fields the gateway does not use are skipped, as are fields of an unexpected wire
-// type (proto keeps those as unknown fields).
+// receiveReply is a ReceiveResponse decoded into deliveries (grpcx.BufferUnmarshaler)
+// by storagewire.DecodeReceiveResponse, which fails where proto.Unmarshal fails.
 type receiveReply struct {
 	msgs []delivery
 	// nextBytes is the answer's next_bytes: with exact_max_bytes, the size of the
@@ -78,6 +75,8 @@ type receiveReply struct {
 	// (nil: none, or a heap copy), freed by free.
 	pooled bool
 	buf    mem.Buffer
+	// dec decodes the answer; empty outside decode.
+	dec replyDecoder
 }
 
 var _ grpcx.BufferUnmarshaler = (*receiveReply)(nil)
@@ -90,12 +89,6 @@ func (r *receiveReply) free() {
 		r.buf = nil
 	}
 }
-
-// errBadUTF8 is proto's refusal of a string field that is not UTF-8.
-var errBadUTF8 = errors.New("receive answer: string field contains invalid UTF-8")
-
-// errFieldNumber is proto's refusal of a field number above protowire.MaxValidNumber.
-var errFieldNumber = errors.New("receive answer: invalid field number")
 
 // UnmarshalBuffers implements grpcx.BufferUnmarshaler: the answer is copied once (into
 // pool when r.pooled, kept in r.buf), and the deliveries' values and header values are
@@ -121,35 +114,20 @@ func (r *receiveReply) UnmarshalBuffers(data mem.BufferSlice, pool mem.BufferPoo
 func (r *receiveReply) decode(b []byte) error {
 	r.nextBytes = 0
 	// Count the messages first, so msgs is allocated once.
-	n := 0
-	for rest := b; len(rest) > 0; {
-		num, typ, _, next, err := nextField(rest)
-		if err != nil {
-			return err
-		}
-		if num == 1 && typ == protowire.BytesType {
-			n++
-		}
-		rest = next
+	n, err := storagewire.CountReceivedMessages(b)
+	if err != nil {
+		return err
 	}
 	// Messages published through Pub/Sub carry two headers (id and publish time).
-	dec := replyDecoder{msgs: make([]delivery, 0, n), acks: make([][]byte, 0, n), hdrs: make([]storedHeader, 0, 2*n), hend: make([]int, 0, n)}
-	for len(b) > 0 {
-		num, typ, v, rest, err := nextField(b)
-		if err != nil {
-			return err
-		}
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			if err := dec.delivery(v); err != nil {
-				return err
-			}
-		case num == 2 && typ == protowire.VarintType:
-			r.nextBytes = int64(varint(v))
-		}
-		b = rest
+	// The decoder lives in r, which is on the heap already, so that passing it as a
+	// storagewire.ReceiveVisitor allocates nothing more.
+	r.dec = replyDecoder{msgs: make([]delivery, 0, n), acks: make([][]byte, 0, n), hdrs: make([]storedHeader, 0, 2*n), hend: make([]int, 0, n)}
+	defer func() { r.dec = replyDecoder{} }()
+	next, err := storagewire.DecodeReceiveResponse(b, &r.dec)
+	if err != nil {
+		return err
 	}
-	r.msgs = dec.finish()
+	r.msgs, r.nextBytes = r.dec.finish(), next
 	return nil
 }
 
@@ -189,127 +167,17 @@ func (dec *replyDecoder) finish() []delivery {
 	return dec.msgs
 }
 
-// nextField reads the field at the start of the message b: its number, wire type and
-// value (of a bytes field its contents, of a varint its bytes, decode with varint;
-// else nil), and the rest of b. It refuses what proto.Unmarshal refuses: a truncated
-// or malformed field, a field number above protowire.MaxValidNumber.
-func nextField(b []byte) (num protowire.Number, typ protowire.Type, v, rest []byte, err error) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 {
-		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	if num > protowire.MaxValidNumber {
-		// ConsumeTag takes field numbers up to MaxInt32; proto refuses those above
-		// 2^29-1.
-		return 0, 0, nil, nil, errFieldNumber
-	}
-	b = b[n:]
-	switch typ {
-	case protowire.BytesType:
-		v, n = protowire.ConsumeBytes(b)
-	case protowire.VarintType:
-		_, n = protowire.ConsumeVarint(b)
-		if n > 0 {
-			v = b[:n]
-		}
-	default:
-		n = protowire.ConsumeFieldValue(num, typ, b)
-	}
-	if n < 0 {
-		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	return num, typ, v, b[n:], nil
+// Header implements storagewire.ReceiveVisitor: a header of the next delivery.
+func (dec *replyDecoder) Header(key, value []byte) {
+	dec.hdrs = append(dec.hdrs, storedHeader{key: headerKey(key), value: value})
 }
 
-func varint(v []byte) uint64 {
-	x, _ := protowire.ConsumeVarint(v)
-	return x
-}
-
-// delivery decodes a ReceivedMessage (queue.proto): ack_id 1, record 2, source 3
-// (checked only), source_sequence 4, delivery_attempt 5.
-func (dec *replyDecoder) delivery(b []byte) error {
-	var d delivery
-	var ack []byte
-	for len(b) > 0 {
-		num, typ, v, rest, err := nextField(b)
-		if err != nil {
-			return err
-		}
-		b = rest
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			if !utf8.Valid(v) {
-				return errBadUTF8
-			}
-			ack = v
-		case num == 2 && typ == protowire.BytesType:
-			if err := dec.record(&d, v); err != nil {
-				return err
-			}
-		case num == 3 && typ == protowire.BytesType:
-			// source: unused, but a string, so proto refuses it when not UTF-8.
-			if !utf8.Valid(v) {
-				return errBadUTF8
-			}
-		case num == 4 && typ == protowire.VarintType:
-			d.sourceSeq = int64(varint(v))
-		case num == 5 && typ == protowire.VarintType:
-			d.attempt = int32(varint(v))
-		}
-	}
-	dec.msgs = append(dec.msgs, d)
-	dec.acks = append(dec.acks, ack)
+// Message implements storagewire.ReceiveVisitor: a delivery, its headers the ones
+// just passed to Header.
+func (dec *replyDecoder) Message(m storagewire.MessageView) {
+	dec.msgs = append(dec.msgs, delivery{attempt: m.DeliveryAttempt, sourceSeq: m.SourceSequence, ts: m.Record.TimestampMs, value: m.Record.Value})
+	dec.acks = append(dec.acks, m.AckID)
 	dec.hend = append(dec.hend, len(dec.hdrs))
-	return nil
-}
-
-// record decodes a Record (storage.proto) into d and dec.hdrs: timestamp_ms 2,
-// value 4, headers 5 (key 1, value 2). A record sent twice in one message merges, as
-// proto merges it: the later one's scalars win, headers add up.
-func (dec *replyDecoder) record(d *delivery, b []byte) error {
-	for len(b) > 0 {
-		num, typ, v, rest, err := nextField(b)
-		if err != nil {
-			return err
-		}
-		b = rest
-		switch {
-		case num == 2 && typ == protowire.VarintType:
-			d.ts = int64(varint(v))
-		case num == 4 && typ == protowire.BytesType:
-			d.value = v[:len(v):len(v)]
-		case num == 5 && typ == protowire.BytesType:
-			h, err := header(v)
-			if err != nil {
-				return err
-			}
-			dec.hdrs = append(dec.hdrs, h)
-		}
-	}
-	return nil
-}
-
-// header decodes a Header (storage.proto): key 1, value 2.
-func header(b []byte) (storedHeader, error) {
-	var h storedHeader
-	for len(b) > 0 {
-		num, typ, v, rest, err := nextField(b)
-		if err != nil {
-			return storedHeader{}, err
-		}
-		b = rest
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			if !utf8.Valid(v) {
-				return storedHeader{}, errBadUTF8
-			}
-			h.key = headerKey(v)
-		case num == 2 && typ == protowire.BytesType:
-			h.value = v[:len(v):len(v)]
-		}
-	}
-	return h, nil
 }
 
 // headerKey is the header key k as a string: the reserved keys every Pub/Sub message

@@ -1,13 +1,11 @@
 package server
 
 import (
-	"unicode/utf8"
-
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire"
 )
 
 // appendRequest is an AppendStreamRequest received through grpcx.Codec without
@@ -22,15 +20,15 @@ type appendRequest struct {
 	pool mem.BufferPool
 }
 
-// UnmarshalBuffers implements grpcx.BufferUnmarshaler. The fields are decoded by hand
-// for the shape gateways send (id, then channels of channel and batches, each at most
-// once); anything else (unknown or repeated fields, bad UTF-8) is left to
+// UnmarshalBuffers implements grpcx.BufferUnmarshaler. storagewire.DecodeAppendStreamRequest
+// decodes the shape gateways send (id, then channels of channel and batches, each at
+// most once); anything else (unknown or repeated fields, bad UTF-8) is left to
 // proto.Unmarshal, which copies the bytes and reports the errors it always reports.
 func (a *appendRequest) UnmarshalBuffers(data mem.BufferSlice, pool mem.BufferPool) error {
 	a.buf, a.pool = pool.Get(data.Len()), pool
 	b := *a.buf
 	data.CopyTo(b)
-	if !decodeAppendStreamRequest(b, &a.req) {
+	if !storagewire.DecodeAppendStreamRequest(b, &a.req) {
 		a.req.Reset()
 		err := proto.Unmarshal(b, &a.req) // copies what it keeps
 		pool.Put(a.buf)
@@ -50,68 +48,4 @@ func (a *appendRequest) release() {
 	}
 	a.pool.Put(a.buf)
 	a.buf = nil
-}
-
-// decodeAppendStreamRequest decodes b into m with Batches aliasing b. It reports false
-// for any input outside the plain shape (the caller then uses proto.Unmarshal).
-func decodeAppendStreamRequest(b []byte, m *storagev1.AppendStreamRequest) bool {
-	seenID := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		switch {
-		case num == 1 && typ == protowire.VarintType && !seenID:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			m.Id, seenID = v, true
-			b = b[n:]
-		case num == 2 && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			cb := &storagev1.ChannelBatches{}
-			if !decodeChannelBatches(v, cb) {
-				return false
-			}
-			m.Channels = append(m.Channels, cb)
-			b = b[n:]
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func decodeChannelBatches(b []byte, cb *storagev1.ChannelBatches) bool {
-	seenChannel, seenBatches := false, false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
-			return false
-		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		switch {
-		case num == 1 && !seenChannel:
-			if !utf8.Valid(v) {
-				return false
-			}
-			cb.Channel, seenChannel = string(v), true
-		case num == 2 && !seenBatches:
-			cb.Batches, seenBatches = v[:len(v):len(v)], true
-		default:
-			return false
-		}
-	}
-	return true
 }

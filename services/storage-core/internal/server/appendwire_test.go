@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -89,28 +88,6 @@ func TestAppendRequestDecodes(t *testing.T) {
 		}
 		if a.buf != nil {
 			t.Errorf("%s: kept a pooled buffer on the proto.Unmarshal path", c.name)
-		}
-	}
-}
-
-// The decoder knows every field: a field added to the messages must be added to it
-// (and to kafka-gateway's encoder) too.
-func TestAppendRequestKnowsEveryField(t *testing.T) {
-	for _, c := range []struct {
-		md   protoreflect.MessageDescriptor
-		want []string
-	}{
-		{(&storagev1.AppendStreamRequest{}).ProtoReflect().Descriptor(), []string{"id", "channels"}},
-		{(&storagev1.ChannelBatches{}).ProtoReflect().Descriptor(), []string{"channel", "batches"}},
-	} {
-		fs := c.md.Fields()
-		if fs.Len() != len(c.want) {
-			t.Fatalf("%s has %d fields, the decoder knows %v", c.md.FullName(), fs.Len(), c.want)
-		}
-		for i, name := range c.want {
-			if f := fs.Get(i); string(f.Name()) != name || int(f.Number()) != i+1 {
-				t.Errorf("%s field %d is %s = %d, the decoder knows %s = %d", c.md.FullName(), i, f.Name(), f.Number(), name, i+1)
-			}
 		}
 	}
 }

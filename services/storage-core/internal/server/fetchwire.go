@@ -5,11 +5,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire"
 )
 
 // Fetch answers are mostly stored batches. Read plainly, each batch is read from the
@@ -92,42 +91,14 @@ type fetchWire struct {
 	fb *fetchBuffers
 }
 
-// MarshalBuffers implements grpcx.BufferMarshaler.
+// MarshalBuffers implements grpcx.BufferMarshaler: storagewire.FetchResponseBuffers,
+// each result's batches in the pooled buffer they were read into when there is one.
 func (w fetchWire) MarshalBuffers(mem.BufferPool) (mem.BufferSlice, error) {
 	defer w.fb.release()
-	out := make(mem.BufferSlice, 0, 2*len(w.m.Results))
-	var frame []byte
-	start := 0
-	for _, r := range w.m.Results {
-		batches := r.Batches
-		r.Batches = nil
-		head, err := proto.MarshalOptions{}.MarshalAppend(nil, r) // every field but batches
-		r.Batches = batches
-		if err != nil {
-			return nil, err
-		}
-		size := len(head)
-		if len(batches) > 0 {
-			size += 1 + protowire.SizeBytes(len(batches))
-		}
-		frame = protowire.AppendTag(frame, 1, protowire.BytesType)
-		frame = protowire.AppendVarint(frame, uint64(size))
-		frame = append(frame, head...)
-		if len(batches) == 0 {
-			continue
-		}
-		frame = protowire.AppendTag(frame, 6, protowire.BytesType)
-		frame = protowire.AppendVarint(frame, uint64(len(batches)))
-		out = append(out, mem.SliceBuffer(frame[start:len(frame):len(frame)]))
-		start = len(frame)
+	return storagewire.FetchResponseBuffers(w.m, func(batches []byte) mem.Buffer {
 		if bp := w.fb.take(batches); bp != nil {
-			out = append(out, mem.NewBuffer(bp, grpcx.BufferPool))
-		} else {
-			out = append(out, mem.SliceBuffer(batches))
+			return mem.NewBuffer(bp, grpcx.BufferPool)
 		}
-	}
-	if start < len(frame) {
-		out = append(out, mem.SliceBuffer(frame[start:]))
-	}
-	return out, nil
+		return nil
+	})
 }
