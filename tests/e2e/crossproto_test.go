@@ -14,15 +14,22 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
-// storageClient dials storage-core's gRPC API as an outside user would.
-func storageClient(t testing.TB, addr string) storagev1.StorageServiceClient {
+// dialGRPC dials a service's gRPC API in plaintext, as an outside user would; the
+// connection closes when the test ends.
+func dialGRPC(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatalf("grpc.NewClient %s: %v", addr, err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return storagev1.NewStorageServiceClient(cc)
+	return cc
+}
+
+// storageClient dials storage-core's gRPC API as an outside user would.
+func storageClient(t testing.TB, addr string) storagev1.StorageServiceClient {
+	t.Helper()
+	return storagev1.NewStorageServiceClient(dialGRPC(t, addr))
 }
 
 // TestKafkaToNativeSubscribe: records produced with kgo to a 2-partition topic are

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
-	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
 	"github.com/tributary/tributary/tests/e2e/testenv"
 )
@@ -306,20 +306,20 @@ func TestGroupResumesAfterKill9(t *testing.T) {
 			t.Errorf("coordinator /metrics lacks committed offset %d and lag 0 for partition %d", end, p)
 		}
 	}
-	// storage-core's native API shows the same positions, read-only, as channels and
+	// The coordinator's native API shows the same positions, read-only, as channels and
 	// sequences.
-	native, err := storageClient(t, s.StorageAddr).GetCommittedOffsets(ctxT(t, 20*time.Second),
-		&storagev1.GetCommittedOffsetsRequest{Group: group, Topic: topic})
+	native, err := groupsClient(t, s.CoordinatorAddr).GetCommittedOffsets(ctxT(t, 20*time.Second),
+		&coordinatorv1.GetCommittedOffsetsRequest{Group: group, Topic: topic})
 	if err != nil {
-		t.Fatalf("storage-core GetCommittedOffsets: %v", err)
+		t.Fatalf("coordinator GetCommittedOffsets: %v", err)
 	}
 	if len(native.GetPositions()) != len(ends) {
-		t.Fatalf("storage-core reports %d positions, want %d: %v", len(native.GetPositions()), len(ends), native)
+		t.Fatalf("coordinator reports %d positions, want %d: %v", len(native.GetPositions()), len(ends), native)
 	}
 	for _, pos := range native.GetPositions() {
 		end := ends[pos.GetPartition()]
 		if pos.GetChannel() != channel.KafkaPartition(topic, pos.GetPartition()) || pos.GetNextSequence() != end+1 || pos.GetLag() != 0 {
-			t.Errorf("storage-core position %v, want channel %s, next sequence %d, lag 0", pos, channel.KafkaPartition(topic, pos.GetPartition()), end+1)
+			t.Errorf("coordinator position %v, want channel %s, next sequence %d, lag 0", pos, channel.KafkaPartition(topic, pos.GetPartition()), end+1)
 		}
 	}
 
@@ -644,4 +644,11 @@ func TestGroupStaticMemberRestart(t *testing.T) {
 	if _, g := s2.GroupMetadata(); g != gen {
 		t.Errorf("the other member moved to generation %d: the restart caused a rebalance", g)
 	}
+}
+
+// groupsClient dials the coordinator's GroupCoordinatorService as an outside user
+// (lag tooling) would.
+func groupsClient(t testing.TB, addr string) coordinatorv1.GroupCoordinatorServiceClient {
+	t.Helper()
+	return coordinatorv1.NewGroupCoordinatorServiceClient(dialGRPC(t, addr))
 }

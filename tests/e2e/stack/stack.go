@@ -159,7 +159,6 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		args: append([]string{
 			"--grpc-addr", storageGRPC, "--http-addr", storageHTTP,
 			"--data-dir", s.DataDir, "--fsync", opts.Fsync, "--log-level", opts.LogLevel,
-			"--coordinator-addr", coordGRPC,
 		}, opts.StorageFlags...),
 	}
 	for i := 0; i < opts.Coordinators; i++ {

@@ -38,7 +38,8 @@ type Deps struct {
 	Store *store.Store
 	// NATS carries wake-ups and holds the sweep lock (JetStream KV).
 	NATS *nats.Conn
-	// Storage, when set, gives high watermarks for the lag gauges.
+	// Storage, when set, gives high watermarks for the lag gauges and the lags of
+	// GetCommittedOffsets (-1 without it).
 	Storage storagev1.StorageServiceClient
 	// Registerer, when set, gets the committed-offset and lag collector.
 	Registerer prometheus.Registerer
@@ -53,6 +54,7 @@ type Coordinator struct {
 
 	cfg     Config
 	store   *store.Store
+	storage storagev1.StorageServiceClient // nil: lags unknown
 	nc      *nats.Conn
 	log     *zap.Logger
 	now     func() time.Time
@@ -91,6 +93,7 @@ func New(cfg Config, deps Deps) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg:     cfg,
 		store:   deps.Store,
+		storage: deps.Storage,
 		nc:      deps.NATS,
 		log:     log,
 		now:     now,

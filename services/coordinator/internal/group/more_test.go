@@ -221,12 +221,14 @@ func TestOffsetsSurviveRestart(t *testing.T) {
 		len(gs[1].GetTopics()) != 0 || gs[1].GetErrorCode() != 0 || gs[2].GetErrorCode() != code(kerr.InvalidGroupID) {
 		t.Fatalf("multi-group fetch %v", r)
 	}
-	rc, err := c2.ReadCommittedOffsets(ctx, &coordinatorv1.ReadCommittedOffsetsRequest{GroupId: "managed", Topic: "t"})
-	if err != nil || rc.GetState() != "Stable" || len(rc.GetOffsets()) != 2 || rc.GetOffsets()[1].GetCommittedOffset() != 121 {
-		t.Fatalf("read committed: %v %v", err, rc)
+	rc, err := c2.GetCommittedOffsets(ctx, &coordinatorv1.GetCommittedOffsetsRequest{Group: "managed", Topic: "t"})
+	if err != nil || rc.GetState() != "Stable" || len(rc.GetPositions()) != 2 || rc.GetPositions()[1].GetCommittedOffset() != 121 ||
+		rc.GetPositions()[1].GetNextSequence() != 122 || rc.GetPositions()[1].GetLag() != -1 {
+		t.Fatalf("get committed: %v %v", err, rc)
 	}
-	rc, _ = c2.ReadCommittedOffsets(ctx, &coordinatorv1.ReadCommittedOffsetsRequest{GroupId: "unknown"})
-	wantCode(t, "read committed of unknown group", rc.GetErrorCode(), kerr.GroupIDNotFound)
+	if _, err := c2.GetCommittedOffsets(ctx, &coordinatorv1.GetCommittedOffsetsRequest{Group: "unknown"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("get committed of unknown group: %v, want NotFound", err)
+	}
 
 	// The member from before the restart is still the group's (state is in Postgres).
 	m.c = c2

@@ -10,8 +10,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -242,36 +246,80 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.Offset
 	return resp, nil
 }
 
-// ReadCommittedOffsets returns a group's committed offsets, read-only.
-func (c *Coordinator) ReadCommittedOffsets(ctx context.Context, req *coordinatorv1.ReadCommittedOffsetsRequest) (_ *coordinatorv1.ReadCommittedOffsetsResponse, err error) {
+// GetCommittedOffsets answers with a group's committed offsets, read-only (it never
+// creates or changes the group), as channels and sequences, sorted by topic and
+// partition, with each channel's lag: its high watermark (the sequence of its last
+// record, from storage-core's GetChannel) minus the committed offset, at least 0, or
+// -1 when the channel does not exist (or no storage-core client was given). Errors:
+// INVALID_ARGUMENT (empty group or invalid topic), NOT_FOUND (the group has no state
+// and no committed offsets), UNAVAILABLE (Postgres or storage-core not reachable).
+func (c *Coordinator) GetCommittedOffsets(ctx context.Context, req *coordinatorv1.GetCommittedOffsetsRequest) (_ *coordinatorv1.GetCommittedOffsetsResponse, err error) {
 	defer func() { err = grpcError(err) }()
+	if req.GetGroup() == "" {
+		return nil, status.Error(codes.InvalidArgument, "group is empty")
+	}
+	if t := req.GetTopic(); t != "" {
+		if err := channel.ValidateKafkaTopic(t); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	resp := &coordinatorv1.ReadCommittedOffsetsResponse{}
-	if req.GetGroupId() == "" {
-		resp.ErrorCode = codeInvalidGroupID
-		return resp, nil
-	}
-	g, err := snapshotGroup(ctx, c.store, req.GetGroupId())
+	g, err := snapshotGroup(ctx, c.store, req.GetGroup())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 	}
 	if !g.exists {
-		resp.ErrorCode, resp.State = codeGroupIDNotFound, string(StateDead)
-		return resp, nil
+		return nil, status.Errorf(codes.NotFound, "group %q has no state and no committed offsets", req.GetGroup())
 	}
-	resp.State = string(g.State)
-	offs, err := c.readOffsets(ctx, req.GetGroupId(), req.GetTopic())
+	offs, err := c.readOffsets(ctx, req.GetGroup(), req.GetTopic())
 	if err != nil {
 		return nil, err
 	}
+	out := &coordinatorv1.GetCommittedOffsetsResponse{Group: req.GetGroup(), State: string(g.State)}
 	for _, k := range sortedKeys(offs) {
 		o := offs[k]
-		resp.Offsets = append(resp.Offsets, &coordinatorv1.CommittedOffset{Topic: k.Topic, Partition: k.Partition,
-			CommittedOffset: o.Offset, CommittedLeaderEpoch: o.Epoch, Metadata: o.Metadata, CommitTimeMs: o.Time.UnixMilli()})
+		name := channel.KafkaPartition(k.Topic, k.Partition)
+		p := &coordinatorv1.CommittedPosition{
+			Channel:         name,
+			Topic:           k.Topic,
+			Partition:       k.Partition,
+			NextSequence:    o.Offset + 1,
+			CommittedOffset: o.Offset,
+			Metadata:        o.Metadata,
+			CommitTimeMs:    o.Time.UnixMilli(),
+			Lag:             -1,
+		}
+		hwm, err := c.highWatermark(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if hwm >= 0 {
+			// High watermark (sequence of the last record) minus the committed offset
+			// (sequence of the last consumed record).
+			p.Lag = max(hwm-o.Offset, 0)
+		}
+		out.Positions = append(out.Positions, p)
 	}
-	return resp, nil
+	return out, nil
+}
+
+// highWatermark is the sequence of the last record of channel name, -1 when storage-core
+// has no such channel or no storage-core client was given. Any other storage-core
+// failure is UNAVAILABLE.
+func (c *Coordinator) highWatermark(ctx context.Context, name string) (int64, error) {
+	if c.storage == nil {
+		return -1, nil
+	}
+	resp, err := c.storage.GetChannel(ctx, &storagev1.GetChannelRequest{Name: name})
+	switch {
+	case status.Code(err) == codes.NotFound:
+		return -1, nil
+	case err != nil:
+		return 0, status.Errorf(codes.Unavailable, "storage-core: %s", status.Convert(err).Message())
+	}
+	return resp.GetChannel().GetHighWatermark(), nil
 }
 
 // DescribeGroups implements Kafka's handleDescribeGroup: an unknown group is Dead with

@@ -29,6 +29,8 @@ type fakeStorage struct {
 	calls    []string // "create kafka.t", "update kafka.t", "delete kafka.t"
 	// failCreate makes CreateChannel of these names fail with UNAVAILABLE.
 	failCreate map[string]bool
+	// hwms are the high watermarks GetChannel reports (0 when not set).
+	hwms map[string]int64
 
 	srv    *grpc.Server
 	addr   string
@@ -210,6 +212,28 @@ func (f *fakeStorage) ListChannels(_ context.Context, req *storagev1.ListChannel
 		}
 	}
 	return resp, nil
+}
+
+func (f *fakeStorage) GetChannel(_ context.Context, req *storagev1.GetChannelRequest) (*storagev1.GetChannelResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cfg, ok := f.channels[req.GetName()]
+	if !ok {
+		return nil, status.Error(codes.NotFound, "no such channel")
+	}
+	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: req.GetName(), Config: proto.Clone(cfg).(*storagev1.ChannelConfig),
+		HighWatermark: f.hwms[req.GetName()]}}, nil
+}
+
+// setHighWatermark sets the high watermark (sequence of the last record) GetChannel
+// reports for a channel.
+func (f *fakeStorage) setHighWatermark(name string, hwm int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hwms == nil {
+		f.hwms = map[string]int64{}
+	}
+	f.hwms[name] = hwm
 }
 
 // drop removes a channel behind the coordinator's back (lost storage).

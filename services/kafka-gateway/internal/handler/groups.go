@@ -92,6 +92,6 @@ func (unavailableGroups) OffsetDelete(context.Context, *coordinatorv1.OffsetDele
 	return nil, status503()
 }
 
-func (unavailableGroups) ReadCommittedOffsets(context.Context, *coordinatorv1.ReadCommittedOffsetsRequest, ...grpc.CallOption) (*coordinatorv1.ReadCommittedOffsetsResponse, error) {
+func (unavailableGroups) GetCommittedOffsets(context.Context, *coordinatorv1.GetCommittedOffsetsRequest, ...grpc.CallOption) (*coordinatorv1.GetCommittedOffsetsResponse, error) {
 	return nil, status503()
 }

@@ -153,8 +153,8 @@ func (f *fakeGroups) OffsetDelete(_ context.Context, r *coordinatorv1.OffsetDele
 	return out, nil
 }
 
-func (f *fakeGroups) ReadCommittedOffsets(context.Context, *coordinatorv1.ReadCommittedOffsetsRequest, ...grpc.CallOption) (*coordinatorv1.ReadCommittedOffsetsResponse, error) {
-	return &coordinatorv1.ReadCommittedOffsetsResponse{}, nil
+func (f *fakeGroups) GetCommittedOffsets(context.Context, *coordinatorv1.GetCommittedOffsetsRequest, ...grpc.CallOption) (*coordinatorv1.GetCommittedOffsetsResponse, error) {
+	return &coordinatorv1.GetCommittedOffsetsResponse{}, nil
 }
 
 func newGroupEnv(t *testing.T) (*env, *fakeGroups) {

@@ -30,7 +30,6 @@ func run() error {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7401", "HTTP listen address for /metrics /healthz /readyz")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./run/data/storage", "data directory")
 	fs.StringVar(&cfg.Fsync, "fsync", "always", "always (fsync before ack, group commit) or interval=<duration>")
-	fs.StringVar(&cfg.CoordinatorAddr, "coordinator-addr", "127.0.0.1:7410", "coordinator gRPC address, asked for consumer groups' committed offsets (\"\" disables)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "storage-core", os.Args[1:]); err != nil {
 		return err

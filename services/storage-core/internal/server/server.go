@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
-	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
@@ -38,10 +37,6 @@ type Config struct {
 	RetentionInterval time.Duration
 	// Queues configures the queue engine (tests: clock, sweep interval).
 	Queues queue.Options
-	// CoordinatorAddr is the coordinator's gRPC address, asked for consumer groups'
-	// committed offsets (GetCommittedOffsets); "" disables that call. storage-core does
-	// not depend on it otherwise: it is ready without it.
-	CoordinatorAddr string
 }
 
 // Defaults fills unset fields with the contract's defaults.
@@ -95,7 +90,6 @@ type Server struct {
 	http  *obs.HTTP
 	ln    net.Listener
 	svc   *service
-	coord *grpc.ClientConn
 
 	closeOnce sync.Once
 }
@@ -126,14 +120,6 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: reg, store: st, qm: qm}
 	s.svc = newService(st, log, reg)
 	s.svc.qm = qm
-	if cfg.CoordinatorAddr != "" {
-		if s.coord, err = grpcx.Dial(cfg.CoordinatorAddr); err != nil {
-			_ = qm.Close()
-			_ = st.Close()
-			return nil, err
-		}
-		s.svc.groups = coordinatorv1.NewGroupCoordinatorServiceClient(s.coord)
-	}
 	s.grpc = grpcx.NewServer(log, transportOptions()...)
 	storagev1.RegisterStorageServiceServer(s.grpc, s.svc)
 	storagev1.RegisterQueueServiceServer(s.grpc, &queueService{s: s.svc, qm: qm})
@@ -207,9 +193,6 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) shutdown() {
 	s.closeOnce.Do(func() {
 		s.svc.stop()
-		if s.coord != nil {
-			_ = s.coord.Close()
-		}
 		stopped := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(stopped) }()
 		select {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tributary/tributary/libs/channel"
-	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
@@ -38,9 +37,6 @@ type service struct {
 	storagev1.UnimplementedStorageServiceServer
 	st  *store.Store
 	log *zap.Logger
-	// groups reads committed offsets from the coordinator; nil without
-	// --coordinator-addr.
-	groups coordinatorv1.GroupCoordinatorServiceClient
 	// qm is the queue engine: DeleteChannel of a queue deletes it through qm.
 	qm *queue.Manager
 

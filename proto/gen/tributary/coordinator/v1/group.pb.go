@@ -2424,29 +2424,30 @@ func (x *OffsetDeleteResponse) GetTopics() []*TopicPartitionResults {
 	return nil
 }
 
-type ReadCommittedOffsetsRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	// Only this topic when set.
+type GetCommittedOffsetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kafka consumer group id.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Only this Kafka topic when set.
 	Topic         string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ReadCommittedOffsetsRequest) Reset() {
-	*x = ReadCommittedOffsetsRequest{}
+func (x *GetCommittedOffsetsRequest) Reset() {
+	*x = GetCommittedOffsetsRequest{}
 	mi := &file_tributary_coordinator_v1_group_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ReadCommittedOffsetsRequest) String() string {
+func (x *GetCommittedOffsetsRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ReadCommittedOffsetsRequest) ProtoMessage() {}
+func (*GetCommittedOffsetsRequest) ProtoMessage() {}
 
-func (x *ReadCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
+func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_tributary_coordinator_v1_group_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2458,53 +2459,59 @@ func (x *ReadCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ReadCommittedOffsetsRequest.ProtoReflect.Descriptor instead.
-func (*ReadCommittedOffsetsRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use GetCommittedOffsetsRequest.ProtoReflect.Descriptor instead.
+func (*GetCommittedOffsetsRequest) Descriptor() ([]byte, []int) {
 	return file_tributary_coordinator_v1_group_proto_rawDescGZIP(), []int{39}
 }
 
-func (x *ReadCommittedOffsetsRequest) GetGroupId() string {
+func (x *GetCommittedOffsetsRequest) GetGroup() string {
 	if x != nil {
-		return x.GroupId
+		return x.Group
 	}
 	return ""
 }
 
-func (x *ReadCommittedOffsetsRequest) GetTopic() string {
+func (x *GetCommittedOffsetsRequest) GetTopic() string {
 	if x != nil {
 		return x.Topic
 	}
 	return ""
 }
 
-type CommittedOffset struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	// Kafka offset of the next record to consume (storage sequence = offset + 1).
-	CommittedOffset      int64  `protobuf:"varint,3,opt,name=committed_offset,json=committedOffset,proto3" json:"committed_offset,omitempty"`
-	CommittedLeaderEpoch int32  `protobuf:"varint,4,opt,name=committed_leader_epoch,json=committedLeaderEpoch,proto3" json:"committed_leader_epoch,omitempty"`
-	Metadata             string `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+type CommittedPosition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Log channel of the partition (kafka.<topic> or kafka.<topic>~<p>).
+	Channel   string `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	Topic     string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Sequence of the next record the group will consume (Kafka committed offset + 1).
+	NextSequence int64 `protobuf:"varint,4,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
+	// The Kafka committed offset as stored.
+	CommittedOffset int64  `protobuf:"varint,5,opt,name=committed_offset,json=committedOffset,proto3" json:"committed_offset,omitempty"`
+	Metadata        string `protobuf:"bytes,6,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// Commit time, ms since epoch.
-	CommitTimeMs  int64 `protobuf:"varint,6,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
+	CommitTimeMs int64 `protobuf:"varint,7,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
+	// Records between the committed position and the high watermark (0 when caught up);
+	// -1 when the channel no longer exists.
+	Lag           int64 `protobuf:"varint,8,opt,name=lag,proto3" json:"lag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *CommittedOffset) Reset() {
-	*x = CommittedOffset{}
+func (x *CommittedPosition) Reset() {
+	*x = CommittedPosition{}
 	mi := &file_tributary_coordinator_v1_group_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *CommittedOffset) String() string {
+func (x *CommittedPosition) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*CommittedOffset) ProtoMessage() {}
+func (*CommittedPosition) ProtoMessage() {}
 
-func (x *CommittedOffset) ProtoReflect() protoreflect.Message {
+func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
 	mi := &file_tributary_coordinator_v1_group_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2516,77 +2523,91 @@ func (x *CommittedOffset) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use CommittedOffset.ProtoReflect.Descriptor instead.
-func (*CommittedOffset) Descriptor() ([]byte, []int) {
+// Deprecated: Use CommittedPosition.ProtoReflect.Descriptor instead.
+func (*CommittedPosition) Descriptor() ([]byte, []int) {
 	return file_tributary_coordinator_v1_group_proto_rawDescGZIP(), []int{40}
 }
 
-func (x *CommittedOffset) GetTopic() string {
+func (x *CommittedPosition) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *CommittedPosition) GetTopic() string {
 	if x != nil {
 		return x.Topic
 	}
 	return ""
 }
 
-func (x *CommittedOffset) GetPartition() int32 {
+func (x *CommittedPosition) GetPartition() int32 {
 	if x != nil {
 		return x.Partition
 	}
 	return 0
 }
 
-func (x *CommittedOffset) GetCommittedOffset() int64 {
+func (x *CommittedPosition) GetNextSequence() int64 {
+	if x != nil {
+		return x.NextSequence
+	}
+	return 0
+}
+
+func (x *CommittedPosition) GetCommittedOffset() int64 {
 	if x != nil {
 		return x.CommittedOffset
 	}
 	return 0
 }
 
-func (x *CommittedOffset) GetCommittedLeaderEpoch() int32 {
-	if x != nil {
-		return x.CommittedLeaderEpoch
-	}
-	return 0
-}
-
-func (x *CommittedOffset) GetMetadata() string {
+func (x *CommittedPosition) GetMetadata() string {
 	if x != nil {
 		return x.Metadata
 	}
 	return ""
 }
 
-func (x *CommittedOffset) GetCommitTimeMs() int64 {
+func (x *CommittedPosition) GetCommitTimeMs() int64 {
 	if x != nil {
 		return x.CommitTimeMs
 	}
 	return 0
 }
 
-type ReadCommittedOffsetsResponse struct {
+func (x *CommittedPosition) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+type GetCommittedOffsetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 69 GROUP_ID_NOT_FOUND when the group has no state and no offsets.
-	ErrorCode     int32              `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	State         string             `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	Offsets       []*CommittedOffset `protobuf:"bytes,3,rep,name=offsets,proto3" json:"offsets,omitempty"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Group state (Empty, Stable, PreparingRebalance, ...).
+	State         string               `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Positions     []*CommittedPosition `protobuf:"bytes,3,rep,name=positions,proto3" json:"positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ReadCommittedOffsetsResponse) Reset() {
-	*x = ReadCommittedOffsetsResponse{}
+func (x *GetCommittedOffsetsResponse) Reset() {
+	*x = GetCommittedOffsetsResponse{}
 	mi := &file_tributary_coordinator_v1_group_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ReadCommittedOffsetsResponse) String() string {
+func (x *GetCommittedOffsetsResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ReadCommittedOffsetsResponse) ProtoMessage() {}
+func (*GetCommittedOffsetsResponse) ProtoMessage() {}
 
-func (x *ReadCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
+func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_tributary_coordinator_v1_group_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2598,28 +2619,28 @@ func (x *ReadCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ReadCommittedOffsetsResponse.ProtoReflect.Descriptor instead.
-func (*ReadCommittedOffsetsResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use GetCommittedOffsetsResponse.ProtoReflect.Descriptor instead.
+func (*GetCommittedOffsetsResponse) Descriptor() ([]byte, []int) {
 	return file_tributary_coordinator_v1_group_proto_rawDescGZIP(), []int{41}
 }
 
-func (x *ReadCommittedOffsetsResponse) GetErrorCode() int32 {
+func (x *GetCommittedOffsetsResponse) GetGroup() string {
 	if x != nil {
-		return x.ErrorCode
+		return x.Group
 	}
-	return 0
+	return ""
 }
 
-func (x *ReadCommittedOffsetsResponse) GetState() string {
+func (x *GetCommittedOffsetsResponse) GetState() string {
 	if x != nil {
 		return x.State
 	}
 	return ""
 }
 
-func (x *ReadCommittedOffsetsResponse) GetOffsets() []*CommittedOffset {
+func (x *GetCommittedOffsetsResponse) GetPositions() []*CommittedPosition {
 	if x != nil {
-		return x.Offsets
+		return x.Positions
 	}
 	return nil
 }
@@ -2829,22 +2850,23 @@ const file_tributary_coordinator_v1_group_proto_rawDesc = "" +
 	"\x14OffsetDeleteResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12G\n" +
-	"\x06topics\x18\x02 \x03(\v2/.tributary.coordinator.v1.TopicPartitionResultsR\x06topics\"N\n" +
-	"\x1bReadCommittedOffsetsRequest\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
-	"\x05topic\x18\x02 \x01(\tR\x05topic\"\xe8\x01\n" +
-	"\x0fCommittedOffset\x12\x14\n" +
-	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12)\n" +
-	"\x10committed_offset\x18\x03 \x01(\x03R\x0fcommittedOffset\x124\n" +
-	"\x16committed_leader_epoch\x18\x04 \x01(\x05R\x14committedLeaderEpoch\x12\x1a\n" +
-	"\bmetadata\x18\x05 \x01(\tR\bmetadata\x12$\n" +
-	"\x0ecommit_time_ms\x18\x06 \x01(\x03R\fcommitTimeMs\"\x98\x01\n" +
-	"\x1cReadCommittedOffsetsResponse\x12\x1d\n" +
-	"\n" +
-	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12C\n" +
-	"\aoffsets\x18\x03 \x03(\v2).tributary.coordinator.v1.CommittedOffsetR\aoffsets2\xd3\t\n" +
+	"\x06topics\x18\x02 \x03(\v2/.tributary.coordinator.v1.TopicPartitionResultsR\x06topics\"H\n" +
+	"\x1aGetCommittedOffsetsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\"\x85\x02\n" +
+	"\x11CommittedPosition\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12#\n" +
+	"\rnext_sequence\x18\x04 \x01(\x03R\fnextSequence\x12)\n" +
+	"\x10committed_offset\x18\x05 \x01(\x03R\x0fcommittedOffset\x12\x1a\n" +
+	"\bmetadata\x18\x06 \x01(\tR\bmetadata\x12$\n" +
+	"\x0ecommit_time_ms\x18\a \x01(\x03R\fcommitTimeMs\x12\x10\n" +
+	"\x03lag\x18\b \x01(\x03R\x03lag\"\x94\x01\n" +
+	"\x1bGetCommittedOffsetsResponse\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12I\n" +
+	"\tpositions\x18\x03 \x03(\v2+.tributary.coordinator.v1.CommittedPositionR\tpositions2\xd0\t\n" +
 	"\x17GroupCoordinatorService\x12d\n" +
 	"\tJoinGroup\x12*.tributary.coordinator.v1.JoinGroupRequest\x1a+.tributary.coordinator.v1.JoinGroupResponse\x12d\n" +
 	"\tSyncGroup\x12*.tributary.coordinator.v1.SyncGroupRequest\x1a+.tributary.coordinator.v1.SyncGroupResponse\x12d\n" +
@@ -2857,8 +2879,8 @@ const file_tributary_coordinator_v1_group_proto_rawDesc = "" +
 	"\n" +
 	"ListGroups\x12+.tributary.coordinator.v1.ListGroupsRequest\x1a,.tributary.coordinator.v1.ListGroupsResponse\x12m\n" +
 	"\fDeleteGroups\x12-.tributary.coordinator.v1.DeleteGroupsRequest\x1a..tributary.coordinator.v1.DeleteGroupsResponse\x12m\n" +
-	"\fOffsetDelete\x12-.tributary.coordinator.v1.OffsetDeleteRequest\x1a..tributary.coordinator.v1.OffsetDeleteResponse\x12\x85\x01\n" +
-	"\x14ReadCommittedOffsets\x125.tributary.coordinator.v1.ReadCommittedOffsetsRequest\x1a6.tributary.coordinator.v1.ReadCommittedOffsetsResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
+	"\fOffsetDelete\x12-.tributary.coordinator.v1.OffsetDeleteRequest\x1a..tributary.coordinator.v1.OffsetDeleteResponse\x12\x82\x01\n" +
+	"\x13GetCommittedOffsets\x124.tributary.coordinator.v1.GetCommittedOffsetsRequest\x1a5.tributary.coordinator.v1.GetCommittedOffsetsResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_tributary_coordinator_v1_group_proto_rawDescOnce sync.Once
@@ -2874,48 +2896,48 @@ func file_tributary_coordinator_v1_group_proto_rawDescGZIP() []byte {
 
 var file_tributary_coordinator_v1_group_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_tributary_coordinator_v1_group_proto_goTypes = []any{
-	(*GroupProtocol)(nil),                // 0: tributary.coordinator.v1.GroupProtocol
-	(*JoinGroupRequest)(nil),             // 1: tributary.coordinator.v1.JoinGroupRequest
-	(*JoinGroupMember)(nil),              // 2: tributary.coordinator.v1.JoinGroupMember
-	(*JoinGroupResponse)(nil),            // 3: tributary.coordinator.v1.JoinGroupResponse
-	(*SyncGroupAssignment)(nil),          // 4: tributary.coordinator.v1.SyncGroupAssignment
-	(*SyncGroupRequest)(nil),             // 5: tributary.coordinator.v1.SyncGroupRequest
-	(*SyncGroupResponse)(nil),            // 6: tributary.coordinator.v1.SyncGroupResponse
-	(*HeartbeatRequest)(nil),             // 7: tributary.coordinator.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),            // 8: tributary.coordinator.v1.HeartbeatResponse
-	(*LeavingMember)(nil),                // 9: tributary.coordinator.v1.LeavingMember
-	(*LeaveGroupRequest)(nil),            // 10: tributary.coordinator.v1.LeaveGroupRequest
-	(*LeftMember)(nil),                   // 11: tributary.coordinator.v1.LeftMember
-	(*LeaveGroupResponse)(nil),           // 12: tributary.coordinator.v1.LeaveGroupResponse
-	(*OffsetCommitPartition)(nil),        // 13: tributary.coordinator.v1.OffsetCommitPartition
-	(*OffsetCommitTopic)(nil),            // 14: tributary.coordinator.v1.OffsetCommitTopic
-	(*OffsetCommitRequest)(nil),          // 15: tributary.coordinator.v1.OffsetCommitRequest
-	(*PartitionResult)(nil),              // 16: tributary.coordinator.v1.PartitionResult
-	(*TopicPartitionResults)(nil),        // 17: tributary.coordinator.v1.TopicPartitionResults
-	(*OffsetCommitResponse)(nil),         // 18: tributary.coordinator.v1.OffsetCommitResponse
-	(*OffsetFetchTopic)(nil),             // 19: tributary.coordinator.v1.OffsetFetchTopic
-	(*OffsetFetchGroup)(nil),             // 20: tributary.coordinator.v1.OffsetFetchGroup
-	(*OffsetFetchRequest)(nil),           // 21: tributary.coordinator.v1.OffsetFetchRequest
-	(*FetchedPartition)(nil),             // 22: tributary.coordinator.v1.FetchedPartition
-	(*FetchedTopic)(nil),                 // 23: tributary.coordinator.v1.FetchedTopic
-	(*FetchedGroup)(nil),                 // 24: tributary.coordinator.v1.FetchedGroup
-	(*OffsetFetchResponse)(nil),          // 25: tributary.coordinator.v1.OffsetFetchResponse
-	(*DescribeGroupsRequest)(nil),        // 26: tributary.coordinator.v1.DescribeGroupsRequest
-	(*DescribedMember)(nil),              // 27: tributary.coordinator.v1.DescribedMember
-	(*DescribedGroup)(nil),               // 28: tributary.coordinator.v1.DescribedGroup
-	(*DescribeGroupsResponse)(nil),       // 29: tributary.coordinator.v1.DescribeGroupsResponse
-	(*ListGroupsRequest)(nil),            // 30: tributary.coordinator.v1.ListGroupsRequest
-	(*ListedGroup)(nil),                  // 31: tributary.coordinator.v1.ListedGroup
-	(*ListGroupsResponse)(nil),           // 32: tributary.coordinator.v1.ListGroupsResponse
-	(*DeleteGroupsRequest)(nil),          // 33: tributary.coordinator.v1.DeleteGroupsRequest
-	(*DeletedGroup)(nil),                 // 34: tributary.coordinator.v1.DeletedGroup
-	(*DeleteGroupsResponse)(nil),         // 35: tributary.coordinator.v1.DeleteGroupsResponse
-	(*OffsetDeleteTopic)(nil),            // 36: tributary.coordinator.v1.OffsetDeleteTopic
-	(*OffsetDeleteRequest)(nil),          // 37: tributary.coordinator.v1.OffsetDeleteRequest
-	(*OffsetDeleteResponse)(nil),         // 38: tributary.coordinator.v1.OffsetDeleteResponse
-	(*ReadCommittedOffsetsRequest)(nil),  // 39: tributary.coordinator.v1.ReadCommittedOffsetsRequest
-	(*CommittedOffset)(nil),              // 40: tributary.coordinator.v1.CommittedOffset
-	(*ReadCommittedOffsetsResponse)(nil), // 41: tributary.coordinator.v1.ReadCommittedOffsetsResponse
+	(*GroupProtocol)(nil),               // 0: tributary.coordinator.v1.GroupProtocol
+	(*JoinGroupRequest)(nil),            // 1: tributary.coordinator.v1.JoinGroupRequest
+	(*JoinGroupMember)(nil),             // 2: tributary.coordinator.v1.JoinGroupMember
+	(*JoinGroupResponse)(nil),           // 3: tributary.coordinator.v1.JoinGroupResponse
+	(*SyncGroupAssignment)(nil),         // 4: tributary.coordinator.v1.SyncGroupAssignment
+	(*SyncGroupRequest)(nil),            // 5: tributary.coordinator.v1.SyncGroupRequest
+	(*SyncGroupResponse)(nil),           // 6: tributary.coordinator.v1.SyncGroupResponse
+	(*HeartbeatRequest)(nil),            // 7: tributary.coordinator.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 8: tributary.coordinator.v1.HeartbeatResponse
+	(*LeavingMember)(nil),               // 9: tributary.coordinator.v1.LeavingMember
+	(*LeaveGroupRequest)(nil),           // 10: tributary.coordinator.v1.LeaveGroupRequest
+	(*LeftMember)(nil),                  // 11: tributary.coordinator.v1.LeftMember
+	(*LeaveGroupResponse)(nil),          // 12: tributary.coordinator.v1.LeaveGroupResponse
+	(*OffsetCommitPartition)(nil),       // 13: tributary.coordinator.v1.OffsetCommitPartition
+	(*OffsetCommitTopic)(nil),           // 14: tributary.coordinator.v1.OffsetCommitTopic
+	(*OffsetCommitRequest)(nil),         // 15: tributary.coordinator.v1.OffsetCommitRequest
+	(*PartitionResult)(nil),             // 16: tributary.coordinator.v1.PartitionResult
+	(*TopicPartitionResults)(nil),       // 17: tributary.coordinator.v1.TopicPartitionResults
+	(*OffsetCommitResponse)(nil),        // 18: tributary.coordinator.v1.OffsetCommitResponse
+	(*OffsetFetchTopic)(nil),            // 19: tributary.coordinator.v1.OffsetFetchTopic
+	(*OffsetFetchGroup)(nil),            // 20: tributary.coordinator.v1.OffsetFetchGroup
+	(*OffsetFetchRequest)(nil),          // 21: tributary.coordinator.v1.OffsetFetchRequest
+	(*FetchedPartition)(nil),            // 22: tributary.coordinator.v1.FetchedPartition
+	(*FetchedTopic)(nil),                // 23: tributary.coordinator.v1.FetchedTopic
+	(*FetchedGroup)(nil),                // 24: tributary.coordinator.v1.FetchedGroup
+	(*OffsetFetchResponse)(nil),         // 25: tributary.coordinator.v1.OffsetFetchResponse
+	(*DescribeGroupsRequest)(nil),       // 26: tributary.coordinator.v1.DescribeGroupsRequest
+	(*DescribedMember)(nil),             // 27: tributary.coordinator.v1.DescribedMember
+	(*DescribedGroup)(nil),              // 28: tributary.coordinator.v1.DescribedGroup
+	(*DescribeGroupsResponse)(nil),      // 29: tributary.coordinator.v1.DescribeGroupsResponse
+	(*ListGroupsRequest)(nil),           // 30: tributary.coordinator.v1.ListGroupsRequest
+	(*ListedGroup)(nil),                 // 31: tributary.coordinator.v1.ListedGroup
+	(*ListGroupsResponse)(nil),          // 32: tributary.coordinator.v1.ListGroupsResponse
+	(*DeleteGroupsRequest)(nil),         // 33: tributary.coordinator.v1.DeleteGroupsRequest
+	(*DeletedGroup)(nil),                // 34: tributary.coordinator.v1.DeletedGroup
+	(*DeleteGroupsResponse)(nil),        // 35: tributary.coordinator.v1.DeleteGroupsResponse
+	(*OffsetDeleteTopic)(nil),           // 36: tributary.coordinator.v1.OffsetDeleteTopic
+	(*OffsetDeleteRequest)(nil),         // 37: tributary.coordinator.v1.OffsetDeleteRequest
+	(*OffsetDeleteResponse)(nil),        // 38: tributary.coordinator.v1.OffsetDeleteResponse
+	(*GetCommittedOffsetsRequest)(nil),  // 39: tributary.coordinator.v1.GetCommittedOffsetsRequest
+	(*CommittedPosition)(nil),           // 40: tributary.coordinator.v1.CommittedPosition
+	(*GetCommittedOffsetsResponse)(nil), // 41: tributary.coordinator.v1.GetCommittedOffsetsResponse
 }
 var file_tributary_coordinator_v1_group_proto_depIdxs = []int32{
 	0,  // 0: tributary.coordinator.v1.JoinGroupRequest.protocols:type_name -> tributary.coordinator.v1.GroupProtocol
@@ -2938,7 +2960,7 @@ var file_tributary_coordinator_v1_group_proto_depIdxs = []int32{
 	34, // 17: tributary.coordinator.v1.DeleteGroupsResponse.results:type_name -> tributary.coordinator.v1.DeletedGroup
 	36, // 18: tributary.coordinator.v1.OffsetDeleteRequest.topics:type_name -> tributary.coordinator.v1.OffsetDeleteTopic
 	17, // 19: tributary.coordinator.v1.OffsetDeleteResponse.topics:type_name -> tributary.coordinator.v1.TopicPartitionResults
-	40, // 20: tributary.coordinator.v1.ReadCommittedOffsetsResponse.offsets:type_name -> tributary.coordinator.v1.CommittedOffset
+	40, // 20: tributary.coordinator.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.coordinator.v1.CommittedPosition
 	1,  // 21: tributary.coordinator.v1.GroupCoordinatorService.JoinGroup:input_type -> tributary.coordinator.v1.JoinGroupRequest
 	5,  // 22: tributary.coordinator.v1.GroupCoordinatorService.SyncGroup:input_type -> tributary.coordinator.v1.SyncGroupRequest
 	7,  // 23: tributary.coordinator.v1.GroupCoordinatorService.Heartbeat:input_type -> tributary.coordinator.v1.HeartbeatRequest
@@ -2949,7 +2971,7 @@ var file_tributary_coordinator_v1_group_proto_depIdxs = []int32{
 	30, // 28: tributary.coordinator.v1.GroupCoordinatorService.ListGroups:input_type -> tributary.coordinator.v1.ListGroupsRequest
 	33, // 29: tributary.coordinator.v1.GroupCoordinatorService.DeleteGroups:input_type -> tributary.coordinator.v1.DeleteGroupsRequest
 	37, // 30: tributary.coordinator.v1.GroupCoordinatorService.OffsetDelete:input_type -> tributary.coordinator.v1.OffsetDeleteRequest
-	39, // 31: tributary.coordinator.v1.GroupCoordinatorService.ReadCommittedOffsets:input_type -> tributary.coordinator.v1.ReadCommittedOffsetsRequest
+	39, // 31: tributary.coordinator.v1.GroupCoordinatorService.GetCommittedOffsets:input_type -> tributary.coordinator.v1.GetCommittedOffsetsRequest
 	3,  // 32: tributary.coordinator.v1.GroupCoordinatorService.JoinGroup:output_type -> tributary.coordinator.v1.JoinGroupResponse
 	6,  // 33: tributary.coordinator.v1.GroupCoordinatorService.SyncGroup:output_type -> tributary.coordinator.v1.SyncGroupResponse
 	8,  // 34: tributary.coordinator.v1.GroupCoordinatorService.Heartbeat:output_type -> tributary.coordinator.v1.HeartbeatResponse
@@ -2960,7 +2982,7 @@ var file_tributary_coordinator_v1_group_proto_depIdxs = []int32{
 	32, // 39: tributary.coordinator.v1.GroupCoordinatorService.ListGroups:output_type -> tributary.coordinator.v1.ListGroupsResponse
 	35, // 40: tributary.coordinator.v1.GroupCoordinatorService.DeleteGroups:output_type -> tributary.coordinator.v1.DeleteGroupsResponse
 	38, // 41: tributary.coordinator.v1.GroupCoordinatorService.OffsetDelete:output_type -> tributary.coordinator.v1.OffsetDeleteResponse
-	41, // 42: tributary.coordinator.v1.GroupCoordinatorService.ReadCommittedOffsets:output_type -> tributary.coordinator.v1.ReadCommittedOffsetsResponse
+	41, // 42: tributary.coordinator.v1.GroupCoordinatorService.GetCommittedOffsets:output_type -> tributary.coordinator.v1.GetCommittedOffsetsResponse
 	32, // [32:43] is the sub-list for method output_type
 	21, // [21:32] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name

@@ -35,17 +35,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GroupCoordinatorService_JoinGroup_FullMethodName            = "/tributary.coordinator.v1.GroupCoordinatorService/JoinGroup"
-	GroupCoordinatorService_SyncGroup_FullMethodName            = "/tributary.coordinator.v1.GroupCoordinatorService/SyncGroup"
-	GroupCoordinatorService_Heartbeat_FullMethodName            = "/tributary.coordinator.v1.GroupCoordinatorService/Heartbeat"
-	GroupCoordinatorService_LeaveGroup_FullMethodName           = "/tributary.coordinator.v1.GroupCoordinatorService/LeaveGroup"
-	GroupCoordinatorService_OffsetCommit_FullMethodName         = "/tributary.coordinator.v1.GroupCoordinatorService/OffsetCommit"
-	GroupCoordinatorService_OffsetFetch_FullMethodName          = "/tributary.coordinator.v1.GroupCoordinatorService/OffsetFetch"
-	GroupCoordinatorService_DescribeGroups_FullMethodName       = "/tributary.coordinator.v1.GroupCoordinatorService/DescribeGroups"
-	GroupCoordinatorService_ListGroups_FullMethodName           = "/tributary.coordinator.v1.GroupCoordinatorService/ListGroups"
-	GroupCoordinatorService_DeleteGroups_FullMethodName         = "/tributary.coordinator.v1.GroupCoordinatorService/DeleteGroups"
-	GroupCoordinatorService_OffsetDelete_FullMethodName         = "/tributary.coordinator.v1.GroupCoordinatorService/OffsetDelete"
-	GroupCoordinatorService_ReadCommittedOffsets_FullMethodName = "/tributary.coordinator.v1.GroupCoordinatorService/ReadCommittedOffsets"
+	GroupCoordinatorService_JoinGroup_FullMethodName           = "/tributary.coordinator.v1.GroupCoordinatorService/JoinGroup"
+	GroupCoordinatorService_SyncGroup_FullMethodName           = "/tributary.coordinator.v1.GroupCoordinatorService/SyncGroup"
+	GroupCoordinatorService_Heartbeat_FullMethodName           = "/tributary.coordinator.v1.GroupCoordinatorService/Heartbeat"
+	GroupCoordinatorService_LeaveGroup_FullMethodName          = "/tributary.coordinator.v1.GroupCoordinatorService/LeaveGroup"
+	GroupCoordinatorService_OffsetCommit_FullMethodName        = "/tributary.coordinator.v1.GroupCoordinatorService/OffsetCommit"
+	GroupCoordinatorService_OffsetFetch_FullMethodName         = "/tributary.coordinator.v1.GroupCoordinatorService/OffsetFetch"
+	GroupCoordinatorService_DescribeGroups_FullMethodName      = "/tributary.coordinator.v1.GroupCoordinatorService/DescribeGroups"
+	GroupCoordinatorService_ListGroups_FullMethodName          = "/tributary.coordinator.v1.GroupCoordinatorService/ListGroups"
+	GroupCoordinatorService_DeleteGroups_FullMethodName        = "/tributary.coordinator.v1.GroupCoordinatorService/DeleteGroups"
+	GroupCoordinatorService_OffsetDelete_FullMethodName        = "/tributary.coordinator.v1.GroupCoordinatorService/OffsetDelete"
+	GroupCoordinatorService_GetCommittedOffsets_FullMethodName = "/tributary.coordinator.v1.GroupCoordinatorService/GetCommittedOffsets"
 )
 
 // GroupCoordinatorServiceClient is the client API for GroupCoordinatorService service.
@@ -78,9 +78,13 @@ type GroupCoordinatorServiceClient interface {
 	DeleteGroups(ctx context.Context, in *DeleteGroupsRequest, opts ...grpc.CallOption) (*DeleteGroupsResponse, error)
 	// OffsetDelete deletes committed offsets of partitions the group is not subscribed to.
 	OffsetDelete(ctx context.Context, in *OffsetDeleteRequest, opts ...grpc.CallOption) (*OffsetDeleteResponse, error)
-	// ReadCommittedOffsets is a read-only view of a group's committed offsets for native
-	// readers and lag tooling: it never creates a group and never changes its state.
-	ReadCommittedOffsets(ctx context.Context, in *ReadCommittedOffsetsRequest, opts ...grpc.CallOption) (*ReadCommittedOffsetsResponse, error)
+	// GetCommittedOffsets is a read-only view of a Kafka consumer group's committed
+	// offsets for native readers and lag tooling, as channels and sequences, with each
+	// channel's lag (from storage-core's high watermarks): it never creates a group and
+	// never changes its state. Errors are gRPC statuses: INVALID_ARGUMENT (empty group or
+	// invalid topic), NOT_FOUND (the group has no state and no offsets), UNAVAILABLE
+	// (Postgres or storage-core cannot be reached).
+	GetCommittedOffsets(ctx context.Context, in *GetCommittedOffsetsRequest, opts ...grpc.CallOption) (*GetCommittedOffsetsResponse, error)
 }
 
 type groupCoordinatorServiceClient struct {
@@ -191,10 +195,10 @@ func (c *groupCoordinatorServiceClient) OffsetDelete(ctx context.Context, in *Of
 	return out, nil
 }
 
-func (c *groupCoordinatorServiceClient) ReadCommittedOffsets(ctx context.Context, in *ReadCommittedOffsetsRequest, opts ...grpc.CallOption) (*ReadCommittedOffsetsResponse, error) {
+func (c *groupCoordinatorServiceClient) GetCommittedOffsets(ctx context.Context, in *GetCommittedOffsetsRequest, opts ...grpc.CallOption) (*GetCommittedOffsetsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReadCommittedOffsetsResponse)
-	err := c.cc.Invoke(ctx, GroupCoordinatorService_ReadCommittedOffsets_FullMethodName, in, out, cOpts...)
+	out := new(GetCommittedOffsetsResponse)
+	err := c.cc.Invoke(ctx, GroupCoordinatorService_GetCommittedOffsets_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -231,9 +235,13 @@ type GroupCoordinatorServiceServer interface {
 	DeleteGroups(context.Context, *DeleteGroupsRequest) (*DeleteGroupsResponse, error)
 	// OffsetDelete deletes committed offsets of partitions the group is not subscribed to.
 	OffsetDelete(context.Context, *OffsetDeleteRequest) (*OffsetDeleteResponse, error)
-	// ReadCommittedOffsets is a read-only view of a group's committed offsets for native
-	// readers and lag tooling: it never creates a group and never changes its state.
-	ReadCommittedOffsets(context.Context, *ReadCommittedOffsetsRequest) (*ReadCommittedOffsetsResponse, error)
+	// GetCommittedOffsets is a read-only view of a Kafka consumer group's committed
+	// offsets for native readers and lag tooling, as channels and sequences, with each
+	// channel's lag (from storage-core's high watermarks): it never creates a group and
+	// never changes its state. Errors are gRPC statuses: INVALID_ARGUMENT (empty group or
+	// invalid topic), NOT_FOUND (the group has no state and no offsets), UNAVAILABLE
+	// (Postgres or storage-core cannot be reached).
+	GetCommittedOffsets(context.Context, *GetCommittedOffsetsRequest) (*GetCommittedOffsetsResponse, error)
 	mustEmbedUnimplementedGroupCoordinatorServiceServer()
 }
 
@@ -274,8 +282,8 @@ func (UnimplementedGroupCoordinatorServiceServer) DeleteGroups(context.Context, 
 func (UnimplementedGroupCoordinatorServiceServer) OffsetDelete(context.Context, *OffsetDeleteRequest) (*OffsetDeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method OffsetDelete not implemented")
 }
-func (UnimplementedGroupCoordinatorServiceServer) ReadCommittedOffsets(context.Context, *ReadCommittedOffsetsRequest) (*ReadCommittedOffsetsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ReadCommittedOffsets not implemented")
+func (UnimplementedGroupCoordinatorServiceServer) GetCommittedOffsets(context.Context, *GetCommittedOffsetsRequest) (*GetCommittedOffsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCommittedOffsets not implemented")
 }
 func (UnimplementedGroupCoordinatorServiceServer) mustEmbedUnimplementedGroupCoordinatorServiceServer() {
 }
@@ -479,20 +487,20 @@ func _GroupCoordinatorService_OffsetDelete_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
-func _GroupCoordinatorService_ReadCommittedOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReadCommittedOffsetsRequest)
+func _GroupCoordinatorService_GetCommittedOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCommittedOffsetsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(GroupCoordinatorServiceServer).ReadCommittedOffsets(ctx, in)
+		return srv.(GroupCoordinatorServiceServer).GetCommittedOffsets(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: GroupCoordinatorService_ReadCommittedOffsets_FullMethodName,
+		FullMethod: GroupCoordinatorService_GetCommittedOffsets_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(GroupCoordinatorServiceServer).ReadCommittedOffsets(ctx, req.(*ReadCommittedOffsetsRequest))
+		return srv.(GroupCoordinatorServiceServer).GetCommittedOffsets(ctx, req.(*GetCommittedOffsetsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -545,8 +553,8 @@ var GroupCoordinatorService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _GroupCoordinatorService_OffsetDelete_Handler,
 		},
 		{
-			MethodName: "ReadCommittedOffsets",
-			Handler:    _GroupCoordinatorService_ReadCommittedOffsets_Handler,
+			MethodName: "GetCommittedOffsets",
+			Handler:    _GroupCoordinatorService_GetCommittedOffsets_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

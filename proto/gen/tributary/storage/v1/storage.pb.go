@@ -2773,227 +2773,6 @@ func (x *FetchResponse) GetResults() []*FetchChannelResult {
 	return nil
 }
 
-type GetCommittedOffsetsRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Kafka consumer group id.
-	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	// Only this Kafka topic when set.
-	Topic         string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GetCommittedOffsetsRequest) Reset() {
-	*x = GetCommittedOffsetsRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GetCommittedOffsetsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GetCommittedOffsetsRequest) ProtoMessage() {}
-
-func (x *GetCommittedOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GetCommittedOffsetsRequest.ProtoReflect.Descriptor instead.
-func (*GetCommittedOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
-}
-
-func (x *GetCommittedOffsetsRequest) GetGroup() string {
-	if x != nil {
-		return x.Group
-	}
-	return ""
-}
-
-func (x *GetCommittedOffsetsRequest) GetTopic() string {
-	if x != nil {
-		return x.Topic
-	}
-	return ""
-}
-
-type CommittedPosition struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Log channel of the partition (kafka.<topic> or kafka.<topic>~<p>).
-	Channel   string `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
-	Topic     string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition int32  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	// Sequence of the next record the group will consume (Kafka committed offset + 1).
-	NextSequence int64 `protobuf:"varint,4,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
-	// The Kafka committed offset as stored.
-	CommittedOffset int64  `protobuf:"varint,5,opt,name=committed_offset,json=committedOffset,proto3" json:"committed_offset,omitempty"`
-	Metadata        string `protobuf:"bytes,6,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	// Commit time, ms since epoch.
-	CommitTimeMs int64 `protobuf:"varint,7,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
-	// Records between the committed position and the high watermark (0 when caught up);
-	// -1 when the channel no longer exists.
-	Lag           int64 `protobuf:"varint,8,opt,name=lag,proto3" json:"lag,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CommittedPosition) Reset() {
-	*x = CommittedPosition{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CommittedPosition) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CommittedPosition) ProtoMessage() {}
-
-func (x *CommittedPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CommittedPosition.ProtoReflect.Descriptor instead.
-func (*CommittedPosition) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{38}
-}
-
-func (x *CommittedPosition) GetChannel() string {
-	if x != nil {
-		return x.Channel
-	}
-	return ""
-}
-
-func (x *CommittedPosition) GetTopic() string {
-	if x != nil {
-		return x.Topic
-	}
-	return ""
-}
-
-func (x *CommittedPosition) GetPartition() int32 {
-	if x != nil {
-		return x.Partition
-	}
-	return 0
-}
-
-func (x *CommittedPosition) GetNextSequence() int64 {
-	if x != nil {
-		return x.NextSequence
-	}
-	return 0
-}
-
-func (x *CommittedPosition) GetCommittedOffset() int64 {
-	if x != nil {
-		return x.CommittedOffset
-	}
-	return 0
-}
-
-func (x *CommittedPosition) GetMetadata() string {
-	if x != nil {
-		return x.Metadata
-	}
-	return ""
-}
-
-func (x *CommittedPosition) GetCommitTimeMs() int64 {
-	if x != nil {
-		return x.CommitTimeMs
-	}
-	return 0
-}
-
-func (x *CommittedPosition) GetLag() int64 {
-	if x != nil {
-		return x.Lag
-	}
-	return 0
-}
-
-type GetCommittedOffsetsResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	// Group state as the coordinator reports it (Empty, Stable, PreparingRebalance, ...).
-	State         string               `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
-	Positions     []*CommittedPosition `protobuf:"bytes,3,rep,name=positions,proto3" json:"positions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GetCommittedOffsetsResponse) Reset() {
-	*x = GetCommittedOffsetsResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[39]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GetCommittedOffsetsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GetCommittedOffsetsResponse) ProtoMessage() {}
-
-func (x *GetCommittedOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[39]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GetCommittedOffsetsResponse.ProtoReflect.Descriptor instead.
-func (*GetCommittedOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{39}
-}
-
-func (x *GetCommittedOffsetsResponse) GetGroup() string {
-	if x != nil {
-		return x.Group
-	}
-	return ""
-}
-
-func (x *GetCommittedOffsetsResponse) GetState() string {
-	if x != nil {
-		return x.State
-	}
-	return ""
-}
-
-func (x *GetCommittedOffsetsResponse) GetPositions() []*CommittedPosition {
-	if x != nil {
-		return x.Positions
-	}
-	return nil
-}
-
 // TxnMarker asks for one control batch on one channel.
 type TxnMarker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3015,7 +2794,7 @@ type TxnMarker struct {
 
 func (x *TxnMarker) Reset() {
 	*x = TxnMarker{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[40]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +2806,7 @@ func (x *TxnMarker) String() string {
 func (*TxnMarker) ProtoMessage() {}
 
 func (x *TxnMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[40]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +2819,7 @@ func (x *TxnMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMarker.ProtoReflect.Descriptor instead.
 func (*TxnMarker) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{40}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TxnMarker) GetChannel() string {
@@ -3088,7 +2867,7 @@ type WriteTxnMarkersRequest struct {
 
 func (x *WriteTxnMarkersRequest) Reset() {
 	*x = WriteTxnMarkersRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +2879,7 @@ func (x *WriteTxnMarkersRequest) String() string {
 func (*WriteTxnMarkersRequest) ProtoMessage() {}
 
 func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +2892,7 @@ func (x *WriteTxnMarkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkersRequest.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkersRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{41}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteTxnMarkersRequest) GetMarkers() []*TxnMarker {
@@ -3144,7 +2923,7 @@ type TxnMarkerResult struct {
 
 func (x *TxnMarkerResult) Reset() {
 	*x = TxnMarkerResult{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +2935,7 @@ func (x *TxnMarkerResult) String() string {
 func (*TxnMarkerResult) ProtoMessage() {}
 
 func (x *TxnMarkerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +2948,7 @@ func (x *TxnMarkerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMarkerResult.ProtoReflect.Descriptor instead.
 func (*TxnMarkerResult) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{42}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TxnMarkerResult) GetChannel() string {
@@ -3217,7 +2996,7 @@ type WriteTxnMarkersResponse struct {
 
 func (x *WriteTxnMarkersResponse) Reset() {
 	*x = WriteTxnMarkersResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3008,7 @@ func (x *WriteTxnMarkersResponse) String() string {
 func (*WriteTxnMarkersResponse) ProtoMessage() {}
 
 func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3021,7 @@ func (x *WriteTxnMarkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteTxnMarkersResponse.ProtoReflect.Descriptor instead.
 func (*WriteTxnMarkersResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{43}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteTxnMarkersResponse) GetResults() []*TxnMarkerResult {
@@ -3261,7 +3040,7 @@ type DescribeProducersRequest struct {
 
 func (x *DescribeProducersRequest) Reset() {
 	*x = DescribeProducersRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3052,7 @@ func (x *DescribeProducersRequest) String() string {
 func (*DescribeProducersRequest) ProtoMessage() {}
 
 func (x *DescribeProducersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3065,7 @@ func (x *DescribeProducersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProducersRequest.ProtoReflect.Descriptor instead.
 func (*DescribeProducersRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{44}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DescribeProducersRequest) GetChannels() []string {
@@ -3317,7 +3096,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[45]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3108,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[45]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3121,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{45}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ProducerState) GetProducerId() int64 {
@@ -3400,7 +3179,7 @@ type ChannelProducers struct {
 
 func (x *ChannelProducers) Reset() {
 	*x = ChannelProducers{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[46]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3191,7 @@ func (x *ChannelProducers) String() string {
 func (*ChannelProducers) ProtoMessage() {}
 
 func (x *ChannelProducers) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[46]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3204,7 @@ func (x *ChannelProducers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelProducers.ProtoReflect.Descriptor instead.
 func (*ChannelProducers) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{46}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ChannelProducers) GetChannel() string {
@@ -3466,7 +3245,7 @@ type DescribeProducersResponse struct {
 
 func (x *DescribeProducersResponse) Reset() {
 	*x = DescribeProducersResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[47]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3257,7 @@ func (x *DescribeProducersResponse) String() string {
 func (*DescribeProducersResponse) ProtoMessage() {}
 
 func (x *DescribeProducersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[47]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3270,7 @@ func (x *DescribeProducersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProducersResponse.ProtoReflect.Descriptor instead.
 func (*DescribeProducersResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{47}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DescribeProducersResponse) GetResults() []*ChannelProducers {
@@ -3676,23 +3455,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"producerId\x12%\n" +
 	"\x0efirst_sequence\x18\x02 \x01(\x03R\rfirstSequence\"S\n" +
 	"\rFetchResponse\x12B\n" +
-	"\aresults\x18\x01 \x03(\v2(.tributary.storage.v1.FetchChannelResultR\aresults\"H\n" +
-	"\x1aGetCommittedOffsetsRequest\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
-	"\x05topic\x18\x02 \x01(\tR\x05topic\"\x85\x02\n" +
-	"\x11CommittedPosition\x12\x18\n" +
-	"\achannel\x18\x01 \x01(\tR\achannel\x12\x14\n" +
-	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12#\n" +
-	"\rnext_sequence\x18\x04 \x01(\x03R\fnextSequence\x12)\n" +
-	"\x10committed_offset\x18\x05 \x01(\x03R\x0fcommittedOffset\x12\x1a\n" +
-	"\bmetadata\x18\x06 \x01(\tR\bmetadata\x12$\n" +
-	"\x0ecommit_time_ms\x18\a \x01(\x03R\fcommitTimeMs\x12\x10\n" +
-	"\x03lag\x18\b \x01(\x03R\x03lag\"\x90\x01\n" +
-	"\x1bGetCommittedOffsetsResponse\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12E\n" +
-	"\tpositions\x18\x03 \x03(\v2'.tributary.storage.v1.CommittedPositionR\tpositions\"\xb2\x01\n" +
+	"\aresults\x18\x01 \x03(\v2(.tributary.storage.v1.FetchChannelResultR\aresults\"\xb2\x01\n" +
 	"\tTxnMarker\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
@@ -3760,7 +3523,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
-	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\x8c\r\n" +
+	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\x90\f\n" +
 	"\x0eStorageService\x12h\n" +
 	"\rCreateChannel\x12*.tributary.storage.v1.CreateChannelRequest\x1a+.tributary.storage.v1.CreateChannelResponse\x12_\n" +
 	"\n" +
@@ -3772,8 +3535,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x04Read\x12!.tributary.storage.v1.ReadRequest\x1a\".tributary.storage.v1.ReadResponse\x12^\n" +
 	"\tSubscribe\x12&.tributary.storage.v1.SubscribeRequest\x1a'.tributary.storage.v1.SubscribeResponse0\x01\x12k\n" +
 	"\x0eLookupSequence\x12+.tributary.storage.v1.LookupSequenceRequest\x1a,.tributary.storage.v1.LookupSequenceResponse\x12h\n" +
-	"\rDeleteRecords\x12*.tributary.storage.v1.DeleteRecordsRequest\x1a+.tributary.storage.v1.DeleteRecordsResponse\x12z\n" +
-	"\x13GetCommittedOffsets\x120.tributary.storage.v1.GetCommittedOffsetsRequest\x1a1.tributary.storage.v1.GetCommittedOffsetsResponse\x12h\n" +
+	"\rDeleteRecords\x12*.tributary.storage.v1.DeleteRecordsRequest\x1a+.tributary.storage.v1.DeleteRecordsResponse\x12h\n" +
 	"\rAppendBatches\x12*.tributary.storage.v1.AppendBatchesRequest\x1a+.tributary.storage.v1.AppendBatchesResponse\x12i\n" +
 	"\fAppendStream\x12).tributary.storage.v1.AppendStreamRequest\x1a*.tributary.storage.v1.AppendStreamResponse(\x010\x01\x12P\n" +
 	"\x05Fetch\x12\".tributary.storage.v1.FetchRequest\x1a#.tributary.storage.v1.FetchResponse\x12n\n" +
@@ -3793,7 +3555,7 @@ func file_tributary_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: tributary.storage.v1.ErrorCode
 	(CleanupPolicy)(0),                  // 1: tributary.storage.v1.CleanupPolicy
@@ -3837,17 +3599,14 @@ var file_tributary_storage_v1_storage_proto_goTypes = []any{
 	(*FetchChannelResult)(nil),          // 39: tributary.storage.v1.FetchChannelResult
 	(*AbortedTransaction)(nil),          // 40: tributary.storage.v1.AbortedTransaction
 	(*FetchResponse)(nil),               // 41: tributary.storage.v1.FetchResponse
-	(*GetCommittedOffsetsRequest)(nil),  // 42: tributary.storage.v1.GetCommittedOffsetsRequest
-	(*CommittedPosition)(nil),           // 43: tributary.storage.v1.CommittedPosition
-	(*GetCommittedOffsetsResponse)(nil), // 44: tributary.storage.v1.GetCommittedOffsetsResponse
-	(*TxnMarker)(nil),                   // 45: tributary.storage.v1.TxnMarker
-	(*WriteTxnMarkersRequest)(nil),      // 46: tributary.storage.v1.WriteTxnMarkersRequest
-	(*TxnMarkerResult)(nil),             // 47: tributary.storage.v1.TxnMarkerResult
-	(*WriteTxnMarkersResponse)(nil),     // 48: tributary.storage.v1.WriteTxnMarkersResponse
-	(*DescribeProducersRequest)(nil),    // 49: tributary.storage.v1.DescribeProducersRequest
-	(*ProducerState)(nil),               // 50: tributary.storage.v1.ProducerState
-	(*ChannelProducers)(nil),            // 51: tributary.storage.v1.ChannelProducers
-	(*DescribeProducersResponse)(nil),   // 52: tributary.storage.v1.DescribeProducersResponse
+	(*TxnMarker)(nil),                   // 42: tributary.storage.v1.TxnMarker
+	(*WriteTxnMarkersRequest)(nil),      // 43: tributary.storage.v1.WriteTxnMarkersRequest
+	(*TxnMarkerResult)(nil),             // 44: tributary.storage.v1.TxnMarkerResult
+	(*WriteTxnMarkersResponse)(nil),     // 45: tributary.storage.v1.WriteTxnMarkersResponse
+	(*DescribeProducersRequest)(nil),    // 46: tributary.storage.v1.DescribeProducersRequest
+	(*ProducerState)(nil),               // 47: tributary.storage.v1.ProducerState
+	(*ChannelProducers)(nil),            // 48: tributary.storage.v1.ChannelProducers
+	(*DescribeProducersResponse)(nil),   // 49: tributary.storage.v1.DescribeProducersResponse
 }
 var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ChannelConfig.cleanup_policy:type_name -> tributary.storage.v1.CleanupPolicy
@@ -3880,49 +3639,46 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 27: tributary.storage.v1.FetchChannelResult.error:type_name -> tributary.storage.v1.ErrorCode
 	40, // 28: tributary.storage.v1.FetchChannelResult.aborted_transactions:type_name -> tributary.storage.v1.AbortedTransaction
 	39, // 29: tributary.storage.v1.FetchResponse.results:type_name -> tributary.storage.v1.FetchChannelResult
-	43, // 30: tributary.storage.v1.GetCommittedOffsetsResponse.positions:type_name -> tributary.storage.v1.CommittedPosition
-	45, // 31: tributary.storage.v1.WriteTxnMarkersRequest.markers:type_name -> tributary.storage.v1.TxnMarker
-	47, // 32: tributary.storage.v1.WriteTxnMarkersResponse.results:type_name -> tributary.storage.v1.TxnMarkerResult
-	0,  // 33: tributary.storage.v1.ChannelProducers.error:type_name -> tributary.storage.v1.ErrorCode
-	50, // 34: tributary.storage.v1.ChannelProducers.producers:type_name -> tributary.storage.v1.ProducerState
-	51, // 35: tributary.storage.v1.DescribeProducersResponse.results:type_name -> tributary.storage.v1.ChannelProducers
-	7,  // 36: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
-	9,  // 37: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
-	11, // 38: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
-	13, // 39: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
-	15, // 40: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
-	20, // 41: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
-	23, // 42: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
-	25, // 43: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
-	27, // 44: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
-	29, // 45: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
-	42, // 46: tributary.storage.v1.StorageService.GetCommittedOffsets:input_type -> tributary.storage.v1.GetCommittedOffsetsRequest
-	32, // 47: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
-	35, // 48: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
-	38, // 49: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
-	46, // 50: tributary.storage.v1.StorageService.WriteTxnMarkers:input_type -> tributary.storage.v1.WriteTxnMarkersRequest
-	49, // 51: tributary.storage.v1.StorageService.DescribeProducers:input_type -> tributary.storage.v1.DescribeProducersRequest
-	8,  // 52: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
-	10, // 53: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
-	12, // 54: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
-	14, // 55: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
-	16, // 56: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
-	22, // 57: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
-	24, // 58: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
-	26, // 59: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
-	28, // 60: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
-	30, // 61: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
-	44, // 62: tributary.storage.v1.StorageService.GetCommittedOffsets:output_type -> tributary.storage.v1.GetCommittedOffsetsResponse
-	34, // 63: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
-	36, // 64: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
-	41, // 65: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
-	48, // 66: tributary.storage.v1.StorageService.WriteTxnMarkers:output_type -> tributary.storage.v1.WriteTxnMarkersResponse
-	52, // 67: tributary.storage.v1.StorageService.DescribeProducers:output_type -> tributary.storage.v1.DescribeProducersResponse
-	52, // [52:68] is the sub-list for method output_type
-	36, // [36:52] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	42, // 30: tributary.storage.v1.WriteTxnMarkersRequest.markers:type_name -> tributary.storage.v1.TxnMarker
+	44, // 31: tributary.storage.v1.WriteTxnMarkersResponse.results:type_name -> tributary.storage.v1.TxnMarkerResult
+	0,  // 32: tributary.storage.v1.ChannelProducers.error:type_name -> tributary.storage.v1.ErrorCode
+	47, // 33: tributary.storage.v1.ChannelProducers.producers:type_name -> tributary.storage.v1.ProducerState
+	48, // 34: tributary.storage.v1.DescribeProducersResponse.results:type_name -> tributary.storage.v1.ChannelProducers
+	7,  // 35: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
+	9,  // 36: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
+	11, // 37: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
+	13, // 38: tributary.storage.v1.StorageService.DeleteChannel:input_type -> tributary.storage.v1.DeleteChannelRequest
+	15, // 39: tributary.storage.v1.StorageService.UpdateChannelConfig:input_type -> tributary.storage.v1.UpdateChannelConfigRequest
+	20, // 40: tributary.storage.v1.StorageService.Append:input_type -> tributary.storage.v1.AppendRequest
+	23, // 41: tributary.storage.v1.StorageService.Read:input_type -> tributary.storage.v1.ReadRequest
+	25, // 42: tributary.storage.v1.StorageService.Subscribe:input_type -> tributary.storage.v1.SubscribeRequest
+	27, // 43: tributary.storage.v1.StorageService.LookupSequence:input_type -> tributary.storage.v1.LookupSequenceRequest
+	29, // 44: tributary.storage.v1.StorageService.DeleteRecords:input_type -> tributary.storage.v1.DeleteRecordsRequest
+	32, // 45: tributary.storage.v1.StorageService.AppendBatches:input_type -> tributary.storage.v1.AppendBatchesRequest
+	35, // 46: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
+	38, // 47: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
+	43, // 48: tributary.storage.v1.StorageService.WriteTxnMarkers:input_type -> tributary.storage.v1.WriteTxnMarkersRequest
+	46, // 49: tributary.storage.v1.StorageService.DescribeProducers:input_type -> tributary.storage.v1.DescribeProducersRequest
+	8,  // 50: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
+	10, // 51: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
+	12, // 52: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
+	14, // 53: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
+	16, // 54: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
+	22, // 55: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
+	24, // 56: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
+	26, // 57: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
+	28, // 58: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
+	30, // 59: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
+	34, // 60: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
+	36, // 61: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
+	41, // 62: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
+	45, // 63: tributary.storage.v1.StorageService.WriteTxnMarkers:output_type -> tributary.storage.v1.WriteTxnMarkersResponse
+	49, // 64: tributary.storage.v1.StorageService.DescribeProducers:output_type -> tributary.storage.v1.DescribeProducersResponse
+	50, // [50:65] is the sub-list for method output_type
+	35, // [35:50] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_storage_proto_init() }
@@ -3945,7 +3701,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_storage_proto_rawDesc), len(file_tributary_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   48,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

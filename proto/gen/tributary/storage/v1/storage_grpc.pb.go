@@ -44,7 +44,6 @@ const (
 	StorageService_Subscribe_FullMethodName           = "/tributary.storage.v1.StorageService/Subscribe"
 	StorageService_LookupSequence_FullMethodName      = "/tributary.storage.v1.StorageService/LookupSequence"
 	StorageService_DeleteRecords_FullMethodName       = "/tributary.storage.v1.StorageService/DeleteRecords"
-	StorageService_GetCommittedOffsets_FullMethodName = "/tributary.storage.v1.StorageService/GetCommittedOffsets"
 	StorageService_AppendBatches_FullMethodName       = "/tributary.storage.v1.StorageService/AppendBatches"
 	StorageService_AppendStream_FullMethodName        = "/tributary.storage.v1.StorageService/AppendStream"
 	StorageService_Fetch_FullMethodName               = "/tributary.storage.v1.StorageService/Fetch"
@@ -84,12 +83,6 @@ type StorageServiceClient interface {
 	LookupSequence(ctx context.Context, in *LookupSequenceRequest, opts ...grpc.CallOption) (*LookupSequenceResponse, error)
 	// DeleteRecords moves the log start forward (Kafka DeleteRecords).
 	DeleteRecords(ctx context.Context, in *DeleteRecordsRequest, opts ...grpc.CallOption) (*DeleteRecordsResponse, error)
-	// GetCommittedOffsets is a read-only view of a Kafka consumer group's committed
-	// offsets, as channels and sequences, with each channel's lag. storage-core asks the
-	// coordinator (--coordinator-addr); it never changes the group. NOT_FOUND when the
-	// group has no state and no offsets; UNAVAILABLE when the coordinator cannot be
-	// reached; FAILED_PRECONDITION when storage-core runs without a coordinator address.
-	GetCommittedOffsets(ctx context.Context, in *GetCommittedOffsetsRequest, opts ...grpc.CallOption) (*GetCommittedOffsetsResponse, error)
 	// AppendBatches appends raw Kafka RecordBatch v2 bytes to one or more channels, as a
 	// Kafka producer sent them (compression kept). Used by kafka-gateway for Produce.
 	AppendBatches(ctx context.Context, in *AppendBatchesRequest, opts ...grpc.CallOption) (*AppendBatchesResponse, error)
@@ -240,16 +233,6 @@ func (c *storageServiceClient) DeleteRecords(ctx context.Context, in *DeleteReco
 	return out, nil
 }
 
-func (c *storageServiceClient) GetCommittedOffsets(ctx context.Context, in *GetCommittedOffsetsRequest, opts ...grpc.CallOption) (*GetCommittedOffsetsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetCommittedOffsetsResponse)
-	err := c.cc.Invoke(ctx, StorageService_GetCommittedOffsets_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *storageServiceClient) AppendBatches(ctx context.Context, in *AppendBatchesRequest, opts ...grpc.CallOption) (*AppendBatchesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AppendBatchesResponse)
@@ -335,12 +318,6 @@ type StorageServiceServer interface {
 	LookupSequence(context.Context, *LookupSequenceRequest) (*LookupSequenceResponse, error)
 	// DeleteRecords moves the log start forward (Kafka DeleteRecords).
 	DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error)
-	// GetCommittedOffsets is a read-only view of a Kafka consumer group's committed
-	// offsets, as channels and sequences, with each channel's lag. storage-core asks the
-	// coordinator (--coordinator-addr); it never changes the group. NOT_FOUND when the
-	// group has no state and no offsets; UNAVAILABLE when the coordinator cannot be
-	// reached; FAILED_PRECONDITION when storage-core runs without a coordinator address.
-	GetCommittedOffsets(context.Context, *GetCommittedOffsetsRequest) (*GetCommittedOffsetsResponse, error)
 	// AppendBatches appends raw Kafka RecordBatch v2 bytes to one or more channels, as a
 	// Kafka producer sent them (compression kept). Used by kafka-gateway for Produce.
 	AppendBatches(context.Context, *AppendBatchesRequest) (*AppendBatchesResponse, error)
@@ -411,9 +388,6 @@ func (UnimplementedStorageServiceServer) LookupSequence(context.Context, *Lookup
 }
 func (UnimplementedStorageServiceServer) DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteRecords not implemented")
-}
-func (UnimplementedStorageServiceServer) GetCommittedOffsets(context.Context, *GetCommittedOffsetsRequest) (*GetCommittedOffsetsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method GetCommittedOffsets not implemented")
 }
 func (UnimplementedStorageServiceServer) AppendBatches(context.Context, *AppendBatchesRequest) (*AppendBatchesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendBatches not implemented")
@@ -624,24 +598,6 @@ func _StorageService_DeleteRecords_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
-func _StorageService_GetCommittedOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetCommittedOffsetsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(StorageServiceServer).GetCommittedOffsets(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: StorageService_GetCommittedOffsets_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StorageServiceServer).GetCommittedOffsets(ctx, req.(*GetCommittedOffsetsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _StorageService_AppendBatches_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AppendBatchesRequest)
 	if err := dec(in); err != nil {
@@ -763,10 +719,6 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteRecords",
 			Handler:    _StorageService_DeleteRecords_Handler,
-		},
-		{
-			MethodName: "GetCommittedOffsets",
-			Handler:    _StorageService_GetCommittedOffsets_Handler,
 		},
 		{
 			MethodName: "AppendBatches",
