@@ -39,15 +39,31 @@ const (
 	maxModAckDeadline = 600
 )
 
+// errDetached is what the verbs on a detached subscription answer: its queue holds no
+// messages and refuses every queue verb.
+var errDetached = status.Error(codes.FailedPrecondition, "The subscription is detached.")
+
 // deliverable checks that a subscription can be pulled from: not detached, not push.
 func deliverable(s *subInfo) error {
 	if s.detached {
-		return status.Error(codes.FailedPrecondition, "The subscription is detached.")
+		return errDetached
 	}
 	if s.spec.GetPushConfig().GetPushEndpoint() != "" {
 		return status.Error(codes.FailedPrecondition, "Pull is not allowed on a push subscription.")
 	}
 	return nil
+}
+
+// onDetached turns err, a failed queue verb on subscription id, into errDetached when
+// the queue refused it (FAILED_PRECONDITION) because the subscription is detached.
+func (h *Subscriber) onDetached(ctx context.Context, id string, err error) error {
+	if status.Code(err) != codes.FailedPrecondition {
+		return err
+	}
+	if info, e := h.subscription(ctx, id); e == nil && info.detached {
+		return errDetached
+	}
+	return err
 }
 
 // Pull leases up to max_messages messages.
@@ -234,7 +250,7 @@ func (h *Subscriber) Acknowledge(ctx context.Context, req *pubsubpb.AcknowledgeR
 	h.touch(r.id)
 	results, err := h.acks.do(ctx, channel.PubSubSubscription(r.id), req.GetAckIds())
 	if err != nil {
-		return nil, backendError(ctx, err, msgSubNotFound)
+		return nil, h.onDetached(ctx, r.id, backendError(ctx, err, msgSubNotFound))
 	}
 	h.leasesEnded(channel.PubSubSubscription(r.id), settled(req.GetAckIds(), results))
 	if err := ackFailures(req.GetAckIds(), results); err != nil {
@@ -276,7 +292,7 @@ func (h *Subscriber) modAck(ctx context.Context, sub string, ids []string, secon
 	queue := channel.PubSubSubscription(sub)
 	results, err := h.modacks.do(ctx, modAckKey{queue: queue, seconds: seconds}, ids)
 	if err != nil {
-		return nil, backendError(ctx, err, msgSubNotFound)
+		return nil, h.onDetached(ctx, sub, backendError(ctx, err, msgSubNotFound))
 	}
 	if seconds == 0 {
 		h.leasesEnded(queue, settled(ids, results))

@@ -54,7 +54,7 @@ func (h *Subscriber) CreateSnapshot(ctx context.Context, req *pubsubpb.CreateSna
 		Snapshot: &coordinatorv1.PubSubSnapshot{Id: snap.id, SubscriptionId: sub.id, Spec: b},
 	})
 	if err != nil {
-		return nil, backendError(ctx, err, msgSubNotFound)
+		return nil, h.onDetached(ctx, sub.id, backendError(ctx, err, msgSubNotFound))
 	}
 	return h.snapshotProto(snap.project, resp.GetSnapshot())
 }
@@ -201,7 +201,7 @@ func (h *Subscriber) Seek(ctx context.Context, req *pubsubpb.SeekRequest) (*pubs
 		return nil, invalid("No target was specified in the SeekRequest. Must specify either a time or a snapshot")
 	}
 	if _, err := h.queues.Seek(ctx, seek); err != nil {
-		return nil, backendError(ctx, err, msgSubNotFound)
+		return nil, h.onDetached(ctx, sub.id, backendError(ctx, err, msgSubNotFound))
 	}
 	h.queueChanged(seek.Queue) // every lease of the queue ended
 	h.touch(sub.id)

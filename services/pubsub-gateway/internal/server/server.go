@@ -44,6 +44,10 @@ const (
 // ErrNotServing is wrapped when a backend's gRPC health is not SERVING.
 var ErrNotServing = errors.New("not serving")
 
+// errNotReady answers every Pub/Sub RPC while a backend is not serving: the reason
+// (which names backends and their errors) is for /readyz and the log, not for clients.
+var errNotReady = status.Error(codes.Unavailable, "The service is currently unavailable.")
+
 // Server is a running pubsub-gateway.
 type Server struct {
 	cfg Config
@@ -78,10 +82,13 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 			srv.closeClients()
 		}
 	}()
-	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr); err != nil {
+	// The backends' errors are marked as theirs, so the edge never hands their text to a
+	// Pub/Sub client (handler/edge.go).
+	mark := grpc.WithChainUnaryInterceptor(handler.MarkBackend)
+	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, mark); err != nil {
 		return nil, err
 	}
-	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr); err != nil {
+	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr, mark); err != nil {
 		return nil, err
 	}
 	why := "starting"
@@ -112,9 +119,10 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 		return 0
 	}))
 
+	edge := handler.NewEdge(log.Named("edge"))
 	srv.grpc = grpcx.NewServer(log.Named("grpc"),
-		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary),
-		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream),
+		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary, edge.Unary),
+		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream, edge.Stream),
 	)
 	svc := handler.New(handler.Deps{
 		Registry:    coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
@@ -287,14 +295,14 @@ func isGated(method string) bool {
 
 func (s *Server) gateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if isGated(info.FullMethod) && !s.ready.Load() {
-		return nil, status.Errorf(codes.Unavailable, "pubsub-gateway not ready: %s", *s.notReady.Load())
+		return nil, errNotReady
 	}
 	return h(ctx, req)
 }
 
 func (s *Server) gateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if isGated(info.FullMethod) && !s.ready.Load() {
-		return status.Errorf(codes.Unavailable, "pubsub-gateway not ready: %s", *s.notReady.Load())
+		return errNotReady
 	}
 	return h(srv, ss)
 }
