@@ -271,3 +271,97 @@ func PendingTxnOffsets(ctx context.Context, q Querier, group string) (map[TxnPar
 	}
 	return out, rows.Err()
 }
+
+// TxnRow is one transactional id as the admin APIs show it, read without a lock.
+type TxnRow struct {
+	ID            string
+	ProducerID    int64
+	ProducerEpoch int32
+	State         string
+	TimeoutMs     int32
+	// Zero when no transaction is open.
+	StartedAt  time.Time
+	Partitions []TxnPartition
+}
+
+// DescribeTxns returns the rows of ids that exist, with their partitions, by id.
+func (s *Store) DescribeTxns(ctx context.Context, ids []string) (map[string]*TxnRow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := map[string]*TxnRow{}
+	rows, err := s.pool.Query(ctx, `SELECT transactional_id, producer_id, producer_epoch, state, timeout_ms, started_at
+		FROM transactions WHERE transactional_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("describe transactions: %w", err)
+	}
+	for rows.Next() {
+		r := &TxnRow{}
+		var started *time.Time
+		if err := rows.Scan(&r.ID, &r.ProducerID, &r.ProducerEpoch, &r.State, &r.TimeoutMs, &started); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan transaction: %w", err)
+		}
+		if started != nil {
+			r.StartedAt = *started
+		}
+		out[r.ID] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("describe transactions: %w", err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT transactional_id, topic, partition FROM transaction_partitions
+		WHERE transactional_id = ANY($1) ORDER BY transactional_id, topic, partition`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("describe transaction partitions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var p TxnPartition
+		if err := rows.Scan(&id, &p.Topic, &p.Partition); err != nil {
+			return nil, fmt.Errorf("scan transaction partition: %w", err)
+		}
+		if r := out[id]; r != nil {
+			r.Partitions = append(r.Partitions, p)
+		}
+	}
+	return out, rows.Err()
+}
+
+// ListTxns returns every transactional id (without partitions), sorted by id, whose
+// state is in states (any when empty), producer id in pids (any when empty), and, with
+// openSince non-zero, whose open transaction started at or before openSince.
+func (s *Store) ListTxns(ctx context.Context, states []string, pids []int64, openSince time.Time) ([]*TxnRow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var since *time.Time
+	if !openSince.IsZero() {
+		since = &openSince
+	}
+	rows, err := s.pool.Query(ctx, `SELECT transactional_id, producer_id, producer_epoch, state, timeout_ms, started_at
+		FROM transactions
+		WHERE (COALESCE(cardinality($1::text[]), 0) = 0 OR state = ANY($1))
+		  AND (COALESCE(cardinality($2::bigint[]), 0) = 0 OR producer_id = ANY($2))
+		  AND ($3::timestamptz IS NULL OR started_at <= $3)
+		ORDER BY transactional_id`, states, pids, since)
+	if err != nil {
+		return nil, fmt.Errorf("list transactions: %w", err)
+	}
+	defer rows.Close()
+	var out []*TxnRow
+	for rows.Next() {
+		r := &TxnRow{}
+		var started *time.Time
+		if err := rows.Scan(&r.ID, &r.ProducerID, &r.ProducerEpoch, &r.State, &r.TimeoutMs, &started); err != nil {
+			return nil, fmt.Errorf("scan transaction: %w", err)
+		}
+		if started != nil {
+			r.StartedAt = *started
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -521,4 +522,53 @@ func TestTxnOffsetCommitChecksMember(t *testing.T) {
 	if c := commit("m1", 3); c != 0 {
 		t.Fatalf("current member = %d", c)
 	}
+}
+
+func TestDescribeAndListTransactions(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	srv := NewServer(e.c)
+	pidA, epochA := e.init("tx-a", 60000)
+	e.add("tx-a", pidA, epochA, tp("out", 1), tp("in", 0), tp("out", 0))
+	started := time.UnixMilli(e.now.Load())
+	e.advance(5 * time.Second)
+	pidB, _ := e.init("tx-b", 30000)
+
+	d, err := srv.DescribeTransactions(ctx, &coordinatorv1.DescribeTransactionsRequest{TransactionalIds: []string{"tx-a", "nope", "tx-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, nope, b := d.GetTransactions()[0], d.GetTransactions()[1], d.GetTransactions()[2]
+	if a.GetState() != StateOngoing || a.GetProducerId() != pidA || a.GetTimeoutMs() != 60000 || a.GetStartTimeMs() != started.UnixMilli() ||
+		len(a.GetTopics()) != 2 || a.GetTopics()[0].GetName() != "in" || len(a.GetTopics()[1].GetPartitions()) != 2 {
+		t.Errorf("describe tx-a: %v", a)
+	}
+	if nope.GetErrorCode() != codeTransactionalIDNotFound {
+		t.Errorf("describe unknown: %v", nope)
+	}
+	if b.GetState() != StateEmpty || b.GetStartTimeMs() != -1 || len(b.GetTopics()) != 0 {
+		t.Errorf("describe tx-b: %v", b)
+	}
+	list := func(req *coordinatorv1.ListTransactionsRequest) []string {
+		r, err := srv.ListTransactions(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, x := range r.GetTransactions() {
+			ids = append(ids, x.GetTransactionalId())
+		}
+		return append(ids, r.GetUnknownStates()...)
+	}
+	check := func(name string, got []string, want ...string) {
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	check("all", list(&coordinatorv1.ListTransactionsRequest{MinDurationMs: -1}), "tx-a", "tx-b")
+	check("state", list(&coordinatorv1.ListTransactionsRequest{States: []string{"Ongoing", "Bogus"}, MinDurationMs: -1}), "tx-a", "Bogus")
+	check("only unknown states", list(&coordinatorv1.ListTransactionsRequest{States: []string{"Bogus"}, MinDurationMs: -1}), "Bogus")
+	check("producer", list(&coordinatorv1.ListTransactionsRequest{ProducerIds: []int64{pidB}, MinDurationMs: -1}), "tx-b")
+	check("open 4 s", list(&coordinatorv1.ListTransactionsRequest{MinDurationMs: 4000}), "tx-a")
+	check("open 6 s", list(&coordinatorv1.ListTransactionsRequest{MinDurationMs: 6000}))
 }

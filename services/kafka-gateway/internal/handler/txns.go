@@ -60,3 +60,11 @@ func (unavailableTxns) EndTxn(context.Context, *coordinatorv1.EndTxnRequest, ...
 func (unavailableTxns) TxnOffsetCommit(context.Context, *coordinatorv1.TxnOffsetCommitRequest, ...grpc.CallOption) (*coordinatorv1.TxnOffsetCommitResponse, error) {
 	return nil, status503()
 }
+
+func (unavailableTxns) DescribeTransactions(context.Context, *coordinatorv1.DescribeTransactionsRequest, ...grpc.CallOption) (*coordinatorv1.DescribeTransactionsResponse, error) {
+	return nil, status503()
+}
+
+func (unavailableTxns) ListTransactions(context.Context, *coordinatorv1.ListTransactionsRequest, ...grpc.CallOption) (*coordinatorv1.ListTransactionsResponse, error) {
+	return nil, status503()
+}

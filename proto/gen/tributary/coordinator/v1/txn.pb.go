@@ -714,6 +714,376 @@ func (x *TxnOffsetCommitResponse) GetTopics() []*TopicPartitionResults {
 	return nil
 }
 
+type DescribeTransactionsRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	TransactionalIds []string               `protobuf:"bytes,1,rep,name=transactional_ids,json=transactionalIds,proto3" json:"transactional_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DescribeTransactionsRequest) Reset() {
+	*x = DescribeTransactionsRequest{}
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeTransactionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeTransactionsRequest) ProtoMessage() {}
+
+func (x *DescribeTransactionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeTransactionsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeTransactionsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_txn_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DescribeTransactionsRequest) GetTransactionalIds() []string {
+	if x != nil {
+		return x.TransactionalIds
+	}
+	return nil
+}
+
+type TransactionDescription struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TransactionalId string                 `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	ErrorCode       int32                  `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Kafka state name (Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+	// CompleteAbort, Dead).
+	State     string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	TimeoutMs int32  `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Start of the open transaction, ms since epoch; -1 when none is open.
+	StartTimeMs   int64 `protobuf:"varint,5,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
+	ProducerId    int64 `protobuf:"varint,6,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32 `protobuf:"varint,7,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// Partitions of the open transaction.
+	Topics        []*TxnTopic `protobuf:"bytes,8,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransactionDescription) Reset() {
+	*x = TransactionDescription{}
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionDescription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionDescription) ProtoMessage() {}
+
+func (x *TransactionDescription) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionDescription.ProtoReflect.Descriptor instead.
+func (*TransactionDescription) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_txn_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TransactionDescription) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *TransactionDescription) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TransactionDescription) GetTimeoutMs() int32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetStartTimeMs() int64 {
+	if x != nil {
+		return x.StartTimeMs
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetTopics() []*TxnTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type DescribeTransactionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In request order.
+	Transactions  []*TransactionDescription `protobuf:"bytes,1,rep,name=transactions,proto3" json:"transactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeTransactionsResponse) Reset() {
+	*x = DescribeTransactionsResponse{}
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeTransactionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeTransactionsResponse) ProtoMessage() {}
+
+func (x *DescribeTransactionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeTransactionsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeTransactionsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_txn_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DescribeTransactionsResponse) GetTransactions() []*TransactionDescription {
+	if x != nil {
+		return x.Transactions
+	}
+	return nil
+}
+
+type ListTransactionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only these states (all when empty); names Kafka does not know are returned in
+	// unknown_states and match nothing.
+	States []string `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// Only these producer ids (all when empty).
+	ProducerIds []int64 `protobuf:"varint,2,rep,packed,name=producer_ids,json=producerIds,proto3" json:"producer_ids,omitempty"`
+	// KIP-994: only transactions open for at least this many ms; -1 = no filter.
+	MinDurationMs int64 `protobuf:"varint,3,opt,name=min_duration_ms,json=minDurationMs,proto3" json:"min_duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTransactionsRequest) Reset() {
+	*x = ListTransactionsRequest{}
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTransactionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTransactionsRequest) ProtoMessage() {}
+
+func (x *ListTransactionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTransactionsRequest.ProtoReflect.Descriptor instead.
+func (*ListTransactionsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_txn_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListTransactionsRequest) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetProducerIds() []int64 {
+	if x != nil {
+		return x.ProducerIds
+	}
+	return nil
+}
+
+func (x *ListTransactionsRequest) GetMinDurationMs() int64 {
+	if x != nil {
+		return x.MinDurationMs
+	}
+	return 0
+}
+
+type TransactionListing struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TransactionalId string                 `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	ProducerId      int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	State           string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TransactionListing) Reset() {
+	*x = TransactionListing{}
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionListing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionListing) ProtoMessage() {}
+
+func (x *TransactionListing) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionListing.ProtoReflect.Descriptor instead.
+func (*TransactionListing) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_txn_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TransactionListing) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *TransactionListing) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TransactionListing) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type ListTransactionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UnknownStates []string               `protobuf:"bytes,1,rep,name=unknown_states,json=unknownStates,proto3" json:"unknown_states,omitempty"`
+	// Sorted by transactional id.
+	Transactions  []*TransactionListing `protobuf:"bytes,2,rep,name=transactions,proto3" json:"transactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTransactionsResponse) Reset() {
+	*x = ListTransactionsResponse{}
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTransactionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTransactionsResponse) ProtoMessage() {}
+
+func (x *ListTransactionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_txn_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTransactionsResponse.ProtoReflect.Descriptor instead.
+func (*ListTransactionsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_txn_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListTransactionsResponse) GetUnknownStates() []string {
+	if x != nil {
+		return x.UnknownStates
+	}
+	return nil
+}
+
+func (x *ListTransactionsResponse) GetTransactions() []*TransactionListing {
+	if x != nil {
+		return x.Transactions
+	}
+	return nil
+}
+
 var File_tributary_coordinator_v1_txn_proto protoreflect.FileDescriptor
 
 const file_tributary_coordinator_v1_txn_proto_rawDesc = "" +
@@ -774,12 +1144,42 @@ const file_tributary_coordinator_v1_txn_proto_rawDesc = "" +
 	"\x06topics\x18\b \x03(\v2+.tributary.coordinator.v1.OffsetCommitTopicR\x06topicsB\x14\n" +
 	"\x12_group_instance_id\"b\n" +
 	"\x17TxnOffsetCommitResponse\x12G\n" +
-	"\x06topics\x18\x01 \x03(\v2/.tributary.coordinator.v1.TopicPartitionResultsR\x06topics2\xed\x03\n" +
+	"\x06topics\x18\x01 \x03(\v2/.tributary.coordinator.v1.TopicPartitionResultsR\x06topics\"J\n" +
+	"\x1bDescribeTransactionsRequest\x12+\n" +
+	"\x11transactional_ids\x18\x01 \x03(\tR\x10transactionalIds\"\xbf\x02\n" +
+	"\x16TransactionDescription\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\x05R\terrorCode\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x05R\ttimeoutMs\x12\"\n" +
+	"\rstart_time_ms\x18\x05 \x01(\x03R\vstartTimeMs\x12\x1f\n" +
+	"\vproducer_id\x18\x06 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\a \x01(\x05R\rproducerEpoch\x12:\n" +
+	"\x06topics\x18\b \x03(\v2\".tributary.coordinator.v1.TxnTopicR\x06topics\"t\n" +
+	"\x1cDescribeTransactionsResponse\x12T\n" +
+	"\ftransactions\x18\x01 \x03(\v20.tributary.coordinator.v1.TransactionDescriptionR\ftransactions\"|\n" +
+	"\x17ListTransactionsRequest\x12\x16\n" +
+	"\x06states\x18\x01 \x03(\tR\x06states\x12!\n" +
+	"\fproducer_ids\x18\x02 \x03(\x03R\vproducerIds\x12&\n" +
+	"\x0fmin_duration_ms\x18\x03 \x01(\x03R\rminDurationMs\"v\n" +
+	"\x12TransactionListing\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"\x93\x01\n" +
+	"\x18ListTransactionsResponse\x12%\n" +
+	"\x0eunknown_states\x18\x01 \x03(\tR\runknownStates\x12P\n" +
+	"\ftransactions\x18\x02 \x03(\v2,.tributary.coordinator.v1.TransactionListingR\ftransactions2\xf0\x05\n" +
 	"\x1dTransactionCoordinatorService\x12\x7f\n" +
 	"\x12AddPartitionsToTxn\x123.tributary.coordinator.v1.AddPartitionsToTxnRequest\x1a4.tributary.coordinator.v1.AddPartitionsToTxnResponse\x12v\n" +
 	"\x0fAddOffsetsToTxn\x120.tributary.coordinator.v1.AddOffsetsToTxnRequest\x1a1.tributary.coordinator.v1.AddOffsetsToTxnResponse\x12[\n" +
 	"\x06EndTxn\x12'.tributary.coordinator.v1.EndTxnRequest\x1a(.tributary.coordinator.v1.EndTxnResponse\x12v\n" +
-	"\x0fTxnOffsetCommit\x120.tributary.coordinator.v1.TxnOffsetCommitRequest\x1a1.tributary.coordinator.v1.TxnOffsetCommitResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x0fTxnOffsetCommit\x120.tributary.coordinator.v1.TxnOffsetCommitRequest\x1a1.tributary.coordinator.v1.TxnOffsetCommitResponse\x12\x85\x01\n" +
+	"\x14DescribeTransactions\x125.tributary.coordinator.v1.DescribeTransactionsRequest\x1a6.tributary.coordinator.v1.DescribeTransactionsResponse\x12y\n" +
+	"\x10ListTransactions\x121.tributary.coordinator.v1.ListTransactionsRequest\x1a2.tributary.coordinator.v1.ListTransactionsResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_tributary_coordinator_v1_txn_proto_rawDescOnce sync.Once
@@ -793,42 +1193,55 @@ func file_tributary_coordinator_v1_txn_proto_rawDescGZIP() []byte {
 	return file_tributary_coordinator_v1_txn_proto_rawDescData
 }
 
-var file_tributary_coordinator_v1_txn_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tributary_coordinator_v1_txn_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_tributary_coordinator_v1_txn_proto_goTypes = []any{
-	(*TxnTopic)(nil),                   // 0: tributary.coordinator.v1.TxnTopic
-	(*TxnAddition)(nil),                // 1: tributary.coordinator.v1.TxnAddition
-	(*AddPartitionsToTxnRequest)(nil),  // 2: tributary.coordinator.v1.AddPartitionsToTxnRequest
-	(*TxnAdditionResult)(nil),          // 3: tributary.coordinator.v1.TxnAdditionResult
-	(*AddPartitionsToTxnResponse)(nil), // 4: tributary.coordinator.v1.AddPartitionsToTxnResponse
-	(*AddOffsetsToTxnRequest)(nil),     // 5: tributary.coordinator.v1.AddOffsetsToTxnRequest
-	(*AddOffsetsToTxnResponse)(nil),    // 6: tributary.coordinator.v1.AddOffsetsToTxnResponse
-	(*EndTxnRequest)(nil),              // 7: tributary.coordinator.v1.EndTxnRequest
-	(*EndTxnResponse)(nil),             // 8: tributary.coordinator.v1.EndTxnResponse
-	(*TxnOffsetCommitRequest)(nil),     // 9: tributary.coordinator.v1.TxnOffsetCommitRequest
-	(*TxnOffsetCommitResponse)(nil),    // 10: tributary.coordinator.v1.TxnOffsetCommitResponse
-	(*TopicPartitionResults)(nil),      // 11: tributary.coordinator.v1.TopicPartitionResults
-	(*OffsetCommitTopic)(nil),          // 12: tributary.coordinator.v1.OffsetCommitTopic
+	(*TxnTopic)(nil),                     // 0: tributary.coordinator.v1.TxnTopic
+	(*TxnAddition)(nil),                  // 1: tributary.coordinator.v1.TxnAddition
+	(*AddPartitionsToTxnRequest)(nil),    // 2: tributary.coordinator.v1.AddPartitionsToTxnRequest
+	(*TxnAdditionResult)(nil),            // 3: tributary.coordinator.v1.TxnAdditionResult
+	(*AddPartitionsToTxnResponse)(nil),   // 4: tributary.coordinator.v1.AddPartitionsToTxnResponse
+	(*AddOffsetsToTxnRequest)(nil),       // 5: tributary.coordinator.v1.AddOffsetsToTxnRequest
+	(*AddOffsetsToTxnResponse)(nil),      // 6: tributary.coordinator.v1.AddOffsetsToTxnResponse
+	(*EndTxnRequest)(nil),                // 7: tributary.coordinator.v1.EndTxnRequest
+	(*EndTxnResponse)(nil),               // 8: tributary.coordinator.v1.EndTxnResponse
+	(*TxnOffsetCommitRequest)(nil),       // 9: tributary.coordinator.v1.TxnOffsetCommitRequest
+	(*TxnOffsetCommitResponse)(nil),      // 10: tributary.coordinator.v1.TxnOffsetCommitResponse
+	(*DescribeTransactionsRequest)(nil),  // 11: tributary.coordinator.v1.DescribeTransactionsRequest
+	(*TransactionDescription)(nil),       // 12: tributary.coordinator.v1.TransactionDescription
+	(*DescribeTransactionsResponse)(nil), // 13: tributary.coordinator.v1.DescribeTransactionsResponse
+	(*ListTransactionsRequest)(nil),      // 14: tributary.coordinator.v1.ListTransactionsRequest
+	(*TransactionListing)(nil),           // 15: tributary.coordinator.v1.TransactionListing
+	(*ListTransactionsResponse)(nil),     // 16: tributary.coordinator.v1.ListTransactionsResponse
+	(*TopicPartitionResults)(nil),        // 17: tributary.coordinator.v1.TopicPartitionResults
+	(*OffsetCommitTopic)(nil),            // 18: tributary.coordinator.v1.OffsetCommitTopic
 }
 var file_tributary_coordinator_v1_txn_proto_depIdxs = []int32{
 	0,  // 0: tributary.coordinator.v1.TxnAddition.topics:type_name -> tributary.coordinator.v1.TxnTopic
 	1,  // 1: tributary.coordinator.v1.AddPartitionsToTxnRequest.transactions:type_name -> tributary.coordinator.v1.TxnAddition
-	11, // 2: tributary.coordinator.v1.TxnAdditionResult.topics:type_name -> tributary.coordinator.v1.TopicPartitionResults
+	17, // 2: tributary.coordinator.v1.TxnAdditionResult.topics:type_name -> tributary.coordinator.v1.TopicPartitionResults
 	3,  // 3: tributary.coordinator.v1.AddPartitionsToTxnResponse.results:type_name -> tributary.coordinator.v1.TxnAdditionResult
-	12, // 4: tributary.coordinator.v1.TxnOffsetCommitRequest.topics:type_name -> tributary.coordinator.v1.OffsetCommitTopic
-	11, // 5: tributary.coordinator.v1.TxnOffsetCommitResponse.topics:type_name -> tributary.coordinator.v1.TopicPartitionResults
-	2,  // 6: tributary.coordinator.v1.TransactionCoordinatorService.AddPartitionsToTxn:input_type -> tributary.coordinator.v1.AddPartitionsToTxnRequest
-	5,  // 7: tributary.coordinator.v1.TransactionCoordinatorService.AddOffsetsToTxn:input_type -> tributary.coordinator.v1.AddOffsetsToTxnRequest
-	7,  // 8: tributary.coordinator.v1.TransactionCoordinatorService.EndTxn:input_type -> tributary.coordinator.v1.EndTxnRequest
-	9,  // 9: tributary.coordinator.v1.TransactionCoordinatorService.TxnOffsetCommit:input_type -> tributary.coordinator.v1.TxnOffsetCommitRequest
-	4,  // 10: tributary.coordinator.v1.TransactionCoordinatorService.AddPartitionsToTxn:output_type -> tributary.coordinator.v1.AddPartitionsToTxnResponse
-	6,  // 11: tributary.coordinator.v1.TransactionCoordinatorService.AddOffsetsToTxn:output_type -> tributary.coordinator.v1.AddOffsetsToTxnResponse
-	8,  // 12: tributary.coordinator.v1.TransactionCoordinatorService.EndTxn:output_type -> tributary.coordinator.v1.EndTxnResponse
-	10, // 13: tributary.coordinator.v1.TransactionCoordinatorService.TxnOffsetCommit:output_type -> tributary.coordinator.v1.TxnOffsetCommitResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	18, // 4: tributary.coordinator.v1.TxnOffsetCommitRequest.topics:type_name -> tributary.coordinator.v1.OffsetCommitTopic
+	17, // 5: tributary.coordinator.v1.TxnOffsetCommitResponse.topics:type_name -> tributary.coordinator.v1.TopicPartitionResults
+	0,  // 6: tributary.coordinator.v1.TransactionDescription.topics:type_name -> tributary.coordinator.v1.TxnTopic
+	12, // 7: tributary.coordinator.v1.DescribeTransactionsResponse.transactions:type_name -> tributary.coordinator.v1.TransactionDescription
+	15, // 8: tributary.coordinator.v1.ListTransactionsResponse.transactions:type_name -> tributary.coordinator.v1.TransactionListing
+	2,  // 9: tributary.coordinator.v1.TransactionCoordinatorService.AddPartitionsToTxn:input_type -> tributary.coordinator.v1.AddPartitionsToTxnRequest
+	5,  // 10: tributary.coordinator.v1.TransactionCoordinatorService.AddOffsetsToTxn:input_type -> tributary.coordinator.v1.AddOffsetsToTxnRequest
+	7,  // 11: tributary.coordinator.v1.TransactionCoordinatorService.EndTxn:input_type -> tributary.coordinator.v1.EndTxnRequest
+	9,  // 12: tributary.coordinator.v1.TransactionCoordinatorService.TxnOffsetCommit:input_type -> tributary.coordinator.v1.TxnOffsetCommitRequest
+	11, // 13: tributary.coordinator.v1.TransactionCoordinatorService.DescribeTransactions:input_type -> tributary.coordinator.v1.DescribeTransactionsRequest
+	14, // 14: tributary.coordinator.v1.TransactionCoordinatorService.ListTransactions:input_type -> tributary.coordinator.v1.ListTransactionsRequest
+	4,  // 15: tributary.coordinator.v1.TransactionCoordinatorService.AddPartitionsToTxn:output_type -> tributary.coordinator.v1.AddPartitionsToTxnResponse
+	6,  // 16: tributary.coordinator.v1.TransactionCoordinatorService.AddOffsetsToTxn:output_type -> tributary.coordinator.v1.AddOffsetsToTxnResponse
+	8,  // 17: tributary.coordinator.v1.TransactionCoordinatorService.EndTxn:output_type -> tributary.coordinator.v1.EndTxnResponse
+	10, // 18: tributary.coordinator.v1.TransactionCoordinatorService.TxnOffsetCommit:output_type -> tributary.coordinator.v1.TxnOffsetCommitResponse
+	13, // 19: tributary.coordinator.v1.TransactionCoordinatorService.DescribeTransactions:output_type -> tributary.coordinator.v1.DescribeTransactionsResponse
+	16, // 20: tributary.coordinator.v1.TransactionCoordinatorService.ListTransactions:output_type -> tributary.coordinator.v1.ListTransactionsResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tributary_coordinator_v1_txn_proto_init() }
@@ -844,7 +1257,7 @@ func file_tributary_coordinator_v1_txn_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_coordinator_v1_txn_proto_rawDesc), len(file_tributary_coordinator_v1_txn_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

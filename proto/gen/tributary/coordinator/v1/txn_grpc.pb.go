@@ -42,10 +42,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TransactionCoordinatorService_AddPartitionsToTxn_FullMethodName = "/tributary.coordinator.v1.TransactionCoordinatorService/AddPartitionsToTxn"
-	TransactionCoordinatorService_AddOffsetsToTxn_FullMethodName    = "/tributary.coordinator.v1.TransactionCoordinatorService/AddOffsetsToTxn"
-	TransactionCoordinatorService_EndTxn_FullMethodName             = "/tributary.coordinator.v1.TransactionCoordinatorService/EndTxn"
-	TransactionCoordinatorService_TxnOffsetCommit_FullMethodName    = "/tributary.coordinator.v1.TransactionCoordinatorService/TxnOffsetCommit"
+	TransactionCoordinatorService_AddPartitionsToTxn_FullMethodName   = "/tributary.coordinator.v1.TransactionCoordinatorService/AddPartitionsToTxn"
+	TransactionCoordinatorService_AddOffsetsToTxn_FullMethodName      = "/tributary.coordinator.v1.TransactionCoordinatorService/AddOffsetsToTxn"
+	TransactionCoordinatorService_EndTxn_FullMethodName               = "/tributary.coordinator.v1.TransactionCoordinatorService/EndTxn"
+	TransactionCoordinatorService_TxnOffsetCommit_FullMethodName      = "/tributary.coordinator.v1.TransactionCoordinatorService/TxnOffsetCommit"
+	TransactionCoordinatorService_DescribeTransactions_FullMethodName = "/tributary.coordinator.v1.TransactionCoordinatorService/DescribeTransactions"
+	TransactionCoordinatorService_ListTransactions_FullMethodName     = "/tributary.coordinator.v1.TransactionCoordinatorService/ListTransactions"
 )
 
 // TransactionCoordinatorServiceClient is the client API for TransactionCoordinatorService service.
@@ -67,6 +69,12 @@ type TransactionCoordinatorServiceClient interface {
 	// TxnOffsetCommit stages offsets of a group added with AddOffsetsToTxn; they become
 	// visible to OffsetFetch only when the transaction commits.
 	TxnOffsetCommit(ctx context.Context, in *TxnOffsetCommitRequest, opts ...grpc.CallOption) (*TxnOffsetCommitResponse, error)
+	// DescribeTransactions describes transactional ids (Kafka DescribeTransactions, KIP-664);
+	// an unknown id is TRANSACTIONAL_ID_NOT_FOUND (105).
+	DescribeTransactions(ctx context.Context, in *DescribeTransactionsRequest, opts ...grpc.CallOption) (*DescribeTransactionsResponse, error)
+	// ListTransactions lists transactional ids, filtered (Kafka ListTransactions, KIP-664,
+	// KIP-994 duration filter).
+	ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error)
 }
 
 type transactionCoordinatorServiceClient struct {
@@ -117,6 +125,26 @@ func (c *transactionCoordinatorServiceClient) TxnOffsetCommit(ctx context.Contex
 	return out, nil
 }
 
+func (c *transactionCoordinatorServiceClient) DescribeTransactions(ctx context.Context, in *DescribeTransactionsRequest, opts ...grpc.CallOption) (*DescribeTransactionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeTransactionsResponse)
+	err := c.cc.Invoke(ctx, TransactionCoordinatorService_DescribeTransactions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transactionCoordinatorServiceClient) ListTransactions(ctx context.Context, in *ListTransactionsRequest, opts ...grpc.CallOption) (*ListTransactionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTransactionsResponse)
+	err := c.cc.Invoke(ctx, TransactionCoordinatorService_ListTransactions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransactionCoordinatorServiceServer is the server API for TransactionCoordinatorService service.
 // All implementations must embed UnimplementedTransactionCoordinatorServiceServer
 // for forward compatibility.
@@ -136,6 +164,12 @@ type TransactionCoordinatorServiceServer interface {
 	// TxnOffsetCommit stages offsets of a group added with AddOffsetsToTxn; they become
 	// visible to OffsetFetch only when the transaction commits.
 	TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error)
+	// DescribeTransactions describes transactional ids (Kafka DescribeTransactions, KIP-664);
+	// an unknown id is TRANSACTIONAL_ID_NOT_FOUND (105).
+	DescribeTransactions(context.Context, *DescribeTransactionsRequest) (*DescribeTransactionsResponse, error)
+	// ListTransactions lists transactional ids, filtered (Kafka ListTransactions, KIP-664,
+	// KIP-994 duration filter).
+	ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error)
 	mustEmbedUnimplementedTransactionCoordinatorServiceServer()
 }
 
@@ -157,6 +191,12 @@ func (UnimplementedTransactionCoordinatorServiceServer) EndTxn(context.Context, 
 }
 func (UnimplementedTransactionCoordinatorServiceServer) TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*TxnOffsetCommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TxnOffsetCommit not implemented")
+}
+func (UnimplementedTransactionCoordinatorServiceServer) DescribeTransactions(context.Context, *DescribeTransactionsRequest) (*DescribeTransactionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeTransactions not implemented")
+}
+func (UnimplementedTransactionCoordinatorServiceServer) ListTransactions(context.Context, *ListTransactionsRequest) (*ListTransactionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTransactions not implemented")
 }
 func (UnimplementedTransactionCoordinatorServiceServer) mustEmbedUnimplementedTransactionCoordinatorServiceServer() {
 }
@@ -252,6 +292,42 @@ func _TransactionCoordinatorService_TxnOffsetCommit_Handler(srv interface{}, ctx
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransactionCoordinatorService_DescribeTransactions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeTransactionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransactionCoordinatorServiceServer).DescribeTransactions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransactionCoordinatorService_DescribeTransactions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransactionCoordinatorServiceServer).DescribeTransactions(ctx, req.(*DescribeTransactionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TransactionCoordinatorService_ListTransactions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTransactionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransactionCoordinatorServiceServer).ListTransactions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransactionCoordinatorService_ListTransactions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransactionCoordinatorServiceServer).ListTransactions(ctx, req.(*ListTransactionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransactionCoordinatorService_ServiceDesc is the grpc.ServiceDesc for TransactionCoordinatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -274,6 +350,14 @@ var TransactionCoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TxnOffsetCommit",
 			Handler:    _TransactionCoordinatorService_TxnOffsetCommit_Handler,
+		},
+		{
+			MethodName: "DescribeTransactions",
+			Handler:    _TransactionCoordinatorService_DescribeTransactions_Handler,
+		},
+		{
+			MethodName: "ListTransactions",
+			Handler:    _TransactionCoordinatorService_ListTransactions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
