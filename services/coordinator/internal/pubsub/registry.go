@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -72,7 +71,7 @@ func subProto(s *store.PubSubSubscription) *coordinatorv1.PubSubSubscription {
 func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.CreatePubSubTopicRequest) (*coordinatorv1.CreatePubSubTopicResponse, error) {
 	id := req.GetTopic().GetId()
 	if err := channel.ValidatePubSubTopicID(id); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusError(invalid(err))
 	}
 	t := &store.PubSubTopic{ID: id, Spec: req.GetTopic().GetSpec(), SchemaID: req.GetTopic().GetSchemaId()}
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
@@ -80,7 +79,7 @@ func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.Cre
 			return err
 		}
 		if _, err := tx.Topic(ctx, id); err == nil {
-			return status.Error(codes.AlreadyExists, "Topic already exists")
+			return ErrTopicExists
 		} else if !errors.Is(err, store.ErrTopicNotFound) {
 			return err
 		}
@@ -158,7 +157,7 @@ func (r *Registry) UpdatePubSubTopic(ctx context.Context, req *coordinatorv1.Upd
 func (r *Registry) ListPubSubTopics(ctx context.Context, req *coordinatorv1.ListPubSubTopicsRequest) (*coordinatorv1.ListPubSubTopicsResponse, error) {
 	size, after, err := page(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
-		return nil, err
+		return nil, statusError(err)
 	}
 	ts, err := r.store.PubSubTopics(ctx, after, size+1)
 	if err != nil {
@@ -236,7 +235,7 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 	in := req.GetSubscription()
 	id, topic := in.GetId(), in.GetTopicId()
 	if err := channel.ValidatePubSubID(id); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusError(invalid(err))
 	}
 	s := &store.PubSubSubscription{ID: id, TopicID: topic, Spec: in.GetSpec(), ExpirationTTLMs: max(in.GetExpirationTtlMs(), 0), LastActive: r.now()}
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
@@ -244,7 +243,7 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 			return err
 		}
 		if _, err := tx.Subscription(ctx, id); err == nil {
-			return status.Error(codes.AlreadyExists, "Subscription already exists")
+			return ErrSubscriptionExists
 		} else if !errors.Is(err, store.ErrSubscriptionNotFound) {
 			return err
 		}
@@ -336,7 +335,7 @@ func (r *Registry) UpdatePubSubSubscription(ctx context.Context, req *coordinato
 func (r *Registry) ListPubSubSubscriptions(ctx context.Context, req *coordinatorv1.ListPubSubSubscriptionsRequest) (*coordinatorv1.ListPubSubSubscriptionsResponse, error) {
 	size, after, err := page(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
-		return nil, err
+		return nil, statusError(err)
 	}
 	if t := req.GetTopicId(); t != "" {
 		if _, err := r.store.PubSubTopic(ctx, t); err != nil {
@@ -399,7 +398,7 @@ func (r *Registry) DetachPubSubSubscription(ctx context.Context, req *coordinato
 func page(size int32, tok string) (int, string, error) {
 	switch {
 	case size < 0:
-		return 0, "", status.Errorf(codes.InvalidArgument, "page size %d is negative", size)
+		return 0, "", fail(ErrInvalidArgument, "page size %d is negative", size)
 	case size == 0:
 		size = defaultPageSize
 	case size > maxPageSize:
@@ -407,7 +406,7 @@ func page(size int32, tok string) (int, string, error) {
 	}
 	after, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return 0, "", status.Errorf(codes.InvalidArgument, "invalid page token %q", tok)
+		return 0, "", fail(ErrInvalidArgument, "invalid page token %q", tok)
 	}
 	return int(size), string(after), nil
 }
@@ -427,49 +426,4 @@ func pageOut[R any, P any](rows []R, size int, id func(R) string, conv func(R) P
 		out = append(out, conv(r))
 	}
 	return out, next
-}
-
-// errStorage marks a failed storage-core call; its status code is kept.
-type errStorage struct {
-	what string
-	err  error
-}
-
-func (e *errStorage) Error() string { return fmt.Sprintf("storage-core: %s: %v", e.what, e.err) }
-func (e *errStorage) Unwrap() error { return e.err }
-
-func storageError(what string, err error) error { return &errStorage{what: what, err: err} }
-
-// statusError turns err into the call's gRPC status: a status error as it is, a
-// storage-core failure with storage-core's code (UNAVAILABLE when it had none), missing
-// rows as NOT_FOUND, Postgres trouble as UNAVAILABLE.
-func statusError(err error) error {
-	var se *errStorage
-	switch {
-	case errors.As(err, &se):
-		st, ok := status.FromError(se.err)
-		if !ok || st.Code() == codes.Unknown {
-			return status.Error(codes.Unavailable, se.Error())
-		}
-		return status.Error(st.Code(), se.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	case errors.Is(err, store.ErrTopicNotFound):
-		return status.Error(codes.NotFound, "topic not found")
-	case errors.Is(err, store.ErrSubscriptionNotFound):
-		return status.Error(codes.NotFound, "subscription not found")
-	case errors.Is(err, store.ErrSnapshotNotFound):
-		return status.Error(codes.NotFound, "snapshot not found")
-	case errors.Is(err, store.ErrSchemaNotFound):
-		return status.Error(codes.NotFound, "schema not found")
-	case errors.Is(err, store.ErrSchemaRevisionNotFound):
-		return status.Error(codes.NotFound, "schema revision not found")
-	}
-	if st, ok := status.FromError(err); ok {
-		return st.Err()
-	}
-	if store.Unavailable(err) {
-		return status.Errorf(codes.Unavailable, "postgres: %v", err)
-	}
-	return status.Errorf(codes.Internal, "postgres: %v", err)
 }

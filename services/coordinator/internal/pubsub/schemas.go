@@ -8,9 +8,6 @@ import (
 	"math"
 	"strconv"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
@@ -64,14 +61,14 @@ func addRevision(ctx context.Context, tx *store.PubSubTx, rev *store.PubSubSchem
 			return err
 		}
 	}
-	return status.Errorf(codes.Internal, "no free revision id for schema %s after %d draws", rev.SchemaID, revisionIDAttempts)
+	return fail(ErrNoRevisionID, "no free revision id for schema %s after %d draws", rev.SchemaID, revisionIDAttempts)
 }
 
 // CreatePubSubSchema registers a schema and its first revision.
 func (s *Schemas) CreatePubSubSchema(ctx context.Context, req *coordinatorv1.CreatePubSubSchemaRequest) (*coordinatorv1.CreatePubSubSchemaResponse, error) {
 	id := req.GetRevision().GetSchemaId()
 	if err := channel.ValidatePubSubID(id); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusError(invalid(err))
 	}
 	rev := &store.PubSubSchemaRevision{SchemaID: id, Spec: req.GetRevision().GetSpec()}
 	err := s.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
@@ -79,7 +76,7 @@ func (s *Schemas) CreatePubSubSchema(ctx context.Context, req *coordinatorv1.Cre
 			return err
 		}
 		if err := tx.SchemaExists(ctx, id); err == nil {
-			return status.Error(codes.AlreadyExists, "Schema already exists")
+			return ErrSchemaExists
 		} else if !errors.Is(err, store.ErrSchemaNotFound) {
 			return err
 		}
@@ -112,7 +109,7 @@ func (s *Schemas) CommitPubSubSchemaRevision(ctx context.Context, req *coordinat
 				return err
 			}
 			if n >= int(limit) {
-				return status.Errorf(codes.ResourceExhausted, "schema %s already has %d revisions, the most allowed", id, n)
+				return fail(ErrTooManyRevisions, "schema %s already has %d revisions, the most allowed", id, n)
 			}
 		}
 		return addRevision(ctx, tx, rev)
@@ -136,7 +133,7 @@ func (s *Schemas) GetPubSubSchemaRevision(ctx context.Context, req *coordinatorv
 func (s *Schemas) ListPubSubSchemas(ctx context.Context, req *coordinatorv1.ListPubSubSchemasRequest) (*coordinatorv1.ListPubSubSchemasResponse, error) {
 	size, after, err := page(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
-		return nil, err
+		return nil, statusError(err)
 	}
 	rs, err := s.store.PubSubSchemas(ctx, after, size+1)
 	if err != nil {
@@ -153,7 +150,7 @@ func (s *Schemas) ListPubSubSchemas(ctx context.Context, req *coordinatorv1.List
 func (s *Schemas) ListPubSubSchemaRevisions(ctx context.Context, req *coordinatorv1.ListPubSubSchemaRevisionsRequest) (*coordinatorv1.ListPubSubSchemaRevisionsResponse, error) {
 	size, after, err := page(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
-		return nil, err
+		return nil, statusError(err)
 	}
 	id := req.GetSchemaId()
 	if _, err := s.store.PubSubSchemaRevision(ctx, id, "", false); err != nil {
@@ -164,7 +161,7 @@ func (s *Schemas) ListPubSubSchemaRevisions(ctx context.Context, req *coordinato
 	if after != "" {
 		seq, err := strconv.ParseInt(after, 10, 64)
 		if err != nil || seq < 0 || seq == math.MaxInt64 {
-			return nil, status.Errorf(codes.InvalidArgument, "invalid page token %q", req.GetPageToken())
+			return nil, statusError(fail(ErrInvalidArgument, "invalid page token %q", req.GetPageToken()))
 		}
 		from = seq + 1
 	}
@@ -208,7 +205,7 @@ func (s *Schemas) DeletePubSubSchemaRevision(ctx context.Context, req *coordinat
 			return err
 		}
 		if n <= 1 {
-			return status.Errorf(codes.FailedPrecondition, "revision %s is the only revision of schema %s", revID, id)
+			return fail(ErrOnlyRevision, "revision %s is the only revision of schema %s", revID, id)
 		}
 		out = r
 		return tx.MarkSchemaRevisionDeleted(ctx, id, revID)

@@ -26,7 +26,7 @@ func (r *Registry) CreatePubSubSnapshot(ctx context.Context, req *coordinatorv1.
 	in := req.GetSnapshot()
 	id, subID := in.GetId(), in.GetSubscriptionId()
 	if err := channel.ValidatePubSubID(id); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, statusError(invalid(err))
 	}
 	var out *store.PubSubSnapshot
 	err := r.store.WithPubSubTx(ctx, func(tx *store.PubSubTx) error {
@@ -38,13 +38,13 @@ func (r *Registry) CreatePubSubSnapshot(ctx context.Context, req *coordinatorv1.
 			return err
 		}
 		if sub.TopicID == "" {
-			return status.Errorf(codes.FailedPrecondition, "subscription %s has no topic (it was deleted)", subID)
+			return fail(ErrNoTopic, "subscription %s has no topic (it was deleted)", subID)
 		}
 		if err := tx.LockSnapshot(ctx, id); err != nil {
 			return err
 		}
 		if _, err := tx.Snapshot(ctx, id); err == nil {
-			return status.Error(codes.AlreadyExists, "Snapshot already exists")
+			return ErrSnapshotExists
 		} else if !errors.Is(err, store.ErrSnapshotNotFound) {
 			return err
 		}
@@ -103,7 +103,7 @@ func (r *Registry) UpdatePubSubSnapshot(ctx context.Context, req *coordinatorv1.
 func (r *Registry) ListPubSubSnapshots(ctx context.Context, req *coordinatorv1.ListPubSubSnapshotsRequest) (*coordinatorv1.ListPubSubSnapshotsResponse, error) {
 	size, after, err := page(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
-		return nil, err
+		return nil, statusError(err)
 	}
 	if t := req.GetTopicId(); t != "" {
 		if _, err := r.store.PubSubTopic(ctx, t); err != nil {
