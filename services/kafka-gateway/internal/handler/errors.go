@@ -43,6 +43,7 @@ var storageCodes = map[storagev1.ErrorCode]int16{
 	storagev1.ErrorCode_ERROR_CODE_INVALID_TIMESTAMP:       kerr.InvalidTimestamp.Code,
 	storagev1.ErrorCode_ERROR_CODE_UNSUPPORTED_COMPRESSION: kerr.UnsupportedCompressionType.Code,
 	storagev1.ErrorCode_ERROR_CODE_UNKNOWN_PRODUCER_ID:     kerr.UnknownProducerID.Code,
+	storagev1.ErrorCode_ERROR_CODE_INVALID_TXN_STATE:       kerr.InvalidTxnState.Code,
 }
 
 // storageCode maps a storage-core ErrorCode to a Kafka error code. An unknown (newer)

@@ -51,6 +51,7 @@ var errorTable = []struct {
 	{store.ErrUnsupportedCompression, storagev1.ErrorCode_ERROR_CODE_UNSUPPORTED_COMPRESSION, codes.InvalidArgument},
 	{store.ErrOutOfOrderSequence, storagev1.ErrorCode_ERROR_CODE_OUT_OF_ORDER_SEQUENCE, codes.FailedPrecondition},
 	{store.ErrInvalidProducerEpoch, storagev1.ErrorCode_ERROR_CODE_INVALID_PRODUCER_EPOCH, codes.FailedPrecondition},
+	{store.ErrInvalidTxnState, storagev1.ErrorCode_ERROR_CODE_INVALID_TXN_STATE, codes.FailedPrecondition},
 	{store.ErrOutOfRange, storagev1.ErrorCode_ERROR_CODE_SEQUENCE_OUT_OF_RANGE, codes.OutOfRange},
 	{store.ErrInvalidArgument, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
 	{store.ErrStorage, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},

@@ -41,6 +41,11 @@ var (
 	ErrInternal = errors.New("internal error")
 )
 
+// ErrInvalidTxnState: a non-transactional batch of a producer with an open
+// transaction on the channel (Kafka INVALID_TXN_STATE, 48;
+// ProducerAppendInfo.appendDataBatch).
+var ErrInvalidTxnState = errors.New("invalid transaction state")
+
 // ErrCoordinatorFenced: a transaction marker carries a coordinator epoch older than
 // the producer's last marker on the channel (Kafka TRANSACTION_COORDINATOR_FENCED, 52).
 var ErrCoordinatorFenced = errors.New("transaction coordinator fenced")

@@ -379,18 +379,26 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 			return AppendResult{BaseOffset: dup.baseOffset, LastOffset: dup.baseOffset + int64(dup.lastSeq-dup.firstSeq), LogAppendTime: -1, Duplicate: true}, target, nil
 		}
 		if h.ProducerID >= 0 {
+			if h.Attributes&attrTransactional == 0 && l.txn.Load() != nil {
+				if _, open := l.openTxn(h.ProducerID); open {
+					l.mu.Unlock()
+					return AppendResult{}, 0, fmt.Errorf("%w: producer %d sent a non-transactional batch while its transaction is open", ErrInvalidTxnState, h.ProducerID)
+				}
+			}
 			prev = append(prev, prevBatch{pid: h.ProducerID, epoch: h.ProducerEpoch, lastSeq: h.LastSequence()})
 		}
 	}
-	res, target, err := l.writeLocked(b, hdrs, l.st.nowMs())
+	res, target, err := l.writeLocked(b, hdrs, l.st.nowMs(), nil)
 	l.mu.Unlock()
 	return res, target, err
 }
 
 // writeLocked assigns offsets to the checked frames b (headers hdrs), writes them and
-// applies them to the producer and transaction state. Caller holds Log.mu. It returns
-// the result and the offset bound its durability waits for (0: none).
-func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64) (AppendResult, int64, error) {
+// applies them to the producer and transaction state (ctrl: what the control batch
+// among them says; nil when there is none), all before the high watermark can cover
+// them. Caller holds Log.mu. It returns the result and the offset bound its durability
+// waits for (0: none).
+func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64, ctrl *controlInfo) (AppendResult, int64, error) {
 	res := AppendResult{BaseOffset: l.next, LogAppendTime: -1}
 	logAppend := l.cfg.Load().TimestampType == TimestampLogAppendTime
 	if logAppend {
@@ -428,8 +436,11 @@ func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64) (AppendResult
 		h := &hdrs[i]
 		seg.addIndex(h, pos+int64(p))
 		l.prods.apply(h, now)
-		if h.Attributes&(attrTransactional|attrControl) == attrTransactional {
+		switch {
+		case h.Attributes&(attrTransactional|attrControl) == attrTransactional:
 			l.beginTxn(h.ProducerID, h.BaseOffset)
+		case ctrl != nil && h.Attributes&attrControl != 0:
+			l.applyControl(h, *ctrl)
 		}
 		p += int(h.Length)
 	}

@@ -335,13 +335,7 @@ func (l *Log) beginTxnMarker(m TxnMarker) (AppendResult, int64, error) {
 		}
 		return AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, Duplicate: true}, target, nil
 	}
-	hdrs := []batchHeader{h}
-	res, target, err := l.writeLocked(b, hdrs, now)
-	if err != nil {
-		return AppendResult{}, 0, err
-	}
-	l.applyControl(&hdrs[0], controlInfo{commit: m.Commit, coordEpoch: m.CoordinatorEpoch})
-	return res, target, nil
+	return l.writeLocked(b, []batchHeader{h}, now, &controlInfo{commit: m.Commit, coordEpoch: m.CoordinatorEpoch})
 }
 
 // applyControl applies a written or recovered marker to the producer and transaction

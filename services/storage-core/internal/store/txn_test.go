@@ -154,6 +154,10 @@ func TestTxnFencing(t *testing.T) {
 	if got := l.LastStable(); got != 2 {
 		t.Fatalf("LSO %d, want 2", got)
 	}
+	// Kafka: a producer with an open transaction writes only transactional batches.
+	if _, err := l.AppendBatches(kbatch(t, batchOpt{pid: 4, epoch: 3, seq: 1}, "plain")); !errors.Is(err, ErrInvalidTxnState) {
+		t.Fatalf("non-transactional batch in a transaction: %v", err)
+	}
 	mustMarker(t, l, TxnMarker{ProducerID: 4, ProducerEpoch: 3, CoordinatorEpoch: 5})
 	if got := fmt.Sprint(l.AbortedTxns(0, 10)); got != "[{4 2}]" {
 		t.Fatalf("aborted %s", got)

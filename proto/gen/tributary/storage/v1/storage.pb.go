@@ -54,6 +54,9 @@ const (
 	ErrorCode_ERROR_CODE_INVALID_TIMESTAMP       ErrorCode = 10 // INVALID_TIMESTAMP (32)
 	ErrorCode_ERROR_CODE_UNSUPPORTED_COMPRESSION ErrorCode = 11 // UNSUPPORTED_COMPRESSION_TYPE (76)
 	ErrorCode_ERROR_CODE_UNKNOWN_PRODUCER_ID     ErrorCode = 12 // UNKNOWN_PRODUCER_ID (59)
+	// INVALID_TXN_STATE (48): a non-transactional batch of a producer whose transaction
+	// on the channel is open.
+	ErrorCode_ERROR_CODE_INVALID_TXN_STATE ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
@@ -72,6 +75,7 @@ var (
 		10: "ERROR_CODE_INVALID_TIMESTAMP",
 		11: "ERROR_CODE_UNSUPPORTED_COMPRESSION",
 		12: "ERROR_CODE_UNKNOWN_PRODUCER_ID",
+		13: "ERROR_CODE_INVALID_TXN_STATE",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":             0,
@@ -87,6 +91,7 @@ var (
 		"ERROR_CODE_INVALID_TIMESTAMP":       10,
 		"ERROR_CODE_UNSUPPORTED_COMPRESSION": 11,
 		"ERROR_CODE_UNKNOWN_PRODUCER_ID":     12,
+		"ERROR_CODE_INVALID_TXN_STATE":       13,
 	}
 )
 
@@ -3491,7 +3496,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12A\n" +
 	"\tproducers\x18\x04 \x03(\v2#.tributary.storage.v1.ProducerStateR\tproducers\"]\n" +
 	"\x19DescribeProducersResponse\x12@\n" +
-	"\aresults\x18\x01 \x03(\v2&.tributary.storage.v1.ChannelProducersR\aresults*\xc8\x03\n" +
+	"\aresults\x18\x01 \x03(\v2&.tributary.storage.v1.ChannelProducersR\aresults*\xea\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_CODE_CHANNEL_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -3506,7 +3511,8 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x1cERROR_CODE_INVALID_TIMESTAMP\x10\n" +
 	"\x12&\n" +
 	"\"ERROR_CODE_UNSUPPORTED_COMPRESSION\x10\v\x12\"\n" +
-	"\x1eERROR_CODE_UNKNOWN_PRODUCER_ID\x10\f*\x89\x01\n" +
+	"\x1eERROR_CODE_UNKNOWN_PRODUCER_ID\x10\f\x12 \n" +
+	"\x1cERROR_CODE_INVALID_TXN_STATE\x10\r*\x89\x01\n" +
 	"\rCleanupPolicy\x12\x1e\n" +
 	"\x1aCLEANUP_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CLEANUP_POLICY_DELETE\x10\x01\x12\x1a\n" +
