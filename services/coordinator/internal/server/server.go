@@ -190,14 +190,7 @@ func (s *Server) natsReady(context.Context) error {
 }
 
 func (s *Server) storageReady(ctx context.Context) error {
-	resp, err := healthpb.NewHealthClient(s.storageConn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.cfg.StorageAddr, err)
-	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("%s: %w (%s)", s.cfg.StorageAddr, ErrStorageNotServing, resp.GetStatus())
-	}
-	return nil
+	return grpcx.HealthCheck{Conn: s.storageConn, Addr: s.cfg.StorageAddr, NotServing: ErrStorageNotServing}.Check(ctx)
 }
 
 // TopicChanged announces a topic change on NATS and refreshes the topics gauge.
@@ -223,27 +216,15 @@ func (s *Server) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { s.prepare(ctx) })
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-serveErr:
+	err := grpcx.Serve(ctx, s.grpc, s.grpcLn)
+	if err != nil {
 		err = fmt.Errorf("grpc serve: %w", err)
 	}
 	cancel()
 	s.health.Shutdown()
 	wg.Wait()
 	s.groups.Close() // waiting JoinGroup/SyncGroup calls return now, so GracefulStop is quick
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(shutdownGrace):
-		s.grpc.Stop()
-		<-stopped
-	}
+	grpcx.GracefulStop(s.grpc, shutdownGrace)
 	hctx, hcancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer hcancel()
 	if herr := s.http.Close(hctx); herr != nil && !errors.Is(herr, context.DeadlineExceeded) {

@@ -23,7 +23,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/natsx"
@@ -158,17 +157,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 
 // httpCheck makes /readyz depend on the gRPC health of a backend.
 func (s *Server) httpCheck(name string, cc *grpc.ClientConn) {
-	hc := healthpb.NewHealthClient(cc)
-	s.http.AddReadyCheck(name, func(ctx context.Context) error {
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			return err
-		}
-		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("health %s", resp.GetStatus())
-		}
-		return nil
-	})
+	s.http.AddReadyCheck(name, grpcx.HealthCheck{Conn: cc}.Check)
 }
 
 // derivedNodeID is the broker id for --node-id=-1: FNV-1a of the advertised host:port,

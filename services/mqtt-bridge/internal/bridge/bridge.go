@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
@@ -119,19 +118,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Bridge, error) {
 }
 
 func (b *Bridge) healthCheck(name string, cc *grpc.ClientConn) {
-	hc := healthpb.NewHealthClient(cc)
-	b.http.AddReadyCheck(name, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			return err
-		}
-		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("health %s", resp.GetStatus())
-		}
-		return nil
-	})
+	b.http.AddReadyCheck(name, grpcx.HealthCheck{Conn: cc, Timeout: 2 * time.Second}.Check)
 }
 
 // HTTPAddr is the bound HTTP address ("" when disabled).

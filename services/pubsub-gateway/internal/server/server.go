@@ -184,21 +184,12 @@ func (s *Server) backendsReady(context.Context) error {
 // check asks storage-core and the coordinator for the health of the services the
 // gateway uses.
 func (s *Server) check(ctx context.Context) error {
-	for _, b := range []struct {
-		addr string
-		conn *grpc.ClientConn
-	}{
-		{s.cfg.StorageAddr, s.storageConn},
-		{s.cfg.CoordinatorAddr, s.coordConn},
+	for _, b := range []grpcx.HealthCheck{
+		{Conn: s.storageConn, Addr: s.cfg.StorageAddr, Timeout: 2 * time.Second, NotServing: ErrNotServing},
+		{Conn: s.coordConn, Addr: s.cfg.CoordinatorAddr, Timeout: 2 * time.Second, NotServing: ErrNotServing},
 	} {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := healthpb.NewHealthClient(b.conn).Check(cctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%s: %w", b.addr, err)
-		}
-		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("%s: %w (%s)", b.addr, ErrNotServing, resp.GetStatus())
+		if err := b.Check(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -245,25 +236,14 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() { s.watchReady(ctx) })
 	wg.Go(func() { s.pusher.Run(ctx) })
 	wg.Go(func() { s.subscriber.RunActivity(ctx) })
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- s.grpc.Serve(s.grpcLn) }()
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-serveErr:
+	err := grpcx.Serve(ctx, s.grpc, s.grpcLn)
+	if err != nil {
 		err = fmt.Errorf("grpc serve: %w", err)
 	}
 	cancel()
 	s.health.Shutdown()
 	wg.Wait()
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(shutdownGrace):
-		s.grpc.Stop()
-		<-stopped
-	}
+	grpcx.GracefulStop(s.grpc, shutdownGrace)
 	hctx, hcancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer hcancel()
 	if s.cfg.HTTPAddr != "" {

@@ -176,15 +176,9 @@ func (s *Server) Store() *store.Store { return s.store }
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("listening", zap.String("grpc", s.GRPCAddr()), zap.String("http", s.HTTPAddr()),
 		zap.String("data_dir", s.cfg.DataDir), zap.String("fsync", s.cfg.Fsync))
-	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(s.ln) }()
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-		if errors.Is(err, grpc.ErrServerStopped) {
-			err = nil
-		}
+	err := grpcx.Serve(ctx, s.grpc, s.ln)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
 	}
 	s.shutdown()
 	return err
@@ -193,14 +187,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) shutdown() {
 	s.closeOnce.Do(func() {
 		s.svc.stop()
-		stopped := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(5 * time.Second):
-			s.grpc.Stop()
-			<-stopped
-		}
+		grpcx.GracefulStop(s.grpc, 5*time.Second)
 		if err := s.qm.Close(); err != nil {
 			s.log.Error("close queues", zap.Error(err))
 		}
