@@ -190,7 +190,7 @@ func (b *Bridge) close() {
 	b.cancel()
 	if b.listener != nil {
 		// After store.wait (Run): no batch is journaled any more.
-		b.listener.sessions.close()
+		b.listener.sessions.Close()
 	}
 	if b.http != nil && b.http.Addr() != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -11,6 +11,7 @@ import (
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/sessions"
 )
 
 // target is one (topic, partition) of a batch with the records it gets, in order.
@@ -23,10 +24,10 @@ type target struct {
 	done      bool
 	// pending is the outcome of an earlier append of recs that is in doubt: a later
 	// appendGroups waits for it instead of appending recs again.
-	pending *outcome
+	pending *sessions.Outcome
 	// origin, for a listener message of a persistent session, names it to the session
-	// store (see sessions.go).
-	origin *origin
+	// store (see internal/sessions).
+	origin *sessions.Origin
 }
 
 // build maps each message through its routes (routes[i] for msgs[i]; the caller
@@ -81,12 +82,12 @@ func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
 			id := g.route.Cfg.ID
 			if g.pending != nil {
 				select {
-				case <-g.pending.done:
+				case <-g.pending.Done:
 				case <-ctx.Done():
 					errs[i] = &inDoubtError{out: g.pending, cause: ctx.Err()}
 					return
 				}
-				stored := g.pending.stored
+				stored := g.pending.Stored
 				g.pending = nil
 				if stored {
 					b.m.deduplicated.WithLabelValues(id).Add(float64(len(g.recs)))

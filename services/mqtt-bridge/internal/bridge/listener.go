@@ -24,6 +24,7 @@ import (
 
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/sessions"
 )
 
 // listener is the embedded broker devices connect to. A QoS 1/2 PUBLISH that a
@@ -31,7 +32,7 @@ import (
 // when storage refused it, did not answer within store-timeout, or too many messages
 // are waiting already (answered at once), 0x83 when it is over max-record-bytes.
 // Persistent sessions are kept by sessions (on disk with listener.session-dir; see
-// sessions.go).
+// internal/sessions), fed by sessionHook.
 type listener struct {
 	b      *Bridge
 	cfg    config.ListenerConfig
@@ -44,7 +45,7 @@ type listener struct {
 	log    *zap.Logger
 	doubts doubts
 	// sessions keeps the persistent sessions and their clients' remembered messages.
-	sessions *sessionStore
+	sessions *sessions.Store
 	// dropped counts messages not delivered to subscribers that did not keep up.
 	dropped prometheus.CounterFunc
 }
@@ -52,15 +53,15 @@ type listener struct {
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_ *listener, err error) {
 	l := &listener{b: b, cfg: c, routes: routes, slots: make(chan struct{}, c.QueueSize), log: b.log.With(zap.String("listener", c.Addr))}
 	if c.SessionDir != "" {
-		if l.sessions, err = openSessions(c.SessionDir, l.log); err != nil {
+		if l.sessions, err = sessions.Open(c.SessionDir, l.log); err != nil {
 			return nil, err
 		}
 	} else {
-		l.sessions = newSessionStore(l.log)
+		l.sessions = sessions.New(l.log)
 	}
 	defer func() {
 		if err != nil {
-			l.sessions.close()
+			l.sessions.Close()
 		}
 	}()
 	caps := mqtt.NewDefaultServerCapabilities()
@@ -84,7 +85,7 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	caps.MaximumClientWritesPending = subscriberQueue
 	// How many QoS 1/2 messages a client may have unacknowledged: the session store
 	// remembers that many per session for their resends.
-	caps.ReceiveMaximum = receiveMaximum
+	caps.ReceiveMaximum = sessions.ReceiveMaximum
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -175,7 +176,7 @@ func (l *listener) Addr() string { return l.ln.Address() }
 // serve starts the broker (which reads the kept sessions back first) and sends the
 // batches a previous process journaled without learning their outcome again.
 func (l *listener) serve() error {
-	l.sessions.start(l.b.store)
+	l.sessions.Start(l.b.store.resend, inDoubt)
 	return l.srv.Serve()
 }
 
@@ -369,16 +370,16 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	ctx := l.b.ctx
 	stored := pk.FixedHeader.Qos > 0 && !routed
 	// A persistent session's message is remembered, so that its resend (after a
-	// reconnection, after a restart) is not stored again (sessions.go).
-	var rc *receipt
+	// reconnection, after a restart) is not stored again (internal/sessions).
+	var rc *sessions.Receipt
 	if stored && persistent(cl) {
 		wctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
-		rc = l.sessions.receive(wctx, cl.ID, pk.PacketID, pk.FixedHeader.Dup, digestOf(msg))
+		rc = l.sessions.Receive(wctx, cl.ID, pk.PacketID, pk.FixedHeader.Dup, sessions.Digest(msg))
 		cancel()
-		defer l.sessions.release(rc)
+		defer l.sessions.Release(rc)
 	}
 	var groups []*target
-	if stored && (rc == nil || !rc.resent) {
+	if stored && (rc == nil || !rc.Resent()) {
 		groups = l.doubts.take(cl.ID, msg)
 	}
 	if groups == nil {
@@ -392,13 +393,19 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 			l.log.Warn("partition lookup failed", zap.Error(err))
 			return h.refuse(cl, pk, packets.ErrQuotaExceeded)
 		}
-		if rc != nil && rc.resent {
-			l.sessions.attach(rc.entry, groups)
+		if rc != nil && rc.Resent() {
+			// Each group waits for the batch it was sent in before, if it was, and is
+			// appended again only if that one was not stored.
+			for _, g := range groups {
+				if out := l.sessions.Sent(rc, g.route.Cfg.ID, g.partition); out != nil {
+					g.pending = out
+				}
+			}
 		}
 	}
 	if rc != nil {
 		for _, g := range groups {
-			g.origin = &origin{entry: rc.entry, route: g.route.Cfg.ID, partition: g.partition}
+			g.origin = rc.Origin(g.route.Cfg.ID, g.partition)
 		}
 	}
 	select {
@@ -517,8 +524,8 @@ func live(list []*doubt, now time.Time) []*doubt {
 				continue
 			}
 			select {
-			case <-g.pending.done:
-				keep = keep || (g.pending.stored && now.Sub(g.pending.at) <= retryWindow)
+			case <-g.pending.Done:
+				keep = keep || (g.pending.Stored && now.Sub(g.pending.At) <= retryWindow)
 			default:
 				keep = true
 			}

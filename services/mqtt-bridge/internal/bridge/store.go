@@ -17,6 +17,7 @@ import (
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/sessions"
 )
 
 // Kafka error codes the coordinator answers with.
@@ -101,7 +102,7 @@ const maxAppends = 2
 // A batch holding records of listener messages (requests with an origin) is shown to
 // sessions before it is sent: the listener's session store journals it with its
 // producer identity, so that a restarted bridge can send it again unchanged (resend)
-// and storage-core's idempotence tells whether it landed (see sessions.go).
+// and storage-core's idempotence tells whether it landed (see internal/sessions).
 type store struct {
 	storage storagev1.StorageServiceClient
 	coord   coordinatorv1.CoordinatorServiceClient
@@ -136,16 +137,17 @@ const (
 	reqAbandoned
 )
 
-// batchJournal is told about batches that hold listener messages (see store).
+// batchJournal is told about batches that hold listener messages (see store); the
+// listener's *sessions.Store is one.
 type batchJournal interface {
-	// sending is called before the first Append of a batch whose requests have
+	// Sending is called before the first Append of a batch whose requests have
 	// origins, with the request as it will be sent (producer identity included) and
-	// the outcome it will get. It returns an id for answered (0: nothing to tell); an
+	// the outcome it will get. It returns an id for Answered (0: nothing to tell); an
 	// error keeps the batch from being sent (its callers get the error).
-	sending(req *storagev1.AppendRequest, origins []*origin, out *outcome) (id uint64, err error)
-	// answered is called once storage-core answered (out is known), not when the
+	Sending(req *storagev1.AppendRequest, origins []*sessions.Origin, out *sessions.Outcome) (id uint64, err error)
+	// Answered is called once storage-core answered (out is known), not when the
 	// bridge stopped with the batch still in doubt.
-	answered(id uint64, out *outcome)
+	Answered(id uint64, out *sessions.Outcome)
 }
 
 type appendReq struct {
@@ -155,29 +157,19 @@ type appendReq struct {
 	limit int
 	// origin is the listener message recs come from (nil when it is not worth
 	// journaling: upstream, QoS 0, a session that ends with its connection).
-	origin *origin
+	origin *sessions.Origin
 	done   chan error // the definite outcome
 	// state moves from reqQueued to reqSent (by the writer) or reqAbandoned (by the
 	// caller), once; out is set before reqSent.
 	state atomic.Int32
-	out   *outcome
-}
-
-// outcome is the definite fate of a sent batch, known once done is closed.
-type outcome struct {
-	done chan struct{}
-	// stored: the batch is durable, once. False: refused, or still unknown when the
-	// bridge stopped (err says which).
-	stored bool
-	err    error
-	at     time.Time // when it became known
+	out   *sessions.Outcome
 }
 
 // inDoubtError is an append whose caller's deadline came while its batch was sent and
 // not answered: it may be stored. out resolves once the batch is sent again and
 // answered (see store).
 type inDoubtError struct {
-	out   *outcome
+	out   *sessions.Outcome
 	cause error
 }
 
@@ -305,7 +297,7 @@ func (s *store) fetchTopic(ctx context.Context, topic string, create int32) (*co
 // to one channel share one Append. When ctx ends first: ctx's error if the records were
 // not sent (they never will be), or an *inDoubtError if they were (they may be stored;
 // its outcome tells).
-func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *origin) error {
+func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin) error {
 	name := channel.KafkaPartition(topic, p)
 	req := &appendReq{ctx: ctx, recs: recs, limit: s.batchLimit(topic), origin: o, done: make(chan error, 1)}
 	w := s.writer(name)
@@ -400,7 +392,7 @@ func (s *store) write(name string, w chan *appendReq) {
 		}
 		// Requests whose callers gave up meanwhile (a listener publish already answered
 		// 0x97) are not sent; the first Append lasts until the latest caller deadline.
-		out := &outcome{done: make(chan struct{})}
+		out := sessions.NewOutcome()
 		live := batch[:0]
 		deadline := time.Now().Add(s.timeout)
 		latest := time.Time{}
@@ -425,7 +417,7 @@ func (s *store) write(name string, w chan *appendReq) {
 			continue
 		}
 		recs := make([]*storagev1.AppendRecord, 0, n)
-		var origins []*origin
+		var origins []*sessions.Origin
 		for _, r := range live {
 			recs = append(recs, r.recs...)
 			if r.origin != nil {
@@ -449,18 +441,18 @@ func (s *store) write(name string, w chan *appendReq) {
 // attempt until deadline) and, while the answer is in doubt, sends them again,
 // unchanged, until storage-core answers or the bridge stops; firstDone is called when
 // the first attempt ends. It records the outcome in out and returns its error.
-func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.AppendRecord, origins []*origin, deadline time.Time, out *outcome, firstDone func()) error {
+func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.AppendRecord, origins []*sessions.Origin, deadline time.Time, out *sessions.Outcome, firstDone func()) error {
 	req := &storagev1.AppendRequest{Channel: name, Records: recs}
 	if ids := s.producers.Load(); ids != nil && !st.exhausted {
 		req.Producer = &storagev1.AppendProducer{ProducerId: ids[slot], ProducerEpoch: int32(st.epoch), BaseSequence: st.seq}
 	}
 	var journalID uint64
 	if s.sessions != nil && len(origins) > 0 {
-		id, err := s.sessions.sending(req, origins, out)
+		id, err := s.sessions.Sending(req, origins, out)
 		if err != nil {
 			err = fmt.Errorf("append %s not sent: %w", name, err)
-			out.err, out.at = err, time.Now()
-			close(out.done)
+			out.Err, out.At = err, time.Now()
+			close(out.Done)
 			return err
 		}
 		journalID = id
@@ -478,7 +470,7 @@ func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.App
 	switch {
 	case err == nil:
 		st.seq = int32((int64(st.seq) + int64(len(recs))) % (1 << 31))
-		out.stored = true
+		out.Stored = true
 	case req.Producer != nil && status.Code(err) == codes.FailedPrecondition:
 		// The channel's producer state is not ours (a sequence gap: storage-core lost
 		// an append it had acknowledged, under --fsync=interval): go on with a new
@@ -491,14 +483,14 @@ func (s *store) send(name string, slot int, st *slotState, recs []*storagev1.App
 	}
 	if err != nil {
 		err = fmt.Errorf("append %s: %w", name, err)
-		out.err = err
+		out.Err = err
 	}
-	out.at = time.Now()
-	close(out.done)
+	out.At = time.Now()
+	close(out.Done)
 	if journalID != 0 && !inDoubt(err) {
 		// Answered by storage-core (not left in doubt by the bridge stopping: then the
 		// next process sends the batch again).
-		s.sessions.answered(journalID, out)
+		s.sessions.Answered(journalID, out)
 	}
 	return err
 }

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
-	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/sessions"
 )
 
 // sessionBridge is a bridge with a listener whose sessions are kept in dir; stop ends
@@ -78,7 +78,7 @@ mqtt-to-kafka:
 // writes more).
 func crashImage(t *testing.T, dir string) (restore func()) {
 	t.Helper()
-	path := filepath.Join(dir, journalFile)
+	path := filepath.Join(dir, sessions.JournalFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -211,10 +211,13 @@ func TestListenerSessionsSurviveCrash(t *testing.T) {
 	short.next(packets.PUBLISH, 0)
 	// The broker hands a message to its subscribers just after the publisher's PUBACK.
 	waitFor(t, "the queued message recorded", func() bool {
-		s := b.listener.sessions
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.inflight["sub"]) == 1
+		n := 0
+		for _, m := range b.listener.sessions.Inflight() {
+			if m.Client == "sub" {
+				n++
+			}
+		}
+		return n == 1
 	})
 
 	restore := crashImage(t, dir)
@@ -425,53 +428,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A kept session's expiry interval runs from its disconnection, not from the restart:
-// the broker is given what remains of it, and a session past it (or connected when the
-// process died and past it counting from the last heartbeat) is dropped at load.
-func TestSessionExpiryCountsFromDisconnection(t *testing.T) {
-	now := time.Now()
-	s := newSessionStore(zap.NewNop())
-	client := func(id string, expiry uint32, connected, disconnected time.Time) {
-		c := &storedClient{Client: storage.Client{ID: id, ProtocolVersion: 5,
-			Properties: storage.ClientProperties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true}}}
-		if !connected.IsZero() {
-			c.Connected = connected.UnixMilli()
-		}
-		if !disconnected.IsZero() {
-			c.Disconnected = disconnected.UnixMilli()
-		}
-		s.clients[id] = c
-		s.putSub(storage.Subscription{Client: id, Filter: "a/#"})
-	}
-	client("left-3s-ago", 10, time.Time{}, now.Add(-3*time.Second))
-	client("expired", 10, time.Time{}, now.Add(-11*time.Second))
-	client("online-at-crash", 10, now.Add(-time.Hour), time.Time{})
-	client("online-at-crash-expired", 5, now.Add(-time.Hour), time.Time{})
-	v3 := &storedClient{Client: storage.Client{ID: "v3", ProtocolVersion: 4}, Disconnected: now.Add(-48 * time.Hour).UnixMilli()}
-	s.clients["v3"] = v3
-	lastHeartbeat := now.Add(-7 * time.Second).UnixMilli()
-	if n := s.settle(lastHeartbeat, now); n != 2 {
-		t.Errorf("%d sessions expired at load, want 2", n)
-	}
-	h := &sessionHook{s: s}
-	clients, _ := h.StoredClients()
-	got := map[string]uint32{}
-	for _, c := range clients {
-		got[c.ID] = c.Properties.SessionExpiryInterval
-	}
-	// left 3 s ago: 7 s left; online at the crash: disconnected a second after the last
-	// heartbeat (7 s ago): 4 s left of 10.
-	if len(got) != 3 || got["left-3s-ago"] != 7 || got["online-at-crash"] != 4 {
-		t.Errorf("restored expiry intervals %v, want left-3s-ago 7, online-at-crash 4, v3", got)
-	}
-	if _, ok := got["v3"]; !ok {
-		t.Error("an MQTT 3.1.1 session (no expiry interval) was dropped")
-	}
-	if s.subs["expired"] != nil || s.subs["online-at-crash-expired"] != nil || s.subs["left-3s-ago"] == nil {
-		t.Errorf("subscriptions kept for %v", s.subs)
-	}
-}
-
 // A batch still in doubt when the bridge stops gracefully (storage-core took it and
 // did not answer) is not taken for refused: the next process sends it again, and the
 // client's resend on its resumed session is answered from that, not stored twice.
@@ -504,40 +460,5 @@ func TestListenerInDoubtAtStopResolvedAfterRestart(t *testing.T) {
 	}
 	if got := values(f); got["stalled"] != 1 {
 		t.Fatalf("stored %v, want the message once", got)
-	}
-}
-
-// TestSessionJournalZeroFilledTail: a machine crash can leave a journal whose size
-// grew but whose last pages were never written, i.e. a tail of zero bytes. Eight zero
-// bytes are a well-formed journal frame (length 0, and 0 is the CRC-32C of nothing),
-// so the journal hands them back as empty records; the bridge never writes those and
-// must start with what was written before, not refuse every restart.
-func TestSessionJournalZeroFilledTail(t *testing.T) {
-	dir := t.TempDir()
-	s, err := openSessions(dir, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	s.write(jsonRecord(recRetain, storage.Message{TopicName: "dev/kept", Payload: []byte("v")}))
-	s.mu.Unlock()
-	s.close()
-	f, err := os.OpenFile(filepath.Join(dir, journalFile), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(make([]byte, 4096)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s, err = openSessions(dir, zap.NewNop())
-	if err != nil {
-		t.Fatalf("restart after a zero-filled tail: %v", err)
-	}
-	defer s.close()
-	if m, ok := s.retained["dev/kept"]; !ok || string(m.Payload) != "v" {
-		t.Fatalf("retained message lost: %+v", s.retained)
 	}
 }
