@@ -1,5 +1,5 @@
-// Package natsx names the NATS subjects Tributary's services publish and subscribe to;
-// no service spells a subject by hand. NATS carries wake-ups, announcements and sweep
+// Package natsx names the NATS subjects Tributary's services publish and subscribe to,
+// and the JetStream KV bucket of the sweep locks; no service spells one by hand. NATS carries wake-ups, announcements and sweep
 // coordination, never data (DESIGN §1, §4). Every subject starts with
 // "tributary.<cluster-id>.", so clusters sharing a NATS server never hear each other.
 package natsx
@@ -7,6 +7,7 @@ package natsx
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 func clusterPrefix(clusterID string) string { return "tributary." + clusterID + "." }
@@ -63,6 +64,24 @@ func QueueChangedSubject(clusterID, queue string) string {
 // Queue names hold '.' (the subject token separator) and characters NATS subjects may
 // not carry; a (vanishingly unlikely) shared token costs only a spurious wake-up.
 func QueueToken(queue string) string { return token(queue) }
+
+// SweepLockBucket is the JetStream KV bucket holding the cluster's sweep locks (one
+// key per kind of sweep, DESIGN §4): "tributary_<cluster-id>_sweeps", each character
+// of the cluster id outside [A-Za-z0-9_-] (bucket names allow no other) replaced by
+// "_".
+func SweepLockBucket(clusterID string) string {
+	var sb strings.Builder
+	sb.WriteString("tributary_")
+	for _, r := range clusterID {
+		if r < 128 && (r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')) {
+			sb.WriteRune(r)
+		} else {
+			sb.WriteByte('_')
+		}
+	}
+	sb.WriteString("_sweeps")
+	return sb.String()
+}
 
 // token is the first 128 bits of SHA-256(name) in hex: one NATS subject token.
 func token(name string) string {

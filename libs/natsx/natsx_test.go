@@ -31,6 +31,9 @@ func TestSubjects(t *testing.T) {
 	if !ok || tok != GroupToken("a group.with*odd>chars") || len(tok) != 32 || strings.ContainsAny(tok, ".*> \t") {
 		t.Fatalf("GroupChangedSubject = %q", s)
 	}
+	if got := SweepLockBucket("e2e-1_x.y"); got != "tributary_e2e-1_x_y_sweeps" {
+		t.Fatalf("SweepLockBucket = %q", got)
+	}
 	if GroupChangedPrefix("c1")+tok != s {
 		t.Fatalf("prefix %q does not lead subject %q", GroupChangedPrefix("c1"), s)
 	}

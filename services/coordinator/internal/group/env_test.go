@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tributary/tributary/libs/natsx"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -116,7 +117,7 @@ func newEnv(t *testing.T) *env {
 		js, err := jetstream.New(e.nc)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_ = js.DeleteKeyValue(ctx, bucketName(e.clusterID))
+			_ = js.DeleteKeyValue(ctx, natsx.SweepLockBucket(e.clusterID))
 			cancel()
 		}
 		e.nc.Close()

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/natsx"
 )
 
 // sweepLockKey is the KV key whose holder runs the group sweeps.
@@ -43,22 +44,6 @@ func newSweeper(c *Coordinator, key string) *sweeper {
 	_, _ = rand.Read(b[:])
 	host, _ := os.Hostname()
 	return &sweeper{c: c, key: key, owner: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))}
-}
-
-// bucketName is the KV bucket of the cluster's sweep locks (bucket names allow only
-// letters, digits, '-' and '_').
-func bucketName(clusterID string) string {
-	var sb strings.Builder
-	sb.WriteString("tributary_")
-	for _, r := range clusterID {
-		if r < 128 && (r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')) {
-			sb.WriteRune(r)
-		} else {
-			sb.WriteByte('_')
-		}
-	}
-	sb.WriteString("_sweeps")
-	return sb.String()
 }
 
 // groupTick is the group sweeper's tick: the group sweep, then the AddSweep sweeps.
@@ -97,7 +82,7 @@ func (s *sweeper) hold(ctx context.Context) bool {
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		cfg := jetstream.KeyValueConfig{Bucket: bucketName(s.c.cfg.ClusterID), TTL: s.c.cfg.SweepLockTTL, History: 1, Storage: jetstream.MemoryStorage}
+		cfg := jetstream.KeyValueConfig{Bucket: natsx.SweepLockBucket(s.c.cfg.ClusterID), TTL: s.c.cfg.SweepLockTTL, History: 1, Storage: jetstream.MemoryStorage}
 		kv, err := js.CreateKeyValue(cctx, cfg)
 		if err != nil {
 			kv, err = js.KeyValue(cctx, cfg.Bucket)
