@@ -109,6 +109,11 @@ func (l *Log) endTxn(pid, marker int64, commit bool) bool {
 			t.firstOpen = min(t.firstOpen, f)
 		}
 	}
+	// Markers already below the high watermark are dropped here too, so a channel
+	// nobody reads does not collect them (none is published yet at open).
+	if hw := l.hw.Load(); hw != nil {
+		t.pruneEnded(hw.next)
+	}
 	t.ended = append(t.ended, endedTxn{first: first, marker: marker})
 	if !commit {
 		t.aborted = append(t.aborted, abortedTxn{pid: pid, first: first, last: marker, lso: min(t.firstOpen, marker+1)})
@@ -157,17 +162,24 @@ func (l *Log) LastStable() int64 {
 func (t *txnState) lastStable(hw int64) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.pruneEnded(hw)
 	lso := min(hw, t.firstOpen)
+	for _, e := range t.ended {
+		lso = min(lso, e.first)
+	}
+	return lso
+}
+
+// pruneEnded drops the ended transactions whose marker is below hw. Caller holds mu.
+func (t *txnState) pruneEnded(hw int64) {
 	k := 0
 	for _, e := range t.ended {
 		if e.marker >= hw {
 			t.ended[k] = e
 			k++
-			lso = min(lso, e.first)
 		}
 	}
 	t.ended = t.ended[:k]
-	return lso
 }
 
 // AbortedTxns returns the aborted transactions overlapping [from, upper): those whose

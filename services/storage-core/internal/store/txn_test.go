@@ -128,6 +128,24 @@ func TestTxnLSOAndAbortedIndex(t *testing.T) {
 	}
 }
 
+// TestTxnEndedPruned: markers nobody reads the LSO after are not kept once durable.
+func TestTxnEndedPruned(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "pruned", ChannelConfig{})
+	for i := int32(0); i < 50; i++ {
+		mustAppend(t, l, kbatch(t, batchOpt{pid: 1, epoch: 0, seq: i, txn: true}, "x"))
+		mustMarker(t, l, TxnMarker{ProducerID: 1, Commit: true})
+	}
+	tx := l.txn.Load()
+	tx.mu.Lock()
+	n := len(tx.ended)
+	tx.mu.Unlock()
+	if n > 1 {
+		t.Fatalf("%d ended transactions kept", n)
+	}
+}
+
 // TestTxnFencing: old producer epochs are refused on transactional batches and
 // markers, a marker's newer epoch becomes the producer's, and an older coordinator
 // epoch is fenced.
