@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs (Debian packages) and starts what the tests need when it is missing:
 # PostgreSQL on 127.0.0.1:5432 with trust auth for user postgres, NATS with JetStream on
-# 127.0.0.1:4222, kcat, Node.js with npm, and Mosquitto (broker and clients) on
+# 127.0.0.1:4222, kcat, Debian's python3-confluent-kafka (librdkafka's transactional
+# producer), Node.js with npm, and Mosquitto (broker and clients) on
 # 127.0.0.1:1883 for the mqtt-bridge tests. Idempotent: what already runs is left alone.
 set -euo pipefail
 
@@ -53,6 +54,14 @@ fi
 if ! command -v kcat >/dev/null; then
   echo "installing kcat"
   apt_install kcat
+fi
+
+# librdkafka's transactional producer for TestTxnLibrdkafka, through Debian's python
+# binding (npm's @confluentinc/kafka-javascript downloads a prebuilt binary, or zlib,
+# OpenSSL and zstd for its source build, from outside the package registries)
+if ! /usr/bin/python3 -c 'import confluent_kafka' 2>/dev/null; then
+  echo "installing python3-confluent-kafka"
+  apt_install python3-confluent-kafka
 fi
 
 # Node.js and npm for the kafkajs end-to-end test (it installs kafkajs from npm)

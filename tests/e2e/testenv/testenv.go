@@ -115,3 +115,20 @@ func RequireMQTT(t testing.TB) {
 	}
 	_ = c.Close()
 }
+
+// DebianPython is the interpreter of Debian's python3 packages (python3-confluent-kafka
+// installs there, not into a pyenv or venv python that may come first on PATH).
+const DebianPython = "/usr/bin/python3"
+
+// RequirePythonModule skips (outside CI) or fails (CI=true) when python cannot import
+// module; it returns python.
+func RequirePythonModule(t testing.TB, python, module string) string {
+	t.Helper()
+	if out, err := exec.Command(python, "-c", "import "+module).CombinedOutput(); err != nil {
+		if InCI() {
+			t.Fatalf("required python module %s missing in CI (%s): %v\n%s", module, python, err, out)
+		}
+		t.Skipf("SKIP: required python module %s missing for %s (set CI=true to fail instead): %v\n%s", module, python, err, out)
+	}
+	return python
+}
