@@ -25,11 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// grpc-go and the MQTT library keep a few background goroutines per process.
-		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		goleak.IgnoreTopFunction("github.com/mochi-mqtt/server/v2.(*Server).eventLoop"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // fakeBackend is storage-core and the coordinator in one gRPC server. Append blocks
