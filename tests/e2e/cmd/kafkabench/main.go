@@ -2,7 +2,10 @@
 // acks=all, idempotent kgo producer; 1 and 6 partitions) and produce latency at a fixed
 // rate against a Tributary stack started from the real binaries (storage-core with
 // fsync on) and against franz-go's in-memory kfake, side by side in one run, and
-// prints both figures and the ratio.
+// prints both figures and the ratio. A transactional case (-txn) runs kgo
+// transactional producers (transactions of -txn-records records spread over 6
+// partitions, each committed) and prints committed records/s and the commit latency
+// (EndTransaction after Flush) p50/p99 of both targets.
 //
 // Run from tests/e2e: go run ./cmd/kafkabench [-duration 5s] [-rate 20000]
 // It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
@@ -43,6 +46,9 @@ type config struct {
 	maxRecords  int
 	rounds      int
 	partitions  string
+	txn         bool
+	txnRecords  int
+	txnProds    int
 }
 
 // target is a Kafka endpoint under test.
@@ -74,6 +80,9 @@ func main() {
 	flag.IntVar(&cfg.maxRecords, "max-records", 2_000_000, "stop a throughput case's produce early after this many records (bounds kfake's memory)")
 	flag.StringVar(&cfg.partitions, "partitions", "1,6", "partition counts of the throughput cases, comma separated")
 	flag.StringVar(&cfg.targets, "targets", "tributary,kfake", "targets to measure, comma separated (tributary, kfake); the ratio needs both")
+	flag.BoolVar(&cfg.txn, "txn", true, "run the transactional case")
+	flag.IntVar(&cfg.txnRecords, "txn-records", 100, "records per transaction in the transactional case")
+	flag.IntVar(&cfg.txnProds, "txn-producers", 4, "concurrent transactional producers (one transactional id each)")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "kafkabench:", err)
@@ -158,6 +167,20 @@ func run(cfg config) error {
 		}
 		rows = append(rows, prod, cons)
 	}
+	var txnRuns [][]result // [target][round]
+	if cfg.txn {
+		txnRuns = make([][]result, len(targets))
+		for round := 0; round < cfg.rounds; round++ {
+			for i, tg := range targets {
+				r, err := transactional(ctx, cfg, tg)
+				if err != nil {
+					return fmt.Errorf("%s transactional: %w", tg.name, err)
+				}
+				txnRuns[i] = append(txnRuns[i], r)
+				fmt.Printf("  round %d %-9s transactional: %9.0f committed rec/s, commit p50 %v p99 %v\n", round+1, tg.name, r.perSec(), r.p50, r.p99)
+			}
+		}
+	}
 	lat := make([]result, len(targets))
 	for i, tg := range targets {
 		r, err := latency(ctx, cfg, tg)
@@ -189,6 +212,28 @@ func run(cfg config) error {
 			line += fmt.Sprintf("   (%.1f MiB/s)", r.res[0].perSec()*mib)
 		}
 		fmt.Println(line)
+	}
+	if cfg.txn {
+		txn := make([]result, len(txnRuns))
+		line := fmt.Sprintf("%-24s", fmt.Sprintf("txn x%d, 6 partitions", cfg.txnRecords))
+		for i := range txnRuns {
+			txn[i] = median(txnRuns[i])
+			line += fmt.Sprintf(" %14.0f", txn[i].perSec())
+		}
+		if both {
+			line += fmt.Sprintf(" %7.2fx   (%d producers, committed records)", txn[0].perSec()/txn[1].perSec(), cfg.txnProds)
+		}
+		fmt.Println(line)
+		for _, q := range []struct {
+			name string
+			f    func(result) time.Duration
+		}{{"commit p50", func(r result) time.Duration { return r.p50 }}, {"commit p99", func(r result) time.Duration { return r.p99 }}} {
+			line := fmt.Sprintf("%-24s", "  "+q.name)
+			for _, r := range txn {
+				line += fmt.Sprintf(" %14v", q.f(r).Round(10*time.Microsecond))
+			}
+			fmt.Println(line)
+		}
 	}
 	header = fmt.Sprintf("%-24s", fmt.Sprintf("latency @%d rec/s", cfg.rate))
 	for _, tg := range targets {
@@ -404,4 +449,98 @@ func latency(ctx context.Context, cfg config, tg target) (result, error) {
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
 	return result{records: len(lats), elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1]}, nil
+}
+
+// transactional runs cfg.txnProds kgo transactional producers against a fresh
+// 6-partition topic for cfg.duration. Each loops: BeginTransaction, cfg.txnRecords
+// records (record i to partition i % 6, so every transaction spans all 6), Flush,
+// EndTransaction(TryCommit). The result counts committed records only; p50/p99 are
+// of the EndTransaction call (AddPartitions already done by the produce; EndTxn and
+// the markers).
+func transactional(ctx context.Context, cfg config, tg target) (result, error) {
+	const parts = 6
+	addrs, closeFn, err := tg.fresh()
+	if err != nil {
+		return result{}, err
+	}
+	defer closeFn()
+	topic, err := newTopic(ctx, addrs, parts)
+	if err != nil {
+		return result{}, err
+	}
+	value := randomValue(cfg.recordBytes)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		lats      []time.Duration
+		committed int
+		first     error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
+	start := time.Now()
+	end := start.Add(cfg.duration)
+	for p := 0; p < cfg.txnProds; p++ {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic),
+			kgo.TransactionalID(fmt.Sprintf("%s-txn-%d", topic, p)), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(30*time.Second),
+			kgo.ProducerBatchCompression(kgo.NoCompression()))
+		if err != nil {
+			return result{}, err
+		}
+		defer cl.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				if err := cl.BeginTransaction(); err != nil {
+					fail(fmt.Errorf("begin: %w", err))
+					return
+				}
+				for i := 0; i < cfg.txnRecords; i++ {
+					cl.Produce(ctx, &kgo.Record{Partition: int32(i % parts), Value: value}, func(_ *kgo.Record, err error) {
+						if err != nil {
+							fail(fmt.Errorf("produce: %w", err))
+						}
+					})
+				}
+				if err := cl.Flush(ctx); err != nil {
+					fail(fmt.Errorf("flush: %w", err))
+					return
+				}
+				mu.Lock()
+				failed := first != nil
+				mu.Unlock()
+				if failed {
+					return
+				}
+				t0 := time.Now()
+				if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+					fail(fmt.Errorf("commit: %w", err))
+					return
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				lats = append(lats, d)
+				committed += cfg.txnRecords
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return result{}, first
+	}
+	if len(lats) == 0 {
+		return result{}, errors.New("no transaction committed")
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
+	return result{records: committed, elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1]}, nil
 }
