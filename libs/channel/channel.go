@@ -1,5 +1,6 @@
 // Package channel owns the channel naming grammar (DESIGN section 2). Every service builds
-// and parses channel names here and nowhere else.
+// and parses channel names here and nowhere else. It also names the one numeric relation
+// between a log and Kafka: offset = sequence - 1 (offset.go).
 //
 //	Kafka topic t, partition 0          log   kafka.t
 //	Kafka topic t, partition p >= 1     log   kafka.t~p

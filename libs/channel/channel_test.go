@@ -114,3 +114,16 @@ func TestPubSubNames(t *testing.T) {
 		t.Error("kafka.a+b accepted")
 	}
 }
+
+// Kafka offsets start at 0 where sequences start at 1, and the conversions invert each
+// other.
+func TestOffsetSequence(t *testing.T) {
+	for _, c := range []struct{ off, seq int64 }{{0, 1}, {-1, 0}, {41, 42}, {1<<62 - 1, 1 << 62}} {
+		if got := OffsetToSequence(c.off); got != c.seq {
+			t.Errorf("OffsetToSequence(%d) = %d, want %d", c.off, got, c.seq)
+		}
+		if got := SequenceToOffset(c.seq); got != c.off {
+			t.Errorf("SequenceToOffset(%d) = %d, want %d", c.seq, got, c.off)
+		}
+	}
+}

@@ -285,7 +285,7 @@ func (c *Coordinator) GetCommittedOffsets(ctx context.Context, req *coordinatorv
 			Channel:         name,
 			Topic:           k.Topic,
 			Partition:       k.Partition,
-			NextSequence:    o.Offset + 1,
+			NextSequence:    channel.OffsetToSequence(o.Offset),
 			CommittedOffset: o.Offset,
 			Metadata:        o.Metadata,
 			CommitTimeMs:    o.Time.UnixMilli(),

@@ -257,16 +257,16 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 				h.topics.invalidate(resp.Topics[s.t].Topic)
 			}
 			if res.GetLogStartSequence() > 0 {
-				rp.LogStartOffset = res.GetLogStartSequence() - 1
+				rp.LogStartOffset = channel.SequenceToOffset(res.GetLogStartSequence())
 			}
 			continue
 		}
-		rp.BaseOffset = res.GetFirstSequence() - 1
+		rp.BaseOffset = channel.SequenceToOffset(res.GetFirstSequence())
 		rp.LogAppendTime = -1
 		if res.GetLogAppendTimeMs() > 0 {
 			rp.LogAppendTime = res.GetLogAppendTimeMs()
 		}
-		rp.LogStartOffset = res.GetLogStartSequence() - 1
+		rp.LogStartOffset = channel.SequenceToOffset(res.GetLogStartSequence())
 		if rp.LogStartOffset < 0 {
 			rp.LogStartOffset = 0
 		}

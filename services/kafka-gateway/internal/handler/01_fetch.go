@@ -120,7 +120,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 				// a valid sequence whatever the fetch offset.
 				channels = append(channels, &storagev1.FetchChannel{
 					Channel:      channel.KafkaPartition(name, p.Partition),
-					FromSequence: max(p.FetchOffset+1, 1),
+					FromSequence: max(channel.OffsetToSequence(p.FetchOffset), 1),
 					MaxBytes:     1,
 				})
 				slots = append(slots, slot{len(resp.Topics), len(rt.Partitions), epochErr})
@@ -131,7 +131,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 				maxBytes := p.PartitionMaxBytes
 				channels = append(channels, &storagev1.FetchChannel{
 					Channel:      channel.KafkaPartition(name, p.Partition),
-					FromSequence: p.FetchOffset + 1,
+					FromSequence: channel.OffsetToSequence(p.FetchOffset),
 					MaxBytes:     maxBytes,
 				})
 				slots = append(slots, slot{len(resp.Topics), len(rt.Partitions), 0})
@@ -245,7 +245,7 @@ func fillOffsets(rp *kmsg.FetchResponseTopicPartition, res *storagev1.FetchChann
 		lso = hwm
 	}
 	rp.LastStableOffset = lso
-	ls := res.GetLogStartSequence() - 1
+	ls := channel.SequenceToOffset(res.GetLogStartSequence())
 	if ls < 0 {
 		ls = 0
 	}
@@ -259,7 +259,7 @@ func abortedTransactions(in []*storagev1.AbortedTransaction) []kmsg.FetchRespons
 	out := make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(in))
 	for _, a := range in {
 		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
-		at.ProducerID, at.FirstOffset = a.GetProducerId(), a.GetFirstSequence()-1
+		at.ProducerID, at.FirstOffset = a.GetProducerId(), channel.SequenceToOffset(a.GetFirstSequence())
 		out = append(out, at)
 	}
 	return out

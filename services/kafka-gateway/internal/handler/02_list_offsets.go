@@ -130,7 +130,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 		if !out.GetFound() {
 			return
 		}
-		j.rp.Offset = out.GetSequence() - 1
+		j.rp.Offset = channel.SequenceToOffset(out.GetSequence())
 		j.rp.LeaderEpoch = 0
 		if j.ts >= 0 || j.ts == -3 {
 			j.rp.Timestamp = out.GetTimestampMs()

@@ -55,7 +55,7 @@ func (h *Handler) handleDeleteRecords(ctx context.Context, r *Request) (kmsg.Res
 			default:
 				before := int64(-1)
 				if p.Offset >= 0 {
-					before = p.Offset + 1
+					before = channel.OffsetToSequence(p.Offset)
 				}
 				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition), before: before})
 			}
@@ -73,7 +73,7 @@ func (h *Handler) handleDeleteRecords(ctx context.Context, r *Request) (kmsg.Res
 			}
 			return
 		}
-		j.rp.LowWatermark = out.GetLogStartSequence() - 1
+		j.rp.LowWatermark = channel.SequenceToOffset(out.GetLogStartSequence())
 	})
 	return resp, nil
 }

@@ -143,7 +143,7 @@ func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromS
 			n := max(gc.GetChannel().GetLogStartSequence(), 1)
 			log.Warn("topic created again; reading the new log from its start", zap.Int64("from", next), zap.Int64("to", n))
 			next = n
-			r.commitOrWarn(ctx, log, topic, p, next-1)
+			r.commitOrWarn(ctx, log, topic, p, channel.SequenceToOffset(next))
 		}
 		resp, err := r.b.storage.Read(ctx, &storagev1.ReadRequest{Channel: ch, FromSequence: next, MaxRecords: 500, WaitMs: 1000})
 		if err != nil {
@@ -173,7 +173,7 @@ func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromS
 						// two reads (or the group's offset belongs to an older topic).
 						log.Warn("position past the end of the log (topic created again); reading from its start", zap.Int64("from", next), zap.Int64("to", start))
 						next = start
-						r.commitOrWarn(ctx, log, topic, p, next-1)
+						r.commitOrWarn(ctx, log, topic, p, channel.SequenceToOffset(next))
 						continue
 					}
 				}
@@ -205,7 +205,7 @@ func (r *sinkRunner) partition(ctx context.Context, topic string, p int32, fromS
 		}
 		last := resp.GetRecords()[len(resp.GetRecords())-1].GetSequence()
 		next = max(resp.GetNextSequence(), last+1)
-		if err := r.commit(ctx, topic, p, next-1); err != nil && ctx.Err() == nil {
+		if err := r.commit(ctx, topic, p, channel.SequenceToOffset(next)); err != nil && ctx.Err() == nil {
 			log.Warn("offset commit failed (records may be published again after a restart)", zap.Error(err))
 		}
 	}
@@ -264,7 +264,7 @@ func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string
 		for _, t := range g.GetTopics() {
 			for _, fp := range t.GetPartitions() {
 				if fp.GetPartition() == p && fp.GetErrorCode() == 0 && fp.GetCommittedOffset() >= 0 {
-					return fp.GetCommittedOffset() + 1, nil
+					return channel.OffsetToSequence(fp.GetCommittedOffset()), nil
 				}
 			}
 		}
@@ -277,7 +277,7 @@ func (r *sinkRunner) start(ctx context.Context, topic string, p int32, ch string
 	if r.s.Cfg.StartAt == "earliest" || fromStart {
 		next = max(gc.GetChannel().GetLogStartSequence(), 1)
 	}
-	if err := r.commit(cctx, topic, p, next-1); err != nil {
+	if err := r.commit(cctx, topic, p, channel.SequenceToOffset(next)); err != nil {
 		return 0, err
 	}
 	return next, nil

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -132,20 +133,20 @@ func (b *binding) run(stop <-chan struct{}) {
 		}
 		changed := src.Changed()
 		cur := b.cursor.Load()
-		off := cur - 1
+		off := channel.SequenceToOffset(cur)
 		if start := src.LogStart(); off < start {
 			log.Warn("binding cursor below the source's log start; records removed by retention are skipped",
-				zap.Int64("cursor", cur), zap.Int64("log_start_sequence", start+1))
+				zap.Int64("cursor", cur), zap.Int64("log_start_sequence", channel.OffsetToSequence(start)))
 			off = start
-			b.cursor.Store(off + 1)
+			b.cursor.Store(channel.OffsetToSequence(off))
 		}
 		if hw := src.HighWatermark(); off > hw {
 			// Only after a restart that cut the source's tail (a torn or corrupt last
 			// batch): the next records appended take the cut sequences, so the
 			// binding must look at them instead of skipping them.
 			log.Error("binding cursor past the source's end (its tail was cut at start); resuming at its end",
-				zap.Int64("cursor", cur), zap.Int64("source_next_sequence", hw+1))
-			b.rewind(hw + 1)
+				zap.Int64("cursor", cur), zap.Int64("source_next_sequence", channel.OffsetToSequence(hw)))
+			b.rewind(channel.OffsetToSequence(hw))
 			continue
 		}
 		if off >= src.HighWatermark() {
@@ -186,7 +187,7 @@ func (b *binding) run(stop <-chan struct{}) {
 			}
 			continue
 		}
-		b.cursor.Store(next + 1)
+		b.cursor.Store(channel.OffsetToSequence(next))
 		b.q.fill()
 		b.checkpoint(false)
 	}
@@ -219,7 +220,7 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 			met.Filtered.Inc()
 			continue
 		}
-		seq := r.Offset + 1
+		seq := channel.OffsetToSequence(r.Offset)
 		if len(chunk) == 0 {
 			chunkStart = seq
 		}

@@ -327,12 +327,12 @@ func (m *Manager) openQueue(qm queueMeta, l *store.Log) (*Queue, error) {
 		if err != nil || b.srcCreated != 0 && src.CreatedMs() != b.srcCreated {
 			continue
 		}
-		if shw := src.HighWatermark(); b.cursor.Load() > shw+1 {
+		if next := channel.OffsetToSequence(src.HighWatermark()); b.cursor.Load() > next {
 			m.log.Error("binding cursor past the source's end (its tail was cut at start); resuming at its end",
 				zap.String("queue", qm.Name), zap.String("source", b.source), zap.Int64("cursor", b.cursor.Load()),
-				zap.Int64("source_next_sequence", shw+1))
-			b.cursor.Store(shw + 1)
-			rewound[b.source] = shw + 1
+				zap.Int64("source_next_sequence", next))
+			b.cursor.Store(next)
+			rewound[b.source] = next
 		}
 	}
 	if len(rewound) > 0 {
@@ -590,12 +590,12 @@ func (m *Manager) checkBindings(queue string, bs []Binding) ([]Binding, []Filter
 		if l.Kind() != store.KindLog {
 			return nil, nil, fmt.Errorf("%w: binding %d: source %s is a queue, not a log", ErrInvalidArgument, i, b.Source)
 		}
-		hw := l.HighWatermark()
+		next := channel.OffsetToSequence(l.HighWatermark())
 		switch {
-		case b.StartSequence < 0 || b.StartSequence > hw+1:
-			return nil, nil, fmt.Errorf("%w: binding %d: start_sequence %d outside [1, %d] (0 = new records only)", ErrInvalidArgument, i, b.StartSequence, hw+1)
+		case b.StartSequence < 0 || b.StartSequence > next:
+			return nil, nil, fmt.Errorf("%w: binding %d: start_sequence %d outside [1, %d] (0 = new records only)", ErrInvalidArgument, i, b.StartSequence, next)
 		case b.StartSequence == 0:
-			b.StartSequence = hw + 1
+			b.StartSequence = next
 		}
 		b.Cursor = 0
 		b.SourceCreatedMs = l.CreatedMs()

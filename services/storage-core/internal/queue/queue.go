@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
@@ -1260,7 +1261,7 @@ func (q *Queue) deadLetter(ms []*msg) {
 			}
 			if errs[i] != nil {
 				q.m.log.Warn("dead-letter append failed; message stays in the queue", zap.String("queue", q.name),
-					zap.Int64("sequence", m.off+1), zap.Error(errs[i]))
+					zap.Int64("sequence", channel.OffsetToSequence(m.off)), zap.Error(errs[i]))
 				m.state = stAvailable
 				m.notBefore = q.m.nowMs() + 1000
 				q.busyTo = min(q.busyTo, m.off)

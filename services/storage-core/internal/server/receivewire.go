@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/proto/storagewire"
@@ -65,7 +66,7 @@ func (w receiveWire) MarshalBuffers(pool mem.BufferPool) (mem.BufferSlice, error
 		return storagewire.ReceivedMessage[store.Header]{
 			AckID: d.AckID,
 			Record: storagewire.Record[store.Header]{
-				Sequence: r.Offset + 1, TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value, Headers: r.Headers,
+				Sequence: channel.OffsetToSequence(r.Offset), TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value, Headers: r.Headers,
 				ProducerID: r.ProducerID, ProducerEpoch: int32(r.ProducerEpoch), Transactional: r.Transactional, Control: r.Control,
 			},
 			Source: d.Source, SourceSequence: d.SourceSeq, DeliveryAttempt: d.Attempt,

@@ -112,7 +112,7 @@ func describe(l *store.Log) *storagev1.Channel {
 		Name:               l.Name(),
 		Kind:               storagev1.ChannelKind(l.Kind()),
 		Config:             configToProto(l.Config().Effective()),
-		LogStartSequence:   l.LogStart() + 1,
+		LogStartSequence:   channel.OffsetToSequence(l.LogStart()),
 		HighWatermark:      l.HighWatermark(),
 		LastStableSequence: min(l.LastStable(), l.HighWatermark()),
 		SizeBytes:          size,
@@ -251,7 +251,7 @@ func (s *service) Append(_ context.Context, req *storagev1.AppendRequest) (_ *st
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &storagev1.AppendResponse{FirstSequence: res.BaseOffset + 1, LastSequence: res.LastOffset + 1, TimestampMs: ts, Duplicate: res.Duplicate}, nil
+	return &storagev1.AppendResponse{FirstSequence: channel.OffsetToSequence(res.BaseOffset), LastSequence: channel.OffsetToSequence(res.LastOffset), TimestampMs: ts, Duplicate: res.Duplicate}, nil
 }
 
 func toProtoRecords(recs []store.Record) []*storagev1.Record {
@@ -259,7 +259,7 @@ func toProtoRecords(recs []store.Record) []*storagev1.Record {
 	for i := range recs {
 		r := &recs[i]
 		pr := &storagev1.Record{
-			Sequence: r.Offset + 1, TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value,
+			Sequence: channel.OffsetToSequence(r.Offset), TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value,
 			ProducerId: r.ProducerID, ProducerEpoch: int32(r.ProducerEpoch),
 			Transactional: r.Transactional, Control: r.Control,
 		}
@@ -292,12 +292,12 @@ func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *stor
 	if maxBytes == 0 {
 		maxBytes = defaultReadBytes
 	}
-	off := req.FromSequence - 1
+	off := channel.SequenceToOffset(req.FromSequence)
 	if req.FromSequence == 0 {
 		off = l.LogStart()
 	}
 	if off < l.LogStart() || off > l.HighWatermark() {
-		return nil, status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", off+1, l.LogStart()+1, l.HighWatermark()+1)
+		return nil, status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", channel.OffsetToSequence(off), channel.OffsetToSequence(l.LogStart()), channel.OffsetToSequence(l.HighWatermark()))
 	}
 	if req.WaitMs > 0 && off == l.HighWatermark() {
 		wctx, cancel := s.waitCtx(ctx)
@@ -314,8 +314,8 @@ func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *stor
 	}
 	hw := l.HighWatermark()
 	return &storagev1.ReadResponse{
-		Records: toProtoRecords(recs), HighWatermark: hw, LogStartSequence: l.LogStart() + 1,
-		LastStableSequence: min(l.LastStable(), hw), NextSequence: next + 1,
+		Records: toProtoRecords(recs), HighWatermark: hw, LogStartSequence: channel.OffsetToSequence(l.LogStart()),
+		LastStableSequence: min(l.LastStable(), hw), NextSequence: channel.OffsetToSequence(next),
 	}, nil
 }
 
@@ -348,9 +348,9 @@ func (s *service) Subscribe(req *storagev1.SubscribeRequest, stream storagev1.St
 	case *storagev1.SubscribeRequest_First:
 		off = l.LogStart()
 	case *storagev1.SubscribeRequest_Sequence:
-		off = st.Sequence - 1
+		off = channel.SequenceToOffset(st.Sequence)
 		if st.Sequence < 1 || off < l.LogStart() || off > l.HighWatermark() {
-			return status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", st.Sequence, l.LogStart()+1, l.HighWatermark()+1)
+			return status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", st.Sequence, channel.OffsetToSequence(l.LogStart()), channel.OffsetToSequence(l.HighWatermark()))
 		}
 	case *storagev1.SubscribeRequest_TimeMs:
 		o, _, found, err := l.LookupTime(st.TimeMs)
@@ -422,18 +422,18 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 	}
 	switch ts := req.TimestampMs; {
 	case ts == -1:
-		return &storagev1.LookupSequenceResponse{Sequence: end + 1, TimestampMs: -1, Found: true}, nil
+		return &storagev1.LookupSequenceResponse{Sequence: channel.OffsetToSequence(end), TimestampMs: -1, Found: true}, nil
 	case ts == -2:
-		return &storagev1.LookupSequenceResponse{Sequence: l.LogStart() + 1, TimestampMs: -1, Found: true}, nil
+		return &storagev1.LookupSequenceResponse{Sequence: channel.OffsetToSequence(l.LogStart()), TimestampMs: -1, Found: true}, nil
 	case ts == -3:
 		off, rts, found, err := l.LookupMaxTime()
 		if err != nil {
 			return nil, toStatus(err)
 		}
 		if !found || off >= limit {
-			return &storagev1.LookupSequenceResponse{Sequence: end + 1, TimestampMs: -1}, nil
+			return &storagev1.LookupSequenceResponse{Sequence: channel.OffsetToSequence(end), TimestampMs: -1}, nil
 		}
-		return &storagev1.LookupSequenceResponse{Sequence: off + 1, TimestampMs: rts, Found: true}, nil
+		return &storagev1.LookupSequenceResponse{Sequence: channel.OffsetToSequence(off), TimestampMs: rts, Found: true}, nil
 	case ts < 0:
 		return nil, status.Errorf(codes.InvalidArgument, "timestamp_ms %d: want -1, -2, -3 or a time >= 0", ts)
 	default:
@@ -442,9 +442,9 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 			return nil, toStatus(err)
 		}
 		if !found || off >= limit {
-			return &storagev1.LookupSequenceResponse{Sequence: end + 1, TimestampMs: -1}, nil
+			return &storagev1.LookupSequenceResponse{Sequence: channel.OffsetToSequence(end), TimestampMs: -1}, nil
 		}
-		return &storagev1.LookupSequenceResponse{Sequence: off + 1, TimestampMs: rts, Found: true}, nil
+		return &storagev1.LookupSequenceResponse{Sequence: channel.OffsetToSequence(off), TimestampMs: rts, Found: true}, nil
 	}
 }
 
@@ -459,13 +459,13 @@ func (s *service) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsR
 		if req.BeforeSequence < 1 {
 			return nil, status.Errorf(codes.OutOfRange, "before_sequence %d: want -1 or >= 1", req.BeforeSequence)
 		}
-		before = req.BeforeSequence - 1
+		before = channel.SequenceToOffset(req.BeforeSequence)
 	}
 	start, err := l.DeleteRecords(before)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &storagev1.DeleteRecordsResponse{LogStartSequence: start + 1}, nil
+	return &storagev1.DeleteRecordsResponse{LogStartSequence: channel.OffsetToSequence(start)}, nil
 }
 
 func (s *service) AppendBatches(_ context.Context, req *storagev1.AppendBatchesRequest) (_ *storagev1.AppendBatchesResponse, err error) {
@@ -630,10 +630,10 @@ func (a *chanAppend) result(s *service) *storagev1.ChannelAppendResult {
 		var res store.AppendResult
 		res, err = a.pend.Wait()
 		if err == nil {
-			r.FirstSequence = res.BaseOffset + 1
+			r.FirstSequence = channel.OffsetToSequence(res.BaseOffset)
 			r.LogAppendTimeMs = res.LogAppendTime
 		}
-		r.LogStartSequence = a.l.LogStart() + 1
+		r.LogStartSequence = channel.OffsetToSequence(a.l.LogStart())
 	}
 	if err != nil {
 		r.Error = errorCode(err)
@@ -695,7 +695,7 @@ func abortedTransactions(l *store.Log, from int64, data []byte) []*storagev1.Abo
 	}
 	out := make([]*storagev1.AbortedTransaction, len(ab))
 	for i, a := range ab {
-		out[i] = &storagev1.AbortedTransaction{ProducerId: a.ProducerID, FirstSequence: a.FirstOffset + 1}
+		out[i] = &storagev1.AbortedTransaction{ProducerId: a.ProducerID, FirstSequence: channel.OffsetToSequence(a.FirstOffset)}
 	}
 	return out
 }
@@ -743,7 +743,7 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 		}
 		hw := l.HighWatermark()
 		lso := min(l.LastStable(), hw)
-		r.HighWatermark, r.LastStableSequence, r.LogStartSequence = hw, lso, l.LogStart()+1
+		r.HighWatermark, r.LastStableSequence, r.LogStartSequence = hw, lso, channel.OffsetToSequence(l.LogStart())
 		budget := int(fc.MaxBytes)
 		if budget <= 0 {
 			budget = defaultFetchBytes
@@ -755,9 +755,9 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 		var data []byte
 		var err error
 		if committed {
-			data, err = l.ReadRawUpTo(fc.FromSequence-1, max(budget, 1), lso, alloc)
+			data, err = l.ReadRawUpTo(channel.SequenceToOffset(fc.FromSequence), max(budget, 1), lso, alloc)
 		} else {
-			data, err = l.ReadRawTo(fc.FromSequence-1, max(budget, 1), alloc)
+			data, err = l.ReadRawTo(channel.SequenceToOffset(fc.FromSequence), max(budget, 1), alloc)
 		}
 		if err != nil {
 			r.Error = errorCode(err)
@@ -766,7 +766,7 @@ func (s *service) fetchOnce(req *storagev1.FetchRequest, logs []*store.Log, errs
 		}
 		r.Batches = data
 		if committed && len(data) > 0 {
-			r.AbortedTransactions = abortedTransactions(l, fc.FromSequence-1, data)
+			r.AbortedTransactions = abortedTransactions(l, channel.SequenceToOffset(fc.FromSequence), data)
 		}
 		total += len(data)
 		remaining -= len(data)

@@ -88,7 +88,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 					s.log.Warn("transaction marker failed", zap.String("channel", r.Channel), zap.Error(err))
 				}
 			case !res.Duplicate:
-				r.MarkerSequence = res.BaseOffset + 1
+				r.MarkerSequence = channel.OffsetToSequence(res.BaseOffset)
 			}
 		}()
 	}
@@ -114,7 +114,7 @@ func (s *service) DescribeProducers(_ context.Context, req *storagev1.DescribePr
 				LastTimestampMs: p.LastMs, CoordinatorEpoch: p.CoordinatorEpoch, CurrentTxnStartSequence: -1,
 			}
 			if p.TxnFirstOffset >= 0 {
-				ps.CurrentTxnStartSequence = p.TxnFirstOffset + 1
+				ps.CurrentTxnStartSequence = channel.OffsetToSequence(p.TxnFirstOffset)
 			}
 			r.Producers = append(r.Producers, ps)
 		}
