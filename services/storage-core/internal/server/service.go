@@ -299,14 +299,14 @@ func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *stor
 	if off < l.LogStart() || off > l.HighWatermark() {
 		return nil, status.Errorf(codes.OutOfRange, "sequence %d outside [%d, %d]", channel.OffsetToSequence(off), channel.OffsetToSequence(l.LogStart()), channel.OffsetToSequence(l.HighWatermark()))
 	}
-	if req.WaitMs > 0 && off == l.HighWatermark() {
-		wctx, cancel := s.waitCtx(ctx)
-		l.Wait(wctx, off, min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
-		cancel()
-	}
-	read := l.ReadRecords
+	read, wait, end := l.ReadRecords, l.Wait, l.HighWatermark
 	if req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
-		read = l.ReadCommitted
+		read, wait, end = l.ReadCommitted, l.WaitStable, l.LastStable
+	}
+	if req.WaitMs > 0 && off >= end() {
+		wctx, cancel := s.waitCtx(ctx)
+		wait(wctx, off, min(time.Duration(req.WaitMs)*time.Millisecond, maxWait))
+		cancel()
 	}
 	recs, next, err := read(off, maxRecs, maxBytes)
 	if err != nil {
@@ -381,16 +381,12 @@ func (s *service) Subscribe(req *storagev1.SubscribeRequest, stream storagev1.St
 		if err != nil {
 			return toStatus(err)
 		}
-		moved := next > off
 		off = next
 		if len(recs) > 0 {
 			if err := stream.Send(&storagev1.SubscribeResponse{Records: toProtoRecords(recs), HighWatermark: l.HighWatermark()}); err != nil {
 				return err
 			}
 			continue
-		}
-		if moved {
-			continue // only skipped records (markers, aborted): read on
 		}
 		select {
 		case <-changed:

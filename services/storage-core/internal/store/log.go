@@ -885,14 +885,24 @@ func (l *Log) ReadBatchRecords(off int64, maxBytes int, alloc func(n int) []byte
 // Wait blocks until the high watermark passes off, ctx ends or timeout passes. It
 // reports whether data is available.
 func (l *Log) Wait(ctx context.Context, off int64, timeout time.Duration) bool {
+	return l.waitFor(ctx, l.HighWatermark, off, timeout)
+}
+
+// WaitStable is Wait for read_committed readers: it waits until the last stable
+// offset passes off (it moves only when the high watermark does).
+func (l *Log) WaitStable(ctx context.Context, off int64, timeout time.Duration) bool {
+	return l.waitFor(ctx, l.LastStable, off, timeout)
+}
+
+func (l *Log) waitFor(ctx context.Context, end func() int64, off int64, timeout time.Duration) bool {
 	if timeout <= 0 {
-		return l.HighWatermark() > off
+		return end() > off
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		ch := l.Changed()
-		if l.HighWatermark() > off {
+		if end() > off {
 			return true
 		}
 		if l.isClosed() {
@@ -901,7 +911,7 @@ func (l *Log) Wait(ctx context.Context, off int64, timeout time.Duration) bool {
 		select {
 		case <-ch:
 		case <-t.C:
-			return l.HighWatermark() > off
+			return end() > off
 		case <-ctx.Done():
 			return false
 		}

@@ -1,12 +1,14 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func mustMarker(t *testing.T, l *Log, m TxnMarker) AppendResult {
@@ -179,5 +181,23 @@ func TestTxnFencing(t *testing.T) {
 	mustMarker(t, l, TxnMarker{ProducerID: 4, ProducerEpoch: 3, CoordinatorEpoch: 5})
 	if got := fmt.Sprint(l.AbortedTxns(0, 10)); got != "[{4 2}]" {
 		t.Fatalf("aborted %s", got)
+	}
+}
+
+// TestTxnWaitStable: a read_committed long poll waits for the LSO, not the high
+// watermark, and wakes when a marker moves it.
+func TestTxnWaitStable(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "wait", ChannelConfig{})
+	mustAppend(t, l, kbatch(t, batchOpt{pid: 1, epoch: 0, seq: 0, txn: true}, "x"))
+	if l.HighWatermark() != 1 || l.WaitStable(context.Background(), 0, 0) {
+		t.Fatalf("stable data reported with the transaction open (hw %d, LSO %d)", l.HighWatermark(), l.LastStable())
+	}
+	done := make(chan bool, 1)
+	go func() { done <- l.WaitStable(context.Background(), 0, time.Minute) }()
+	mustMarker(t, l, TxnMarker{ProducerID: 1, Commit: true})
+	if !<-done {
+		t.Fatal("WaitStable ended without the LSO passing 0")
 	}
 }
