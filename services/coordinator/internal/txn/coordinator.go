@@ -40,6 +40,7 @@ const (
 
 // Kafka error codes (Errors.java) answered here.
 const (
+	codeUnknownServerError       = -1
 	codeNone                     = 0
 	codeUnknownTopicOrPartition  = 3
 	codeOffsetMetadataTooLarge   = 12
@@ -66,6 +67,14 @@ const (
 	DefaultMaxTimeout = 15 * time.Minute
 	// maxMetadataSize is Kafka's offset.metadata.max.bytes.
 	maxMetadataSize = 4096
+	// MaxTransactionalIDBytes is the longest transactional id InitProducerId stores.
+	// Kafka has no limit of its own but the size of the id's state record in
+	// __transaction_state, which fails as UNKNOWN_SERVER_ERROR when too large
+	// (TransactionStateManager.appendTransactionToLog); here the id is a Postgres
+	// btree key (at most about 2.7 KB per index row, shared with the topic or group
+	// of transaction_partitions and transaction_offsets), so a longer id could never
+	// be stored and would fail the same way on every retry.
+	MaxTransactionalIDBytes = 1024
 	// markerTimeout bounds one WriteMarkers call.
 	markerTimeout = 30 * time.Second
 )
@@ -147,8 +156,9 @@ func (c *Coordinator) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error 
 func epochExhausted(epoch int32) bool { return epoch >= math.MaxInt16-1 }
 
 // InitProducerID serves InitProducerId for a transactional id (non-empty). timeoutMs
-// must be in 1..MaxTimeout (INVALID_TRANSACTION_TIMEOUT). expPID/expEpoch are the
-// KIP-360 producer id and epoch the producer has (-1 when new). It returns a Kafka
+// must be in 1..MaxTimeout (INVALID_TRANSACTION_TIMEOUT); an id longer than
+// MaxTransactionalIDBytes is UNKNOWN_SERVER_ERROR (nothing stored; a client does not
+// retry it). expPID/expEpoch are the KIP-360 producer id and epoch the producer has (-1 when new). It returns a Kafka
 // error code and the producer id and epoch to use:
 //   - a new id gets a fresh producer id, epoch 0;
 //   - Empty / Complete*: the epoch is bumped (a fresh producer id once it is
@@ -161,6 +171,9 @@ func epochExhausted(epoch int32) bool { return epoch >= math.MaxInt16-1 }
 func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs int32, expPID int64, expEpoch int32) (code int16, pid int64, epoch int32, err error) {
 	if tid == "" {
 		return codeInvalidRequest, -1, -1, nil
+	}
+	if len(tid) > MaxTransactionalIDBytes {
+		return codeUnknownServerError, -1, -1, nil
 	}
 	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
 		return codeInvalidTxnTimeout, -1, -1, nil

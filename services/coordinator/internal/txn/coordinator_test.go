@@ -572,3 +572,28 @@ func TestDescribeAndListTransactions(t *testing.T) {
 	check("open 4 s", list(&coordinatorv1.ListTransactionsRequest{MinDurationMs: 4000}), "tx-a")
 	check("open 6 s", list(&coordinatorv1.ListTransactionsRequest{MinDurationMs: 6000}))
 }
+
+// TestLongTransactionalID: an id too long to be a Postgres key is refused at once with
+// a code no client retries (not a storage failure answered as a retriable outage), and
+// stores nothing; the longest allowed id, incompressible, works.
+func TestLongTransactionalID(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	raw := make([]byte, 2*MaxTransactionalIDBytes)
+	_, _ = rand.Read(raw)
+	long := []byte(hex.EncodeToString(raw)) // LZ-incompressible, past Postgres's index row limit
+	code, pid, _, err := e.c.InitProducerID(ctx, string(long), 60000, -1, -1)
+	if err != nil || code != codeUnknownServerError || pid != -1 {
+		t.Fatalf("InitProducerID(%d-byte id) = %d, pid %d, %v; want UNKNOWN_SERVER_ERROR", len(long), code, pid, err)
+	}
+	if got := e.add(string(long), 1, 0, tp("out", 0)); !codesEqual(got, codeInvalidProducerIDMapping) {
+		t.Fatalf("AddPartitions of the refused id = %v", got)
+	}
+	pid, epoch := e.init(string(long[:MaxTransactionalIDBytes]), 60000)
+	if got := e.add(string(long[:MaxTransactionalIDBytes]), pid, epoch, tp("out", 0), tp("out", 1)); !codesEqual(got, 0, 0) {
+		t.Fatalf("AddPartitions of the longest id = %v", got)
+	}
+	if code, err := e.c.EndTxn(ctx, string(long[:MaxTransactionalIDBytes]), pid, epoch, true); err != nil || code != 0 {
+		t.Fatalf("EndTxn of the longest id = %d, %v", code, err)
+	}
+}

@@ -9,7 +9,9 @@ package handler
 // one its epoch bumped, fencing the previous producer (an open transaction is aborted
 // first and CONCURRENT_TRANSACTIONS answered, so the client retries);
 // transaction_timeout_ms must be 1..transaction.max.timeout.ms (15 min), else
-// INVALID_TRANSACTION_TIMEOUT. v3+ may carry an existing producer id and epoch
+// INVALID_TRANSACTION_TIMEOUT; an id over 1024 bytes (the coordinator's Postgres key
+// limit) is UNKNOWN_SERVER_ERROR, as Kafka answers an id whose state record is too
+// large, so the client fails instead of retrying forever. v3+ may carry an existing producer id and epoch
 // (KIP-360 epoch bump; PRODUCER_FENCED when they are not the current ones, answered as
 // INVALID_PRODUCER_EPOCH before v4, KIP-588). Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE, which every client retries.
