@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -199,5 +201,95 @@ func TestTxnWaitStable(t *testing.T) {
 	mustMarker(t, l, TxnMarker{ProducerID: 1, Commit: true})
 	if !<-done {
 		t.Fatal("WaitStable ended without the LSO passing 0")
+	}
+}
+
+// TestTxnConcurrent: producers appending transactions and writing markers while
+// readers fetch at read_committed (run with -race): readers never see a record at or
+// past the LSO or of an aborted transaction, and at the end every committed record
+// and no other is readable.
+func TestTxnConcurrent(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "conc", ChannelConfig{SegmentBytes: 4096})
+	const producers, txns = 4, 40
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, producers+2)
+	for p := int64(1); p <= producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq := int32(0)
+			for i := 0; i < txns; i++ {
+				commit := i%3 != 0
+				v := fmt.Sprintf("p%d-%d-%v", p, i, commit)
+				if _, err := l.AppendBatches(kbatch(t, batchOpt{pid: p, epoch: 0, seq: seq, txn: true}, v, v)); err != nil {
+					errs <- err
+					return
+				}
+				seq += 2
+				if _, err := l.WriteTxnMarker(TxnMarker{ProducerID: p, Commit: commit}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var rwg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lso := l.LastStable()
+				recs, _, err := l.ReadCommitted(0, 1<<20, 1<<30)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, r := range recs {
+					if strings.HasSuffix(string(r.Value), "false") {
+						errs <- fmt.Errorf("aborted record %s at %d read", r.Value, r.Offset)
+						return
+					}
+					if r.Offset >= l.LastStable() || r.Offset < 0 {
+						errs <- fmt.Errorf("record %d past the LSO %d", r.Offset, lso)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	rwg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if l.LastStable() != l.HighWatermark() {
+		t.Fatalf("LSO %d, hw %d with every transaction ended", l.LastStable(), l.HighWatermark())
+	}
+	recs, _, err := l.ReadCommitted(0, 1<<20, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for i := 0; i < txns; i++ {
+		if i%3 != 0 {
+			want += 2 * producers
+		}
+	}
+	if len(recs) != want {
+		t.Fatalf("%d committed records, want %d", len(recs), want)
+	}
+	if got := len(l.AbortedTxns(0, l.HighWatermark())); got != producers*((txns+2)/3) {
+		t.Fatalf("%d aborted transactions, want %d", got, producers*((txns+2)/3))
 	}
 }
