@@ -65,6 +65,9 @@ type result struct {
 	p50, p99 time.Duration
 	p999     time.Duration
 	max      time.Duration
+	// produce50 is, in the transactional case, the median time from BeginTransaction
+	// to the flushed records (the part of a transaction before EndTransaction).
+	produce50 time.Duration
 }
 
 func (r result) perSec() float64 { return float64(r.records) / r.elapsed.Seconds() }
@@ -73,12 +76,12 @@ func main() {
 	var cfg config
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "produce time per throughput round")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "throughput rounds per case and target; the median is reported")
-	flag.DurationVar(&cfg.latencyDur, "latency-duration", 10*time.Second, "time per fixed-rate latency case")
+	flag.DurationVar(&cfg.latencyDur, "latency-duration", 10*time.Second, "time per fixed-rate latency case (0: none)")
 	flag.IntVar(&cfg.rate, "rate", 20000, "records/s for the latency case")
 	flag.IntVar(&cfg.recordBytes, "record-bytes", 1024, "value size in bytes")
 	flag.StringVar(&cfg.fsync, "fsync", "always", "storage-core --fsync")
 	flag.IntVar(&cfg.maxRecords, "max-records", 2_000_000, "stop a throughput case's produce early after this many records (bounds kfake's memory)")
-	flag.StringVar(&cfg.partitions, "partitions", "1,6", "partition counts of the throughput cases, comma separated")
+	flag.StringVar(&cfg.partitions, "partitions", "1,6", "partition counts of the throughput cases, comma separated (\"\": none)")
 	flag.StringVar(&cfg.targets, "targets", "tributary,kfake", "targets to measure, comma separated (tributary, kfake); the ratio needs both")
 	flag.BoolVar(&cfg.txn, "txn", true, "run the transactional case")
 	flag.IntVar(&cfg.txnRecords, "txn-records", 100, "records per transaction in the transactional case")
@@ -138,6 +141,9 @@ func run(cfg config) error {
 	var rows []row
 	var counts []int32
 	for _, f := range strings.Split(cfg.partitions, ",") {
+		if f == "" {
+			continue // -partitions "": no throughput case
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
 			return fmt.Errorf("bad -partitions %q", cfg.partitions)
@@ -177,12 +183,16 @@ func run(cfg config) error {
 					return fmt.Errorf("%s transactional: %w", tg.name, err)
 				}
 				txnRuns[i] = append(txnRuns[i], r)
-				fmt.Printf("  round %d %-9s transactional: %9.0f committed rec/s, commit p50 %v p99 %v\n", round+1, tg.name, r.perSec(), r.p50, r.p99)
+				fmt.Printf("  round %d %-9s transactional: %9.0f committed rec/s, commit p50 %v p99 %v (begin to flushed p50 %v)\n",
+					round+1, tg.name, r.perSec(), r.p50, r.p99, r.produce50)
 			}
 		}
 	}
 	lat := make([]result, len(targets))
 	for i, tg := range targets {
+		if cfg.latencyDur <= 0 {
+			break
+		}
 		r, err := latency(ctx, cfg, tg)
 		if err != nil {
 			return fmt.Errorf("%s latency: %w", tg.name, err)
@@ -234,6 +244,14 @@ func run(cfg config) error {
 			}
 			fmt.Println(line)
 		}
+		line = fmt.Sprintf("%-24s", "  begin..flushed p50")
+		for _, r := range txn {
+			line += fmt.Sprintf(" %14v", r.produce50.Round(10*time.Microsecond))
+		}
+		fmt.Println(line)
+	}
+	if cfg.latencyDur <= 0 {
+		return nil
 	}
 	header = fmt.Sprintf("%-24s", fmt.Sprintf("latency @%d rec/s", cfg.rate))
 	for _, tg := range targets {
@@ -475,6 +493,7 @@ func transactional(ctx context.Context, cfg config, tg target) (result, error) {
 		lats      []time.Duration
 		committed int
 		first     error
+		produced  []time.Duration
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -498,6 +517,7 @@ func transactional(ctx context.Context, cfg config, tg target) (result, error) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) && ctx.Err() == nil {
+				tb := time.Now()
 				if err := cl.BeginTransaction(); err != nil {
 					fail(fmt.Errorf("begin: %w", err))
 					return
@@ -527,6 +547,7 @@ func transactional(ctx context.Context, cfg config, tg target) (result, error) {
 				d := time.Since(t0)
 				mu.Lock()
 				lats = append(lats, d)
+				produced = append(produced, t0.Sub(tb))
 				committed += cfg.txnRecords
 				mu.Unlock()
 			}
@@ -541,6 +562,8 @@ func transactional(ctx context.Context, cfg config, tg target) (result, error) {
 		return result{}, errors.New("no transaction committed")
 	}
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	sort.Slice(produced, func(i, j int) bool { return produced[i] < produced[j] })
 	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
-	return result{records: committed, elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1]}, nil
+	return result{records: committed, elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1],
+		produce50: produced[len(produced)/2]}, nil
 }
