@@ -63,7 +63,8 @@ const (
 // the subscription and the stream's ack deadline (10..600 s) and flow control
 // (max_outstanding_messages/bytes, each <= 0 for none: google/pubsub/v1); later
 // requests carry acks, deadline changes and keepalives (empty requests, answered with
-// an empty response so the client sees the stream alive). The first response carries
+// an empty response so the client sees the stream alive); a later request that sets a
+// subscription or flow control is INVALID_ARGUMENT (google/pubsub/v1). The first response carries
 // the subscription's properties.
 //
 // Flow control is Google's: once max_outstanding_messages messages, or
@@ -263,6 +264,12 @@ func (s *stream) readLoop(ctx context.Context) error {
 			// Google: "must not be set in subsequent requests"; the emulator refuses
 			// it too, even naming the stream's own subscription.
 			return invalid("subscription may only be set in first message")
+		}
+		if req.GetMaxOutstandingMessages() != 0 || req.GetMaxOutstandingBytes() != 0 {
+			// google/pubsub/v1: flow control "can only be set on the initial
+			// StreamingPullRequest. If it is set on a subsequent request, the stream
+			// will be aborted with status INVALID_ARGUMENT."
+			return invalid("max_outstanding_messages and max_outstanding_bytes may only be set in first message")
 		}
 		if err := s.handle(ctx, req); err != nil {
 			return err

@@ -55,3 +55,21 @@ func TestStreamSubscriptionOnlyFirst(t *testing.T) {
 		t.Fatalf("keepalives then EOF: %v", err)
 	}
 }
+
+// A later request that sets flow control fails the stream with INVALID_ARGUMENT, as
+// google/pubsub/v1 documents; it was ignored, so a client lowering its limit mid-stream
+// kept getting messages up to the first request's.
+func TestStreamFlowControlOnlyFirst(t *testing.T) {
+	h := New(Deps{Log: zap.NewNop()}).Subscriber
+	sub := &subInfo{id: "sub1", spec: &pubsubpb.Subscription{}}
+	for _, req := range []*pubsubpb.StreamingPullRequest{{MaxOutstandingMessages: 1}, {MaxOutstandingBytes: -1}} {
+		ss := &scriptedStream{reqs: []*pubsubpb.StreamingPullRequest{{}, req}}
+		st := &stream{h: h, ss: ss, sub: sub, queue: "gcp.sub.sub1", outstanding: map[string]lease{}}
+		if err := st.readLoop(context.Background()); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a later request with %v: %v, want INVALID_ARGUMENT", req, err)
+		}
+		if ss.sent != 1 {
+			t.Fatalf("%d responses, want 1 (the keepalive's)", ss.sent)
+		}
+	}
+}
