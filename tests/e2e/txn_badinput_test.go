@@ -7,7 +7,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // txnBatch is a transactional batch of one record from producer pid at epoch.
@@ -98,6 +100,11 @@ func TestTxnBadInput(t *testing.T) {
 	// A transactional batch from a producer that has no transaction.
 	td := waitTopic(t, adm, topic, 2)
 	leader := td.Partitions[0].Leader
+	// Produce v11: a transactions v1 client, whose partitions must have been added
+	// (v12 under transactions v2 adds them itself).
+	v11 := kversion.Stable()
+	v11.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
+	cl11 := newClient(t, s.KafkaAddrs, kgo.MaxVersions(v11))
 	txnProduce := func(id string, p int32, b []byte) int16 {
 		req := kmsg.NewPtrProduceRequest()
 		req.TransactionID, req.Acks, req.TimeoutMillis = kmsg.StringPtr(id), -1, 10000
@@ -107,7 +114,7 @@ func TestTxnBadInput(t *testing.T) {
 		rp.Partition, rp.Records = p, b
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
+		resp, err := req.RequestWith(ctx, cl11.Broker(int(leader)))
 		if err != nil {
 			t.Fatalf("produce: %v", err)
 		}

@@ -171,7 +171,7 @@ func runTxnChain(t *testing.T, n int, kills bool) {
 }
 
 // txnStage is one consume-transform-produce member: it moves every record of from
-// into the same partition of to, in transactions of at most one poll, committing the
+// into the same partition of to, in transactions of at most 500 records, committing the
 // group's offsets in the transaction. It returns when ctx ends (nil) or on a fatal
 // error.
 func txnStage(ctx context.Context, addrs []string, group, from, to, tid string, moved *atomic.Int64) error {
@@ -192,7 +192,7 @@ func txnStage(ctx context.Context, addrs []string, group, from, to, tid string, 
 	}
 	defer sess.Close()
 	for ctx.Err() == nil {
-		fs := sess.PollFetches(ctx)
+		fs := sess.PollRecords(ctx, 500) // transactions of at most 500 records
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -97,18 +97,25 @@ func seq(prefix string, n int) []string {
 	return out
 }
 
-// TestTxnCommitAbort: a kgo transactional producer commits, aborts, then commits
-// again; a read_committed consumer sees exactly the committed records (in order per
+// TestTxnCommitAbort: a kgo transactional producer (transactions v2, KIP-890) commits,
+// aborts, then commits again; a read_committed consumer sees exactly the committed records (in order per
 // partition), a read_uncommitted one sees them all, neither a control record.
 func TestTxnCommitAbort(t *testing.T) {
 	s := sharedStack(t)
 	topic := topicName("txn")
 	createTopic(t, newAdmin(t, s.KafkaAddrs), topic, 2, nil)
-	cl := txnProducer(t, s.KafkaAddrs, topicName("tid"))
+	tid := topicName("tid")
+	cl := txnProducer(t, s.KafkaAddrs, tid)
 	runTxn(t, cl, topic, 2, true, seq("c1", 10)...)
 	runTxn(t, cl, topic, 2, false, seq("ab", 10)...)
 	runTxn(t, cl, topic, 2, true, seq("c2", 10)...)
 	runTxn(t, cl, topic, 2, true, "done", "done")
+	// kgo uses KIP-890 transactions v2 (ApiVersions advertises transaction.version 2):
+	// EndTxn v5 bumped the epoch at each of the four ends.
+	ds, err := newAdmin(t, s.KafkaAddrs).DescribeTransactions(ctxT(t, 30*time.Second), tid)
+	if err != nil || ds[tid].ProducerEpoch != 4 || ds[tid].State != "CompleteCommit" {
+		t.Errorf("after four transactions: %+v, %v; want epoch 4 (bumped per transaction), CompleteCommit", ds[tid], err)
+	}
 
 	committed := consumeUntil(t, s.KafkaAddrs, topic, 2, true, "done")
 	want := append(seq("c1", 10), seq("c2", 10)...)

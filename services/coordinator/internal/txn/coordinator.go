@@ -397,10 +397,13 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 			fill(codeInvalidTxnState)
 			return errDone
 		}
+		fill(codeNone)
+		if t.State == StateOngoing && containsAll(t.Partitions, req.Topics) {
+			return errDone // already in the transaction: nothing to write
+		}
 		if err := store.AddTxnPartitions(ctx, tx, t.ID, req.Topics); err != nil {
 			return err
 		}
-		fill(codeNone)
 		return c.begin(ctx, tx, t)
 	})
 	if err != nil {
@@ -410,6 +413,20 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 		c.finishQuietly(ctx, req.TransactionalID)
 	}
 	return codes, nil
+}
+
+// containsAll reports whether every partition of want is in have.
+func containsAll(have, want []store.TxnPartition) bool {
+	in := make(map[store.TxnPartition]bool, len(have))
+	for _, p := range have {
+		in[p] = true
+	}
+	for _, p := range want {
+		if !in[p] {
+			return false
+		}
+	}
+	return true
 }
 
 // begin makes t Ongoing (a transaction starts now unless one is open) and saves it.
@@ -508,16 +525,23 @@ func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epo
 // be written right after the decision, the answer is still NONE: the decision is
 // durable and the markers are finished by the next call meeting the transaction or by
 // the sweep (in the meantime the transaction answers CONCURRENT_TRANSACTIONS).
-func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch int32, commit bool) (int16, error) {
+//
+// With bump (KIP-890 transactions v2, Kafka EndTxn v5) the end bumps the epoch: the
+// markers carry the bumped epoch, which is returned (newEpoch) and which the producer
+// uses from then on; a retry with the epoch before the bump (the previous answer was
+// lost) is recognised as the same end and answered with the bumped epoch.
+func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch int32, commit, bump bool) (code int16, newEpoch int32, err error) {
 	if tid == "" {
-		return codeInvalidRequest, nil
+		return codeInvalidRequest, -1, nil
 	}
-	code, finish, retry := int16(codeNone), false, false
+	newEpoch = epoch
+	finish, retry := false, false
+	code = codeNone
 	prepare, complete := StatePrepareAbort, StateCompleteAbort
 	if commit {
 		prepare, complete = StatePrepareCommit, StateCompleteCommit
 	}
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := store.LockTxn(ctx, tx, tid)
 		if errors.Is(err, store.ErrTxnNotFound) {
 			code = codeInvalidProducerIDMapping
@@ -526,12 +550,23 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		if err != nil {
 			return err
 		}
+		if bump && pid == t.ProducerID && epoch == t.LastProducerEpoch && epoch+1 == t.ProducerEpoch &&
+			(t.State == prepare || t.State == complete) {
+			// A retried v5 EndTxn: this end already bumped the epoch.
+			newEpoch, finish, retry = t.ProducerEpoch, t.State == prepare, true
+			return errDone
+		}
 		if code = producerCode(t, pid, epoch); code != codeNone {
 			return errDone
 		}
 		switch t.State {
 		case StateOngoing:
 			t.State, finish = prepare, true
+			if bump && t.ProducerEpoch < math.MaxInt16 {
+				t.LastProducerID, t.LastProducerEpoch = t.ProducerID, t.ProducerEpoch
+				t.ProducerEpoch++
+			}
+			newEpoch = t.ProducerEpoch
 			return store.SaveTxn(ctx, tx, t, c.now())
 		case prepare:
 			finish, retry = true, true
@@ -544,23 +579,23 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		}
 	})
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	if !finish {
-		return code, nil
+		return code, newEpoch, nil
 	}
 	state, err := c.finish(ctx, tid)
 	if err != nil {
 		c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
 		if retry {
-			return codeConcurrentTransactions, nil
+			return codeConcurrentTransactions, newEpoch, nil
 		}
-		return codeNone, nil
+		return codeNone, newEpoch, nil
 	}
 	if state != complete && retry {
-		return codeConcurrentTransactions, nil
+		return codeConcurrentTransactions, newEpoch, nil
 	}
-	return codeNone, nil
+	return codeNone, newEpoch, nil
 }
 
 // OffsetCommit is a TxnOffsetCommit request.
@@ -574,6 +609,9 @@ type OffsetCommit struct {
 	MemberID   string
 	InstanceID *string
 	Offsets    []store.TxnOffset
+	// AddGroup (KIP-890 transactions v2, TxnOffsetCommit v5) adds the group to the
+	// transaction, starting one if none is open, instead of requiring AddOffsetsToTxn.
+	AddGroup bool
 }
 
 // TxnOffsetCommit stages offsets in the transaction (visible to the group only when it
@@ -613,19 +651,7 @@ func (c *Coordinator) TxnOffsetCommit(ctx context.Context, req OffsetCommit) ([]
 			code = codeInvalidProducerEpoch
 		}
 		if code == codeNone {
-			switch t.State {
-			case StatePrepareCommit, StatePrepareAbort:
-				code = codeConcurrentTransactions
-			case StateOngoing:
-				code = codeInvalidTxnState
-				for _, g := range t.Groups {
-					if g == req.Group {
-						code = codeNone
-					}
-				}
-			default:
-				code = codeInvalidTxnState
-			}
+			code = offsetsState(t, req)
 		}
 		if code == codeNone {
 			if code, err = memberCode(ctx, tx, req); err != nil {
@@ -644,12 +670,47 @@ func (c *Coordinator) TxnOffsetCommit(ctx context.Context, req OffsetCommit) ([]
 			}
 			ok = append(ok, o)
 		}
+		if req.AddGroup && (t.State != StateOngoing || !hasGroup(t, req.Group)) {
+			if err := store.AddTxnGroup(ctx, tx, t.ID, req.Group); err != nil {
+				return err
+			}
+			if err := c.begin(ctx, tx, t); err != nil {
+				return err
+			}
+		}
 		return store.StageTxnOffsets(ctx, tx, t.ID, req.Group, ok, c.now())
 	})
 	if err != nil {
 		return nil, err
 	}
 	return codes, nil
+}
+
+// hasGroup reports whether group was added to t's transaction.
+func hasGroup(t *store.Txn, group string) bool {
+	for _, g := range t.Groups {
+		if g == group {
+			return true
+		}
+	}
+	return false
+}
+
+// offsetsState is TxnOffsetCommit's check of the transaction's state: Prepare* is
+// CONCURRENT_TRANSACTIONS; otherwise the group must be in the Ongoing transaction
+// (INVALID_TXN_STATE), unless AddGroup adds it (any state but Dead).
+func offsetsState(t *store.Txn, req OffsetCommit) int16 {
+	switch {
+	case t.State == StatePrepareCommit || t.State == StatePrepareAbort:
+		return codeConcurrentTransactions
+	case t.State == StateDead:
+		return codeInvalidTxnState
+	case req.AddGroup:
+		return codeNone
+	case t.State == StateOngoing && hasGroup(t, req.Group):
+		return codeNone
+	}
+	return codeInvalidTxnState
 }
 
 // memberCode checks TxnOffsetCommit's group metadata (KIP-447) against the group, as

@@ -222,7 +222,7 @@ func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
 	if e.committed("g", 2) != -1 || !e.pending("g")[tp("in", 2)] {
 		t.Fatalf("before commit: committed %d pending %v; want not visible, pending", e.committed("g", 2), e.pending("g"))
 	}
-	if code, err := e.c.EndTxn(ctx, "tx-a", pid, epoch, true); err != nil || code != 0 {
+	if code, _, err := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); err != nil || code != 0 {
 		t.Fatalf("EndTxn(commit) = %d, %v", code, err)
 	}
 	ms := e.markers.take()
@@ -244,10 +244,10 @@ func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
 		t.Fatalf("pending after commit: %v", e.pending("g"))
 	}
 	// A retried EndTxn is recognised and writes nothing; the other decision is refused.
-	if code, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, true); code != 0 {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); code != 0 {
 		t.Fatalf("retried EndTxn(commit) = %d, want 0", code)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, false); code != codeInvalidTxnState {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, false, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(abort) after commit = %d, want INVALID_TXN_STATE", code)
 	}
 	if ms := e.markers.take(); len(ms) != 0 {
@@ -271,7 +271,7 @@ func TestAbortDropsOffsets(t *testing.T) {
 		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 7}}}); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, false); code != 0 {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, false, false); code != 0 {
 		t.Fatalf("EndTxn(abort) = %d", code)
 	}
 	ms := e.markers.take()
@@ -284,7 +284,7 @@ func TestAbortDropsOffsets(t *testing.T) {
 	if st := e.state("tx-b"); st.State != StateCompleteAbort {
 		t.Fatalf("state %s", st.State)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, true); code != codeInvalidTxnState {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, true, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(commit) after abort = %d, want INVALID_TXN_STATE", code)
 	}
 }
@@ -314,7 +314,7 @@ func TestFencing(t *testing.T) {
 	if code, _ := e.c.AddOffsets(ctx, "tx-f", pid, old, "g"); code != codeProducerFenced {
 		t.Fatalf("old producer AddOffsets = %d", code)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-f", pid, old, true); code != codeProducerFenced {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-f", pid, old, true, false); code != codeProducerFenced {
 		t.Fatalf("old producer EndTxn = %d", code)
 	}
 	// The new producer opens a transaction; the old one cannot commit offsets in it.
@@ -393,10 +393,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if st := e.state("tx-x"); st.State != StateEmpty || len(st.Partitions) != 0 {
 		t.Fatalf("after refused AddPartitions: %+v", st)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-x", pid, epoch, true); code != codeInvalidTxnState {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-x", pid, epoch, true, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn without a transaction = %d, want INVALID_TXN_STATE", code)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-none", 1, 0, true); code != codeInvalidProducerIDMapping {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-none", 1, 0, true, false); code != codeInvalidProducerIDMapping {
 		t.Fatalf("EndTxn of an unknown id = %d", code)
 	}
 	if got := e.add("tx-none", 1, 0, tp("out", 0)); !codesEqual(got, codeInvalidProducerIDMapping) {
@@ -424,7 +424,7 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-c", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
 		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 1, Offset: 9}}})
 	e.markers.fail.Store(true)
-	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true); code != 0 {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != 0 {
 		t.Fatalf("EndTxn with storage down = %d, want 0 (the decision is durable)", code)
 	}
 	if st := e.state("tx-c"); st.State != StatePrepareCommit || len(st.Partitions) != 2 {
@@ -436,10 +436,10 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	if got := e.add("tx-c", pid, epoch, tp("out", 0)); !codesEqual(got, codeConcurrentTransactions) {
 		t.Fatalf("AddPartitions during PrepareCommit = %v", got)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true); code != codeConcurrentTransactions {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != codeConcurrentTransactions {
 		t.Fatalf("retried EndTxn while markers fail = %d", code)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, false); code != codeInvalidTxnState {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, false, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(abort) during PrepareCommit = %d", code)
 	}
 	// storage-core is back: the sweep (another coordinator after a crash) finishes.
@@ -453,7 +453,7 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	if st := e.state("tx-c"); st.State != StateCompleteCommit || e.committed("g", 1) != 9 {
 		t.Fatalf("after sweep: state %s committed %d", st.State, e.committed("g", 1))
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true); code != 0 {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != 0 {
 		t.Fatalf("retried EndTxn after completion = %d", code)
 	}
 }
@@ -481,7 +481,7 @@ func TestTimeoutAbortsAndFences(t *testing.T) {
 	if st := e.state("tx-t"); st.State != StateCompleteAbort || st.ProducerEpoch != epoch+1 {
 		t.Fatalf("after timeout: %+v", st)
 	}
-	if code, _ := e.c.EndTxn(ctx, "tx-t", pid, epoch, true); code != codeProducerFenced {
+	if code, _, _ := e.c.EndTxn(ctx, "tx-t", pid, epoch, true, false); code != codeProducerFenced {
 		t.Fatalf("zombie EndTxn = %d, want PRODUCER_FENCED", code)
 	}
 	if got := e.add("tx-t", pid, epoch, tp("out", 0)); !codesEqual(got, codeProducerFenced) {
@@ -593,7 +593,50 @@ func TestLongTransactionalID(t *testing.T) {
 	if got := e.add(string(long[:MaxTransactionalIDBytes]), pid, epoch, tp("out", 0), tp("out", 1)); !codesEqual(got, 0, 0) {
 		t.Fatalf("AddPartitions of the longest id = %v", got)
 	}
-	if code, err := e.c.EndTxn(ctx, string(long[:MaxTransactionalIDBytes]), pid, epoch, true); err != nil || code != 0 {
+	if code, _, err := e.c.EndTxn(ctx, string(long[:MaxTransactionalIDBytes]), pid, epoch, true, false); err != nil || code != 0 {
 		t.Fatalf("EndTxn of the longest id = %d, %v", code, err)
+	}
+}
+
+func TestTransactionsV2(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-v2", 60000)
+	// No AddOffsetsToTxn: TxnOffsetCommit v5 adds the group and opens the transaction.
+	codes, err := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-v2", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
+		Generation: -1, AddGroup: true, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 3}}})
+	if err != nil || !codesEqual(codes, 0) {
+		t.Fatalf("TxnOffsetCommit(add group) = %v, %v", codes, err)
+	}
+	if st := e.state("tx-v2"); st.State != StateOngoing || len(st.Groups) != 1 {
+		t.Fatalf("after implicit add: %+v", st)
+	}
+	e.add("tx-v2", pid, epoch, tp("out", 0))
+	code, next, err := e.c.EndTxn(ctx, "tx-v2", pid, epoch, true, true)
+	if err != nil || code != 0 || next != epoch+1 {
+		t.Fatalf("EndTxn v5 = %d epoch %d, %v; want epoch %d", code, next, err, epoch+1)
+	}
+	if ms := e.markers.take(); len(ms) != 1 || ms[0].ProducerEpoch != epoch+1 || !ms[0].Commit {
+		t.Fatalf("markers %+v, want one COMMIT at the bumped epoch", ms)
+	}
+	if e.committed("g", 0) != 3 {
+		t.Fatalf("offset not committed")
+	}
+	// The answer was lost: the retry with the old epoch is the same end.
+	if code, again, _ := e.c.EndTxn(ctx, "tx-v2", pid, epoch, true, true); code != 0 || again != epoch+1 {
+		t.Fatalf("retried EndTxn v5 = %d epoch %d", code, again)
+	}
+	if code, _, _ := e.c.EndTxn(ctx, "tx-v2", pid, epoch, false, true); code != codeProducerFenced {
+		t.Fatalf("EndTxn v5 abort with the old epoch = %d, want PRODUCER_FENCED", code)
+	}
+	// The next transaction uses the bumped epoch; the old one is fenced.
+	if got := e.add("tx-v2", pid, epoch, tp("out", 1)); !codesEqual(got, codeProducerFenced) {
+		t.Fatalf("old epoch after the bump = %v", got)
+	}
+	if got := e.add("tx-v2", pid, next, tp("out", 1)); !codesEqual(got, 0) {
+		t.Fatalf("bumped epoch = %v", got)
+	}
+	if ms := e.markers.take(); len(ms) != 0 {
+		t.Fatalf("retries wrote markers %+v", ms)
 	}
 }

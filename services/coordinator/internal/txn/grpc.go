@@ -76,17 +76,18 @@ func (s *Server) AddOffsetsToTxn(ctx context.Context, req *coordinatorv1.AddOffs
 
 // EndTxn implements the service; see Coordinator.EndTxn.
 func (s *Server) EndTxn(ctx context.Context, req *coordinatorv1.EndTxnRequest) (*coordinatorv1.EndTxnResponse, error) {
-	code, err := s.c.EndTxn(ctx, req.GetTransactionalId(), req.GetProducerId(), req.GetProducerEpoch(), req.GetCommit())
+	code, epoch, err := s.c.EndTxn(ctx, req.GetTransactionalId(), req.GetProducerId(), req.GetProducerEpoch(), req.GetCommit(), req.GetBumpEpoch())
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &coordinatorv1.EndTxnResponse{ErrorCode: int32(code), ProducerId: req.GetProducerId(), ProducerEpoch: req.GetProducerEpoch()}, nil
+	return &coordinatorv1.EndTxnResponse{ErrorCode: int32(code), ProducerId: req.GetProducerId(), ProducerEpoch: epoch}, nil
 }
 
 // TxnOffsetCommit implements the service; see Coordinator.TxnOffsetCommit.
 func (s *Server) TxnOffsetCommit(ctx context.Context, req *coordinatorv1.TxnOffsetCommitRequest) (*coordinatorv1.TxnOffsetCommitResponse, error) {
 	oc := OffsetCommit{TransactionalID: req.GetTransactionalId(), Group: req.GetGroupId(), ProducerID: req.GetProducerId(),
-		ProducerEpoch: req.GetProducerEpoch(), Generation: req.GetGenerationId(), MemberID: req.GetMemberId()}
+		ProducerEpoch: req.GetProducerEpoch(), Generation: req.GetGenerationId(), MemberID: req.GetMemberId(),
+		AddGroup: req.GetAddGroup()}
 	if req.GroupInstanceId != nil {
 		v := req.GetGroupInstanceId()
 		oc.InstanceID = &v

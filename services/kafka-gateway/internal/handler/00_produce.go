@@ -36,7 +36,11 @@ package handler
 //     transaction, another producer id or no transactional id is INVALID_TXN_STATE
 //     (48), an epoch that is not the current one INVALID_PRODUCER_EPOCH (47), and a
 //     coordinator outage NOT_ENOUGH_REPLICAS (19, retriable, as Kafka converts it).
-//     Nothing of a refused partition is stored. Batches that are not transactional
+//     Nothing of a refused partition is stored. v12 under KIP-890 transactions v2 (the
+//     transaction.version feature ApiVersions advertises): the client sends no
+//     AddPartitionsToTxn, so the partitions are added to the transaction here (a
+//     previous transaction still completing: NOT_ENOUGH_REPLICAS, retriable).
+//     Batches that are not transactional
 //     take the idempotent path unchanged, with or without a transactional id.
 //   - Storage outages are retriable codes (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
 //     KAFKA_STORAGE_ERROR), never UNKNOWN_SERVER_ERROR (the Java client would turn that
@@ -203,7 +207,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 	}
 	h.metrics.addProduceBytes(bytesIn)
 	if len(txnParts) > 0 {
-		codes := h.verifyTxnPartitions(ctx, req.TransactionID, txnParts)
+		codes := h.verifyTxnPartitions(ctx, req.TransactionID, txnParts, req.Version >= 12)
 		for i, tp := range txnParts {
 			if codes[i] != 0 {
 				resp.Topics[tp.slot.t].Partitions[tp.slot.p].ErrorCode = codes[i]
@@ -321,8 +325,12 @@ type txnPart struct {
 // each partition is in the Ongoing transaction of its batch's producer id and epoch
 // under transactional id tid, and returns the Produce code of each, in order: 0 when
 // it is, INVALID_PRODUCER_EPOCH for a fenced epoch, NOT_ENOUGH_REPLICAS when the
-// coordinator cannot be asked, INVALID_TXN_STATE otherwise (tid nil or empty included).
-func (h *Handler) verifyTxnPartitions(ctx context.Context, tid *string, parts []txnPart) []int16 {
+// coordinator cannot be asked or the previous transaction is still being completed
+// (CONCURRENT_TRANSACTIONS; both retriable), INVALID_TXN_STATE otherwise (tid nil or
+// empty included). With add (Produce v12, KIP-890 transactions v2) the partitions are
+// added to the transaction instead of checked, as the client sends no
+// AddPartitionsToTxn.
+func (h *Handler) verifyTxnPartitions(ctx context.Context, tid *string, parts []txnPart, add bool) []int16 {
 	codes := make([]int16, len(parts))
 	if tid == nil || *tid == "" {
 		for i := range codes {
@@ -346,7 +354,7 @@ func (h *Handler) verifyTxnPartitions(ctx context.Context, tid *string, parts []
 			xi = len(creq.Transactions)
 			index[k] = xi
 			creq.Transactions = append(creq.Transactions, &coordinatorv1.TxnAddition{TransactionalId: *tid,
-				ProducerId: p.pid, ProducerEpoch: int32(p.epoch), VerifyOnly: true})
+				ProducerId: p.pid, ProducerEpoch: int32(p.epoch), VerifyOnly: !add})
 		}
 		x := creq.Transactions[xi]
 		where[i] = [2]int{xi, len(x.Topics)}
@@ -374,6 +382,8 @@ func (h *Handler) verifyTxnPartitions(ctx context.Context, tid *string, parts []
 			codes[i] = 0
 		case int32(kerr.ProducerFenced.Code), int32(kerr.InvalidProducerEpoch.Code):
 			codes[i] = kerr.InvalidProducerEpoch.Code
+		case int32(kerr.ConcurrentTransactions.Code):
+			codes[i] = kerr.NotEnoughReplicas.Code
 		default:
 			codes[i] = kerr.InvalidTxnState.Code
 		}

@@ -6,9 +6,13 @@ package handler
 // this package. A request above our maximum version is answered by the server with a
 // v0-encoded response carrying UNSUPPORTED_VERSION (35) and these ranges (KIP-511), never
 // a disconnect. The response header is always v0, even for the flexible v3+ body (the
-// server takes care of that). No features are advertised (v3+ tagged fields empty).
+// server takes care of that). v3+ advertises the one feature served:
+// transaction.version, supported 0..2 and finalized at 2 (KIP-890 transactions v2:
+// Produce v12 adds partitions implicitly, TxnOffsetCommit v5 adds the group, EndTxn v5
+// bumps the epoch per transaction). Clients that ignore it use transactions v1.
 //
-// KIPs: KIP-35, KIP-482 (flexible v3), KIP-511 (client software name/version, v3).
+// KIPs: KIP-35, KIP-482 (flexible v3), KIP-511 (client software name/version, v3),
+// KIP-584 (features), KIP-890.
 
 import (
 	"context"
@@ -23,8 +27,24 @@ func (h *Handler) handleAPIVersions(_ context.Context, r *Request) (kmsg.Respons
 	req := r.Body.(*kmsg.ApiVersionsRequest)
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
 	resp.ApiKeys = APIKeys()
+	if req.Version >= 3 {
+		sf := kmsg.NewApiVersionsResponseSupportedFeature()
+		sf.Name, sf.MinVersion, sf.MaxVersion = transactionVersionFeature, 0, transactionVersion
+		resp.SupportedFeatures = append(resp.SupportedFeatures, sf)
+		ff := kmsg.NewApiVersionsResponseFinalizedFeature()
+		ff.Name, ff.MinVersionLevel, ff.MaxVersionLevel = transactionVersionFeature, transactionVersion, transactionVersion
+		resp.FinalizedFeatures = append(resp.FinalizedFeatures, ff)
+		resp.FinalizedFeaturesEpoch = 1
+	}
 	return resp, nil
 }
+
+// The transaction.version feature (KIP-890): 2 is served (Produce v12, TxnOffsetCommit
+// v5 and EndTxn v5 registered with their v2 behaviour).
+const (
+	transactionVersionFeature = "transaction.version"
+	transactionVersion        = 2
+)
 
 // APIKeys returns the registered API keys and version ranges, sorted by key.
 func APIKeys() []kmsg.ApiVersionsResponseApiKey {

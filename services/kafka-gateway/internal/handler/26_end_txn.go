@@ -1,6 +1,6 @@
 package handler
 
-// EndTxn (API key 26), versions 0-4.
+// EndTxn (API key 26), versions 0-5.
 //
 // Behaviour: passed to the coordinator's transaction coordinator, which stores the
 // decision (PrepareCommit / PrepareAbort) in Postgres, writes a COMMIT or ABORT marker
@@ -10,10 +10,12 @@ package handler
 // without a transaction, is INVALID_TXN_STATE; INVALID_PRODUCER_ID_MAPPING,
 // PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2, KIP-588), CONCURRENT_TRANSACTIONS
 // (markers still being written: retriable). Coordinator outage:
-// COORDINATOR_NOT_AVAILABLE. v5 (KIP-890 epoch bump per transaction) is not served.
+// COORDINATOR_NOT_AVAILABLE. v5 (KIP-890 transactions v2) bumps the producer epoch at
+// every end: the markers carry the bumped epoch, the answer returns it (producer id
+// and epoch), and a retry with the epoch before the bump is answered as the original.
 //
 // KIPs: KIP-98, KIP-482 (flexible v3+), KIP-588, KIP-890 (v4 TRANSACTION_ABORTABLE:
-// not answered).
+// not answered; v5 epoch bump).
 
 import (
 	"context"
@@ -24,7 +26,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
-func init() { register(kmsg.EndTxn.Int16(), 0, 4, (*Handler).handleEndTxn) }
+func init() { register(kmsg.EndTxn.Int16(), 0, 5, (*Handler).handleEndTxn) }
 
 // endTxnTimeout bounds EndTxn: the coordinator writes every partition's marker first.
 const endTxnTimeout = 40 * time.Second
@@ -36,11 +38,14 @@ func (h *Handler) handleEndTxn(ctx context.Context, r *Request) (kmsg.Response, 
 	cctx, cancel := context.WithTimeout(ctx, endTxnTimeout)
 	defer cancel()
 	out, err := h.txns.EndTxn(cctx, &coordinatorv1.EndTxnRequest{TransactionalId: req.TransactionalID,
-		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), Commit: req.Commit})
+		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), Commit: req.Commit, BumpEpoch: req.Version >= 5})
 	if err != nil {
 		resp.ErrorCode = h.txnCode("EndTxn", err)
 		return resp, nil
 	}
 	resp.ErrorCode = fenced(out.GetErrorCode(), req.Version, 2)
+	if resp.ErrorCode == 0 {
+		resp.ProducerID, resp.ProducerEpoch = out.GetProducerId(), int16(out.GetProducerEpoch())
+	}
 	return resp, nil
 }

@@ -1,6 +1,6 @@
 package handler
 
-// TxnOffsetCommit (API key 28), versions 0-4.
+// TxnOffsetCommit (API key 28), versions 0-5.
 //
 // Behaviour: the group's offsets are staged in the producer's transaction by the
 // coordinator's transaction coordinator (Postgres); they become the group's committed
@@ -12,10 +12,12 @@ package handler
 // the group not added with AddOffsetsToTxn), CONCURRENT_TRANSACTIONS (retriable),
 // UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / FENCED_INSTANCE_ID (v3+ group metadata
 // that does not match the group), OFFSET_METADATA_TOO_LARGE. Coordinator outage:
-// COORDINATOR_NOT_AVAILABLE. v5 (KIP-890) and v6 (topic ids) are not served.
+// COORDINATOR_NOT_AVAILABLE. v5 (KIP-890 transactions v2) adds the group to the
+// transaction itself (no AddOffsetsToTxn), opening one if none is. v6 (topic ids) is
+// not served.
 //
 // KIPs: KIP-98, KIP-320 (leader epoch v2+), KIP-447 (group metadata v3+), KIP-482
-// (flexible v3+).
+// (flexible v3+), KIP-890 (v5).
 
 import (
 	"context"
@@ -26,7 +28,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
-func init() { register(kmsg.TxnOffsetCommit.Int16(), 0, 4, (*Handler).handleTxnOffsetCommit) }
+func init() { register(kmsg.TxnOffsetCommit.Int16(), 0, 5, (*Handler).handleTxnOffsetCommit) }
 
 func (h *Handler) handleTxnOffsetCommit(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
@@ -58,7 +60,7 @@ func (h *Handler) handleTxnOffsetCommit(ctx context.Context, r *Request) (kmsg.R
 		return resp, nil
 	}
 	creq := &coordinatorv1.TxnOffsetCommitRequest{TransactionalId: req.TransactionalID, GroupId: req.Group,
-		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), GenerationId: -1}
+		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), GenerationId: -1, AddGroup: req.Version >= 5}
 	if req.Version >= 3 {
 		creq.GenerationId, creq.MemberId, creq.GroupInstanceId = req.Generation, req.MemberID, req.InstanceID
 	}

@@ -158,3 +158,40 @@ func TestTxnFencedByVersion(t *testing.T) {
 		t.Errorf("EndTxn with the coordinator down: %s", code(got))
 	}
 }
+
+func TestAPIVersionsAdvertisesTransactionVersion(t *testing.T) {
+	e, _ := newTxnEnv(t)
+	resp := e.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
+	if len(resp.FinalizedFeatures) != 1 || resp.FinalizedFeatures[0].Name != "transaction.version" || resp.FinalizedFeatures[0].MaxVersionLevel != 2 ||
+		len(resp.SupportedFeatures) != 1 || resp.SupportedFeatures[0].MaxVersion != 2 {
+		t.Errorf("features: supported %+v finalized %+v", resp.SupportedFeatures, resp.FinalizedFeatures)
+	}
+	// Served exactly when the v2 versions are.
+	for key, v := range map[int16]int16{0: 12, 26: 5, 28: 5} {
+		if _, maxV, ok := Supported(key); !ok || maxV < v {
+			t.Errorf("transaction.version 2 advertised but key %d serves up to v%d, need v%d", key, maxV, v)
+		}
+	}
+}
+
+func TestProduceV12AddsPartition(t *testing.T) {
+	e, ft := newTxnEnv(t)
+	e.createTopic(t, "t", 2, nil)
+	tid := "tx-2"
+	for _, v := range []int16{11, 12} {
+		req := produceReq("t", 0, txnBatch())
+		req.TransactionID = &tid
+		if c := e.do(t, req, v).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; c != 0 {
+			t.Fatalf("produce v%d: %s", v, code(c))
+		}
+		if verify := ft.adds[len(ft.adds)-1].GetTransactions()[0].GetVerifyOnly(); verify != (v < 12) {
+			t.Errorf("produce v%d: verify_only %v", v, verify)
+		}
+	}
+	ft.code = int32(kerr.ConcurrentTransactions.Code)
+	req := produceReq("t", 0, txnBatch())
+	req.TransactionID = &tid
+	if c := e.do(t, req, 12).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; c != kerr.NotEnoughReplicas.Code {
+		t.Errorf("produce v12 while the previous transaction completes: %s", code(c))
+	}
+}

@@ -102,7 +102,9 @@ type TxnAddition struct {
 	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
 	ProducerId      int64  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	ProducerEpoch   int32  `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
-	// Kafka v4+ verify_only (what brokers send): check, change nothing.
+	// Kafka v4+ verify_only (what brokers send): check, change nothing. Unset, the
+	// partitions are added (also kafka-gateway's implicit add for Produce v12 under
+	// KIP-890 transactions v2).
 	VerifyOnly    bool        `protobuf:"varint,4,opt,name=verify_only,json=verifyOnly,proto3" json:"verify_only,omitempty"`
 	Topics        []*TxnTopic `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -443,7 +445,11 @@ type EndTxnRequest struct {
 	ProducerId      int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
 	ProducerEpoch   int32                  `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	// True commits, false aborts.
-	Commit        bool `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	Commit bool `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	// KIP-890 transactions v2 (Kafka EndTxn v5): the epoch is bumped by this end (the
+	// markers carry the bumped epoch) and returned; a retry with the epoch before the
+	// bump is recognised and answered with the bumped one.
+	BumpEpoch     bool `protobuf:"varint,5,opt,name=bump_epoch,json=bumpEpoch,proto3" json:"bump_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -502,6 +508,13 @@ func (x *EndTxnRequest) GetProducerEpoch() int32 {
 func (x *EndTxnRequest) GetCommit() bool {
 	if x != nil {
 		return x.Commit
+	}
+	return false
+}
+
+func (x *EndTxnRequest) GetBumpEpoch() bool {
+	if x != nil {
+		return x.BumpEpoch
 	}
 	return false
 }
@@ -579,8 +592,11 @@ type TxnOffsetCommitRequest struct {
 	MemberId        string               `protobuf:"bytes,6,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	GroupInstanceId *string              `protobuf:"bytes,7,opt,name=group_instance_id,json=groupInstanceId,proto3,oneof" json:"group_instance_id,omitempty"`
 	Topics          []*OffsetCommitTopic `protobuf:"bytes,8,rep,name=topics,proto3" json:"topics,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// KIP-890 transactions v2 (Kafka TxnOffsetCommit v5): the group is added to the
+	// transaction here (no AddOffsetsToTxn), starting it if none is open.
+	AddGroup      bool `protobuf:"varint,9,opt,name=add_group,json=addGroup,proto3" json:"add_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnOffsetCommitRequest) Reset() {
@@ -667,6 +683,13 @@ func (x *TxnOffsetCommitRequest) GetTopics() []*OffsetCommitTopic {
 		return x.Topics
 	}
 	return nil
+}
+
+func (x *TxnOffsetCommitRequest) GetAddGroup() bool {
+	if x != nil {
+		return x.AddGroup
+	}
+	return false
 }
 
 type TxnOffsetCommitResponse struct {
@@ -1119,19 +1142,21 @@ const file_tributary_coordinator_v1_txn_proto_rawDesc = "" +
 	"\bgroup_id\x18\x04 \x01(\tR\agroupId\"8\n" +
 	"\x17AddOffsetsToTxnResponse\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x01 \x01(\x05R\terrorCode\"\x9a\x01\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\"\xb9\x01\n" +
 	"\rEndTxnRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
 	"producerId\x12%\n" +
 	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\x12\x16\n" +
-	"\x06commit\x18\x04 \x01(\bR\x06commit\"w\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\x12\x1d\n" +
+	"\n" +
+	"bump_epoch\x18\x05 \x01(\bR\tbumpEpoch\"w\n" +
 	"\x0eEndTxnResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\"\xf4\x02\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\"\x91\x03\n" +
 	"\x16TxnOffsetCommitRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x19\n" +
 	"\bgroup_id\x18\x02 \x01(\tR\agroupId\x12\x1f\n" +
@@ -1141,7 +1166,8 @@ const file_tributary_coordinator_v1_txn_proto_rawDesc = "" +
 	"\rgeneration_id\x18\x05 \x01(\x05R\fgenerationId\x12\x1b\n" +
 	"\tmember_id\x18\x06 \x01(\tR\bmemberId\x12/\n" +
 	"\x11group_instance_id\x18\a \x01(\tH\x00R\x0fgroupInstanceId\x88\x01\x01\x12C\n" +
-	"\x06topics\x18\b \x03(\v2+.tributary.coordinator.v1.OffsetCommitTopicR\x06topicsB\x14\n" +
+	"\x06topics\x18\b \x03(\v2+.tributary.coordinator.v1.OffsetCommitTopicR\x06topics\x12\x1b\n" +
+	"\tadd_group\x18\t \x01(\bR\baddGroupB\x14\n" +
 	"\x12_group_instance_id\"b\n" +
 	"\x17TxnOffsetCommitResponse\x12G\n" +
 	"\x06topics\x18\x01 \x03(\v2/.tributary.coordinator.v1.TopicPartitionResultsR\x06topics\"J\n" +
