@@ -116,6 +116,23 @@ func LockTxn(ctx context.Context, tx pgx.Tx, id string) (*Txn, error) {
 	return t, rows.Err()
 }
 
+// CreateTxn inserts a new transactional id's row (with updated_at = now) and reports
+// whether it did: false when the id has a row already (a concurrent call created it;
+// the insert waits for that call's transaction to end, so under READ COMMITTED a
+// LockTxn after it finds the row).
+func CreateTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) (bool, error) {
+	t.UpdatedAt = now
+	tag, err := tx.Exec(ctx, `INSERT INTO transactions (transactional_id, producer_id, producer_epoch, last_producer_id,
+			last_producer_epoch, state, timeout_ms, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (transactional_id) DO NOTHING`,
+		t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, now)
+	if err != nil {
+		return false, fmt.Errorf("create transaction: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // SaveTxn inserts or updates a transactional id's row (not its partitions or groups),
 // with updated_at = now.
 func SaveTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) error {

@@ -190,10 +190,19 @@ func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs 
 			}
 			t = &store.Txn{ID: tid, ProducerID: id, ProducerEpoch: 0, LastProducerID: -1, LastProducerEpoch: -1,
 				State: StateEmpty, TimeoutMs: timeoutMs}
-			pid, epoch = t.ProducerID, t.ProducerEpoch
-			return store.SaveTxn(ctx, tx, t, now)
-		}
-		if err != nil {
+			created, err := store.CreateTxn(ctx, tx, t, now)
+			if err != nil || created {
+				pid, epoch = t.ProducerID, t.ProducerEpoch
+				return err
+			}
+			// A concurrent call created the id since it was read: go on from its row,
+			// as for a known id (an upsert here would hand out a second producer at
+			// epoch 0 and overwrite the other's row, partitions of an open
+			// transaction included).
+			if t, err = store.LockTxn(ctx, tx, tid); err != nil {
+				return err
+			}
+		} else if err != nil {
 			return err
 		}
 		switch t.State {

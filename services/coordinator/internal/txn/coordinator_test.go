@@ -640,3 +640,60 @@ func TestTransactionsV2(t *testing.T) {
 		t.Fatalf("retries wrote markers %+v", ms)
 	}
 }
+
+// TestConcurrentInitNewID: InitProducerId calls racing on a new transactional id are
+// ordered like calls on a known one: one creates it, each other bumps the epoch, so
+// every answer is the one producer id at its own epoch. The row was upserted, so each
+// racer that had found no row got a producer id of its own at epoch 0 and overwrote
+// the others' row (with its partitions, were a transaction open).
+func TestConcurrentInitNewID(t *testing.T) {
+	e := newEnv(t)
+	const n, racers = 16, 4
+	// The first racers to find no row wait for each other inside the window between
+	// that read and the row's insert, so the race is met every run.
+	var arrived atomic.Int32
+	gate := make(chan struct{})
+	e.c = New(Config{}, Deps{Store: e.st, Markers: e.markers, Log: zaptest.NewLogger(t),
+		NextProducerID: func(ctx context.Context) (int64, error) {
+			if arrived.Add(1) == racers {
+				close(gate)
+			}
+			select {
+			case <-gate:
+			case <-time.After(5 * time.Second): // fewer racers found no row: go on
+			case <-ctx.Done():
+			}
+			return e.nextPID.Add(1), nil
+		}})
+	type answer struct {
+		pid   int64
+		epoch int32
+	}
+	answers := make(chan answer, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, pid, epoch, err := e.c.InitProducerID(context.Background(), "tx-race", 60000, -1, -1)
+			if err != nil || code != 0 {
+				t.Errorf("InitProducerID = %d, %v", code, err)
+				return
+			}
+			answers <- answer{pid, epoch}
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	seen := map[answer]bool{}
+	row := e.state("tx-race")
+	for a := range answers {
+		if a.pid != row.ProducerID || seen[a] {
+			t.Errorf("answer %+v beside others %v; the row has producer %d epoch %d", a, seen, row.ProducerID, row.ProducerEpoch)
+		}
+		seen[a] = true
+	}
+	if len(seen) != n || row.ProducerEpoch != n-1 {
+		t.Fatalf("%d distinct answers, row epoch %d; want %d, %d", len(seen), row.ProducerEpoch, n, n-1)
+	}
+}
