@@ -201,35 +201,42 @@ func StageTxnOffsets(ctx context.Context, tx pgx.Tx, id, group string, offs []Tx
 	return nil
 }
 
-// ClearTxn ends a transaction's bookkeeping: with commit, its staged offsets become
-// the groups' committed offsets (a group without a row is created Empty, as an
-// OffsetCommit outside group management would); then its partitions, groups and
-// staged offsets are removed.
-func ClearTxn(ctx context.Context, tx pgx.Tx, id string, commit bool) error {
-	if commit {
-		if _, err := tx.Exec(ctx, `INSERT INTO consumer_groups (group_id, state, empty_since)
-			SELECT DISTINCT group_id, 'Empty', now() FROM transaction_offsets WHERE transactional_id = $1
-			ON CONFLICT (group_id) DO NOTHING`, id); err != nil {
-			return fmt.Errorf("create groups of transaction offsets: %w", err)
+// ClearTxn ends a transaction's bookkeeping in one round trip: with commit, its staged
+// offsets become the groups' committed offsets (a group without a row is created
+// Empty, as an OffsetCommit outside group management would); then its partitions,
+// and with withGroups its groups and staged offsets, are removed. withGroups may be
+// false only when the transaction has no groups (then it has no staged offsets).
+func ClearTxn(ctx context.Context, tx pgx.Tx, id string, commit, withGroups bool) error {
+	batch := &pgx.Batch{}
+	if withGroups {
+		if commit {
+			batch.Queue(`INSERT INTO consumer_groups (group_id, state, empty_since)
+				SELECT DISTINCT group_id, 'Empty', now() FROM transaction_offsets WHERE transactional_id = $1
+				ON CONFLICT (group_id) DO NOTHING`, id)
+			batch.Queue(`INSERT INTO consumer_group_offsets (group_id, topic, partition, committed_offset,
+					leader_epoch, metadata, commit_time)
+				SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, commit_time
+				FROM transaction_offsets WHERE transactional_id = $1
+				ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset,
+					leader_epoch = EXCLUDED.leader_epoch, metadata = EXCLUDED.metadata, commit_time = EXCLUDED.commit_time`, id)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO consumer_group_offsets (group_id, topic, partition, committed_offset,
-				leader_epoch, metadata, commit_time)
-			SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, commit_time
-			FROM transaction_offsets WHERE transactional_id = $1
-			ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset,
-				leader_epoch = EXCLUDED.leader_epoch, metadata = EXCLUDED.metadata, commit_time = EXCLUDED.commit_time`,
-			id); err != nil {
-			return fmt.Errorf("commit transaction offsets: %w", err)
-		}
+		batch.Queue(`DELETE FROM transaction_offsets WHERE transactional_id = $1`, id)
+		batch.Queue(`DELETE FROM transaction_groups WHERE transactional_id = $1`, id)
 	}
-	for _, q := range []string{
-		`DELETE FROM transaction_offsets WHERE transactional_id = $1`,
-		`DELETE FROM transaction_partitions WHERE transactional_id = $1`,
-		`DELETE FROM transaction_groups WHERE transactional_id = $1`,
-	} {
-		if _, err := tx.Exec(ctx, q, id); err != nil {
-			return fmt.Errorf("clear transaction: %w", err)
-		}
+	batch.Queue(`DELETE FROM transaction_partitions WHERE transactional_id = $1`, id)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("clear transaction: %w", err)
+	}
+	return nil
+}
+
+// AsyncCommit makes tx's commit return before its WAL record is flushed
+// (synchronous_commit off for this transaction only). For writes that may be lost in
+// a crash because they are redone from durable state: a later synchronous commit
+// flushes them first, so only a suffix of such writes can ever be lost.
+func AsyncCommit(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		return fmt.Errorf("set synchronous_commit: %w", err)
 	}
 	return nil
 }

@@ -241,7 +241,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs 
 			t.ProducerEpoch++
 		}
 		t.State, t.TimeoutMs, t.StartedAt = StateEmpty, timeoutMs, time.Time{}
-		if err := store.ClearTxn(ctx, tx, tid, false); err != nil {
+		if err := store.ClearTxn(ctx, tx, tid, false, true); err != nil {
 			return err
 		}
 		pid, epoch = t.ProducerID, t.ProducerEpoch
@@ -315,7 +315,13 @@ func (c *Coordinator) finish(ctx context.Context, tid string) (string, error) {
 				}
 			}
 		}
-		if err := store.ClearTxn(ctx, tx, tid, commit); err != nil {
+		// The completion is redone from the durable Prepare* after a crash (markers are
+		// idempotent, the offsets copy is an upsert of the same rows), so it need not
+		// wait for its own WAL flush; any later synchronous commit flushes it first.
+		if err := store.AsyncCommit(ctx, tx); err != nil {
+			return err
+		}
+		if err := store.ClearTxn(ctx, tx, tid, commit, len(t.Groups) > 0); err != nil {
 			return err
 		}
 		t.State, t.StartedAt = StateCompleteAbort, time.Time{}
