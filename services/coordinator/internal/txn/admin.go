@@ -18,8 +18,9 @@ var knownStates = map[string]bool{
 }
 
 // DescribeTransactions implements the service: each id's state, producer, timeout,
-// the start of its open transaction (-1 when none) and its partitions; an unknown (or
-// empty) id is TRANSACTIONAL_ID_NOT_FOUND.
+// the start of its open transaction (-1 when none) and its partitions; an unknown id
+// is TRANSACTIONAL_ID_NOT_FOUND, an empty one INVALID_REQUEST (Kafka's
+// TransactionCoordinator.handleDescribeTransactions).
 func (s *Server) DescribeTransactions(ctx context.Context, req *coordinatorv1.DescribeTransactionsRequest) (*coordinatorv1.DescribeTransactionsResponse, error) {
 	rows, err := s.c.store.DescribeTxns(ctx, req.GetTransactionalIds())
 	if err != nil {
@@ -30,6 +31,10 @@ func (s *Server) DescribeTransactions(ctx context.Context, req *coordinatorv1.De
 		r := rows[id]
 		d := &coordinatorv1.TransactionDescription{TransactionalId: id, StartTimeMs: -1, ProducerId: -1, ProducerEpoch: -1}
 		resp.Transactions = append(resp.Transactions, d)
+		if id == "" {
+			d.ErrorCode = codeInvalidRequest
+			continue
+		}
 		if r == nil {
 			d.ErrorCode = codeTransactionalIDNotFound
 			continue

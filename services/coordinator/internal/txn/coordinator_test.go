@@ -697,3 +697,16 @@ func TestConcurrentInitNewID(t *testing.T) {
 		t.Fatalf("%d distinct answers, row epoch %d; want %d, %d", len(seen), row.ProducerEpoch, n, n-1)
 	}
 }
+
+// TestDescribeEmptyID: DescribeTransactions answers an empty transactional id
+// INVALID_REQUEST, as Kafka does, not TRANSACTIONAL_ID_NOT_FOUND.
+func TestDescribeEmptyID(t *testing.T) {
+	e := newEnv(t)
+	d, err := NewServer(e.c).DescribeTransactions(context.Background(), &coordinatorv1.DescribeTransactionsRequest{TransactionalIds: []string{"", "nope"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.GetTransactions(); len(got) != 2 || got[0].GetErrorCode() != codeInvalidRequest || got[1].GetErrorCode() != codeTransactionalIDNotFound {
+		t.Fatalf("describe \"\" and an unknown id: %v", got)
+	}
+}

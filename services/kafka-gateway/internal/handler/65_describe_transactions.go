@@ -6,7 +6,8 @@ package handler
 // its state (Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
 // CompleteCommit, CompleteAbort), timeout, the start of its open transaction (-1 when
 // none), producer id and epoch, and the partitions of its open transaction. An unknown
-// id is TRANSACTIONAL_ID_NOT_FOUND; a coordinator outage COORDINATOR_NOT_AVAILABLE on
+// id is TRANSACTIONAL_ID_NOT_FOUND, an empty one INVALID_REQUEST; a coordinator outage
+// COORDINATOR_NOT_AVAILABLE on
 // every id.
 //
 // KIPs: KIP-664.
