@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,6 +69,70 @@ func TestTxnTimeoutSweepFailover(t *testing.T) {
 	if procMetric(t, survivor.HTTPAddr, `tributary_coordinator_sweep_lock_held{lock="`+lock+`"}`) != 1 {
 		t.Errorf("%s does not hold the sweep lock", survivor.Name)
 	}
+	fresh := txnProducer(t, s.KafkaAddrs, topicName("tid"))
+	runTxn(t, fresh, topic, 1, true, "after")
+	runTxn(t, fresh, topic, 1, true, "done")
+	if got := consumeUntil(t, s.KafkaAddrs, topic, 1, true, "done")[0]; strings.Join(got, ",") != "after" {
+		t.Errorf("read_committed: %v, want [after]", got)
+	}
+}
+
+// TestTxnKilledProducer: a transactional producer process killed with SIGKILL in the
+// middle of a transaction: its records never reach read_committed, the coordinator
+// aborts the transaction within its timeout, and the LSO moves on to the high
+// watermark.
+func TestTxnKilledProducer(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	topic := topicName("txnkilled")
+	createTopic(t, adm, topic, 1, nil)
+	ctx := ctxT(t, 3*time.Minute)
+	bin := filepath.Join(t.TempDir(), "txnzombie")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/txnzombie").CombinedOutput(); err != nil {
+		t.Fatalf("build txnzombie: %v\n%s", err, out)
+	}
+	const timeout = 3 * time.Second
+	cmd := exec.CommandContext(ctx, bin, "-brokers", strings.Join(s.KafkaAddrs, ","), "-topic", topic, "-tid", topicName("tid"),
+		"-timeout", timeout.String(), "-n", "5")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	var first int64
+	if _, serr := fmt.Sscanf(line, "open %d", &first); err != nil || serr != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("txnzombie: %q, %v, %v\n%s", line, err, serr, stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+	lso := func() (int64, int64) {
+		c, err1 := adm.ListCommittedOffsets(ctx, topic)
+		e, err2 := adm.ListEndOffsets(ctx, topic)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("ListOffsets: %v, %v", err1, err2)
+		}
+		co, _ := c.Lookup(topic, 0)
+		eo, _ := e.Lookup(topic, 0)
+		return co.Offset, eo.Offset
+	}
+	if l, hw := lso(); l != first || hw != first+5 {
+		t.Fatalf("after the kill: LSO %d, HW %d; want LSO %d (the open transaction's first record), HW %d", l, hw, first, first+5)
+	}
+	waitFor(t, timeout+10*time.Second, "the killed producer's transaction to be aborted (LSO = HW)", func() bool {
+		l, hw := lso()
+		return l == hw && hw == first+6
+	})
+	t.Logf("aborted %v after the kill (timeout %v)", time.Since(killed).Round(100*time.Millisecond), timeout)
 	fresh := txnProducer(t, s.KafkaAddrs, topicName("tid"))
 	runTxn(t, fresh, topic, 1, true, "after")
 	runTxn(t, fresh, topic, 1, true, "done")
