@@ -12,7 +12,8 @@ import (
 // its own (DecodeReceiveResponse), without a ReceivedMessage, a Record and a Header per
 // message in between.
 
-// Header is a storage.proto Header: Key a UTF-8 string, Value bytes.
+// Header is a storage.proto Header: Key a UTF-8 string, Value bytes, nil when null (the
+// field absent) and non-nil, maybe empty, when present.
 type Header struct {
 	Key   string
 	Value []byte
@@ -131,7 +132,7 @@ func recordSize[H HeaderLike](r *Record[H]) int {
 
 func headerSize(h Header) int {
 	n := stringField(h.Key)
-	if len(h.Value) > 0 {
+	if h.Value != nil {
 		n += bytesField(len(h.Value))
 	}
 	return n
@@ -156,7 +157,7 @@ func appendMessage[H HeaderLike](b []byte, m *ReceivedMessage[H], recordSize int
 		b = protowire.AppendTag(b, fRecHeaders, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(headerSize(h)))
 		b = appendStringField(b, fHdrKey, h.Key)
-		if len(h.Value) > 0 {
+		if h.Value != nil {
 			b = appendBytesField(b, fHdrValue, h.Value)
 		}
 	}

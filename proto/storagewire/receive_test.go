@@ -131,6 +131,11 @@ func TestReceiveResponseRoundTrip(t *testing.T) {
 			if (d.Key == nil) != (m.Record.Key == nil) || (d.Value == nil) != (m.Record.Value == nil) {
 				t.Fatalf("round %d message %d: key/value presence %v/%v, want %v/%v", round, i, d.Key != nil, d.Value != nil, m.Record.Key != nil, m.Record.Value != nil)
 			}
+			for j, h := range m.Record.Headers {
+				if got := d.Headers[j].Value; (got == nil) != (h.Value == nil) {
+					t.Fatalf("round %d message %d header %d: value null %v, want %v", round, i, j, got == nil, h.Value == nil)
+				}
+			}
 		}
 		if !proto.Equal(c.proto(), toProto(ms)) {
 			t.Fatalf("round %d: decoded %v, want %v", round, c.proto(), toProto(ms))

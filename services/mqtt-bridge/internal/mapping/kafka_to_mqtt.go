@@ -102,7 +102,9 @@ func (s *Sink) Build(t string, rec *storagev1.Record) (out []Message, invalid in
 }
 
 // restore applies the mqtt-* headers to m and returns the mqtt-topic header ("" when
-// absent). Headers that are not the bridge's metadata become user properties, in order.
+// absent). Headers that are not the bridge's metadata become user properties, in order;
+// a null header value becomes an empty user property value, MQTT 5 having no null
+// (§1.5.7: a UTF-8 string, maybe empty).
 func restore(m *Message, hs []*storagev1.Header) string {
 	var topic string
 	for _, h := range hs {

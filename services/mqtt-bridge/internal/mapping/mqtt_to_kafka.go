@@ -188,6 +188,8 @@ func appendHeaders(out []*storagev1.Header, m *Message, want func(string) bool, 
 			if strings.HasPrefix(k, "mqtt-") {
 				k = config.UserPropertyPrefix + k
 			}
+			// []byte of an empty string is empty, not nil: an empty user property is an
+			// empty header, never a null one.
 			out = append(out, &storagev1.Header{Key: k, Value: []byte(u.Value)})
 		}
 	}

@@ -1048,9 +1048,12 @@ func (x *UpdateChannelConfigResponse) GetChannel() *Channel {
 }
 
 type Header struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Unset is null (Kafka header value length -1), set and empty is empty (length 0),
+	// as Record.key and Record.value. Data written before the field had presence reads
+	// as it was stored: an empty value sent then was stored null.
+	Value         []byte `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3339,10 +3342,11 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x03 \x03(\tR\n" +
 	"updateMask\"V\n" +
 	"\x1bUpdateChannelConfigResponse\x127\n" +
-	"\achannel\x18\x01 \x01(\v2\x1d.tributary.storage.v1.ChannelR\achannel\"0\n" +
+	"\achannel\x18\x01 \x01(\v2\x1d.tributary.storage.v1.ChannelR\achannel\"?\n" +
 	"\x06Header\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xcb\x02\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"\xcb\x02\n" +
 	"\x06Record\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\x12\x15\n" +
@@ -3692,6 +3696,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 	if File_tributary_storage_v1_storage_proto != nil {
 		return
 	}
+	file_tributary_storage_v1_storage_proto_msgTypes[12].OneofWrappers = []any{}
 	file_tributary_storage_v1_storage_proto_msgTypes[13].OneofWrappers = []any{}
 	file_tributary_storage_v1_storage_proto_msgTypes[14].OneofWrappers = []any{}
 	file_tributary_storage_v1_storage_proto_msgTypes[20].OneofWrappers = []any{
