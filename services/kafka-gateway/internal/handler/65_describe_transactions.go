@@ -7,8 +7,7 @@ package handler
 // CompleteCommit, CompleteAbort), timeout, the start of its open transaction (-1 when
 // none), producer id and epoch, and the partitions of its open transaction. An unknown
 // id is TRANSACTIONAL_ID_NOT_FOUND, an empty one INVALID_REQUEST; a coordinator outage
-// COORDINATOR_NOT_AVAILABLE on
-// every id.
+// COORDINATOR_NOT_AVAILABLE on every id.
 //
 // KIPs: KIP-664.
 
