@@ -36,6 +36,8 @@ func run(args []string) error {
 	fs.StringVar(&cfg.ClusterID, "cluster-id", cfg.ClusterID, "cluster id; NATS subjects start with tributary.<cluster-id>.")
 	fs.DurationVar(&cfg.TransactionMaxTimeout, "transaction-max-timeout", cfg.TransactionMaxTimeout,
 		"largest transaction.timeout.ms a Kafka transactional producer may ask for (Kafka transaction.max.timeout.ms)")
+	fs.DurationVar(&cfg.TransactionalIDExpiration, "transactional-id-expiration", cfg.TransactionalIDExpiration,
+		"delete a Kafka transactional id without an open transaction unused this long (Kafka transactional.id.expiration.ms)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "coordinator", args); err != nil {
 		return err

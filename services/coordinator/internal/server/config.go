@@ -8,7 +8,7 @@ import (
 
 // Config is the coordinator's configuration (flags --grpc-addr, --http-addr,
 // --postgres-url, --storage-addr, --nats-url, --cluster-id,
-// --transaction-max-timeout).
+// --transaction-max-timeout, --transactional-id-expiration).
 type Config struct {
 	// GRPCAddr is the CoordinatorService listen address (host:port; port 0 picks one).
 	GRPCAddr string
@@ -25,6 +25,9 @@ type Config struct {
 	// TransactionMaxTimeout is Kafka's transaction.max.timeout.ms: the largest
 	// transaction.timeout.ms a transactional producer may ask for (0 = 15 min).
 	TransactionMaxTimeout time.Duration
+	// TransactionalIDExpiration is Kafka's transactional.id.expiration.ms: an id without
+	// an open transaction unused this long is deleted (0 = 7 days).
+	TransactionalIDExpiration time.Duration
 	// PubSubExpiryInterval is how often the sweep-lock holder deletes expired Pub/Sub
 	// subscriptions (1 min when 0; not a flag).
 	PubSubExpiryInterval time.Duration
@@ -43,7 +46,8 @@ func DefaultConfig() Config {
 		NATSURL:     "nats://127.0.0.1:4222",
 		ClusterID:   "tributary",
 
-		TransactionMaxTimeout: 15 * time.Minute,
+		TransactionMaxTimeout:     15 * time.Minute,
+		TransactionalIDExpiration: 7 * 24 * time.Hour,
 	}
 }
 
@@ -63,6 +67,9 @@ func (c Config) Validate() error {
 	}
 	if c.TransactionMaxTimeout < 0 || c.TransactionMaxTimeout > time.Duration(1<<31-1)*time.Millisecond {
 		return fmt.Errorf("%w: --transaction-max-timeout %s must be 0 (15m) or up to %dms", ErrInvalidConfig, c.TransactionMaxTimeout, 1<<31-1)
+	}
+	if c.TransactionalIDExpiration < 0 {
+		return fmt.Errorf("%w: --transactional-id-expiration %s is negative", ErrInvalidConfig, c.TransactionalIDExpiration)
 	}
 	if !clusterIDPattern.MatchString(c.ClusterID) {
 		return fmt.Errorf("%w: --cluster-id %q must be 1..64 of [A-Za-z0-9_-]", ErrInvalidConfig, c.ClusterID)

@@ -115,7 +115,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
-	txns := txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout}, txn.Deps{
+	txns := txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout, IDExpiration: cfg.TransactionalIDExpiration}, txn.Deps{
 		Store: s.store, Markers: txn.StorageMarkers(s.storage), NextProducerID: s.handler.NextProducerID,
 		Log: log.Named("txn"), Now: cfg.Now,
 	})

@@ -389,3 +389,19 @@ func (s *Store) ListTxns(ctx context.Context, states []string, pids []int64, ope
 	}
 	return out, rows.Err()
 }
+
+// ExpireTxns deletes the transactional ids with no open transaction (Empty,
+// CompleteCommit, CompleteAbort) not used since before (Kafka's
+// transactional.id.expiration.ms) and returns how many. A row changed meanwhile under
+// its lock is re-checked by Postgres and kept.
+func (s *Store) ExpireTxns(ctx context.Context, before time.Time) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM transactions
+		WHERE state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND updated_at < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("expire transactional ids: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

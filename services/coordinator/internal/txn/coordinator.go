@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,10 @@ const SweepLock = "transactions"
 const (
 	// DefaultMaxTimeout is Kafka's transaction.max.timeout.ms (15 minutes).
 	DefaultMaxTimeout = 15 * time.Minute
+	// DefaultIDExpiration is Kafka's transactional.id.expiration.ms (7 days).
+	DefaultIDExpiration = 7 * 24 * time.Hour
+	// expireEvery is how often the sweep deletes expired transactional ids.
+	expireEvery = time.Minute
 	// maxMetadataSize is Kafka's offset.metadata.max.bytes.
 	maxMetadataSize = 4096
 	// MaxTransactionalIDBytes is the longest transactional id InitProducerId stores.
@@ -100,6 +105,10 @@ type Config struct {
 	// MaxTimeout is transaction.max.timeout.ms: InitProducerId with a larger
 	// transaction timeout is INVALID_TRANSACTION_TIMEOUT. 0 = DefaultMaxTimeout.
 	MaxTimeout time.Duration
+	// IDExpiration is transactional.id.expiration.ms: an id without an open
+	// transaction, unused for this long, is deleted by the sweep (a producer still using
+	// it gets INVALID_PRODUCER_ID_MAPPING). 0 = DefaultIDExpiration.
+	IDExpiration time.Duration
 }
 
 // Deps are the coordinator's collaborators.
@@ -122,12 +131,18 @@ type Coordinator struct {
 	nextPID func(ctx context.Context) (int64, error)
 	log     *zap.Logger
 	now     func() time.Time
+
+	expireMu   sync.Mutex // guards lastExpire
+	lastExpire time.Time  // last expiry pass of Sweep
 }
 
 // New returns a Coordinator.
 func New(cfg Config, deps Deps) *Coordinator {
 	if cfg.MaxTimeout <= 0 {
 		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.IDExpiration <= 0 {
+		cfg.IDExpiration = DefaultIDExpiration
 	}
 	now := deps.Now
 	if now == nil {
@@ -767,7 +782,24 @@ func memberCode(ctx context.Context, tx pgx.Tx, req OffsetCommit) (int16, error)
 // bumped so the producer that opened them is fenced, and finishes the markers of
 // Prepare* transactions left behind (a coordinator that died between the decision and
 // the last marker). Run by the one replica holding the sweep lock.
+//
+// Once a minute it also deletes the transactional ids unused for IDExpiration.
 func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
+	c.expireMu.Lock()
+	expire := now.Sub(c.lastExpire) >= expireEvery
+	if expire {
+		c.lastExpire = now
+	}
+	c.expireMu.Unlock()
+	if expire {
+		n, err := c.store.ExpireTxns(ctx, now.Add(-c.cfg.IDExpiration))
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			c.log.Info("expired transactional ids", zap.Int64("count", n))
+		}
+	}
 	open, err := c.store.ListOpenTxns(ctx)
 	if err != nil {
 		return err

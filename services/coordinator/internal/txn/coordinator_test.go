@@ -710,3 +710,42 @@ func TestDescribeEmptyID(t *testing.T) {
 		t.Fatalf("describe \"\" and an unknown id: %v", got)
 	}
 }
+
+func TestTransactionalIDExpiration(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pidIdle, epochIdle := e.init("tx-idle", 60000)
+	e.add("tx-idle", pidIdle, epochIdle, tp("out", 0))
+	if code, _, _ := e.c.EndTxn(ctx, "tx-idle", pidIdle, epochIdle, true, false); code != 0 {
+		t.Fatalf("EndTxn = %d", code)
+	}
+	pidOpen, epochOpen := e.init("tx-open", int32(DefaultMaxTimeout/time.Millisecond))
+	e.add("tx-open", pidOpen, epochOpen, tp("out", 1))
+	e.advance(DefaultIDExpiration - time.Minute)
+	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
+		t.Fatal(err)
+	}
+	e.state("tx-idle") // still there (fails the test when gone)
+	e.advance(2 * time.Minute)
+	// The open transaction timed out long ago: the sweep aborts it (not expired: it
+	// was open), and expires the idle id.
+	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.InTx(ctx, func(tx pgx.Tx) error {
+		_, err := store.LockTxn(ctx, tx, "tx-idle")
+		return err
+	}); !errors.Is(err, store.ErrTxnNotFound) {
+		t.Fatalf("idle id after its expiration: %v, want not found", err)
+	}
+	if got := e.add("tx-idle", pidIdle, epochIdle, tp("out", 0)); !codesEqual(got, codeInvalidProducerIDMapping) {
+		t.Fatalf("expired id's producer AddPartitions = %v", got)
+	}
+	if st := e.state("tx-open"); st.State != StateCompleteAbort {
+		t.Fatalf("open transaction: %s, want aborted (not expired)", st.State)
+	}
+	// A new producer with the expired id starts afresh.
+	if _, pid, epoch, err := e.c.InitProducerID(ctx, "tx-idle", 60000, -1, -1); err != nil || pid == pidIdle || epoch != 0 {
+		t.Fatalf("InitProducerID after expiration = %d/%d, %v; want a fresh id", pid, epoch, err)
+	}
+}
