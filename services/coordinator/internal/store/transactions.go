@@ -66,15 +66,25 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // LockTxn reads a transactional id's row under its row lock (FOR UPDATE), with its
-// partitions and groups. ErrTxnNotFound when there is no row.
+// partitions and groups, in one round trip. ErrTxnNotFound when there is no row.
 func LockTxn(ctx context.Context, tx pgx.Tx, id string) (*Txn, error) {
 	t := &Txn{ID: id}
-	var started *time.Time
-	err := tx.QueryRow(ctx, `SELECT producer_id, producer_epoch, last_producer_id, last_producer_epoch, state,
-			timeout_ms, started_at, updated_at
-		FROM transactions WHERE transactional_id = $1 FOR UPDATE`, id).
+	var (
+		started *time.Time
+		topics  []string
+		parts   []int32
+	)
+	err := tx.QueryRow(ctx, `SELECT t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch, t.state,
+			t.timeout_ms, t.started_at, t.updated_at,
+			COALESCE((SELECT array_agg(p.topic ORDER BY p.topic, p.partition) FROM transaction_partitions p
+				WHERE p.transactional_id = t.transactional_id), '{}'),
+			COALESCE((SELECT array_agg(p.partition ORDER BY p.topic, p.partition) FROM transaction_partitions p
+				WHERE p.transactional_id = t.transactional_id), '{}'),
+			COALESCE((SELECT array_agg(g.group_id ORDER BY g.group_id) FROM transaction_groups g
+				WHERE g.transactional_id = t.transactional_id), '{}')
+		FROM transactions t WHERE t.transactional_id = $1 FOR UPDATE OF t`, id).
 		Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.State,
-			&t.TimeoutMs, &started, &t.UpdatedAt)
+			&t.TimeoutMs, &started, &t.UpdatedAt, &topics, &parts, &t.Groups)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrTxnNotFound
 	}
@@ -84,36 +94,16 @@ func LockTxn(ctx context.Context, tx pgx.Tx, id string) (*Txn, error) {
 	if started != nil {
 		t.StartedAt = *started
 	}
-	rows, err := tx.Query(ctx, `SELECT topic, partition FROM transaction_partitions
-		WHERE transactional_id = $1 ORDER BY topic, partition`, id)
-	if err != nil {
-		return nil, fmt.Errorf("load transaction partitions: %w", err)
+	if len(topics) != len(parts) {
+		return nil, fmt.Errorf("load transaction: %d topics for %d partitions", len(topics), len(parts))
 	}
-	for rows.Next() {
-		var p TxnPartition
-		if err := rows.Scan(&p.Topic, &p.Partition); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("scan transaction partition: %w", err)
-		}
-		t.Partitions = append(t.Partitions, p)
+	for i := range topics {
+		t.Partitions = append(t.Partitions, TxnPartition{Topic: topics[i], Partition: parts[i]})
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("load transaction partitions: %w", err)
+	if len(t.Groups) == 0 {
+		t.Groups = nil
 	}
-	rows, err = tx.Query(ctx, `SELECT group_id FROM transaction_groups WHERE transactional_id = $1 ORDER BY group_id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("load transaction groups: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var g string
-		if err := rows.Scan(&g); err != nil {
-			return nil, fmt.Errorf("scan transaction group: %w", err)
-		}
-		t.Groups = append(t.Groups, g)
-	}
-	return t, rows.Err()
+	return t, nil
 }
 
 // CreateTxn inserts a new transactional id's row (with updated_at = now) and reports
