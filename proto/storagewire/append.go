@@ -21,10 +21,10 @@ func AppendStreamRequestBuffers(m *storagev1.AppendStreamRequest) (mem.BufferSli
 		}
 	}
 	// Framing: id (tag + varint), then per channel its tag and length, the channel
-	// name field, and the batches field's tag and length.
+	// name field, the batches field's tag and length, and the two flags.
 	n := varintField(m.Id)
 	for _, cb := range m.Channels {
-		n += 1 + protowire.SizeVarint(uint64(channelBatchesSize(cb))) + 1 + protowire.SizeBytes(len(cb.Channel)) + 1 + protowire.SizeVarint(uint64(len(cb.Batches)))
+		n += 1 + protowire.SizeVarint(uint64(channelBatchesSize(cb))) + 1 + protowire.SizeBytes(len(cb.Channel)) + 1 + protowire.SizeVarint(uint64(len(cb.Batches))) + 2*boolField
 	}
 	frame := make([]byte, 0, n)
 	out := make(mem.BufferSlice, 0, 2*len(m.Channels)+1)
@@ -34,13 +34,14 @@ func AppendStreamRequestBuffers(m *storagev1.AppendStreamRequest) (mem.BufferSli
 		frame = protowire.AppendTag(frame, fAppendChannels, protowire.BytesType)
 		frame = protowire.AppendVarint(frame, uint64(channelBatchesSize(cb)))
 		frame = appendStringField(frame, fBatchesChannel, cb.Channel)
-		if len(cb.Batches) == 0 {
-			continue
+		if len(cb.Batches) > 0 {
+			frame = protowire.AppendTag(frame, fBatchesBatches, protowire.BytesType)
+			frame = protowire.AppendVarint(frame, uint64(len(cb.Batches)))
+			out = append(out, mem.SliceBuffer(frame[start:len(frame):len(frame)]), mem.SliceBuffer(cb.Batches))
+			start = len(frame)
 		}
-		frame = protowire.AppendTag(frame, fBatchesBatches, protowire.BytesType)
-		frame = protowire.AppendVarint(frame, uint64(len(cb.Batches)))
-		out = append(out, mem.SliceBuffer(frame[start:len(frame):len(frame)]), mem.SliceBuffer(cb.Batches))
-		start = len(frame)
+		frame = appendBoolField(frame, fBatchesSingleBatch, cb.SingleBatch)
+		frame = appendBoolField(frame, fBatchesValidateOnly, cb.ValidateOnly)
 	}
 	if start < len(frame) {
 		out = append(out, mem.SliceBuffer(frame[start:]))
@@ -54,8 +55,17 @@ func channelBatchesSize(cb *storagev1.ChannelBatches) int {
 	if len(cb.Batches) > 0 {
 		n += bytesField(len(cb.Batches))
 	}
+	if cb.SingleBatch {
+		n += boolField
+	}
+	if cb.ValidateOnly {
+		n += boolField
+	}
 	return n
 }
+
+// boolField is the size of a true bool field with a one-byte tag.
+const boolField = 2
 
 // DecodeAppendStreamRequest decodes b into m with each channel's Batches a view of b
 // (its capacity capped at the field, so an append cannot run into the next one). It
@@ -99,13 +109,32 @@ func DecodeAppendStreamRequest(b []byte, m *storagev1.AppendStreamRequest) bool 
 }
 
 func decodeChannelBatches(b []byte, cb *storagev1.ChannelBatches) bool {
-	seenChannel, seenBatches := false, false
+	seenChannel, seenBatches, seenSingle, seenValidate := false, false, false, false
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
+		if n < 0 {
 			return false
 		}
 		b = b[n:]
+		if typ == protowire.VarintType {
+			// The flags: written only when true, as 1, each at most once.
+			if len(b) == 0 || b[0] != 1 {
+				return false
+			}
+			b = b[1:]
+			switch {
+			case num == fBatchesSingleBatch && !seenSingle:
+				cb.SingleBatch, seenSingle = true, true
+			case num == fBatchesValidateOnly && !seenValidate:
+				cb.ValidateOnly, seenValidate = true, true
+			default:
+				return false
+			}
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
 		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
 			return false

@@ -15,8 +15,10 @@ func randomAppendStreamRequest(rnd *rand.Rand) *storagev1.AppendStreamRequest {
 	m := &storagev1.AppendStreamRequest{Id: []uint64{0, 1, rnd.Uint64()}[rnd.Intn(3)]}
 	for i := rnd.Intn(6); i > 0; i-- {
 		m.Channels = append(m.Channels, &storagev1.ChannelBatches{
-			Channel: []string{"", "kafka.t", "kafka.b~12", "kafka.é"}[rnd.Intn(4)],
-			Batches: randomBytes(rnd, 40000),
+			Channel:      []string{"", "kafka.t", "kafka.b~12", "kafka.é"}[rnd.Intn(4)],
+			Batches:      randomBytes(rnd, 40000),
+			SingleBatch:  rnd.Intn(2) == 0,
+			ValidateOnly: rnd.Intn(4) == 0,
 		})
 	}
 	return m

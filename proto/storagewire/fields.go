@@ -9,8 +9,10 @@ const (
 	fAppendID       protowire.Number = 1
 	fAppendChannels protowire.Number = 2
 	// ChannelBatches.
-	fBatchesChannel protowire.Number = 1
-	fBatchesBatches protowire.Number = 2
+	fBatchesChannel      protowire.Number = 1
+	fBatchesBatches      protowire.Number = 2
+	fBatchesSingleBatch  protowire.Number = 3
+	fBatchesValidateOnly protowire.Number = 4
 
 	// FetchResponse.
 	fFetchResults protowire.Number = 1

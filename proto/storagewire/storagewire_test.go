@@ -25,7 +25,7 @@ func TestFieldNumbers(t *testing.T) {
 		fields map[string]protowire.Number
 	}{
 		{&storagev1.AppendStreamRequest{}, map[string]protowire.Number{"id": fAppendID, "channels": fAppendChannels}},
-		{&storagev1.ChannelBatches{}, map[string]protowire.Number{"channel": fBatchesChannel, "batches": fBatchesBatches}},
+		{&storagev1.ChannelBatches{}, map[string]protowire.Number{"channel": fBatchesChannel, "batches": fBatchesBatches, "single_batch": fBatchesSingleBatch, "validate_only": fBatchesValidateOnly}},
 		{&storagev1.FetchResponse{}, map[string]protowire.Number{"results": fFetchResults}},
 		{&storagev1.FetchChannelResult{}, map[string]protowire.Number{
 			"channel": fResultChannel, "error": fResultError, "high_watermark": fResultHighWatermark,

@@ -613,7 +613,7 @@ func (s *service) beginAppend(cb *storagev1.ChannelBatches) *chanAppend {
 	a := &chanAppend{cb: cb}
 	a.l, a.err = s.writableChannelFor(cb.Channel)
 	if a.err == nil {
-		a.pend = a.l.BeginAppend(cb.Batches)
+		a.pend = a.l.BeginAppendWith(cb.Batches, store.AppendOptions{SingleBatch: cb.SingleBatch, ValidateOnly: cb.ValidateOnly})
 	}
 	return a
 }

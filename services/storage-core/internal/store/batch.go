@@ -118,19 +118,77 @@ func frameLen(b []byte) (int, error) {
 	return n, nil
 }
 
-// checkFrame validates one frame (exactly one batch in b) as Kafka's LogValidator does
-// at produce time: magic, CRC, record count, producer fields, no control batches, and
-// every record parsed (compressed batches decompressed, to at most maxDecompressed
-// bytes): framing, field lengths, offset deltas exactly 0..n-1. It returns the parsed
-// header. Errors: ErrCorruptBatch (CRC, lengths, count, undecodable compression: Kafka
-// CORRUPT_MESSAGE), ErrInvalidRecord (magic, offset deltas, record fields, control
-// batch, producer fields: Kafka INVALID_RECORD), ErrUnsupportedCompression.
+// headerUpToMagic is the bytes of a frame up to and including magic: baseOffset,
+// batchLength, partitionLeaderEpoch, magic.
+const headerUpToMagic = offMagic + 1
+
+// checkFraming is an append's first pass over its frames b, before any frame is
+// checked in depth (checkFrame), in the order Kafka checks a Produce request's records
+// (ProduceRequest.validateRecords over the batch iterator). Per frame: its framing
+// (the bytes up to magic, then a batch length that fits in b), magic 2, a whole
+// header; the CRC-32C of a transactional or control frame, because those bits decide
+// what follows (a control frame is refused here; a transactional one was checked
+// against its transaction by kafka-gateway before it came), so a damaged frame is
+// corrupt, not what its damaged bits say; no control frame. Then, with single (Kafka
+// Produce v3+), exactly one frame. Errors:
+//
+//	empty b                                -> ErrInvalidRecord with single, else ErrCorruptBatch
+//	short or overlong frame                -> ErrCorruptBatch
+//	magic other than 2                     -> ErrInvalidRecord
+//	bad CRC of a transactional or control  -> ErrCorruptBatch (of any other: checkFrame)
+//	control frame (clients may not write)  -> ErrInvalidRecord
+//	more than one frame with single        -> ErrInvalidRecord
+func checkFraming(b []byte, single bool) error {
+	if len(b) == 0 {
+		if single {
+			// Kafka: "must have at least one record batch per partition".
+			return fmt.Errorf("%w: no record batch", ErrInvalidRecord)
+		}
+		return fmt.Errorf("%w: no batches", ErrCorruptBatch)
+	}
+	frames := 0
+	for len(b) > 0 {
+		if len(b) < headerUpToMagic {
+			return fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptBatch, len(b))
+		}
+		bl := int32(binary.BigEndian.Uint32(b[offBatchLength:]))
+		n := int64(bl) + batchLengthField
+		if bl < 0 || n > int64(len(b)) {
+			return fmt.Errorf("%w: batch length %d past the end (%d bytes left)", ErrCorruptBatch, bl, len(b))
+		}
+		if b[offMagic] != 2 {
+			return fmt.Errorf("%w: magic %d, only RecordBatch v2 is accepted", ErrInvalidRecord, b[offMagic])
+		}
+		if n < batchHeaderLen {
+			return fmt.Errorf("%w: batch length %d", ErrCorruptBatch, bl)
+		}
+		frame := b[:n]
+		attrs := binary.BigEndian.Uint16(frame[offAttributes:])
+		if attrs&(attrControl|attrTransactional) != 0 && crc32.Checksum(frame[offAttributes:], castagnoli) != binary.BigEndian.Uint32(frame[offCRC:]) {
+			return fmt.Errorf("%w: CRC mismatch", ErrCorruptBatch)
+		}
+		if attrs&attrControl != 0 {
+			return fmt.Errorf("%w: clients may not write control batches", ErrInvalidRecord)
+		}
+		frames++
+		b = b[n:]
+	}
+	if single && frames > 1 {
+		return fmt.Errorf("%w: %d record batches, exactly one is allowed", ErrInvalidRecord, frames)
+	}
+	return nil
+}
+
+// checkFrame validates one frame (exactly one batch in b, which checkFraming passed)
+// as Kafka's LogValidator does at produce time: CRC, record count, producer fields,
+// and every record parsed (compressed batches decompressed, to at most
+// maxDecompressed bytes): framing, field lengths, offset deltas exactly 0..n-1. It
+// returns the parsed header. Errors: ErrCorruptBatch (CRC, lengths, count,
+// undecodable compression: Kafka CORRUPT_MESSAGE), ErrInvalidRecord (offset deltas,
+// record fields, producer fields: Kafka INVALID_RECORD), ErrUnsupportedCompression.
 // Uncompressed records are parsed in place without allocating; compressed ones are
 // decompressed into pooled buffers.
 func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
-	if b[offMagic] != 2 {
-		return batchHeader{}, fmt.Errorf("%w: magic %d, only RecordBatch v2 is accepted", ErrInvalidRecord, b[offMagic])
-	}
 	h := parseHeader(b)
 	if crc := crc32.Checksum(b[offAttributes:], castagnoli); crc != binary.BigEndian.Uint32(b[offCRC:]) {
 		return h, fmt.Errorf("%w: CRC mismatch", ErrCorruptBatch)
@@ -170,16 +228,14 @@ func checkFrame(b []byte, maxDecompressed int) (batchHeader, error) {
 }
 
 // checkProducerFields applies Kafka's batch checks on client-written batches
-// (LogValidator.validateBatch, ProducerStateManager): no control batches; a producer
-// id below 0 means none, as in Kafka, whose RecordBatch.hasProducerId is
+// (LogValidator.validateBatch, ProducerStateManager; control batches were refused by
+// checkFraming): a producer id below 0 means none, as in Kafka, whose RecordBatch.hasProducerId is
 // "producerId > NO_PRODUCER_ID (-1)": -5 is taken and stored as sent, without
 // idempotence, like -1. Without a producer id the batch is not transactional (its base
 // sequence is not looked at: franz-go writes 0 there when idempotence is off, and
 // Kafka takes it); with one the base sequence is >= 0.
 func checkProducerFields(h *batchHeader) error {
 	switch {
-	case h.Attributes&attrControl != 0:
-		return fmt.Errorf("%w: clients may not write control batches", ErrInvalidRecord)
 	case h.ProducerID < 0 && h.Attributes&attrTransactional != 0:
 		return fmt.Errorf("%w: transactional batch without a producer id", ErrInvalidRecord)
 	case h.ProducerID >= 0 && h.BaseSequence < 0:

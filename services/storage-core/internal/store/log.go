@@ -291,6 +291,8 @@ type PendingAppend struct {
 	res    AppendResult
 	target int64 // wait until offsets below this are durable; 0 = nothing to wait for
 	err    error
+	// validateOnly: nothing was written (AppendOptions.ValidateOnly).
+	validateOnly bool
 }
 
 // BeginAppend is the write phase of AppendBatches: it validates b, checks
@@ -301,8 +303,24 @@ type PendingAppend struct {
 // durability. b is modified in place; BeginAppend keeps no reference to it once it
 // returns (the bytes are written by then), so the caller may reuse b at once.
 func (l *Log) BeginAppend(b []byte) *PendingAppend {
-	res, target, err := l.beginAppend(b)
-	return &PendingAppend{l: l, res: res, target: target, err: err}
+	return l.BeginAppendWith(b, AppendOptions{})
+}
+
+// AppendOptions are the per-append choices of storage.proto's ChannelBatches.
+type AppendOptions struct {
+	// SingleBatch: b must be exactly one frame (Kafka Produce v3+); none or more is
+	// ErrInvalidRecord.
+	SingleBatch bool
+	// ValidateOnly: validate b as the append would (frames, the channel's size and
+	// timestamp limits) and write nothing; producer state is neither checked nor
+	// changed. The result has BaseOffset -1.
+	ValidateOnly bool
+}
+
+// BeginAppendWith is BeginAppend with options.
+func (l *Log) BeginAppendWith(b []byte, o AppendOptions) *PendingAppend {
+	res, target, err := l.beginAppend(b, o)
+	return &PendingAppend{l: l, res: res, target: target, err: err, validateOnly: o.ValidateOnly}
 }
 
 // Wait blocks until the append is durable (fsync always; at once in interval mode) and
@@ -316,7 +334,7 @@ func (p *PendingAppend) Wait() (AppendResult, error) {
 			return AppendResult{}, err
 		}
 	}
-	if !p.res.Duplicate {
+	if !p.res.Duplicate && !p.validateOnly {
 		p.l.st.metrics.Appends.Inc()
 	}
 	return p.res, nil
@@ -324,9 +342,9 @@ func (p *PendingAppend) Wait() (AppendResult, error) {
 
 // beginAppend writes b and returns its result and the offset bound its durability
 // waits for (0: none).
-func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
-	if len(b) == 0 {
-		return AppendResult{}, 0, fmt.Errorf("%w: no batches", ErrCorruptBatch)
+func (l *Log) beginAppend(b []byte, o AppendOptions) (AppendResult, int64, error) {
+	if err := checkFraming(b, o.SingleBatch); err != nil {
+		return AppendResult{}, 0, err
 	}
 	cfg := l.cfg.Load()
 	var hbuf [2]batchHeader
@@ -350,6 +368,9 @@ func (l *Log) beginAppend(b []byte) (AppendResult, int64, error) {
 	}
 	if err := checkTimestamps(cfg, hdrs, l.st.nowMs()); err != nil {
 		return AppendResult{}, 0, err
+	}
+	if o.ValidateOnly {
+		return AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1}, 0, nil
 	}
 
 	l.mu.Lock()

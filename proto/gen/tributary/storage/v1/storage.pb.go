@@ -2108,7 +2108,15 @@ type ChannelBatches struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Channel string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
 	// One or more concatenated Kafka RecordBatch v2 frames (magic 2), as produced.
-	Batches       []byte `protobuf:"bytes,2,opt,name=batches,proto3" json:"batches,omitempty"`
+	Batches []byte `protobuf:"bytes,2,opt,name=batches,proto3" json:"batches,omitempty"`
+	// Exactly one frame (Kafka Produce v3 and later, ProduceRequest.validateRecords):
+	// none (empty batches) or more than one is INVALID_RECORD. Without it, empty batches
+	// are CORRUPT_BATCH and several frames are appended together.
+	SingleBatch bool `protobuf:"varint,3,opt,name=single_batch,json=singleBatch,proto3" json:"single_batch,omitempty"`
+	// Validate the frames as this append would (framing, magic, CRC, records, the
+	// channel's size and timestamp limits) and store nothing: the answer carries the
+	// validation error, or none. Producer state is neither checked nor changed.
+	ValidateOnly  bool `protobuf:"varint,4,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2155,6 +2163,20 @@ func (x *ChannelBatches) GetBatches() []byte {
 		return x.Batches
 	}
 	return nil
+}
+
+func (x *ChannelBatches) GetSingleBatch() bool {
+	if x != nil {
+		return x.SingleBatch
+	}
+	return false
+}
+
+func (x *ChannelBatches) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
 }
 
 type AppendBatchesRequest struct {
@@ -3420,10 +3442,12 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12'\n" +
 	"\x0fbefore_sequence\x18\x02 \x01(\x03R\x0ebeforeSequence\"E\n" +
 	"\x15DeleteRecordsResponse\x12,\n" +
-	"\x12log_start_sequence\x18\x01 \x01(\x03R\x10logStartSequence\"D\n" +
+	"\x12log_start_sequence\x18\x01 \x01(\x03R\x10logStartSequence\"\x8c\x01\n" +
 	"\x0eChannelBatches\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12\x18\n" +
-	"\abatches\x18\x02 \x01(\fR\abatches\"X\n" +
+	"\abatches\x18\x02 \x01(\fR\abatches\x12!\n" +
+	"\fsingle_batch\x18\x03 \x01(\bR\vsingleBatch\x12#\n" +
+	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"X\n" +
 	"\x14AppendBatchesRequest\x12@\n" +
 	"\bchannels\x18\x01 \x03(\v2$.tributary.storage.v1.ChannelBatchesR\bchannels\"\x8d\x02\n" +
 	"\x13ChannelAppendResult\x12\x18\n" +
