@@ -100,7 +100,48 @@ func (s *Storage) HighWatermark(name string) int64 {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// AppendBatches implements storagev1.StorageServiceClient.
+// checkFraming answers storage-core's framing pass (store.checkFraming) for the
+// frames b, in the same order: empty, frame lengths, magic 2, the CRC of a
+// transactional or control frame, control frames, and with single exactly one frame.
+func checkFraming(b []byte, single bool) storagev1.ErrorCode {
+	const (
+		corrupt = storagev1.ErrorCode_ERROR_CODE_CORRUPT_BATCH
+		invalid = storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD
+	)
+	if len(b) == 0 && single {
+		return invalid
+	}
+	if len(b) == 0 {
+		return corrupt
+	}
+	frames := 0
+	for ; len(b) > 0; frames++ {
+		if len(b) < 17 {
+			return corrupt
+		}
+		n := int64(int32(binary.BigEndian.Uint32(b[8:]))) + 12
+		switch {
+		case n < 12 || n > int64(len(b)):
+			return corrupt
+		case b[16] != 2:
+			return invalid
+		case n < 61:
+			return corrupt
+		case b[22]&0x30 != 0 && crc32.Checksum(b[21:n], castagnoli) != binary.BigEndian.Uint32(b[17:]):
+			return corrupt
+		case b[22]&0x20 != 0:
+			return invalid
+		}
+		b = b[n:]
+	}
+	if single && frames > 1 {
+		return invalid
+	}
+	return 0
+}
+
+// AppendBatches implements storagev1.StorageServiceClient: checkFraming, then per
+// frame the size limit and CRC; with validate_only nothing is stored.
 func (s *Storage) AppendBatches(_ context.Context, req *storagev1.AppendBatchesRequest, _ ...grpc.CallOption) (*storagev1.AppendBatchesResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,19 +160,14 @@ func (s *Storage) AppendBatches(_ context.Context, req *storagev1.AppendBatchesR
 			continue
 		}
 		res.LogStartSequence = l.logStart
+		if res.Error = checkFraming(cb.GetBatches(), cb.GetSingleBatch()); res.Error != 0 {
+			continue
+		}
 		var parsed []batch
 		b := cb.GetBatches()
 		next := l.next
 		for len(b) > 0 && res.Error == 0 {
-			if len(b) < 61 {
-				res.Error = storagev1.ErrorCode_ERROR_CODE_CORRUPT_BATCH
-				break
-			}
 			n := int(binary.BigEndian.Uint32(b[8:])) + 12
-			if n < 61 || n > len(b) {
-				res.Error = storagev1.ErrorCode_ERROR_CODE_CORRUPT_BATCH
-				break
-			}
 			if n > l.maxMessageBytes {
 				res.Error = storagev1.ErrorCode_ERROR_CODE_BATCH_TOO_LARGE
 				break
@@ -147,7 +183,7 @@ func (s *Storage) AppendBatches(_ context.Context, req *storagev1.AppendBatchesR
 			next += count
 			b = b[n:]
 		}
-		if res.Error != 0 {
+		if res.Error != 0 || cb.GetValidateOnly() {
 			continue
 		}
 		res.FirstSequence = l.next

@@ -20,12 +20,15 @@ package handler
 //     topic) is appended once, with the records of its last entry, and answered once;
 //     the response has one entry per distinct topic and partition, in order of first
 //     appearance (Kafka keys both the records and the answers by topic-partition).
-//   - Null or empty records are INVALID_RECORD (Kafka: "must have at least one record
-//     batch per partition").
-//   - Each partition's batches are checked (framing, magic 2; CRC-32C of control and
-//     transactional batches: storage-core verifies every CRC, a mismatch is
-//     CORRUPT_MESSAGE either way) and then all
-//     partitions go to storage-core in ONE request (AppendStream, see below). BaseOffset =
+//   - storage-core is the one validator of the records (ChannelBatches.single_batch:
+//     exactly one batch per partition, Kafka's ProduceRequest.validateRecords): null
+//     or empty records, magic other than 2, a control batch or more than one batch
+//     are INVALID_RECORD, a short or overlong frame or a bad CRC-32C CORRUPT_MESSAGE
+//     (storage.proto ErrorCode, errors.go). The gateway only reads a transactional
+//     batch's header (batch.go: why before the CRC is checked); a transactional
+//     partition its coordinator refuses is validated by storage-core (validate_only),
+//     whose refusal (a corrupt batch) is the answer. All partitions go to storage-core
+//     in ONE request (AppendStream, see below). BaseOffset =
 //     first_sequence - 1 (the original offset for an idempotent duplicate),
 //     LogAppendTime from storage (-1 for CreateTime topics), LogStartOffset =
 //     log_start_sequence - 1.
@@ -182,25 +185,19 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
-			chk := checkBatches(p.Records)
-			if chk.code == 0 && chk.batches > 1 {
-				// Kafka (ProduceRequest.validateRecords): from v3 on, exactly one
-				// batch per partition; earlier versions are refused above.
-				chk.code = kerr.InvalidRecord.Code
-			}
-			if chk.code != 0 {
-				rp.ErrorCode = chk.code
-				continue
-			}
 			bytesIn += len(p.Records)
-			if chk.transactional {
+			if pid, epoch, ok := transactionalBatch(p.Records); ok {
 				txnParts = append(txnParts, txnPart{slot: sl, topic: t.Topic, partition: p.Partition,
-					pid: chk.producerID, epoch: chk.producerEpoch, records: p.Records})
+					pid: pid, epoch: epoch, records: p.Records})
 				continue
 			}
+			// storage-core validates the records (from v3 on exactly one batch per
+			// partition, Kafka's ProduceRequest.validateRecords; earlier versions are
+			// refused above).
 			channels = append(channels, &storagev1.ChannelBatches{
-				Channel: channel.KafkaPartition(t.Topic, p.Partition),
-				Batches: p.Records,
+				Channel:     channel.KafkaPartition(t.Topic, p.Partition),
+				Batches:     p.Records,
+				SingleBatch: true,
 			})
 			slots = append(slots, sl)
 		}
@@ -208,14 +205,16 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 	h.metrics.addProduceBytes(bytesIn)
 	if len(txnParts) > 0 {
 		codes := h.verifyTxnPartitions(ctx, req.TransactionID, txnParts, req.Version >= 12)
+		h.validateRefused(ctx, txnParts, codes)
 		for i, tp := range txnParts {
 			if codes[i] != 0 {
 				resp.Topics[tp.slot.t].Partitions[tp.slot.p].ErrorCode = codes[i]
 				continue
 			}
 			channels = append(channels, &storagev1.ChannelBatches{
-				Channel: channel.KafkaPartition(tp.topic, tp.partition),
-				Batches: tp.records,
+				Channel:     channel.KafkaPartition(tp.topic, tp.partition),
+				Batches:     tp.records,
+				SingleBatch: true,
 			})
 			slots = append(slots, tp.slot)
 		}
@@ -389,6 +388,41 @@ func (h *Handler) verifyTxnPartitions(ctx context.Context, tid *string, parts []
 		}
 	}
 	return codes
+}
+
+// validateRefused asks storage-core to validate, storing nothing (validate_only), the
+// batches of the transactional partitions whose verification failed (codes[i] != 0),
+// and puts storage-core's code in place of the verification's where it refuses the
+// batch: a corrupt batch is CORRUPT_MESSAGE whatever its damaged transactional bit or
+// producer fields made the verification answer. When storage-core cannot be asked,
+// the verification's codes stand (nothing is stored either way).
+func (h *Handler) validateRefused(ctx context.Context, parts []txnPart, codes []int16) {
+	var (
+		req = &storagev1.AppendBatchesRequest{}
+		at  []int
+	)
+	for i, p := range parts {
+		if codes[i] != 0 {
+			req.Channels = append(req.Channels, &storagev1.ChannelBatches{Channel: channel.KafkaPartition(p.topic, p.partition),
+				Batches: p.records, SingleBatch: true, ValidateOnly: true})
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, produceMinTimeout)
+	defer cancel()
+	out, err := h.storage.AppendBatches(sctx, req)
+	if err != nil {
+		h.log.Warn("storage validation of refused transactional batches failed", zap.Int("partitions", len(at)), zap.Error(err))
+		return
+	}
+	for j, res := range out.GetResults() {
+		if j < len(at) && res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+			codes[at[j]] = storageCode(res.GetError())
+		}
+	}
 }
 
 // dedupeProduce fills resp with one topic per distinct topic name and one partition

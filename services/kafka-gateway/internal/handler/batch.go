@@ -1,104 +1,50 @@
 package handler
 
-import (
-	"encoding/binary"
-	"hash/crc32"
+import "encoding/binary"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-)
-
-// RecordBatch v2 layout (Kafka's DefaultRecordBatch):
-//
-//	baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
-//	crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
-//	maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
-//	recordCount int32 | records...
-//
-// batchLength counts the bytes after itself; the CRC-32C covers attributes to the end.
+// The few RecordBatch v2 header fields Produce reads before storage-core, which owns
+// the format and is the one validator of produced records (storage.proto
+// ChannelBatches, single_batch): batchLength (int32 at 8, the bytes after it), magic
+// (int8 at 16), attributes (int16 at 21; 0x10 transactional, 0x20 control),
+// producerId (int64 at 43), producerEpoch (int16 at 51); the header is 61 bytes.
 const (
 	batchHeaderLen   = 61
 	batchLenOffset   = 8
+	batchLenField    = 12 // bytes up to and including batchLength
 	magicOffset      = 16
-	crcOffset        = 17
 	attrOffset       = 21
 	producerIDOffset = 43
 	epochOffset      = 51
 	attrTxnBit       = 0x10
 	attrControlBit   = 0x20
-	batchLogOverhead = 12
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// batchCheck is what checkBatches learned about a partition's records.
-type batchCheck struct {
-	code          int16 // Kafka error code; 0 when the records are acceptable
-	transactional bool
-	batches       int
-	// Producer id and epoch of the last transactional batch (set with transactional).
-	producerID    int64
-	producerEpoch int16
-}
-
-// checkBatches validates the framing of the record batches a producer sent for one
-// partition before they go to storage-core (which validates them again, CRC-32C
-// included): every batch must be a complete magic-2 batch; a control or
-// transactional batch must also have a correct CRC-32C.
+// transactionalBatch reports whether records is one transactional batch that must be
+// verified with the transaction coordinator before it is stored (KIP-890 part 1), and
+// its producer id and epoch. It is only a reader, no validator: it says true exactly
+// when records is one whole magic-2 frame (61 bytes or more, batchLength matching)
+// whose attributes have the transactional bit and not the control bit. Everything
+// else goes to storage-core unverified, which is safe because storage-core refuses it
+// or it is not transactional:
+//   - not exactly one whole magic-2 frame: storage-core refuses these very bytes
+//     (single_batch: framing, magic, one batch), whatever they say;
+//   - a control batch: storage-core refuses every control batch from a producer;
+//   - no transactional bit: the batch is not transactional, or its bit was lost to
+//     damage, and storage-core's CRC-32C (which covers attributes and the producer
+//     fields) refuses a damaged batch.
 //
-//	null or empty records                        -> INVALID_RECORD (87)
-//	short or overlong frame                      -> CORRUPT_MESSAGE (2)
-//	bad CRC (here or in storage-core)            -> CORRUPT_MESSAGE (2)
-//	magic other than 2                           -> INVALID_RECORD (87)
-//	control batch from a producer                -> INVALID_RECORD (87)
-func checkBatches(b []byte) batchCheck {
-	var c batchCheck
-	if len(b) == 0 {
-		// Kafka (ProduceRequest.validateRecords, v3+): "must have at least one record
-		// batch per partition", an InvalidRecordException. Null records pass that check
-		// in Kafka only to fail later without a defined code; they hold no batch either.
-		c.code = kerr.InvalidRecord.Code
-		return c
+// The CRC is not checked here, so a batch whose transactional bit or producer fields
+// come from damage is verified with what it says: if the coordinator confirms it,
+// storage-core still refuses it (bad CRC); if not, Produce asks storage-core to
+// validate it (validate_only), so a corrupt batch is answered CORRUPT_MESSAGE either
+// way. Nothing transactional is stored unverified.
+func transactionalBatch(records []byte) (producerID int64, epoch int16, ok bool) {
+	if len(records) < batchHeaderLen || records[magicOffset] != 2 ||
+		int64(int32(binary.BigEndian.Uint32(records[batchLenOffset:])))+batchLenField != int64(len(records)) {
+		return 0, 0, false
 	}
-	for len(b) > 0 {
-		if len(b) < batchLogOverhead+5 {
-			c.code = kerr.CorruptMessage.Code
-			return c
-		}
-		n := int64(int32(binary.BigEndian.Uint32(b[batchLenOffset:])))
-		total := n + batchLogOverhead
-		if n < 0 || total > int64(len(b)) {
-			c.code = kerr.CorruptMessage.Code
-			return c
-		}
-		if b[magicOffset] != 2 {
-			c.code = kerr.InvalidRecord.Code
-			return c
-		}
-		if total < batchHeaderLen {
-			c.code = kerr.CorruptMessage.Code
-			return c
-		}
-		batch := b[:total]
-		attrs := binary.BigEndian.Uint16(batch[attrOffset:])
-		// storage-core verifies every batch's CRC (CORRUPT_BATCH, answered as
-		// CORRUPT_MESSAGE), so it is checked here only when the answer depends on the
-		// attributes: a corrupt batch is CORRUPT_MESSAGE, not what its damaged bits
-		// would say. One pass less over every produced byte on the common path.
-		if attrs&(attrControlBit|attrTxnBit) != 0 && crc32.Checksum(batch[attrOffset:], castagnoli) != binary.BigEndian.Uint32(batch[crcOffset:]) {
-			c.code = kerr.CorruptMessage.Code
-			return c
-		}
-		if attrs&attrControlBit != 0 {
-			c.code = kerr.InvalidRecord.Code
-			return c
-		}
-		if attrs&attrTxnBit != 0 {
-			c.transactional = true
-			c.producerID = int64(binary.BigEndian.Uint64(batch[producerIDOffset:]))
-			c.producerEpoch = int16(binary.BigEndian.Uint16(batch[epochOffset:]))
-		}
-		c.batches++
-		b = b[total:]
+	if attrs := binary.BigEndian.Uint16(records[attrOffset:]); attrs&attrTxnBit == 0 || attrs&attrControlBit != 0 {
+		return 0, 0, false
 	}
-	return c
+	return int64(binary.BigEndian.Uint64(records[producerIDOffset:])), int16(binary.BigEndian.Uint16(records[epochOffset:])), true
 }
