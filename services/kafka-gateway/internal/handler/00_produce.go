@@ -42,7 +42,13 @@ package handler
 //     Nothing of a refused partition is stored. v12 under KIP-890 transactions v2 (the
 //     transaction.version feature ApiVersions advertises): the client sends no
 //     AddPartitionsToTxn, so the partitions are added to the transaction here (a
-//     previous transaction still completing: NOT_ENOUGH_REPLICAS, retriable).
+//     previous transaction still completing: NOT_ENOUGH_REPLICAS, retriable). Known
+//     gap of transactions v1 (as in Kafka before KIP-890): the check and the append
+//     are two steps, so a batch the producer itself still has in flight when its
+//     EndTxn's markers are written lands after the marker and leaves an open
+//     transaction on that partition (clients wait for their produces before EndTxn;
+//     WriteTxnMarkers, kafka-transactions.sh abort, ends it). Under v2 the epoch bump
+//     at every end fences such a batch.
 //     Batches that are not transactional
 //     take the idempotent path unchanged, with or without a transactional id.
 //   - Storage outages are retriable codes (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
