@@ -28,7 +28,7 @@ func TestAttackHugeSourceRecord(t *testing.T) {
 	}
 	publish(t, src, "after")
 	var got []Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(60 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
 		ds, err := q.Receive(context.Background(), 10, 0, 0, 100*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)

@@ -1070,6 +1070,14 @@ func TestUnleasedBound(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		publish(t, src, fmt.Sprint(i))
 	}
+	// The binding copies the source into the queue's log in the background: the bounds
+	// below are about the window, so wait until the log holds all 40 first.
+	for deadline := time.Now().Add(30 * time.Second); q.log.HighWatermark() < 40; {
+		if time.Now().After(deadline) {
+			t.Fatalf("binding copied %d of 40 records", q.log.HighWatermark())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	loaded := func() int {
 		q.mu.Lock()
 		defer q.mu.Unlock()
