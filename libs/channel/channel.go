@@ -161,6 +161,10 @@ func ParsePubSub(name string) (id string, sub bool, ok bool) {
 	return rest, false, ValidatePubSubTopicID(rest) == nil
 }
 
+// PubSubPrefix starts the name of every Pub/Sub channel: topic logs (PubSubTopic) and
+// subscription queues (PubSubSubscription).
+const PubSubPrefix = gcpPrefix
+
 // PubSubTopic returns the log channel for a Pub/Sub topic id (the last segment of
 // projects/P/topics/ID).
 func PubSubTopic(topicID string) string { return gcpPrefix + topicID }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/pubsubspec"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -30,13 +31,11 @@ const (
 // Reserved headers on gcp.<topic> records: visible to native readers, stripped for
 // Pub/Sub clients (every header starting with "_" is).
 const (
-	hdrMessageID   = "_pubsub_message_id"
-	hdrPublishTime = "_pubsub_publish_time"
-	hdrOrderingKey = "_pubsub_ordering_key"
-	// hdrDeadLetterSourceTime carries the source record's timestamp (decimal ms) on a
-	// dead-lettered record; delivery turns it into
-	// CloudPubSubDeadLetterSourceTopicPublishTime.
-	hdrDeadLetterSourceTime = "_pubsub_dl_source_time"
+	hdrMessageID   = pubsubspec.HeaderMessageID
+	hdrPublishTime = pubsubspec.HeaderPublishTime
+	hdrOrderingKey = pubsubspec.HeaderOrderingKey
+	// hdrDeadLetterSourceTime: see pubsubspec.HeaderDeadLetterSourceTime.
+	hdrDeadLetterSourceTime = pubsubspec.HeaderDeadLetterSourceTime
 	// hdrAttrPrefix escapes an attribute whose key starts with "_" (valid in Pub/Sub):
 	// attribute "_k" is the header "_pubsub_attr:_k", so it reaches subscribers instead
 	// of being stripped as a system header, and no attribute can forge a reserved header

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/tributary/tributary/libs/pubsubspec"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -66,26 +67,17 @@ func (h *Publisher) CreateTopic(ctx context.Context, t *pubsubpb.Topic) (*pubsub
 	return spec, nil
 }
 
-// maxLogBatchBytes is the largest append a topic's log takes: a whole 10 MB publish
-// plus the reserved headers (storage-core's default is Kafka's 1 MB).
-const maxLogBatchBytes = 16 << 20
-
-// topicChannelConfig is the config of a topic's log: retention from the topic (default
-// storage-core's), and appends large enough for any valid publish.
+// topicChannelConfig validates a topic's labels and retention and returns the config
+// of its log (pubsubspec.TopicChannelConfig, which the coordinator also rebuilds lost
+// logs with).
 func topicChannelConfig(t *pubsubpb.Topic) (*storagev1.ChannelConfig, error) {
 	if err := validateLabels(t.GetLabels()); err != nil {
 		return nil, err
 	}
-	cfg := &storagev1.ChannelConfig{MaxMessageBytes: maxLogBatchBytes}
-	d := t.GetMessageRetentionDuration()
-	if d == nil {
-		return cfg, nil
-	}
-	if err := d.CheckValid(); err != nil || d.AsDuration() < minTopicRetention || d.AsDuration() > maxRetention {
+	if d := t.GetMessageRetentionDuration(); d != nil && (d.CheckValid() != nil || d.AsDuration() < minTopicRetention || d.AsDuration() > maxRetention) {
 		return nil, invalid("message_retention_duration out of bounds: it must be between 10 minutes and 31 days")
 	}
-	cfg.RetentionMs = d.AsDuration().Milliseconds()
-	return cfg, nil
+	return pubsubspec.TopicChannelConfig(t), nil
 }
 
 // loadTopic returns a topic as stored (with its name) and the id of its schema in the

@@ -13,31 +13,27 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/pubsubspec"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
 // Subscription bounds and defaults (Google's pubsub.proto comments).
 const (
-	defaultAckDeadline     = 10
-	minAckDeadline         = 10
-	maxAckDeadline         = 600
-	defaultSubRetention    = 7 * 24 * time.Hour
-	minSubRetention        = 10 * time.Minute
-	defaultExpiration      = 31 * 24 * time.Hour
-	minExpiration          = 24 * time.Hour
-	maxFilterBytes         = 256
-	defaultMaxDeliveries   = 5
-	minMaxDeliveries       = 5
-	maxMaxDeliveries       = 100
-	defaultMinBackoff      = 10 * time.Second
-	defaultMaxBackoff      = 600 * time.Second
-	maxBackoff             = 600 * time.Second
-	deadLetterSourceSub    = "CloudPubSubDeadLetterSourceSubscription"
-	deadLetterSourceProj   = "CloudPubSubDeadLetterSourceSubscriptionProject"
-	deadLetterSourceTime   = "CloudPubSubDeadLetterSourceTopicPublishTime"
-	deadLetterSourceCount  = "CloudPubSubDeadLetterSourceDeliveryCount"
-	orderingKeyQueueHeader = hdrOrderingKey
+	defaultAckDeadline   = 10
+	minAckDeadline       = 10
+	maxAckDeadline       = 600
+	defaultSubRetention  = 7 * 24 * time.Hour
+	minSubRetention      = 10 * time.Minute
+	defaultExpiration    = 31 * 24 * time.Hour
+	minExpiration        = 24 * time.Hour
+	maxFilterBytes       = 256
+	defaultMaxDeliveries = 5
+	minMaxDeliveries     = 5
+	maxMaxDeliveries     = 100
+	defaultMinBackoff    = 10 * time.Second
+	defaultMaxBackoff    = 600 * time.Second
+	maxBackoff           = 600 * time.Second
+	deadLetterSourceTime = pubsubspec.AttrDeadLetterSourceTime
 )
 
 // subUpdatable lists the Subscription fields UpdateSubscription may change;
@@ -191,38 +187,8 @@ func (h *Subscriber) checkDeadLetterTopic(ctx context.Context, s *pubsubpb.Subsc
 	return nil
 }
 
-// queueConfig builds the queue's delivery settings from a normalized subscription.
+// queueConfig builds the queue's delivery settings from a normalized subscription
+// (pubsubspec.QueueConfig, which the coordinator also rebuilds lost queues with).
 func queueConfig(s *pubsubpb.Subscription, sub resource) *storagev1.QueueConfig {
-	c := &storagev1.QueueConfig{
-		AckDeadlineMs:      s.GetAckDeadlineSeconds() * 1000,
-		MessageRetentionMs: s.GetMessageRetentionDuration().AsDuration().Milliseconds(),
-		RetainAcked:        s.GetRetainAckedMessages(),
-		ExactlyOnce:        s.GetEnableExactlyOnceDelivery(),
-	}
-	if s.GetEnableMessageOrdering() {
-		c.OrderingKeyHeader = orderingKeyQueueHeader
-	}
-	if p := s.GetDeadLetterPolicy(); p != nil {
-		dlt, _ := parseName(p.GetDeadLetterTopic(), collTopics)
-		c.DeadLetter = &storagev1.DeadLetterPolicy{
-			Channel:             channel.PubSubTopic(dlt.id),
-			MaxDeliveryAttempts: p.GetMaxDeliveryAttempts(),
-			Headers: []*storagev1.Header{
-				{Key: deadLetterSourceSub, Value: []byte(sub.id)},
-				{Key: deadLetterSourceProj, Value: []byte(sub.project)},
-			},
-			DeliveryCountHeader:   deadLetterSourceCount,
-			SourceTimestampHeader: hdrDeadLetterSourceTime,
-			// The dead-lettered message is a new message of the dead-letter topic: its id
-			// and publish time come from its record there.
-			DropHeaders: []string{hdrMessageID, hdrPublishTime, deadLetterSourceSub, deadLetterSourceProj, deadLetterSourceCount, hdrDeadLetterSourceTime},
-		}
-	}
-	if p := s.GetRetryPolicy(); p != nil {
-		c.Retry = &storagev1.RetryPolicy{
-			MinBackoffMs: p.GetMinimumBackoff().AsDuration().Milliseconds(),
-			MaxBackoffMs: p.GetMaximumBackoff().AsDuration().Milliseconds(),
-		}
-	}
-	return c
+	return pubsubspec.QueueConfig(s, sub.project, sub.id)
 }
