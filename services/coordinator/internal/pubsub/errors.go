@@ -38,6 +38,10 @@ var (
 	// ErrNoRevisionID is returned when every draw of a new revision id clashed with one
 	// the schema has (revisionIDAttempts draws of 32 random bits): INTERNAL.
 	ErrNoRevisionID = errors.New("no free revision id")
+	// ErrInvalidSpec is a registered topic's or subscription's stored spec that is not
+	// a serialized google.pubsub.v1.Topic or Subscription: Reconcile cannot rebuild its
+	// channel (it logs and skips it).
+	ErrInvalidSpec = errors.New("stored spec does not decode")
 )
 
 // failure is a sentinel (kind) with the message the client reads: Error is msg, and

@@ -87,11 +87,9 @@ func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.Cre
 			return err
 		}
 		name := channel.PubSubTopic(id)
-		resp, err := r.storage.CreateChannel(ctx, &storagev1.CreateChannelRequest{
-			Name: name, Kind: storagev1.ChannelKind_CHANNEL_KIND_LOG, Config: req.GetChannelConfig(), IfNotExists: true,
-		})
+		resp, err := r.createLog(ctx, id, req.GetChannelConfig())
 		if err != nil {
-			return storageError("create channel "+name, err)
+			return err
 		}
 		if !resp.GetCreated() && req.GetChannelConfig() != nil {
 			if _, err := r.storage.UpdateChannelConfig(ctx, &storagev1.UpdateChannelConfigRequest{
@@ -106,6 +104,19 @@ func (r *Registry) CreatePubSubTopic(ctx context.Context, req *coordinatorv1.Cre
 		return nil, statusError(err)
 	}
 	return &coordinatorv1.CreatePubSubTopicResponse{Topic: topicProto(t)}, nil
+}
+
+// createLog creates the log gcp.<id> of topic id with cfg, or leaves the one that
+// exists as it is (if_not_exists: created false).
+func (r *Registry) createLog(ctx context.Context, id string, cfg *storagev1.ChannelConfig) (*storagev1.CreateChannelResponse, error) {
+	name := channel.PubSubTopic(id)
+	resp, err := r.storage.CreateChannel(ctx, &storagev1.CreateChannelRequest{
+		Name: name, Kind: storagev1.ChannelKind_CHANNEL_KIND_LOG, Config: cfg, IfNotExists: true,
+	})
+	if err != nil {
+		return nil, storageError("create channel "+name, err)
+	}
+	return resp, nil
 }
 
 // GetPubSubTopic returns a topic.
@@ -253,12 +264,8 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 		if _, err := tx.Topic(ctx, topic); err != nil {
 			return err
 		}
-		name := channel.PubSubSubscription(id)
-		create := &storagev1.CreateQueueRequest{
-			Name:     name,
-			Config:   req.GetQueueConfig(),
-			Bindings: []*storagev1.Binding{{Source: channel.PubSubTopic(topic), Filter: req.GetFilter()}},
-		}
+		create := queueRequest(id, topic, req.GetFilter(), req.GetQueueConfig())
+		name := create.GetName()
 		_, err := r.queues.CreateQueue(ctx, create)
 		if status.Code(err) == codes.AlreadyExists {
 			// Not registered (we hold the id's lock and found no row): a leftover.
@@ -282,6 +289,17 @@ func (r *Registry) CreatePubSubSubscription(ctx context.Context, req *coordinato
 		return nil, statusError(err)
 	}
 	return &coordinatorv1.CreatePubSubSubscriptionResponse{Subscription: subProto(s)}, nil
+}
+
+// queueRequest is the creation of the queue gcp.sub.<id> of subscription id with cfg,
+// bound to the log of topic with filter (no binding when topic is empty: its topic was
+// deleted).
+func queueRequest(id, topic, filter string, cfg *storagev1.QueueConfig) *storagev1.CreateQueueRequest {
+	req := &storagev1.CreateQueueRequest{Name: channel.PubSubSubscription(id), Config: cfg}
+	if topic != "" {
+		req.Bindings = []*storagev1.Binding{{Source: channel.PubSubTopic(topic), Filter: filter}}
+	}
+	return req
 }
 
 // GetPubSubSubscription returns a subscription.

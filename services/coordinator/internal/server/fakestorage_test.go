@@ -47,6 +47,8 @@ type fakeQueues struct {
 	detached map[string]bool
 	// failUnbind makes Unbind of these queues fail with UNAVAILABLE.
 	failUnbind map[string]bool
+	// created counts the queues CreateQueue made.
+	created int
 	// swept counts SweepLeases calls; sweepChanged is what each one answers.
 	swept        int
 	sweepChanged []string
@@ -84,9 +86,13 @@ func (f *fakeQueues) CreateQueue(_ context.Context, req *storagev1.CreateQueueRe
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.queues[req.GetName()]; ok {
+		if req.GetIfNotExists() {
+			return &storagev1.CreateQueueResponse{}, nil
+		}
 		return nil, status.Errorf(codes.AlreadyExists, "queue %s exists", req.GetName())
 	}
 	f.queues[req.GetName()] = proto.Clone(req).(*storagev1.CreateQueueRequest)
+	f.created++
 	return &storagev1.CreateQueueResponse{Created: true}, nil
 }
 
@@ -119,6 +125,25 @@ func (f *fakeQueues) Detach(_ context.Context, req *storagev1.DetachRequest) (*s
 	}
 	f.detached[req.GetName()] = true
 	return &storagev1.DetachResponse{}, nil
+}
+
+// drop removes a queue behind the coordinator's back (lost storage).
+func (f *fakeQueues) drop(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.queues, name)
+}
+
+// names returns the queue names, sorted.
+func (f *fakeQueues) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.queues))
+	for n := range f.queues {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (f *fakeQueues) get(name string) *storagev1.CreateQueueRequest {
@@ -209,6 +234,12 @@ func (f *fakeStorage) ListChannels(_ context.Context, req *storagev1.ListChannel
 	for n, cfg := range f.channels {
 		if strings.HasPrefix(n, req.GetPrefix()) {
 			resp.Channels = append(resp.Channels, &storagev1.Channel{Name: n, Config: proto.Clone(cfg).(*storagev1.ChannelConfig)})
+		}
+	}
+	// Queues are channels too (CHANNEL_KIND_QUEUE), as storage-core lists them.
+	for _, n := range f.queues.names() {
+		if strings.HasPrefix(n, req.GetPrefix()) {
+			resp.Channels = append(resp.Channels, &storagev1.Channel{Name: n, Kind: storagev1.ChannelKind_CHANNEL_KIND_QUEUE})
 		}
 	}
 	return resp, nil

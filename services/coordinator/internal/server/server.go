@@ -57,6 +57,7 @@ type Server struct {
 	metrics     *metrics
 	groups      *group.Coordinator
 	handler     *handler.Handler
+	pubsub      *pubsub.Registry
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -124,6 +125,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.groups.AddSweepLock(txn.SweepLock, txns.Sweep)
 	queues := storagev1.NewQueueServiceClient(s.storageConn)
 	registry := pubsub.New(s.store, s.storage, queues, log.Named("pubsub"), cfg.Now)
+	s.pubsub = registry
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
 	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
 	expiry := cfg.PubSubExpiryInterval
@@ -300,15 +302,22 @@ func (s *Server) prepare(ctx context.Context) {
 		case <-tick.C:
 		case <-s.refresh:
 		case <-reconcile.C:
+			// Kafka and Pub/Sub are checked each time: one failing does not hold up the other.
 			n, err := s.handler.Reconcile(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("could not check topic channels, retrying", zap.Duration("backoff", reconcileRetry), zap.Error(err))
+			} else if n > 0 {
+				s.log.Warn("recreated missing topic channels", zap.Int("channels", n))
+			}
+			pn, perr := s.pubsub.Reconcile(ctx)
+			if perr != nil && ctx.Err() == nil {
+				s.log.Warn("could not check Pub/Sub channels, retrying", zap.Duration("backoff", reconcileRetry), zap.Error(perr))
+			} else if pn > 0 {
+				s.log.Warn("recreated missing Pub/Sub channels", zap.Int("channels", pn))
+			}
+			if (err != nil || perr != nil) && ctx.Err() == nil {
 				reconcile.Reset(reconcileRetry)
-			default:
-				if n > 0 {
-					s.log.Warn("recreated missing topic channels", zap.Int("channels", n))
-				}
+			} else {
 				reconcile.Reset(reconcileInterval)
 			}
 		}
