@@ -41,33 +41,19 @@ func (h *Handler) handleAlterConfigs(ctx context.Context, r *Request) (kmsg.Resp
 		for _, c := range res.Configs {
 			rs[i].configs = append(rs[i].configs, c.Name)
 			if c.Value == nil {
+				// Refused by the checks: never sent.
 				rs[i].nulls = append(rs[i].nulls, c.Name)
+				continue
 			}
+			rs[i].alterations = append(rs[i].alterations, &coordinatorv1.ConfigAlteration{Name: c.Name, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: *c.Value})
 		}
 	}
-	codes, msgs := checkAlterResources(rs)
-
-	areq := &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: req.ValidateOnly, Replace: true}
-	idx := map[string]int{}
+	codes, msgs := h.alterConfigs(ctx, rs, req.ValidateOnly, true)
 	for i, res := range req.Resources {
 		rr := kmsg.NewAlterConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName
 		rr.ErrorCode, rr.ErrorMessage = codes[i], msgs[i]
 		resp.Resources = append(resp.Resources, rr)
-		if codes[i] != 0 {
-			continue
-		}
-		ta := &coordinatorv1.TopicAlteration{Name: res.ResourceName}
-		for _, c := range res.Configs {
-			ta.Alterations = append(ta.Alterations, &coordinatorv1.ConfigAlteration{Name: c.Name, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: *c.Value})
-		}
-		areq.Topics = append(areq.Topics, ta)
-		idx[res.ResourceName] = i
 	}
-	h.alterTopicConfigs(ctx, areq, func(name string, code int16, msg *string) {
-		if i, ok := idx[name]; ok {
-			resp.Resources[i].ErrorCode, resp.Resources[i].ErrorMessage = code, msg
-		}
-	})
 	return resp, nil
 }

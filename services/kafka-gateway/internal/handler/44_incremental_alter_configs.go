@@ -39,22 +39,6 @@ func (h *Handler) handleIncrementalAlterConfigs(ctx context.Context, r *Request)
 			if c.Value == nil && c.Op != kmsg.IncrementalAlterConfigOpDelete {
 				rs[i].nulls = append(rs[i].nulls, c.Name)
 			}
-		}
-	}
-	codes, msgs := checkAlterResources(rs)
-
-	areq := &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: req.ValidateOnly}
-	idx := map[string]int{}
-	for i, res := range req.Resources {
-		rr := kmsg.NewIncrementalAlterConfigsResponseResource()
-		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName
-		rr.ErrorCode, rr.ErrorMessage = codes[i], msgs[i]
-		resp.Resources = append(resp.Resources, rr)
-		if codes[i] != 0 {
-			continue
-		}
-		ta := &coordinatorv1.TopicAlteration{Name: res.ResourceName}
-		for _, c := range res.Configs {
 			ca := &coordinatorv1.ConfigAlteration{Name: c.Name, Op: coordinatorv1.AlterOp(int32(c.Op) + 1)}
 			if c.Op < 0 || c.Op > 3 {
 				ca.Op = coordinatorv1.AlterOp_ALTER_OP_UNSPECIFIED
@@ -62,15 +46,15 @@ func (h *Handler) handleIncrementalAlterConfigs(ctx context.Context, r *Request)
 			if c.Value != nil {
 				ca.Value = *c.Value
 			}
-			ta.Alterations = append(ta.Alterations, ca)
+			rs[i].alterations = append(rs[i].alterations, ca)
 		}
-		areq.Topics = append(areq.Topics, ta)
-		idx[res.ResourceName] = i
 	}
-	h.alterTopicConfigs(ctx, areq, func(name string, code int16, msg *string) {
-		if i, ok := idx[name]; ok {
-			resp.Resources[i].ErrorCode, resp.Resources[i].ErrorMessage = code, msg
-		}
-	})
+	codes, msgs := h.alterConfigs(ctx, rs, req.ValidateOnly, false)
+	for i, res := range req.Resources {
+		rr := kmsg.NewIncrementalAlterConfigsResponseResource()
+		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName
+		rr.ErrorCode, rr.ErrorMessage = codes[i], msgs[i]
+		resp.Resources = append(resp.Resources, rr)
+	}
 	return resp, nil
 }

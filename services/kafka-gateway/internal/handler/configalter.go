@@ -28,6 +28,8 @@ type configResource struct {
 	// nulls are the configs whose null value is refused (AlterConfigs: every null;
 	// IncrementalAlterConfigs: a null with an op other than DELETE).
 	nulls []string
+	// alterations are the changes sent to the coordinator when the checks pass.
+	alterations []*coordinatorv1.ConfigAlteration
 }
 
 // resourceKey identifies a config resource for Kafka's "at most once" rule.
@@ -87,6 +89,29 @@ func hasDuplicate(names []string) bool {
 		seen[n] = true
 	}
 	return false
+}
+
+// alterConfigs is the common path of AlterConfigs and IncrementalAlterConfigs: it
+// applies checkAlterResources to rs, sends the resources that pass to the coordinator in
+// one AlterTopicConfigs call (validateOnly and replace as given) and returns per resource
+// of rs the final error code (0 for success) and message.
+func (h *Handler) alterConfigs(ctx context.Context, rs []configResource, validateOnly, replace bool) ([]int16, []*string) {
+	codes, msgs := checkAlterResources(rs)
+	areq := &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: validateOnly, Replace: replace}
+	idx := map[string]int{}
+	for i, r := range rs {
+		if codes[i] != 0 {
+			continue
+		}
+		areq.Topics = append(areq.Topics, &coordinatorv1.TopicAlteration{Name: r.name, Alterations: r.alterations})
+		idx[r.name] = i
+	}
+	h.alterTopicConfigs(ctx, areq, func(name string, code int16, msg *string) {
+		if i, ok := idx[name]; ok {
+			codes[i], msgs[i] = code, msg
+		}
+	})
+	return codes, msgs
 }
 
 // alterTopicConfigs sends areq (one TopicAlteration per topic, at most once each) to the
