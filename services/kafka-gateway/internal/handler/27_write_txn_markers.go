@@ -57,12 +57,9 @@ func (h *Handler) handleWriteTxnMarkers(ctx context.Context, r *Request) (kmsg.R
 			for pi, p := range t.Partitions {
 				rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
 				rp.Partition = p
-				switch {
-				case !validTopicName(t.Topic) || p < 0 || p >= channel.MaxPartitions:
+				if unknownPartition(t.Topic, p, info, coordErr) {
 					rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				case info == nil && coordErr == nil, info != nil && p >= info.Partitions:
-					rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				default:
+				} else {
 					markers = append(markers, &storagev1.TxnMarker{Channel: channel.KafkaPartition(t.Topic, p),
 						ProducerId: m.ProducerID, ProducerEpoch: int32(m.ProducerEpoch), Commit: m.Committed,
 						CoordinatorEpoch: m.CoordinatorEpoch})
@@ -83,12 +80,9 @@ func (h *Handler) handleWriteTxnMarkers(ctx context.Context, r *Request) (kmsg.R
 	results := out.GetResults()
 	for i, s := range at {
 		rp := &resp.Markers[s.m].Topics[s.t].Partitions[s.p]
-		switch {
-		case err != nil:
-			rp.ErrorCode = dataCode(err)
-		case i >= len(results):
-			rp.ErrorCode = kerr.KafkaStorageError.Code
-		default:
+		if code, failed := batchFailCode(err, i, len(results)); failed {
+			rp.ErrorCode = code
+		} else {
 			rp.ErrorCode = int16(results[i].GetErrorCode())
 		}
 	}

@@ -45,12 +45,9 @@ func (h *Handler) handleDescribeProducers(ctx context.Context, r *Request) (kmsg
 		for _, p := range t.Partitions {
 			rp := kmsg.NewDescribeProducersResponseTopicPartition()
 			rp.Partition = p
-			switch {
-			case !validTopicName(t.Topic) || p < 0 || p >= channel.MaxPartitions:
+			if unknownPartition(t.Topic, p, info, coordErr) {
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case info == nil && coordErr == nil, info != nil && p >= info.Partitions:
-				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			default:
+			} else {
 				// Known, or the coordinator is down: storage-core decides.
 				channels = append(channels, channel.KafkaPartition(t.Topic, p))
 				at = append(at, slot{ti, len(rt.Partitions)})
@@ -68,12 +65,8 @@ func (h *Handler) handleDescribeProducers(ctx context.Context, r *Request) (kmsg
 	results := out.GetResults()
 	for i, s := range at {
 		rp := &resp.Topics[s.t].Partitions[s.p]
-		switch {
-		case err != nil:
-			rp.ErrorCode = dataCode(err)
-			continue
-		case i >= len(results):
-			rp.ErrorCode = kerr.KafkaStorageError.Code
+		if code, failed := batchFailCode(err, i, len(results)); failed {
+			rp.ErrorCode = code
 			continue
 		}
 		res := results[i]

@@ -2,13 +2,17 @@ package handler
 
 // Helpers shared by the API files that work partition by partition (ListOffsets, Fetch,
 // DeleteRecords, OffsetForLeaderEpoch, DescribeConfigs, ...): the bound on storage-core
-// calls and their concurrency, and the leader epoch check.
+// calls and their concurrency, the leader epoch check, and the partition check and
+// result mapping of the APIs that batch their partitions into one storage-core call
+// (WriteTxnMarkers, DescribeProducers).
 
 import (
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/tributary/tributary/libs/channel"
 )
 
 // storageCallTimeout bounds one single-channel storage-core call.
@@ -51,4 +55,34 @@ func leaderEpochCode(current int32) int16 {
 	default:
 		return kerr.FencedLeaderEpoch.Code
 	}
+}
+
+// unknownPartition reports whether partition p of topic is UNKNOWN_TOPIC_OR_PARTITION
+// before a storage-core call: an invalid topic name, a partition outside
+// [0, channel.MaxPartitions), a topic the coordinator does not know (info nil, coordErr
+// nil) or a partition at or beyond the topic's count. info and coordErr come from
+// resolveTopics; with the coordinator down (info nil, coordErr set) the partition is
+// not refused here and storage-core decides.
+func unknownPartition(topic string, p int32, info *topicInfo, coordErr error) bool {
+	switch {
+	case !validTopicName(topic) || p < 0 || p >= channel.MaxPartitions:
+		return true
+	case info == nil && coordErr == nil, info != nil && p >= info.Partitions:
+		return true
+	}
+	return false
+}
+
+// batchFailCode is the code of the i-th partition of a batched storage-core call that
+// answered n results or failed with err: dataCode(err) for a failed call,
+// KAFKA_STORAGE_ERROR when the answer has no i-th result, and ok false when result i
+// is there to read.
+func batchFailCode(err error, i, n int) (code int16, failed bool) {
+	switch {
+	case err != nil:
+		return dataCode(err), true
+	case i >= n:
+		return kerr.KafkaStorageError.Code, true
+	}
+	return 0, false
 }
