@@ -28,81 +28,62 @@ func init() { register(kmsg.OffsetCommit.Int16(), 2, 9, (*Handler).handleOffsetC
 
 func (h *Handler) handleOffsetCommit(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.OffsetCommitRequest)
-	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	// The response mirrors the request, in order; codes are filled below.
-	for _, t := range req.Topics {
-		rt := kmsg.NewOffsetCommitResponseTopic()
-		rt.Topic = t.Topic
-		for _, p := range t.Partitions {
-			rp := kmsg.NewOffsetCommitResponseTopicPartition()
-			rp.Partition = p.Partition
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		resp.Topics = append(resp.Topics, rt)
-	}
-	setAll := func(code int16) {
-		for i := range resp.Topics {
-			for j := range resp.Topics[i].Partitions {
-				resp.Topics[i].Partitions[j].ErrorCode = code
-			}
-		}
-	}
-	if req.Group == "" {
-		setAll(kerr.InvalidGroupID.Code)
-		return resp, nil
-	}
-	names := make([]string, 0, len(req.Topics))
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	topics, err := h.getTopics(ctx, names, false)
-	if err != nil {
-		setAll(h.groupCode("OffsetCommit", err))
-		return resp, nil
-	}
-	creq := &coordinatorv1.OffsetCommitRequest{GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID, GroupInstanceId: req.InstanceID}
-	type tp struct {
-		topic     string
-		partition int32
-	}
-	sent := map[tp]bool{}
+	in := make([]commitTopic, len(req.Topics))
 	for i, t := range req.Topics {
-		ct := &coordinatorv1.OffsetCommitTopic{Name: t.Topic}
-		ti := topics[t.Topic]
-		for j, p := range t.Partitions {
-			if ti == nil || p.Partition < 0 || p.Partition >= ti.Partitions {
-				resp.Topics[i].Partitions[j].ErrorCode = kerr.UnknownTopicOrPartition.Code
-				continue
-			}
+		in[i].name = t.Topic
+		for _, p := range t.Partitions {
 			epoch := p.LeaderEpoch
 			if req.Version < 6 {
 				epoch = -1
 			}
-			ct.Partitions = append(ct.Partitions, &coordinatorv1.OffsetCommitPartition{
+			in[i].parts = append(in[i].parts, &coordinatorv1.OffsetCommitPartition{
 				Partition: p.Partition, CommittedOffset: p.Offset, CommittedLeaderEpoch: epoch, Metadata: p.Metadata,
 			})
-			sent[tp{t.Topic, p.Partition}] = true
-		}
-		if len(ct.Partitions) > 0 {
-			creq.Topics = append(creq.Topics, ct)
 		}
 	}
-	if len(sent) == 0 {
-		return resp, nil
+	pl := newCommitPlan(in)
+	h.offsetCommit(ctx, req, pl)
+	// The response mirrors the request, in order.
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for i, t := range req.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for j, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, pl.codes[i][j]
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
 	}
+	return resp, nil
+}
+
+// offsetCommit checks the partitions of pl, commits the ones that pass through the
+// coordinator and sets every partition's code in pl.
+func (h *Handler) offsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest, pl *commitPlan) {
+	if req.Group == "" {
+		pl.setAll(kerr.InvalidGroupID.Code)
+		return
+	}
+	if err := h.checkCommit(ctx, pl); err != nil {
+		pl.setAll(h.groupCode("OffsetCommit", err))
+		return
+	}
+	if len(pl.sent) == 0 {
+		return
+	}
+	creq := &coordinatorv1.OffsetCommitRequest{GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID,
+		GroupInstanceId: req.InstanceID, Topics: pl.topics}
 	cctx, cancel := groupCtx(ctx, groupCallTimeout)
 	defer cancel()
 	out, err := h.groups.OffsetCommit(cctx, creq)
 	if err != nil {
-		code := h.groupCode("OffsetCommit", err)
-		for i, t := range req.Topics {
-			for j, p := range t.Partitions {
-				if sent[tp{t.Topic, p.Partition}] {
-					resp.Topics[i].Partitions[j].ErrorCode = code
-				}
-			}
-		}
-		return resp, nil
+		pl.setSent(h.groupCode("OffsetCommit", err))
+		return
+	}
+	type tp struct {
+		topic     string
+		partition int32
 	}
 	codes := map[tp]int16{}
 	for _, t := range out.GetTopics() {
@@ -110,12 +91,7 @@ func (h *Handler) handleOffsetCommit(ctx context.Context, r *Request) (kmsg.Resp
 			codes[tp{t.GetName(), p.GetPartition()}] = int16(p.GetErrorCode())
 		}
 	}
-	for i, t := range req.Topics {
-		for j, p := range t.Partitions {
-			if k := (tp{t.Topic, p.Partition}); sent[k] {
-				resp.Topics[i].Partitions[j].ErrorCode = codes[k]
-			}
-		}
+	for _, s := range pl.sent {
+		pl.codes[s.t][s.p] = codes[tp{pl.in[s.t].name, pl.in[s.t].parts[s.p].Partition}]
 	}
-	return resp, nil
 }

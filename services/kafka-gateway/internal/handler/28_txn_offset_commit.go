@@ -32,85 +32,71 @@ func init() { register(kmsg.TxnOffsetCommit.Int16(), 0, 5, (*Handler).handleTxnO
 
 func (h *Handler) handleTxnOffsetCommit(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.TxnOffsetCommitRequest)
-	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-	for _, t := range req.Topics {
-		rt := kmsg.NewTxnOffsetCommitResponseTopic()
-		rt.Topic = t.Topic
-		for _, p := range t.Partitions {
-			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-			rp.Partition = p.Partition
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		resp.Topics = append(resp.Topics, rt)
-	}
-	setAll := func(code int16) {
-		for i := range resp.Topics {
-			for j := range resp.Topics[i].Partitions {
-				resp.Topics[i].Partitions[j].ErrorCode = code
-			}
-		}
-	}
-	names := make([]string, 0, len(req.Topics))
-	for _, t := range req.Topics {
-		names = append(names, t.Topic)
-	}
-	topics, err := h.getTopics(ctx, names, false)
-	if err != nil {
-		setAll(h.txnCode("TxnOffsetCommit", err))
-		return resp, nil
-	}
-	creq := &coordinatorv1.TxnOffsetCommitRequest{TransactionalId: req.TransactionalID, GroupId: req.Group,
-		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), GenerationId: -1, AddGroup: req.Version >= 5}
-	if req.Version >= 3 {
-		creq.GenerationId, creq.MemberId, creq.GroupInstanceId = req.Generation, req.MemberID, req.InstanceID
-	}
-	// at[k] is the response slot of the k-th partition sent.
-	type slot struct{ t, p int }
-	var at []slot
+	in := make([]commitTopic, len(req.Topics))
 	for i, t := range req.Topics {
-		ct := &coordinatorv1.OffsetCommitTopic{Name: t.Topic}
-		ti := topics[t.Topic]
-		for j, p := range t.Partitions {
-			if ti == nil || p.Partition < 0 || p.Partition >= ti.Partitions {
-				resp.Topics[i].Partitions[j].ErrorCode = kerr.UnknownTopicOrPartition.Code
-				continue
-			}
+		in[i].name = t.Topic
+		for _, p := range t.Partitions {
 			epoch := p.LeaderEpoch
 			if req.Version < 2 {
 				epoch = -1
 			}
-			ct.Partitions = append(ct.Partitions, &coordinatorv1.OffsetCommitPartition{
+			in[i].parts = append(in[i].parts, &coordinatorv1.OffsetCommitPartition{
 				Partition: p.Partition, CommittedOffset: p.Offset, CommittedLeaderEpoch: epoch, Metadata: p.Metadata,
 			})
-			at = append(at, slot{i, j})
-		}
-		if len(ct.Partitions) > 0 {
-			creq.Topics = append(creq.Topics, ct)
 		}
 	}
-	if len(at) == 0 {
-		return resp, nil
+	pl := newCommitPlan(in)
+	h.txnOffsetCommit(ctx, req, pl)
+	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+	for i, t := range req.Topics {
+		rt := kmsg.NewTxnOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for j, p := range t.Partitions {
+			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, pl.codes[i][j]
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp, nil
+}
+
+// txnOffsetCommit checks the partitions of pl, stages the ones that pass in the
+// producer's transaction and sets every partition's code in pl.
+func (h *Handler) txnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRequest, pl *commitPlan) {
+	if err := h.checkCommit(ctx, pl); err != nil {
+		pl.setAll(h.txnCode("TxnOffsetCommit", err))
+		return
+	}
+	if len(pl.sent) == 0 {
+		return
+	}
+	creq := &coordinatorv1.TxnOffsetCommitRequest{TransactionalId: req.TransactionalID, GroupId: req.Group,
+		ProducerId: req.ProducerID, ProducerEpoch: int32(req.ProducerEpoch), GenerationId: -1, AddGroup: req.Version >= 5,
+		Topics: pl.topics}
+	if req.Version >= 3 {
+		creq.GenerationId, creq.MemberId, creq.GroupInstanceId = req.Generation, req.MemberID, req.InstanceID
 	}
 	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
 	defer cancel()
 	out, err := h.txns.TxnOffsetCommit(cctx, creq)
-	var codes []int16
-	failed := kerr.CoordinatorNotAvailable.Code
 	if err != nil {
-		failed = h.txnCode("TxnOffsetCommit", err)
-	} else {
-		for _, t := range out.GetTopics() {
-			for _, p := range t.GetPartitions() {
-				codes = append(codes, int16(p.GetErrorCode()))
-			}
+		pl.setSent(h.txnCode("TxnOffsetCommit", err))
+		return
+	}
+	// The coordinator answers the sent partitions in the order sent; one it leaves out
+	// is COORDINATOR_NOT_AVAILABLE.
+	var codes []int16
+	for _, t := range out.GetTopics() {
+		for _, p := range t.GetPartitions() {
+			codes = append(codes, int16(p.GetErrorCode()))
 		}
 	}
-	for k, s := range at {
-		code := failed
+	for k, s := range pl.sent {
+		code := kerr.CoordinatorNotAvailable.Code
 		if k < len(codes) {
 			code = codes[k]
 		}
-		resp.Topics[s.t].Partitions[s.p].ErrorCode = code
+		pl.codes[s.t][s.p] = code
 	}
-	return resp, nil
 }
