@@ -327,6 +327,27 @@ func setLogAppendTime(b []byte, ts int64) {
 	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
 }
 
+// setCreateTime makes the header of a producer's frame b (h, from checkFrame) say
+// CreateTime with the largest record timestamp as its max timestamp (-1 when none is
+// above -1), recomputing the CRC only when that changes it, as Kafka's LogValidator
+// does in place: the producer's timestamp type bit and max timestamp are not trusted,
+// because reads give every record of a LogAppendTime batch its max timestamp and the
+// time index and retention go by the max timestamp.
+func setCreateTime(b []byte, h *batchHeader) {
+	maxTS := int64(-1)
+	if h.hasTS {
+		maxTS = max(h.maxTS, -1)
+	}
+	if h.Attributes&attrTimestampType == 0 && h.MaxTimestamp == maxTS {
+		return
+	}
+	h.Attributes &^= attrTimestampType
+	h.MaxTimestamp = maxTS
+	binary.BigEndian.PutUint16(b[offAttributes:], uint16(h.Attributes))
+	binary.BigEndian.PutUint64(b[offMaxTS:], uint64(maxTS))
+	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
+}
+
 // Header is one record header; repeated keys are kept in order.
 type Header struct {
 	Key   string

@@ -432,10 +432,13 @@ func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64, ctrl *control
 		frame := b[p : p+int(h.Length)]
 		binary.BigEndian.PutUint64(frame, uint64(off))
 		h.BaseOffset = off
-		if logAppend {
+		switch {
+		case logAppend:
 			setLogAppendTime(frame, now)
 			h.MaxTimestamp = now
 			h.Attributes |= attrTimestampType
+		case ctrl == nil:
+			setCreateTime(frame, h)
 		}
 		off = h.NextOffset()
 		p += int(h.Length)
