@@ -372,3 +372,38 @@ func (s *Store) DeleteEmptyGroups(ctx context.Context, updatedBefore time.Time) 
 func (s *Store) GroupPendingTxnOffsets(ctx context.Context, groupID string) (map[TxnPartition]bool, error) {
 	return PendingTxnOffsets(ctx, s.pool, groupID)
 }
+
+// GroupCommitMember is what a transactional offset commit (KIP-447) checks of its group
+// inside tx: the group's generation and, for member id memberID, whether that member
+// is a full (not pending) member and its static group.instance.id (nil for a dynamic
+// member). GroupFound is false when the group has no row; MemberFound is false when
+// the member is unknown or still pending.
+type GroupCommitMember struct {
+	GroupFound, MemberFound bool
+	Generation              int32
+	InstanceID              *string
+}
+
+// LookupGroupCommitMember reads what GroupCommitMember describes for group and memberID
+// inside tx (no rows are locked).
+func LookupGroupCommitMember(ctx context.Context, tx pgx.Tx, group, memberID string) (GroupCommitMember, error) {
+	var m GroupCommitMember
+	err := tx.QueryRow(ctx, `SELECT generation FROM consumer_groups WHERE group_id = $1`, group).Scan(&m.Generation)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, nil
+	}
+	if err != nil {
+		return m, fmt.Errorf("read group: %w", err)
+	}
+	m.GroupFound = true
+	err = tx.QueryRow(ctx, `SELECT group_instance_id FROM consumer_group_members WHERE group_id = $1 AND member_id = $2 AND NOT pending`,
+		group, memberID).Scan(&m.InstanceID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, nil
+	}
+	if err != nil {
+		return m, fmt.Errorf("read group member: %w", err)
+	}
+	m.MemberFound = true
+	return m, nil
+}

@@ -749,26 +749,20 @@ func memberCode(ctx context.Context, tx pgx.Tx, req OffsetCommit) (int16, error)
 	if req.MemberID == "" {
 		return codeNone, nil
 	}
-	var gen int32
-	err := tx.QueryRow(ctx, `SELECT generation FROM consumer_groups WHERE group_id = $1`, req.Group).Scan(&gen)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return codeUnknownMemberID, nil
-	}
+	m, err := store.LookupGroupCommitMember(ctx, tx, req.Group, req.MemberID)
 	if err != nil {
-		return 0, fmt.Errorf("read group: %w", err)
+		return 0, err
 	}
-	var inst *string
-	err = tx.QueryRow(ctx, `SELECT group_instance_id FROM consumer_group_members WHERE group_id = $1 AND member_id = $2 AND NOT pending`,
-		req.Group, req.MemberID).Scan(&inst)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case !m.GroupFound:
+		return codeUnknownMemberID, nil
+	case !m.MemberFound:
 		if req.InstanceID != nil {
 			return codeFencedInstanceID, nil
 		}
 		return codeUnknownMemberID, nil
-	case err != nil:
-		return 0, fmt.Errorf("read group member: %w", err)
 	}
+	inst, gen := m.InstanceID, m.Generation
 	if req.InstanceID != nil && (inst == nil || *inst != *req.InstanceID) {
 		return codeFencedInstanceID, nil
 	}
