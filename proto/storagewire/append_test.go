@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire/wiretest"
 )
 
 func randomAppendStreamRequest(rnd *rand.Rand) *storagev1.AppendStreamRequest {
@@ -54,7 +55,7 @@ func TestAppendStreamRequestRoundTrip(t *testing.T) {
 			t.Fatalf("round %d: decoded %v, want %v", round, &got, m)
 		}
 		for _, cb := range got.Channels {
-			if len(cb.Batches) > 0 && (!within(want, cb.Batches) || cap(cb.Batches) != len(cb.Batches)) {
+			if len(cb.Batches) > 0 && (!wiretest.Within(want, cb.Batches) || cap(cb.Batches) != len(cb.Batches)) {
 				t.Fatalf("round %d: batches of %q are not a capped view of the input", round, cb.Channel)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire/wiretest"
 )
 
 func randomFetchResponse(rnd *rand.Rand) *storagev1.FetchResponse {
@@ -73,7 +74,7 @@ func TestFetchResponseRoundTrip(t *testing.T) {
 		if batch != nil && hooked != withBatches {
 			t.Fatalf("round %d: batch called %d times for %d results with batches", round, hooked, withBatches)
 		}
-		in := split(want, 1+rnd.Intn(20000)).Materialize()
+		in := wiretest.Split(want, 1+rnd.Intn(20000)).Materialize()
 		var got storagev1.FetchResponse
 		if !DecodeFetchResponse(in, &got) {
 			t.Fatalf("round %d: proto.Marshal's encoding of %v not decoded", round, m)
@@ -82,7 +83,7 @@ func TestFetchResponseRoundTrip(t *testing.T) {
 			t.Fatalf("round %d: decoded %v, want %v", round, &got, m)
 		}
 		for _, r := range got.Results {
-			if len(r.Batches) > 0 && (!within(in, r.Batches) || cap(r.Batches) != len(r.Batches)) {
+			if len(r.Batches) > 0 && (!wiretest.Within(in, r.Batches) || cap(r.Batches) != len(r.Batches)) {
 				t.Fatalf("round %d: batches of %q are not a capped view of the input", round, r.Channel)
 			}
 		}

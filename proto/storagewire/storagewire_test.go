@@ -4,7 +4,6 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
-	"unsafe"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/mem"
@@ -80,23 +79,6 @@ func randomInt64(rnd *rand.Rand) int64 {
 		return rnd.Int63n(200)
 	}
 	return rnd.Int63()
-}
-
-// split cuts b into pieces of at most n bytes.
-func split(b []byte, n int) mem.BufferSlice {
-	var out mem.BufferSlice
-	for len(b) > 0 {
-		k := min(n, len(b))
-		out = append(out, mem.SliceBuffer(b[:k]))
-		b = b[k:]
-	}
-	return out
-}
-
-// within reports whether sub lies in buf's memory.
-func within(buf, sub []byte) bool {
-	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(sub))), uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	return p >= lo && p+uintptr(len(sub)) <= lo+uintptr(len(buf))
 }
 
 // referenced reports whether b is one of bs's buffers, not a copy.

@@ -3,32 +3,14 @@ package server
 import (
 	"bytes"
 	"testing"
-	"unsafe"
 
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/proto/storagewire/wiretest"
 )
-
-// split cuts b into pieces of at most n bytes, as the transport's frames do.
-func split(b []byte, n int) mem.BufferSlice {
-	var out mem.BufferSlice
-	for len(b) > 0 {
-		k := min(n, len(b))
-		out = append(out, mem.SliceBuffer(b[:k]))
-		b = b[k:]
-	}
-	return out
-}
-
-// within reports whether sub lies in buf's memory.
-func within(buf, sub []byte) bool {
-	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(sub))), uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	return p >= lo && p+uintptr(len(sub)) <= lo+uintptr(len(buf))
-}
 
 // appendRequest decodes what proto.Marshal encodes, with the batches as views of its
 // own buffer, and leaves everything else to proto.Unmarshal.
@@ -45,7 +27,7 @@ func TestAppendRequestDecodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		var a appendRequest
-		if err := a.UnmarshalBuffers(split(b, 16384), grpcx.BufferPool); err != nil {
+		if err := a.UnmarshalBuffers(wiretest.Split(b, 16384), grpcx.BufferPool); err != nil {
 			t.Fatal(err)
 		}
 		if !proto.Equal(&a.req, m) {
@@ -55,7 +37,7 @@ func TestAppendRequestDecodes(t *testing.T) {
 			t.Errorf("%v: took the proto.Unmarshal path", m)
 		}
 		for _, cb := range a.req.Channels {
-			if len(cb.Batches) > 0 && !within(*a.buf, cb.Batches) {
+			if len(cb.Batches) > 0 && !wiretest.Within(*a.buf, cb.Batches) {
 				t.Errorf("batches of %q are not a view of the request's buffer", cb.Channel)
 			}
 		}
@@ -79,7 +61,7 @@ func TestAppendRequestDecodes(t *testing.T) {
 		var want storagev1.AppendStreamRequest
 		werr := proto.Unmarshal(c.b, &want)
 		var a appendRequest
-		err := a.UnmarshalBuffers(split(c.b, 3), grpcx.BufferPool)
+		err := a.UnmarshalBuffers(wiretest.Split(c.b, 3), grpcx.BufferPool)
 		if (err == nil) != (werr == nil) {
 			t.Errorf("%s: error %v, proto.Unmarshal's %v", c.name, err, werr)
 		}
