@@ -68,10 +68,12 @@ func TestTxnAdmin(t *testing.T) {
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
-	ds, _ = adm.DescribeTransactions(ctx, tid)
-	if d := ds[tid]; d.State != "CompleteCommit" || len(d.Topics) != 0 {
-		t.Errorf("after commit: %+v", d)
-	}
+	// As in Kafka, EndTxn answers once the decision is durable: the transaction shows
+	// PrepareCommit, with its partitions, until the markers are written.
+	waitFor(t, 20*time.Second, "DescribeTransactions to show CompleteCommit without partitions", func() bool {
+		ds, _ = adm.DescribeTransactions(ctx, tid)
+		return ds[tid].State == "CompleteCommit" && len(ds[tid].Topics) == 0
+	})
 	ls, err = adm.ListTransactions(ctx, []int64{r.ProducerID}, nil)
 	if err != nil || ls[tid].State != "CompleteCommit" || len(ls) != 1 {
 		t.Errorf("ListTransactions(producer %d) = %+v, %v", r.ProducerID, ls, err)

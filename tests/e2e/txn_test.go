@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -111,10 +112,18 @@ func TestTxnCommitAbort(t *testing.T) {
 	runTxn(t, cl, topic, 2, true, seq("c2", 10)...)
 	runTxn(t, cl, topic, 2, true, "done", "done")
 	// kgo uses KIP-890 transactions v2 (ApiVersions advertises transaction.version 2):
-	// EndTxn v5 bumped the epoch at each of the four ends.
-	ds, err := newAdmin(t, s.KafkaAddrs).DescribeTransactions(ctxT(t, 30*time.Second), tid)
-	if err != nil || ds[tid].ProducerEpoch != 4 || ds[tid].State != "CompleteCommit" {
-		t.Errorf("after four transactions: %+v, %v; want epoch 4 (bumped per transaction), CompleteCommit", ds[tid], err)
+	// EndTxn v5 bumped the epoch at each of the four ends. EndTxn answers once the
+	// decision is durable (as Kafka): the state is PrepareCommit until the markers are
+	// written, CompleteCommit after.
+	adm := newAdmin(t, s.KafkaAddrs)
+	var ds kadm.DescribedTransactions
+	waitFor(t, 20*time.Second, "DescribeTransactions to show CompleteCommit", func() bool {
+		var err error
+		ds, err = adm.DescribeTransactions(ctxT(t, 30*time.Second), tid)
+		return err == nil && ds[tid].State == "CompleteCommit"
+	})
+	if ds[tid].ProducerEpoch != 4 {
+		t.Errorf("after four transactions: %+v; want epoch 4 (bumped per transaction)", ds[tid])
 	}
 
 	committed := consumeUntil(t, s.KafkaAddrs, topic, 2, true, "done")

@@ -56,6 +56,7 @@ type Server struct {
 	nc          *nats.Conn
 	metrics     *metrics
 	groups      *group.Coordinator
+	txns        *txn.Coordinator
 	handler     *handler.Handler
 	pubsub      *pubsub.Registry
 
@@ -116,13 +117,13 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
-	txns := txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout, IDExpiration: cfg.TransactionalIDExpiration}, txn.Deps{
+	s.txns = txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout, IDExpiration: cfg.TransactionalIDExpiration}, txn.Deps{
 		Store: s.store, Markers: txn.StorageMarkers(s.storage), NextProducerID: s.handler.NextProducerID,
 		Log: log.Named("txn"), Now: cfg.Now,
 	})
-	s.handler.SetTransactions(txns)
-	coordinatorv1.RegisterTransactionCoordinatorServiceServer(s.grpc, txn.NewServer(txns))
-	s.groups.AddSweepLock(txn.SweepLock, txns.Sweep)
+	s.handler.SetTransactions(s.txns)
+	coordinatorv1.RegisterTransactionCoordinatorServiceServer(s.grpc, txn.NewServer(s.txns))
+	s.groups.AddSweepLock(txn.SweepLock, s.txns.Sweep)
 	queues := storagev1.NewQueueServiceClient(s.storageConn)
 	registry := pubsub.New(s.store, s.storage, queues, log.Named("pubsub"), cfg.Now)
 	s.pubsub = registry
@@ -227,6 +228,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	s.groups.Close() // waiting JoinGroup/SyncGroup calls return now, so GracefulStop is quick
 	grpcx.GracefulStop(s.grpc, shutdownGrace)
+	s.txns.Close() // the markers of committed transactions EndTxn answered
 	hctx, hcancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer hcancel()
 	if herr := s.http.Close(hctx); herr != nil && !errors.Is(herr, context.DeadlineExceeded) {

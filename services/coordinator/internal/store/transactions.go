@@ -68,13 +68,28 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // LockTxn reads a transactional id's row under its row lock (FOR UPDATE), with its
 // partitions and groups, in one round trip. ErrTxnNotFound when there is no row.
 func LockTxn(ctx context.Context, tx pgx.Tx, id string) (*Txn, error) {
-	t := &Txn{ID: id}
-	var (
-		started *time.Time
-		topics  []string
-		parts   []int32
-	)
-	err := tx.QueryRow(ctx, `SELECT t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch, t.state,
+	return loadTxn(ctx, tx, id, true)
+}
+
+// ReadTxn is LockTxn without the row lock and outside a transaction (one round trip,
+// one snapshot): the last committed state of the row, for a check that changes nothing
+// (a verify-only AddPartitionsToTxn). ErrTxnNotFound when there is no row; ErrNotReady
+// before the database is migrated.
+func (s *Store) ReadTxn(ctx context.Context, id string) (*Txn, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return loadTxn(ctx, s.pool, id, false)
+}
+
+// rowQuerier is what loadTxn reads through: a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// loadTxn reads the row (FOR UPDATE with lock) with its partitions and groups.
+func loadTxn(ctx context.Context, q rowQuerier, id string, lock bool) (*Txn, error) {
+	sql := `SELECT t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch, t.state,
 			t.timeout_ms, t.started_at, t.updated_at,
 			COALESCE((SELECT array_agg(p.topic ORDER BY p.topic, p.partition) FROM transaction_partitions p
 				WHERE p.transactional_id = t.transactional_id), '{}'),
@@ -82,9 +97,18 @@ func LockTxn(ctx context.Context, tx pgx.Tx, id string) (*Txn, error) {
 				WHERE p.transactional_id = t.transactional_id), '{}'),
 			COALESCE((SELECT array_agg(g.group_id ORDER BY g.group_id) FROM transaction_groups g
 				WHERE g.transactional_id = t.transactional_id), '{}')
-		FROM transactions t WHERE t.transactional_id = $1 FOR UPDATE OF t`, id).
-		Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.State,
-			&t.TimeoutMs, &started, &t.UpdatedAt, &topics, &parts, &t.Groups)
+		FROM transactions t WHERE t.transactional_id = $1`
+	if lock {
+		sql += ` FOR UPDATE OF t`
+	}
+	t := &Txn{ID: id}
+	var (
+		started *time.Time
+		topics  []string
+		parts   []int32
+	)
+	err := q.QueryRow(ctx, sql, id).Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.State,
+		&t.TimeoutMs, &started, &t.UpdatedAt, &topics, &parts, &t.Groups)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrTxnNotFound
 	}
@@ -123,22 +147,24 @@ func CreateTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) (bool, err
 	return tag.RowsAffected() == 1, nil
 }
 
-// SaveTxn inserts or updates a transactional id's row (not its partitions or groups),
-// with updated_at = now.
+// SaveTxn updates a transactional id's row (not its partitions or groups), with
+// updated_at = now. The row exists: it was read by LockTxn or created by CreateTxn in
+// the same transaction (a plain UPDATE, so no speculative insertion on the hot page).
 func SaveTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) error {
 	var started *time.Time
 	if !t.StartedAt.IsZero() {
 		started = &t.StartedAt
 	}
 	t.UpdatedAt = now
-	_, err := tx.Exec(ctx, `INSERT INTO transactions (transactional_id, producer_id, producer_epoch, last_producer_id,
-			last_producer_epoch, state, timeout_ms, started_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (transactional_id) DO UPDATE SET producer_id = $2, producer_epoch = $3, last_producer_id = $4,
-			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9`,
+	tag, err := tx.Exec(ctx, `UPDATE transactions SET producer_id = $2, producer_epoch = $3, last_producer_id = $4,
+			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9
+		WHERE transactional_id = $1`,
 		t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, started, now)
 	if err != nil {
 		return fmt.Errorf("save transaction: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("save transaction %q: %w", t.ID, ErrTxnNotFound)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@
 // CompleteAbort -AddPartitions-> Ongoing ...; InitProducerId bumps the epoch (fencing
 // the previous producer) from Empty and Complete*, and aborts an Ongoing transaction
 // first. The decision (Prepare*) is committed to Postgres before the first marker is
-// written; the markers and the Complete* transition then happen under the row lock, so
-// one finisher at a time writes them and a restarted coordinator (the next call that
+// written (and before EndTxn answers); the markers and the Complete* transition then
+// happen under the row lock, so one finisher at a time writes them and a restarted coordinator (the next call that
 // meets the row, or the sweep) finishes them. Markers are idempotent in storage-core.
 package txn
 
@@ -134,7 +134,13 @@ type Coordinator struct {
 
 	expireMu   sync.Mutex // guards lastExpire
 	lastExpire time.Time  // last expiry pass of Sweep
+	// bg counts the finishes EndTxn left running after its answer.
+	bg sync.WaitGroup
 }
+
+// Close waits for the finishes EndTxn left running after answering (each bounded by
+// markerTimeout; one cut short by a crash is redone from the durable Prepare*).
+func (c *Coordinator) Close() { c.bg.Wait() }
 
 // New returns a Coordinator.
 func New(cfg Config, deps Deps) *Coordinator {
@@ -291,11 +297,19 @@ func producerCode(t *store.Txn, pid int64, epoch int32) int16 {
 // row lock (one finisher at a time). It returns the state found or reached; a state
 // other than Prepare* is left as it is.
 func (c *Coordinator) finish(ctx context.Context, tid string) (string, error) {
+	return c.finishLocked(ctx, tid, nil)
+}
+
+// finishLocked is finish, calling locked (when not nil) once it holds the row lock.
+func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func()) (string, error) {
 	state := ""
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := store.LockTxn(ctx, tx, tid)
 		if err != nil {
 			return err
+		}
+		if locked != nil {
+			locked()
 		}
 		state = t.State
 		if t.State != StatePrepareCommit && t.State != StatePrepareAbort {
@@ -391,6 +405,9 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 			return codes, nil
 		}
 	}
+	if req.VerifyOnly {
+		return c.verifyPartitions(ctx, req, codes)
+	}
 	finish := false
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := store.LockTxn(ctx, tx, req.TransactionalID)
@@ -403,19 +420,6 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 		}
 		if code := producerCode(t, req.ProducerID, req.ProducerEpoch); code != codeNone {
 			fill(code)
-			return errDone
-		}
-		if req.VerifyOnly {
-			in := make(map[store.TxnPartition]bool, len(t.Partitions))
-			for _, p := range t.Partitions {
-				in[p] = true
-			}
-			for i, p := range req.Topics {
-				codes[i] = codeNone
-				if t.State != StateOngoing || !in[p] {
-					codes[i] = codeInvalidTxnState
-				}
-			}
 			return errDone
 		}
 		switch t.State {
@@ -445,6 +449,41 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 	return codes, nil
 }
 
+// verifyPartitions is AddPartitions with VerifyOnly (one per transactional produce).
+// It changes nothing, so it reads the last committed state without the row lock or a
+// transaction: that shows Prepare* as soon as EndTxn's decision is committed, as a
+// locked read would, and a produce verified just before the decision is ordered
+// before it either way.
+func (c *Coordinator) verifyPartitions(ctx context.Context, req Partitions, codes []int16) ([]int16, error) {
+	t, err := c.store.ReadTxn(ctx, req.TransactionalID)
+	code := int16(codeNone)
+	switch {
+	case errors.Is(err, store.ErrTxnNotFound):
+		code = codeInvalidProducerIDMapping
+	case err != nil:
+		return nil, err
+	default:
+		code = producerCode(t, req.ProducerID, req.ProducerEpoch)
+	}
+	if code != codeNone {
+		for i := range codes {
+			codes[i] = code
+		}
+		return codes, nil
+	}
+	in := make(map[store.TxnPartition]bool, len(t.Partitions))
+	for _, p := range t.Partitions {
+		in[p] = true
+	}
+	for i, p := range req.Topics {
+		codes[i] = codeNone
+		if t.State != StateOngoing || !in[p] {
+			codes[i] = codeInvalidTxnState
+		}
+	}
+	return codes, nil
+}
+
 // containsAll reports whether every partition of want is in have.
 func containsAll(have, want []store.TxnPartition) bool {
 	in := make(map[store.TxnPartition]bool, len(have))
@@ -466,6 +505,30 @@ func (c *Coordinator) begin(ctx context.Context, tx pgx.Tx, t *store.Txn) error 
 		t.State, t.StartedAt = StateOngoing, now
 	}
 	return store.SaveTxn(ctx, tx, t, now)
+}
+
+// finishAfterAnswer finishes tid's Prepare* transaction in the background and returns
+// once the finisher holds the row lock (or has failed to take it), so every later call
+// on the id, which takes the lock first, waits for the markers and meets Complete*
+// (Kafka answers EndTxn once the decision is durable too, and the producer's next
+// AddPartitionsToTxn meets the end). The finish outlives ctx's cancellation (not its
+// values), bounded by markerTimeout; Close waits for it.
+func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
+	locked := make(chan struct{})
+	done := make(chan struct{})
+	bctx := context.WithoutCancel(ctx)
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		defer close(done)
+		if _, err := c.finishLocked(bctx, tid, func() { close(locked) }); err != nil {
+			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
+		}
+	}()
+	select {
+	case <-locked:
+	case <-done:
+	}
 }
 
 func (c *Coordinator) finishQuietly(ctx context.Context, tid string) {
@@ -547,8 +610,10 @@ func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epo
 }
 
 // EndTxn commits or aborts the Ongoing transaction (Kafka's endTransaction): the
-// decision is stored (Prepare*), then the markers are written and the transaction
-// completed before the answer. Codes: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED as
+// decision is stored (Prepare*, a synchronous commit) and answered; the markers and
+// Complete* follow in the background under the row lock, taken before the answer, so
+// the producer's next call waits for them (a transaction with consumer groups, or a
+// retried EndTxn, is finished before the answer). Codes: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED as
 // AddPartitions; a retry of the decision already taken is answered NONE (once its
 // markers are written; CONCURRENT_TRANSACTIONS while they cannot be); the other
 // decision, or no transaction (Empty), is INVALID_TXN_STATE. When the markers cannot
@@ -565,7 +630,7 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		return codeInvalidRequest, -1, nil
 	}
 	newEpoch = epoch
-	finish, retry := false, false
+	finish, retry, groups := false, false, false
 	code = codeNone
 	prepare, complete := StatePrepareAbort, StateCompleteAbort
 	if commit {
@@ -591,7 +656,7 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		}
 		switch t.State {
 		case StateOngoing:
-			t.State, finish = prepare, true
+			t.State, finish, groups = prepare, true, len(t.Groups) > 0
 			if bump && t.ProducerEpoch < math.MaxInt16 {
 				t.LastProducerID, t.LastProducerEpoch = t.ProducerID, t.ProducerEpoch
 				t.ProducerEpoch++
@@ -613,6 +678,13 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 	}
 	if !finish {
 		return code, newEpoch, nil
+	}
+	if !retry && !groups {
+		// The decision is durable: the markers and Complete* follow the answer. A
+		// transaction with staged offsets finishes first, so that an OffsetFetch after
+		// the commit (without require_stable) already sees its offsets.
+		c.finishAfterAnswer(ctx, tid)
+		return codeNone, newEpoch, nil
 	}
 	state, err := c.finish(ctx, tid)
 	if err != nil {

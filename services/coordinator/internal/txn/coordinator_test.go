@@ -26,11 +26,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const envPostgres = "TRIBUTARY_TEST_POSTGRES_URL"
 
-// fakeMarkers records the markers written; fail makes every call fail.
+// fakeMarkers records the markers written; fail makes every call fail; a call waits
+// for gate when it is set.
 type fakeMarkers struct {
 	mu      sync.Mutex
 	written []Marker
 	fail    atomic.Bool
+	gate    chan struct{}
 }
 
 var errStorageDown = errors.New("storage-core down")
@@ -38,6 +40,9 @@ var errStorageDown = errors.New("storage-core down")
 func (f *fakeMarkers) WriteMarkers(_ context.Context, ms []Marker) ([]int16, error) {
 	if f.fail.Load() {
 		return nil, errStorageDown
+	}
+	if f.gate != nil {
+		<-f.gate
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -124,7 +129,15 @@ func newEnv(t *testing.T) *env {
 		Log:            zaptest.NewLogger(t),
 		Now:            func() time.Time { return time.UnixMilli(e.now.Load()) },
 	})
+	t.Cleanup(e.c.Close)
 	return e
+}
+
+// written waits for the finishes EndTxn left running and returns the markers written
+// since the last call.
+func (e *env) written() []Marker {
+	e.c.Close()
+	return e.markers.take()
 }
 
 func (e *env) advance(d time.Duration) { e.now.Add(d.Milliseconds()) }
@@ -225,7 +238,7 @@ func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
 	if code, _, err := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); err != nil || code != 0 {
 		t.Fatalf("EndTxn(commit) = %d, %v", code, err)
 	}
-	ms := e.markers.take()
+	ms := e.written()
 	if len(ms) != 2 {
 		t.Fatalf("markers %+v, want one per partition", ms)
 	}
@@ -250,7 +263,7 @@ func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
 	if code, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, false, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(abort) after commit = %d, want INVALID_TXN_STATE", code)
 	}
-	if ms := e.markers.take(); len(ms) != 0 {
+	if ms := e.written(); len(ms) != 0 {
 		t.Fatalf("retries wrote markers: %+v", ms)
 	}
 	// The next transaction starts from CompleteCommit.
@@ -274,7 +287,7 @@ func TestAbortDropsOffsets(t *testing.T) {
 	if code, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, false, false); code != 0 {
 		t.Fatalf("EndTxn(abort) = %d", code)
 	}
-	ms := e.markers.take()
+	ms := e.written()
 	if len(ms) != 1 || ms[0].Commit || ms[0].Partition != 1 {
 		t.Fatalf("markers %+v, want one ABORT for out-1", ms)
 	}
@@ -300,7 +313,7 @@ func TestFencing(t *testing.T) {
 	if err != nil || code != codeConcurrentTransactions {
 		t.Fatalf("InitProducerID over an Ongoing transaction = %d, %v; want CONCURRENT_TRANSACTIONS", code, err)
 	}
-	ms := e.markers.take()
+	ms := e.written()
 	if len(ms) != 1 || ms[0].Commit || ms[0].ProducerEpoch != old+1 {
 		t.Fatalf("fence markers %+v, want one ABORT at epoch %d", ms, old+1)
 	}
@@ -407,7 +420,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if !codesEqual(codes, codeInvalidTxnState) || len(e.pending("g")) != 0 {
 		t.Fatalf("TxnOffsetCommit without AddOffsetsToTxn = %v", codes)
 	}
-	if ms := e.markers.take(); len(ms) != 0 {
+	if ms := e.written(); len(ms) != 0 {
 		t.Fatalf("bad input wrote markers %+v", ms)
 	}
 	if st := e.state("tx-x"); st.State != StateEmpty || st.ProducerEpoch != epoch {
@@ -447,7 +460,7 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
 		t.Fatal(err)
 	}
-	if ms := e.markers.take(); len(ms) != 2 || !ms[0].Commit || !ms[1].Commit {
+	if ms := e.written(); len(ms) != 2 || !ms[0].Commit || !ms[1].Commit {
 		t.Fatalf("sweep markers %+v", ms)
 	}
 	if st := e.state("tx-c"); st.State != StateCompleteCommit || e.committed("g", 1) != 9 {
@@ -474,7 +487,7 @@ func TestTimeoutAbortsAndFences(t *testing.T) {
 	if err := e.c.Sweep(ctx, time.UnixMilli(e.now.Load())); err != nil {
 		t.Fatal(err)
 	}
-	ms := e.markers.take()
+	ms := e.written()
 	if len(ms) != 1 || ms[0].Commit || ms[0].ProducerEpoch != epoch+1 {
 		t.Fatalf("timeout markers %+v, want one ABORT at epoch %d", ms, epoch+1)
 	}
@@ -616,7 +629,7 @@ func TestTransactionsV2(t *testing.T) {
 	if err != nil || code != 0 || next != epoch+1 {
 		t.Fatalf("EndTxn v5 = %d epoch %d, %v; want epoch %d", code, next, err, epoch+1)
 	}
-	if ms := e.markers.take(); len(ms) != 1 || ms[0].ProducerEpoch != epoch+1 || !ms[0].Commit {
+	if ms := e.written(); len(ms) != 1 || ms[0].ProducerEpoch != epoch+1 || !ms[0].Commit {
 		t.Fatalf("markers %+v, want one COMMIT at the bumped epoch", ms)
 	}
 	if e.committed("g", 0) != 3 {
@@ -636,7 +649,7 @@ func TestTransactionsV2(t *testing.T) {
 	if got := e.add("tx-v2", pid, next, tp("out", 1)); !codesEqual(got, 0) {
 		t.Fatalf("bumped epoch = %v", got)
 	}
-	if ms := e.markers.take(); len(ms) != 0 {
+	if ms := e.written(); len(ms) != 0 {
 		t.Fatalf("retries wrote markers %+v", ms)
 	}
 }
@@ -719,6 +732,7 @@ func TestTransactionalIDExpiration(t *testing.T) {
 	if code, _, _ := e.c.EndTxn(ctx, "tx-idle", pidIdle, epochIdle, true, false); code != 0 {
 		t.Fatalf("EndTxn = %d", code)
 	}
+	e.c.Close() // the markers follow EndTxn's answer: CompleteCommit before the clock moves
 	pidOpen, epochOpen := e.init("tx-open", int32(DefaultMaxTimeout/time.Millisecond))
 	e.add("tx-open", pidOpen, epochOpen, tp("out", 1))
 	e.advance(DefaultIDExpiration - time.Minute)
@@ -747,5 +761,55 @@ func TestTransactionalIDExpiration(t *testing.T) {
 	// A new producer with the expired id starts afresh.
 	if _, pid, epoch, err := e.c.InitProducerID(ctx, "tx-idle", 60000, -1, -1); err != nil || pid == pidIdle || epoch != 0 {
 		t.Fatalf("InitProducerID after expiration = %d/%d, %v; want a fresh id", pid, epoch, err)
+	}
+}
+
+func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-bg", 60000)
+	if got := e.add("tx-bg", pid, epoch, tp("out", 0)); !codesEqual(got, 0) {
+		t.Fatalf("AddPartitions = %v", got)
+	}
+	gate := make(chan struct{})
+	e.markers.gate = gate
+	ended := make(chan int16, 1)
+	go func() {
+		code, _, err := e.c.EndTxn(ctx, "tx-bg", pid, epoch, true, false)
+		if err != nil {
+			code = -100
+		}
+		ended <- code
+	}()
+	select {
+	case code := <-ended:
+		if code != 0 {
+			close(gate)
+			t.Fatalf("EndTxn(commit) = %d, want 0", code)
+		}
+	case <-time.After(20 * time.Second):
+		close(gate)
+		t.Fatal("EndTxn did not answer while its markers were being written")
+	}
+	// The next transaction's AddPartitions, sent before the markers are written, waits
+	// for them (the finisher holds the row lock) instead of meeting PrepareCommit.
+	added := make(chan []int16, 1)
+	go func() {
+		codes, err := e.c.AddPartitions(ctx, Partitions{TransactionalID: "tx-bg", ProducerID: pid, ProducerEpoch: epoch,
+			Topics: []store.TxnPartition{tp("out", 1)}})
+		if err != nil {
+			codes = nil
+		}
+		added <- codes
+	}()
+	close(gate)
+	if got := <-added; !codesEqual(got, 0) {
+		t.Fatalf("AddPartitions after EndTxn = %v, want [0] (not CONCURRENT_TRANSACTIONS)", got)
+	}
+	if ms := e.written(); len(ms) != 1 || !ms[0].Commit || ms[0].Partition != 0 {
+		t.Fatalf("markers %+v, want one COMMIT on out-0", ms)
+	}
+	if st := e.state("tx-bg"); st.State != StateOngoing || len(st.Partitions) != 1 || st.Partitions[0] != tp("out", 1) {
+		t.Fatalf("next transaction: %+v", st)
 	}
 }

@@ -4,8 +4,10 @@ package handler
 //
 // Behaviour: passed to the coordinator's transaction coordinator, which stores the
 // decision (PrepareCommit / PrepareAbort) in Postgres, writes a COMMIT or ABORT marker
-// into every partition of the transaction through storage-core, makes the staged
-// offsets the group's committed offsets (commit) or drops them (abort), and answers.
+// into every partition of the transaction through storage-core and makes the staged
+// offsets the group's committed offsets (commit) or drops them (abort); as Kafka, it
+// answers once the decision is durable, the markers following (see the coordinator's
+// README).
 // A retry of the decision already taken is NONE; the other decision, or EndTxn
 // without a transaction, is INVALID_TXN_STATE; INVALID_PRODUCER_ID_MAPPING,
 // PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2, KIP-588), CONCURRENT_TRANSACTIONS
