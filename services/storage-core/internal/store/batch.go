@@ -6,6 +6,8 @@ import (
 	"hash/crc32"
 	"math"
 	"slices"
+	"strings"
+	"unicode/utf8"
 )
 
 // Kafka RecordBatch v2 layout (KIP-98, Kafka DefaultRecordBatch.java). All integers big
@@ -348,7 +350,11 @@ func setCreateTime(b []byte, h *batchHeader) {
 	binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
 }
 
-// Header is one record header; repeated keys are kept in order.
+// Header is one record header; repeated keys are kept in order. Key is UTF-8: a
+// decoded key's bytes that are not (Kafka does not check header keys, and serves them
+// to Kafka consumers as sent) are replaced with U+FFFD, because decoded records go out
+// as proto strings (Read, Subscribe, Receive), which proto refuses to marshal otherwise,
+// failing the whole answer.
 type Header struct {
 	Key   string
 	Value []byte
@@ -556,7 +562,8 @@ func (sc *decodeScratch) headers(n int) []Header {
 	return sc.hdrs[l : l : l+n]
 }
 
-// key returns k as a string, the batch's earlier one when it has the same bytes.
+// key returns k as a string, the batch's earlier one when it has the same bytes, with
+// U+FFFD for each run of bytes that is not UTF-8 (Header.Key).
 func (sc *decodeScratch) key(k []byte) string {
 	for _, s := range sc.keys[:sc.nkeys] {
 		if s == string(k) {
@@ -564,6 +571,9 @@ func (sc *decodeScratch) key(k []byte) string {
 		}
 	}
 	s := string(k)
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
 	if sc.nkeys < len(sc.keys) {
 		sc.keys[sc.nkeys] = s
 		sc.nkeys++

@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// TestHostileHeadersKafkaToNative: Kafka records with many headers, duplicate keys,
+// null, empty and 512 KiB values, and header keys that are not UTF-8 (Kafka does not
+// check them) are read back the same through Kafka, and through the native Read and
+// Subscribe, where a key that is not UTF-8 has U+FFFD in place of its bad bytes (a
+// proto string must be UTF-8) and the records around it are served too.
+func TestHostileHeadersKafkaToNative(t *testing.T) {
+	s := sharedStack(t)
+	topic := topicName("hhdr")
+	createTopic(t, newAdmin(t, s.KafkaAddrs), topic, 1, nil)
+	cl := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<20))
+	huge := bytes.Repeat([]byte("h"), 512<<10)
+	var many []kgo.RecordHeader
+	for i := 0; i < 1000; i++ {
+		many = append(many, kgo.RecordHeader{Key: "dup"}, kgo.RecordHeader{Key: "dup", Value: []byte{}})
+	}
+	recs := []*kgo.Record{
+		{Value: []byte("before")},
+		{Value: []byte("badkey"), Headers: []kgo.RecordHeader{{Key: "ok", Value: []byte("1")}, {Key: "bad\xff\xfekey", Value: []byte("2")}, {Key: "\xc3"}}},
+		{Value: []byte("many"), Headers: many},
+		{Value: []byte("huge"), Headers: []kgo.RecordHeader{{Key: "huge", Value: huge}, {Key: "", Value: nil}, {Key: "", Value: []byte{}}}},
+		{Value: []byte("after")},
+	}
+	for _, r := range recs {
+		if err := cl.ProduceSync(ctxT(t, 30*time.Second), r).FirstErr(); err != nil {
+			t.Fatalf("produce %s: %v", r.Value, err)
+		}
+	}
+	got := consumeAll(t, s.KafkaAddrs, topic)
+	if len(got) != len(recs) {
+		t.Fatalf("Kafka read %d records, want %d", len(got), len(recs))
+	}
+	for i, r := range got {
+		if len(r.Headers) != len(recs[i].Headers) {
+			t.Fatalf("Kafka record %s: %d headers, want %d", r.Value, len(r.Headers), len(recs[i].Headers))
+		}
+		for j, h := range r.Headers {
+			w := recs[i].Headers[j]
+			if h.Key != w.Key || !bytes.Equal(h.Value, w.Value) || (h.Value == nil) != (w.Value == nil) {
+				t.Fatalf("Kafka record %s header %d: %q=%.20q (null %v), want %q=%.20q (null %v)", r.Value, j, h.Key, h.Value, h.Value == nil, w.Key, w.Value, w.Value == nil)
+			}
+		}
+	}
+
+	checkNative := func(what string, got []*storagev1.Record) {
+		t.Helper()
+		if len(got) != len(recs) {
+			t.Fatalf("%s: %d records, want %d", what, len(got), len(recs))
+		}
+		for i, r := range got {
+			if string(r.Value) != string(recs[i].Value) || len(r.Headers) != len(recs[i].Headers) {
+				t.Fatalf("%s record %d: %q with %d headers, want %q with %d", what, i, r.Value, len(r.Headers), recs[i].Value, len(recs[i].Headers))
+			}
+			for j, h := range r.Headers {
+				w := recs[i].Headers[j]
+				if wk := strings.ToValidUTF8(w.Key, "\uFFFD"); h.GetKey() != wk || !bytes.Equal(h.Value, w.Value) || (h.Value == nil) != (w.Value == nil) {
+					t.Fatalf("%s record %s header %d: %q=%.20q (null %v), want %q=%.20q (null %v)", what, r.Value, j, h.GetKey(), h.Value, h.Value == nil, wk, w.Value, w.Value == nil)
+				}
+			}
+		}
+	}
+	st := storageClient(t, s.StorageAddr)
+	ch := channel.KafkaPartition(topic, 0)
+	var native []*storagev1.Record
+	for seq := int64(1); len(native) < len(recs); {
+		resp, err := st.Read(ctxT(t, 20*time.Second), &storagev1.ReadRequest{Channel: ch, FromSequence: seq, MaxBytes: 8 << 20})
+		if err != nil {
+			t.Fatalf("native Read at %d: %v", seq, err)
+		}
+		if len(resp.Records) == 0 {
+			t.Fatalf("native Read at %d: nothing, high watermark %d", seq, resp.HighWatermark)
+		}
+		native = append(native, resp.Records...)
+		seq = resp.NextSequence
+	}
+	checkNative("native Read", native)
+
+	ctx := ctxT(t, 30*time.Second)
+	sub, err := st.Subscribe(ctx, &storagev1.SubscribeRequest{Channel: ch, Start: &storagev1.SubscribeRequest_First{First: true}})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	var subbed []*storagev1.Record
+	for len(subbed) < len(recs) {
+		m, err := sub.Recv()
+		if err != nil {
+			t.Fatalf("Subscribe after %d records: %v", len(subbed), err)
+		}
+		subbed = append(subbed, m.Records...)
+	}
+	checkNative("native Subscribe", subbed[:len(recs)])
+}
