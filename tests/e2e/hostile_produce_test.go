@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// hostileCase is one partition's records in TestHostileProduce and the codes accepted
+// for it (Kafka's, REFERENCE.md).
+type hostileCase struct {
+	name    string
+	records []byte
+	want    []int16
+}
+
+func hostileCases() []hostileCase {
+	good := recordBatch([]kv{{[]byte("k"), []byte("v")}, {nil, []byte("w")}})
+	edit := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	corrupt := []int16{kerr.CorruptMessage.Code}
+	invalid := []int16{kerr.InvalidRecord.Code}
+	either := []int16{kerr.CorruptMessage.Code, kerr.InvalidRecord.Code}
+	// rawRecords builds a batch whose records section is recs, with count n, resealed.
+	rawRecords := func(n int32, recs []byte) []byte {
+		b := append(bytes.Clone(good[:61]), recs...)
+		binary.BigEndian.PutUint32(b[23:], uint32(n-1))
+		binary.BigEndian.PutUint32(b[57:], uint32(n))
+		return resealBatch(b)
+	}
+	withCodec := func(codec uint16, body []byte) []byte {
+		b := append(bytes.Clone(good[:61]), body...)
+		binary.BigEndian.PutUint16(b[21:], codec)
+		return resealBatch(b)
+	}
+	cases := []hostileCase{
+		{"one byte", []byte{0}, corrupt},
+		{"truncated frame", good[:len(good)-5], corrupt},
+		{"truncated at header", good[:40], corrupt},
+		{"batch length past the end", edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 1<<30); return b }), corrupt},
+		{"batch length negative", edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 0xfffffff0); return b }), corrupt},
+		{"batch length zero", edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 0); return b }), corrupt},
+		{"magic 0", edit(func(b []byte) []byte { b[16] = 0; return b }), invalid},
+		{"magic 1", edit(func(b []byte) []byte { b[16] = 1; return b }), invalid},
+		{"magic 3", edit(func(b []byte) []byte { b[16] = 3; return b }), either},
+		{"bad CRC", edit(func(b []byte) []byte { b[18] ^= 0x55; return b }), corrupt},
+		{"count too high", edit(func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[23:], 2)
+			binary.BigEndian.PutUint32(b[57:], 3)
+			return resealBatch(b)
+		}), either},
+		{"count too low", edit(func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[23:], 0)
+			binary.BigEndian.PutUint32(b[57:], 1)
+			return resealBatch(b)
+		}), either},
+		{"count zero", edit(func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[23:], 0xffffffff)
+			binary.BigEndian.PutUint32(b[57:], 0)
+			return resealBatch(b)
+		}), either},
+		{"count negative", edit(func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[57:], 0x80000000)
+			return resealBatch(b)
+		}), either},
+		{"huge varint length", rawRecords(1, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0}), either},
+		{"11-byte varint", rawRecords(1, bytes.Repeat([]byte{0x80}, 11)), either},
+		{"negative record length", rawRecords(1, binary.AppendVarint(nil, -3)), either},
+		{"zero-length record", rawRecords(1, binary.AppendVarint(nil, 0)), either},
+		{"negative key length", rawRecords(1, []byte{8, 0, 0, 0, 0x1f, 0, 0}), either},
+		{"huge header count", rawRecords(1, append([]byte{10, 0, 0, 0, 1, 1}, binary.AppendVarint(nil, 1<<40)...)), either},
+		{"control bit", edit(func(b []byte) []byte { binary.BigEndian.PutUint16(b[21:], 0x20); return resealBatch(b) }), invalid},
+		{"transactional, producer id -1", edit(func(b []byte) []byte { binary.BigEndian.PutUint16(b[21:], 0x10); return resealBatch(b) }), append(invalid, kerr.InvalidTxnState.Code)},
+		{"two batches", append(bytes.Clone(good), good...), invalid},
+		{"batch and junk", append(bytes.Clone(good), 1, 2, 3), either},
+		{"codec 5", withCodec(5, []byte("junk")), []int16{kerr.UnsupportedCompressionType.Code}},
+		{"codec 7", withCodec(7, []byte("junk")), []int16{kerr.UnsupportedCompressionType.Code}},
+		{"gzip junk", withCodec(1, []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 1, 2, 3, 4, 5}), corrupt},
+		{"snappy junk", withCodec(2, []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 9, 0xff, 0xff}), corrupt},
+		{"snappy raw junk", withCodec(2, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2}), corrupt},
+		{"lz4 junk", withCodec(3, []byte{0x04, 0x22, 0x4d, 0x18, 0x64, 0x40, 0xa7, 0xff, 0xff, 0xff, 0x7f, 1, 2}), corrupt},
+		{"zstd junk", withCodec(4, []byte{0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0xff, 0xff, 0xff, 1, 2, 3}), corrupt},
+		{"gzip empty", withCodec(1, nil), corrupt},
+	}
+	return cases
+}
+
+// TestHostileProduce: every Produce version 3-12 carrying one good partition and one
+// partition per bad batch: each bad partition gets its Kafka code and stores nothing,
+// the good one is stored, the connection keeps serving, and the log reads back exactly.
+func TestHostileProduce(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	cl := newClient(t, s.KafkaAddrs)
+	cases := hostileCases()
+	topic := topicName("hostile")
+	createTopic(t, adm, topic, int32(len(cases)+1), nil)
+	td := waitTopic(t, adm, topic, int32(len(cases)+1))
+	broker := cl.Broker(int(td.Partitions[0].Leader))
+	var want []string
+	for v := int16(3); v <= 12; v++ {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = v
+		req.Acks = -1
+		req.TimeoutMillis = 10000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = topic
+		good := kmsg.NewProduceRequestTopicPartition()
+		val := fmt.Sprintf("v%d", v)
+		good.Records = recordBatch([]kv{{[]byte("good"), []byte(val)}})
+		want = append(want, val)
+		rt.Partitions = append(rt.Partitions, good)
+		for i, c := range cases {
+			p := kmsg.NewProduceRequestTopicPartition()
+			p.Partition = int32(i + 1)
+			p.Records = c.records
+			rt.Partitions = append(rt.Partitions, p)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctxT(t, 30*time.Second), broker)
+		if err != nil {
+			t.Fatalf("v%d: produce: %v", v, err)
+		}
+		got := map[int32]kmsg.ProduceResponseTopicPartition{}
+		for _, rp := range resp.Topics[0].Partitions {
+			got[rp.Partition] = rp
+		}
+		if p := got[0]; p.ErrorCode != 0 || p.BaseOffset != int64(v-3) {
+			t.Errorf("v%d good partition: %s at %d, want NONE at %d", v, codeName(p.ErrorCode), p.BaseOffset, v-3)
+		}
+		for i, c := range cases {
+			p, ok := got[int32(i+1)]
+			ok2 := false
+			for _, w := range c.want {
+				ok2 = ok2 || p.ErrorCode == w
+			}
+			if !ok || !ok2 {
+				t.Errorf("v%d %s: %s (present %v), want one of %v", v, c.name, codeName(p.ErrorCode), ok, c.want)
+			}
+		}
+	}
+	ends := endOffsets(t, adm, topic)
+	for p, e := range ends {
+		if p == 0 && e != int64(len(want)) {
+			t.Errorf("good partition end offset %d, want %d", e, len(want))
+		}
+		if p != 0 && e != 0 {
+			t.Errorf("partition %d (%s) end offset %d, want 0", p, cases[p-1].name, e)
+		}
+	}
+	recs := consumeAll(t, s.KafkaAddrs, topic)
+	var gotVals []string
+	for _, r := range recs {
+		gotVals = append(gotVals, string(r.Value))
+	}
+	if fmt.Sprint(gotVals) != fmt.Sprint(want) {
+		t.Errorf("read back %v, want %v", gotVals, want)
+	}
+}
