@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
 // hostileCase is one partition's records in TestHostileProduce and the codes accepted
@@ -159,5 +164,167 @@ func TestHostileProduce(t *testing.T) {
 	}
 	if fmt.Sprint(gotVals) != fmt.Sprint(want) {
 		t.Errorf("read back %v, want %v", gotVals, want)
+	}
+}
+
+// TestHostileProduceAcksZero: acks=0 gets no answer; a request whose partitions all
+// succeed keeps the connection (the next request on it is answered), one with a bad
+// partition closes it as Kafka does, and either way the good partitions are stored and
+// the bad ones not.
+func TestHostileProduceAcksZero(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	topic := topicName("hostile0")
+	createTopic(t, adm, topic, 2, nil)
+	waitTopic(t, adm, topic, 2)
+	formatter := kmsg.NewRequestFormatter(kmsg.FormatterClientID("hostile"))
+	produce := func(v int16, bad bool) []byte {
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = v
+		req.Acks = 0
+		req.TimeoutMillis = 10000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = topic
+		p := kmsg.NewProduceRequestTopicPartition()
+		p.Records = recordBatch([]kv{{nil, []byte(fmt.Sprintf("v%d-%v", v, bad))}})
+		rt.Partitions = append(rt.Partitions, p)
+		if bad {
+			p := kmsg.NewProduceRequestTopicPartition()
+			p.Partition = 1
+			p.Records = hostileCase_("bad CRC").records
+			rt.Partitions = append(rt.Partitions, p)
+		}
+		req.Topics = append(req.Topics, rt)
+		return formatter.AppendRequest(nil, req, int32(v))
+	}
+	want := int64(0)
+	for v := int16(3); v <= 12; v++ {
+		conn, err := net.DialTimeout("tcp", s.KafkaAddrs[0], 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// All good, then an ApiVersions on the same connection: answered, with its
+		// correlation id (no Produce answer came first).
+		av := kmsg.NewPtrApiVersionsRequest()
+		frame := append(produce(v, false), formatter.AppendRequest(nil, av, 1000+int32(v))...)
+		if _, err := conn.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		head := make([]byte, 8)
+		if _, err := io.ReadFull(conn, head); err != nil {
+			t.Fatalf("v%d acks=0 good produce then ApiVersions: %v", v, err)
+		}
+		if corr := int32(binary.BigEndian.Uint32(head[4:])); corr != 1000+int32(v) {
+			t.Fatalf("v%d: first answer has correlation id %d, want the ApiVersions' %d", v, corr, 1000+int32(v))
+		}
+		_ = conn.Close()
+		want++
+		if err := expectClosed(s.KafkaAddrs[0], produce(v, true)); err != nil {
+			t.Errorf("v%d acks=0 with a bad partition: %v", v, err)
+		}
+		want++
+	}
+	// acks=0 writes are not awaited by the client: poll for them.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ends := endOffsets(t, adm, topic)
+		if ends[0] == want && ends[1] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("end offsets %v, want %d and 0", ends, want)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+}
+
+// hostileCase_ is the hostileCases entry named name.
+func hostileCase_(name string) hostileCase {
+	for _, c := range hostileCases() {
+		if c.name == name {
+			return c
+		}
+	}
+	panic("no hostile case " + name)
+}
+
+// TestHostileNativeAppend: storage-core's AppendBatches and AppendStream with the same
+// bad batches, with and without single_batch and validate_only, to unknown and
+// reserved channels: each channel gets its own code in the answer, validate_only and
+// refused channels store nothing, the good channel of the same request is stored, and
+// the stream keeps serving after every bad request.
+func TestHostileNativeAppend(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	topic := topicName("hostilen")
+	createTopic(t, adm, topic, 1, nil)
+	waitTopic(t, adm, topic, 1)
+	ch := channel.KafkaPartition(topic, 0)
+	st := storageClient(t, s.StorageAddr)
+	good := recordBatch([]kv{{nil, []byte("n")}})
+	stream, err := st.AppendStream(ctxT(t, 2*time.Minute))
+	if err != nil {
+		t.Fatalf("AppendStream: %v", err)
+	}
+	stored := int64(0)
+	id := uint64(0)
+	for _, c := range hostileCases() {
+		for _, single := range []bool{true, false} {
+			for _, validate := range []bool{true, false} {
+				chans := []*storagev1.ChannelBatches{
+					{Channel: ch, Batches: c.records, SingleBatch: single, ValidateOnly: validate},
+					{Channel: ch + "-nope", Batches: good, SingleBatch: single, ValidateOnly: validate},
+					{Channel: "_x", Batches: good, SingleBatch: single, ValidateOnly: validate},
+					{Channel: ch, Batches: good, SingleBatch: single, ValidateOnly: validate},
+				}
+				what := fmt.Sprintf("%s (single %v, validate_only %v)", c.name, single, validate)
+				check := func(api string, rs []*storagev1.ChannelAppendResult) {
+					t.Helper()
+					if len(rs) != 4 {
+						t.Fatalf("%s %s: %d results, want 4", api, what, len(rs))
+					}
+					if rs[0].Error == storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED && !(c.name == "two batches" && !single) {
+						t.Errorf("%s %s: accepted", api, what)
+					}
+					if rs[1].Error != storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
+						t.Errorf("%s %s: unknown channel answered %v", api, what, rs[1].Error)
+					}
+					if rs[2].Error != storagev1.ErrorCode_ERROR_CODE_RESERVED_CHANNEL && rs[2].Error != storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
+						t.Errorf("%s %s: reserved channel answered %v", api, what, rs[2].Error)
+					}
+					if rs[3].Error != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+						t.Errorf("%s %s: good batch answered %v %s", api, what, rs[3].Error, rs[3].ErrorMessage)
+					}
+					if !validate {
+						stored++
+						if rs[0].Error == storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+							stored += 4 // "two batches" without single_batch: two frames of two records
+						}
+					}
+				}
+				resp, err := st.AppendBatches(ctxT(t, 20*time.Second), &storagev1.AppendBatchesRequest{Channels: chans})
+				if err != nil {
+					t.Fatalf("AppendBatches %s: %v", what, err)
+				}
+				check("AppendBatches", resp.Results)
+				id++
+				if err := stream.Send(&storagev1.AppendStreamRequest{Id: id, Channels: chans}); err != nil {
+					t.Fatalf("AppendStream send %s: %v", what, err)
+				}
+				sr, err := stream.Recv()
+				if err != nil {
+					t.Fatalf("AppendStream recv %s: %v", what, err)
+				}
+				if sr.Id != id {
+					t.Fatalf("AppendStream %s: answer id %d, want %d", what, sr.Id, id)
+				}
+				check("AppendStream", sr.Results)
+			}
+		}
+	}
+	_ = stream.CloseSend()
+	if got := endOffsets(t, adm, topic)[0]; got != stored {
+		t.Errorf("end offset %d, want %d", got, stored)
 	}
 }
