@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -102,4 +104,80 @@ func TestHostileHeadersKafkaToNative(t *testing.T) {
 		subbed = append(subbed, m.Records...)
 	}
 	checkNative("native Subscribe", subbed[:len(recs)])
+}
+
+// headerBatch encodes one uncompressed RecordBatch v2 (producer id -1) whose records
+// have the values and headers given, headers with nil values null.
+func headerBatch(values []string, headers [][]kmsg.Header) []byte {
+	ts := time.Now().UnixMilli()
+	var recs []byte
+	for i, v := range values {
+		r := kmsg.Record{OffsetDelta: int32(i), Value: []byte(v), Headers: headers[i]}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(len(values) - 1),
+		FirstTimestamp: ts, MaxTimestamp: ts, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
+		NumRecords: int32(len(values)), Records: recs}
+	return resealBatch(b.AppendTo(nil))
+}
+
+// TestHostileHeadersPubSub: Kafka-format records appended to gcp.<topic> with header
+// keys and values that are not UTF-8, 2,000 headers with one repeated key, null,
+// empty and 512 KiB values reach a Pub/Sub Pull subscriber, with the records around
+// them, and nothing stays undelivered.
+func TestHostileHeadersPubSub(t *testing.T) {
+	s := pubsubStack(t)
+	pub, sc := rawPubSub(t, s.PubSubAddrs[0])
+	st, _ := storageClients(t, s.StorageAddr)
+	id := psID("hhdr")
+	mustCreateTopic(t, pub, id)
+	mustCreateSub(t, sc, id, id, nil)
+	ctx := ctxT(t, 90*time.Second)
+	var many []kmsg.Header
+	for i := 0; i < 1000; i++ {
+		many = append(many, kmsg.Header{Key: "dup"}, kmsg.Header{Key: "dup", Value: []byte{}})
+	}
+	values := []string{"before", "bad", "many", "huge", "after"}
+	headers := [][]kmsg.Header{
+		nil,
+		{{Key: "k\xff", Value: []byte("v\xfe")}, {Key: "\xc3"}, {Key: "ok", Value: []byte{}}},
+		many,
+		{{Key: "huge", Value: bytes.Repeat([]byte("h"), 512<<10)}, {Key: "n"}},
+		nil,
+	}
+	for i := range values {
+		resp, err := st.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{
+			Channel: channel.PubSubTopic(id), Batches: headerBatch(values[i:i+1], headers[i:i+1])}}})
+		if err != nil || resp.Results[0].Error != 0 {
+			t.Fatalf("AppendBatches %s: %v %v", values[i], err, resp)
+		}
+	}
+	got := map[string]map[string]string{}
+	waitFor(t, 60*time.Second, "every message pulled", func() bool {
+		resp, err := sc.Pull(ctx, &pubsubpb.PullRequest{Subscription: subPath(id), MaxMessages: 10})
+		if err != nil {
+			t.Fatalf("Pull after %d messages: %v", len(got), err)
+		}
+		var ack []string
+		for _, m := range resp.ReceivedMessages {
+			got[string(m.GetMessage().GetData())] = m.GetMessage().GetAttributes()
+			ack = append(ack, m.AckId)
+		}
+		if len(ack) > 0 {
+			if _, err := sc.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: subPath(id), AckIds: ack}); err != nil {
+				t.Fatalf("Acknowledge: %v", err)
+			}
+		}
+		return len(got) == len(values)
+	})
+	if a := got["many"]; len(a) != 1 {
+		t.Errorf("many: attributes %v, want the one key dup", a)
+	}
+	if a := got["huge"]; len(a["huge"]) != 512<<10 || a["n"] != "" {
+		t.Errorf("huge: attribute huge of %d bytes, n %q", len(a["huge"]), a["n"])
+	}
+	if a := got["bad"]; a["k\uFFFD"] != "v\uFFFD" || a["ok"] != "" {
+		t.Errorf("bad: attributes %q, want k\uFFFD=v\uFFFD, \uFFFD, ok", a)
+	}
 }
