@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
 // TestHostileHeadersKafkaToNative: Kafka records with many headers, duplicate keys,
@@ -179,5 +182,61 @@ func TestHostileHeadersPubSub(t *testing.T) {
 	}
 	if a := got["bad"]; a["k\uFFFD"] != "v\uFFFD" || a["ok"] != "" {
 		t.Errorf("bad: attributes %q, want k\uFFFD=v\uFFFD, \uFFFD, ok", a)
+	}
+}
+
+// TestHostileHeadersMQTT: Kafka records with a header key that is not UTF-8, 200
+// headers under one key and null values reach MQTT through the bridge's kafka-to-mqtt
+// (from-headers) in order, with the records around them; one whose header value is not
+// UTF-8 (no MQTT string can carry it) is left out, and the next one still comes.
+func TestHostileHeadersMQTT(t *testing.T) {
+	testenv.RequireMQTT(t)
+	s := sharedStack(t)
+	id := mqttID()
+	back := "mqtt-hh-" + id
+	createTopic(t, newAdmin(t, s.KafkaAddrs), back, 1, nil)
+	startBridge(t, s, "mqtt-bridge-hh-"+id, fmt.Sprintf(`
+id: hh-%[1]s
+clusters:
+  - name: mosquitto
+    urls: [mqtt://%[2]s]
+    client-id: tributary-e2e-hh-%[1]s
+    session-expiry: 1m
+kafka-to-mqtt:
+  - id: back-%[1]s
+    kafka-topics: [%[3]s]
+    from-headers: true
+    start-at: earliest
+`, id, testenv.MQTTAddr(), back))
+	sub := startMosqSub(t, testenv.MQTTAddr(), "-t", "e2e/"+id+"/back", "-q", "1")
+	topicHdr := kgo.RecordHeader{Key: "mqtt-topic", Value: []byte("e2e/" + id + "/back")}
+	var many []kgo.RecordHeader
+	for i := 0; i < 100; i++ {
+		many = append(many, kgo.RecordHeader{Key: "dup"}, kgo.RecordHeader{Key: "dup", Value: []byte{}})
+	}
+	cl := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(back))
+	for _, r := range []*kgo.Record{
+		{Value: []byte("before")},
+		{Value: []byte("badkey"), Headers: []kgo.RecordHeader{{Key: "k\xff", Value: []byte("v")}, {Key: "\xc3"}}},
+		{Value: []byte("badval"), Headers: []kgo.RecordHeader{{Key: "k", Value: []byte("v\xfe")}}},
+		{Value: []byte("many"), Headers: many},
+		{Value: []byte("after")},
+	} {
+		r.Headers = append([]kgo.RecordHeader{topicHdr}, r.Headers...)
+		if err := cl.ProduceSync(ctxT(t, 30*time.Second), r).FirstErr(); err != nil {
+			t.Fatalf("produce %s: %v", r.Value, err)
+		}
+	}
+	lines := sub.next(t, 4, 60*time.Second)
+	for i, v := range []string{"before", "badkey", "many", "after"} {
+		if !strings.HasSuffix(lines[i], "|"+hex.EncodeToString([]byte(v))) {
+			t.Errorf("MQTT message %d: %q, want payload %s", i, lines[i], v)
+		}
+	}
+	if !strings.Contains(lines[1], "|up=k\uFFFD:v \uFFFD:|") {
+		t.Errorf("badkey: %q, want user properties k\uFFFD:v and \uFFFD: (empty)", lines[1])
+	}
+	if n := strings.Count(lines[2], "dup:"); n != 200 {
+		t.Errorf("many: %d user properties dup, want 200", n)
 	}
 }
