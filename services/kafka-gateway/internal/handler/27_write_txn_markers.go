@@ -9,8 +9,8 @@ package handler
 // the request goes to storage-core in one WriteTxnMarkers call (COMMIT or ABORT control
 // batch for the producer id and epoch, through the durable append path); per-partition
 // codes are storage-core's (a producer without an open transaction there: NONE,
-// nothing written; an epoch older than the producer's: INVALID_PRODUCER_EPOCH;
-// TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch). Unknown topics or
+// nothing written; an epoch older than the producer's: INVALID_PRODUCER_EPOCH; the
+// coordinator epoch is not checked). Unknown topics or
 // partitions: UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER. The
 // coordinator's record of the transaction is not changed: it is for transactions the
 // coordinator no longer tracks. Not authorized separately (no ACLs yet).

@@ -19,12 +19,11 @@ const maxTxnMarkers = 10000
 
 // Kafka error codes of WriteTxnMarkers results (storage.proto TxnMarkerResult).
 const (
-	kafkaUnknownTopicOrPartition      = 3
-	kafkaTopicAuthorizationFailed     = 29
-	kafkaInvalidRequest               = 42
-	kafkaInvalidProducerEpoch         = 47
-	kafkaTransactionCoordinatorFenced = 52
-	kafkaStorageError                 = 56
+	kafkaUnknownTopicOrPartition  = 3
+	kafkaTopicAuthorizationFailed = 29
+	kafkaInvalidRequest           = 42
+	kafkaInvalidProducerEpoch     = 47
+	kafkaStorageError             = 56
 )
 
 // markerCode maps a marker's error to its Kafka error code.
@@ -36,8 +35,6 @@ func markerCode(err error) int32 {
 		return kafkaUnknownTopicOrPartition
 	case errors.Is(err, store.ErrInvalidProducerEpoch):
 		return kafkaInvalidProducerEpoch
-	case errors.Is(err, store.ErrCoordinatorFenced):
-		return kafkaTransactionCoordinatorFenced
 	case errors.Is(err, store.ErrInvalidArgument):
 		return kafkaInvalidRequest
 	}

@@ -46,6 +46,3 @@ var (
 // ProducerAppendInfo.appendDataBatch).
 var ErrInvalidTxnState = errors.New("invalid transaction state")
 
-// ErrCoordinatorFenced: a transaction marker carries a coordinator epoch older than
-// the producer's last marker on the channel (Kafka TRANSACTION_COORDINATOR_FENCED, 52).
-var ErrCoordinatorFenced = errors.New("transaction coordinator fenced")

@@ -308,8 +308,11 @@ func (l *Log) WriteTxnMarker(m TxnMarker) (AppendResult, error) {
 // BeginTxnMarker is the write phase of WriteTxnMarker (as BeginAppend). A producer
 // with no open transaction on the channel gets no marker: the result has Duplicate set
 // (and waits only for what was written before it to be durable), so a retried marker
-// is idempotent. Errors: ErrInvalidProducerEpoch (epoch older than the producer's),
-// ErrCoordinatorFenced (coordinator epoch older than its last marker's),
+// is idempotent. The coordinator epoch is stored in the marker and reported by
+// DescribeProducers, never checked: coordinator replicas serialize a transaction's
+// decision on its Postgres row, so there are no coordinator generations to fence, and
+// a native caller's marker with a high epoch must not make every later marker of the
+// producer refused (which would leave its transaction in Prepare* for good). Errors: ErrInvalidProducerEpoch (epoch older than the producer's),
 // ErrInvalidArgument (producer id < 0 or epoch < 0), ErrStorage, ErrNotFound,
 // ErrClosed.
 func (l *Log) BeginTxnMarker(m TxnMarker) *PendingAppend {
@@ -335,9 +338,6 @@ func (l *Log) beginTxnMarker(m TxnMarker) (AppendResult, int64, error) {
 	if st := l.prods[m.ProducerID]; st != nil {
 		if m.ProducerEpoch < st.epoch {
 			return AppendResult{}, 0, fmt.Errorf("%w: marker of producer %d epoch %d is older than %d", ErrInvalidProducerEpoch, m.ProducerID, m.ProducerEpoch, st.epoch)
-		}
-		if m.CoordinatorEpoch < st.coordEpoch {
-			return AppendResult{}, 0, fmt.Errorf("%w: marker of producer %d with coordinator epoch %d, older than %d", ErrCoordinatorFenced, m.ProducerID, m.CoordinatorEpoch, st.coordEpoch)
 		}
 	}
 	if _, ok := l.openTxn(m.ProducerID); !ok {

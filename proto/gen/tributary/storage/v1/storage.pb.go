@@ -2815,8 +2815,8 @@ type TxnMarker struct {
 	ProducerEpoch int32 `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	// True for COMMIT, false for ABORT.
 	Commit bool `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
-	// The transaction coordinator's epoch, stored in the marker. One older than the last
-	// marker's for the producer on the channel is TRANSACTION_COORDINATOR_FENCED (52).
+	// The transaction coordinator's epoch, stored in the marker and reported by
+	// DescribeProducers; not checked (coordinator replicas have no generations).
 	CoordinatorEpoch int32 `protobuf:"varint,5,opt,name=coordinator_epoch,json=coordinatorEpoch,proto3" json:"coordinator_epoch,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
