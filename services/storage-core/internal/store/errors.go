@@ -45,4 +45,3 @@ var (
 // transaction on the channel (Kafka INVALID_TXN_STATE, 48;
 // ProducerAppendInfo.appendDataBatch).
 var ErrInvalidTxnState = errors.New("invalid transaction state")
-
