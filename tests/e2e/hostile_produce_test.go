@@ -14,6 +14,7 @@ import (
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
 // hostileCase is one partition's records in TestHostileProduce and the codes accepted
@@ -96,7 +97,8 @@ func hostileCases() []hostileCase {
 
 // TestHostileProduce: every Produce version 3-12 carrying one good partition and one
 // partition per bad batch: each bad partition gets its Kafka code and stores nothing,
-// the good one is stored, the connection keeps serving, and the log reads back exactly.
+// the good one is stored, and the log reads back exactly through kgo, kcat and the
+// native Read.
 func TestHostileProduce(t *testing.T) {
 	s := sharedStack(t)
 	adm := newAdmin(t, s.KafkaAddrs)
@@ -164,6 +166,25 @@ func TestHostileProduce(t *testing.T) {
 	}
 	if fmt.Sprint(gotVals) != fmt.Sprint(want) {
 		t.Errorf("read back %v, want %v", gotVals, want)
+	}
+	// kcat (librdkafka) and the native Read see the same.
+	kcat := testenv.RequireBinary(t, "kcat")
+	lines := kcatConsume(t, kcat, s.KafkaAddrs[0], topic, len(want))
+	for i, l := range lines {
+		if l.partition != 0 || l.offset != int64(i) || i >= len(want) || l.line != "good:"+want[i] {
+			t.Errorf("kcat record %d: %d/%d %q, want 0/%d good:%s", i, l.partition, l.offset, l.line, i, want[min(i, len(want)-1)])
+		}
+	}
+	rr, err := storageClient(t, s.StorageAddr).Read(ctxT(t, 20*time.Second), &storagev1.ReadRequest{Channel: channel.KafkaPartition(topic, 0), FromSequence: 1})
+	if err != nil {
+		t.Fatalf("native Read: %v", err)
+	}
+	var native []string
+	for _, r := range rr.Records {
+		native = append(native, string(r.Value))
+	}
+	if fmt.Sprint(native) != fmt.Sprint(want) {
+		t.Errorf("native Read %v, want %v", native, want)
 	}
 }
 
@@ -326,5 +347,43 @@ func TestHostileNativeAppend(t *testing.T) {
 	_ = stream.CloseSend()
 	if got := endOffsets(t, adm, topic)[0]; got != stored {
 		t.Errorf("end offset %d, want %d", got, stored)
+	}
+}
+
+// TestHostileProduceForgedTimestamps: on a CreateTime topic a producer's batch header
+// claiming LogAppendTime, or a max timestamp far past its records, does not change
+// the records' timestamps a consumer sees nor what ListOffsets by timestamp finds
+// (Kafka's LogValidator rewrites both header fields).
+func TestHostileProduceForgedTimestamps(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	cl := newClient(t, s.KafkaAddrs)
+	topic := topicName("hostilets")
+	createTopic(t, adm, topic, 1, nil)
+	td := waitTopic(t, adm, topic, 1)
+	created := time.Now().Add(-time.Hour).UnixMilli()
+	forge := func(attrs uint16, maxTS int64) []byte {
+		b := recordBatch([]kv{{nil, []byte("forged")}})
+		binary.BigEndian.PutUint64(b[27:], uint64(created))
+		binary.BigEndian.PutUint16(b[21:], attrs)
+		binary.BigEndian.PutUint64(b[35:], uint64(maxTS))
+		return resealBatch(b)
+	}
+	for _, b := range [][]byte{forge(0x08, 42), forge(0, created+365*24*3600*1000)} {
+		if code, _ := rawProduce(t, cl, td.Partitions[0].Leader, td, 0, b); code != 0 {
+			t.Fatalf("produce: %s", codeName(code))
+		}
+	}
+	for _, r := range consumeAll(t, s.KafkaAddrs, topic) {
+		if r.Timestamp.UnixMilli() != created || r.Attrs.TimestampType() != 0 {
+			t.Errorf("record %d: timestamp %d (type %d), want its create time %d", r.Offset, r.Timestamp.UnixMilli(), r.Attrs.TimestampType(), created)
+		}
+	}
+	lo, err := adm.ListOffsetsAfterMilli(ctxT(t, 20*time.Second), created+1, topic)
+	if err != nil {
+		t.Fatalf("ListOffsets: %v", err)
+	}
+	if o, _ := lo.Lookup(topic, 0); o.Err != nil || o.Offset != 2 {
+		t.Errorf("ListOffsets after every record's timestamp: offset %d (%v), want 2 (the end)", o.Offset, o.Err)
 	}
 }
