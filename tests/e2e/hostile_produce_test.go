@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -385,5 +386,71 @@ func TestHostileProduceForgedTimestamps(t *testing.T) {
 	}
 	if o, _ := lo.Lookup(topic, 0); o.Err != nil || o.Offset != 2 {
 		t.Errorf("ListOffsets after every record's timestamp: offset %d (%v), want 2 (the end)", o.Offset, o.Err)
+	}
+}
+
+// TestHostileProduceLarge: one 30 MiB Produce request of 30 partitions with a batch of
+// just under the default max.message.bytes each, and one partition a little over it:
+// the 30 are stored whole, the large one is MESSAGE_TOO_LARGE, and the connection
+// serves the next request.
+func TestHostileProduceLarge(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	cl := newClient(t, s.KafkaAddrs)
+	const parts = 31
+	topic := topicName("hostilebig")
+	createTopic(t, adm, topic, parts, nil)
+	td := waitTopic(t, adm, topic, parts)
+	req := kmsg.NewPtrProduceRequest()
+	req.Acks = -1
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	for p := int32(0); p < parts; p++ {
+		size := 1_000_000
+		if p == parts-1 {
+			size = 1_100_000
+		}
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = p
+		rp.Records = recordBatch([]kv{{nil, bytes.Repeat([]byte{byte('a' + p%26)}, size)}})
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	broker := cl.Broker(int(td.Partitions[0].Leader))
+	resp, err := req.RequestWith(ctxT(t, 60*time.Second), broker)
+	if err != nil {
+		t.Fatalf("30 MiB produce: %v", err)
+	}
+	for _, rp := range resp.Topics[0].Partitions {
+		want := int16(0)
+		if rp.Partition == parts-1 {
+			want = kerr.MessageTooLarge.Code
+		}
+		if rp.ErrorCode != want {
+			t.Errorf("partition %d: %s, want %s", rp.Partition, codeName(rp.ErrorCode), codeName(want))
+		}
+	}
+	if _, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctxT(t, 20*time.Second), broker); err != nil {
+		t.Errorf("ApiVersions after the large produce: %v", err)
+	}
+	ends := endOffsets(t, adm, topic)
+	for p := int32(0); p < parts; p++ {
+		want := int64(1)
+		if p == parts-1 {
+			want = 0
+		}
+		if ends[p] != want {
+			t.Errorf("partition %d end offset %d, want %d", p, ends[p], want)
+		}
+	}
+	recs := consumeAll(t, s.KafkaAddrs, topic, kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(2<<20))
+	if len(recs) != parts-1 {
+		t.Fatalf("read %d records, want %d", len(recs), parts-1)
+	}
+	for _, r := range recs {
+		if len(r.Value) != 1_000_000 || r.Value[0] != byte('a'+r.Partition%26) || r.Value[len(r.Value)-1] != r.Value[0] {
+			t.Errorf("partition %d: record of %d bytes, starting %q", r.Partition, len(r.Value), r.Value[:1])
+		}
 	}
 }
