@@ -82,6 +82,9 @@ const (
 	MaxTransactionalIDBytes = 1024
 	// markerTimeout bounds one WriteMarkers call.
 	markerTimeout = 30 * time.Second
+	// finishTimeout bounds a finish left running after EndTxn's answer (its Postgres
+	// calls and markers); one cut short is redone by the next call or the sweep.
+	finishTimeout = 2 * markerTimeout
 )
 
 // Marker is one COMMIT or ABORT control record to write into a partition's log.
@@ -139,7 +142,7 @@ type Coordinator struct {
 }
 
 // Close waits for the finishes EndTxn left running after answering (each bounded by
-// markerTimeout; one cut short by a crash is redone from the durable Prepare*).
+// finishTimeout; one cut short by a crash is redone from the durable Prepare*).
 func (c *Coordinator) Close() { c.bg.Wait() }
 
 // New returns a Coordinator.
@@ -512,14 +515,15 @@ func (c *Coordinator) begin(ctx context.Context, tx pgx.Tx, t *store.Txn) error 
 // on the id, which takes the lock first, waits for the markers and meets Complete*
 // (Kafka answers EndTxn once the decision is durable too, and the producer's next
 // AddPartitionsToTxn meets the end). The finish outlives ctx's cancellation (not its
-// values), bounded by markerTimeout; Close waits for it.
+// values), bounded by finishTimeout; Close waits for it.
 func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
 	locked := make(chan struct{})
 	done := make(chan struct{})
-	bctx := context.WithoutCancel(ctx)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
+		defer cancel()
 		defer close(done)
 		if _, err := c.finishLocked(bctx, tid, func() { close(locked) }); err != nil {
 			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
