@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -45,7 +46,15 @@ func hostileCases() []hostileCase {
 		return resealBatch(b)
 	}
 	cases := []hostileCase{
+		{"null records", nil, invalid},
+		{"empty records", []byte{}, invalid},
 		{"one byte", []byte{0}, corrupt},
+		{"last offset delta off by one", edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b[23:], 2); return resealBatch(b) }), either},
+		{"producer id without a sequence", edit(func(b []byte) []byte {
+			binary.BigEndian.PutUint64(b[43:], 12345)
+			binary.BigEndian.PutUint16(b[51:], 0)
+			return resealBatch(b)
+		}), invalid},
 		{"truncated frame", good[:len(good)-5], corrupt},
 		{"truncated at header", good[:40], corrupt},
 		{"batch length past the end", edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 1<<30); return b }), corrupt},
@@ -92,8 +101,19 @@ func hostileCases() []hostileCase {
 		{"lz4 junk", withCodec(3, []byte{0x04, 0x22, 0x4d, 0x18, 0x64, 0x40, 0xa7, 0xff, 0xff, 0xff, 0x7f, 1, 2}), corrupt},
 		{"zstd junk", withCodec(4, []byte{0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0xff, 0xff, 0xff, 1, 2, 3}), corrupt},
 		{"gzip empty", withCodec(1, nil), corrupt},
+		{"gzip of a record with offset delta 5", withCodec(1, gzipped([]byte{8, 0, 0, 10, 1, 1, 0, 0})), invalid},
+		{"gzip of records past the count", withCodec(1, gzipped(append(bytes.Clone(good[61:]), good[61:]...))), either},
 	}
 	return cases
+}
+
+// gzipped is b gzip-compressed.
+func gzipped(b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	_, _ = w.Write(b)
+	_ = w.Close()
+	return buf.Bytes()
 }
 
 // TestHostileProduce: every Produce version 3-12 carrying one good partition and one
