@@ -14,8 +14,8 @@ import (
 // LogAppendTime bit does not replace its records' timestamps, and a max timestamp far
 // past its records does not reach the time index or LookupMaxTime.
 func TestCreateTimeHeaderRewritten(t *testing.T) {
-	s := openStore(t, t.TempDir(), nil)
-	defer s.Close()
+	dir := t.TempDir()
+	s := openStore(t, dir, nil)
 	l := mustCreate(t, s, "ts", ChannelConfig{TimestampType: TimestampCreateTime})
 	reseal := func(b []byte) []byte {
 		binary.BigEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offAttributes:], castagnoli))
@@ -56,5 +56,20 @@ func TestCreateTimeHeaderRewritten(t *testing.T) {
 	}
 	if _, err := DecodeBatch(raw); err != nil {
 		t.Errorf("stored batch: %v", err)
+	}
+	// The rewritten frames pass recovery's checks when the store opens again.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, nil)
+	defer s.Close()
+	if l, err = s.Get("ts"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, l, 0); len(got) != len(want) || got[3].Timestamp != want[3] {
+		t.Errorf("after reopening: %d records, want %d with the same timestamps", len(got), len(want))
+	}
+	if off, ts, found, err := l.LookupMaxTime(); err != nil || !found || off != 3 || ts != 2_000_001 {
+		t.Errorf("LookupMaxTime after reopening: offset %d ts %d found %v err %v, want 3 2000001 true", off, ts, found, err)
 	}
 }
