@@ -474,3 +474,55 @@ func TestHostileProduceLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileProduceRepeatedPartition: a partition listed twice in one Produce is
+// appended once with its last entry's records and answered once (Kafka keys both by
+// topic-partition): a bad batch then a good one stores the good one, a good one then a
+// bad one stores nothing and answers the bad one's code.
+func TestHostileProduceRepeatedPartition(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	cl := newClient(t, s.KafkaAddrs)
+	topic := topicName("hostilerep")
+	createTopic(t, adm, topic, 2, nil)
+	td := waitTopic(t, adm, topic, 2)
+	good := recordBatch([]kv{{nil, []byte("last")}})
+	bad := hostileCase_("bad CRC").records
+	for p, order := range [][2][]byte{{bad, good}, {good, bad}} {
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		req.TimeoutMillis = 10000
+		for _, recs := range order {
+			rt := kmsg.NewProduceRequestTopic()
+			rt.Topic = topic
+			rp := kmsg.NewProduceRequestTopicPartition()
+			rp.Partition = int32(p)
+			rp.Records = recs
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+		}
+		resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl.Broker(int(td.Partitions[int32(p)].Leader)))
+		if err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		n := 0
+		for _, rt := range resp.Topics {
+			for _, rp := range rt.Partitions {
+				n++
+				want := int16(0)
+				if p == 1 {
+					want = kerr.CorruptMessage.Code
+				}
+				if rp.ErrorCode != want {
+					t.Errorf("partition %d: %s, want %s", p, codeName(rp.ErrorCode), codeName(want))
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("partition %d listed twice: %d answers, want 1", p, n)
+		}
+	}
+	if ends := endOffsets(t, adm, topic); ends[0] != 1 || ends[1] != 0 {
+		t.Errorf("end offsets %v, want 1 and 0", ends)
+	}
+}
