@@ -18,6 +18,9 @@ type Txn struct {
 	// The id and epoch before the last InitProducerId bump (-1 when none).
 	LastProducerID    int64
 	LastProducerEpoch int32
+	// The producer id the row moves to (epoch 0) when its Prepare* transaction
+	// completes: set by a KIP-890 EndTxn at an exhausted epoch (-1 when none).
+	NextProducerID int64
 	// Kafka state name (Empty, Ongoing, PrepareCommit, ...).
 	State     string
 	TimeoutMs int32
@@ -89,8 +92,8 @@ type rowQuerier interface {
 
 // loadTxn reads the row (FOR UPDATE with lock) with its partitions and groups.
 func loadTxn(ctx context.Context, q rowQuerier, id string, lock bool) (*Txn, error) {
-	sql := `SELECT t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch, t.state,
-			t.timeout_ms, t.started_at, t.updated_at,
+	sql := `SELECT t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch, t.next_producer_id,
+			t.state, t.timeout_ms, t.started_at, t.updated_at,
 			COALESCE((SELECT array_agg(p.topic ORDER BY p.topic, p.partition) FROM transaction_partitions p
 				WHERE p.transactional_id = t.transactional_id), '{}'),
 			COALESCE((SELECT array_agg(p.partition ORDER BY p.topic, p.partition) FROM transaction_partitions p
@@ -107,7 +110,7 @@ func loadTxn(ctx context.Context, q rowQuerier, id string, lock bool) (*Txn, err
 		topics  []string
 		parts   []int32
 	)
-	err := q.QueryRow(ctx, sql, id).Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.State,
+	err := q.QueryRow(ctx, sql, id).Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.NextProducerID, &t.State,
 		&t.TimeoutMs, &started, &t.UpdatedAt, &topics, &parts, &t.Groups)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrTxnNotFound
@@ -130,12 +133,13 @@ func loadTxn(ctx context.Context, q rowQuerier, id string, lock bool) (*Txn, err
 	return t, nil
 }
 
-// CreateTxn inserts a new transactional id's row (with updated_at = now) and reports
+// CreateTxn inserts a new transactional id's row (with updated_at = now; no next
+// producer id, t.NextProducerID is set to -1) and reports
 // whether it did: false when the id has a row already (a concurrent call created it;
 // the insert waits for that call's transaction to end, so under READ COMMITTED a
 // LockTxn after it finds the row).
 func CreateTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) (bool, error) {
-	t.UpdatedAt = now
+	t.UpdatedAt, t.NextProducerID = now, -1
 	tag, err := tx.Exec(ctx, `INSERT INTO transactions (transactional_id, producer_id, producer_epoch, last_producer_id,
 			last_producer_epoch, state, timeout_ms, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -157,9 +161,11 @@ func SaveTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) error {
 	}
 	t.UpdatedAt = now
 	tag, err := tx.Exec(ctx, `UPDATE transactions SET producer_id = $2, producer_epoch = $3, last_producer_id = $4,
-			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9
+			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9,
+			next_producer_id = $10
 		WHERE transactional_id = $1`,
-		t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, started, now)
+		t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, started, now,
+		t.NextProducerID)
 	if err != nil {
 		return fmt.Errorf("save transaction: %w", err)
 	}

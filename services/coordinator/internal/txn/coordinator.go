@@ -360,6 +360,12 @@ func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func(
 		if commit {
 			t.State = StateCompleteCommit
 		}
+		if t.NextProducerID >= 0 {
+			// Kafka's prepareComplete after an exhausted epoch: the producer goes on
+			// with the new producer id (Last* keep the id and epoch it ended with, so a
+			// retried end is recognised).
+			t.ProducerID, t.ProducerEpoch, t.NextProducerID = t.NextProducerID, 0, -1
+		}
 		state = t.State
 		return store.SaveTxn(ctx, tx, t, c.now())
 	})
@@ -626,14 +632,19 @@ func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epo
 // the sweep (in the meantime the transaction answers CONCURRENT_TRANSACTIONS).
 //
 // With bump (KIP-890 transactions v2, Kafka EndTxn v5) the end bumps the epoch: the
-// markers carry the bumped epoch, which is returned (newEpoch) and which the producer
-// uses from then on; a retry with the epoch before the bump (the previous answer was
-// lost) is recognised as the same end and answered with the bumped epoch.
-func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch int32, commit, bump bool) (code int16, newEpoch int32, err error) {
+// markers carry the bumped epoch, which is returned (newPID, newEpoch) and which the
+// producer uses from then on; a retry with the epoch before the bump (the previous
+// answer was lost) is recognised as the same end and answered as the first. At an
+// exhausted epoch (Kafka's isEpochExhausted: 32766 and up) the end moves the id to a
+// fresh producer id: the markers carry the old producer id at the bumped epoch (at
+// most 32767), the answer the new producer id at epoch 0, which the row takes once the
+// markers are written (Kafka's nextProducerId); the old producer id is then
+// INVALID_PRODUCER_ID_MAPPING. Without bump, newPID and newEpoch are pid and epoch.
+func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch int32, commit, bump bool) (code int16, newPID int64, newEpoch int32, err error) {
 	if tid == "" {
-		return codeInvalidRequest, -1, nil
+		return codeInvalidRequest, -1, -1, nil
 	}
-	newEpoch = epoch
+	newPID, newEpoch = pid, epoch
 	finish, retry, groups := false, false, false
 	code = codeNone
 	prepare, complete := StatePrepareAbort, StateCompleteAbort
@@ -649,10 +660,22 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		if err != nil {
 			return err
 		}
-		if bump && pid == t.ProducerID && epoch == t.LastProducerEpoch && epoch+1 == t.ProducerEpoch &&
-			(t.State == prepare || t.State == complete) {
-			// A retried v5 EndTxn: this end already bumped the epoch.
-			newEpoch, finish, retry = t.ProducerEpoch, t.State == prepare, true
+		if bump && pid == t.ProducerID && epoch == t.LastProducerEpoch && t.State == prepare &&
+			(epoch+1 == t.ProducerEpoch || t.NextProducerID >= 0) {
+			// A retried v5 EndTxn: this end already bumped the epoch (or took the
+			// next producer id), its markers are not all written yet.
+			newPID, newEpoch, finish, retry = t.ProducerID, t.ProducerEpoch, true, true
+			if t.NextProducerID >= 0 {
+				newPID, newEpoch = t.NextProducerID, 0
+			}
+			return errDone
+		}
+		if bump && t.State == complete && epoch == t.LastProducerEpoch &&
+			((pid == t.ProducerID && epoch+1 == t.ProducerEpoch) ||
+				(pid == t.LastProducerID && pid != t.ProducerID && t.ProducerEpoch == 0)) {
+			// A retried v5 EndTxn of the ended transaction (the second case moved the
+			// id to the current producer id).
+			newPID, newEpoch = t.ProducerID, t.ProducerEpoch
 			return errDone
 		}
 		if code = producerCode(t, pid, epoch); code != codeNone {
@@ -661,11 +684,23 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		switch t.State {
 		case StateOngoing:
 			t.State, finish, groups = prepare, true, len(t.Groups) > 0
-			if bump && t.ProducerEpoch < math.MaxInt16 {
+			if bump {
 				t.LastProducerID, t.LastProducerEpoch = t.ProducerID, t.ProducerEpoch
-				t.ProducerEpoch++
+				if epochExhausted(t.ProducerEpoch) {
+					id, err := c.nextPID(ctx)
+					if err != nil {
+						return err
+					}
+					t.NextProducerID = id
+				}
+				if t.ProducerEpoch < math.MaxInt16 {
+					t.ProducerEpoch++
+				}
 			}
-			newEpoch = t.ProducerEpoch
+			newPID, newEpoch = t.ProducerID, t.ProducerEpoch
+			if t.NextProducerID >= 0 {
+				newPID, newEpoch = t.NextProducerID, 0
+			}
 			return store.SaveTxn(ctx, tx, t, c.now())
 		case prepare:
 			finish, retry = true, true
@@ -678,30 +713,30 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		}
 	})
 	if err != nil {
-		return 0, -1, err
+		return 0, -1, -1, err
 	}
 	if !finish {
-		return code, newEpoch, nil
+		return code, newPID, newEpoch, nil
 	}
 	if !retry && !groups {
 		// The decision is durable: the markers and Complete* follow the answer. A
 		// transaction with staged offsets finishes first, so that an OffsetFetch after
 		// the commit (without require_stable) already sees its offsets.
 		c.finishAfterAnswer(ctx, tid)
-		return codeNone, newEpoch, nil
+		return codeNone, newPID, newEpoch, nil
 	}
 	state, err := c.finish(ctx, tid)
 	if err != nil {
 		c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
 		if retry {
-			return codeConcurrentTransactions, newEpoch, nil
+			return codeConcurrentTransactions, newPID, newEpoch, nil
 		}
-		return codeNone, newEpoch, nil
+		return codeNone, newPID, newEpoch, nil
 	}
 	if state != complete && retry {
-		return codeConcurrentTransactions, newEpoch, nil
+		return codeConcurrentTransactions, newPID, newEpoch, nil
 	}
-	return codeNone, newEpoch, nil
+	return codeNone, newPID, newEpoch, nil
 }
 
 // OffsetCommit is a TxnOffsetCommit request.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"sync"
@@ -235,7 +236,7 @@ func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
 	if e.committed("g", 2) != -1 || !e.pending("g")[tp("in", 2)] {
 		t.Fatalf("before commit: committed %d pending %v; want not visible, pending", e.committed("g", 2), e.pending("g"))
 	}
-	if code, _, err := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); err != nil || code != 0 {
+	if code, _, _, err := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); err != nil || code != 0 {
 		t.Fatalf("EndTxn(commit) = %d, %v", code, err)
 	}
 	ms := e.written()
@@ -257,10 +258,10 @@ func TestCommitWritesMarkersAndPublishesOffsets(t *testing.T) {
 		t.Fatalf("pending after commit: %v", e.pending("g"))
 	}
 	// A retried EndTxn is recognised and writes nothing; the other decision is refused.
-	if code, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); code != 0 {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, true, false); code != 0 {
 		t.Fatalf("retried EndTxn(commit) = %d, want 0", code)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, false, false); code != codeInvalidTxnState {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-a", pid, epoch, false, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(abort) after commit = %d, want INVALID_TXN_STATE", code)
 	}
 	if ms := e.written(); len(ms) != 0 {
@@ -284,7 +285,7 @@ func TestAbortDropsOffsets(t *testing.T) {
 		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 7}}}); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, false, false); code != 0 {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, false, false); code != 0 {
 		t.Fatalf("EndTxn(abort) = %d", code)
 	}
 	ms := e.written()
@@ -297,7 +298,7 @@ func TestAbortDropsOffsets(t *testing.T) {
 	if st := e.state("tx-b"); st.State != StateCompleteAbort {
 		t.Fatalf("state %s", st.State)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, true, false); code != codeInvalidTxnState {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-b", pid, epoch, true, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(commit) after abort = %d, want INVALID_TXN_STATE", code)
 	}
 }
@@ -327,7 +328,7 @@ func TestFencing(t *testing.T) {
 	if code, _ := e.c.AddOffsets(ctx, "tx-f", pid, old, "g"); code != codeProducerFenced {
 		t.Fatalf("old producer AddOffsets = %d", code)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-f", pid, old, true, false); code != codeProducerFenced {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-f", pid, old, true, false); code != codeProducerFenced {
 		t.Fatalf("old producer EndTxn = %d", code)
 	}
 	// The new producer opens a transaction; the old one cannot commit offsets in it.
@@ -406,10 +407,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if st := e.state("tx-x"); st.State != StateEmpty || len(st.Partitions) != 0 {
 		t.Fatalf("after refused AddPartitions: %+v", st)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-x", pid, epoch, true, false); code != codeInvalidTxnState {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-x", pid, epoch, true, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn without a transaction = %d, want INVALID_TXN_STATE", code)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-none", 1, 0, true, false); code != codeInvalidProducerIDMapping {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-none", 1, 0, true, false); code != codeInvalidProducerIDMapping {
 		t.Fatalf("EndTxn of an unknown id = %d", code)
 	}
 	if got := e.add("tx-none", 1, 0, tp("out", 0)); !codesEqual(got, codeInvalidProducerIDMapping) {
@@ -437,7 +438,7 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: "tx-c", Group: "g", ProducerID: pid, ProducerEpoch: epoch,
 		Generation: -1, Offsets: []store.TxnOffset{{Topic: "in", Partition: 1, Offset: 9}}})
 	e.markers.fail.Store(true)
-	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != 0 {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != 0 {
 		t.Fatalf("EndTxn with storage down = %d, want 0 (the decision is durable)", code)
 	}
 	if st := e.state("tx-c"); st.State != StatePrepareCommit || len(st.Partitions) != 2 {
@@ -449,10 +450,10 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	if got := e.add("tx-c", pid, epoch, tp("out", 0)); !codesEqual(got, codeConcurrentTransactions) {
 		t.Fatalf("AddPartitions during PrepareCommit = %v", got)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != codeConcurrentTransactions {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != codeConcurrentTransactions {
 		t.Fatalf("retried EndTxn while markers fail = %d", code)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, false, false); code != codeInvalidTxnState {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, false, false); code != codeInvalidTxnState {
 		t.Fatalf("EndTxn(abort) during PrepareCommit = %d", code)
 	}
 	// storage-core is back: the sweep (another coordinator after a crash) finishes.
@@ -466,7 +467,7 @@ func TestDecisionSurvivesMarkerFailure(t *testing.T) {
 	if st := e.state("tx-c"); st.State != StateCompleteCommit || e.committed("g", 1) != 9 {
 		t.Fatalf("after sweep: state %s committed %d", st.State, e.committed("g", 1))
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != 0 {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-c", pid, epoch, true, false); code != 0 {
 		t.Fatalf("retried EndTxn after completion = %d", code)
 	}
 }
@@ -494,7 +495,7 @@ func TestTimeoutAbortsAndFences(t *testing.T) {
 	if st := e.state("tx-t"); st.State != StateCompleteAbort || st.ProducerEpoch != epoch+1 {
 		t.Fatalf("after timeout: %+v", st)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-t", pid, epoch, true, false); code != codeProducerFenced {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-t", pid, epoch, true, false); code != codeProducerFenced {
 		t.Fatalf("zombie EndTxn = %d, want PRODUCER_FENCED", code)
 	}
 	if got := e.add("tx-t", pid, epoch, tp("out", 0)); !codesEqual(got, codeProducerFenced) {
@@ -606,7 +607,7 @@ func TestLongTransactionalID(t *testing.T) {
 	if got := e.add(string(long[:MaxTransactionalIDBytes]), pid, epoch, tp("out", 0), tp("out", 1)); !codesEqual(got, 0, 0) {
 		t.Fatalf("AddPartitions of the longest id = %v", got)
 	}
-	if code, _, err := e.c.EndTxn(ctx, string(long[:MaxTransactionalIDBytes]), pid, epoch, true, false); err != nil || code != 0 {
+	if code, _, _, err := e.c.EndTxn(ctx, string(long[:MaxTransactionalIDBytes]), pid, epoch, true, false); err != nil || code != 0 {
 		t.Fatalf("EndTxn of the longest id = %d, %v", code, err)
 	}
 }
@@ -625,7 +626,7 @@ func TestTransactionsV2(t *testing.T) {
 		t.Fatalf("after implicit add: %+v", st)
 	}
 	e.add("tx-v2", pid, epoch, tp("out", 0))
-	code, next, err := e.c.EndTxn(ctx, "tx-v2", pid, epoch, true, true)
+	code, _, next, err := e.c.EndTxn(ctx, "tx-v2", pid, epoch, true, true)
 	if err != nil || code != 0 || next != epoch+1 {
 		t.Fatalf("EndTxn v5 = %d epoch %d, %v; want epoch %d", code, next, err, epoch+1)
 	}
@@ -636,10 +637,10 @@ func TestTransactionsV2(t *testing.T) {
 		t.Fatalf("offset not committed")
 	}
 	// The answer was lost: the retry with the old epoch is the same end.
-	if code, again, _ := e.c.EndTxn(ctx, "tx-v2", pid, epoch, true, true); code != 0 || again != epoch+1 {
+	if code, _, again, _ := e.c.EndTxn(ctx, "tx-v2", pid, epoch, true, true); code != 0 || again != epoch+1 {
 		t.Fatalf("retried EndTxn v5 = %d epoch %d", code, again)
 	}
-	if code, _, _ := e.c.EndTxn(ctx, "tx-v2", pid, epoch, false, true); code != codeProducerFenced {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-v2", pid, epoch, false, true); code != codeProducerFenced {
 		t.Fatalf("EndTxn v5 abort with the old epoch = %d, want PRODUCER_FENCED", code)
 	}
 	// The next transaction uses the bumped epoch; the old one is fenced.
@@ -729,7 +730,7 @@ func TestTransactionalIDExpiration(t *testing.T) {
 	ctx := context.Background()
 	pidIdle, epochIdle := e.init("tx-idle", 60000)
 	e.add("tx-idle", pidIdle, epochIdle, tp("out", 0))
-	if code, _, _ := e.c.EndTxn(ctx, "tx-idle", pidIdle, epochIdle, true, false); code != 0 {
+	if code, _, _, _ := e.c.EndTxn(ctx, "tx-idle", pidIdle, epochIdle, true, false); code != 0 {
 		t.Fatalf("EndTxn = %d", code)
 	}
 	e.c.Close() // the markers follow EndTxn's answer: CompleteCommit before the clock moves
@@ -775,7 +776,7 @@ func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
 	e.markers.gate = gate
 	ended := make(chan int16, 1)
 	go func() {
-		code, _, err := e.c.EndTxn(ctx, "tx-bg", pid, epoch, true, false)
+		code, _, _, err := e.c.EndTxn(ctx, "tx-bg", pid, epoch, true, false)
 		if err != nil {
 			code = -100
 		}
@@ -811,5 +812,61 @@ func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
 	}
 	if st := e.state("tx-bg"); st.State != StateOngoing || len(st.Partitions) != 1 || st.Partitions[0] != tp("out", 1) {
 		t.Fatalf("next transaction: %+v", st)
+	}
+}
+
+// TestEndTxnV5ExhaustedEpochMovesToNewProducerID: a KIP-890 EndTxn at an exhausted
+// epoch (Kafka's isEpochExhausted, 32766) writes its markers with the old producer id
+// at the last epoch (32767) and answers a fresh producer id at epoch 0, which the next
+// transaction uses; the old id is refused and a retry of the end is answered the same.
+// Before, the epoch stopped at 32767 and every later end answered 32767 again.
+func TestEndTxnV5ExhaustedEpochMovesToNewProducerID(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, _ := e.init("tx-ex", 60000)
+	const exhausted = math.MaxInt16 - 1
+	if _, err := e.st.Pool().Exec(ctx, `UPDATE transactions SET producer_epoch = $1 WHERE transactional_id = 'tx-ex'`, exhausted); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.add("tx-ex", pid, exhausted, tp("out", 0), tp("out", 1)); !codesEqual(got, 0, 0) {
+		t.Fatalf("AddPartitions = %v", got)
+	}
+	code, newPID, newEpoch, err := e.c.EndTxn(ctx, "tx-ex", pid, exhausted, true, true)
+	if err != nil || code != 0 || newPID == pid || newPID < 0 || newEpoch != 0 {
+		t.Fatalf("EndTxn v5 at epoch %d = %d, %d/%d, %v; want NONE, a new producer id at epoch 0",
+			exhausted, code, newPID, newEpoch, err)
+	}
+	ms := e.written()
+	if len(ms) != 2 {
+		t.Fatalf("markers %+v, want 2", ms)
+	}
+	for _, m := range ms {
+		if m.ProducerID != pid || m.ProducerEpoch != math.MaxInt16 || !m.Commit {
+			t.Fatalf("marker %+v, want COMMIT of producer %d at epoch %d", m, pid, math.MaxInt16)
+		}
+	}
+	if st := e.state("tx-ex"); st.State != StateCompleteCommit || st.ProducerID != newPID || st.ProducerEpoch != 0 || st.NextProducerID != -1 {
+		t.Fatalf("after the end: %+v, want CompleteCommit at %d/0", st, newPID)
+	}
+	// The answer was lost: the retry with the old id and epoch is the same end.
+	if code, p, ep, _ := e.c.EndTxn(ctx, "tx-ex", pid, exhausted, true, true); code != 0 || p != newPID || ep != 0 {
+		t.Fatalf("retried EndTxn v5 = %d, %d/%d; want NONE, %d/0", code, p, ep, newPID)
+	}
+	// The old producer id is fenced (another producer id: INVALID_PRODUCER_ID_MAPPING).
+	for _, ep := range []int32{exhausted, math.MaxInt16} {
+		if got := e.add("tx-ex", pid, ep, tp("out", 0)); !codesEqual(got, codeInvalidProducerIDMapping) {
+			t.Fatalf("old producer %d/%d after the move = %v, want INVALID_PRODUCER_ID_MAPPING", pid, ep, got)
+		}
+	}
+	// The next transaction runs with the new id and bumps its epoch as usual.
+	if got := e.add("tx-ex", newPID, 0, tp("out", 1)); !codesEqual(got, 0) {
+		t.Fatalf("AddPartitions with the new producer id = %v", got)
+	}
+	code, p2, ep2, err := e.c.EndTxn(ctx, "tx-ex", newPID, 0, false, true)
+	if err != nil || code != 0 || p2 != newPID || ep2 != 1 {
+		t.Fatalf("EndTxn v5 with the new id = %d, %d/%d, %v; want NONE, %d/1", code, p2, ep2, err, newPID)
+	}
+	if ms := e.written(); len(ms) != 1 || ms[0].ProducerID != newPID || ms[0].ProducerEpoch != 1 || ms[0].Commit {
+		t.Fatalf("markers %+v, want one ABORT of %d at epoch 1", ms, newPID)
 	}
 }

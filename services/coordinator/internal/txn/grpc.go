@@ -76,11 +76,11 @@ func (s *Server) AddOffsetsToTxn(ctx context.Context, req *coordinatorv1.AddOffs
 
 // EndTxn implements the service; see Coordinator.EndTxn.
 func (s *Server) EndTxn(ctx context.Context, req *coordinatorv1.EndTxnRequest) (*coordinatorv1.EndTxnResponse, error) {
-	code, epoch, err := s.c.EndTxn(ctx, req.GetTransactionalId(), req.GetProducerId(), req.GetProducerEpoch(), req.GetCommit(), req.GetBumpEpoch())
+	code, pid, epoch, err := s.c.EndTxn(ctx, req.GetTransactionalId(), req.GetProducerId(), req.GetProducerEpoch(), req.GetCommit(), req.GetBumpEpoch())
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &coordinatorv1.EndTxnResponse{ErrorCode: int32(code), ProducerId: req.GetProducerId(), ProducerEpoch: epoch}, nil
+	return &coordinatorv1.EndTxnResponse{ErrorCode: int32(code), ProducerId: pid, ProducerEpoch: epoch}, nil
 }
 
 // TxnOffsetCommit implements the service; see Coordinator.TxnOffsetCommit.

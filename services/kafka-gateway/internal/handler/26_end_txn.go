@@ -14,7 +14,9 @@ package handler
 // (markers still being written: retriable). Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE. v5 (KIP-890 transactions v2) bumps the producer epoch at
 // every end: the markers carry the bumped epoch, the answer returns it (producer id
-// and epoch), and a retry with the epoch before the bump is answered as the original.
+// and epoch), and a retry with the epoch before the bump is answered as the original;
+// at an exhausted epoch (32766 and up) the answer is a new producer id at epoch 0 (the
+// markers still carry the old producer id).
 //
 // KIPs: KIP-98, KIP-482 (flexible v3+), KIP-588, KIP-890 (v4 TRANSACTION_ABORTABLE:
 // not answered; v5 epoch bump).
