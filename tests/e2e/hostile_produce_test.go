@@ -62,7 +62,8 @@ func hostileCases() []hostileCase {
 		{"batch length zero", edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 0); return b }), corrupt},
 		{"magic 0", edit(func(b []byte) []byte { b[16] = 0; return b }), invalid},
 		{"magic 1", edit(func(b []byte) []byte { b[16] = 1; return b }), invalid},
-		{"magic 3", edit(func(b []byte) []byte { b[16] = 3; return b }), either},
+		{"magic 3", edit(func(b []byte) []byte { b[16] = 3; return b }), corrupt},
+		{"magic -1", edit(func(b []byte) []byte { b[16] = 0xff; return b }), corrupt},
 		{"bad CRC", edit(func(b []byte) []byte { b[18] ^= 0x55; return b }), corrupt},
 		{"count too high", edit(func(b []byte) []byte {
 			binary.BigEndian.PutUint32(b[23:], 2)

@@ -22,10 +22,11 @@ package handler
 //     appearance (Kafka keys both the records and the answers by topic-partition).
 //   - storage-core is the one validator of the records (ChannelBatches.single_batch:
 //     exactly one batch per partition, Kafka's ProduceRequest.validateRecords): null
-//     or empty records, magic other than 2, a control batch or more than one batch
-//     are INVALID_RECORD, a short or overlong frame or a bad CRC-32C CORRUPT_MESSAGE
-//     (storage.proto ErrorCode, errors.go). The gateway only reads a transactional
-//     batch's header (batch.go: why before the CRC is checked); a transactional
+//     or empty records, magic 0 or 1, a control batch or more than one batch are
+//     INVALID_RECORD, a short or overlong frame, a magic of no Kafka format (not 0..2)
+//     or a bad CRC-32C CORRUPT_MESSAGE (storage.proto ErrorCode, errors.go). The
+//     gateway only reads a transactional batch's header (batch.go: why before the CRC
+//     is checked); a transactional
 //     partition its coordinator refuses is validated by storage-core (validate_only),
 //     whose refusal (a corrupt batch) is the answer. All partitions go to storage-core
 //     in ONE request (AppendStream, see below). BaseOffset =

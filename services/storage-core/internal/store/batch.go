@@ -127,8 +127,8 @@ const headerUpToMagic = offMagic + 1
 // checkFraming is an append's first pass over its frames b, before any frame is
 // checked in depth (checkFrame), in the order Kafka checks a Produce request's records
 // (ProduceRequest.validateRecords over the batch iterator). Per frame: its framing
-// (the bytes up to magic, then a batch length that fits in b), magic 2, a whole
-// header; the CRC-32C of a transactional or control frame, because those bits decide
+// (the bytes up to magic, then a batch length that fits in b), a magic of a Kafka
+// message format (0..2), magic 2, a whole header; the CRC-32C of a transactional or control frame, because those bits decide
 // what follows (a control frame is refused here; a transactional one was checked
 // against its transaction by kafka-gateway before it came), so a damaged frame is
 // corrupt, not what its damaged bits say; no control frame. Then, with single (Kafka
@@ -136,7 +136,8 @@ const headerUpToMagic = offMagic + 1
 //
 //	empty b                                -> ErrInvalidRecord with single, else ErrCorruptBatch
 //	short or overlong frame                -> ErrCorruptBatch
-//	magic other than 2                     -> ErrInvalidRecord
+//	magic outside 0..2 (no such format)    -> ErrCorruptBatch
+//	magic 0 or 1                           -> ErrInvalidRecord
 //	bad CRC of a transactional or control  -> ErrCorruptBatch (of any other: checkFrame)
 //	control frame (clients may not write)  -> ErrInvalidRecord
 //	more than one frame with single        -> ErrInvalidRecord
@@ -157,6 +158,10 @@ func checkFraming(b []byte, single bool) error {
 		n := int64(bl) + batchLengthField
 		if bl < 0 || n > int64(len(b)) {
 			return fmt.Errorf("%w: batch length %d past the end (%d bytes left)", ErrCorruptBatch, bl, len(b))
+		}
+		if m := int8(b[offMagic]); m < 0 || m > 2 {
+			// Kafka ByteBufferLogInputStream: no message format has this magic.
+			return fmt.Errorf("%w: magic %d", ErrCorruptBatch, m)
 		}
 		if b[offMagic] != 2 {
 			return fmt.Errorf("%w: magic %d, only RecordBatch v2 is accepted", ErrInvalidRecord, b[offMagic])

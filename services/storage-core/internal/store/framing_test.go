@@ -50,6 +50,16 @@ func TestProduceFramingCodes(t *testing.T) {
 			return b[:42]
 		}), ErrInvalidRecord},
 		{"magic 1, too large", func() []byte { b := kbatch(t, batchOpt{}, big); b[offMagic] = 1; return b }(), ErrInvalidRecord},
+		// Kafka ByteBufferLogInputStream.nextBatchSize: a magic outside 0..2 is
+		// CorruptRecordException, before the batch is cut out or counted.
+		{"magic 3", edit(func(b []byte) []byte { b[offMagic] = 3; return b }), ErrCorruptBatch},
+		{"magic -1", edit(func(b []byte) []byte { b[offMagic] = 0xff; return b }), ErrCorruptBatch},
+		{"magic 3, shorter than a header", edit(func(b []byte) []byte {
+			b[offMagic] = 3
+			binary.BigEndian.PutUint32(b[offBatchLength:], 30)
+			return b[:42]
+		}), ErrCorruptBatch},
+		{"a batch and a magic 3 batch", append(bytes.Clone(good), edit(func(b []byte) []byte { b[offMagic] = 3; return b })...), ErrCorruptBatch},
 		{"bad CRC", edit(func(b []byte) []byte { b[offCRC] ^= 0xff; return b }), ErrCorruptBatch},
 		{"bad CRC, too large", func() []byte { b := kbatch(t, batchOpt{}, big); b[offCRC] ^= 0xff; return b }(), ErrBatchTooLarge},
 		{"transactional, bad CRC, too large", func() []byte { b := kbatch(t, batchOpt{pid: 7, epoch: 1, txn: true}, big); b[offCRC] ^= 0xff; return b }(), ErrCorruptBatch},
