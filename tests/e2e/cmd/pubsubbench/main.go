@@ -14,7 +14,8 @@
 // stream at the default limit of 1,000 delivers at most about 10,000 msgs/s: that
 // ceiling (limit / ack interval) is printed beside the default case (bar: ≥ 0.9 × it).
 // A second Tributary case sets MaxOutstandingMessages to -wide-limit (20,000), where
-// the limit does not bind, and is compared with pstest's unary Pull+Acknowledge (bar:
+// the limit does not bind, on -wide-streams streams (the client's NumGoroutines, 4),
+// and is compared with pstest's unary Pull+Acknowledge (bar:
 // ≥ 3×). The cases the bars compare (both Tributary StreamingPull cases and pstest's
 // Pull+Acknowledge) run -rounds times in turn, and the table shows their medians.
 //
@@ -65,6 +66,7 @@ type config struct {
 	latencyDur      time.Duration
 	rounds          int
 	wideLimit       int
+	wideStreams     int
 }
 
 // The Go client's defaults behind the default case's ceiling (cloud.google.com/go/
@@ -150,6 +152,7 @@ func main() {
 	flag.DurationVar(&cfg.latencyDur, "latency-duration", 5*time.Second, "publish time of the latency case")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of the cases the bars compare (tributary's StreamingPull at the defaults and at -wide-limit, pstest's Pull+Acknowledge), alternating; the table and the ratios use their medians")
 	flag.IntVar(&cfg.wideLimit, "wide-limit", 20000, "MaxOutstandingMessages of tributary's second StreamingPull case, where the limit does not bind")
+	flag.IntVar(&cfg.wideStreams, "wide-streams", 4, "streams (the Go client's NumGoroutines) of tributary's second StreamingPull case; each holds -wide-limit")
 	flag.Parse()
 	if cfg.pullMessages <= 0 {
 		cfg.pullMessages = cfg.messages
@@ -215,7 +218,7 @@ func run(cfg config) error {
 		r := streaming(cctx, cfg, one, 0)
 		done()
 		if r.err == nil && tg.name == "tributary" {
-			fmt.Printf("%s: StreamingPull %d × %d B, MaxOutstandingMessages %d...\n", tg.name, cfg.messages, cfg.bytes, cfg.wideLimit)
+			fmt.Printf("%s: StreamingPull %d × %d B, MaxOutstandingMessages %d on %d streams...\n", tg.name, cfg.messages, cfg.bytes, cfg.wideLimit, cfg.wideStreams)
 			w := streaming(cctx, cfg, tg, cfg.wideLimit)
 			if r.err = w.err; w.err == nil {
 				r.wideRates = w.rates
@@ -314,8 +317,8 @@ func run(cfg config) error {
 		fmt.Printf("    tributary latency p99 %v at %d msgs/s (bar: < 100ms)\n", ours.p99.Round(time.Millisecond), cfg.rate)
 	}
 	if ok1 && ok2 && ours.err == nil && ps.err == nil {
-		fmt.Printf("(b) tributary StreamingPull at MaxOutstandingMessages %d (ceiling %.0f msgs/s: it does not bind) / pstest unary Pull+Ack (medians of %d and %d rounds): %.0f / %.0f = %.2fx (bar: ≥ 3x)\n",
-			cfg.wideLimit, float64(cfg.wideLimit)/clientAckInterval.Seconds(), len(ours.wideRates), len(ps.pullRates),
+		fmt.Printf("(b) tributary StreamingPull at MaxOutstandingMessages %d on %d streams (ceiling %.0f msgs/s: it does not bind) / pstest unary Pull+Ack (medians of %d and %d rounds): %.0f / %.0f = %.2fx (bar: ≥ 3x)\n",
+			cfg.wideLimit, cfg.wideStreams, float64(cfg.wideLimit*max(cfg.wideStreams, 1))/clientAckInterval.Seconds(), len(ours.wideRates), len(ps.pullRates),
 			median(ours.wideRates), median(ps.pullRates), median(ours.wideRates)/median(ps.pullRates))
 	}
 	return nil
@@ -440,7 +443,7 @@ func publishN(ctx context.Context, p *pubsub.Publisher, n, size int, pace time.D
 // message of any index arrived. The callback takes no lock: the client runs it
 // on many goroutines at once, and a shared mutex and map in it cost the client about a
 // tenth of its CPU, which the unary Pull case it is compared with does not pay.
-func receiveN(ctx context.Context, c *pubsub.Client, sub string, n, limit int, first chan<- struct{}) (int, time.Time, []time.Duration, error) {
+func receiveN(ctx context.Context, c *pubsub.Client, sub string, n, limit, streams int, first chan<- struct{}) (int, time.Time, []time.Duration, error) {
 	var (
 		seen      = make([]atomic.Bool, n)
 		lat       = make([]time.Duration, n)
@@ -453,6 +456,9 @@ func receiveN(ctx context.Context, c *pubsub.Client, sub string, n, limit int, f
 	s := c.Subscriber(sub)
 	if limit > 0 {
 		s.ReceiveSettings.MaxOutstandingMessages = limit
+	}
+	if streams > 0 {
+		s.ReceiveSettings.NumGoroutines = streams
 	}
 	err := s.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 		now := time.Now()
@@ -514,7 +520,11 @@ func streaming(ctx context.Context, cfg config, tg target, limit int) result {
 	pids := append(append([]int(nil), tg.pids...), os.Getpid())
 	cpu0 := cpuTimes(pids)
 	start := time.Now()
-	n, last, _, err := receiveN(sctx, c, sub, cfg.messages, limit, nil)
+	streams := 0
+	if limit == cfg.wideLimit {
+		streams = cfg.wideStreams
+	}
+	n, last, _, err := receiveN(sctx, c, sub, cfg.messages, limit, streams, nil)
 	for i, t := range cpuTimes(pids) {
 		r.cpu = append(r.cpu, t-cpu0[i])
 	}
@@ -553,7 +563,7 @@ func latency(ctx context.Context, cfg config, tg target) (p50, p99 time.Duration
 	}
 	done := make(chan got, 1)
 	go func() {
-		k, _, lat, err := receiveN(lctx, c, sub, n, 0, first)
+		k, _, lat, err := receiveN(lctx, c, sub, n, 0, 0, first)
 		done <- got{k, lat, err}
 	}()
 	// The measured messages go out once the subscriber receives: a warm-up message
