@@ -64,6 +64,10 @@ type Deps struct {
 	Metrics *Metrics
 }
 
+// AnonymousPrincipal is the principal of a connection that has not authenticated
+// (a PLAINTEXT or SSL listener without a client certificate), as Kafka names it.
+const AnonymousPrincipal = "User:ANONYMOUS"
+
 // Request is one decoded Kafka request.
 type Request struct {
 	// Body is the decoded request; its version is set.
@@ -73,6 +77,11 @@ type Request struct {
 	// ClientHost is the client's address as Kafka shows it ("/127.0.0.1"), for
 	// DescribeGroups.
 	ClientHost string
+	// Principal is the authenticated Kafka principal of the connection in Kafka's
+	// "Type:Name" form: "User:ANONYMOUS" on a PLAINTEXT listener, the SASL user or the
+	// mapped TLS certificate name otherwise (KIP-11's KafkaPrincipal). The server sets
+	// it; authorization (ACLs) reads it.
+	Principal string
 	// Turn orders one connection's produce requests: a produce handler calls
 	// Turn.Wait just before writing to storage so batches of one connection reach
 	// storage in request order (idempotent sequences). Nil for other APIs.

@@ -470,6 +470,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 				req.Turn = produce.Next()
 			}
 			req.ClientHost = clientHost
+			req.Principal = handler.AnonymousPrincipal
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()
