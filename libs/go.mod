@@ -6,6 +6,7 @@ replace github.com/tributary/tributary/proto => ../proto
 
 require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tributary/tributary/proto v0.0.0
 	go.uber.org/goleak v1.3.0
