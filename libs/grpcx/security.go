@@ -50,13 +50,7 @@ type ServerSecurity struct {
 // --tls-client-ca, --tls-client-auth, --auth, --auth-credentials-file,
 // --auth-service-names and the --auth-jwt-* flags.
 func RegisterServerFlags(fs *flag.FlagSet, s *ServerSecurity) {
-	fs.StringVar(&s.TLS.CertFile, "tls-cert", "", "PEM certificate chain of the gRPC server; with --tls-key turns TLS on")
-	fs.StringVar(&s.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&s.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle client certificates are verified against (mTLS)")
-	fs.Func("tls-client-auth", "client certificates: none, requested (verified when sent) or required (default none; requested with --auth=required and --tls-client-ca)", func(v string) error {
-		s.TLS.ClientAuth = tlsx.ClientAuth(v)
-		return nil
-	})
+	RegisterTLSServerFlags(fs, &s.TLS)
 	fs.StringVar(&s.Auth, "auth", AuthNone, "caller authentication: none, or required (a client certificate or a bearer token over TLS, authorized per channel prefix and verb)")
 	fs.StringVar(&s.CredentialsFile, "auth-credentials-file", "", "file of static bearer tokens and certificate rights: lines 'token SECRET PRINCIPAL RIGHT...' and 'cert CN RIGHT...', RIGHT = read|append|admin|*:PREFIX|*")
 	s.ServiceNames = DefaultServiceNames
@@ -75,6 +69,18 @@ func RegisterServerFlags(fs *flag.FlagSet, s *ServerSecurity) {
 	fs.StringVar(&s.JWT.Issuer, "auth-jwt-issuer", "", "required iss of bearer JWTs")
 	fs.StringVar(&s.JWT.Audience, "auth-jwt-audience", "", "audience bearer JWTs must name in aud")
 	fs.StringVar(&s.JWT.RightsClaim, "auth-jwt-rights-claim", "scope", "JWT claim holding the rights (space-separated string or array of VERB:PREFIX)")
+}
+
+// RegisterTLSServerFlags registers --tls-cert, --tls-key, --tls-client-ca and
+// --tls-client-auth on fs: a gRPC server's TLS without caller authentication.
+func RegisterTLSServerFlags(fs *flag.FlagSet, t *tlsx.Server) {
+	fs.StringVar(&t.CertFile, "tls-cert", "", "PEM certificate chain of the gRPC server; with --tls-key turns TLS on")
+	fs.StringVar(&t.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&t.ClientCAFile, "tls-client-ca", "", "PEM CA bundle client certificates are verified against (mTLS)")
+	fs.Func("tls-client-auth", "client certificates: none, requested (verified when sent) or required (default none; requested with --auth=required and --tls-client-ca)", func(v string) error {
+		t.ClientAuth = tlsx.ClientAuth(v)
+		return nil
+	})
 }
 
 // Validate checks the settings without loading files.
@@ -99,10 +105,19 @@ func (s ServerSecurity) Validate() error {
 func (s ServerSecurity) authOn() bool { return s.Auth == AuthRequired }
 
 // Rule is what one RPC needs: Verb on each resource Resources names in a request
-// message (each message of a stream). Resources nil means ClusterResource.
+// message (each message of a stream), plus whatever Needs adds (a queue's binding
+// sources to read, its dead-letter log to append to). Resources nil means
+// ClusterResource.
 type Rule struct {
 	Verb      Verb
 	Resources func(req any) []string
+	Needs     func(req any) []Need
+}
+
+// Need is one verb on one resource.
+type Need struct {
+	Verb     Verb
+	Resource string
 }
 
 // Rules maps full method names ("/pkg.Service/Method") to rules. The standard health
@@ -235,16 +250,30 @@ func (a *authenticator) authorize(p *Principal, method string, msg any) error {
 		resources = []string{ClusterResource}
 	}
 	for _, res := range resources {
-		if !p.Allows(r.Verb, res) {
-			what := res
-			if what == ClusterResource {
-				what = "the cluster (a right on *)"
+		if err := a.check(p, method, r.Verb, res); err != nil {
+			return err
+		}
+	}
+	if r.Needs != nil {
+		for _, n := range r.Needs(msg) {
+			if err := a.check(p, method, n.Verb, n.Resource); err != nil {
+				return err
 			}
-			a.log.Debug("call denied", zap.String("principal", p.Name), zap.String("method", method), zap.String("resource", res))
-			return status.Errorf(codes.PermissionDenied, "%s %q may not %s %s", p.Via, p.Name, r.Verb, what)
 		}
 	}
 	return nil
+}
+
+func (a *authenticator) check(p *Principal, method string, v Verb, res string) error {
+	if p.Allows(v, res) {
+		return nil
+	}
+	what := res
+	if what == ClusterResource {
+		what = "the cluster (a right on *)"
+	}
+	a.log.Debug("call denied", zap.String("principal", p.Name), zap.String("method", method), zap.String("resource", res))
+	return status.Errorf(codes.PermissionDenied, "%s %q may not %s %s", p.Via, p.Name, v, what)
 }
 
 func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -263,7 +292,7 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if err != nil {
 		return err
 	}
-	if r, ok := a.rules[info.FullMethod]; !open(info.FullMethod) && (!ok || r.Resources == nil) {
+	if r, ok := a.rules[info.FullMethod]; !open(info.FullMethod) && (!ok || r.Resources == nil && r.Needs == nil) {
 		// Nothing to read from the messages: check once, now.
 		if err := a.authorize(p, info.FullMethod, nil); err != nil {
 			return err

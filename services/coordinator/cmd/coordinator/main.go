@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
 	"github.com/tributary/tributary/services/coordinator/internal/server"
 )
@@ -38,10 +39,13 @@ func run(args []string) error {
 		"largest transaction.timeout.ms a Kafka transactional producer may ask for (Kafka transaction.max.timeout.ms)")
 	fs.DurationVar(&cfg.TransactionalIDExpiration, "transactional-id-expiration", cfg.TransactionalIDExpiration,
 		"delete a Kafka transactional id without an open transaction unused this long (Kafka transactional.id.expiration.ms)")
+	grpcx.RegisterServerFlags(fs, &cfg.Security)
+	clientSec := grpcx.RegisterClientFlags(fs, "storage")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "coordinator", args); err != nil {
 		return err
 	}
+	cfg.StorageSecurity = clientSec.For("storage")
 	if *urlFile != "" {
 		u, err := flagenv.ReadSecret(*urlFile)
 		if err != nil {

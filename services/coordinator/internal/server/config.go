@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/tributary/tributary/libs/grpcx"
 )
 
 // Config is the coordinator's configuration (flags --grpc-addr, --http-addr,
 // --postgres-url, --storage-addr, --nats-url, --cluster-id,
-// --transaction-max-timeout, --transactional-id-expiration).
+// --transaction-max-timeout, --transactional-id-expiration, and the TLS and auth flags
+// of grpcx.RegisterServerFlags and grpcx.RegisterClientFlags).
 type Config struct {
 	// GRPCAddr is the CoordinatorService listen address (host:port; port 0 picks one).
 	GRPCAddr string
@@ -31,6 +34,11 @@ type Config struct {
 	// PubSubExpiryInterval is how often the sweep-lock holder deletes expired Pub/Sub
 	// subscriptions (1 min when 0; not a flag).
 	PubSubExpiryInterval time.Duration
+	// Security is the gRPC server's TLS and caller authentication (authRules); zero:
+	// plaintext, every caller served.
+	Security grpcx.ServerSecurity
+	// StorageSecurity is how storage-core is dialed (TLS, client certificate, token).
+	StorageSecurity grpcx.DialSecurity
 	// Now is the clock of the group coordinator and the Pub/Sub registry (time.Now
 	// when nil; tests move it).
 	Now func() time.Time
@@ -73,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if !clusterIDPattern.MatchString(c.ClusterID) {
 		return fmt.Errorf("%w: --cluster-id %q must be 1..64 of [A-Za-z0-9_-]", ErrInvalidConfig, c.ClusterID)
+	}
+	if err := c.Security.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return nil
 }

@@ -90,7 +90,11 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	if s.store, err = store.Open(cfg.PostgresURL, log.Named("store")); err != nil {
 		return nil, err
 	}
-	if s.storageConn, err = grpcx.Dial(cfg.StorageAddr); err != nil {
+	storageSec, err := cfg.StorageSecurity.DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: storage-core: %v", ErrInvalidConfig, err)
+	}
+	if s.storageConn, err = grpcx.Dial(cfg.StorageAddr, storageSec...); err != nil {
 		return nil, err
 	}
 	s.storage = storagev1.NewStorageServiceClient(s.storageConn)
@@ -113,7 +117,11 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	}
 	s.http.AddReadyCheck("groups", s.groups.Ready)
 
-	s.grpc = grpcx.NewServer(log.Named("grpc"), grpc.ChainUnaryInterceptor(s.metrics.interceptor))
+	secOpts, err := cfg.Security.ServerOptions(authRules, log.Named("auth"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	s.grpc = grpcx.NewServer(log.Named("grpc"), append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(s.metrics.interceptor)}, secOpts...)...)
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/server"
 )
@@ -40,10 +41,12 @@ func run() error {
 	fs.IntVar(&partitions, "default-partitions", 1, "partition count of auto-created topics (1..256)")
 	fs.IntVar(&maxFrame, "max-request-bytes", server.DefaultMaxFrameBytes, "largest Kafka request frame accepted, in bytes; larger closes the connection")
 	fs.Int64Var(&cfg.MaxInFlightBytes, "max-inflight-request-bytes", server.DefaultMaxInFlightBytes, "request bytes held in memory by all connections at once; readers wait beyond it")
+	clientSec := grpcx.RegisterClientFlags(fs, "storage", "coordinator")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "kafka-gateway", os.Args[1:]); err != nil {
 		return err
 	}
+	cfg.StorageSecurity, cfg.CoordinatorSecurity = clientSec.For("storage"), clientSec.For("coordinator")
 	cfg.NodeID = int32(nodeID)
 	cfg.DefaultPartitions = int32(partitions)
 	cfg.MaxFrameBytes = int32(maxFrame)

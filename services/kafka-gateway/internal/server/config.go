@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 
+	"github.com/tributary/tributary/libs/grpcx"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -40,6 +41,9 @@ type Config struct {
 	// coordinator; ignored when Storage / Coordinator are set.
 	StorageAddr     string
 	CoordinatorAddr string
+	// StorageSecurity and CoordinatorSecurity are how they are dialed (TLS, client
+	// certificate, token); zero: plaintext.
+	StorageSecurity, CoordinatorSecurity grpcx.DialSecurity
 	// NATSURL is the NATS server ("" = no NATS: a cluster of one).
 	NATSURL string
 	// ClusterID prefixes NATS subjects and derives the Kafka cluster id.

@@ -66,7 +66,11 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.http = obs.NewHTTP(s.reg, log)
 	storage, coord, groups, txns := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns
 	if storage == nil {
-		cc, err := grpcx.Dial(cfg.StorageAddr, storageDialOptions()...)
+		sec, err := cfg.StorageSecurity.DialOptions()
+		if err != nil {
+			return nil, fmt.Errorf("storage-core: %w", err)
+		}
+		cc, err := grpcx.Dial(cfg.StorageAddr, append(storageDialOptions(), sec...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +79,12 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		s.httpCheck("storage-core", cc)
 	}
 	if coord == nil {
-		cc, err := grpcx.Dial(cfg.CoordinatorAddr, grpc.WithChainUnaryInterceptor(sanitizeStrings))
+		sec, err := cfg.CoordinatorSecurity.DialOptions()
+		if err != nil {
+			s.closeGRPC()
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+		cc, err := grpcx.Dial(cfg.CoordinatorAddr, append(sec, grpc.WithChainUnaryInterceptor(sanitizeStrings))...)
 		if err != nil {
 			s.closeGRPC()
 			return nil, err

@@ -52,11 +52,19 @@ func New(cfg *config.Config, log *zap.Logger) (*Bridge, error) {
 	b.reg = obs.NewRegistry()
 	b.http = obs.NewHTTP(b.reg, log)
 	b.m = newMetrics(b.reg)
-	sc, err := grpcx.Dial(cfg.StorageAddr)
+	storageSec, err := backendSecurity(cfg.StorageTLS, cfg.TokenFile).DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("storage-tls: %w", err)
+	}
+	coordSec, err := backendSecurity(cfg.CoordinatorTLS, cfg.TokenFile).DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("coordinator-tls: %w", err)
+	}
+	sc, err := grpcx.Dial(cfg.StorageAddr, storageSec...)
 	if err != nil {
 		return nil, err
 	}
-	cc, err := grpcx.Dial(cfg.CoordinatorAddr)
+	cc, err := grpcx.Dial(cfg.CoordinatorAddr, coordSec...)
 	if err != nil {
 		_ = sc.Close()
 		return nil, err
@@ -201,4 +209,13 @@ func (b *Bridge) close() {
 		_ = c.Close()
 	}
 	b.conns = nil
+}
+
+// backendSecurity is how a backend is dialed: plaintext without t, else TLS with t's CA
+// and client certificate, and the token when one is given.
+func backendSecurity(t *config.TLSConfig, tokenFile string) grpcx.DialSecurity {
+	if t == nil {
+		return grpcx.DialSecurity{}
+	}
+	return grpcx.DialSecurity{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, TokenFile: tokenFile}
 }

@@ -27,12 +27,19 @@ const (
 type Config struct {
 	// ID names this bridge (default consumer groups are tributary-<mapping id>-group;
 	// upstream client ids default to tributary-<id>-<cluster>).
-	ID              string        `yaml:"id"`
-	HTTPAddr        string        `yaml:"http-addr"`
-	StorageAddr     string        `yaml:"storage-addr"`
-	CoordinatorAddr string        `yaml:"coordinator-addr"`
-	LogLevel        string        `yaml:"log-level"`
-	StoreTimeout    time.Duration `yaml:"store-timeout"`
+	ID              string `yaml:"id"`
+	HTTPAddr        string `yaml:"http-addr"`
+	StorageAddr     string `yaml:"storage-addr"`
+	CoordinatorAddr string `yaml:"coordinator-addr"`
+	// StorageTLS and CoordinatorTLS, when present, dial those backends over TLS:
+	// ca-file verifies the backend, cert-file and key-file are the bridge's client
+	// certificate (mTLS), server-name overrides the name checked.
+	StorageTLS     *TLSConfig `yaml:"storage-tls"`
+	CoordinatorTLS *TLSConfig `yaml:"coordinator-tls"`
+	// TokenFile holds a bearer token sent to both backends (TLS only).
+	TokenFile    string        `yaml:"token-file"`
+	LogLevel     string        `yaml:"log-level"`
+	StoreTimeout time.Duration `yaml:"store-timeout"`
 	// Clusters are the upstream brokers the bridge connects to as a client.
 	Clusters []Cluster `yaml:"clusters"`
 	// Listener, when present, runs the embedded broker devices connect to.

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
 	"github.com/tributary/tributary/services/pubsub-gateway/internal/handler"
 	"github.com/tributary/tributary/services/pubsub-gateway/internal/server"
@@ -36,10 +37,13 @@ func run() error {
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL (lease wake-ups between replicas and from the coordinator's sweep); empty = none, streams poll")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "tributary", "cluster id (prefixes NATS subjects)")
 	fs.Int64Var(&cfg.StreamBufferBytes, "stream-buffer-bytes", handler.DefaultStreamBufferBytes, "message bytes all StreamingPull streams may hold for slow clients; each open stream gets an equal share and stops pulling past it")
+	grpcx.RegisterTLSServerFlags(fs, &cfg.TLS)
+	clientSec := grpcx.RegisterClientFlags(fs, "storage", "coordinator")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "pubsub-gateway", os.Args[1:]); err != nil {
 		return err
 	}
+	cfg.StorageSecurity, cfg.CoordinatorSecurity = clientSec.For("storage"), clientSec.For("coordinator")
 	log, err := obs.NewLogger("pubsub-gateway", *level)
 	if err != nil {
 		return err

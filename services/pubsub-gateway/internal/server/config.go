@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/tlsx"
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -14,12 +17,19 @@ var ErrConfig = errors.New("invalid config")
 type Config struct {
 	// GRPCAddr serves google.pubsub.v1 (emulator mode: plaintext, no auth).
 	GRPCAddr string
+	// TLS, when its certificate is set, serves GRPCAddr over TLS (with client
+	// certificates verified when ClientCAFile and ClientAuth say so). Callers' own
+	// credentials (OAuth tokens of Google's clients) are accepted and not checked.
+	TLS tlsx.Server
 	// HTTPAddr serves /metrics, /healthz, /readyz ("" = disabled).
 	HTTPAddr string
 	// StorageAddr and CoordinatorAddr are the gRPC addresses of storage-core and the
 	// coordinator.
 	StorageAddr     string
 	CoordinatorAddr string
+	// StorageSecurity and CoordinatorSecurity are how they are dialed (TLS, client
+	// certificate, token); zero: plaintext.
+	StorageSecurity, CoordinatorSecurity grpcx.DialSecurity
 	// NATSURL is the NATS server carrying lease wake-ups between the replicas and from
 	// the coordinator's ack-deadline sweep ("" = none: streams poll their leases every
 	// second instead).

@@ -85,11 +85,24 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	// The backends' errors are marked as theirs, so the edge never hands their text to a
 	// Pub/Sub client (handler/edge.go).
 	mark := grpc.WithChainUnaryInterceptor(handler.MarkBackend)
-	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, mark); err != nil {
+	storageSec, err := cfg.StorageSecurity.DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: storage-core: %v", ErrConfig, err)
+	}
+	coordSec, err := cfg.CoordinatorSecurity.DialOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: coordinator: %v", ErrConfig, err)
+	}
+	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, append(storageSec, mark)...); err != nil {
 		return nil, err
 	}
-	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr, mark); err != nil {
+	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr, append(coordSec, mark)...); err != nil {
 		return nil, err
+	}
+	// TLS only: emulator mode authenticates nobody (Validate refuses nothing here).
+	tlsOpts, err := grpcx.ServerSecurity{TLS: cfg.TLS}.ServerOptions(nil, log)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	why := "starting"
 	srv.notReady.Store(&why)
@@ -120,10 +133,10 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	}))
 
 	edge := handler.NewEdge(log.Named("edge"))
-	srv.grpc = grpcx.NewServer(log.Named("grpc"),
+	srv.grpc = grpcx.NewServer(log.Named("grpc"), append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary, edge.Unary),
 		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream, edge.Stream),
-	)
+	}, tlsOpts...)...)
 	svc := handler.New(handler.Deps{
 		Registry:    coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
 		Schemas:     coordinatorv1.NewPubSubSchemaServiceClient(srv.coordConn),

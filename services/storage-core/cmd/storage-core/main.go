@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/tributary/tributary/libs/flagenv"
+	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
 	"github.com/tributary/tributary/services/storage-core/internal/server"
 	"go.uber.org/zap"
@@ -30,6 +31,7 @@ func run() error {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7401", "HTTP listen address for /metrics /healthz /readyz")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./run/data/storage", "data directory")
 	fs.StringVar(&cfg.Fsync, "fsync", "always", "always (fsync before ack, group commit) or interval=<duration>")
+	grpcx.RegisterServerFlags(fs, &cfg.Security)
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "storage-core", os.Args[1:]); err != nil {
 		return err

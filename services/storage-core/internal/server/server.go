@@ -37,6 +37,9 @@ type Config struct {
 	RetentionInterval time.Duration
 	// Queues configures the queue engine (tests: clock, sweep interval).
 	Queues queue.Options
+	// Security is the gRPC server's TLS and caller authentication (authRules); the
+	// zero value is plaintext, every caller served.
+	Security grpcx.ServerSecurity
 }
 
 // Defaults fills unset fields with the contract's defaults.
@@ -75,8 +78,10 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return fmt.Errorf("%w: --data-dir is empty", ErrConfig)
 	}
-	_, err := c.FsyncInterval()
-	return err
+	if _, err := c.FsyncInterval(); err != nil {
+		return err
+	}
+	return c.Security.Validate()
 }
 
 // Server is a running storage-core.
@@ -117,10 +122,16 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		_ = st.Close()
 		return nil, fmt.Errorf("open queues: %w", err)
 	}
+	secOpts, err := cfg.Security.ServerOptions(authRules, log.Named("auth"))
+	if err != nil {
+		_ = qm.Close()
+		_ = st.Close()
+		return nil, err
+	}
 	s := &Server{cfg: cfg, log: log, reg: reg, store: st, qm: qm}
 	s.svc = newService(st, log, reg)
 	s.svc.qm = qm
-	s.grpc = grpcx.NewServer(log, transportOptions()...)
+	s.grpc = grpcx.NewServer(log, append(transportOptions(), secOpts...)...)
 	storagev1.RegisterStorageServiceServer(s.grpc, s.svc)
 	storagev1.RegisterQueueServiceServer(s.grpc, &queueService{s: s.svc, qm: qm})
 	grpcx.RegisterStandard(s.grpc)
@@ -175,7 +186,8 @@ func (s *Server) Store() *store.Store { return s.store }
 // closes every channel (fsync) and the HTTP server.
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("listening", zap.String("grpc", s.GRPCAddr()), zap.String("http", s.HTTPAddr()),
-		zap.String("data_dir", s.cfg.DataDir), zap.String("fsync", s.cfg.Fsync))
+		zap.String("data_dir", s.cfg.DataDir), zap.String("fsync", s.cfg.Fsync),
+		zap.Bool("tls", s.cfg.Security.TLS.Enabled()), zap.String("auth", s.cfg.Security.Auth))
 	err := grpcx.Serve(ctx, s.grpc, s.ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		err = nil
