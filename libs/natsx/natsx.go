@@ -20,6 +20,13 @@ func TopicsChangedSubject(clusterID string) string {
 	return clusterPrefix(clusterID) + "topics.changed"
 }
 
+// AclsChangedSubject is the subject the coordinator announces a change of the Kafka
+// ACLs on (CreateAcls, DeleteAcls): "tributary.<cluster-id>.acls.changed", empty
+// payload. kafka-gateway replicas reload their ACL cache when it arrives.
+func AclsChangedSubject(clusterID string) string {
+	return clusterPrefix(clusterID) + "acls.changed"
+}
+
 // BrokersSubject is the subject kafka-gateway replicas announce themselves on, once a
 // second: "tributary.<cluster-id>.kafka.brokers", payload JSON {node_id, host, port, rack}.
 func BrokersSubject(clusterID string) string {

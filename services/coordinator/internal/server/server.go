@@ -22,6 +22,7 @@ import (
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/acl"
 	"github.com/tributary/tributary/services/coordinator/internal/group"
 	"github.com/tributary/tributary/services/coordinator/internal/handler"
 	"github.com/tributary/tributary/services/coordinator/internal/pubsub"
@@ -137,6 +138,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.pubsub = registry
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
 	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
+	coordinatorv1.RegisterAclServiceServer(s.grpc, acl.New(s.store, s.aclsChanged))
 	expiry := cfg.PubSubExpiryInterval
 	if expiry <= 0 {
 		expiry = time.Minute
@@ -151,6 +153,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.health.SetServingStatus(coordinatorv1.TransactionCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.AclService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
@@ -215,6 +218,15 @@ func (s *Server) TopicChanged(topic string) {
 	select {
 	case s.refresh <- struct{}{}:
 	default:
+	}
+}
+
+// aclsChanged announces a change of the Kafka ACLs on NATS; kafka-gateway replicas
+// reload their authorizer caches (which are also reloaded on their own within their
+// bound, should this message be lost).
+func (s *Server) aclsChanged() {
+	if err := s.nc.Publish(natsx.AclsChangedSubject(s.cfg.ClusterID), nil); err != nil {
+		s.log.Warn("could not announce acl change", zap.Error(err))
 	}
 }
 
@@ -295,6 +307,7 @@ func (s *Server) prepare(ctx context.Context) {
 	s.health.SetServingStatus(coordinatorv1.TransactionCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.AclService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	tick := time.NewTicker(gaugeRefresh)
 	defer tick.Stop()
