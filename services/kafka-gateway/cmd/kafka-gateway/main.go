@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tributary/tributary/libs/flagenv"
 	"github.com/tributary/tributary/libs/grpcx"
@@ -42,6 +44,10 @@ func run() error {
 	fs.IntVar(&maxFrame, "max-request-bytes", server.DefaultMaxFrameBytes, "largest Kafka request frame accepted, in bytes; larger closes the connection")
 	fs.Int64Var(&cfg.MaxInFlightBytes, "max-inflight-request-bytes", server.DefaultMaxInFlightBytes, "request bytes held in memory by all connections at once; readers wait beyond it")
 	clientSec := grpcx.RegisterClientFlags(fs, "storage", "coordinator")
+	authorizer := fs.String("authorizer", "", `ACL authorizer (Kafka authorizer.class.name): "" = none (every request allowed, ACL APIs answer SECURITY_DISABLED), "acl" (or org.apache.kafka.metadata.authorizer.StandardAuthorizer) = ACLs held by the coordinator`)
+	superUsers := fs.String("super-users", "", "principals allowed everything, separated by ';' (Kafka super.users), e.g. User:admin;User:ops")
+	fs.BoolVar(&cfg.Authorizer.AllowIfNoACL, "allow-everyone-if-no-acl-found", false, "with the authorizer on, allow an action on a resource no ACL names (Kafka allow.everyone.if.no.acl.found)")
+	fs.DurationVar(&cfg.Authorizer.MaxAge, "acl-cache-max-age", 10*time.Second, "longest the authorizer serves cached ACLs before reloading them (changes announced on NATS apply at once)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "kafka-gateway", os.Args[1:]); err != nil {
 		return err
@@ -50,6 +56,18 @@ func run() error {
 	cfg.NodeID = int32(nodeID)
 	cfg.DefaultPartitions = int32(partitions)
 	cfg.MaxFrameBytes = int32(maxFrame)
+	switch *authorizer {
+	case "":
+	case "acl", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer":
+		cfg.Authorizer.Enabled = true
+	default:
+		return fmt.Errorf("--authorizer %q: want \"\" (none) or \"acl\"", *authorizer)
+	}
+	for _, u := range strings.Split(*superUsers, ";") {
+		if u = strings.TrimSpace(u); u != "" {
+			cfg.Authorizer.SuperUsers = append(cfg.Authorizer.SuperUsers, u)
+		}
+	}
 
 	log, err := obs.NewLogger("kafka-gateway", *level)
 	if err != nil {

@@ -52,6 +52,10 @@ package handler
 //     at every end fences such a batch.
 //     Batches that are not transactional
 //     take the idempotent path unchanged, with or without a transactional id.
+//   - With the authorizer on (authorizer.go): WRITE on the transactional id, else
+//     TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition; WRITE on each topic,
+//     else TOPIC_AUTHORIZATION_FAILED (whether it exists or not); auto-creation needs
+//     CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED.
 //   - Storage outages are retriable codes (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
 //     KAFKA_STORAGE_ERROR), never UNKNOWN_SERVER_ERROR (the Java client would turn that
 //     into duplicates).
@@ -76,6 +80,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -127,14 +132,24 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		return resp, nil
 	}
 
+	// Authorization (Kafka's handleProduceRequest): WRITE on the transactional id for
+	// the whole request, then WRITE per topic; auto-creation also needs CREATE.
+	x := h.access(ctx, r)
+	if req.TransactionID != nil && !x.txnID(kafkaacl.OpWrite, *req.TransactionID) {
+		setAll(kerr.TransactionalIDAuthorizationFailed.Code)
+		return respond()
+	}
+	denied := map[string]bool{}
 	// Resolve topics (auto-create when enabled).
 	var names []string
 	for _, t := range req.Topics {
-		if validTopicName(t.Topic) {
+		if !x.topic(kafkaacl.OpWrite, t.Topic) {
+			denied[t.Topic] = true
+		} else if validTopicName(t.Topic) {
 			names = append(names, t.Topic)
 		}
 	}
-	infos, codes, coordErr := h.resolveTopics(ctx, names, true)
+	infos, codes, coordErr := h.resolveTopics(ctx, names, true, x.createCheck())
 	// A partition beyond the cached count may have been added through another
 	// replica: read those topics again before answering UNKNOWN_TOPIC_OR_PARTITION.
 	var stale []string
@@ -167,6 +182,8 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 		info := infos[t.Topic]
 		topicCode := int16(0)
 		switch {
+		case denied[t.Topic]:
+			topicCode = kerr.TopicAuthorizationFailed.Code
 		case !validTopicName(t.Topic):
 			topicCode = kerr.InvalidTopicException.Code
 		case info == nil && coordErr != nil:

@@ -25,6 +25,8 @@ package handler
 //     UNKNOWN_LEADER_EPOCH above it and FENCED_LEADER_EPOCH below it, with no records
 //     and offsets -1, before its fetch offset is looked at; such an answer is sent
 //     without waiting, as Kafka completes a fetch with a partition error at once.
+//   - With the authorizer on: READ on each topic, else TOPIC_AUTHORIZATION_FAILED for
+//     its partitions (an unknown topic id stays UNKNOWN_TOPIC_ID).
 //   - Preferred read replica (KIP-392): never set (-1); any replica serves any partition.
 //   - Fetch-ahead (fetchahead.go): when every partition of an answer returned data and
 //     has more, the next ranges are read from storage-core right away, and the
@@ -44,6 +46,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -77,6 +80,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		slots    []slot
 		fenced   bool // a slot has an epochErr
 	)
+	x := h.access(ctx, r)
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
 		rt.Topic = t.Topic
@@ -93,7 +97,12 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 			default:
 				name = ti.Name
 			}
-		} else if !validTopicName(name) {
+		}
+		switch {
+		case topicCode != 0:
+		case !x.topic(kafkaacl.OpRead, name):
+			topicCode = kerr.TopicAuthorizationFailed.Code
+		case req.Version < 13 && !validTopicName(name):
 			topicCode = kerr.UnknownTopicOrPartition.Code
 		}
 		for _, p := range t.Partitions {

@@ -19,6 +19,7 @@ package handler
 //     0 (as Metadata reports it), after the partition is known to exist (Kafka:
 //     Partition.localLogWithEpochOrThrow): above it UNKNOWN_LEADER_EPOCH, below it
 //     FENCED_LEADER_EPOCH.
+//   - With the authorizer on: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED.
 //   - A topic-partition listed more than once is INVALID_REQUEST and not looked up, in
 //     every version (Kafka: ListOffsetsRequest.duplicatePartitions, checked first in
 //     ReplicaManager.fetchOffset); like Kafka's answer, built from a map keyed by
@@ -35,6 +36,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -61,6 +63,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 			seen[tp{t.Topic, p.Partition}]++
 		}
 	}
+	x := h.access(ctx, r)
 	topicAt := make(map[string]int, len(req.Topics))
 	done := make(map[tp]bool, len(seen))
 	var jobs []job
@@ -74,6 +77,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 			topicAt[t.Topic] = ti
 		}
 		valid := validTopicName(t.Topic)
+		authorized := x.topic(kafkaacl.OpDescribe, t.Topic)
 		for _, p := range t.Partitions {
 			k := tp{t.Topic, p.Partition}
 			if done[k] {
@@ -88,6 +92,8 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
 			}
 			switch {
+			case !authorized:
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case seen[k] > 1:
 				rp.ErrorCode = kerr.InvalidRequest.Code
 			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:

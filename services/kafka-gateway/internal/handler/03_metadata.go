@@ -17,7 +17,13 @@ package handler
 //     else UNKNOWN_TOPIC_OR_PARTITION. Invalid names are INVALID_TOPIC_EXCEPTION. When
 //     the coordinator cannot be reached, uncached topics are LEADER_NOT_AVAILABLE
 //     (retriable).
-//   - Authorized operations (KIP-430) are not computed: left at "not provided".
+//   - With the authorizer on (authorizer.go), as Kafka's handleTopicMetadataRequest:
+//     the all-topics form lists only the topics the principal may DESCRIBE; a named
+//     topic it may not describe is TOPIC_AUTHORIZATION_FAILED (by id: with the id and
+//     no name), existing or not; auto-creation needs CREATE on the cluster or the
+//     topic, else TOPIC_AUTHORIZATION_FAILED. Authorized operations (KIP-430: topics
+//     v8+, cluster v8-10) are filled when asked; with the authorizer off they stay
+//     "not provided".
 //
 // KIPs: KIP-204 (allow auto create, v4), KIP-430 (v8), KIP-482 (flexible v9+),
 // KIP-516 (topic ids, v10+).
@@ -30,6 +36,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/kafkaacl"
 )
 
 func init() { register(kmsg.Metadata.Int16(), 0, 13, (*Handler).handleMetadata) }
@@ -59,6 +67,16 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	resp.ClusterID = &cid
 	resp.ControllerID = brokers[0].NodeID
 
+	x := h.access(ctx, r)
+	if req.IncludeClusterAuthorizedOperations && x != nil {
+		resp.AuthorizedOperations = x.operations(kafkaacl.ResourceCluster, kafkaacl.ClusterName)
+	}
+	describe := func(mt kmsg.MetadataResponseTopic) kmsg.MetadataResponseTopic {
+		if req.IncludeTopicAuthorizedOperations && x != nil && mt.Topic != nil {
+			mt.AuthorizedOperations = x.operations(kafkaacl.ResourceTopic, *mt.Topic)
+		}
+		return mt
+	}
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
 		topics, err := h.allTopics(ctx)
@@ -67,7 +85,9 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 		}
 		sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
 		for _, ti := range topics {
-			resp.Topics = append(resp.Topics, h.metadataTopic(ti, brokers))
+			if x.topic(kafkaacl.OpDescribe, ti.Name) {
+				resp.Topics = append(resp.Topics, describe(h.metadataTopic(ti, brokers)))
+			}
 		}
 		return resp, nil
 	}
@@ -75,11 +95,11 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	allowCreate := req.Version < 4 || req.AllowAutoTopicCreation
 	var names []string
 	for _, t := range req.Topics {
-		if t.Topic != nil && validTopicName(*t.Topic) {
+		if t.Topic != nil && validTopicName(*t.Topic) && x.topic(kafkaacl.OpDescribe, *t.Topic) {
 			names = append(names, *t.Topic)
 		}
 	}
-	infos, codes, _ := h.resolveTopics(ctx, names, allowCreate)
+	infos, codes, _ := h.resolveTopics(ctx, names, allowCreate, x.createCheck())
 	for _, t := range req.Topics {
 		var mt kmsg.MetadataResponseTopic
 		switch {
@@ -94,15 +114,24 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 				mt = kmsg.NewMetadataResponseTopic()
 				mt.TopicID = t.TopicID
 				mt.ErrorCode = kerr.UnknownTopicID.Code
+			case !x.topic(kafkaacl.OpDescribe, ti.Name):
+				// Topic ids are not secret (Kafka answers so too); the name is.
+				mt = kmsg.NewMetadataResponseTopic()
+				mt.TopicID = t.TopicID
+				mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			default:
-				mt = h.metadataTopic(ti, brokers)
+				mt = describe(h.metadataTopic(ti, brokers))
 			}
+		case !x.topic(kafkaacl.OpDescribe, *t.Topic):
+			mt = kmsg.NewMetadataResponseTopic()
+			mt.Topic = t.Topic
+			mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		case !validTopicName(*t.Topic):
 			mt = kmsg.NewMetadataResponseTopic()
 			mt.Topic = t.Topic
 			mt.ErrorCode = kerr.InvalidTopicException.Code
 		case infos[*t.Topic] != nil:
-			mt = h.metadataTopic(infos[*t.Topic], brokers)
+			mt = describe(h.metadataTopic(infos[*t.Topic], brokers))
 		default:
 			mt = kmsg.NewMetadataResponseTopic()
 			mt.Topic = t.Topic

@@ -10,7 +10,9 @@ package handler
 // before answering. Generation -1 with no member id is a commit by a client that does
 // not use group management. Metadata above 4096 bytes is OFFSET_METADATA_TOO_LARGE.
 // The v2-4 retention time is ignored (offsets.retention.minutes applies, KIP-211).
-// Coordinator outage: COORDINATOR_NOT_AVAILABLE for every partition.
+// Coordinator outage: COORDINATOR_NOT_AVAILABLE for every partition. With the
+// authorizer on: READ on the group (else GROUP_AUTHORIZATION_FAILED for every
+// partition), then READ on each topic (else TOPIC_AUTHORIZATION_FAILED).
 //
 // KIPs: KIP-211 (v5), KIP-320 (leader epoch v6), KIP-345 (v7), KIP-482 (flexible v8+),
 // KIP-447 (v9 member epoch is for KIP-848 groups: ignored), KIP-896.
@@ -21,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -42,7 +45,7 @@ func (h *Handler) handleOffsetCommit(ctx context.Context, r *Request) (kmsg.Resp
 		}
 	}
 	pl := newCommitPlan(in)
-	h.offsetCommit(ctx, req, pl)
+	h.offsetCommit(ctx, h.access(ctx, r), req, pl)
 	// The response mirrors the request, in order.
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 	for i, t := range req.Topics {
@@ -60,12 +63,16 @@ func (h *Handler) handleOffsetCommit(ctx context.Context, r *Request) (kmsg.Resp
 
 // offsetCommit checks the partitions of pl, commits the ones that pass through the
 // coordinator and sets every partition's code in pl.
-func (h *Handler) offsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest, pl *commitPlan) {
+func (h *Handler) offsetCommit(ctx context.Context, x *access, req *kmsg.OffsetCommitRequest, pl *commitPlan) {
+	if !x.group(kafkaacl.OpRead, req.Group) {
+		pl.setAll(kerr.GroupAuthorizationFailed.Code)
+		return
+	}
 	if req.Group == "" {
 		pl.setAll(kerr.InvalidGroupID.Code)
 		return
 	}
-	if err := h.checkCommit(ctx, pl); err != nil {
+	if err := h.checkCommit(ctx, x, pl); err != nil {
 		pl.setAll(h.groupCode("OffsetCommit", err))
 		return
 	}

@@ -8,7 +8,10 @@ package handler
 // answered on its own. A partition without a commit is offset -1, leader epoch -1, empty
 // metadata; an unknown group is not an error. v0-1 have no top-level error code, so a
 // group-level error is put on each partition. Coordinator outage:
-// COORDINATOR_NOT_AVAILABLE.
+// COORDINATOR_NOT_AVAILABLE. With the authorizer on (Kafka's handleOffsetFetchRequest):
+// a group without DESCRIBE is GROUP_AUTHORIZATION_FAILED with no offsets (v0-1: on each
+// partition asked); a named topic without DESCRIBE has its partitions
+// TOPIC_AUTHORIZATION_FAILED (offset -1), and the all-topics form leaves such topics out.
 //
 // KIPs: KIP-88 (all topics v2), KIP-320 (leader epoch v5), KIP-447 (require stable v7),
 // KIP-482 (flexible v6+), KIP-709 (groups v8), KIP-848 (member id/epoch v9: ignored).
@@ -16,8 +19,10 @@ package handler
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -58,6 +63,9 @@ func (h *Handler) handleOffsetFetch(ctx context.Context, r *Request) (kmsg.Respo
 			}
 			out.Groups = append(out.Groups, fg)
 		}
+	}
+	if x := h.access(ctx, r); x != nil {
+		authorizeOffsetFetch(x, req.Version, creq, out)
 	}
 	if req.Version < 8 {
 		var fg *coordinatorv1.FetchedGroup
@@ -102,4 +110,42 @@ func (h *Handler) handleOffsetFetch(ctx context.Context, r *Request) (kmsg.Respo
 		resp.Groups = append(resp.Groups, rg)
 	}
 	return resp, nil
+}
+
+// authorizeOffsetFetch rewrites the coordinator's answer out to what the principal may
+// see: groups it may not DESCRIBE lose their offsets, topics it may not DESCRIBE are
+// refused (named) or left out (all topics).
+func authorizeOffsetFetch(x *access, version int16, creq *coordinatorv1.OffsetFetchRequest, out *coordinatorv1.OffsetFetchResponse) {
+	for i, g := range out.GetGroups() {
+		if !x.group(kafkaacl.OpDescribe, g.GetGroupId()) {
+			fg := &coordinatorv1.FetchedGroup{GroupId: g.GetGroupId(), ErrorCode: int32(kerr.GroupAuthorizationFailed.Code)}
+			if version < 2 && i < len(creq.GetGroups()) {
+				for _, t := range creq.GetGroups()[i].GetTopics() {
+					ft := &coordinatorv1.FetchedTopic{Name: t.GetName()}
+					for _, p := range t.GetPartitions() {
+						ft.Partitions = append(ft.Partitions, &coordinatorv1.FetchedPartition{Partition: p, CommittedOffset: -1,
+							CommittedLeaderEpoch: -1, ErrorCode: int32(kerr.GroupAuthorizationFailed.Code)})
+					}
+					fg.Topics = append(fg.Topics, ft)
+				}
+			}
+			out.Groups[i] = fg
+			continue
+		}
+		all := i < len(creq.GetGroups()) && creq.GetGroups()[i].GetAllTopics()
+		topics := g.Topics[:0]
+		for _, t := range g.GetTopics() {
+			if !x.topic(kafkaacl.OpDescribe, t.GetName()) {
+				if all {
+					continue
+				}
+				for _, p := range t.GetPartitions() {
+					p.CommittedOffset, p.CommittedLeaderEpoch, p.Metadata = -1, -1, ""
+					p.ErrorCode = int32(kerr.TopicAuthorizationFailed.Code)
+				}
+			}
+			topics = append(topics, t)
+		}
+		g.Topics = topics
+	}
 }

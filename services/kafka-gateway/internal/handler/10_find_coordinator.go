@@ -8,6 +8,8 @@ package handler
 // other (2 share, KIP-932) is INVALID_REQUEST. v4+ batches keys (KIP-699); each key gets
 // its own entry. Registered from v0 also because librdkafka enables LZ4 only when the
 // broker advertises FindCoordinator v0 (its feature map ties LZ4 to Kafka 0.8.2).
+// With the authorizer on: DESCRIBE on the group or transactional id, else
+// GROUP_AUTHORIZATION_FAILED / TRANSACTIONAL_ID_AUTHORIZATION_FAILED for that key.
 //
 // KIPs: KIP-98 (key type, v1), KIP-482 (flexible v3+), KIP-699 (batched v4+).
 
@@ -16,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/libs/kafkaacl"
 )
 
 func init() { register(kmsg.FindCoordinator.Int16(), 0, 6, (*Handler).handleFindCoordinator) }
@@ -30,10 +34,24 @@ func (h *Handler) self() Broker {
 	return Broker{NodeID: h.cfg.NodeID, Host: "127.0.0.1", Port: 9092}
 }
 
-func (h *Handler) handleFindCoordinator(_ context.Context, r *Request) (kmsg.Response, error) {
+// findCode is the authorization outcome for one key: DESCRIBE on the group (key type
+// 0) or the transactional id (1), else GROUP_AUTHORIZATION_FAILED /
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+func findCode(x *access, keyType int8, key string) int16 {
+	switch {
+	case keyType == 0 && !x.group(kafkaacl.OpDescribe, key):
+		return kerr.GroupAuthorizationFailed.Code
+	case keyType == 1 && !x.txnID(kafkaacl.OpDescribe, key):
+		return kerr.TransactionalIDAuthorizationFailed.Code
+	}
+	return 0
+}
+
+func (h *Handler) handleFindCoordinator(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	me := h.self()
+	x := h.access(ctx, r)
 	code := int16(0)
 	var msg *string
 	if req.CoordinatorType != 0 && req.CoordinatorType != 1 {
@@ -41,6 +59,9 @@ func (h *Handler) handleFindCoordinator(_ context.Context, r *Request) (kmsg.Res
 		msg = strPtr("only group (0) and transaction (1) coordinators are served")
 	}
 	if req.Version < 4 {
+		if code == 0 {
+			code = findCode(x, req.CoordinatorType, req.CoordinatorKey)
+		}
 		resp.ErrorCode, resp.ErrorMessage = code, msg
 		if code == 0 {
 			resp.NodeID, resp.Host, resp.Port = me.NodeID, me.Host, me.Port
@@ -51,9 +72,13 @@ func (h *Handler) handleFindCoordinator(_ context.Context, r *Request) (kmsg.Res
 	}
 	for _, key := range req.CoordinatorKeys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
-		c.Key, c.ErrorCode, c.ErrorMessage = key, code, msg
+		kc := code
+		if kc == 0 {
+			kc = findCode(x, req.CoordinatorType, key)
+		}
+		c.Key, c.ErrorCode, c.ErrorMessage = key, kc, msg
 		c.NodeID = -1
-		if code == 0 {
+		if kc == 0 {
 			c.NodeID, c.Host, c.Port = me.NodeID, me.Host, me.Port
 		}
 		resp.Coordinators = append(resp.Coordinators, c)

@@ -10,6 +10,8 @@ package handler
 // rejoining static leader not to reassign; older versions get an empty leader id instead
 // so that member acts as a follower. Coordinator outage: COORDINATOR_NOT_AVAILABLE.
 //
+// With the authorizer on: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-394 (v4), KIP-345 (v5), KIP-482 (flexible v6+), KIP-559 (protocol type v7),
 // KIP-800 (reason v8), KIP-814 (v9), KIP-896.
 
@@ -17,8 +19,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -27,6 +31,14 @@ func init() { register(kmsg.JoinGroup.Int16(), 2, 9, (*Handler).handleJoinGroup)
 func (h *Handler) handleJoinGroup(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.JoinGroupRequest)
 	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+	if !h.access(ctx, r).group(kafkaacl.OpRead, req.Group) {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		resp.Generation = -1
+		if req.Version < 7 {
+			resp.Protocol = new(string)
+		}
+		return resp, nil
+	}
 	creq := &coordinatorv1.JoinGroupRequest{
 		GroupId:              req.Group,
 		SessionTimeoutMs:     req.SessionTimeoutMillis,

@@ -7,13 +7,17 @@ package handler
 // (KIP-345), each member with its own error. Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE.
 //
+// With the authorizer on: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-345 (batch v3), KIP-482 (flexible v4+), KIP-800 (reason v5).
 
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -22,6 +26,10 @@ func init() { register(kmsg.LeaveGroup.Int16(), 0, 5, (*Handler).handleLeaveGrou
 func (h *Handler) handleLeaveGroup(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.LeaveGroupRequest)
 	resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
+	if !h.access(ctx, r).group(kafkaacl.OpRead, req.Group) {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp, nil
+	}
 	creq := &coordinatorv1.LeaveGroupRequest{GroupId: req.Group}
 	members := req.Members
 	if req.Version < 3 {

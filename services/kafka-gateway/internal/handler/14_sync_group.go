@@ -8,13 +8,17 @@ package handler
 // against the group's (INCONSISTENT_GROUP_PROTOCOL) and echoed back. Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE.
 //
+// With the authorizer on: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-345 (v3), KIP-482 (flexible v4+), KIP-559 (v5).
 
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -23,6 +27,11 @@ func init() { register(kmsg.SyncGroup.Int16(), 0, 5, (*Handler).handleSyncGroup)
 func (h *Handler) handleSyncGroup(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.SyncGroupRequest)
 	resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+	if !h.access(ctx, r).group(kafkaacl.OpRead, req.Group) {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		resp.MemberAssignment = []byte{}
+		return resp, nil
+	}
 	creq := &coordinatorv1.SyncGroupRequest{
 		GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID, GroupInstanceId: req.InstanceID,
 		ProtocolType: req.ProtocolType, ProtocolName: req.Protocol,

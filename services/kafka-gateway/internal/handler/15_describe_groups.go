@@ -4,9 +4,11 @@ package handler
 //
 // Behaviour: state, protocol and members from the coordinator; member metadata and
 // assignments only while the group is Stable (as Kafka). An unknown group is Dead with
-// no error up to v5 and GROUP_ID_NOT_FOUND from v6 (KIP-1043). Authorized operations
-// (v3+) are not computed (INT32_MIN, "not provided"). Coordinator outage:
-// COORDINATOR_NOT_AVAILABLE per group.
+// no error up to v5 and GROUP_ID_NOT_FOUND from v6 (KIP-1043). Coordinator outage:
+// COORDINATOR_NOT_AVAILABLE per group. With the authorizer on: DESCRIBE on each group,
+// else GROUP_AUTHORIZATION_FAILED for it (nothing else said), and authorized operations
+// (v3+, KIP-430) filled when asked; with the authorizer off they stay INT32_MIN ("not
+// provided").
 //
 // KIPs: KIP-430 (v3), KIP-345 (v4), KIP-482 (flexible v5+), KIP-1043 (v6).
 
@@ -16,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -28,9 +31,18 @@ func (h *Handler) handleDescribeGroups(ctx context.Context, r *Request) (kmsg.Re
 	defer cancel()
 	out, err := h.groups.DescribeGroups(cctx, &coordinatorv1.DescribeGroupsRequest{GroupIds: req.Groups})
 	code := h.groupCode("DescribeGroups", err)
+	x := h.access(ctx, r)
 	for i, id := range req.Groups {
 		rg := kmsg.NewDescribeGroupsResponseGroup()
 		rg.Group = id
+		if !x.group(kafkaacl.OpDescribe, id) {
+			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, rg)
+			continue
+		}
+		if req.IncludeAuthorizedOperations && x != nil {
+			rg.AuthorizedOperations = x.operations(kafkaacl.ResourceGroup, id)
+		}
 		if err != nil || i >= len(out.GetGroups()) {
 			rg.ErrorCode = code
 			resp.Groups = append(resp.Groups, rg)

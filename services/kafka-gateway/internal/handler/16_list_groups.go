@@ -7,6 +7,9 @@ package handler
 // "classic": KIP-848 groups are not served) and a type filter on it. Coordinator
 // outage: COORDINATOR_NOT_AVAILABLE.
 //
+// With the authorizer on: DESCRIBE on the cluster lists every group, else only the
+// groups the principal may DESCRIBE.
+//
 // KIPs: KIP-482 (flexible v3+), KIP-518 (v4), KIP-848 (v5).
 
 import (
@@ -15,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -43,7 +47,12 @@ func (h *Handler) handleListGroups(ctx context.Context, r *Request) (kmsg.Respon
 		return resp, nil
 	}
 	resp.ErrorCode = int16(out.GetErrorCode())
+	x := h.access(ctx, r)
+	everything := x.cluster(kafkaacl.OpDescribe)
 	for _, g := range out.GetGroups() {
+		if !everything && !x.group(kafkaacl.OpDescribe, g.GetGroupId()) {
+			continue
+		}
 		rg := kmsg.NewListGroupsResponseGroup()
 		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = g.GetGroupId(), g.GetProtocolType(), g.GetState(), classicGroupType
 		resp.Groups = append(resp.Groups, rg)

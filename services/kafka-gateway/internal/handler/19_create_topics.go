@@ -16,6 +16,10 @@ package handler
 //   - v5+ answers carry the partition count, replication factor 1 and the topic's
 //     configs; v7+ the topic id. Coordinator outage: REQUEST_TIMED_OUT (retriable).
 //
+// With the authorizer on: CREATE on the cluster or the topic, else
+// TOPIC_AUTHORIZATION_FAILED; the configs of a created topic are returned only with
+// DESCRIBE_CONFIGS on it (else its config error code is TOPIC_AUTHORIZATION_FAILED).
+//
 // KIPs: KIP-108 (validate only), KIP-464 (defaults, v4), KIP-482 (flexible v5+),
 // KIP-525 (configs in response, v5), KIP-516 (topic id, v7).
 
@@ -26,6 +30,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/libs/kafkaacl"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
@@ -42,6 +48,7 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 	}
 	creq := &coordinatorv1.CreateTopicsRequest{ValidateOnly: req.ValidateOnly}
 	idx := map[string]int{}
+	x := h.access(ctx, r)
 	for _, t := range req.Topics {
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic = t.Topic
@@ -50,6 +57,9 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 		case count[t.Topic] > 1:
 			rt.ErrorCode = kerr.InvalidRequest.Code
 			rt.ErrorMessage = strPtr("topic named more than once in the request")
+		case !x.mayCreate(t.Topic):
+			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			rt.ErrorMessage = strPtr("Authorization failed.")
 		case !validTopicName(t.Topic):
 			rt.ErrorCode = kerr.InvalidTopicException.Code
 			rt.ErrorMessage = errMessage(topicNameError(t.Topic))
@@ -116,6 +126,10 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 			}
 			rt.TopicID = ti.ID
 			rt.NumPartitions = ti.Partitions
+			if !x.topic(kafkaacl.OpDescribeConfigs, ti.Name) {
+				rt.ConfigErrorCode = kerr.TopicAuthorizationFailed.Code
+				continue
+			}
 			for k, v := range ti.Configs {
 				c := kmsg.NewCreateTopicsResponseTopicConfig()
 				c.Name, c.Value, c.Source = k, &v, 1 // DYNAMIC_TOPIC_CONFIG

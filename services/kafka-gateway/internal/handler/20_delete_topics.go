@@ -7,6 +7,9 @@ package handler
 // UNKNOWN_TOPIC_ID. The coordinator deletes the topic and its channels in one call; an
 // unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one INVALID_TOPIC_EXCEPTION.
 // Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
+// With the authorizer on (Kafka's rule: a topic the principal may not describe does
+// not exist for it): without DESCRIBE a name is UNKNOWN_TOPIC_OR_PARTITION and an id
+// UNKNOWN_TOPIC_ID; with DESCRIBE but without DELETE, TOPIC_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-482 (flexible v4+), KIP-516 (ids, v6).
 
@@ -17,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -42,6 +46,7 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 	}
 	dreq := &coordinatorv1.DeleteTopicsRequest{}
 	idx := map[string][]int{}
+	x := h.access(ctx, r)
 	for _, it := range items {
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic, rt.TopicID = it.name, it.id
@@ -61,7 +66,20 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 				continue
 			}
 			name = ti.Name
+			if !x.topic(kafkaacl.OpDescribe, name) {
+				// The name is not disclosed: as an unknown id.
+				resp.Topics[i].ErrorCode = kerr.UnknownTopicID.Code
+				continue
+			}
 			resp.Topics[i].Topic = &name
+		}
+		switch {
+		case !x.topic(kafkaacl.OpDescribe, name):
+			resp.Topics[i].ErrorCode = kerr.UnknownTopicOrPartition.Code
+			continue
+		case !x.topic(kafkaacl.OpDelete, name):
+			resp.Topics[i].ErrorCode = kerr.TopicAuthorizationFailed.Code
+			continue
 		}
 		if !validTopicName(name) {
 			resp.Topics[i].ErrorCode = kerr.InvalidTopicException.Code

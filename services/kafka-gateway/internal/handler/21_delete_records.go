@@ -10,6 +10,8 @@ package handler
 // -1 is OFFSET_OUT_OF_RANGE; unknown partitions UNKNOWN_TOPIC_OR_PARTITION; storage
 // outage NOT_LEADER_OR_FOLLOWER (retriable).
 //
+// With the authorizer on: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-107, KIP-482 (flexible v2).
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -40,14 +43,18 @@ func (h *Handler) handleDeleteRecords(ctx context.Context, r *Request) (kmsg.Res
 		rt.Partitions = make([]kmsg.DeleteRecordsResponseTopicPartition, len(t.Partitions))
 		resp.Topics = append(resp.Topics, rt)
 	}
+	x := h.access(ctx, r)
 	for ti, t := range req.Topics {
 		valid := validTopicName(t.Topic)
+		authorized := x.topic(kafkaacl.OpDelete, t.Topic)
 		for pi, p := range t.Partitions {
 			rp := &resp.Topics[ti].Partitions[pi]
 			*rp = kmsg.NewDeleteRecordsResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.LowWatermark = -1
 			switch {
+			case !authorized:
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case p.Offset < -1:

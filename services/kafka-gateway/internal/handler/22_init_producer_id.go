@@ -14,7 +14,10 @@ package handler
 // large, so the client fails instead of retrying forever. v3+ may carry an existing producer id and epoch
 // (KIP-360 epoch bump; PRODUCER_FENCED when they are not the current ones, answered as
 // INVALID_PRODUCER_EPOCH before v4, KIP-588). Coordinator outage:
-// COORDINATOR_NOT_AVAILABLE, which every client retries.
+// COORDINATOR_NOT_AVAILABLE, which every client retries. With the authorizer on: WRITE
+// on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one,
+// IDEMPOTENT_WRITE on the cluster or WRITE on at least one topic (KIP-679), else
+// CLUSTER_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-98, KIP-360 (v3), KIP-482 (flexible v2+), KIP-588 (v4), KIP-890 (v5).
 
@@ -25,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -46,6 +50,17 @@ func (h *Handler) handleInitProducerID(ctx context.Context, r *Request) (kmsg.Re
 			return resp, nil
 		}
 		creq.TransactionalId = *req.TransactionalID
+	}
+	// Kafka's handleInitProducerIdRequest: WRITE on the transactional id, or for an
+	// idempotent producer IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
+	x := h.access(ctx, r)
+	if req.TransactionalID != nil && !x.txnID(kafkaacl.OpWrite, *req.TransactionalID) {
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil
+	}
+	if req.TransactionalID == nil && !x.cluster(kafkaacl.OpIdempotentWrite) && !x.anyOf(kafkaacl.OpWrite, kafkaacl.ResourceTopic) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil
 	}
 	if req.Version >= 3 {
 		creq.ProducerId, creq.ProducerEpoch = req.ProducerID, int32(req.ProducerEpoch)

@@ -9,7 +9,8 @@ package handler
 // other than -1 (not given) is FENCED_LEADER_EPOCH (leaderEpochCode, shared with
 // ListOffsets; Kafka's Partition.checkCurrentLeaderEpoch); a requested
 // epoch below 0 returns epoch -1 / offset -1 (UNDEFINED). Unknown partition:
-// UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER.
+// UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER. With the
+// authorizer on: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-101, KIP-279, KIP-320 (v2 current epoch), KIP-392 (v3 replica id),
 // KIP-482 (flexible v4).
@@ -21,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -43,14 +45,18 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 		rt.Partitions = make([]kmsg.OffsetForLeaderEpochResponseTopicPartition, len(t.Partitions))
 		resp.Topics = append(resp.Topics, rt)
 	}
+	x := h.access(ctx, r)
 	for ti, t := range req.Topics {
 		valid := validTopicName(t.Topic)
+		authorized := x.topic(kafkaacl.OpDescribe, t.Topic)
 		for pi, p := range t.Partitions {
 			rp := &resp.Topics[ti].Partitions[pi]
 			*rp = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.LeaderEpoch, rp.EndOffset = -1, -1
 			switch {
+			case !authorized:
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case leaderEpochCode(p.CurrentLeaderEpoch) != 0:

@@ -9,14 +9,20 @@ package handler
 // v2, KIP-588), CONCURRENT_TRANSACTIONS (retriable). Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE.
 //
+// With the authorizer on: WRITE on the transactional id (else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else
+// GROUP_AUTHORIZATION_FAILED).
+//
 // KIPs: KIP-98, KIP-482 (flexible v3+), KIP-588, KIP-890 (v4 TRANSACTION_ABORTABLE:
 // not answered).
 
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -25,6 +31,15 @@ func init() { register(kmsg.AddOffsetsToTxn.Int16(), 0, 4, (*Handler).handleAddO
 func (h *Handler) handleAddOffsetsToTxn(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.AddOffsetsToTxnRequest)
 	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+	x := h.access(ctx, r)
+	if !x.txnID(kafkaacl.OpWrite, req.TransactionalID) {
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil
+	}
+	if !x.group(kafkaacl.OpRead, req.Group) {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp, nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
 	defer cancel()
 	out, err := h.txns.AddOffsetsToTxn(cctx, &coordinatorv1.AddOffsetsToTxnRequest{TransactionalId: req.TransactionalID,

@@ -18,6 +18,9 @@ package handler
 // at an exhausted epoch (32766 and up) the answer is a new producer id at epoch 0 (the
 // markers still carry the old producer id).
 //
+// With the authorizer on: WRITE on the transactional id, else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-98, KIP-482 (flexible v3+), KIP-588, KIP-890 (v4 TRANSACTION_ABORTABLE:
 // not answered; v5 epoch bump).
 
@@ -25,8 +28,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -39,6 +44,10 @@ func (h *Handler) handleEndTxn(ctx context.Context, r *Request) (kmsg.Response, 
 	req := r.Body.(*kmsg.EndTxnRequest)
 	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	if !h.access(ctx, r).txnID(kafkaacl.OpWrite, req.TransactionalID) {
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, endTxnTimeout)
 	defer cancel()
 	out, err := h.txns.EndTxn(cctx, &coordinatorv1.EndTxnRequest{TransactionalId: req.TransactionalID,

@@ -13,7 +13,9 @@ package handler
 // coordinator epoch is not checked). Unknown topics or
 // partitions: UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER. The
 // coordinator's record of the transaction is not changed: it is for transactions the
-// coordinator no longer tracks. Not authorized separately (no ACLs yet).
+// coordinator no longer tracks. With the authorizer on: CLUSTER_ACTION on the cluster
+// (as Kafka asks of the brokers that send it), else CLUSTER_AUTHORIZATION_FAILED for
+// every partition.
 //
 // KIPs: KIP-98, KIP-664 (abort), KIP-482 (flexible v1+), KIP-890 (v2 transaction
 // version: ignored).
@@ -25,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -33,15 +36,19 @@ func init() { register(kmsg.WriteTxnMarkers.Int16(), 0, 2, (*Handler).handleWrit
 func (h *Handler) handleWriteTxnMarkers(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.WriteTxnMarkersRequest)
 	resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+	allowed := h.access(ctx, r).cluster(kafkaacl.OpClusterAction)
 	var names []string
 	for _, m := range req.Markers {
+		if !allowed {
+			break
+		}
 		for _, t := range m.Topics {
 			if validTopicName(t.Topic) {
 				names = append(names, t.Topic)
 			}
 		}
 	}
-	infos, _, coordErr := h.resolveTopics(ctx, names, false)
+	infos, _, coordErr := h.resolveTopics(ctx, names, false, nil)
 	type slot struct{ m, t, p int }
 	var (
 		markers []*storagev1.TxnMarker
@@ -57,7 +64,9 @@ func (h *Handler) handleWriteTxnMarkers(ctx context.Context, r *Request) (kmsg.R
 			for pi, p := range t.Partitions {
 				rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
 				rp.Partition = p
-				if unknownPartition(t.Topic, p, info, coordErr) {
+				if !allowed {
+					rp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+				} else if unknownPartition(t.Topic, p, info, coordErr) {
 					rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				} else {
 					markers = append(markers, &storagev1.TxnMarker{Channel: channel.KafkaPartition(t.Topic, p),

@@ -14,7 +14,10 @@ package handler
 // that does not match the group), OFFSET_METADATA_TOO_LARGE. Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE. v5 (KIP-890 transactions v2) adds the group to the
 // transaction itself (no AddOffsetsToTxn), opening one if none is. v6 (topic ids) is
-// not served.
+// not served. With the authorizer on: WRITE on the transactional id (else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else
+// GROUP_AUTHORIZATION_FAILED), both for every partition, then READ on each topic (else
+// TOPIC_AUTHORIZATION_FAILED).
 //
 // KIPs: KIP-98, KIP-320 (leader epoch v2+), KIP-447 (group metadata v3+), KIP-482
 // (flexible v3+), KIP-890 (v5).
@@ -25,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -46,7 +50,7 @@ func (h *Handler) handleTxnOffsetCommit(ctx context.Context, r *Request) (kmsg.R
 		}
 	}
 	pl := newCommitPlan(in)
-	h.txnOffsetCommit(ctx, req, pl)
+	h.txnOffsetCommit(ctx, h.access(ctx, r), req, pl)
 	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
 	for i, t := range req.Topics {
 		rt := kmsg.NewTxnOffsetCommitResponseTopic()
@@ -63,8 +67,16 @@ func (h *Handler) handleTxnOffsetCommit(ctx context.Context, r *Request) (kmsg.R
 
 // txnOffsetCommit checks the partitions of pl, stages the ones that pass in the
 // producer's transaction and sets every partition's code in pl.
-func (h *Handler) txnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRequest, pl *commitPlan) {
-	if err := h.checkCommit(ctx, pl); err != nil {
+func (h *Handler) txnOffsetCommit(ctx context.Context, x *access, req *kmsg.TxnOffsetCommitRequest, pl *commitPlan) {
+	if !x.txnID(kafkaacl.OpWrite, req.TransactionalID) {
+		pl.setAll(kerr.TransactionalIDAuthorizationFailed.Code)
+		return
+	}
+	if !x.group(kafkaacl.OpRead, req.Group) {
+		pl.setAll(kerr.GroupAuthorizationFailed.Code)
+		return
+	}
+	if err := h.checkCommit(ctx, x, pl); err != nil {
 		pl.setAll(h.txnCode("TxnOffsetCommit", err))
 		return
 	}

@@ -13,6 +13,9 @@ package handler
 //   - Other resource types (broker loggers, ...): INVALID_REQUEST.
 //   - Synonyms (v1+) list the entry itself when asked; documentation (v3+) when asked.
 //   - Coordinator outage: REQUEST_TIMED_OUT.
+//   - With the authorizer on: DESCRIBE_CONFIGS on the topic (else
+//     TOPIC_AUTHORIZATION_FAILED) or on the cluster for broker resources (else
+//     CLUSTER_AUTHORIZATION_FAILED).
 //
 // KIPs: KIP-133, KIP-226 (synonyms, v1), KIP-569 (types and docs, v3), KIP-482 (v4).
 
@@ -23,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -70,9 +74,20 @@ func (h *Handler) handleDescribeConfigs(ctx context.Context, r *Request) (kmsg.R
 
 	resp.Resources = make([]kmsg.DescribeConfigsResponseResource, len(req.Resources))
 	var topicIdx []int
+	x := h.access(ctx, r)
 	for i, res := range req.Resources {
 		rr := kmsg.NewDescribeConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName
+		switch {
+		case res.ResourceType == resourceTopic && !x.topic(kafkaacl.OpDescribeConfigs, res.ResourceName):
+			rr.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Resources[i] = rr
+			continue
+		case res.ResourceType == resourceBroker && !x.cluster(kafkaacl.OpDescribeConfigs):
+			rr.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+			resp.Resources[i] = rr
+			continue
+		}
 		switch res.ResourceType {
 		case resourceTopic:
 			if !validTopicName(res.ResourceName) {

@@ -16,6 +16,9 @@ package handler
 // one UNKNOWN_TOPIC_OR_PARTITION. Altered topics leave the metadata cache at once.
 // Coordinator outage: REQUEST_TIMED_OUT.
 //
+// With the authorizer on: ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED),
+// on the cluster for broker resources (else CLUSTER_AUTHORIZATION_FAILED).
+//
 // KIPs: KIP-133 (the API), KIP-482 (flexible v2). Kafka deprecates it for
 // IncrementalAlterConfigs (KIP-339) but still serves v0-2.
 
@@ -48,7 +51,7 @@ func (h *Handler) handleAlterConfigs(ctx context.Context, r *Request) (kmsg.Resp
 			rs[i].alterations = append(rs[i].alterations, &coordinatorv1.ConfigAlteration{Name: c.Name, Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: *c.Value})
 		}
 	}
-	codes, msgs := h.alterConfigs(ctx, rs, req.ValidateOnly, true)
+	codes, msgs := h.alterConfigs(ctx, h.access(ctx, r), rs, req.ValidateOnly, true)
 	for i, res := range req.Resources {
 		rr := kmsg.NewAlterConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName

@@ -8,6 +8,8 @@ package handler
 // validate_only is passed through. Grown topics leave the metadata cache at once.
 // Coordinator outage: REQUEST_TIMED_OUT.
 //
+// With the authorizer on: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-195, KIP-482 (flexible v2+).
 
 import (
@@ -17,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -32,6 +35,7 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 	}
 	creq := &coordinatorv1.CreatePartitionsRequest{ValidateOnly: req.ValidateOnly}
 	idx := map[string]int{}
+	x := h.access(ctx, r)
 	for _, t := range req.Topics {
 		rt := kmsg.NewCreatePartitionsResponseTopic()
 		rt.Topic = t.Topic
@@ -39,6 +43,8 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 		case count[t.Topic] > 1:
 			rt.ErrorCode = kerr.InvalidRequest.Code
 			rt.ErrorMessage = strPtr("topic named more than once in the request")
+		case !x.topic(kafkaacl.OpAlter, t.Topic):
+			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		case !validTopicName(t.Topic):
 			rt.ErrorCode = kerr.InvalidTopicException.Code
 		case len(t.Assignment) > 0:

@@ -13,6 +13,9 @@ package handler
 // through. Altered topics leave the metadata cache at once. Coordinator outage:
 // REQUEST_TIMED_OUT.
 //
+// With the authorizer on: ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED),
+// on the cluster for broker resources (else CLUSTER_AUTHORIZATION_FAILED).
+//
 // KIPs: KIP-339, KIP-482 (flexible v1).
 
 import (
@@ -49,7 +52,7 @@ func (h *Handler) handleIncrementalAlterConfigs(ctx context.Context, r *Request)
 			rs[i].alterations = append(rs[i].alterations, ca)
 		}
 	}
-	codes, msgs := h.alterConfigs(ctx, rs, req.ValidateOnly, false)
+	codes, msgs := h.alterConfigs(ctx, h.access(ctx, r), rs, req.ValidateOnly, false)
 	for i, res := range req.Resources {
 		rr := kmsg.NewIncrementalAlterConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = res.ResourceType, res.ResourceName

@@ -8,13 +8,19 @@ package handler
 // active group of another protocol type: NON_EMPTY_GROUP. Coordinator outage:
 // COORDINATOR_NOT_AVAILABLE.
 //
+// With the authorizer on: DELETE on the group (else a top-level
+// GROUP_AUTHORIZATION_FAILED), READ on each topic (else TOPIC_AUTHORIZATION_FAILED for
+// its partitions, listed after the others).
+//
 // KIPs: KIP-496.
 
 import (
 	"context"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -23,8 +29,25 @@ func init() { register(kmsg.OffsetDelete.Int16(), 0, 0, (*Handler).handleOffsetD
 func (h *Handler) handleOffsetDelete(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.OffsetDeleteRequest)
 	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
+	x := h.access(ctx, r)
+	if !x.group(kafkaacl.OpDelete, req.Group) {
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp, nil
+	}
 	creq := &coordinatorv1.OffsetDeleteRequest{GroupId: req.Group}
+	var denied []kmsg.OffsetDeleteResponseTopic
 	for _, t := range req.Topics {
+		if !x.topic(kafkaacl.OpRead, t.Topic) {
+			rt := kmsg.NewOffsetDeleteResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetDeleteResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.TopicAuthorizationFailed.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			denied = append(denied, rt)
+			continue
+		}
 		ct := &coordinatorv1.OffsetDeleteTopic{Name: t.Topic}
 		for _, p := range t.Partitions {
 			ct.Partitions = append(ct.Partitions, p.Partition)
@@ -52,5 +75,6 @@ func (h *Handler) handleOffsetDelete(ctx context.Context, r *Request) (kmsg.Resp
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
+	resp.Topics = append(resp.Topics, denied...)
 	return resp, nil
 }

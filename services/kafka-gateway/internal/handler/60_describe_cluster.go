@@ -7,6 +7,10 @@ package handler
 // served; controllers (2) are UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers.
 // No broker is ever fenced (v2). Authorized operations are not computed.
 //
+// With the authorizer on: DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED;
+// the cluster's authorized operations (KIP-430) filled when asked (with it off they
+// stay INT32_MIN, "not provided").
+//
 // KIPs: KIP-700, KIP-919 (v1), KIP-1073 (v2).
 
 import (
@@ -14,11 +18,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/libs/kafkaacl"
 )
 
 func init() { register(kmsg.DescribeCluster.Int16(), 0, 2, (*Handler).handleDescribeCluster) }
 
-func (h *Handler) handleDescribeCluster(_ context.Context, r *Request) (kmsg.Response, error) {
+func (h *Handler) handleDescribeCluster(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.DescribeClusterRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
 	resp.EndpointType = req.EndpointType
@@ -26,6 +32,14 @@ func (h *Handler) handleDescribeCluster(_ context.Context, r *Request) (kmsg.Res
 		resp.ErrorCode = kerr.UnsupportedEndpointType.Code
 		resp.ErrorMessage = strPtr("only broker endpoints are served")
 		return resp, nil
+	}
+	x := h.access(ctx, r)
+	if !x.cluster(kafkaacl.OpDescribe) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil
+	}
+	if req.IncludeClusterAuthorizedOperations && x != nil {
+		resp.ClusterAuthorizedOperations = x.operations(kafkaacl.ResourceCluster, kafkaacl.ClusterName)
 	}
 	brokers := h.liveBrokers()
 	resp.ClusterID = h.kafkaID

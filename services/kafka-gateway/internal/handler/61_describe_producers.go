@@ -9,6 +9,8 @@ package handler
 // unknown topics, or beyond the topic's partition count, are UNKNOWN_TOPIC_OR_PARTITION;
 // a storage outage NOT_LEADER_OR_FOLLOWER (retriable).
 //
+// With the authorizer on: READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
+//
 // KIPs: KIP-664.
 
 import (
@@ -18,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -27,12 +30,13 @@ func (h *Handler) handleDescribeProducers(ctx context.Context, r *Request) (kmsg
 	req := r.Body.(*kmsg.DescribeProducersRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeProducersResponse)
 	names := make([]string, 0, len(req.Topics))
+	x := h.access(ctx, r)
 	for _, t := range req.Topics {
-		if validTopicName(t.Topic) {
+		if validTopicName(t.Topic) && x.topic(kafkaacl.OpRead, t.Topic) {
 			names = append(names, t.Topic)
 		}
 	}
-	infos, _, coordErr := h.resolveTopics(ctx, names, false)
+	infos, _, coordErr := h.resolveTopics(ctx, names, false, nil)
 	type slot struct{ t, p int }
 	var (
 		channels []string
@@ -45,7 +49,9 @@ func (h *Handler) handleDescribeProducers(ctx context.Context, r *Request) (kmsg
 		for _, p := range t.Partitions {
 			rp := kmsg.NewDescribeProducersResponseTopicPartition()
 			rp.Partition = p
-			if unknownPartition(t.Topic, p, info, coordErr) {
+			if !x.topic(kafkaacl.OpRead, t.Topic) {
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			} else if unknownPartition(t.Topic, p, info, coordErr) {
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			} else {
 				// Known, or the coordinator is down: storage-core decides.

@@ -9,6 +9,10 @@ package handler
 // id is TRANSACTIONAL_ID_NOT_FOUND, an empty one INVALID_REQUEST; a coordinator outage
 // COORDINATOR_NOT_AVAILABLE on every id.
 //
+// With the authorizer on: DESCRIBE on each transactional id, else
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; partitions of topics the principal may not
+// DESCRIBE are left out.
+//
 // KIPs: KIP-664.
 
 import (
@@ -17,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -33,9 +38,15 @@ func (h *Handler) handleDescribeTransactions(ctx context.Context, r *Request) (k
 		failed = h.txnCode("DescribeTransactions", err)
 	}
 	ds := out.GetTransactions()
+	x := h.access(ctx, r)
 	for i, id := range req.TransactionalIDs {
 		st := kmsg.NewDescribeTransactionsResponseTransactionState()
 		st.TransactionalID, st.StartTimestamp, st.ProducerID, st.ProducerEpoch = id, -1, -1, -1
+		if !x.txnID(kafkaacl.OpDescribe, id) {
+			st.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+			resp.TransactionStates = append(resp.TransactionStates, st)
+			continue
+		}
 		if err != nil || i >= len(ds) {
 			st.ErrorCode = failed
 			if err == nil {
@@ -50,6 +61,9 @@ func (h *Handler) handleDescribeTransactions(ctx context.Context, r *Request) (k
 			st.State, st.TimeoutMillis, st.StartTimestamp = d.GetState(), d.GetTimeoutMs(), d.GetStartTimeMs()
 			st.ProducerID, st.ProducerEpoch = d.GetProducerId(), int16(d.GetProducerEpoch())
 			for _, t := range d.GetTopics() {
+				if !x.topic(kafkaacl.OpDescribe, t.GetName()) {
+					continue
+				}
 				rt := kmsg.NewDescribeTransactionsResponseTransactionStateTopic()
 				rt.Topic, rt.Partitions = t.GetName(), t.GetPartitions()
 				st.Topics = append(st.Topics, rt)

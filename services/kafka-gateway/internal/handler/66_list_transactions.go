@@ -9,6 +9,8 @@ package handler
 // Coordinator outage: COORDINATOR_NOT_AVAILABLE. v2 (KIP-1152 transactional id
 // pattern) is not served.
 //
+// With the authorizer on: only the transactional ids the principal may DESCRIBE.
+//
 // KIPs: KIP-664, KIP-994 (v1).
 
 import (
@@ -16,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -36,7 +39,11 @@ func (h *Handler) handleListTransactions(ctx context.Context, r *Request) (kmsg.
 		return resp, nil
 	}
 	resp.UnknownStateFilters = out.GetUnknownStates()
+	acc := h.access(ctx, r)
 	for _, x := range out.GetTransactions() {
+		if !acc.txnID(kafkaacl.OpDescribe, x.GetTransactionalId()) {
+			continue
+		}
 		st := kmsg.NewListTransactionsResponseTransactionState()
 		st.TransactionalID, st.ProducerID, st.TransactionState = x.GetTransactionalId(), x.GetProducerId(), x.GetState()
 		resp.TransactionStates = append(resp.TransactionStates, st)

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -43,12 +44,14 @@ type resourceKey struct {
 // message:
 //   - a (type, name) pair given twice: INVALID_REQUEST on each;
 //   - a config named twice: INVALID_REQUEST;
+//   - with the authorizer on, no ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED)
+//     or, for a broker resource, on the cluster (CLUSTER_AUTHORIZATION_FAILED);
 //   - a refused null value: INVALID_REQUEST naming the configs;
 //   - a broker resource: INVALID_REQUEST (broker configs are read-only here);
 //   - another non-topic type: INVALID_REQUEST;
 //   - an empty topic name (Kafka's default topic resource): INVALID_REQUEST;
 //   - an invalid topic name: INVALID_TOPIC_EXCEPTION.
-func checkAlterResources(rs []configResource) ([]int16, []*string) {
+func checkAlterResources(x *access, rs []configResource) ([]int16, []*string) {
 	count := make(map[resourceKey]int, len(rs))
 	for _, r := range rs {
 		count[resourceKey{r.typ, r.name}]++
@@ -61,6 +64,12 @@ func checkAlterResources(rs []configResource) ([]int16, []*string) {
 			msg = "Each resource must appear at most once."
 		case hasDuplicate(r.configs):
 			msg = "Error due to duplicate config keys"
+		case r.typ == resourceTopic && !x.topic(kafkaacl.OpAlterConfigs, r.name):
+			codes[i] = kerr.TopicAuthorizationFailed.Code
+			continue
+		case r.typ == resourceBroker && !x.cluster(kafkaacl.OpAlterConfigs):
+			codes[i] = kerr.ClusterAuthorizationFailed.Code
+			continue
 		case len(r.nulls) > 0:
 			msg = "Null value not supported for : " + strings.Join(r.nulls, ", ")
 		case r.typ == resourceBroker:
@@ -95,8 +104,8 @@ func hasDuplicate(names []string) bool {
 // applies checkAlterResources to rs, sends the resources that pass to the coordinator in
 // one AlterTopicConfigs call (validateOnly and replace as given) and returns per resource
 // of rs the final error code (0 for success) and message.
-func (h *Handler) alterConfigs(ctx context.Context, rs []configResource, validateOnly, replace bool) ([]int16, []*string) {
-	codes, msgs := checkAlterResources(rs)
+func (h *Handler) alterConfigs(ctx context.Context, x *access, rs []configResource, validateOnly, replace bool) ([]int16, []*string) {
+	codes, msgs := checkAlterResources(x, rs)
 	areq := &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: validateOnly, Replace: replace}
 	idx := map[string]int{}
 	for i, r := range rs {

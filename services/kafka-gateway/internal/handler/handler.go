@@ -47,6 +47,8 @@ type Config struct {
 	// TopicCacheTTL is how long a GetTopics answer is reused (0 = 10 s). Entries are
 	// also dropped on topics.changed NATS messages and refreshed on a miss.
 	TopicCacheTTL time.Duration
+	// Authorizer turns ACL authorization on (off by default: nothing is checked).
+	Authorizer AuthorizerConfig
 }
 
 // Deps are the handler's collaborators.
@@ -57,6 +59,9 @@ type Deps struct {
 	Groups coordinatorv1.GroupCoordinatorServiceClient
 	// Txns serves the transaction APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
+	// Acls serves the ACL APIs and the authorizer's bindings; nil answers them
+	// UNAVAILABLE (the authorizer then allows only super users).
+	Acls coordinatorv1.AclServiceClient
 	// Brokers returns the live kafka-gateway replicas, self included, sorted by node id.
 	Brokers func() []Broker
 	Log     *zap.Logger
@@ -104,6 +109,8 @@ type Handler struct {
 	coord   coordinatorv1.CoordinatorServiceClient
 	groups  coordinatorv1.GroupCoordinatorServiceClient
 	txns    coordinatorv1.TransactionCoordinatorServiceClient
+	acls    coordinatorv1.AclServiceClient
+	auth    *authorizer // nil when the authorizer is off
 	brokers func() []Broker
 	log     *zap.Logger
 	metrics *Metrics
@@ -176,8 +183,14 @@ func New(cfg Config, deps Deps) *Handler {
 	if brokers == nil {
 		brokers = func() []Broker { return nil }
 	}
+	acls := deps.Acls
+	if acls == nil {
+		acls = unavailableAcls{}
+	}
 	drainCtx, drain := context.WithCancel(context.Background())
 	return &Handler{
+		acls:     acls,
+		auth:     newAuthorizer(cfg.Authorizer, acls, log.Named("authorizer")),
 		drainCtx: drainCtx,
 		drain:    drain,
 		cfg:      cfg,

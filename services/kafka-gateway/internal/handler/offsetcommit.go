@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -63,10 +64,16 @@ func (pl *commitPlan) setSent(code int16) {
 // checkCommit looks up the plan's topics (creating none). A partition of a topic the
 // coordinator does not know, or outside [0, partition count), is
 // UNKNOWN_TOPIC_OR_PARTITION; the others go to pl.topics and pl.sent. A failed lookup is
-// returned (the getTopics error) with nothing sent.
-func (h *Handler) checkCommit(ctx context.Context, pl *commitPlan) error {
+// returned (the getTopics error) with nothing sent. With the authorizer on, a topic
+// without READ is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
+func (h *Handler) checkCommit(ctx context.Context, x *access, pl *commitPlan) error {
 	names := make([]string, 0, len(pl.in))
+	denied := map[string]bool{}
 	for _, t := range pl.in {
+		if !x.topic(kafkaacl.OpRead, t.name) {
+			denied[t.name] = true
+			continue
+		}
 		names = append(names, t.name)
 	}
 	topics, err := h.getTopics(ctx, names, false)
@@ -77,6 +84,10 @@ func (h *Handler) checkCommit(ctx context.Context, pl *commitPlan) error {
 		ct := &coordinatorv1.OffsetCommitTopic{Name: t.name}
 		ti := topics[t.name]
 		for j, p := range t.parts {
+			if denied[t.name] {
+				pl.codes[i][j] = kerr.TopicAuthorizationFailed.Code
+				continue
+			}
 			if ti == nil || p.Partition < 0 || p.Partition >= ti.Partitions {
 				pl.codes[i][j] = kerr.UnknownTopicOrPartition.Code
 				continue

@@ -242,8 +242,10 @@ func (h *Handler) topicByID(ctx context.Context, id [16]byte) (*topicInfo, error
 // that could not be resolved: UNKNOWN_TOPIC_OR_PARTITION when it does not exist,
 // LEADER_NOT_AVAILABLE (retriable) when the coordinator could not be asked, or the
 // coordinator's own code (e.g. INVALID_TOPIC_EXCEPTION) when creation was refused.
-// coordErr is set when the coordinator was unreachable.
-func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool) (infos map[string]*topicInfo, codes map[string]int16, coordErr error) {
+// coordErr is set when the coordinator was unreachable. mayCreate (nil: every name)
+// says which missing names the caller is authorized to create; the others are
+// TOPIC_AUTHORIZATION_FAILED.
+func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool, mayCreate func(string) bool) (infos map[string]*topicInfo, codes map[string]int16, coordErr error) {
 	infos, coordErr = h.getTopics(ctx, names, false)
 	codes = map[string]int16{}
 	var missing []string
@@ -263,6 +265,19 @@ func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool
 	}
 	if !create || !h.cfg.AutoCreateTopics || len(missing) == 0 {
 		return infos, codes, coordErr
+	}
+	if mayCreate != nil {
+		allowed := missing[:0]
+		for _, n := range missing {
+			if mayCreate(n) {
+				allowed = append(allowed, n)
+			} else {
+				codes[n] = kerr.TopicAuthorizationFailed.Code
+			}
+		}
+		if missing = allowed; len(missing) == 0 {
+			return infos, codes, nil
+		}
 	}
 	req := &coordinatorv1.CreateTopicsRequest{}
 	for _, n := range missing {

@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 )
 
 // Defaults.
@@ -60,6 +62,9 @@ type Config struct {
 	// MaxInFlightBytes bounds the request bytes held by all connections at once (0 =
 	// DefaultMaxInFlightBytes); readers wait beyond it (Kafka queued.max.request.bytes).
 	MaxInFlightBytes int64
+	// Authorizer turns ACL authorization on (Kafka authorizer.class.name, super.users,
+	// allow.everyone.if.no.acl.found); the zero value is off.
+	Authorizer handler.AuthorizerConfig
 
 	// Storage and Coordinator, when set, are used instead of dialing (tests).
 	Storage     storagev1.StorageServiceClient
@@ -68,6 +73,8 @@ type Config struct {
 	Groups coordinatorv1.GroupCoordinatorServiceClient
 	// Txns, when set, is used instead of the coordinator connection's transaction client.
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
+	// Acls, when set, is used instead of the coordinator connection's ACL client.
+	Acls coordinatorv1.AclServiceClient
 }
 
 // Validate checks the config and fills defaults.
@@ -98,6 +105,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	for _, u := range c.Authorizer.SuperUsers {
+		if typ, name, ok := strings.Cut(u, ":"); !ok || typ == "" || name == "" {
+			return fmt.Errorf("%w: super user %q is not a principal of the form Type:Name (User:admin)", ErrConfig, u)
+		}
 	}
 	if c.MaxInFlightBytes <= 0 {
 		c.MaxInFlightBytes = DefaultMaxInFlightBytes

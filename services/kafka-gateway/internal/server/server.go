@@ -64,7 +64,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes), bodies: &bodyPool{}}
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
-	storage, coord, groups, txns := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns
+	storage, coord, groups, txns, acls := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls
 	if storage == nil {
 		sec, err := cfg.StorageSecurity.DialOptions()
 		if err != nil {
@@ -96,6 +96,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		}
 		if txns == nil {
 			txns = coordinatorv1.NewTransactionCoordinatorServiceClient(cc)
+		}
+		if acls == nil {
+			acls = coordinatorv1.NewAclServiceClient(cc)
 		}
 		s.httpCheck("coordinator", cc)
 	}
@@ -130,7 +133,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		ClusterID:         cfg.ClusterID,
 		AutoCreateTopics:  cfg.AutoCreateTopics,
 		DefaultPartitions: cfg.DefaultPartitions,
+		Authorizer:        cfg.Authorizer,
 	}, handler.Deps{
+		Acls:        acls,
 		Storage:     storage,
 		Coordinator: coord,
 		Groups:      groups,
@@ -365,6 +370,7 @@ func (s *Server) runNATS(ctx context.Context) {
 			setErr(nil)
 			// Changes may have been missed while disconnected.
 			s.h.InvalidateTopic("")
+			s.h.InvalidateAcls()
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -391,6 +397,14 @@ func (s *Server) runNATS(ctx context.Context) {
 		s.log.Warn("nats subscribe failed", zap.Error(err))
 	} else {
 		defer func() { _ = sub.Unsubscribe() }()
+	}
+	if s.cfg.Authorizer.Enabled {
+		asub, err := nc.Subscribe(natsx.AclsChangedSubject(s.cfg.ClusterID), func(*nats.Msg) { s.h.InvalidateAcls() })
+		if err != nil {
+			s.log.Warn("nats subscribe failed", zap.Error(err))
+		} else {
+			defer func() { _ = asub.Unsubscribe() }()
+		}
 	}
 	if err := s.members.Run(ctx, nc); err != nil {
 		s.log.Warn("nats membership stopped", zap.Error(err))
