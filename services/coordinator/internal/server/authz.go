@@ -21,6 +21,7 @@ var authRules = coordinatorRules(
 	coordinatorv1.TransactionCoordinatorService_ServiceDesc,
 	coordinatorv1.PubSubRegistryService_ServiceDesc,
 	coordinatorv1.PubSubSchemaService_ServiceDesc,
+	coordinatorv1.AclService_ServiceDesc,
 )
 
 func coordinatorRules(descs ...grpc.ServiceDesc) grpcx.Rules {

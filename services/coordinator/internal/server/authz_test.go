@@ -7,7 +7,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
-// Looking is read, everything else admin; every RPC of the five services has a rule.
+// Looking is read, everything else admin; every RPC of the six services has a rule.
 func TestAuthRules(t *testing.T) {
 	for method, want := range map[string]grpcx.Verb{
 		coordinatorv1.CoordinatorService_GetTopics_FullMethodName:                       grpcx.VerbRead,
@@ -22,6 +22,9 @@ func TestAuthRules(t *testing.T) {
 		coordinatorv1.PubSubRegistryService_RecordPubSubActivity_FullMethodName:         grpcx.VerbAdmin,
 		coordinatorv1.PubSubSchemaService_CommitPubSubSchemaRevision_FullMethodName:     grpcx.VerbAdmin,
 		coordinatorv1.TransactionCoordinatorService_DescribeTransactions_FullMethodName: grpcx.VerbRead,
+		coordinatorv1.AclService_DescribeAcls_FullMethodName:                            grpcx.VerbRead,
+		coordinatorv1.AclService_CreateAcls_FullMethodName:                              grpcx.VerbAdmin,
+		coordinatorv1.AclService_DeleteAcls_FullMethodName:                              grpcx.VerbAdmin,
 	} {
 		if r, ok := authRules[method]; !ok || r.Verb != want || r.Resources != nil {
 			t.Errorf("%s: rule %+v (%v), want %v on the cluster", method, r, ok, want)
@@ -31,7 +34,7 @@ func TestAuthRules(t *testing.T) {
 	for _, d := range []int{
 		len(coordinatorv1.CoordinatorService_ServiceDesc.Methods), len(coordinatorv1.GroupCoordinatorService_ServiceDesc.Methods),
 		len(coordinatorv1.TransactionCoordinatorService_ServiceDesc.Methods), len(coordinatorv1.PubSubRegistryService_ServiceDesc.Methods),
-		len(coordinatorv1.PubSubSchemaService_ServiceDesc.Methods),
+		len(coordinatorv1.PubSubSchemaService_ServiceDesc.Methods), len(coordinatorv1.AclService_ServiceDesc.Methods),
 	} {
 		n += d
 	}
