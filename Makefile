@@ -23,8 +23,12 @@ build: ## Build the service binaries into ./bin
 	@for s in $(SERVICES); do $(GO) build -o bin/$$s ./services/$$s/cmd/$$s || exit 1; done
 
 .PHONY: up
-up: build ## Start storage-core, coordinator, kafka-gateway, pubsub-gateway and mqtt-bridge locally (logs and data under ./run)
-	@scripts/dev/up.sh
+up: build ## Start storage-core, coordinator, kafka-gateway, pubsub-gateway and mqtt-bridge locally (logs and data under ./run); SECURE=1: mTLS and auth
+	@SECURE=$(SECURE) scripts/dev/up.sh
+
+.PHONY: certs
+certs: ## Create a local CA, per-service certificates and tokens under ./run/certs (make up SECURE=1 uses them)
+	@scripts/dev/certs.sh
 
 .PHONY: down
 down: ## Stop the local stack started by `make up` (data under ./run is kept)

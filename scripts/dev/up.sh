@@ -95,13 +95,52 @@ check_free mqtt-bridge 1884 9464
 need_postgres
 need_nats
 mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
-start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage"
-start coordinator 60 7410 7411 -- --nats-url "$NATS_URL"
-start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL"
-start pubsub-gateway 30 8085 7431 -- --nats-url "$NATS_URL"
-TRIBUTARY_MQTT_LISTENER_SESSION_DIR="$RUN_DIR/data/mqtt-bridge/sessions" \
-  start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
 
+# SECURE=1: mTLS between every service (certificates from make certs, run/certs), callers
+# of storage-core and the coordinator authenticated (certificate or token) and authorized,
+# Pub/Sub on 8085 over TLS. Kafka stays PLAINTEXT on 9092.
+SECURE=${SECURE:-}
+storage_sec=() coord_sec=() kafka_sec=() pubsub_sec=() mqtt_env=()
+if [[ -n $SECURE && $SECURE != 0 ]]; then
+  CERTS=${TRIBUTARY_CERTS_DIR:-$RUN_DIR/certs}
+  "$ROOT/scripts/dev/certs.sh" >/dev/null
+  # server NAME: the gRPC server flags of NAME with its certificate.
+  server() { echo "--tls-cert=$CERTS/$1.pem --tls-key=$CERTS/$1-key.pem --tls-client-ca=$CERTS/ca.pem"; }
+  # client NAME: the dial flags of NAME presenting its certificate.
+  client() { echo "--tls-client-cert=$CERTS/$1.pem --tls-client-key=$CERTS/$1-key.pem"; }
+  auth="--auth=required --auth-credentials-file=$CERTS/credentials"
+  read -ra storage_sec <<<"$(server storage-core) $auth"
+  read -ra coord_sec <<<"$(server coordinator) $auth $(client coordinator) --storage-tls-ca=$CERTS/ca.pem"
+  read -ra kafka_sec <<<"$(client kafka-gateway) --storage-tls-ca=$CERTS/ca.pem --coordinator-tls-ca=$CERTS/ca.pem"
+  read -ra pubsub_sec <<<"$(server pubsub-gateway) $(client pubsub-gateway) --storage-tls-ca=$CERTS/ca.pem --coordinator-tls-ca=$CERTS/ca.pem"
+  mqtt_env=(
+    "TRIBUTARY_MQTT_STORAGE_TLS_CA_FILE=$CERTS/ca.pem" "TRIBUTARY_MQTT_STORAGE_TLS_CERT_FILE=$CERTS/mqtt-bridge.pem"
+    "TRIBUTARY_MQTT_STORAGE_TLS_KEY_FILE=$CERTS/mqtt-bridge-key.pem"
+    "TRIBUTARY_MQTT_COORDINATOR_TLS_CA_FILE=$CERTS/ca.pem" "TRIBUTARY_MQTT_COORDINATOR_TLS_CERT_FILE=$CERTS/mqtt-bridge.pem"
+    "TRIBUTARY_MQTT_COORDINATOR_TLS_KEY_FILE=$CERTS/mqtt-bridge-key.pem"
+  )
+fi
+
+start storage-core 30 7400 7401 -- --data-dir "$RUN_DIR/data/storage" "${storage_sec[@]}"
+start coordinator 60 7410 7411 -- --nats-url "$NATS_URL" "${coord_sec[@]}"
+start kafka-gateway 30 9092 7421 -- --nats-url "$NATS_URL" "${kafka_sec[@]}"
+start pubsub-gateway 30 8085 7431 -- --nats-url "$NATS_URL" "${pubsub_sec[@]}"
+(
+  for e in "${mqtt_env[@]}"; do export "${e?}"; done
+  export TRIBUTARY_MQTT_LISTENER_SESSION_DIR="$RUN_DIR/data/mqtt-bridge/sessions"
+  start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
+) || exit 1
+
+if [[ -n ${CERTS:-} ]]; then
+  cat <<MSG
+Secured (SECURE=1): mTLS between the services, certificates and tokens in $CERTS.
+  storage-core, coordinator  TLS; a client certificate or a bearer token is required:
+                          bin/tools/grpcurl -cacert $CERTS/ca.pem -cert $CERTS/admin.pem -key $CERTS/admin-key.pem 127.0.0.1:7400 list
+                          bin/tools/grpcurl -cacert $CERTS/ca.pem -H "authorization: Bearer \$(cat $CERTS/reader.token)" ...
+  Pub/Sub                 TLS on 8085 (CA $CERTS/ca.pem; PUBSUB_EMULATOR_HOST clients speak plaintext and are refused)
+  Kafka                   PLAINTEXT on 9092 (SASL_SSL comes with the Kafka listener settings)
+MSG
+fi
 cat <<MSG
 Tributary is up.
   Kafka bootstrap         127.0.0.1:9092     (kcat -b 127.0.0.1:9092 -L)
