@@ -52,11 +52,11 @@ func New(cfg *config.Config, log *zap.Logger) (*Bridge, error) {
 	b.reg = obs.NewRegistry()
 	b.http = obs.NewHTTP(b.reg, log)
 	b.m = newMetrics(b.reg)
-	storageSec, err := backendSecurity(cfg.StorageTLS, cfg.TokenFile).DialOptions()
+	storageSec, err := backendSecurity(&cfg.StorageTLS, cfg.TokenFile).DialOptions()
 	if err != nil {
 		return nil, fmt.Errorf("storage-tls: %w", err)
 	}
-	coordSec, err := backendSecurity(cfg.CoordinatorTLS, cfg.TokenFile).DialOptions()
+	coordSec, err := backendSecurity(&cfg.CoordinatorTLS, cfg.TokenFile).DialOptions()
 	if err != nil {
 		return nil, fmt.Errorf("coordinator-tls: %w", err)
 	}
@@ -211,10 +211,10 @@ func (b *Bridge) close() {
 	b.conns = nil
 }
 
-// backendSecurity is how a backend is dialed: plaintext without t, else TLS with t's CA
-// and client certificate, and the token when one is given.
+// backendSecurity is how a backend is dialed: plaintext unless t names a CA or a
+// client certificate, else TLS with them, and the token when one is given.
 func backendSecurity(t *config.TLSConfig, tokenFile string) grpcx.DialSecurity {
-	if t == nil {
+	if t.CAFile == "" && t.CertFile == "" {
 		return grpcx.DialSecurity{}
 	}
 	return grpcx.DialSecurity{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, TokenFile: tokenFile}

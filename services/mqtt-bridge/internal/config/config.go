@@ -31,11 +31,11 @@ type Config struct {
 	HTTPAddr        string `yaml:"http-addr"`
 	StorageAddr     string `yaml:"storage-addr"`
 	CoordinatorAddr string `yaml:"coordinator-addr"`
-	// StorageTLS and CoordinatorTLS, when present, dial those backends over TLS:
-	// ca-file verifies the backend, cert-file and key-file are the bridge's client
-	// certificate (mTLS), server-name overrides the name checked.
-	StorageTLS     *TLSConfig `yaml:"storage-tls"`
-	CoordinatorTLS *TLSConfig `yaml:"coordinator-tls"`
+	// StorageTLS and CoordinatorTLS, when ca-file or cert-file is set, dial those
+	// backends over TLS: ca-file verifies the backend, cert-file and key-file are the
+	// bridge's client certificate (mTLS), server-name overrides the name checked.
+	StorageTLS     TLSConfig `yaml:"storage-tls"`
+	CoordinatorTLS TLSConfig `yaml:"coordinator-tls"`
 	// TokenFile holds a bearer token sent to both backends (TLS only).
 	TokenFile    string        `yaml:"token-file"`
 	LogLevel     string        `yaml:"log-level"`

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -304,5 +306,29 @@ func TestUnknownEnvironmentWarned(t *testing.T) {
 	}
 	if len(warned) != 2 || !strings.Contains(strings.Join(warned, "\n"), `TRIBUTARY_MQTT_STORAGE_ADRR names no key of this config; ignored (did you mean TRIBUTARY_MQTT_STORAGE_ADDR?)`) {
 		t.Errorf("warnings %q", warned)
+	}
+}
+
+// storage-tls and coordinator-tls come from the environment too (as compose and the
+// k8s overlay set them), and are checked like every TLS block.
+func TestBackendTLS(t *testing.T) {
+	ca := tlsxtest.NewCA(t).CertFile
+	env := map[string]string{"TRIBUTARY_MQTT_STORAGE_TLS_CA_FILE": ca, "TRIBUTARY_MQTT_COORDINATOR_TLS_CA_FILE": ca}
+	cfg, ps := Load([]byte(good), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StorageTLS.CAFile != ca || cfg.CoordinatorTLS.CAFile != ca {
+		t.Fatalf("backend TLS from the environment: %+v %+v", cfg.StorageTLS, cfg.CoordinatorTLS)
+	}
+	for name, src := range map[string]string{
+		"token without TLS": "token-file: /x\n",
+		"cert without key":  "storage-tls: {ca-file: " + ca + ", cert-file: " + ca + "}\n",
+		"missing CA":        "coordinator-tls: {ca-file: /nonexistent.pem}\n",
+		"skip verify":       "storage-tls: {ca-file: " + ca + ", insecure-skip-verify: true}\n",
+	} {
+		if _, ps := Load([]byte(good+src), noEnv); ps.Err() == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

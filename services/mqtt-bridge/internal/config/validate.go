@@ -196,13 +196,16 @@ func (l *loader) validate(c *Config) {
 	for _, b := range []struct {
 		key string
 		t   *TLSConfig
-	}{{"storage-tls", c.StorageTLS}, {"coordinator-tls", c.CoordinatorTLS}} {
-		if b.t != nil && (b.t.InsecureSkipVerify || b.t.RequireClientCert) {
+	}{{"storage-tls", &c.StorageTLS}, {"coordinator-tls", &c.CoordinatorTLS}} {
+		if *b.t == (TLSConfig{}) {
+			continue
+		}
+		if b.t.InsecureSkipVerify || b.t.RequireClientCert {
 			l.add(b.key, "insecure-skip-verify and require-client-cert do not apply to a backend")
 		}
 		l.checkTLS(b.t, b.key, false)
 	}
-	if c.TokenFile != "" && c.StorageTLS == nil && c.CoordinatorTLS == nil {
+	if c.TokenFile != "" && c.StorageTLS == (TLSConfig{}) && c.CoordinatorTLS == (TLSConfig{}) {
 		l.add("token-file", "a token is sent over TLS only: give storage-tls or coordinator-tls")
 	}
 	switch c.LogLevel {
