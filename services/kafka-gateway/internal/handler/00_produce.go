@@ -55,7 +55,8 @@ package handler
 //   - With the authorizer on (authorizer.go): WRITE on the transactional id, else
 //     TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition; WRITE on each topic,
 //     else TOPIC_AUTHORIZATION_FAILED (whether it exists or not); auto-creation needs
-//     CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED.
+//     CREATE on the cluster or the topic, else the topic is not created and is
+//     UNKNOWN_TOPIC_OR_PARTITION (Kafka's Produce creates nothing).
 //   - Storage outages are retriable codes (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
 //     KAFKA_STORAGE_ERROR), never UNKNOWN_SERVER_ERROR (the Java client would turn that
 //     into duplicates).
@@ -191,7 +192,9 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 			// whether the partition's channel exists.
 		case info == nil:
 			topicCode = codes[t.Topic]
-			if topicCode == 0 {
+			if topicCode == 0 || topicCode == kerr.TopicAuthorizationFailed.Code {
+				// Not created for want of CREATE: as Kafka, whose Produce never
+				// creates, an unknown topic.
 				topicCode = kerr.UnknownTopicOrPartition.Code
 			}
 		}

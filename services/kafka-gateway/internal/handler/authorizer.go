@@ -10,8 +10,9 @@ package handler
 // Cache: every binding is held in memory (one DescribeAcls with an all-ANY filter).
 // It is reloaded when the coordinator announces a change on NATS (InvalidateAcls, which
 // reloads in the background at once), after this replica's own CreateAcls/DeleteAcls,
-// and whenever it is older than its bound (AuthorizerConfig.MaxAge, default 10 s), so
-// a lost notification costs at most the bound. A failed reload keeps the bindings held
+// and whenever it is older than its bound (AuthorizerConfig.MaxAge, default 10 s; the
+// request that finds it so is decided with it while the reload runs), so a lost
+// notification costs at most the bound. A failed reload keeps the bindings held
 // and is retried after a second; before the first load succeeds only super users are
 // allowed anything (fail closed).
 
@@ -60,9 +61,10 @@ type authorizer struct {
 	maxAge time.Duration
 	log    *zap.Logger
 
-	gen  atomic.Uint64 // bumped by invalidate
-	snap atomic.Pointer[aclSnapshot]
-	mu   sync.Mutex // one load at a time
+	gen        atomic.Uint64 // bumped by invalidate
+	snap       atomic.Pointer[aclSnapshot]
+	mu         sync.Mutex  // one load at a time
+	refreshing atomic.Bool // a background reload past the bound is running
 }
 
 func newAuthorizer(cfg AuthorizerConfig, acls coordinatorv1.AclServiceClient, log *zap.Logger) *authorizer {
@@ -81,10 +83,22 @@ func newAuthorizer(cfg AuthorizerConfig, acls coordinatorv1.AclServiceClient, lo
 	return a
 }
 
-// current returns the bindings to decide with, reloading them first when they are
-// stale (past their bound, or invalidated since they were loaded).
+// current returns the bindings to decide with. Bindings invalidated since they were
+// loaded (a change was announced), or none yet, are reloaded first; bindings merely past
+// their bound are used once more while a reload runs in the background.
 func (a *authorizer) current(ctx context.Context) *kafkaacl.Set {
-	if s := a.snap.Load(); s.fresh(a.gen.Load()) {
+	gen := a.gen.Load()
+	s := a.snap.Load()
+	switch {
+	case s.fresh(gen):
+		return s.set
+	case s.set != nil && s.gen == gen:
+		if a.refreshing.CompareAndSwap(false, true) {
+			go func() {
+				defer a.refreshing.Store(false)
+				a.load(context.Background(), false)
+			}()
+		}
 		return s.set
 	}
 	return a.load(ctx, false)
