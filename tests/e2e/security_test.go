@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/oauth2"
 	"google.golang.org/api/option"
@@ -201,5 +202,33 @@ func TestSecureStack(t *testing.T) {
 	resp, err := pc.SubscriptionAdminClient.Pull(pctx, &pubsubpb.PullRequest{Subscription: psub, MaxMessages: 10})
 	if err != nil || len(resp.ReceivedMessages) != 1 || string(resp.ReceivedMessages[0].Message.Data) != "over tls" {
 		t.Fatalf("Pull over TLS: %v %v, want the one message", resp, err)
+	}
+
+	// mqtt-bridge presents its certificate to both backends: a QoS 1 publish on its
+	// listener is acknowledged once stored, and reaches Kafka.
+	lis := stack.FreeAddr()
+	mtopic := topicName("secure-mqtt")
+	startBridge(t, s, "mqtt-bridge-secure", fmt.Sprintf(`
+id: secure
+listener:
+  addr: %[1]s
+storage-tls: {ca-file: %[2]s, cert-file: %[3]s, key-file: %[4]s}
+coordinator-tls: {ca-file: %[2]s, cert-file: %[3]s, key-file: %[4]s}
+mqtt-to-kafka:
+  - id: devices
+    mqtt-topic-filters: ["dev/#"]
+    kafka-topic: %[5]s
+`, lis, f("ca.pem"), f("mqtt-bridge.pem"), f("mqtt-bridge-key.pem"), mtopic))
+	mc, err := pahoConnect(ctx, lis, "secure-dev", "")
+	if err != nil {
+		t.Fatalf("connect to the bridge: %v", err)
+	}
+	defer mc.Disconnect(&paho.Disconnect{})
+	pr, err := mc.Publish(ctx, &paho.Publish{Topic: "dev/1", QoS: 1, Payload: []byte("from mqtt")})
+	if err != nil || pr.ReasonCode != 0 {
+		t.Fatalf("QoS 1 publish through the secured bridge: %v %+v", err, pr)
+	}
+	if recs := consumeAll(t, s.KafkaAddrs, mtopic); len(recs) != 1 || string(recs[0].Value) != "from mqtt" {
+		t.Fatalf("Kafka topic %s after the MQTT publish: %d records", mtopic, len(recs))
 	}
 }
