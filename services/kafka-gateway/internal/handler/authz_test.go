@@ -466,3 +466,37 @@ func TestAuthorizerCacheBound(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestAuthorizerHostsAndNoACL: a binding for another host does not apply, a DENY for
+// the client's host wins over an ALLOW for every host, and allow-if-no-acl-found
+// allows only resources no binding names.
+func TestAuthorizerHostsAndNoACL(t *testing.T) {
+	e := newAuthEnv(t)
+	e.h.auth.rules.AllowIfNoACL = true
+	for _, n := range []string{"a", "b", "c"} {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = n, 1, -1
+		req.Topics = append(req.Topics, rt)
+		if r := e.as(t, "User:admin", req, 7).(*kmsg.CreateTopicsResponse); r.Topics[0].ErrorCode != 0 {
+			t.Fatalf("admin CreateTopics %s: %s", n, code(r.Topics[0].ErrorCode))
+		}
+	}
+	other := grant(kafkaacl.ResourceTopic, "a", alice, kafkaacl.OpDescribe)
+	other.Host = "10.0.0.9"
+	denyHere := grant(kafkaacl.ResourceTopic, "b", alice, kafkaacl.OpDescribe)
+	denyHere.Host, denyHere.Permission = "10.0.0.1", kafkaacl.PermissionDeny
+	e.acls.add(other, denyHere, grant(kafkaacl.ResourceTopic, "b", kafkaacl.WildcardPrincipal, kafkaacl.OpDescribe))
+	e.h.InvalidateAcls()
+	mr := e.as(t, alice, metadataReq("a", "b", "c"), 12).(*kmsg.MetadataResponse)
+	for i, want := range []int16{kerr.TopicAuthorizationFailed.Code, kerr.TopicAuthorizationFailed.Code, 0} {
+		if mr.Topics[i].ErrorCode != want {
+			t.Errorf("metadata %s from 10.0.0.1: %s, want %s", *mr.Topics[i].Topic, code(mr.Topics[i].ErrorCode), code(want))
+		}
+	}
+	// bob is not denied on b: the wildcard principal's ALLOW applies from any host.
+	mr = e.as(t, "User:bob", metadataReq("b"), 12).(*kmsg.MetadataResponse)
+	if mr.Topics[0].ErrorCode != 0 {
+		t.Errorf("metadata b for bob: %s", code(mr.Topics[0].ErrorCode))
+	}
+}
