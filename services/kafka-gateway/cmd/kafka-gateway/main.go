@@ -15,6 +15,7 @@ import (
 	"github.com/tributary/tributary/libs/flagenv"
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
+	"github.com/tributary/tributary/libs/tlsx"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/server"
 )
 
@@ -48,6 +49,18 @@ func run() error {
 	superUsers := fs.String("super-users", "", "principals allowed everything, separated by ';' (Kafka super.users), e.g. User:admin;User:ops")
 	fs.BoolVar(&cfg.Authorizer.AllowIfNoACL, "allow-everyone-if-no-acl-found", false, "with the authorizer on, allow an action on a resource no ACL names (Kafka allow.everyone.if.no.acl.found)")
 	fs.DurationVar(&cfg.Authorizer.MaxAge, "acl-cache-max-age", 10*time.Second, "longest the authorizer serves cached ACLs before reloading them (changes announced on NATS apply at once)")
+	fs.StringVar(&cfg.Listeners, "listeners", "", "Kafka listeners, NAME://host:port,... (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL or names in --listener-security-protocol-map); default PLAINTEXT://<--listen>, plus SASL_SSL on port 9093 when --tls-cert is given")
+	fs.StringVar(&cfg.AdvertisedListeners, "advertised-listeners", "", "NAME://host:port,... announced to clients per listener (default: each listener's bound address; --advertised-addr for the first)")
+	fs.StringVar(&cfg.ListenerSecurityProtocolMap, "listener-security-protocol-map", "", "NAME:PROTOCOL,... for listener names that are not security protocols")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert", "", "PEM certificate chain of SSL and SASL_SSL listeners")
+	fs.StringVar(&cfg.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle client certificates are verified against")
+	var clientAuth string
+	fs.StringVar(&clientAuth, "tls-client-auth", "none", "client certificates on TLS listeners (Kafka ssl.client.auth): none, requested, required")
+	fs.StringVar(&cfg.SASLMechanisms, "sasl-enabled-mechanisms", server.DefaultSASLMechanisms, "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
+	fs.StringVar(&cfg.SASLUsersFile, "sasl-users-file", "", "static SASL users, one name:password a line (PLAIN and SCRAM)")
+	var reauthMs int64
+	fs.Int64Var(&reauthMs, "connections-max-reauth-ms", 0, "longest SASL session before the client must re-authenticate (KIP-368), in ms; 0 = never")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "kafka-gateway", os.Args[1:]); err != nil {
 		return err
@@ -68,6 +81,8 @@ func run() error {
 			cfg.Authorizer.SuperUsers = append(cfg.Authorizer.SuperUsers, u)
 		}
 	}
+	cfg.TLS.ClientAuth = tlsx.ClientAuth(clientAuth)
+	cfg.ConnectionsMaxReauth = time.Duration(reauthMs) * time.Millisecond
 
 	log, err := obs.NewLogger("kafka-gateway", *level)
 	if err != nil {

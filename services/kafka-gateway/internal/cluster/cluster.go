@@ -1,6 +1,8 @@
 // Package cluster keeps the list of live kafka-gateway replicas. Each replica announces
 // itself on NATS subject natsx.BrokersSubject ("tributary.<cluster-id>.kafka.brokers")
-// every second with a JSON payload {node_id, host, port, rack}; entries not heard from for 5 s expire. The local
+// every second with a JSON payload {node_id, host, port, rack, listeners: [{name, host,
+// port}]} (host and port are the first listener's, as replicas before listeners
+// announced them); entries not heard from for 5 s expire. The local
 // replica is always in the list, so a gateway without NATS still serves (as a cluster of
 // one). A starting replica's first announcement carries a reply subject; every peer
 // answers it at once with its own announcement, so a new replica knows its peers after
@@ -37,6 +39,17 @@ type Member struct {
 	Host   string  `json:"host"`
 	Port   int32   `json:"port"`
 	Rack   *string `json:"rack"`
+	// Listeners are the replica's advertised endpoints by Kafka listener name (Kafka's
+	// advertised.listeners); empty from a replica that predates listeners, whose one
+	// endpoint (Host, Port) is PLAINTEXT.
+	Listeners []Endpoint `json:"listeners,omitempty"`
+}
+
+// Endpoint is one advertised Kafka listener of a replica.
+type Endpoint struct {
+	Name string `json:"name"`
+	Host string `json:"host"`
+	Port int32  `json:"port"`
 }
 
 type seen struct {

@@ -57,7 +57,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	req := r.Body.(*kmsg.MetadataRequest)
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 
-	brokers := h.liveBrokers()
+	brokers := h.liveBrokers(r.Listener)
 	for _, b := range brokers {
 		mb := kmsg.NewMetadataResponseBroker()
 		mb.NodeID, mb.Host, mb.Port, mb.Rack = b.NodeID, b.Host, b.Port, b.Rack

@@ -24,9 +24,9 @@ import (
 
 func init() { register(kmsg.FindCoordinator.Int16(), 0, 6, (*Handler).handleFindCoordinator) }
 
-// self returns this replica as listed to clients.
-func (h *Handler) self() Broker {
-	for _, b := range h.liveBrokers() {
+// self returns this replica as listed to clients of listener.
+func (h *Handler) self(listener string) Broker {
+	for _, b := range h.liveBrokers(listener) {
 		if b.NodeID == h.cfg.NodeID {
 			return b
 		}
@@ -50,7 +50,7 @@ func findCode(x *access, keyType int8, key string) int16 {
 func (h *Handler) handleFindCoordinator(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
-	me := h.self()
+	me := h.self(r.Listener)
 	x := h.access(ctx, r)
 	code := int16(0)
 	var msg *string

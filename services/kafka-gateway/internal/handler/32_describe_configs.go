@@ -187,7 +187,7 @@ func (h *Handler) isLiveBroker(name string) bool {
 	if err != nil {
 		return false
 	}
-	for _, b := range h.liveBrokers() {
+	for _, b := range h.liveBrokers("") {
 		if int(b.NodeID) == id {
 			return true
 		}

@@ -41,7 +41,7 @@ func (h *Handler) handleDescribeCluster(ctx context.Context, r *Request) (kmsg.R
 	if req.IncludeClusterAuthorizedOperations && x != nil {
 		resp.ClusterAuthorizedOperations = x.operations(kafkaacl.ResourceCluster, kafkaacl.ClusterName)
 	}
-	brokers := h.liveBrokers()
+	brokers := h.liveBrokers(r.Listener)
 	resp.ClusterID = h.kafkaID
 	resp.ControllerID = brokers[0].NodeID
 	for _, b := range brokers {

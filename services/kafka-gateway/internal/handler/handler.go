@@ -22,6 +22,7 @@ import (
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
 
 // Broker is one live kafka-gateway replica as listed in Metadata and DescribeCluster.
@@ -30,6 +31,18 @@ type Broker struct {
 	Host   string
 	Port   int32
 	Rack   *string
+	// Endpoints are the broker's advertised listeners (Kafka's advertised.listeners).
+	// When set, a request is answered with each broker's endpoint of the listener the
+	// request came in on (Request.Listener), and brokers without that listener are left
+	// out, as Kafka does; when empty, Host and Port serve every listener.
+	Endpoints []Endpoint
+}
+
+// Endpoint is one advertised listener of a broker.
+type Endpoint struct {
+	Listener string
+	Host     string
+	Port     int32
 }
 
 // Config holds the gateway behaviour the handlers need.
@@ -49,6 +62,9 @@ type Config struct {
 	TopicCacheTTL time.Duration
 	// Authorizer turns ACL authorization on (off by default: nothing is checked).
 	Authorizer AuthorizerConfig
+	// ConnectionsMaxReauth is Kafka's connections.max.reauth.ms: the longest session a
+	// SASL authentication grants (KIP-368); 0 = sessions never expire.
+	ConnectionsMaxReauth time.Duration
 }
 
 // Deps are the handler's collaborators.
@@ -67,6 +83,8 @@ type Deps struct {
 	Log     *zap.Logger
 	// Metrics may be nil (no metrics recorded).
 	Metrics *Metrics
+	// Auth holds the SASL mechanisms of SASL listeners; nil enables none.
+	Auth *sasl.Authenticator
 }
 
 // AnonymousPrincipal is the principal of a connection that has not authenticated
@@ -79,6 +97,13 @@ type Request struct {
 	Body          kmsg.Request
 	CorrelationID int32
 	ClientID      *string
+	// Listener is the name of the Kafka listener the request came in on ("PLAINTEXT",
+	// "SASL_SSL", ...); brokers are listed with their endpoint of that listener. Empty
+	// lists every broker with its Host and Port.
+	Listener string
+	// Session is the connection's authentication state (SASL, TLS client certificate);
+	// nil for a connection without any (tests, PLAINTEXT listeners).
+	Session *Session
 	// ClientHost is the client's address as Kafka shows it ("/127.0.0.1"), for
 	// DescribeGroups.
 	ClientHost string
@@ -104,19 +129,20 @@ func (r *Request) BodyInUse() bool { return r.bodyInUse.Load() }
 
 // Handler answers Kafka requests. It is safe for concurrent use.
 type Handler struct {
-	cfg     Config
-	storage storagev1.StorageServiceClient
-	coord   coordinatorv1.CoordinatorServiceClient
-	groups  coordinatorv1.GroupCoordinatorServiceClient
-	txns    coordinatorv1.TransactionCoordinatorServiceClient
-	acls    coordinatorv1.AclServiceClient
-	auth    *authorizer // nil when the authorizer is off
-	brokers func() []Broker
-	log     *zap.Logger
-	metrics *Metrics
-	topics  *topicCache
-	ahead   *fetchAhead
-	kafkaID string
+	cfg      Config
+	storage  storagev1.StorageServiceClient
+	coord    coordinatorv1.CoordinatorServiceClient
+	groups   coordinatorv1.GroupCoordinatorServiceClient
+	txns     coordinatorv1.TransactionCoordinatorServiceClient
+	acls     coordinatorv1.AclServiceClient
+	auth     *authorizer // nil when the authorizer is off
+	brokers  func() []Broker
+	log      *zap.Logger
+	metrics  *Metrics
+	saslAuth *sasl.Authenticator
+	topics   *topicCache
+	ahead    *fetchAhead
+	kafkaID  string
 
 	// drainCtx ends when the server starts shutting down (Drain): long polls return.
 	drainCtx context.Context
@@ -201,6 +227,7 @@ func New(cfg Config, deps Deps) *Handler {
 		brokers:  brokers,
 		log:      log,
 		metrics:  deps.Metrics,
+		saslAuth: deps.Auth,
 		topics:   newTopicCache(cfg.TopicCacheTTL),
 		ahead:    newFetchAhead(),
 		kafkaID:  KafkaClusterID(cfg.ClusterID),
@@ -265,15 +292,32 @@ func (h *Handler) InvalidateTopic(name string) {
 	h.ahead.clear()
 }
 
-// liveBrokers returns the live brokers, never empty: self is added when missing.
-func (h *Handler) liveBrokers() []Broker {
+// liveBrokers returns the live brokers as seen from listener (Request.Listener): each
+// with its endpoint of that listener, brokers without it left out. Never empty: self is
+// added when missing.
+func (h *Handler) liveBrokers(listener string) []Broker {
 	bs := h.brokers()
+	out := make([]Broker, 0, len(bs)+1)
+	self := false
 	for _, b := range bs {
-		if b.NodeID == h.cfg.NodeID {
-			return bs
+		if listener != "" && len(b.Endpoints) > 0 {
+			found := false
+			for _, e := range b.Endpoints {
+				if e.Listener == listener {
+					b.Host, b.Port, found = e.Host, e.Port, true
+					break
+				}
+			}
+			if !found {
+				continue
+			}
 		}
+		self = self || b.NodeID == h.cfg.NodeID
+		out = append(out, b)
 	}
-	out := append([]Broker(nil), bs...)
+	if self {
+		return out
+	}
 	out = append(out, Broker{NodeID: h.cfg.NodeID, Host: "127.0.0.1", Port: 9092})
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out

@@ -3,11 +3,14 @@ package server
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/tlsx"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
 
 // Defaults.
@@ -25,12 +28,43 @@ const (
 // Config configures the kafka-gateway server. The flags of cmd/kafka-gateway map to it
 // one to one.
 type Config struct {
-	// Listen is the Kafka listener address (host:port; port 0 picks one).
+	// Listen is the Kafka listener address (host:port; port 0 picks one), served as
+	// PLAINTEXT when Listeners is empty.
 	Listen string
-	// AdvertisedAddr is the host:port announced to clients and peers; empty = the bound
-	// listener address. A port of 0 is replaced by the bound port; an unspecified host
-	// (0.0.0.0, ::) by 127.0.0.1.
+	// AdvertisedAddr is the host:port announced to clients and peers for the first
+	// listener when AdvertisedListeners is empty; empty = the bound listener address. A
+	// port of 0 is replaced by the bound port; an unspecified host (0.0.0.0, ::) by
+	// 127.0.0.1.
 	AdvertisedAddr string
+	// Listeners is Kafka's listeners: "NAME://host:port,..." with NAME a security
+	// protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) or a name mapped to one in
+	// ListenerSecurityProtocolMap. Empty = "PLAINTEXT://<Listen>", plus
+	// "SASL_SSL://<Listen's host>:9093" when TLS is given.
+	Listeners string
+	// AdvertisedListeners is Kafka's advertised.listeners, same shape: the host:port
+	// each listener is announced with; a listener not named advertises its bound
+	// address.
+	AdvertisedListeners string
+	// ListenerSecurityProtocolMap is Kafka's listener.security.protocol.map:
+	// "NAME:PROTOCOL,...".
+	ListenerSecurityProtocolMap string
+	// TLS is the certificate of SSL and SASL_SSL listeners and how client
+	// certificates are checked (Kafka's ssl.client.auth: none, requested, required).
+	TLS tlsx.Server
+	// SASLMechanisms is Kafka's sasl.enabled.mechanisms, comma-separated (empty =
+	// SCRAM-SHA-512,SCRAM-SHA-256,PLAIN).
+	SASLMechanisms string
+	// SASLUsersFile names a static users file ("name:password" lines, see
+	// sasl.LoadUsers) for PLAIN and SCRAM; "" = none.
+	SASLUsersFile string
+	// ConnectionsMaxReauth is Kafka's connections.max.reauth.ms (KIP-368): the longest
+	// session a SASL authentication grants; 0 = sessions never expire.
+	ConnectionsMaxReauth time.Duration
+	// Credentials, when set, is a SCRAM credential source consulted after the users
+	// file (tests).
+	Credentials sasl.Credentials
+
+	specs []listenerSpec
 	// HTTPAddr serves /metrics, /healthz, /readyz ("" = disabled).
 	HTTPAddr string
 	// NodeID is this replica's Kafka broker id (unique per replica). -1 derives a stable
@@ -114,5 +148,40 @@ func (c *Config) Validate() error {
 	if c.MaxInFlightBytes <= 0 {
 		c.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
+	if c.ConnectionsMaxReauth < 0 {
+		return fmt.Errorf("%w: connections max reauth %v is negative", ErrConfig, c.ConnectionsMaxReauth)
+	}
+	if _, err := c.mechanisms(); err != nil {
+		return err
+	}
+	specs, err := c.listenerSpecs()
+	if err != nil {
+		return err
+	}
+	c.specs = specs
 	return nil
+}
+
+// DefaultSASLMechanisms are the mechanisms enabled when SASLMechanisms is empty.
+const DefaultSASLMechanisms = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
+
+// mechanisms parses SASLMechanisms.
+func (c *Config) mechanisms() ([]string, error) {
+	spec := c.SASLMechanisms
+	if spec == "" {
+		spec = DefaultSASLMechanisms
+	}
+	var out []string
+	for _, m := range strings.Split(spec, ",") {
+		m = strings.ToUpper(strings.TrimSpace(m))
+		switch m {
+		case "":
+			continue
+		case sasl.MechPlain, sasl.ScramSHA256, sasl.ScramSHA512:
+			out = append(out, m)
+		default:
+			return nil, fmt.Errorf("%w: SASL mechanism %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", ErrConfig, m)
+		}
+	}
+	return out, nil
 }

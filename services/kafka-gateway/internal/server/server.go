@@ -36,7 +36,7 @@ import (
 type Server struct {
 	cfg     Config
 	log     *zap.Logger
-	ln      net.Listener
+	lns     []*kafkaListener
 	http    *obs.HTTP
 	reg     *prometheus.Registry
 	h       *handler.Handler
@@ -103,17 +103,37 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		s.httpCheck("coordinator", cc)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	auth, err := s.authenticator()
 	if err != nil {
-		s.closeGRPC()
-		return nil, fmt.Errorf("kafka listen %s: %w", cfg.Listen, err)
-	}
-	s.ln = ln
-	self, err := advertised(cfg.AdvertisedAddr, ln.Addr())
-	if err != nil {
-		_ = ln.Close()
 		s.closeGRPC()
 		return nil, err
+	}
+	var self cluster.Member
+	for i, spec := range cfg.specs {
+		l := &kafkaListener{spec: spec}
+		if spec.protocol.TLS() {
+			if l.tls, err = cfg.TLS.Config(); err != nil {
+				s.closeListeners()
+				s.closeGRPC()
+				return nil, err
+			}
+		}
+		if l.ln, err = net.Listen("tcp", spec.addr); err != nil {
+			s.closeListeners()
+			s.closeGRPC()
+			return nil, fmt.Errorf("kafka listen %s %s: %w", spec.name, spec.addr, err)
+		}
+		s.lns = append(s.lns, l)
+		ep, err := advertised(spec.adv, l.ln.Addr())
+		if err != nil {
+			s.closeListeners()
+			s.closeGRPC()
+			return nil, err
+		}
+		if i == 0 {
+			self.Host, self.Port = ep.Host, ep.Port
+		}
+		self.Listeners = append(self.Listeners, cluster.Endpoint{Name: spec.name, Host: ep.Host, Port: ep.Port})
 	}
 	if cfg.NodeID == -1 {
 		cfg.NodeID = derivedNodeID(self)
@@ -129,13 +149,15 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.open = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tributary_kafka_connections", Help: "Open Kafka client connections."})
 	s.reg.MustRegister(s.open)
 	s.h = handler.New(handler.Config{
-		NodeID:            cfg.NodeID,
-		ClusterID:         cfg.ClusterID,
-		AutoCreateTopics:  cfg.AutoCreateTopics,
-		DefaultPartitions: cfg.DefaultPartitions,
-		Authorizer:        cfg.Authorizer,
+		NodeID:               cfg.NodeID,
+		ClusterID:            cfg.ClusterID,
+		AutoCreateTopics:     cfg.AutoCreateTopics,
+		DefaultPartitions:    cfg.DefaultPartitions,
+		Authorizer:           cfg.Authorizer,
+		ConnectionsMaxReauth: cfg.ConnectionsMaxReauth,
 	}, handler.Deps{
 		Acls:        acls,
+		Auth:        auth,
 		Storage:     storage,
 		Coordinator: coord,
 		Groups:      groups,
@@ -161,7 +183,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}
 	if cfg.HTTPAddr != "" {
 		if err := s.http.Listen(cfg.HTTPAddr); err != nil {
-			_ = ln.Close()
+			s.closeListeners()
 			s.closeGRPC()
 			return nil, err
 		}
@@ -212,8 +234,24 @@ func advertised(adv string, bound net.Addr) (cluster.Member, error) {
 	return m, nil
 }
 
-// KafkaAddr is the bound Kafka listener address.
-func (s *Server) KafkaAddr() string { return s.ln.Addr().String() }
+// KafkaAddr is the bound address of the first Kafka listener.
+func (s *Server) KafkaAddr() string { return s.lns[0].ln.Addr().String() }
+
+// ListenerAddr is the bound address of the named Kafka listener ("" when there is none).
+func (s *Server) ListenerAddr(name string) string {
+	for _, l := range s.lns {
+		if l.spec.name == name {
+			return l.ln.Addr().String()
+		}
+	}
+	return ""
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range s.lns {
+		_ = l.ln.Close()
+	}
+}
 
 // HTTPAddr is the bound HTTP address ("" when disabled).
 func (s *Server) HTTPAddr() string { return s.http.Addr() }
@@ -229,6 +267,13 @@ func (s *Server) brokers() []handler.Broker {
 	out := make([]handler.Broker, len(live))
 	for i, m := range live {
 		out[i] = handler.Broker{NodeID: m.NodeID, Host: m.Host, Port: m.Port, Rack: m.Rack}
+		if len(m.Listeners) == 0 {
+			// A replica that predates listeners serves PLAINTEXT only.
+			out[i].Endpoints = []handler.Endpoint{{Listener: string(Plaintext), Host: m.Host, Port: m.Port}}
+		}
+		for _, e := range m.Listeners {
+			out[i].Endpoints = append(out[i].Endpoints, handler.Endpoint{Listener: e.Name, Host: e.Host, Port: e.Port})
+		}
 	}
 	return out
 }
@@ -244,7 +289,11 @@ func (s *Server) closeGRPC() {
 func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.log.Info("listening", zap.String("kafka", s.KafkaAddr()), zap.String("http", s.HTTPAddr()),
+	var names []string
+	for _, l := range s.lns {
+		names = append(names, l.spec.name+"://"+l.ln.Addr().String())
+	}
+	s.log.Info("listening", zap.Strings("kafka", names), zap.String("http", s.HTTPAddr()),
 		zap.String("advertised", net.JoinHostPort(s.members.Self().Host, strconv.Itoa(int(s.members.Self().Port)))),
 		zap.Int32("node_id", s.cfg.NodeID))
 
@@ -260,18 +309,24 @@ func (s *Server) Run(ctx context.Context) error {
 	// Connections outlive ctx by up to shutdownGrace so in-flight requests are answered.
 	connCtx, connCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer connCancel()
-	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- s.accept(ctx, connCtx) }()
+	acceptErr := make(chan error, len(s.lns))
+	for _, l := range s.lns {
+		go func() { acceptErr <- s.accept(ctx, connCtx, l) }()
+	}
 
 	var err error
+	pending := len(s.lns)
 	select {
 	case <-ctx.Done():
 	case err = <-acceptErr:
+		pending--
 	}
 	cancel()
-	_ = s.ln.Close()
-	if err == nil {
-		<-acceptErr
+	s.closeListeners()
+	for ; pending > 0; pending-- {
+		if e := <-acceptErr; err == nil {
+			err = e
+		}
 	}
 	// Stop reading new requests; the writers drain what is in flight.
 	s.draining.Store(true)
@@ -315,10 +370,10 @@ func (s *Server) Run(ctx context.Context) error {
 // answered before closing connections.
 const shutdownGrace = 5 * time.Second
 
-// accept serves connections until ctx ends; connections run under connCtx.
-func (s *Server) accept(ctx, connCtx context.Context) error {
+// accept serves connections of one listener until ctx ends; connections run under connCtx.
+func (s *Server) accept(ctx, connCtx context.Context, l *kafkaListener) error {
 	for {
-		c, err := s.ln.Accept()
+		c, err := l.ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
@@ -342,7 +397,7 @@ func (s *Server) accept(ctx, connCtx context.Context) error {
 		go func() {
 			defer s.wg.Done()
 			defer s.open.Dec()
-			s.serveConn(connCtx, c)
+			s.serveConn(connCtx, c, l)
 			s.connsMu.Lock()
 			delete(s.conns, c)
 			s.connsMu.Unlock()
@@ -418,14 +473,26 @@ type pending struct {
 	done chan struct{}
 	resp kmsg.Response
 	err  error
+	// raw, when not nil, is a bare SASL token sent size-prefixed without a Kafka
+	// header (after SaslHandshake v0).
+	raw []byte
+	// closeAfter closes the connection once this answer is written (a failed
+	// authentication step).
+	closeAfter bool
 }
 
 // serveConn reads requests from c, handles each in its own goroutine, and writes the
 // responses in request order. A frame that is too large or cannot be parsed, an unknown
 // API key or an unsupported version (other than ApiVersions) closes the connection.
-func (s *Server) serveConn(ctx context.Context, c net.Conn) {
+func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 	ctx, cancel := context.WithCancel(ctx)
-	log := s.log.With(zap.String("remote", c.RemoteAddr().String()))
+	log := s.log.With(zap.String("remote", c.RemoteAddr().String()), zap.String("listener", l.spec.name))
+	c, sess, err := s.secure(c, l, log)
+	if err != nil {
+		cancel()
+		_ = c.Close()
+		return
+	}
 	queue := make(chan *pending, s.cfg.MaxInFlight)
 	var handlers sync.WaitGroup
 	writerDone := make(chan struct{})
@@ -479,6 +546,24 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			cancel()
 			return
 		}
+		if sess.RawTokens() {
+			// SaslHandshake v0: the frame is a bare SASL token (KIP-43).
+			out, err := s.h.RawAuthenticate(ctx, sess, frame)
+			s.mem.release(int64(size))
+			if err != nil {
+				log.Info("closing kafka connection: SASL authentication failed", zap.Error(err))
+				cancel()
+				return
+			}
+			p := &pending{done: make(chan struct{}), raw: out}
+			close(p.done)
+			select {
+			case queue <- p:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
 		p, req, err := s.decode(frame)
 		if err != nil || req == nil {
 			s.mem.release(int64(size))
@@ -489,11 +574,46 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn) {
 			return
 		}
 		if req != nil {
-			if req.Body.Key() == kmsg.Produce.Int16() {
+			key := req.Body.Key()
+			saslAPI := key == kmsg.SASLHandshake.Int16() || key == kmsg.SASLAuthenticate.Int16()
+			authenticated := sess.Authenticated()
+			if !authenticated && !saslAPI && key != kmsg.ApiVersions.Int16() {
+				s.mem.release(int64(size))
+				log.Info("closing kafka connection: request before SASL authentication", zap.String("api", kmsg.NameForKey(key)))
+				cancel()
+				return
+			}
+			if !saslAPI && sess.Expired(time.Now()) {
+				s.mem.release(int64(size))
+				log.Info("closing kafka connection: SASL session expired without re-authentication (KIP-368)")
+				cancel()
+				return
+			}
+			if key == kmsg.Produce.Int16() {
 				req.Turn = produce.Next()
 			}
 			req.ClientHost = clientHost
-			req.Principal = handler.AnonymousPrincipal
+			req.Listener = l.spec.name
+			req.Session = sess
+			req.Principal = sess.Principal()
+			if saslAPI || !authenticated {
+				// Authentication steps run in order, each before the next frame is read:
+				// the session state they change decides how that frame is served.
+				resp, err := s.h.Handle(ctx, req)
+				s.mem.release(int64(size))
+				p.resp, p.err, p.closeAfter = resp, err, sess.Closing()
+				close(p.done)
+				select {
+				case queue <- p:
+				case <-ctx.Done():
+					return
+				}
+				if p.closeAfter {
+					log.Info("closing kafka connection: SASL authentication failed")
+					return
+				}
+				continue
+			}
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()
@@ -596,6 +716,17 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 			_ = bw.Flush()
 			return
 		}
+		if p.raw != nil {
+			var size [4]byte
+			binary.BigEndian.PutUint32(size[:], uint32(len(p.raw)))
+			if _, err := bw.Write(size[:]); err != nil {
+				return
+			}
+			if _, err := bw.Write(p.raw); err != nil {
+				return
+			}
+			continue
+		}
 		if p.resp == nil {
 			continue
 		}
@@ -607,6 +738,10 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 		buf = encodeResponse(buf, p.corr, p.resp)
 		p.resp = nil
 		if _, err := bw.Write(buf); err != nil {
+			return
+		}
+		if p.closeAfter {
+			_ = bw.Flush()
 			return
 		}
 		if cap(buf) > smallResponse {

@@ -1,0 +1,79 @@
+package server
+
+// Connection security: the TLS handshake of SSL and SASL_SSL listeners, the principal
+// of a TLS client certificate, and the SASL mechanisms of SASL listeners.
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
+)
+
+// TLSHandshakeTimeout bounds a client's TLS handshake; one that takes longer is closed.
+const TLSHandshakeTimeout = 10 * time.Second
+
+// kafkaListener is one bound Kafka listener.
+type kafkaListener struct {
+	spec listenerSpec
+	ln   net.Listener
+	tls  *tls.Config // SSL and SASL_SSL
+}
+
+// secure runs the TLS handshake of a TLS listener and returns the connection to serve
+// with its authentication state: on SSL the principal of the client certificate (when
+// one was verified), User:ANONYMOUS otherwise; on SASL listeners authentication comes
+// next, through SaslHandshake and SaslAuthenticate.
+func (s *Server) secure(c net.Conn, l *kafkaListener, log *zap.Logger) (net.Conn, *handler.Session, error) {
+	principal := handler.AnonymousPrincipal
+	if l.tls != nil {
+		tc := tls.Server(c, l.tls)
+		ctx, cancel := context.WithTimeout(context.Background(), TLSHandshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			log.Debug("kafka TLS handshake failed", zap.Error(err))
+			return c, nil, err
+		}
+		if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 && !l.spec.protocol.SASL() {
+			principal = "User:" + certs[0].Subject.String()
+		}
+		c = tc
+	}
+	return c, handler.NewSession(l.spec.protocol.SASL(), principal), nil
+}
+
+// authenticator builds the SASL mechanisms from the config: the enabled mechanisms
+// over the users file and Config.Credentials.
+func (s *Server) authenticator() (*sasl.Authenticator, error) {
+	names, err := s.cfg.mechanisms()
+	if err != nil {
+		return nil, err
+	}
+	var chain sasl.Chain
+	if s.cfg.SASLUsersFile != "" {
+		users, err := sasl.LoadUsers(s.cfg.SASLUsersFile)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, users)
+	}
+	if s.cfg.Credentials != nil {
+		chain = append(chain, s.cfg.Credentials)
+	}
+	var mechs []sasl.Mechanism
+	for _, n := range names {
+		switch n {
+		case sasl.MechPlain:
+			mechs = append(mechs, sasl.NewPlain(chain))
+		case sasl.ScramSHA256, sasl.ScramSHA512:
+			mechs = append(mechs, sasl.NewScram(n, chain))
+		}
+	}
+	return sasl.New(mechs...), nil
+}
