@@ -27,8 +27,17 @@ func AclsChangedSubject(clusterID string) string {
 	return clusterPrefix(clusterID) + "acls.changed"
 }
 
+// CredentialsChangedSubject is the subject the coordinator announces a change of a
+// Kafka user's SCRAM credentials on (AlterUserScramCredentials, KIP-554):
+// "tributary.<cluster-id>.credentials.changed", with the user name as payload.
+// kafka-gateway replicas drop that user's cached credentials when it arrives.
+func CredentialsChangedSubject(clusterID string) string {
+	return clusterPrefix(clusterID) + "credentials.changed"
+}
+
 // BrokersSubject is the subject kafka-gateway replicas announce themselves on, once a
-// second: "tributary.<cluster-id>.kafka.brokers", payload JSON {node_id, host, port, rack}.
+// second: "tributary.<cluster-id>.kafka.brokers", payload JSON {node_id, host, port,
+// rack, listeners}.
 func BrokersSubject(clusterID string) string {
 	return clusterPrefix(clusterID) + "kafka.brokers"
 }

@@ -50,6 +50,10 @@ type Options struct {
 	LogLevel string
 	// BinDir holds the binaries; empty = Binaries().
 	BinDir string
+	// Listeners are Kafka listeners (SSL, SASL_PLAINTEXT, SASL_SSL) each gateway serves
+	// beside PLAINTEXT, each on a free port (Stack.ListenerAddrs); TLS and SASL flags go
+	// in GatewayFlags.
+	Listeners []string
 	// Extra flags per service, appended after the ones the stack sets.
 	StorageFlags, CoordinatorFlags, GatewayFlags, PubSubFlags []string
 	// ReadyTimeout bounds each wait for /readyz. Default 60 s.
@@ -64,6 +68,9 @@ type Stack struct {
 	StorageAddr, CoordinatorAddr string
 	// KafkaAddrs lists each gateway's Kafka listener, by node id.
 	KafkaAddrs []string
+	// ListenerAddrs lists each gateway's address of every Options.Listeners name, by
+	// node id.
+	ListenerAddrs map[string][]string
 	// PubSubAddrs lists each pubsub-gateway's gRPC address (for PUBSUB_EMULATOR_HOST).
 	PubSubAddrs []string
 	// DataDir, LogDir, Database and ClusterID as used by this stack.
@@ -181,15 +188,28 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		listen, httpAddr := freeAddr(), freeAddr()
 		name := KafkaGateway + "-" + strconv.Itoa(i)
 		s.KafkaAddrs = append(s.KafkaAddrs, listen)
+		listeners := "PLAINTEXT://" + listen
+		for _, l := range opts.Listeners {
+			if s.ListenerAddrs == nil {
+				s.ListenerAddrs = map[string][]string{}
+			}
+			addr := freeAddr()
+			s.ListenerAddrs[l] = append(s.ListenerAddrs[l], addr)
+			listeners += "," + l + "://" + addr
+		}
+		args := []string{
+			"--listen", listen, "--advertised-addr", listen, "--http-addr", httpAddr,
+			"--node-id", strconv.Itoa(i), "--storage-addr", storageGRPC,
+			"--coordinator-addr", coordGRPC, "--nats-url", testenv.NATSURL(),
+			"--cluster-id", s.ClusterID, "--log-level", opts.LogLevel,
+		}
+		if len(opts.Listeners) > 0 {
+			args = append(args, "--listeners", listeners)
+		}
 		s.Gateways = append(s.Gateways, &Proc{
 			Name: name, HTTPAddr: httpAddr, LogPath: filepath.Join(s.LogDir, name+".log"),
-			bin: filepath.Join(bin, KafkaGateway),
-			args: append([]string{
-				"--listen", listen, "--advertised-addr", listen, "--http-addr", httpAddr,
-				"--node-id", strconv.Itoa(i), "--storage-addr", storageGRPC,
-				"--coordinator-addr", coordGRPC, "--nats-url", testenv.NATSURL(),
-				"--cluster-id", s.ClusterID, "--log-level", opts.LogLevel,
-			}, opts.GatewayFlags...),
+			bin:  filepath.Join(bin, KafkaGateway),
+			args: append(args, opts.GatewayFlags...),
 		})
 	}
 	for i := 0; i < opts.PubSubGateways; i++ {

@@ -22,7 +22,14 @@ var authRules = coordinatorRules(
 	coordinatorv1.PubSubRegistryService_ServiceDesc,
 	coordinatorv1.PubSubSchemaService_ServiceDesc,
 	coordinatorv1.AclService_ServiceDesc,
+	coordinatorv1.CredentialService_ServiceDesc,
 )
+
+// GetScramCredential hands out SCRAM keys (a ServerKey lets its holder pose as the
+// server to that user): admin, not read, unlike the other Get methods.
+func init() {
+	authRules["/"+coordinatorv1.CredentialService_ServiceDesc.ServiceName+"/GetScramCredential"] = grpcx.Rule{Verb: grpcx.VerbAdmin}
+}
 
 func coordinatorRules(descs ...grpc.ServiceDesc) grpcx.Rules {
 	rules := grpcx.Rules{}

@@ -23,6 +23,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/acl"
+	"github.com/tributary/tributary/services/coordinator/internal/credentials"
 	"github.com/tributary/tributary/services/coordinator/internal/group"
 	"github.com/tributary/tributary/services/coordinator/internal/handler"
 	"github.com/tributary/tributary/services/coordinator/internal/pubsub"
@@ -139,6 +140,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
 	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
 	coordinatorv1.RegisterAclServiceServer(s.grpc, acl.New(s.store, s.aclsChanged))
+	coordinatorv1.RegisterCredentialServiceServer(s.grpc, credentials.New(s.store, s.credentialsChanged))
 	expiry := cfg.PubSubExpiryInterval
 	if expiry <= 0 {
 		expiry = time.Minute
@@ -154,6 +156,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.AclService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.CredentialService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
@@ -227,6 +230,13 @@ func (s *Server) TopicChanged(topic string) {
 func (s *Server) aclsChanged() {
 	if err := s.nc.Publish(natsx.AclsChangedSubject(s.cfg.ClusterID), nil); err != nil {
 		s.log.Warn("could not announce acl change", zap.Error(err))
+	}
+}
+
+// credentialsChanged announces a change of user's SCRAM credentials on NATS.
+func (s *Server) credentialsChanged(user string) {
+	if err := s.nc.Publish(natsx.CredentialsChangedSubject(s.cfg.ClusterID), []byte(user)); err != nil {
+		s.log.Warn("could not announce credential change", zap.String("user", user), zap.Error(err))
 	}
 }
 
@@ -308,6 +318,7 @@ func (s *Server) prepare(ctx context.Context) {
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.AclService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.CredentialService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	tick := time.NewTicker(gaugeRefresh)
 	defer tick.Stop()

@@ -28,6 +28,9 @@ var (
 	// ErrRevisionIDTaken is returned by InsertSchemaRevision when the schema already
 	// has the revision id (the caller draws another).
 	ErrRevisionIDTaken = errors.New("schema revision id taken")
+	// ErrCredentialNotFound is returned by GetScramCredential for a user without a
+	// credential of the mechanism.
+	ErrCredentialNotFound = errors.New("scram credential not found")
 	// ErrTxnNotFound is returned by LockTxn when a transactional id has no row.
 	ErrTxnNotFound = errors.New("transactional id not found")
 )

@@ -85,6 +85,12 @@ type Deps struct {
 	Metrics *Metrics
 	// Auth holds the SASL mechanisms of SASL listeners; nil enables none.
 	Auth *sasl.Authenticator
+	// Credentials serves DescribeUserScramCredentials and AlterUserScramCredentials;
+	// nil answers them COORDINATOR_NOT_AVAILABLE.
+	Credentials coordinatorv1.CredentialServiceClient
+	// CredentialsChanged, when set, is called with each user whose credentials an
+	// AlterUserScramCredentials changed (the local cache drops them at once).
+	CredentialsChanged func(user string)
 }
 
 // AnonymousPrincipal is the principal of a connection that has not authenticated
@@ -143,6 +149,9 @@ type Handler struct {
 	topics   *topicCache
 	ahead    *fetchAhead
 	kafkaID  string
+	creds    coordinatorv1.CredentialServiceClient
+	// credsChanged is Deps.CredentialsChanged (may be nil).
+	credsChanged func(user string)
 
 	// drainCtx ends when the server starts shutting down (Drain): long polls return.
 	drainCtx context.Context
@@ -215,22 +224,24 @@ func New(cfg Config, deps Deps) *Handler {
 	}
 	drainCtx, drain := context.WithCancel(context.Background())
 	return &Handler{
-		acls:     acls,
-		auth:     newAuthorizer(cfg.Authorizer, acls, log.Named("authorizer")),
-		drainCtx: drainCtx,
-		drain:    drain,
-		cfg:      cfg,
-		storage:  deps.Storage,
-		coord:    deps.Coordinator,
-		groups:   groupsOrUnavailable(deps.Groups),
-		txns:     txnsOrUnavailable(deps.Txns),
-		brokers:  brokers,
-		log:      log,
-		metrics:  deps.Metrics,
-		saslAuth: deps.Auth,
-		topics:   newTopicCache(cfg.TopicCacheTTL),
-		ahead:    newFetchAhead(),
-		kafkaID:  KafkaClusterID(cfg.ClusterID),
+		acls:         acls,
+		auth:         newAuthorizer(cfg.Authorizer, acls, log.Named("authorizer")),
+		drainCtx:     drainCtx,
+		drain:        drain,
+		cfg:          cfg,
+		storage:      deps.Storage,
+		coord:        deps.Coordinator,
+		groups:       groupsOrUnavailable(deps.Groups),
+		txns:         txnsOrUnavailable(deps.Txns),
+		brokers:      brokers,
+		log:          log,
+		metrics:      deps.Metrics,
+		saslAuth:     deps.Auth,
+		topics:       newTopicCache(cfg.TopicCacheTTL),
+		ahead:        newFetchAhead(),
+		kafkaID:      KafkaClusterID(cfg.ClusterID),
+		creds:        deps.Credentials,
+		credsChanged: deps.CredentialsChanged,
 	}
 }
 

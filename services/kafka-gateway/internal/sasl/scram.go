@@ -15,8 +15,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/sha512"
+	"encoding/base64"
 	"errors"
 	"hash"
+	"strings"
 	"time"
 
 	"github.com/xdg-go/scram"
@@ -130,6 +132,13 @@ type scramExchange struct {
 	user   string
 	lookup error
 	done   bool
+
+	// What the librdkafka nonce quirk needs (see finalQuirk).
+	cred        Credential
+	clientFirst string // client-first-message-bare
+	serverFirst string
+	cnonce      string // the client's nonce
+	nonce       string // the combined nonce sent in server-first
 }
 
 func (e *scramExchange) Step(ctx context.Context, in []byte) ([]byte, bool, error) {
@@ -147,6 +156,7 @@ func (e *scramExchange) Step(ctx context.Context, in []byte) ([]byte, bool, erro
 				e.lookup = err
 				return scram.StoredCredentials{}, err
 			}
+			e.cred = c
 			return scram.StoredCredentials{
 				KeyFactors: scram.KeyFactors{Salt: string(c.Salt), Iters: c.Iterations},
 				StoredKey:  c.StoredKey, ServerKey: c.ServerKey,
@@ -170,14 +180,68 @@ func (e *scramExchange) Step(ctx context.Context, in []byte) ([]byte, bool, erro
 			return nil, false, failed("authorization id %q differs from the user name", a)
 		}
 		e.user = e.conv.Username()
+		e.serverFirst = out
+		e.nonce = attr(out, 'r')
+		if _, bare, ok := strings.Cut(string(in), ",n="); ok {
+			e.clientFirst = "n=" + bare
+			e.cnonce = attr(e.clientFirst, 'r')
+		}
 		return []byte(out), false, nil
 	}
-	out, err := e.conv.Step(string(in))
 	e.done = true
+	if n := attr(string(in), 'r'); n != e.nonce && e.cnonce != "" && n == e.cnonce+e.nonce {
+		return e.finalQuirk(string(in))
+	}
+	out, err := e.conv.Step(string(in))
 	if err != nil || !e.conv.Valid() {
 		return nil, false, failed("invalid credentials with SASL mechanism %s", e.m.name)
 	}
 	return []byte(out), true, nil
+}
+
+// finalQuirk verifies a client-final-message whose nonce is the client's nonce
+// followed by the whole server nonce (which already starts with the client's):
+// librdkafka 2.0-2.3 builds it so, and Kafka accepts it because its ScramSaslServer
+// only checks that the final nonce ends with the server nonce. The server's part of
+// the nonce is still required in full, so a replay of another exchange fails as it
+// does on the strict path; the proof is checked over the message as sent (RFC 5802 §3).
+func (e *scramExchange) finalQuirk(msg string) ([]byte, bool, error) {
+	bad := failed("invalid credentials with SASL mechanism %s", e.m.name)
+	i := strings.LastIndex(msg, ",p=")
+	if i < 0 || attr(msg, 'c') != "biws" {
+		return nil, false, bad
+	}
+	withoutProof, proofB64 := msg[:i], msg[i+3:]
+	proof, err := base64.StdEncoding.DecodeString(proofB64)
+	h := HashOf(e.m.name)
+	if err != nil || len(proof) != h().Size() {
+		return nil, false, bad
+	}
+	authMsg := []byte(e.clientFirst + "," + e.serverFirst + "," + withoutProof)
+	mac := hmac.New(h, e.cred.StoredKey)
+	mac.Write(authMsg)
+	clientKey := mac.Sum(nil)
+	for j := range clientKey {
+		clientKey[j] ^= proof[j]
+	}
+	sum := h()
+	sum.Write(clientKey)
+	if !hmac.Equal(sum.Sum(nil), e.cred.StoredKey) {
+		return nil, false, bad
+	}
+	mac = hmac.New(h, e.cred.ServerKey)
+	mac.Write(authMsg)
+	return []byte("v=" + base64.StdEncoding.EncodeToString(mac.Sum(nil))), true, nil
+}
+
+// attr returns the value of SCRAM attribute name in a comma-separated message ("").
+func attr(msg string, name byte) string {
+	for _, f := range strings.Split(msg, ",") {
+		if len(f) >= 2 && f[0] == name && f[1] == '=' {
+			return f[2:]
+		}
+	}
+	return ""
 }
 
 func (e *scramExchange) Principal() string { return Principal(e.user) }

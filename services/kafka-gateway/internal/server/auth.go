@@ -49,7 +49,7 @@ func (s *Server) secure(c net.Conn, l *kafkaListener, log *zap.Logger) (net.Conn
 }
 
 // authenticator builds the SASL mechanisms from the config: the enabled mechanisms
-// over the users file and Config.Credentials.
+// over the users file, Config.Credentials and the coordinator's credentials.
 func (s *Server) authenticator() (*sasl.Authenticator, error) {
 	names, err := s.cfg.mechanisms()
 	if err != nil {
@@ -65,6 +65,9 @@ func (s *Server) authenticator() (*sasl.Authenticator, error) {
 	}
 	if s.cfg.Credentials != nil {
 		chain = append(chain, s.cfg.Credentials)
+	}
+	if s.remote != nil {
+		chain = append(chain, s.remote)
 	}
 	var mechs []sasl.Mechanism
 	for _, n := range names {

@@ -109,6 +109,9 @@ type Config struct {
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
 	// Acls, when set, is used instead of the coordinator connection's ACL client.
 	Acls coordinatorv1.AclServiceClient
+	// CredentialService, when set, is used instead of the coordinator connection's
+	// credential client; with Coordinator set and CredentialService nil there is none.
+	CredentialService coordinatorv1.CredentialServiceClient
 }
 
 // Validate checks the config and fills defaults.

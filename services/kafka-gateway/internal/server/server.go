@@ -30,6 +30,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
 
 // Server is a running kafka-gateway.
@@ -41,6 +42,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	h       *handler.Handler
 	members *cluster.Membership
+	remote  *sasl.Remote // SCRAM credentials of the coordinator; nil without one
 	grpc    []*grpc.ClientConn
 
 	natsMu  sync.Mutex
@@ -64,7 +66,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, conns: map[net.Conn]struct{}{}, mem: newBudget(cfg.MaxInFlightBytes), bodies: &bodyPool{}}
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
-	storage, coord, groups, txns, acls := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls
+	storage, coord, groups, txns, acls, creds := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls, cfg.CredentialService
 	if storage == nil {
 		sec, err := cfg.StorageSecurity.DialOptions()
 		if err != nil {
@@ -100,9 +102,15 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		if acls == nil {
 			acls = coordinatorv1.NewAclServiceClient(cc)
 		}
+		if creds == nil {
+			creds = coordinatorv1.NewCredentialServiceClient(cc)
+		}
 		s.httpCheck("coordinator", cc)
 	}
 
+	if creds != nil {
+		s.remote = sasl.NewRemote(creds)
+	}
 	auth, err := s.authenticator()
 	if err != nil {
 		s.closeGRPC()
@@ -158,6 +166,12 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	}, handler.Deps{
 		Acls:        acls,
 		Auth:        auth,
+		Credentials: creds,
+		CredentialsChanged: func(user string) {
+			if s.remote != nil {
+				s.remote.Invalidate(user)
+			}
+		},
 		Storage:     storage,
 		Coordinator: coord,
 		Groups:      groups,
@@ -426,6 +440,9 @@ func (s *Server) runNATS(ctx context.Context) {
 			// Changes may have been missed while disconnected.
 			s.h.InvalidateTopic("")
 			s.h.InvalidateAcls()
+			if s.remote != nil {
+				s.remote.Invalidate("")
+			}
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
@@ -459,6 +476,16 @@ func (s *Server) runNATS(ctx context.Context) {
 			s.log.Warn("nats subscribe failed", zap.Error(err))
 		} else {
 			defer func() { _ = asub.Unsubscribe() }()
+		}
+	}
+	if s.remote != nil {
+		csub, err := nc.Subscribe(natsx.CredentialsChangedSubject(s.cfg.ClusterID), func(m *nats.Msg) {
+			s.remote.Invalidate(string(m.Data))
+		})
+		if err != nil {
+			s.log.Warn("nats subscribe failed", zap.Error(err))
+		} else {
+			defer func() { _ = csub.Unsubscribe() }()
 		}
 	}
 	if err := s.members.Run(ctx, nc); err != nil {
