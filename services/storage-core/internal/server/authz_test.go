@@ -58,6 +58,7 @@ func TestAuthRequired(t *testing.T) {
 	go func() { done <- srv.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
+	var roConn *grpc.ClientConn
 	dial := func(d grpcx.DialSecurity) storagev1.StorageServiceClient {
 		opts, err := d.DialOptions()
 		if err != nil {
@@ -68,6 +69,7 @@ func TestAuthRequired(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cc.Close() })
+		roConn = cc
 		return storagev1.NewStorageServiceClient(cc)
 	}
 	gwCert, gwKey := ca.Issue(t, "gw", "kafka-gateway")
@@ -104,6 +106,27 @@ func TestAuthRequired(t *testing.T) {
 	want("read-only ListChannels kafka.orders", err, codes.OK)
 	_, err = ro.Read(bg, &storagev1.ReadRequest{Channel: "kafka.orders", FromSequence: 1})
 	want("TLS without credentials", err, codes.Unauthenticated)
+	// A server stream is checked on its request: allowed on kafka.orders, not elsewhere.
+	sctx, scancel := context.WithCancel(rctx)
+	sub, err := ro.Subscribe(sctx, &storagev1.SubscribeRequest{Channel: "kafka.orders", Start: &storagev1.SubscribeRequest_First{First: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.Recv(); err != nil || len(m.Records) != 1 {
+		t.Fatalf("read-only Subscribe kafka.orders: %v %v", m, err)
+	}
+	scancel()
+	sub, err = ro.Subscribe(rctx, &storagev1.SubscribeRequest{Channel: "kafka.other", Start: &storagev1.SubscribeRequest_First{First: true}})
+	if err == nil {
+		_, err = sub.Recv()
+	}
+	want("read-only Subscribe kafka.other", err, codes.PermissionDenied)
+	// Queue verbs too: creating a queue is admin, receiving from one read.
+	qs := storagev1.NewQueueServiceClient(roConn)
+	_, err = qs.CreateQueue(rctx, &storagev1.CreateQueueRequest{Name: "kafka.orders.q"})
+	want("read-only CreateQueue", err, codes.PermissionDenied)
+	_, err = qs.Receive(rctx, &storagev1.ReceiveRequest{Queue: "kafka.orders.q", MaxMessages: 1})
+	want("read-only Receive (past auth: no such queue)", err, codes.NotFound)
 	// What the read-only token may not do was not done.
 	resp, err = gw.Read(bg, &storagev1.ReadRequest{Channel: "kafka.orders", FromSequence: 1})
 	if err != nil || len(resp.Records) != 1 {
