@@ -18,9 +18,10 @@ import (
 // certificate (and caller authentication) where it serves gRPC, its client certificate
 // and the CA where it dials.
 var secureFlags = map[string][]string{
-	"storage-core":   {"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth=required", "--auth-credentials-file="},
-	"coordinator":    {"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth=required", "--auth-credentials-file=", "--storage-tls-ca=", "--tls-client-cert=", "--tls-client-key="},
-	"kafka-gateway":  {"--storage-tls-ca=", "--coordinator-tls-ca=", "--tls-client-cert=", "--tls-client-key="},
+	"storage-core": {"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth=required", "--auth-credentials-file="},
+	"coordinator":  {"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth=required", "--auth-credentials-file=", "--storage-tls-ca=", "--tls-client-cert=", "--tls-client-key="},
+	"kafka-gateway": {"--storage-tls-ca=", "--coordinator-tls-ca=", "--tls-client-cert=", "--tls-client-key=",
+		"--listeners=PLAINTEXT://0.0.0.0:9092,SASL_SSL://0.0.0.0:9093", "--tls-cert=", "--tls-key=", "--sasl-users-file="},
 	"pubsub-gateway": {"--tls-cert=", "--tls-key=", "--storage-tls-ca=", "--coordinator-tls-ca=", "--tls-client-cert=", "--tls-client-key="},
 }
 
@@ -56,6 +57,7 @@ func TestComposeSecureLoads(t *testing.T) {
 	}
 	_ = os.WriteFile(filepath.Join(certs, "mqtt-bridge.pem"), nil, 0o600)
 	_ = os.WriteFile(filepath.Join(certs, "mqtt-bridge-key.pem"), nil, 0o600)
+	_ = os.WriteFile(filepath.Join(certs, "kafka-users"), nil, 0o600)
 	t.Setenv("TRIBUTARY_CERTS_DIR", certs)
 	opts, err := cli.NewProjectOptions([]string{"compose/compose.yaml", "compose/compose.secure.yaml"}, cli.WithOsEnv, cli.WithName("tributary"))
 	if err != nil {
@@ -89,6 +91,9 @@ func TestComposeSecureLoads(t *testing.T) {
 			}
 		}
 	}
+	if gw, _ := p.GetService("kafka-gateway"); !hasPublished(gw.Ports, "9093") || !hasPublished(gw.Ports, "9092") {
+		t.Errorf("kafka-gateway publishes %+v, want 9092 and 9093 (SASL_SSL)", gw.Ports)
+	}
 	b, _ := p.GetService("mqtt-bridge")
 	for _, e := range mqttSecureEnv {
 		if v := b.Environment[e]; v == nil || !strings.HasPrefix(*v, "/run/secrets/") {
@@ -113,13 +118,23 @@ func TestK8sSecureOverlay(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &k); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(k.Resources, []string{"../"}) || len(k.Patches) != 5 {
-		t.Fatalf("kustomization: resources %v, %d patches, want the base and one patch per service", k.Resources, len(k.Patches))
+	if !slices.Equal(k.Resources, []string{"../"}) || len(k.Patches) != 6 {
+		t.Fatalf("kustomization: resources %v, %d patches, want the base, one patch per service and kafka-gateway's Service", k.Resources, len(k.Patches))
 	}
 	for _, pt := range k.Patches {
 		doc, err := os.ReadFile(filepath.Join("k8s/secure", pt.Path))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if pt.Path == "kafka-gateway-service.yaml" {
+			var svc corev1.Service
+			if err := yaml.UnmarshalStrict(doc, &svc); err != nil {
+				t.Fatalf("%s: %v", pt.Path, err)
+			}
+			if svc.Name != "kafka-gateway" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9093 {
+				t.Errorf("%s: want kafka-gateway's Service with port 9093: %+v", pt.Path, svc.Spec.Ports)
+			}
+			continue
 		}
 		base, err := os.ReadFile(filepath.Join("k8s", pt.Path))
 		if err != nil {
@@ -153,9 +168,14 @@ func TestK8sSecureOverlay(t *testing.T) {
 		if m := missingFlags(c.Name, c.Args); len(m) > 0 {
 			t.Errorf("%s: missing %v", pt.Path, m)
 		}
-		// Args replace the base's list: every base flag must still be there.
+		// Args replace the base's list: every base flag must still be there (but those
+		// the Kafka listener flags replace).
 		for _, line := range strings.Split(string(base), "\n") {
-			if a, ok := strings.CutPrefix(strings.TrimSpace(line), "- --"); ok && len(c.Args) > 0 && !slices.Contains(c.Args, "--"+a) {
+			a, ok := strings.CutPrefix(strings.TrimSpace(line), "- --")
+			if ok && c.Name == "kafka-gateway" && (strings.HasPrefix(a, "listen=") || strings.HasPrefix(a, "advertised-addr=")) {
+				continue
+			}
+			if ok && len(c.Args) > 0 && !slices.Contains(c.Args, "--"+a) {
 				t.Errorf("%s: base flag --%s dropped", pt.Path, a)
 			}
 		}

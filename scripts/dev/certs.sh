@@ -10,6 +10,7 @@
 #   credentials                         storage-core's and the coordinator's --auth-credentials-file:
 #                                       an admin token and a read-only token (read:kafka. read:gcp.)
 #   admin.token, reader.token           those tokens, one per file (grpcurl -H "authorization: Bearer $(cat ...)")
+#   kafka-users, kafka-admin.password   kafka-gateway's --sasl-users-file with the SASL user admin, and its password
 # Files that exist are kept (run it again to add what is missing); remove the directory
 # to start over. Needs openssl.
 set -euo pipefail
@@ -58,5 +59,11 @@ token $reader reader read:kafka. read:gcp.
 cert admin *:*
 CREDS
   echo "created $DIR/credentials (tokens in admin.token, reader.token)"
+fi
+if [[ ! -f $DIR/kafka-users ]]; then
+  kpass=$(openssl rand -hex 16)
+  printf '%s\n' "$kpass" >"$DIR/kafka-admin.password"
+  printf '# kafka-gateway --sasl-users-file: name:password a line (PLAIN and SCRAM-SHA-256/512)\nadmin:%s\n' "$kpass" >"$DIR/kafka-users"
+  echo "created $DIR/kafka-users (SASL user admin, password in kafka-admin.password)"
 fi
 rm -f "$DIR/ca.srl"

@@ -88,7 +88,7 @@ start() {
 
 check_free storage-core 7400 7401
 check_free coordinator 7410 7411
-check_free kafka-gateway 9092 7421
+if [[ -n ${SECURE:-} && $SECURE != 0 ]]; then check_free kafka-gateway 9092 9093 7421; else check_free kafka-gateway 9092 7421; fi
 check_free pubsub-gateway 8085 7431
 check_free mqtt-bridge 1884 9464
 # Only now start PostgreSQL / NATS if needed: a taken port stops us before anything runs.
@@ -98,7 +98,8 @@ mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
 
 # SECURE=1: mTLS between every service (certificates from make certs, run/certs), callers
 # of storage-core and the coordinator authenticated (certificate or token) and authorized,
-# Pub/Sub on 8085 over TLS. Kafka stays PLAINTEXT on 9092.
+# Pub/Sub on 8085 over TLS, Kafka SASL_SSL on 9093 (SCRAM or PLAIN, user admin) beside
+# PLAINTEXT on 9092.
 SECURE=${SECURE:-}
 storage_sec=() coord_sec=() kafka_sec=() pubsub_sec=() mqtt_env=()
 if [[ -n $SECURE && $SECURE != 0 ]]; then
@@ -111,7 +112,8 @@ if [[ -n $SECURE && $SECURE != 0 ]]; then
   auth="--auth=required --auth-credentials-file=$CERTS/credentials"
   read -ra storage_sec <<<"$(server storage-core) $auth"
   read -ra coord_sec <<<"$(server coordinator) $auth $(client coordinator) --storage-tls-ca=$CERTS/ca.pem"
-  read -ra kafka_sec <<<"$(client kafka-gateway) --storage-tls-ca=$CERTS/ca.pem --coordinator-tls-ca=$CERTS/ca.pem"
+  read -ra kafka_sec <<<"$(client kafka-gateway) --storage-tls-ca=$CERTS/ca.pem --coordinator-tls-ca=$CERTS/ca.pem \
+    --tls-cert=$CERTS/kafka-gateway.pem --tls-key=$CERTS/kafka-gateway-key.pem --sasl-users-file=$CERTS/kafka-users"
   read -ra pubsub_sec <<<"$(server pubsub-gateway) $(client pubsub-gateway) --storage-tls-ca=$CERTS/ca.pem --coordinator-tls-ca=$CERTS/ca.pem"
   mqtt_env=(
     "TRIBUTARY_MQTT_STORAGE_TLS_CA_FILE=$CERTS/ca.pem" "TRIBUTARY_MQTT_STORAGE_TLS_CERT_FILE=$CERTS/mqtt-bridge.pem"
@@ -138,7 +140,9 @@ Secured (SECURE=1): mTLS between the services, certificates and tokens in $CERTS
                           bin/tools/grpcurl -cacert $CERTS/ca.pem -cert $CERTS/admin.pem -key $CERTS/admin-key.pem 127.0.0.1:7400 list
                           bin/tools/grpcurl -cacert $CERTS/ca.pem -H "authorization: Bearer \$(cat $CERTS/reader.token)" ...
   Pub/Sub                 TLS on 8085 (CA $CERTS/ca.pem; PUBSUB_EMULATOR_HOST clients speak plaintext and are refused)
-  Kafka                   PLAINTEXT on 9092 (SASL_SSL comes with the Kafka listener settings)
+  Kafka                   SASL_SSL on 127.0.0.1:9093 (user admin, password in $CERTS/kafka-admin.password), PLAINTEXT on 9092:
+                          kcat -b 127.0.0.1:9093 -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 \\
+                            -X sasl.username=admin -X sasl.password=\$(cat $CERTS/kafka-admin.password) -X ssl.ca.location=$CERTS/ca.pem -L
 MSG
 fi
 cat <<MSG

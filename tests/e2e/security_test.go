@@ -16,6 +16,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"golang.org/x/oauth2"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -29,8 +30,9 @@ import (
 // secureStack starts a stack secured as `make up SECURE=1` secures it, with the
 // certificates and tokens scripts/dev/certs.sh (make certs) writes: every service
 // serves and dials its gRPC peers with mTLS, storage-core and the coordinator require
-// a certificate or a token and authorize, pubsub-gateway serves TLS. It returns the
-// stack and the certificates directory.
+// a certificate or a token and authorize, pubsub-gateway serves TLS, kafka-gateway
+// serves SASL_SSL beside PLAINTEXT with the users file. It returns the stack and the
+// certificates directory.
 func secureStack(t *testing.T) (*stack.Stack, string) {
 	t.Helper()
 	testenv.Require(t)
@@ -61,7 +63,9 @@ func secureStack(t *testing.T) (*stack.Stack, string) {
 		PubSubGateways:   1,
 		StorageFlags:     cat(server("storage-core"), auth),
 		CoordinatorFlags: cat(server("coordinator"), auth, client("coordinator")),
-		GatewayFlags:     cat(client("kafka-gateway"), []string{"--coordinator-tls-ca=" + f("ca.pem")}),
+		Listeners:        []string{"SASL_SSL"},
+		GatewayFlags: cat(client("kafka-gateway"), []string{"--coordinator-tls-ca=" + f("ca.pem"),
+			"--tls-cert=" + f("kafka-gateway.pem"), "--tls-key=" + f("kafka-gateway-key.pem"), "--sasl-users-file=" + f("kafka-users")}),
 		PubSubFlags:      cat(server("pubsub-gateway"), client("pubsub-gateway"), []string{"--coordinator-tls-ca=" + f("ca.pem")}),
 	})
 	if err != nil {
@@ -124,6 +128,33 @@ func TestSecureStack(t *testing.T) {
 		t.Fatalf("consumed %d records, want the 5 produced", len(recs))
 	}
 
+	// The same over SASL_SSL with SCRAM-SHA-512 as the user certs.sh wrote.
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(f("ca.pem"))
+	if err != nil || !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("ca.pem: %v", err)
+	}
+	scramAdmin := scram.Auth{User: "admin", Pass: token("kafka-admin.password")}.AsSha512Mechanism()
+	sasls := []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: pool}), kgo.SASL(scramAdmin)}
+	sslTopic := topicName("secure-sasl")
+	scl := newClient(t, s.ListenerAddrs["SASL_SSL"], append([]kgo.Opt{kgo.AllowAutoTopicCreation()}, sasls...)...)
+	if err := scl.ProduceSync(ctx, &kgo.Record{Topic: sslTopic, Value: []byte("over sasl_ssl")}).FirstErr(); err != nil {
+		t.Fatalf("produce over SASL_SSL: %v", err)
+	}
+	ccl := newClient(t, s.ListenerAddrs["SASL_SSL"], append([]kgo.Opt{kgo.ConsumeTopics(sslTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, sasls...)...)
+	var got []*kgo.Record
+	for len(got) == 0 && ctx.Err() == nil {
+		fs := ccl.PollFetches(ctx)
+		if errs := fs.Errors(); len(errs) > 0 && ctx.Err() == nil {
+			t.Fatalf("consume over SASL_SSL: %v", errs)
+		}
+		got = append(got, fs.Records()...)
+	}
+	if len(got) != 1 || string(got[0].Value) != "over sasl_ssl" {
+		t.Fatalf("consumed %d records over SASL_SSL, want the one produced", len(got))
+	}
+
 	read := fmt.Sprintf(`{"channel": "kafka.%s", "from_sequence": 1}`, topic)
 	reader := "authorization: Bearer " + token("reader.token")
 	tlsArgs := []string{"-cacert", f("ca.pem")}
@@ -172,11 +203,6 @@ func TestSecureStack(t *testing.T) {
 
 	// Pub/Sub over TLS on the gateway's port, with credentials as a client outside the
 	// emulator sends them (an OAuth token, not checked in emulator mode).
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(f("ca.pem"))
-	if err != nil || !pool.AppendCertsFromPEM(caPEM) {
-		t.Fatalf("ca.pem: %v", err)
-	}
 	t.Setenv("PUBSUB_EMULATOR_HOST", "")
 	pctx := ctxT(t, 60*time.Second)
 	pc, err := pubsub.NewClient(pctx, psProject,
