@@ -66,7 +66,7 @@ func secureStack(t *testing.T) (*stack.Stack, string) {
 		Listeners:        []string{"SASL_SSL"},
 		GatewayFlags: cat(client("kafka-gateway"), []string{"--coordinator-tls-ca=" + f("ca.pem"),
 			"--tls-cert=" + f("kafka-gateway.pem"), "--tls-key=" + f("kafka-gateway-key.pem"), "--sasl-users-file=" + f("kafka-users")}),
-		PubSubFlags:      cat(server("pubsub-gateway"), client("pubsub-gateway"), []string{"--coordinator-tls-ca=" + f("ca.pem")}),
+		PubSubFlags: cat(server("pubsub-gateway"), client("pubsub-gateway"), []string{"--coordinator-tls-ca=" + f("ca.pem")}),
 	})
 	if err != nil {
 		t.Fatalf("start secured stack: %v", err)
