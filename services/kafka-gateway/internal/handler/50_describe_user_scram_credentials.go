@@ -8,6 +8,8 @@ package handler
 // or keys. A user named twice is DUPLICATE_RESOURCE, a user without credentials
 // RESOURCE_NOT_FOUND; the coordinator down is COORDINATOR_NOT_AVAILABLE for the whole
 // request. Users of --sasl-users-file are not listed (they are not managed here).
+// With the authorizer on: DESCRIBE on the cluster, else a top-level
+// CLUSTER_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-554.
 
@@ -17,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
@@ -40,6 +43,10 @@ func scramMechanismNumber(name string) int8 {
 func (h *Handler) handleDescribeUserScramCredentials(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.DescribeUserSCRAMCredentialsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
+	if !h.access(ctx, r).cluster(kafkaacl.OpDescribe) {
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil
+	}
 	if h.creds == nil {
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		resp.ErrorMessage = strPtr("no credential service")

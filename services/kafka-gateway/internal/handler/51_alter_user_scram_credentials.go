@@ -14,6 +14,8 @@ package handler
 // The coordinator announces the change on NATS, so every gateway replica authenticates
 // with the new credential at once (and the one that handled it drops its cache itself).
 // Connections already authenticated stay so (as in Kafka) until they re-authenticate.
+// With the authorizer on: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED for
+// every user named, nothing changed.
 //
 // KIPs: KIP-554.
 
@@ -23,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
@@ -34,6 +37,24 @@ func init() {
 func (h *Handler) handleAlterUserScramCredentials(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.AlterUserSCRAMCredentialsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+	if !h.access(ctx, r).cluster(kafkaacl.OpAlter) {
+		seen := map[string]bool{}
+		deny := func(user string) {
+			if !seen[user] {
+				seen[user] = true
+				res := kmsg.NewAlterUserSCRAMCredentialsResponseResult()
+				res.User, res.ErrorCode = user, kerr.ClusterAuthorizationFailed.Code
+				resp.Results = append(resp.Results, res)
+			}
+		}
+		for _, d := range req.Deletions {
+			deny(d.Name)
+		}
+		for _, u := range req.Upsertions {
+			deny(u.Name)
+		}
+		return resp, nil
+	}
 
 	type fail struct {
 		code int16

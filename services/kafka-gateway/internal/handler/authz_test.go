@@ -500,3 +500,22 @@ func TestAuthorizerHostsAndNoACL(t *testing.T) {
 		t.Errorf("metadata b for bob: %s", code(mr.Topics[0].ErrorCode))
 	}
 }
+
+// TestAuthorizerScramCredentials: KIP-554's APIs need DESCRIBE / ALTER on the cluster.
+func TestAuthorizerScramCredentials(t *testing.T) {
+	e := newAuthEnv(t)
+	d := kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
+	if r := e.as(t, alice, d, 0).(*kmsg.DescribeUserSCRAMCredentialsResponse); r.ErrorCode != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("describe scram credentials without DESCRIBE on the cluster: %s", code(r.ErrorCode))
+	}
+	a := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+	del := kmsg.NewAlterUserSCRAMCredentialsRequestDeletion()
+	del.Name, del.Mechanism = "bob", 2
+	up := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
+	up.Name, up.Mechanism, up.Iterations, up.Salt, up.SaltedPassword = "carol", 2, 4096, []byte("salt"), []byte("salted")
+	a.Deletions, a.Upsertions = append(a.Deletions, del), append(a.Upsertions, up)
+	r := e.as(t, alice, a, 0).(*kmsg.AlterUserSCRAMCredentialsResponse)
+	if len(r.Results) != 2 || r.Results[0].ErrorCode != kerr.ClusterAuthorizationFailed.Code || r.Results[1].ErrorCode != kerr.ClusterAuthorizationFailed.Code {
+		t.Fatalf("alter scram credentials without ALTER on the cluster: %+v", r.Results)
+	}
+}
