@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,10 +11,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
 const anonymous = "User:ANONYMOUS"
@@ -278,4 +282,89 @@ func TestAcls(t *testing.T) {
 	if err := describeAclsErr(t, adm); !errors.Is(err, kerr.ClusterAuthorizationFailed) {
 		t.Errorf("DescribeAcls without DESCRIBE on the cluster: %v, want CLUSTER_AUTHORIZATION_FAILED", err)
 	}
+}
+
+// TestAclsSASL is the case with a real SASL principal: two gateways with a
+// SASL_PLAINTEXT listener (users admin and alice, PLAIN), the authorizer on, admin a
+// super user, and an ACL cache bound of an hour. admin creates topics a and b and, with
+// kadm on gateway 0, grants User:alice READ on a; on gateway 1 (the notice alone carries
+// the change there) alice then sees only a in Metadata, reads a, and gets the Kafka
+// authorization error for producing to a, any access to b, joining a group and managing
+// ACLs; User:ANONYMOUS on PLAINTEXT sees nothing. admin's DeleteAcls takes a away from
+// alice on gateway 1 too.
+func TestAclsSASL(t *testing.T) {
+	testenv.Require(t)
+	users := filepath.Join(t.TempDir(), "users")
+	if err := os.WriteFile(users, []byte("admin:admin-pw\nalice:alice-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := stack.StartT(t, stack.Options{Gateways: 2, Listeners: []string{"SASL_PLAINTEXT"},
+		GatewayFlags: []string{"--sasl-users-file", users, "--authorizer=acl", "--super-users=User:admin", "--acl-cache-max-age=1h"}})
+	sasl := s.ListenerAddrs["SASL_PLAINTEXT"]
+	as := func(node int, user string, opts ...kgo.Opt) *kgo.Client {
+		return newClient(t, []string{sasl[node]}, append([]kgo.Opt{kgo.SASL(plain.Auth{User: user, Pass: user + "-pw"}.AsMechanism()),
+			kgo.DisableIdempotentWrite(), kgo.RecordRetries(2), kgo.RequestRetries(2)}, opts...)...)
+	}
+	admin := as(0, "admin")
+	adm := kadm.NewClient(admin)
+	a, b := topicName("sasl-acl-a"), topicName("sasl-acl-b")
+	among := map[string]bool{a: true, b: true}
+	createTopic(t, adm, a, 1, nil)
+	createTopic(t, adm, b, 1, nil)
+	for _, topic := range []string{a, b} {
+		if err := admin.ProduceSync(ctxT(t, 30*time.Second), &kgo.Record{Topic: topic, Value: []byte("by admin")}).FirstErr(); err != nil {
+			t.Fatalf("admin produce to %s: %v", topic, err)
+		}
+	}
+
+	alice := as(1, "alice")
+	if _, err := allTopicsOn(t, alice, 1); err != nil {
+		t.Fatalf("alice metadata: %v", err)
+	}
+	waitShown(t, alice, 1, among)
+
+	created, err := adm.CreateACLs(ctxT(t, 30*time.Second), kadm.NewACLs().Allow("User:alice").Topics(a).Operations(kadm.OpRead))
+	if err != nil || len(created) != 1 || created[0].Err != nil {
+		t.Fatalf("kadm CreateACLs on gateway 0: %v %+v", err, created)
+	}
+	grantedAt := time.Now()
+	waitShown(t, alice, 1, among, a)
+	t.Logf("gateway 1 applied the grant %v after CreateAcls answered on gateway 0", time.Since(grantedAt))
+
+	ctx := ctxT(t, 60*time.Second)
+	if err := alice.ProduceSync(ctx, &kgo.Record{Topic: a, Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Errorf("alice produce to a: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	if err := alice.ProduceSync(ctx, &kgo.Record{Topic: b, Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Errorf("alice produce to b: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	if err := firstFetchErr(t, as(1, "alice", kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{b: {0: kgo.NewOffset().At(0)}}))); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Errorf("alice consume b: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	reader := as(1, "alice", kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{a: {0: kgo.NewOffset().At(0)}}))
+	fetches := reader.PollFetches(ctx)
+	if err := fetches.Err(); err != nil || fetches.NumRecords() != 1 || string(fetches.Records()[0].Value) != "by admin" {
+		t.Errorf("alice consume a: %v, %d records", err, fetches.NumRecords())
+	}
+	group := as(1, "alice", kgo.ConsumerGroup(topicName("sasl-acl-group")), kgo.ConsumeTopics(a))
+	if err := firstFetchErr(t, group); !errors.Is(err, kerr.GroupAuthorizationFailed) {
+		t.Errorf("alice joining a group: %v, want GROUP_AUTHORIZATION_FAILED", err)
+	}
+	if res, err := kadm.NewClient(alice).CreateACLs(ctx, kadm.NewACLs().Allow("User:alice").Topics(b).Operations(kadm.OpRead)); err != nil ||
+		len(res) != 1 || !errors.Is(res[0].Err, kerr.ClusterAuthorizationFailed) {
+		t.Errorf("alice CreateAcls: %v %+v, want CLUSTER_AUTHORIZATION_FAILED", err, res)
+	}
+	anon := newClient(t, s.KafkaAddrs)
+	if _, err := allTopicsOn(t, anon, 1); err != nil {
+		t.Fatalf("anonymous metadata: %v", err)
+	}
+	waitShown(t, anon, 1, among)
+
+	deleted, err := adm.DeleteACLs(ctx, kadm.NewACLs().Allow("User:alice").AllowHosts().Topics(a).Operations(kadm.OpRead))
+	if err != nil || len(deleted) != 1 || deleted[0].Err != nil || len(deleted[0].Deleted) != 1 {
+		t.Fatalf("kadm DeleteACLs on gateway 0: %v %+v", err, deleted)
+	}
+	deletedAt := time.Now()
+	waitShown(t, alice, 1, among)
+	t.Logf("gateway 1 applied the deletion %v after DeleteAcls answered on gateway 0", time.Since(deletedAt))
 }
