@@ -57,6 +57,7 @@ func run() error {
 	fs.StringVar(&cfg.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA bundle client certificates are verified against")
 	var clientAuth string
 	fs.StringVar(&clientAuth, "tls-client-auth", "none", "client certificates on TLS listeners (Kafka ssl.client.auth): none, requested, required")
+	fs.StringVar(&cfg.SSLPrincipalMappingRules, "ssl-principal-mapping-rules", "", "Kafka ssl.principal.mapping.rules for client certificates on SSL listeners: RULE:regex/replacement/[LU],...,DEFAULT (default DEFAULT: the subject DN)")
 	fs.StringVar(&cfg.SASLMechanisms, "sasl-enabled-mechanisms", server.DefaultSASLMechanisms, "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
 	fs.StringVar(&cfg.SASLUsersFile, "sasl-users-file", "", "static SASL users, one name:password a line (PLAIN and SCRAM)")
 	var reauthMs int64

@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
+
+// errNoPrincipalRule refuses a client certificate no principal mapping rule matches.
+var errNoPrincipalRule = errors.New("no principal mapping rule matches the client certificate")
 
 // TLSHandshakeTimeout bounds a client's TLS handshake; one that takes longer is closed.
 const TLSHandshakeTimeout = 10 * time.Second
@@ -27,7 +31,7 @@ type kafkaListener struct {
 
 // secure runs the TLS handshake of a TLS listener and returns the connection to serve
 // with its authentication state: on SSL the principal of the client certificate (when
-// one was verified), User:ANONYMOUS otherwise; on SASL listeners authentication comes
+// one was verified), mapped by ssl.principal.mapping.rules, User:ANONYMOUS otherwise; on SASL listeners authentication comes
 // next, through SaslHandshake and SaslAuthenticate.
 func (s *Server) secure(c net.Conn, l *kafkaListener, log *zap.Logger) (net.Conn, *handler.Session, error) {
 	principal := handler.AnonymousPrincipal
@@ -41,7 +45,13 @@ func (s *Server) secure(c net.Conn, l *kafkaListener, log *zap.Logger) (net.Conn
 			return c, nil, err
 		}
 		if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 && !l.spec.protocol.SASL() {
-			principal = "User:" + certs[0].Subject.String()
+			dn := certs[0].Subject.String()
+			name, ok := s.cfg.principalRules.apply(dn)
+			if !ok {
+				log.Info("closing kafka connection: no ssl.principal.mapping.rules rule matches the client certificate", zap.String("dn", dn))
+				return c, nil, errNoPrincipalRule
+			}
+			principal = "User:" + name
 		}
 		c = tc
 	}

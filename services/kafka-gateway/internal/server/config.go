@@ -51,6 +51,10 @@ type Config struct {
 	// TLS is the certificate of SSL and SASL_SSL listeners and how client
 	// certificates are checked (Kafka's ssl.client.auth: none, requested, required).
 	TLS tlsx.Server
+	// SSLPrincipalMappingRules is Kafka's ssl.principal.mapping.rules: how the subject
+	// DN of a TLS client certificate on an SSL listener becomes the principal's name
+	// ("" = DEFAULT: the DN itself).
+	SSLPrincipalMappingRules string
 	// SASLMechanisms is Kafka's sasl.enabled.mechanisms, comma-separated (empty =
 	// SCRAM-SHA-512,SCRAM-SHA-256,PLAIN).
 	SASLMechanisms string
@@ -64,7 +68,8 @@ type Config struct {
 	// file (tests).
 	Credentials sasl.Credentials
 
-	specs []listenerSpec
+	specs          []listenerSpec
+	principalRules principalRules
 	// HTTPAddr serves /metrics, /healthz, /readyz ("" = disabled).
 	HTTPAddr string
 	// NodeID is this replica's Kafka broker id (unique per replica). -1 derives a stable
@@ -157,6 +162,11 @@ func (c *Config) Validate() error {
 	if _, err := c.mechanisms(); err != nil {
 		return err
 	}
+	rules, err := parsePrincipalRules(c.SSLPrincipalMappingRules)
+	if err != nil {
+		return err
+	}
+	c.principalRules = rules
 	specs, err := c.listenerSpecs()
 	if err != nil {
 		return err

@@ -38,7 +38,7 @@ func startSecure(t *testing.T, mod func(*Config)) *secureStack {
 	}
 	s := startServer(t, func(c *Config) {
 		c.Listeners = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
-		c.TLS = tlsx.Server{CertFile: cert, KeyFile: key}
+		c.TLS = tlsx.Server{CertFile: cert, KeyFile: key, ClientCAFile: ca.CertFile}
 		c.SASLUsersFile = users
 		if mod != nil {
 			mod(c)
