@@ -1,7 +1,6 @@
 package grpcx
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -34,9 +33,6 @@ func (v Verb) String() string {
 	}
 	return fmt.Sprintf("verbs(%d)", uint8(v))
 }
-
-// ErrRights reports a right that cannot be parsed (see ParseRight).
-var ErrRights = errors.New("bad right")
 
 // ClusterResource is the resource of a call that names no channel (every coordinator
 // call, ListChannels without a prefix, SweepLeases): only a right on "*" covers it.

@@ -3,15 +3,10 @@ package grpcx
 import (
 	"bufio"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 )
-
-// ErrAuthConfig reports unusable authentication settings: a tokens file or JWT key that
-// cannot be read or parsed, auth without TLS.
-var ErrAuthConfig = errors.New("auth config")
 
 // Credentials is the table of static bearer tokens and of the rights of certificate
 // principals, read from a file (see LoadCredentials).

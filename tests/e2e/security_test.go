@@ -20,7 +20,9 @@ import (
 	"golang.org/x/oauth2"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
 	"github.com/tributary/tributary/tests/e2e/stack"
@@ -203,6 +205,14 @@ func TestSecureStack(t *testing.T) {
 
 	// Pub/Sub over TLS on the gateway's port, with credentials as a client outside the
 	// emulator sends them (an OAuth token, not checked in emulator mode).
+	// An emulator client (plaintext) gets no answer from the TLS port.
+	_, plainSub := rawPubSub(t, s.PubSubAddrs[0])
+	shortCtx, cancelShort := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err = plainSub.GetSubscription(shortCtx, &pubsubpb.GetSubscriptionRequest{Subscription: "projects/" + psProject + "/subscriptions/none"})
+	cancelShort()
+	if err == nil || status.Code(err) == codes.NotFound {
+		t.Errorf("plaintext Pub/Sub client on the TLS port: %v, want a transport failure", err)
+	}
 	t.Setenv("PUBSUB_EMULATOR_HOST", "")
 	pctx := ctxT(t, 60*time.Second)
 	pc, err := pubsub.NewClient(pctx, psProject,
