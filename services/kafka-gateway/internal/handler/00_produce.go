@@ -52,7 +52,8 @@ package handler
 //     at every end fences such a batch.
 //     Batches that are not transactional
 //     take the idempotent path unchanged, with or without a transactional id.
-//   - With the authorizer on (authorizer.go): WRITE on the transactional id, else
+//   - With the authorizer on (authorizer.go): a request with a transactional batch
+//     needs a transactional id with WRITE on it, else
 //     TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition; WRITE on each topic,
 //     else TOPIC_AUTHORIZATION_FAILED (whether it exists or not); auto-creation needs
 //     CREATE on the cluster or the topic, else the topic is not created and is
@@ -136,7 +137,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 	// Authorization (Kafka's handleProduceRequest): WRITE on the transactional id for
 	// the whole request, then WRITE per topic; auto-creation also needs CREATE.
 	x := h.access(ctx, r)
-	if req.TransactionID != nil && !x.txnID(kafkaacl.OpWrite, *req.TransactionID) {
+	if x != nil && hasTransactionalBatch(req) && (req.TransactionID == nil || !x.txnID(kafkaacl.OpWrite, *req.TransactionID)) {
 		setAll(kerr.TransactionalIDAuthorizationFailed.Code)
 		return respond()
 	}
@@ -504,4 +505,17 @@ func dedupeProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse) ([][]pr
 		last[l[0]][l[1]] = true
 	}
 	return at, last
+}
+
+// hasTransactionalBatch reports whether any partition of req carries a transactional
+// batch (Kafka's ProduceRequest.hasTransactionalRecords).
+func hasTransactionalBatch(req *kmsg.ProduceRequest) bool {
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			if _, _, ok := transactionalBatch(p.Records); ok {
+				return true
+			}
+		}
+	}
+	return false
 }

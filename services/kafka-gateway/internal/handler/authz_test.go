@@ -233,11 +233,16 @@ func TestAuthorizerTopics(t *testing.T) {
 	if c := pr.Topics[0].Partitions[0].ErrorCode; c != kerr.TopicAuthorizationFailed.Code {
 		t.Fatalf("produce to a with READ only: %s", code(c))
 	}
-	tx := produceReq("a", 0, fake.Batch("x"))
+	tx := produceReq("a", 0, txnBatch())
 	tx.TransactionID = kmsg.StringPtr("txn")
 	pr = e.as(t, alice, tx, 9).(*kmsg.ProduceResponse)
 	if c := pr.Topics[0].Partitions[0].ErrorCode; c != kerr.TransactionalIDAuthorizationFailed.Code {
 		t.Fatalf("transactional produce without WRITE on the id: %s", code(c))
+	}
+	tx.TransactionID = nil
+	pr = e.as(t, alice, tx, 9).(*kmsg.ProduceResponse)
+	if c := pr.Topics[0].Partitions[0].ErrorCode; c != kerr.TransactionalIDAuthorizationFailed.Code {
+		t.Fatalf("transactional batch without a transactional id: %s", code(c))
 	}
 
 	// Fetch and ListOffsets: a allowed, b refused.
