@@ -132,12 +132,15 @@ func TestAcls(t *testing.T) {
 		r.GetResults()[0].GetErrorCode() != 0 || r.GetResults()[1].GetErrorCode() != 0 {
 		t.Fatalf("bootstrap ACLs: %v %v", r, err)
 	}
-	// Both replicas hear of it (their cache would otherwise hold the empty set for an hour).
+	// Both replicas hear of it (their cache would otherwise hold the empty set for an
+	// hour): DescribeCluster's authorized operations, 0 without DESCRIBE, are all of them.
 	deadline := time.Now().Add(30 * time.Second)
 	for node := range s.KafkaAddrs {
 		for {
-			resp, err := kmsg.NewPtrDescribeClusterRequest().RequestWith(ctxT(t, 10*time.Second), cl.Broker(node))
-			if err == nil && resp.ErrorCode == 0 {
+			req := kmsg.NewPtrDescribeClusterRequest()
+			req.IncludeClusterAuthorizedOperations = true
+			resp, err := req.RequestWith(ctxT(t, 10*time.Second), cl.Broker(node))
+			if err == nil && resp.ErrorCode == 0 && resp.ClusterAuthorizedOperations != 0 {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -69,7 +69,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 
 	x := h.access(ctx, r)
 	if req.IncludeClusterAuthorizedOperations && x != nil {
-		resp.AuthorizedOperations = x.operations(kafkaacl.ResourceCluster, kafkaacl.ClusterName)
+		resp.AuthorizedOperations = x.clusterOperations()
 	}
 	describe := func(mt kmsg.MetadataResponseTopic) kmsg.MetadataResponseTopic {
 		if req.IncludeTopicAuthorizedOperations && x != nil && mt.Topic != nil {

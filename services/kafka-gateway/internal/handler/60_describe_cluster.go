@@ -7,9 +7,10 @@ package handler
 // served; controllers (2) are UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers.
 // No broker is ever fenced (v2). Authorized operations are not computed.
 //
-// With the authorizer on: DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED;
-// the cluster's authorized operations (KIP-430) filled when asked (with it off they
-// stay INT32_MIN, "not provided").
+// With the authorizer on, as Kafka's AuthHelper.computeDescribeClusterResponse: the
+// brokers are answered to every principal, and the cluster's authorized operations
+// (KIP-430), when asked, are those allowed with DESCRIBE on the cluster, else 0 (with
+// the authorizer off they stay INT32_MIN, "not provided").
 //
 // KIPs: KIP-700, KIP-919 (v1), KIP-1073 (v2).
 
@@ -18,8 +19,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/tributary/tributary/libs/kafkaacl"
 )
 
 func init() { register(kmsg.DescribeCluster.Int16(), 0, 2, (*Handler).handleDescribeCluster) }
@@ -33,13 +32,8 @@ func (h *Handler) handleDescribeCluster(ctx context.Context, r *Request) (kmsg.R
 		resp.ErrorMessage = strPtr("only broker endpoints are served")
 		return resp, nil
 	}
-	x := h.access(ctx, r)
-	if !x.cluster(kafkaacl.OpDescribe) {
-		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
-		return resp, nil
-	}
-	if req.IncludeClusterAuthorizedOperations && x != nil {
-		resp.ClusterAuthorizedOperations = x.operations(kafkaacl.ResourceCluster, kafkaacl.ClusterName)
+	if x := h.access(ctx, r); req.IncludeClusterAuthorizedOperations && x != nil {
+		resp.ClusterAuthorizedOperations = x.clusterOperations()
 	}
 	brokers := h.liveBrokers(r.Listener)
 	resp.ClusterID = h.kafkaID

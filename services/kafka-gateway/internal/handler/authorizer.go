@@ -248,6 +248,15 @@ func (x *access) operations(rt kafkaacl.ResourceType, name string) int32 {
 	return x.set.AuthorizedOperations(x.a.rules, x.action(0, rt, name))
 }
 
+// clusterOperations is the cluster's authorized_operations as Kafka reports them: the
+// operations allowed when DESCRIBE on the cluster is, else 0.
+func (x *access) clusterOperations() int32 {
+	if !x.cluster(kafkaacl.OpDescribe) {
+		return 0
+	}
+	return x.operations(kafkaacl.ResourceCluster, kafkaacl.ClusterName)
+}
+
 // notProvided is authorized_operations' "not asked / not computed" value.
 const notProvided = -2147483648
 
