@@ -92,6 +92,11 @@ type rowQuerier interface {
 
 // loadTxn reads the row (FOR UPDATE with lock) with its partitions and groups.
 func loadTxn(ctx context.Context, q rowQuerier, id string, lock bool) (*Txn, error) {
+	return scanTxn(q.QueryRow(ctx, loadTxnSQL(lock), id), id)
+}
+
+// loadTxnSQL is loadTxn's query ($1: the transactional id).
+func loadTxnSQL(lock bool) string {
 	sql := `SELECT t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch, t.next_producer_id,
 			t.state, t.timeout_ms, t.started_at, t.updated_at,
 			COALESCE((SELECT array_agg(p.topic ORDER BY p.topic, p.partition) FROM transaction_partitions p
@@ -104,13 +109,18 @@ func loadTxn(ctx context.Context, q rowQuerier, id string, lock bool) (*Txn, err
 	if lock {
 		sql += ` FOR UPDATE OF t`
 	}
+	return sql
+}
+
+// scanTxn scans loadTxnSQL's row.
+func scanTxn(row pgx.Row, id string) (*Txn, error) {
 	t := &Txn{ID: id}
 	var (
 		started *time.Time
 		topics  []string
 		parts   []int32
 	)
-	err := q.QueryRow(ctx, sql, id).Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.NextProducerID, &t.State,
+	err := row.Scan(&t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.NextProducerID, &t.State,
 		&t.TimeoutMs, &started, &t.UpdatedAt, &topics, &parts, &t.Groups)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrTxnNotFound
@@ -155,17 +165,8 @@ func CreateTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) (bool, err
 // updated_at = now. The row exists: it was read by LockTxn or created by CreateTxn in
 // the same transaction (a plain UPDATE, so no speculative insertion on the hot page).
 func SaveTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) error {
-	var started *time.Time
-	if !t.StartedAt.IsZero() {
-		started = &t.StartedAt
-	}
-	t.UpdatedAt = now
-	tag, err := tx.Exec(ctx, `UPDATE transactions SET producer_id = $2, producer_epoch = $3, last_producer_id = $4,
-			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9,
-			next_producer_id = $10
-		WHERE transactional_id = $1`,
-		t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, started, now,
-		t.NextProducerID)
+	sql, args := saveTxnSQL(t, now)
+	tag, err := tx.Exec(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("save transaction: %w", err)
 	}
@@ -173,6 +174,112 @@ func SaveTxn(ctx context.Context, tx pgx.Tx, t *Txn, now time.Time) error {
 		return fmt.Errorf("save transaction %q: %w", t.ID, ErrTxnNotFound)
 	}
 	return nil
+}
+
+// saveTxnSQL is SaveTxn's statement (setting t.UpdatedAt = now).
+func saveTxnSQL(t *Txn, now time.Time) (string, []any) {
+	var started *time.Time
+	if !t.StartedAt.IsZero() {
+		started = &t.StartedAt
+	}
+	t.UpdatedAt = now
+	return `UPDATE transactions SET producer_id = $2, producer_epoch = $3, last_producer_id = $4,
+			last_producer_epoch = $5, state = $6, timeout_ms = $7, started_at = $8, updated_at = $9,
+			next_producer_id = $10
+		WHERE transactional_id = $1`,
+		[]any{t.ID, t.ProducerID, t.ProducerEpoch, t.LastProducerID, t.LastProducerEpoch, t.State, t.TimeoutMs, started, now,
+			t.NextProducerID}
+}
+
+// QuickAddTxnPartitions is AddPartitionsToTxn's common case in one statement and one
+// round trip (its own Postgres transaction, committed synchronously): when every
+// partition is of a registered topic and within its partition count, the row exists
+// with producer id pid at epoch epoch, its state is Empty, Ongoing, CompleteCommit or
+// CompleteAbort, and some partition is not yet in an Ongoing transaction, the partitions
+// are added and the row made Ongoing (started_at = now unless it was Ongoing,
+// updated_at = now), as LockTxn + AddTxnPartitions + SaveTxn would. The UPDATE waits
+// for the row lock (a finisher's) and re-checks its conditions on the row it then
+// finds. It reports whether it wrote; false changes nothing and leaves the answer
+// (an error code, or nothing to add) to the locked path.
+func (s *Store) QuickAddTxnPartitions(ctx context.Context, id string, pid int64, epoch int32, parts []TxnPartition, now time.Time) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	if len(parts) == 0 {
+		return false, nil
+	}
+	topics := make([]string, len(parts))
+	nums := make([]int32, len(parts))
+	for i, p := range parts {
+		topics[i], nums[i] = p.Topic, p.Partition
+	}
+	var n int
+	// lk waits for the row lock whatever the state its snapshot shows (a finisher
+	// holds it while it writes the previous transaction's markers) and returns the row
+	// as that finisher left it; the UPDATE then checks that latest state, not the
+	// statement's snapshot. The partitions already in the transaction are read from the
+	// snapshot: when stale (the row became Ongoing after the snapshot) they can only
+	// make the statement write nothing and leave the answer to the locked path.
+	err := s.pool.QueryRow(ctx, `WITH req AS (
+			SELECT u.topic, u.partition FROM unnest($4::text[], $5::integer[]) AS u(topic, partition)
+		), known AS (
+			SELECT count(*) = cardinality($4::text[]) AS ok FROM req
+			JOIN topics tp ON tp.name = req.topic AND req.partition >= 0 AND req.partition < tp.partitions
+		), lk AS (
+			SELECT transactional_id, producer_id, producer_epoch, state FROM transactions
+			WHERE transactional_id = $1 FOR UPDATE
+		), upd AS (
+			UPDATE transactions t SET state = 'Ongoing', updated_at = $6,
+				started_at = CASE WHEN lk.state = 'Ongoing' THEN t.started_at ELSE $6 END
+			FROM known, lk
+			WHERE known.ok AND t.transactional_id = lk.transactional_id AND lk.producer_id = $2 AND lk.producer_epoch = $3
+			  AND lk.state IN ('Empty', 'Ongoing', 'CompleteCommit', 'CompleteAbort')
+			  AND NOT (lk.state = 'Ongoing' AND NOT EXISTS (SELECT 1 FROM req WHERE NOT EXISTS (
+				SELECT 1 FROM transaction_partitions p WHERE p.transactional_id = lk.transactional_id
+				  AND p.topic = req.topic AND p.partition = req.partition)))
+			RETURNING t.transactional_id
+		), ins AS (
+			INSERT INTO transaction_partitions (transactional_id, topic, partition)
+			SELECT upd.transactional_id, req.topic, req.partition FROM upd, req
+			ON CONFLICT DO NOTHING
+		)
+		SELECT count(*) FROM upd`, id, pid, epoch, topics, nums, now).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("add transaction partitions: %w", err)
+	}
+	return n == 1, nil
+}
+
+// QuickPrepareTxn is EndTxn's common case in one statement and one round trip (its
+// own Postgres transaction, committed synchronously, so the decision is durable when
+// it returns true): when the row has producer id pid at epoch epoch, is Ongoing, has
+// no consumer group in the transaction and no next producer id, and (with bump) its
+// epoch is not exhausted (below 32766, Kafka's isEpochExhausted), the state becomes
+// prepare (PrepareCommit or PrepareAbort) and, with bump (KIP-890), last_producer_* take
+// the current id and epoch and the epoch is incremented, as LockTxn + SaveTxn would.
+// It returns whether it wrote and the producer id and epoch after the write; false
+// changes nothing and leaves the answer to the locked path.
+func (s *Store) QuickPrepareTxn(ctx context.Context, id string, pid int64, epoch int32, prepare string, bump bool, now time.Time) (bool, int64, int32, error) {
+	if err := s.check(); err != nil {
+		return false, -1, -1, err
+	}
+	var newPID int64
+	var newEpoch int32
+	err := s.pool.QueryRow(ctx, `UPDATE transactions t SET state = $4, updated_at = $6,
+			last_producer_id = CASE WHEN $5 THEN t.producer_id ELSE t.last_producer_id END,
+			last_producer_epoch = CASE WHEN $5 THEN t.producer_epoch ELSE t.last_producer_epoch END,
+			producer_epoch = CASE WHEN $5 THEN t.producer_epoch + 1 ELSE t.producer_epoch END
+		WHERE t.transactional_id = $1 AND t.producer_id = $2 AND t.producer_epoch = $3 AND t.state = 'Ongoing'
+		  AND t.next_producer_id < 0 AND (NOT $5 OR t.producer_epoch < 32766)
+		  AND NOT EXISTS (SELECT 1 FROM transaction_groups g WHERE g.transactional_id = t.transactional_id)
+		RETURNING t.producer_id, t.producer_epoch`, id, pid, epoch, prepare, bump, now).Scan(&newPID, &newEpoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, -1, -1, nil
+	}
+	if err != nil {
+		return false, -1, -1, fmt.Errorf("prepare transaction: %w", err)
+	}
+	return true, newPID, newEpoch, nil
 }
 
 // AddTxnPartitions adds partitions to a transaction (present ones are kept).
@@ -230,6 +337,15 @@ func StageTxnOffsets(ctx context.Context, tx pgx.Tx, id, group string, offs []Tx
 // false only when the transaction has no groups (then it has no staged offsets).
 func ClearTxn(ctx context.Context, tx pgx.Tx, id string, commit, withGroups bool) error {
 	batch := &pgx.Batch{}
+	queueClearTxn(batch, id, commit, withGroups)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("clear transaction: %w", err)
+	}
+	return nil
+}
+
+// queueClearTxn queues ClearTxn's statements.
+func queueClearTxn(batch *pgx.Batch, id string, commit, withGroups bool) {
 	if withGroups {
 		if commit {
 			batch.Queue(`INSERT INTO consumer_groups (group_id, state, empty_since)
@@ -246,20 +362,88 @@ func ClearTxn(ctx context.Context, tx pgx.Tx, id string, commit, withGroups bool
 		batch.Queue(`DELETE FROM transaction_groups WHERE transactional_id = $1`, id)
 	}
 	batch.Queue(`DELETE FROM transaction_partitions WHERE transactional_id = $1`, id)
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("clear transaction: %w", err)
-	}
-	return nil
 }
 
-// AsyncCommit makes tx's commit return before its WAL record is flushed
-// (synchronous_commit off for this transaction only). For writes that may be lost in
-// a crash because they are redone from durable state: a later synchronous commit
-// flushes them first, so only a suffix of such writes can ever be lost.
-func AsyncCommit(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+// FinishTxn runs a finisher's Postgres transaction on transactional id id in two round
+// trips around fn: BEGIN and the row read under its lock (LockTxn) in the first; then,
+// when fn returns save, ClearTxn's statements (commit, with the groups when the row has
+// any) and SaveTxn of the row as fn left it (updated_at = now()), and COMMIT in the
+// second. Without save, or on an error, the transaction is rolled back. The commit does
+// not wait for its WAL flush (synchronous_commit off for this transaction only): a
+// finisher's writes are redone from durable state after a crash, and a later
+// synchronous commit flushes them first, so only a suffix of such writes can ever be
+// lost. ErrTxnNotFound when there is no row; ErrNotReady before the database is
+// migrated.
+func (s *Store) FinishTxn(ctx context.Context, id string, now func() time.Time, fn func(t *Txn) (save, commit bool, err error)) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	// A connection released inside a transaction (a failed ROLLBACK) is closed by the
+	// pool, never reused.
+	defer conn.Release()
+	open := false
+	defer func() {
+		if open {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN`)
+	batch.Queue(`SET LOCAL synchronous_commit = off`)
+	batch.Queue(loadTxnSQL(true), id)
+	br := conn.SendBatch(ctx, batch)
+	open = true
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("begin: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
 		return fmt.Errorf("set synchronous_commit: %w", err)
 	}
+	t, err := scanTxn(br.QueryRow(), id)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("load transaction: %w", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	withGroups := len(t.Groups) > 0
+	save, commit, err := fn(t)
+	if err != nil || !save {
+		return err
+	}
+	batch = &pgx.Batch{}
+	queueClearTxn(batch, t.ID, commit, withGroups)
+	clears := batch.Len()
+	sql, args := saveTxnSQL(t, now())
+	batch.Queue(sql, args...)
+	batch.Queue(`COMMIT`)
+	br = conn.SendBatch(ctx, batch)
+	defer func() { _ = br.Close() }()
+	for i := 0; i < clears; i++ {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("clear transaction: %w", err)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("save transaction: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("save transaction %q: %w", t.ID, ErrTxnNotFound)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	open = false
 	return nil
 }
 

@@ -306,17 +306,16 @@ func (c *Coordinator) finish(ctx context.Context, tid string) (string, error) {
 // finishLocked is finish, calling locked (when not nil) once it holds the row lock.
 func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func()) (string, error) {
 	state := ""
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
-		t, err := store.LockTxn(ctx, tx, tid)
-		if err != nil {
-			return err
-		}
+	// The completion is redone from the durable Prepare* after a crash (markers are
+	// idempotent, the offsets copy is an upsert of the same rows), so FinishTxn's commit
+	// need not wait for its own WAL flush.
+	err := c.store.FinishTxn(ctx, tid, c.now, func(t *store.Txn) (bool, bool, error) {
 		if locked != nil {
 			locked()
 		}
 		state = t.State
 		if t.State != StatePrepareCommit && t.State != StatePrepareAbort {
-			return errDone
+			return false, false, nil
 		}
 		commit := t.State == StatePrepareCommit
 		if len(t.Partitions) > 0 {
@@ -329,7 +328,7 @@ func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func(
 			codes, err := c.markers.WriteMarkers(mctx, markers)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrMarkers, err)
+				return false, false, fmt.Errorf("%w: %v", ErrMarkers, err)
 			}
 			for i, code := range codes {
 				switch code {
@@ -343,18 +342,9 @@ func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func(
 						zap.String("transactional_id", tid), zap.String("topic", markers[i].Topic),
 						zap.Int32("partition", markers[i].Partition))
 				default:
-					return fmt.Errorf("%w: %s-%d: kafka error %d", ErrMarkers, markers[i].Topic, markers[i].Partition, code)
+					return false, false, fmt.Errorf("%w: %s-%d: kafka error %d", ErrMarkers, markers[i].Topic, markers[i].Partition, code)
 				}
 			}
-		}
-		// The completion is redone from the durable Prepare* after a crash (markers are
-		// idempotent, the offsets copy is an upsert of the same rows), so it need not
-		// wait for its own WAL flush; any later synchronous commit flushes it first.
-		if err := store.AsyncCommit(ctx, tx); err != nil {
-			return err
-		}
-		if err := store.ClearTxn(ctx, tx, tid, commit, len(t.Groups) > 0); err != nil {
-			return err
 		}
 		t.State, t.StartedAt = StateCompleteAbort, time.Time{}
 		if commit {
@@ -367,7 +357,7 @@ func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func(
 			t.ProducerID, t.ProducerEpoch, t.NextProducerID = t.NextProducerID, 0, -1
 		}
 		state = t.State
-		return store.SaveTxn(ctx, tx, t, c.now())
+		return true, commit, nil
 	})
 	return state, err
 }
@@ -400,6 +390,15 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 		return fill(codeInvalidRequest), nil
 	}
 	if !req.VerifyOnly {
+		// The common case (known partitions, the current producer, a transaction that
+		// can take them) in one round trip; otherwise the locked path below answers.
+		added, err := c.store.QuickAddTxnPartitions(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Topics, c.now())
+		if err != nil {
+			return nil, err
+		}
+		if added {
+			return fill(codeNone), nil
+		}
 		bad, err := c.unknownPartitions(ctx, req.Topics)
 		if err != nil {
 			return nil, err
@@ -650,6 +649,16 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 	prepare, complete := StatePrepareAbort, StateCompleteAbort
 	if commit {
 		prepare, complete = StatePrepareCommit, StateCompleteCommit
+	}
+	// The common case (the current producer ends its Ongoing transaction, no consumer
+	// groups, no exhausted epoch) in one round trip; otherwise the locked path below.
+	ok, qpid, qepoch, err := c.store.QuickPrepareTxn(ctx, tid, pid, epoch, prepare, bump, c.now())
+	if err != nil {
+		return 0, -1, -1, err
+	}
+	if ok {
+		c.finishAfterAnswer(ctx, tid)
+		return codeNone, qpid, qepoch, nil
 	}
 	err = c.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := store.LockTxn(ctx, tx, tid)

@@ -793,7 +793,9 @@ func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
 		t.Fatal("EndTxn did not answer while its markers were being written")
 	}
 	// The next transaction's AddPartitions, sent before the markers are written, waits
-	// for them (the finisher holds the row lock) instead of meeting PrepareCommit.
+	// for them (the finisher holds the row lock) instead of meeting PrepareCommit, and
+	// then adds to the transaction the finisher left complete (its one-statement path
+	// waits on the lock although its snapshot shows PrepareCommit).
 	added := make(chan []int16, 1)
 	go func() {
 		codes, err := e.c.AddPartitions(ctx, Partitions{TransactionalID: "tx-bg", ProducerID: pid, ProducerEpoch: epoch,
@@ -803,6 +805,22 @@ func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
 		}
 		added <- codes
 	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var waiting int
+		if err := e.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			close(gate)
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatal("AddPartitions did not wait for the finisher's row lock")
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
 	close(gate)
 	if got := <-added; !codesEqual(got, 0) {
 		t.Fatalf("AddPartitions after EndTxn = %v, want [0] (not CONCURRENT_TRANSACTIONS)", got)
