@@ -176,6 +176,38 @@ func (c *Coordinator) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error 
 	return err
 }
 
+// errNeedPID ends an inTxPID callback that needs a fresh producer id it was not given.
+var errNeedPID = errors.New("needs a fresh producer id")
+
+// inTxPID is inTx for a callback that may need a fresh producer id: freshPID returns
+// one allocated before the transaction began, or errNeedPID, on which the transaction
+// is rolled back, an id is allocated and fn runs again (so fn must set its results
+// afresh on each run). The allocation may reserve a block in Postgres through the
+// pool, so it must not run while this transaction holds a pooled connection: with every
+// connection held by such a transaction, none would be left for the reservation (16
+// producers starting at once waited out their gateway's 10 s timeout that way).
+func (c *Coordinator) inTxPID(ctx context.Context, fn func(tx pgx.Tx, freshPID func() (int64, error)) error) error {
+	spare := int64(-1)
+	for {
+		err := c.inTx(ctx, func(tx pgx.Tx) error {
+			return fn(tx, func() (int64, error) {
+				if spare < 0 {
+					return 0, errNeedPID
+				}
+				id := spare
+				spare = -1
+				return id, nil
+			})
+		})
+		if !errors.Is(err, errNeedPID) {
+			return err
+		}
+		if spare, err = c.nextPID(ctx); err != nil {
+			return err
+		}
+	}
+}
+
 // epochExhausted is Kafka's TransactionMetadata.isEpochExhausted.
 func epochExhausted(epoch int32) bool { return epoch >= math.MaxInt16-1 }
 
@@ -202,13 +234,13 @@ func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs 
 	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
 		return codeInvalidTxnTimeout, -1, -1, nil
 	}
-	code, pid, epoch = codeNone, -1, -1
 	finish := false
-	err = c.inTx(ctx, func(tx pgx.Tx) error {
+	err = c.inTxPID(ctx, func(tx pgx.Tx, freshPID func() (int64, error)) error {
+		code, pid, epoch, finish = codeNone, -1, -1, false
 		now := c.now()
 		t, err := store.LockTxn(ctx, tx, tid)
 		if errors.Is(err, store.ErrTxnNotFound) {
-			id, err := c.nextPID(ctx)
+			id, err := freshPID()
 			if err != nil {
 				return err
 			}
@@ -256,7 +288,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs 
 		}
 		t.LastProducerID, t.LastProducerEpoch = t.ProducerID, t.ProducerEpoch
 		if epochExhausted(t.ProducerEpoch) {
-			id, err := c.nextPID(ctx)
+			id, err := freshPID()
 			if err != nil {
 				return err
 			}
@@ -660,7 +692,8 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 		c.finishAfterAnswer(ctx, tid)
 		return codeNone, qpid, qepoch, nil
 	}
-	err = c.inTx(ctx, func(tx pgx.Tx) error {
+	err = c.inTxPID(ctx, func(tx pgx.Tx, freshPID func() (int64, error)) error {
+		newPID, newEpoch, finish, retry, groups, code = pid, epoch, false, false, false, codeNone
 		t, err := store.LockTxn(ctx, tx, tid)
 		if errors.Is(err, store.ErrTxnNotFound) {
 			code = codeInvalidProducerIDMapping
@@ -696,7 +729,7 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 			if bump {
 				t.LastProducerID, t.LastProducerEpoch = t.ProducerID, t.ProducerEpoch
 				if epochExhausted(t.ProducerEpoch) {
-					id, err := c.nextPID(ctx)
+					id, err := freshPID()
 					if err != nil {
 						return err
 					}

@@ -888,3 +888,61 @@ func TestEndTxnV5ExhaustedEpochMovesToNewProducerID(t *testing.T) {
 		t.Fatalf("markers %+v, want one ABORT of %d at epoch 1", ms, newPID)
 	}
 }
+
+// TestConcurrentInitsWithPooledProducerIDs: many new transactional ids initialised at
+// once, with producer ids reserved through the same connection pool (as the handler's
+// blocks are), all get their ids. Allocating inside the Postgres transaction held one
+// pooled connection per call while the allocation waited for another, so with every
+// connection held none was left and the calls waited until their deadline.
+func TestConcurrentInitsWithPooledProducerIDs(t *testing.T) {
+	e := newEnv(t)
+	var (
+		mu   sync.Mutex
+		next int64 = 5000
+	)
+	c := New(Config{}, Deps{
+		Store:   e.st,
+		Markers: e.markers,
+		NextProducerID: func(ctx context.Context) (int64, error) {
+			mu.Lock() // held across the reservation, as producerIDs.Next holds its mutex
+			defer mu.Unlock()
+			var one int
+			if err := e.st.Pool().QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+				return 0, err
+			}
+			next++
+			return next, nil
+		},
+		Log: zaptest.NewLogger(t),
+	})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 48 // three times the pool's 16 connections
+	var wg sync.WaitGroup
+	pids := make(chan int64, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, pid, epoch, err := c.InitProducerID(ctx, fmt.Sprintf("tx-many-%d", i), 60000, -1, -1)
+			if err != nil || code != 0 || epoch != 0 {
+				t.Errorf("InitProducerID(tx-many-%d) = %d, %d, %v", i, code, epoch, err)
+				return
+			}
+			pids <- pid
+		}()
+	}
+	wg.Wait()
+	close(pids)
+	seen := map[int64]bool{}
+	for pid := range pids {
+		if seen[pid] {
+			t.Errorf("producer id %d handed out twice", pid)
+		}
+		seen[pid] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d producer ids for %d new transactional ids", len(seen), n)
+	}
+}
