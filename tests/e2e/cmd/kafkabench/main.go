@@ -4,8 +4,9 @@
 // fsync on) and against franz-go's in-memory kfake, side by side in one run, and
 // prints both figures and the ratio. A transactional case (-txn) runs kgo
 // transactional producers (transactions of -txn-records records spread over 6
-// partitions, each committed) and prints committed records/s and the commit latency
-// (EndTransaction after Flush) p50/p99 of both targets.
+// partitions, each committed), once per count in -txn-producers (the same load on both
+// targets; the first count is the bar's), and prints committed records/s and the commit
+// latency (EndTransaction after Flush) p50/p99 of both targets.
 //
 // Run from tests/e2e: go run ./cmd/kafkabench [-duration 5s] [-rate 20000]
 // It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
@@ -48,7 +49,7 @@ type config struct {
 	partitions  string
 	txn         bool
 	txnRecords  int
-	txnProds    int
+	txnProds    []int
 }
 
 // target is a Kafka endpoint under test.
@@ -85,8 +86,16 @@ func main() {
 	flag.StringVar(&cfg.targets, "targets", "tributary,kfake", "targets to measure, comma separated (tributary, kfake); the ratio needs both")
 	flag.BoolVar(&cfg.txn, "txn", true, "run the transactional case")
 	flag.IntVar(&cfg.txnRecords, "txn-records", 100, "records per transaction in the transactional case")
-	flag.IntVar(&cfg.txnProds, "txn-producers", 4, "concurrent transactional producers (one transactional id each)")
+	txnProds := flag.String("txn-producers", "16,4,64", "concurrent transactional producers (one transactional id each), comma separated: one transactional case per count, the same load on every target; the first is the bar's (see tests/e2e/README.md)")
 	flag.Parse()
+	for _, f := range strings.Split(*txnProds, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "kafkabench: bad -txn-producers %q\n", *txnProds)
+			os.Exit(2)
+		}
+		cfg.txnProds = append(cfg.txnProds, n)
+	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "kafkabench:", err)
 		os.Exit(1)
@@ -173,19 +182,22 @@ func run(cfg config) error {
 		}
 		rows = append(rows, prod, cons)
 	}
-	var txnRuns [][]result // [target][round]
+	var txnRuns [][][]result // [producer count][target][round]
 	if cfg.txn {
-		txnRuns = make([][]result, len(targets))
-		for round := 0; round < cfg.rounds; round++ {
-			for i, tg := range targets {
-				r, err := transactional(ctx, cfg, tg)
-				if err != nil {
-					return fmt.Errorf("%s transactional: %w", tg.name, err)
+		for _, prods := range cfg.txnProds {
+			runs := make([][]result, len(targets))
+			for round := 0; round < cfg.rounds; round++ {
+				for i, tg := range targets {
+					r, err := transactional(ctx, cfg, tg, prods)
+					if err != nil {
+						return fmt.Errorf("%s transactional, %d producers: %w", tg.name, prods, err)
+					}
+					runs[i] = append(runs[i], r)
+					fmt.Printf("  round %d %-9s transactional, %d producers: %9.0f committed rec/s, commit p50 %v p99 %v (begin to flushed p50 %v)\n",
+						round+1, tg.name, prods, r.perSec(), r.p50, r.p99, r.produce50)
 				}
-				txnRuns[i] = append(txnRuns[i], r)
-				fmt.Printf("  round %d %-9s transactional: %9.0f committed rec/s, commit p50 %v p99 %v (begin to flushed p50 %v)\n",
-					round+1, tg.name, r.perSec(), r.p50, r.p99, r.produce50)
 			}
+			txnRuns = append(txnRuns, runs)
 		}
 	}
 	lat := make([]result, len(targets))
@@ -223,32 +235,33 @@ func run(cfg config) error {
 		}
 		fmt.Println(line)
 	}
-	if cfg.txn {
-		txn := make([]result, len(txnRuns))
-		line := fmt.Sprintf("%-24s", fmt.Sprintf("txn x%d, 6 partitions", cfg.txnRecords))
-		for i := range txnRuns {
-			txn[i] = median(txnRuns[i])
+	for k, runs := range txnRuns {
+		prods := cfg.txnProds[k]
+		txn := make([]result, len(runs))
+		line := fmt.Sprintf("%-24s", fmt.Sprintf("txn x%d, %d producers", cfg.txnRecords, prods))
+		for i := range runs {
+			txn[i] = median(runs[i])
 			line += fmt.Sprintf(" %14.0f", txn[i].perSec())
 		}
 		if both {
-			line += fmt.Sprintf(" %7.2fx   (%d producers, committed records)", txn[0].perSec()/txn[1].perSec(), cfg.txnProds)
+			note := "committed records, 6 partitions"
+			if k == 0 {
+				note += "; the bar: >= 1x"
+			}
+			line += fmt.Sprintf(" %7.2fx   (%s)", txn[0].perSec()/txn[1].perSec(), note)
 		}
 		fmt.Println(line)
 		for _, q := range []struct {
 			name string
 			f    func(result) time.Duration
-		}{{"commit p50", func(r result) time.Duration { return r.p50 }}, {"commit p99", func(r result) time.Duration { return r.p99 }}} {
+		}{{"commit p50", func(r result) time.Duration { return r.p50 }}, {"commit p99", func(r result) time.Duration { return r.p99 }},
+			{"begin..flushed p50", func(r result) time.Duration { return r.produce50 }}} {
 			line := fmt.Sprintf("%-24s", "  "+q.name)
 			for _, r := range txn {
 				line += fmt.Sprintf(" %14v", q.f(r).Round(10*time.Microsecond))
 			}
 			fmt.Println(line)
 		}
-		line = fmt.Sprintf("%-24s", "  begin..flushed p50")
-		for _, r := range txn {
-			line += fmt.Sprintf(" %14v", r.produce50.Round(10*time.Microsecond))
-		}
-		fmt.Println(line)
 	}
 	if cfg.latencyDur <= 0 {
 		return nil
@@ -469,13 +482,13 @@ func latency(ctx context.Context, cfg config, tg target) (result, error) {
 	return result{records: len(lats), elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1]}, nil
 }
 
-// transactional runs cfg.txnProds kgo transactional producers against a fresh
+// transactional runs prods kgo transactional producers against a fresh
 // 6-partition topic for cfg.duration. Each loops: BeginTransaction, cfg.txnRecords
 // records (record i to partition i % 6, so every transaction spans all 6), Flush,
 // EndTransaction(TryCommit). The result counts committed records only; p50/p99 are
 // of the EndTransaction call (AddPartitions already done by the produce; EndTxn and
 // the markers).
-func transactional(ctx context.Context, cfg config, tg target) (result, error) {
+func transactional(ctx context.Context, cfg config, tg target, prods int) (result, error) {
 	const parts = 6
 	addrs, closeFn, err := tg.fresh()
 	if err != nil {
@@ -504,7 +517,7 @@ func transactional(ctx context.Context, cfg config, tg target) (result, error) {
 	}
 	start := time.Now()
 	end := start.Add(cfg.duration)
-	for p := 0; p < cfg.txnProds; p++ {
+	for p := 0; p < prods; p++ {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic),
 			kgo.TransactionalID(fmt.Sprintf("%s-txn-%d", topic, p)), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(30*time.Second),
