@@ -8,8 +8,9 @@ package handler
 // unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one INVALID_TOPIC_EXCEPTION.
 // Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
 // With the authorizer on (Kafka's rule: a topic the principal may not describe does
-// not exist for it): without DESCRIBE a name is UNKNOWN_TOPIC_OR_PARTITION and an id
-// UNKNOWN_TOPIC_ID; with DESCRIBE but without DELETE, TOPIC_AUTHORIZATION_FAILED.
+// not exist for it): without DESCRIBE a name is UNKNOWN_TOPIC_OR_PARTITION, an id
+// TOPIC_AUTHORIZATION_FAILED without the name; with DESCRIBE but without DELETE,
+// TOPIC_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-482 (flexible v4+), KIP-516 (ids, v6).
 
@@ -67,8 +68,9 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 			}
 			name = ti.Name
 			if !x.topic(kafkaacl.OpDescribe, name) {
-				// The name is not disclosed: as an unknown id.
-				resp.Topics[i].ErrorCode = kerr.UnknownTopicID.Code
+				// Ids are not secret (Kafka's ControllerApis answers so too); the
+				// name is not disclosed.
+				resp.Topics[i].ErrorCode = kerr.TopicAuthorizationFailed.Code
 				continue
 			}
 			resp.Topics[i].Topic = &name

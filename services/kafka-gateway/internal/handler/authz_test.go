@@ -283,6 +283,17 @@ func TestAuthorizerTopics(t *testing.T) {
 		t.Fatalf("delete topics: a %s b %s", code(dr.Topics[0].ErrorCode), code(dr.Topics[1].ErrorCode))
 	}
 
+	// By id, b is refused without its name.
+	am := e.as(t, "User:admin", metadataReq("b"), 12).(*kmsg.MetadataResponse)
+	dt = kmsg.NewPtrDeleteTopicsRequest()
+	dtt := kmsg.NewDeleteTopicsRequestTopic()
+	dtt.TopicID = am.Topics[0].TopicID
+	dt.Topics = append(dt.Topics, dtt)
+	dr = e.as(t, alice, dt, 6).(*kmsg.DeleteTopicsResponse)
+	if dr.Topics[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || dr.Topics[0].Topic != nil {
+		t.Fatalf("delete b by id: %s, name %v", code(dr.Topics[0].ErrorCode), dr.Topics[0].Topic)
+	}
+
 	// Configs: READ gives no DESCRIBE_CONFIGS; broker configs need it on the cluster.
 	dc := kmsg.NewPtrDescribeConfigsRequest()
 	for _, rt := range []kmsg.ConfigResourceType{resourceTopic, resourceBroker} {
