@@ -7,10 +7,10 @@ package handler
 // UNKNOWN_TOPIC_ID. The coordinator deletes the topic and its channels in one call; an
 // unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one INVALID_TOPIC_EXCEPTION.
 // Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
-// With the authorizer on (Kafka's rule: a topic the principal may not describe does
-// not exist for it): without DESCRIBE a name is UNKNOWN_TOPIC_OR_PARTITION, an id
-// TOPIC_AUTHORIZATION_FAILED without the name; with DESCRIBE but without DELETE,
-// TOPIC_AUTHORIZATION_FAILED.
+// With the authorizer on, as Kafka 4's ControllerApis.deleteTopics: DELETE on the
+// cluster allows every topic; else each needs DELETE on the topic, otherwise
+// TOPIC_AUTHORIZATION_FAILED, and by id the name of a topic the principal may not
+// DESCRIBE is left out.
 //
 // KIPs: KIP-482 (flexible v4+), KIP-516 (ids, v6).
 
@@ -48,6 +48,7 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 	dreq := &coordinatorv1.DeleteTopicsRequest{}
 	idx := map[string][]int{}
 	x := h.access(ctx, r)
+	all := x.cluster(kafkaacl.OpDelete)
 	for _, it := range items {
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic, rt.TopicID = it.name, it.id
@@ -67,19 +68,15 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 				continue
 			}
 			name = ti.Name
-			if !x.topic(kafkaacl.OpDescribe, name) {
-				// Ids are not secret (Kafka's ControllerApis answers so too); the
-				// name is not disclosed.
+			if !all && !x.topic(kafkaacl.OpDescribe, name) {
+				// By id, the name of a topic the principal may not describe is not
+				// disclosed.
 				resp.Topics[i].ErrorCode = kerr.TopicAuthorizationFailed.Code
 				continue
 			}
 			resp.Topics[i].Topic = &name
 		}
-		switch {
-		case !x.topic(kafkaacl.OpDescribe, name):
-			resp.Topics[i].ErrorCode = kerr.UnknownTopicOrPartition.Code
-			continue
-		case !x.topic(kafkaacl.OpDelete, name):
+		if !all && !x.topic(kafkaacl.OpDelete, name) {
 			resp.Topics[i].ErrorCode = kerr.TopicAuthorizationFailed.Code
 			continue
 		}

@@ -8,7 +8,9 @@ package handler
 // validate_only is passed through. Grown topics leave the metadata cache at once.
 // Coordinator outage: REQUEST_TIMED_OUT.
 //
-// With the authorizer on: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED.
+// With the authorizer on (Kafka 4's ControllerApis.createPartitions): ALTER on the
+// cluster allows every topic, else each needs ALTER on it, otherwise
+// TOPIC_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-195, KIP-482 (flexible v2+).
 
@@ -36,6 +38,7 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 	creq := &coordinatorv1.CreatePartitionsRequest{ValidateOnly: req.ValidateOnly}
 	idx := map[string]int{}
 	x := h.access(ctx, r)
+	all := x.cluster(kafkaacl.OpAlter)
 	for _, t := range req.Topics {
 		rt := kmsg.NewCreatePartitionsResponseTopic()
 		rt.Topic = t.Topic
@@ -43,7 +46,7 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 		case count[t.Topic] > 1:
 			rt.ErrorCode = kerr.InvalidRequest.Code
 			rt.ErrorMessage = strPtr("topic named more than once in the request")
-		case !x.topic(kafkaacl.OpAlter, t.Topic):
+		case !all && !x.topic(kafkaacl.OpAlter, t.Topic):
 			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		case !validTopicName(t.Topic):
 			rt.ErrorCode = kerr.InvalidTopicException.Code

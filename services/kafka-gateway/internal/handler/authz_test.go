@@ -274,12 +274,11 @@ func TestAuthorizerTopics(t *testing.T) {
 		t.Fatalf("list offsets: a %s b %s", code(lr.Topics[0].Partitions[0].ErrorCode), code(lr.Topics[1].Partitions[0].ErrorCode))
 	}
 
-	// DeleteTopics: b cannot be described, so it is UNKNOWN_TOPIC_OR_PARTITION; a is
-	// described but not deletable.
+	// DeleteTopics needs DELETE, a (described) and b (not) alike.
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.TopicNames = []string{"a", "b"}
 	dr := e.as(t, alice, dt, 5).(*kmsg.DeleteTopicsResponse)
-	if dr.Topics[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || dr.Topics[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
+	if dr.Topics[0].ErrorCode != kerr.TopicAuthorizationFailed.Code || dr.Topics[1].ErrorCode != kerr.TopicAuthorizationFailed.Code {
 		t.Fatalf("delete topics: a %s b %s", code(dr.Topics[0].ErrorCode), code(dr.Topics[1].ErrorCode))
 	}
 
