@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.4
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/tributary/tributary/libs v0.0.0-00010101000000-000000000000

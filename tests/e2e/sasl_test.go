@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,13 +19,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	xdgscram "github.com/xdg-go/scram"
 
 	"github.com/tributary/tributary/libs/tlsx"
 	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
@@ -55,7 +61,7 @@ func startSASLStack(t *testing.T) *saslStack {
 	s, err := stack.Start(context.Background(), stack.Options{
 		Gateways:     2,
 		Listeners:    []string{"SASL_SSL", "SASL_PLAINTEXT"},
-		GatewayFlags: []string{"--tls-cert", cert, "--tls-key", key, "--sasl-users-file", users},
+		GatewayFlags: []string{"--tls-cert", cert, "--tls-key", key, "--sasl-users-file", users, "--sasl-oauthbearer-unsecured"},
 	})
 	if err != nil {
 		t.Fatalf("start secure stack: %v", err)
@@ -246,6 +252,143 @@ func TestSASLSSLEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestSASLOtherClients: OAUTHBEARER with kcat (librdkafka's unsecured JWT) and kgo,
+// SCRAM-SHA-512 with Sarama and SCRAM-SHA-256 with kafkajs, each over SASL_SSL;
+// each produces and consumes, and a wrong password fails.
+func TestSASLOtherClients(t *testing.T) {
+	s := startSASLStack(t)
+	ctx := ctxT(t, 4*time.Minute)
+	adm := s.admin(t, 0)
+	if _, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{
+		{User: "sam", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "sam-pw"},
+		{User: "js", Mechanism: kadm.ScramSha256, Iterations: 4096, Password: "js-pw"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.ListenerAddrs["SASL_SSL"][1]
+
+	t.Run("kcat oauthbearer", func(t *testing.T) {
+		kcat := testenv.RequireBinary(t, "kcat")
+		kt := topicName("kcat-oauth")
+		conf := []string{"-b", addr, "-X", "security.protocol=SASL_SSL", "-X", "ssl.ca.location=" + s.ca.CertFile,
+			"-X", "sasl.mechanism=OAUTHBEARER", "-X", "enable.sasl.oauthbearer.unsecure.jwt=true", "-X", "sasl.oauthbearer.config=principal=olivia"}
+		runKcatInput(t, kcat, "a\nb\n", append([]string{"-P", "-t", kt, "-X", "acks=all"}, conf...)...)
+		out := runKcatInput(t, kcat, "", append([]string{"-C", "-t", kt, "-o", "beginning", "-c", "2", "-e", "-q"}, conf...)...)
+		if got := strings.Fields(out); strings.Join(got, ",") != "a,b" {
+			t.Fatalf("kcat OAUTHBEARER consumed %q", out)
+		}
+	})
+	t.Run("kgo oauthbearer", func(t *testing.T) {
+		enc := base64.RawURLEncoding.EncodeToString
+		tok := enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(fmt.Sprintf(`{"sub":"olivia","exp":%d}`, time.Now().Add(time.Hour).Unix()))) + "."
+		kt := topicName("kgo-oauth")
+		cl := s.client(t, 1, oauth.Auth{Token: tok}.AsMechanism(), kgo.DefaultProduceTopic(kt), kgo.AllowAutoTopicCreation(),
+			kgo.ConsumeTopics(kt), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("oauth")}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		fs := cl.PollFetches(ctx)
+		if fs.Err() != nil || len(fs.Records()) != 1 {
+			t.Fatalf("consume: %v %d", fs.Err(), len(fs.Records()))
+		}
+	})
+	t.Run("sarama scram-sha-512", func(t *testing.T) {
+		topic := topicName("sarama-sasl")
+		conf := func(pass string) *sarama.Config {
+			c := sarama.NewConfig()
+			c.Version = sarama.V3_0_0_0
+			c.Net.TLS.Enable, c.Net.TLS.Config = true, s.tls
+			c.Net.SASL.Enable, c.Net.SASL.Mechanism = true, sarama.SASLTypeSCRAMSHA512
+			c.Net.SASL.User, c.Net.SASL.Password = "sam", pass
+			c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &xdgSCRAM{hash: xdgscram.SHA512} }
+			c.Producer.Return.Successes = true
+			c.Producer.RequiredAcks = sarama.WaitForAll
+			c.Metadata.AllowAutoTopicCreation = true
+			return c
+		}
+		prod, err := sarama.NewSyncProducer([]string{addr}, conf("sam-pw"))
+		if err != nil {
+			t.Fatalf("sarama producer: %v", err)
+		}
+		for i := range 3 {
+			if _, _, err := prod.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(fmt.Sprint("sarama-", i))}); err != nil {
+				t.Fatalf("sarama send: %v", err)
+			}
+		}
+		_ = prod.Close()
+		cons, err := sarama.NewConsumer([]string{addr}, conf("sam-pw"))
+		if err != nil {
+			t.Fatalf("sarama consumer: %v", err)
+		}
+		defer cons.Close()
+		pc, err := cons.ConsumePartition(topic, 0, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatalf("sarama consume: %v", err)
+		}
+		defer pc.Close()
+		for i := range 3 {
+			select {
+			case m := <-pc.Messages():
+				if string(m.Value) != fmt.Sprint("sarama-", i) {
+					t.Fatalf("sarama read %q", m.Value)
+				}
+			case <-ctx.Done():
+				t.Fatal("sarama consumer: timed out")
+			}
+		}
+		if _, err := sarama.NewClient([]string{addr}, conf("wrong")); err == nil || !strings.Contains(err.Error(), "SASL") {
+			t.Fatalf("sarama with a wrong password: %v", err)
+		}
+	})
+	t.Run("kafkajs scram-sha-256", func(t *testing.T) {
+		node, dir := nodeScript(ctx, t, filepath.Join("kafkajs", "sasl.js"), "kafkajs@"+kafkajsVersion)
+		topic := topicName("kjs-sasl")
+		createTopic(t, adm, topic, 1, nil)
+		cmd := exec.CommandContext(ctx, node, "sasl.js")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "BROKERS="+addr, "TOPIC="+topic, "GROUP="+topicName("kjs-sasl-group"), "COUNT=3",
+			"CA_FILE="+s.ca.CertFile, "MECHANISM=scram-sha-256", "USERNAME=js", "PASSWORD=js-pw", "TIMEOUT_MS=120000")
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("kafkajs: %v\n%s", err, tailString(stderr.String(), 4000))
+		}
+		var res struct {
+			Consumed      []string `json:"consumed"`
+			WrongPassword string   `json:"wrongPassword"`
+		}
+		if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil {
+			t.Fatalf("kafkajs output %q: %v", stdout.String(), err)
+		}
+		sort.Strings(res.Consumed)
+		if strings.Join(res.Consumed, ",") != "kafkajs-0,kafkajs-1,kafkajs-2" {
+			t.Fatalf("kafkajs consumed %v", res.Consumed)
+		}
+		if !strings.Contains(res.WrongPassword, "KafkaJSSASLAuthenticationError") {
+			t.Fatalf("kafkajs with a wrong password: %s", res.WrongPassword)
+		}
+	})
+}
+
+// xdgSCRAM is Sarama's SCRAM client over github.com/xdg-go/scram (what Sarama's
+// examples use).
+type xdgSCRAM struct {
+	hash xdgscram.HashGeneratorFcn
+	conv *xdgscram.ClientConversation
+}
+
+func (x *xdgSCRAM) Begin(user, pass, authz string) error {
+	cl, err := x.hash.NewClient(user, pass, authz)
+	if err != nil {
+		return err
+	}
+	x.conv = cl.NewConversation()
+	return nil
+}
+
+func (x *xdgSCRAM) Step(challenge string) (string, error) { return x.conv.Step(challenge) }
+func (x *xdgSCRAM) Done() bool                            { return x.conv.Done() }
 
 // runKcatInput runs kcat with stdin and returns its stdout, failing the test on error.
 func runKcatInput(t *testing.T, kcat, stdin string, args ...string) string {

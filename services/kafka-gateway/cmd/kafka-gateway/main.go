@@ -58,8 +58,15 @@ func run() error {
 	var clientAuth string
 	fs.StringVar(&clientAuth, "tls-client-auth", "none", "client certificates on TLS listeners (Kafka ssl.client.auth): none, requested, required")
 	fs.StringVar(&cfg.SSLPrincipalMappingRules, "ssl-principal-mapping-rules", "", "Kafka ssl.principal.mapping.rules for client certificates on SSL listeners: RULE:regex/replacement/[LU],...,DEFAULT (default DEFAULT: the subject DN)")
-	fs.StringVar(&cfg.SASLMechanisms, "sasl-enabled-mechanisms", server.DefaultSASLMechanisms, "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
+	fs.StringVar(&cfg.SASLMechanisms, "sasl-enabled-mechanisms", "", "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (default "+server.DefaultSASLMechanisms+", plus OAUTHBEARER when a token validator is configured)")
 	fs.StringVar(&cfg.SASLUsersFile, "sasl-users-file", "", "static SASL users, one name:password a line (PLAIN and SCRAM)")
+	fs.BoolVar(&cfg.OAuthBearerUnsecured, "sasl-oauthbearer-unsecured", false, "OAUTHBEARER accepts unsigned tokens (alg none): tests and development only")
+	fs.StringVar(&cfg.OAuthBearerJWKSURL, "sasl-oauthbearer-jwks-endpoint-url", "", "OAUTHBEARER: JWKS of the token issuer (http, https or file URL; Kafka sasl.oauthbearer.jwks.endpoint.url)")
+	fs.StringVar(&cfg.OAuthBearerIssuer, "sasl-oauthbearer-expected-issuer", "", "OAUTHBEARER: required iss claim")
+	fs.StringVar(&cfg.OAuthBearerAudience, "sasl-oauthbearer-expected-audience", "", "OAUTHBEARER: accepted aud values, comma-separated")
+	fs.StringVar(&cfg.OAuthBearerSubClaim, "sasl-oauthbearer-sub-claim-name", "sub", "OAUTHBEARER: claim holding the principal name")
+	var jwksRefreshMs int64
+	fs.Int64Var(&jwksRefreshMs, "sasl-oauthbearer-jwks-endpoint-refresh-ms", 3600000, "OAUTHBEARER: how often the JWKS is fetched again, in ms")
 	var reauthMs int64
 	fs.Int64Var(&reauthMs, "connections-max-reauth-ms", 0, "longest SASL session before the client must re-authenticate (KIP-368), in ms; 0 = never")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -84,6 +91,7 @@ func run() error {
 	}
 	cfg.TLS.ClientAuth = tlsx.ClientAuth(clientAuth)
 	cfg.ConnectionsMaxReauth = time.Duration(reauthMs) * time.Millisecond
+	cfg.OAuthBearerJWKSRefresh = time.Duration(jwksRefreshMs) * time.Millisecond
 
 	log, err := obs.NewLogger("kafka-gateway", *level)
 	if err != nil {

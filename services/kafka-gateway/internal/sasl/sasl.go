@@ -20,10 +20,10 @@ import (
 
 // Mechanism names, as Kafka clients send them in SaslHandshake.
 const (
-	MechPlain   = "PLAIN"
-	ScramSHA256 = "SCRAM-SHA-256"
-	ScramSHA512 = "SCRAM-SHA-512"
-	OAuthBearer = "OAUTHBEARER"
+	MechPlain       = "PLAIN"
+	ScramSHA256     = "SCRAM-SHA-256"
+	ScramSHA512     = "SCRAM-SHA-512"
+	MechOAuthBearer = "OAUTHBEARER"
 )
 
 // Errors of the package.

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -86,7 +87,25 @@ func (s *Server) authenticator() (*sasl.Authenticator, error) {
 			mechs = append(mechs, sasl.NewPlain(chain))
 		case sasl.ScramSHA256, sasl.ScramSHA512:
 			mechs = append(mechs, sasl.NewScram(n, chain))
+		case sasl.MechOAuthBearer:
+			mechs = append(mechs, sasl.NewOAuthBearer(s.tokenValidator()))
 		}
 	}
 	return sasl.New(mechs...), nil
+}
+
+// tokenValidator is the configured OAUTHBEARER validator.
+func (s *Server) tokenValidator() sasl.TokenValidator {
+	if s.cfg.OAuthBearerUnsecured {
+		s.log.Warn("OAUTHBEARER accepts unsecured (unsigned) tokens: for tests only")
+		return sasl.Unsecured{SubClaim: s.cfg.OAuthBearerSubClaim}
+	}
+	var aud []string
+	for _, a := range strings.Split(s.cfg.OAuthBearerAudience, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			aud = append(aud, a)
+		}
+	}
+	return &sasl.JWKS{URL: s.cfg.OAuthBearerJWKSURL, Issuer: s.cfg.OAuthBearerIssuer, Audiences: aud,
+		SubClaim: s.cfg.OAuthBearerSubClaim, RefreshInterval: s.cfg.OAuthBearerJWKSRefresh}
 }

@@ -61,6 +61,19 @@ type Config struct {
 	// SASLUsersFile names a static users file ("name:password" lines, see
 	// sasl.LoadUsers) for PLAIN and SCRAM; "" = none.
 	SASLUsersFile string
+	// OAuthBearerUnsecured accepts unsigned OAUTHBEARER tokens (alg "none", Kafka's
+	// unsecured validator): tests and development only.
+	OAuthBearerUnsecured bool
+	// OAuthBearerJWKSURL is Kafka's sasl.oauthbearer.jwks.endpoint.url (http, https or
+	// file): OAUTHBEARER tokens must be JWTs signed by a key of that set.
+	OAuthBearerJWKSURL string
+	// OAuthBearerIssuer and OAuthBearerAudience (comma-separated) are Kafka's
+	// sasl.oauthbearer.expected.issuer / .expected.audience ("" = not checked).
+	OAuthBearerIssuer, OAuthBearerAudience string
+	// OAuthBearerSubClaim is sasl.oauthbearer.sub.claim.name ("" = "sub").
+	OAuthBearerSubClaim string
+	// OAuthBearerJWKSRefresh is sasl.oauthbearer.jwks.endpoint.refresh.ms (0 = 1 h).
+	OAuthBearerJWKSRefresh time.Duration
 	// ConnectionsMaxReauth is Kafka's connections.max.reauth.ms (KIP-368): the longest
 	// session a SASL authentication grants; 0 = sessions never expire.
 	ConnectionsMaxReauth time.Duration
@@ -175,14 +188,26 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// DefaultSASLMechanisms are the mechanisms enabled when SASLMechanisms is empty.
+// DefaultSASLMechanisms are the mechanisms enabled when SASLMechanisms is empty, plus
+// OAUTHBEARER when a token validator is configured.
 const DefaultSASLMechanisms = "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
+
+// oauthConfigured reports whether an OAUTHBEARER token validator is configured.
+func (c *Config) oauthConfigured() bool {
+	return c.OAuthBearerUnsecured || c.OAuthBearerJWKSURL != ""
+}
 
 // mechanisms parses SASLMechanisms.
 func (c *Config) mechanisms() ([]string, error) {
+	if c.OAuthBearerUnsecured && c.OAuthBearerJWKSURL != "" {
+		return nil, fmt.Errorf("%w: OAUTHBEARER: unsecured tokens and a JWKS URL exclude each other", ErrConfig)
+	}
 	spec := c.SASLMechanisms
 	if spec == "" {
 		spec = DefaultSASLMechanisms
+		if c.oauthConfigured() {
+			spec += "," + sasl.MechOAuthBearer
+		}
 	}
 	var out []string
 	for _, m := range strings.Split(spec, ",") {
@@ -192,8 +217,13 @@ func (c *Config) mechanisms() ([]string, error) {
 			continue
 		case sasl.MechPlain, sasl.ScramSHA256, sasl.ScramSHA512:
 			out = append(out, m)
+		case sasl.MechOAuthBearer:
+			if !c.oauthConfigured() {
+				return nil, fmt.Errorf("%w: OAUTHBEARER needs a token validator (a JWKS URL, or unsecured tokens for tests)", ErrConfig)
+			}
+			out = append(out, m)
 		default:
-			return nil, fmt.Errorf("%w: SASL mechanism %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", ErrConfig, m)
+			return nil, fmt.Errorf("%w: SASL mechanism %q is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", ErrConfig, m)
 		}
 	}
 	return out, nil

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -379,5 +382,36 @@ func TestPeersAdvertiseTheSameListener(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond) // poll interval
 		}
+	}
+}
+
+// TestOAuthBearerUnsecured: kgo authenticates with an unsecured token as its subject
+// on SASL_SSL; an expired token fails.
+func TestOAuthBearerUnsecured(t *testing.T) {
+	s := startSecure(t, func(c *Config) { c.OAuthBearerUnsecured = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	enc := base64.RawURLEncoding.EncodeToString
+	token := func(exp time.Time) string {
+		return enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(fmt.Sprintf(`{"sub":"carol","exp":%d}`, exp.Unix()))) + "."
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.srv.ListenerAddr("SASL_SSL")), kgo.DialTLSConfig(s.tlsConfig(t)),
+		kgo.SASL(oauth.Auth{Token: token(time.Now().Add(time.Hour))}.AsMechanism()),
+		kgo.DefaultProduceTopic("oauth"), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatalf("produce with a token: %v", err)
+	}
+	bad, err := kgo.NewClient(kgo.SeedBrokers(s.srv.ListenerAddr("SASL_SSL")), kgo.DialTLSConfig(s.tlsConfig(t)),
+		kgo.SASL(oauth.Auth{Token: token(time.Now().Add(-time.Hour))}.AsMechanism()), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, bad); err == nil {
+		t.Fatal("an expired token authenticated")
 	}
 }
