@@ -19,6 +19,10 @@
 // ≥ 3×). The cases the bars compare (both Tributary StreamingPull cases and pstest's
 // Pull+Acknowledge) run -rounds times in turn, and the table shows their medians.
 //
+// CPU time per message is printed for each process, for the default case and for the
+// wide one apart; -profile DIR also writes pprof CPU and allocs profiles of
+// pubsub-gateway and storage-core taken during each round's wide case.
+//
 // Run from tests/e2e: go run ./cmd/pubsubbench [-messages 50000] [-targets tributary,pstest,emulator]
 // It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
 // TRIBUTARY_TEST_NATS_URL); TRIBUTARY_BIN_DIR reuses prebuilt binaries.
@@ -30,7 +34,9 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -67,6 +73,10 @@ type config struct {
 	rounds          int
 	wideLimit       int
 	wideStreams     int
+	// profileDir, when set, receives CPU and allocation profiles of pubsub-gateway
+	// and storage-core taken over profileFor from the start of each round's wide case.
+	profileDir string
+	profileFor time.Duration
 }
 
 // The Go client's defaults behind the default case's ceiling (cloud.google.com/go/
@@ -83,6 +93,8 @@ type target struct {
 	// pids are the server processes whose CPU time the StreamingPull case reports
 	// (none: the server runs in this process).
 	pids []int
+	// httpAddrs are the pids' /debug/pprof addresses (-profile).
+	httpAddrs []string
 	// start, when set, starts the server just before the target's cases and returns
 	// its address and its stop.
 	start func(context.Context) (string, func(), error)
@@ -129,6 +141,9 @@ type result struct {
 	// cpuN messages in all.
 	cpu  []time.Duration
 	cpuN int
+	// wideCPU, wideCPUN: the same for the receives at -wide-limit.
+	wideCPU  []time.Duration
+	wideCPUN int
 	// pullCPU is this process's CPU time during the unary Pull+Acknowledge cases of
 	// pullN messages in all.
 	pullCPU time.Duration
@@ -153,6 +168,8 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of the cases the bars compare (tributary's StreamingPull at the defaults and at -wide-limit, pstest's Pull+Acknowledge), alternating; the table and the ratios use their medians")
 	flag.IntVar(&cfg.wideLimit, "wide-limit", 20000, "MaxOutstandingMessages of tributary's second StreamingPull case, where the limit does not bind")
 	flag.IntVar(&cfg.wideStreams, "wide-streams", 4, "streams (the Go client's NumGoroutines) of tributary's second StreamingPull case; each holds -wide-limit")
+	flag.StringVar(&cfg.profileDir, "profile", "", "directory for CPU and allocs profiles of pubsub-gateway and storage-core, taken over -profile-for from the start of each of tributary's wide cases, one file per round (give -messages enough to last that long; go tool pprof merges the rounds' files)")
+	flag.DurationVar(&cfg.profileFor, "profile-for", 3*time.Second, "length of the -profile window")
 	flag.Parse()
 	if cfg.pullMessages <= 0 {
 		cfg.pullMessages = cfg.messages
@@ -186,7 +203,8 @@ func run(cfg config) error {
 				fmt.Fprintln(os.Stderr, "close stack:", err)
 			}
 		}()
-		targets = append(targets, target{name: "tributary", addr: s.PubSubAddrs[0], pids: []int{s.PubSub[0].Pid(), s.Storage.Pid()}})
+		targets = append(targets, target{name: "tributary", addr: s.PubSubAddrs[0], pids: []int{s.PubSub[0].Pid(), s.Storage.Pid()},
+			httpAddrs: []string{s.PubSub[0].HTTPAddr, s.Storage.HTTPAddr}})
 	}
 	if want["pstest"] {
 		targets = append(targets, target{name: "pstest", fresh: func() (string, func()) {
@@ -222,6 +240,7 @@ func run(cfg config) error {
 			w := streaming(cctx, cfg, tg, cfg.wideLimit)
 			if r.err = w.err; w.err == nil {
 				r.wideRates = w.rates
+				r.addWide(w)
 			}
 		}
 		if r.err == nil {
@@ -255,6 +274,7 @@ func run(cfg config) error {
 					w := streaming(cctx, cfg, tg, cfg.wideLimit)
 					if r.err = w.err; w.err == nil {
 						r.wideRates = append(r.wideRates, w.rates...)
+						r.addWide(w)
 					}
 				}
 			} else {
@@ -307,6 +327,13 @@ func run(cfg config) error {
 			parts = append(parts, fmt.Sprintf("%.1f %s", perMessage(r.cpu[i], r.cpuN), name))
 		}
 		fmt.Printf("%-10s %s; Pull+Ack %.1f this process\n", tg.name, strings.Join(parts, ", "), perMessage(r.pullCPU, r.pullN))
+		if len(r.wideCPU) > 0 {
+			parts = parts[:0]
+			for i, name := range tg.cpuNames() {
+				parts = append(parts, fmt.Sprintf("%.1f %s", perMessage(r.wideCPU[i], r.wideCPUN), name))
+			}
+			fmt.Printf("%-10s at MaxOutstandingMessages %d on %d streams: %s\n", "", cfg.wideLimit, cfg.wideStreams, strings.Join(parts, ", "))
+		}
 	}
 	ours, ok1 := results["tributary"]
 	ps, ok2 := results["pstest"]
@@ -346,6 +373,67 @@ func (r *result) addStreaming(s result) {
 		r.cpu[i] += s.cpu[i]
 	}
 	r.cpuN += s.cpuN
+}
+
+// addWide adds the CPU time of a receive at -wide-limit to r.
+func (r *result) addWide(w result) {
+	if r.wideCPU == nil {
+		r.wideCPU = make([]time.Duration, len(w.cpu))
+	}
+	for i := range r.wideCPU {
+		r.wideCPU[i] += w.cpu[i]
+	}
+	r.wideCPUN += w.cpuN
+}
+
+// profiles counts the -profile windows taken (each round's wide case has one).
+var profiles atomic.Int32
+
+// profile starts taking a CPU and an allocs profile (over cfg.profileFor) of each of
+// tg's processes into cfg.profileDir and returns a wait for them.
+func profile(cfg config, tg target) func() {
+	if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return nil
+	}
+	names := tg.cpuNames()
+	round := profiles.Add(1)
+	var wg sync.WaitGroup
+	sec := max(1, int(cfg.profileFor.Seconds()))
+	for i, addr := range tg.httpAddrs {
+		for _, kind := range []string{"profile", "allocs"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := fmt.Sprintf("%s/%s.%s.%d.pb.gz", cfg.profileDir, names[i], kind, round)
+				if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, sec), path); err != nil {
+					fmt.Fprintln(os.Stderr, "profile:", err)
+				}
+			}()
+		}
+	}
+	return wg.Wait
+}
+
+// fetchProfile writes what url answers to path.
+func fetchProfile(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // median returns the median of xs (the mean of the middle two for an even count), or 0.
@@ -524,7 +612,14 @@ func streaming(ctx context.Context, cfg config, tg target, limit int) result {
 	if limit == cfg.wideLimit {
 		streams = cfg.wideStreams
 	}
+	var profiled func()
+	if limit == cfg.wideLimit && cfg.profileDir != "" && len(tg.httpAddrs) > 0 {
+		profiled = profile(cfg, tg)
+	}
 	n, last, _, err := receiveN(sctx, c, sub, cfg.messages, limit, streams, nil)
+	if profiled != nil {
+		profiled()
+	}
 	for i, t := range cpuTimes(pids) {
 		r.cpu = append(r.cpu, t-cpu0[i])
 	}
