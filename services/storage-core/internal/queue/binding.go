@@ -32,6 +32,10 @@ type binding struct {
 	srcCreated int64        // the source log's creation time (0: not recorded)
 	cursor     atomic.Int64 // next source sequence to look at
 
+	// appended holds a copied chunk as the queue log's records, for loadAppended
+	// (pump goroutine only).
+	appended []store.Record
+
 	ckptCursor int64 // last checkpointed cursor (pump goroutine only)
 	ckptHW     int64 // queue log high watermark of that checkpoint (pump goroutine only)
 	ckptAt     time.Time
@@ -205,9 +209,12 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 		if len(chunk) == 0 {
 			return nil
 		}
-		_, _, err := b.q.log.Append(chunk)
+		res, _, err := b.q.log.Append(chunk)
 		if err == nil {
 			met.Copied.Add(float64(len(chunk)))
+			if res.LogAppendTime < 0 && !res.Duplicate {
+				b.loadAppended(res.BaseOffset, chunk)
+			}
 		}
 		chunk, size = chunk[:0], 0
 		return err
@@ -247,6 +254,22 @@ func (b *binding) copy(recs []store.Record) (int64, error) {
 		return chunkStart, err
 	}
 	return 0, nil
+}
+
+// loadAppended hands the chunk just appended at queue offset base to the window
+// (Queue.loadAppended), as the records a read of the queue log would decode: offsets
+// from base, the timestamps stored, no producer. The window copies what it takes.
+func (b *binding) loadAppended(base int64, chunk []store.NewRecord) {
+	recs := b.appended[:0]
+	for i, r := range chunk {
+		recs = append(recs, store.Record{
+			Offset: base + int64(i), Timestamp: r.Timestamp, Key: r.Key, Value: r.Value,
+			Headers: r.Headers, ProducerID: -1, ProducerEpoch: -1,
+		})
+	}
+	b.q.loadAppended(recs)
+	clear(recs) // the source read's buffer, not kept
+	b.appended = recs[:0]
 }
 
 // rewind moves the cursor back to cur and checkpoints it, lowering the stored one

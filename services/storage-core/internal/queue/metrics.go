@@ -10,6 +10,7 @@ type Metrics struct {
 	Expired      prometheus.Counter
 	DeadLettered prometheus.Counter
 	Copied       prometheus.Counter
+	CopyLoaded   prometheus.Counter
 	Filtered     prometheus.Counter
 	Dropped      prometheus.Counter
 	StateCommits prometheus.Counter
@@ -27,12 +28,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Expired:      c("expired_leases_total", "Leases that ended at their deadline."),
 		DeadLettered: c("dead_lettered_total", "Messages appended to a dead-letter log."),
 		Copied:       c("binding_copied_total", "Source records copied into queues by bindings."),
+		CopyLoaded:   c("binding_loaded_total", "Copied records loaded into their queue's window as they were appended, without reading them back from the queue log."),
 		Filtered:     c("binding_filtered_total", "Source records a binding's filter left out."),
 		Dropped:      c("retention_dropped_total", "Unacked messages dropped past message_retention_ms."),
 		StateCommits: c("state_commits_total", "Transactions committed to queues.db (each one fsync, shared by the changes waiting)."),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Deliveries, m.Acks, m.Nacks, m.Expired, m.DeadLettered, m.Copied, m.Filtered, m.Dropped, m.StateCommits)
+		reg.MustRegister(m.Deliveries, m.Acks, m.Nacks, m.Expired, m.DeadLettered, m.Copied, m.CopyLoaded, m.Filtered, m.Dropped, m.StateCommits)
 	}
 	return m
 }
