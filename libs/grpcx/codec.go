@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -26,19 +27,40 @@ import (
 // pool, does not zero a buffer before handing it out. That is safe for gRPC's uses:
 // the transport reads a whole frame into the buffer, the codec marshals or copies a
 // whole message into it, so every byte is written before it is read.
+//
+// Buffers of keepMinShift and up are first kept on their tier's free list (keep), up
+// to keepBudget bytes over all tiers, which garbage collection does not empty: a
+// sync.Pool drops what it holds within two collections, and a process moving MiB-sized
+// messages with a small live heap collects often, so its 1-4 MiB buffers were mostly
+// allocated afresh (and zeroed, and their pages faulted in): 13% of pubsub-gateway's
+// CPU under StreamingPull went to that.
 type bufferPool struct {
 	tiers [poolTiers]sync.Pool
+	keep  [poolTiers]chan *[]byte
+	kept  atomic.Int64 // bytes on the keep lists
 }
 
 const (
 	poolMinShift = 8  // 256 B: smaller buffers are not pooled by gRPC anyway
 	poolMaxShift = 26 // 64 MiB: larger ones are allocated and dropped
 	poolTiers    = poolMaxShift - poolMinShift + 1
+	keepMinShift = 16       // 64 KiB
+	keepBudget   = 64 << 20 // bytes the keep lists may hold
 )
+
+func newBufferPool() *bufferPool {
+	p := &bufferPool{}
+	for t := keepMinShift - poolMinShift; t < poolTiers; t++ {
+		if n := keepBudget >> (t + poolMinShift); n >= 4 { // up to 16 MiB buffers
+			p.keep[t] = make(chan *[]byte, n)
+		}
+	}
+	return p
+}
 
 // BufferPool is the pool the internal bus uses for transport and codec buffers
 // (see ServerOptions and DialOptions).
-var BufferPool mem.BufferPool = &bufferPool{}
+var BufferPool mem.BufferPool = newBufferPool()
 
 // tier returns the index of the smallest tier holding size bytes, or -1 when size
 // is above the largest tier.
@@ -59,6 +81,15 @@ func (p *bufferPool) Get(size int) *[]byte {
 		b := make([]byte, size)
 		return &b
 	}
+	if keep := p.keep[t]; keep != nil {
+		select {
+		case bp := <-keep:
+			p.kept.Add(-int64(cap(*bp)))
+			*bp = (*bp)[:size]
+			return bp
+		default:
+		}
+	}
 	if bp, ok := p.tiers[t].Get().(*[]byte); ok {
 		*bp = (*bp)[:size]
 		return bp
@@ -72,6 +103,16 @@ func (p *bufferPool) Put(bp *[]byte) {
 	t := tier(c)
 	if t < 0 || c != 1<<(t+poolMinShift) {
 		return // not one of ours (or above the largest tier): let the GC have it
+	}
+	if keep := p.keep[t]; keep != nil {
+		if p.kept.Add(int64(c)) <= keepBudget {
+			select {
+			case keep <- bp:
+				return
+			default:
+			}
+		}
+		p.kept.Add(-int64(c))
 	}
 	p.tiers[t].Put(bp)
 }

@@ -2,6 +2,7 @@ package grpcx
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -32,6 +33,37 @@ func TestBufferPoolTiers(t *testing.T) {
 	BufferPool.Put(&b)
 	if got := BufferPool.Get(300); cap(*got) != 512 {
 		t.Fatalf("Get(300) after a foreign Put: cap %d", cap(*got))
+	}
+}
+
+// TestBufferPoolKeepsLargeBuffers: a large buffer put back is handed out again after
+// garbage collections (which empty a sync.Pool), and the keep lists never hold more
+// than keepBudget bytes.
+func TestBufferPoolKeepsLargeBuffers(t *testing.T) {
+	p := newBufferPool()
+	bp := p.Get(3 << 20)
+	first := &(*bp)[0]
+	p.Put(bp)
+	runtime.GC()
+	runtime.GC()
+	runtime.GC()
+	if again := p.Get(3 << 20); &(*again)[0] != first {
+		t.Fatal("a 3 MiB buffer put back was not handed out again after garbage collections")
+	}
+	var held []*[]byte
+	for range 2 * keepBudget / (1 << 20) {
+		held = append(held, p.Get(1<<20))
+	}
+	for _, bp := range held {
+		p.Put(bp)
+	}
+	if k := p.kept.Load(); k > keepBudget || k < keepBudget/2 {
+		t.Fatalf("keep lists hold %d bytes after %d MiB were put back, want at most the budget %d and most of it", k, len(held), keepBudget)
+	}
+	// Small buffers are only in the sync.Pool.
+	p.Put(p.Get(1 << 10))
+	if k := p.kept.Load(); k > keepBudget {
+		t.Fatalf("keep lists hold %d bytes", k)
 	}
 }
 
