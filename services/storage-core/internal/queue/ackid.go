@@ -18,13 +18,19 @@ type ackID struct {
 }
 
 func (a ackID) String() string {
-	b := make([]byte, 0, 40)
+	return string(a.appendTo(make([]byte, 0, maxAckIDLen)))
+}
+
+// maxAckIDLen is the longest ack id String writes: three runs of 16 hex digits.
+const maxAckIDLen = 3*16 + 2
+
+// appendTo appends a's String to b.
+func (a ackID) appendTo(b []byte) []byte {
 	b = strconv.AppendUint(b, a.inc, 16)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, a.off, 16)
 	b = append(b, '.')
-	b = strconv.AppendUint(b, a.lease, 16)
-	return string(b)
+	return strconv.AppendUint(b, a.lease, 16)
 }
 
 // parseAckID parses an ack id; ok is false for anything that is not one.

@@ -669,6 +669,11 @@ func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64, exa
 	n := min(maxMsgs, max(len(q.pending)-q.tombs-q.leased-q.blockedLocked(), 0))
 	out = make([]Delivery, 0, n)
 	leased := make([]*msg, 0, n)
+	// The ack ids are written into one buffer and made strings by one copy at the end
+	// (two allocations per delivery were a tenth of leaseLocked's cost); ids[i] ends
+	// at idEnds[i].
+	var ids []byte
+	var idEnds []int
 	event := func(t int64) {
 		if t > now && (nextEvent == 0 || t < nextEvent) {
 			nextEvent = t
@@ -753,15 +758,23 @@ scan:
 		m.deadline = now + leaseMs
 		q.leased++
 		size += m.size
-		out = append(out, Delivery{
-			AckID:  ackID{inc: q.meta.Incarnation, off: m.off, lease: m.lease}.String(),
-			Record: m.rec, Source: m.source, SourceSeq: m.srcSeq, Attempt: m.attempts,
-		})
+		if ids == nil {
+			ids = make([]byte, 0, n*maxAckIDLen)
+			idEnds = make([]int, 0, n)
+		}
+		ids = ackID{inc: q.meta.Incarnation, off: m.off, lease: m.lease}.appendTo(ids)
+		idEnds = append(idEnds, len(ids))
+		out = append(out, Delivery{Record: m.rec, Source: m.source, SourceSeq: m.srcSeq, Attempt: m.attempts})
 		m.notBefore = 0
 		leased = append(leased, m)
 	}
 	if i == len(q.pending) && i > start {
 		markRun(q.pending[i-1])
+	}
+	all, from := string(ids), 0
+	for k, end := range idEnds {
+		out[k].AckID = all[from:end]
+		from = end
 	}
 	if busyRun {
 		switch {
