@@ -409,7 +409,7 @@ func TestModAckCoalescing(t *testing.T) {
 		t.Fatal("an expired lease stayed in the window")
 	}
 	for _, id := range []string{"a", "b"} {
-		if d := s.outstanding[id].deadline; !d.Equal(now.Add(time.Minute)) {
+		if d := s.outstanding[id].until(); !d.Equal(now.Add(time.Minute)) {
 			t.Errorf("%s's deadline %v, want %v", id, d, now.Add(time.Minute))
 		}
 	}

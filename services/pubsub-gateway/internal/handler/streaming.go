@@ -148,11 +148,17 @@ func (h *Subscriber) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) e
 // errStreamClosed is returned by send once the stream's handler has returned.
 var errStreamClosed = errors.New("stream closed")
 
-// lease is one message delivered on a stream and not yet known to be settled.
+// lease is one message delivered on a stream and not yet known to be settled: its
+// flow-control bytes and its deadline (Unix ns; until). Two words without pointers: a
+// map slot of 32 bytes, not 48 with a time.Time, for maps of thousands that each
+// stream fills and grows (tracking leases took about a seventh of the gateway's CPU
+// under StreamingPull).
 type lease struct {
 	bytes    int64
-	deadline time.Time
+	deadline int64
 }
+
+func (l lease) until() time.Time { return time.Unix(0, l.deadline) }
 
 type stream struct {
 	h     *Subscriber
@@ -395,8 +401,8 @@ func (s *stream) unreserve(msgs int32, bytes int64) {
 func (s *stream) earliestLocked() time.Time {
 	var next time.Time
 	for _, l := range s.outstanding {
-		if next.IsZero() || l.deadline.Before(next) {
-			next = l.deadline
+		if d := l.until(); next.IsZero() || d.Before(next) {
+			next = d
 		}
 	}
 	return next
@@ -470,13 +476,13 @@ func (s *stream) refreshLeases(ctx context.Context) {
 	for id, l := range s.outstanding {
 		d, asked := answers[id]
 		switch {
-		case asked && d == 0, !asked && now.After(l.deadline):
+		case asked && d == 0, !asked && now.After(l.until()):
 			s.forgetLocked(id, l)
 		case asked:
 			// Next looked at no sooner than leaseRecheck from now: the deadline is
 			// storage-core's clock, and its expiry is announced by the sweep anyway.
-			l.deadline = time.UnixMilli(d)
-			if soon := now.Add(leaseRecheck); l.deadline.Before(soon) {
+			l.deadline = time.UnixMilli(d).UnixNano()
+			if soon := now.Add(leaseRecheck).UnixNano(); l.deadline < soon {
 				l.deadline = soon
 			}
 			s.outstanding[id] = l
@@ -755,7 +761,7 @@ func (s *stream) track(id string, size int64, until time.Time) {
 }
 
 func (s *stream) trackLocked(id string, size int64, until time.Time) {
-	s.outstanding[id] = lease{bytes: size, deadline: until}
+	s.outstanding[id] = lease{bytes: size, deadline: until.UnixNano()}
 	if s.nextBound.IsZero() || until.Before(s.nextBound) {
 		s.nextBound = until
 	}
@@ -870,8 +876,9 @@ func (b *streamBook) done(queue string, ids []string) (untracked []string) {
 
 // extend moves the deadline of ack ids of queue.
 func (b *streamBook) extend(queue string, ids []string, until time.Time) {
+	ns := until.UnixNano()
 	b.visit(queue, ids, func(s *stream, id string, l lease) {
-		l.deadline = until
+		l.deadline = ns
 		s.outstanding[id] = l
 		if until.Before(s.nextBound) {
 			s.nextBound = until // a shorter deadline than the stream knew

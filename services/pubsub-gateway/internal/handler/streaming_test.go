@@ -222,10 +222,10 @@ func TestStreamRefreshLeases(t *testing.T) {
 	if untracked := h.streams.done("gcp.sub.s", []string{"acked-elsewhere"}); len(untracked) != 1 {
 		t.Fatal("a lease ended elsewhere is still tracked by the stream")
 	}
-	if d := s.outstanding["kept"].deadline; !d.Equal(now.Add(time.Minute)) {
+	if d := s.outstanding["kept"].until(); !d.Equal(now.Add(time.Minute)) {
 		t.Fatalf("kept's deadline %v, want storage-core's %v", d, now.Add(time.Minute))
 	}
-	if d := s.outstanding["soon"].deadline; d.Before(now.Add(leaseRecheck)) {
+	if d := s.outstanding["soon"].until(); d.Before(now.Add(leaseRecheck)) {
 		t.Fatalf("soon is looked at again at %v, before the recheck", d)
 	}
 	q.fail = true
@@ -458,7 +458,7 @@ func TestStreamBookSeveralStreams(t *testing.T) {
 		}
 	}
 	h.streams.extend("gcp.sub.s", []string{"a3"}, now.Add(time.Hour))
-	if d := a.outstanding["a3"].deadline; !d.Equal(now.Add(time.Hour)) {
+	if d := a.outstanding["a3"].until(); !d.Equal(now.Add(time.Hour)) {
 		t.Fatalf("a3's deadline %v after the extension", d)
 	}
 	h.streams.drop(a)
