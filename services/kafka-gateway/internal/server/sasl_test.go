@@ -31,7 +31,7 @@ type secureStack struct {
 	ca *tlsxtest.CA
 }
 
-func startSecure(t *testing.T, mod func(*Config)) *secureStack {
+func startSecure(t testing.TB, mod func(*Config)) *secureStack {
 	t.Helper()
 	ca := tlsxtest.NewCA(t)
 	cert, key := ca.Issue(t, "gateway", "kafka-gateway")
@@ -50,7 +50,7 @@ func startSecure(t *testing.T, mod func(*Config)) *secureStack {
 	return &secureStack{stack: s, ca: ca}
 }
 
-func (s *secureStack) tlsConfig(t *testing.T) *tls.Config {
+func (s *secureStack) tlsConfig(t testing.TB) *tls.Config {
 	t.Helper()
 	cfg, err := tlsx.Client{CAFile: s.ca.CertFile}.Config()
 	if err != nil {

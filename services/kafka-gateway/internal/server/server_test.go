@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
@@ -29,7 +30,7 @@ type stack struct {
 }
 
 // startServer runs a gateway over fakes and stops it when the test ends.
-func startServer(t *testing.T, mod func(*Config)) *stack {
+func startServer(t testing.TB, mod func(*Config)) *stack {
 	t.Helper()
 	st := fake.NewStorage()
 	co := fake.NewCoordinator(st)
@@ -45,7 +46,12 @@ func startServer(t *testing.T, mod func(*Config)) *stack {
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv, err := New(cfg, zaptest.NewLogger(t))
+	log := zap.NewNop()
+	if _, fuzz := t.(*testing.F); !fuzz {
+		// A fuzz target may not log through its *testing.F.
+		log = zaptest.NewLogger(t)
+	}
+	srv, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
