@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,15 +29,45 @@ func TestKillStorageDuringProduce(t *testing.T) { killDuringProduce(t, stack.Sto
 func TestKillGatewayDuringProduce(t *testing.T) { killDuringProduce(t, stack.KafkaGateway+"-0") }
 
 func killDuringProduce(t *testing.T, victim string) {
-	const n = 50_000
-	s := stack.StartT(t, stack.Options{})
-	topic := topicName("kill")
-	createTopic(t, newAdmin(t, s.KafkaAddrs), topic, 3, nil)
+	killDuringProduceWith(t, victim, killPlan{})
+}
 
-	cl := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic),
-		kgo.ProduceRequestTimeout(5*time.Second),
-		kgo.RetryTimeout(2*time.Minute),
-		kgo.MaxBufferedRecords(2000))
+// killPlan varies killDuringProduce: the stack, partitions (default 3), records
+// (default 50,000) and their value padding, an extra condition to reach before the
+// kill, what to do to the files while the victim is down and after the checks.
+type killPlan struct {
+	opts       stack.Options
+	partitions int32
+	n          int
+	pad        int
+	ready      func(s *stack.Stack) bool
+	readyWhat  string
+	whileDown  func(t *testing.T, s *stack.Stack)
+	after      func(t *testing.T, s *stack.Stack)
+	// pace, when set, is a pause after every 100 records handed to the producer, so
+	// the run outlasts ready.
+	pace time.Duration
+	// clientOpts are added to the producer's options.
+	clientOpts []kgo.Opt
+}
+
+func killDuringProduceWith(t *testing.T, victim string, plan killPlan) {
+	n := plan.n
+	if n == 0 {
+		n = 50_000
+	}
+	if plan.partitions == 0 {
+		plan.partitions = 3
+	}
+	s := stack.StartT(t, plan.opts)
+	topic := topicName("kill")
+	createTopic(t, newAdmin(t, s.KafkaAddrs), topic, plan.partitions, nil)
+	pad := strings.Repeat("p", plan.pad)
+
+	cl := newClient(t, s.KafkaAddrs, append([]kgo.Opt{kgo.DefaultProduceTopic(topic),
+		kgo.ProduceRequestTimeout(5 * time.Second),
+		kgo.RetryTimeout(2 * time.Minute),
+		kgo.MaxBufferedRecords(2000)}, plan.clientOpts...)...)
 	ctx := ctxT(t, 4*time.Minute)
 
 	var (
@@ -46,10 +77,13 @@ func killDuringProduce(t *testing.T, victim string) {
 		ackedCount atomic.Int64
 		finished   atomic.Int64
 	)
-	value := func(i int) string { return "kill-" + strconv.Itoa(i) }
+	value := func(i int) string { return "kill-" + strconv.Itoa(i) + pad }
 	go func() {
 		for i := 0; i < n; i++ {
 			i := i
+			if plan.pace > 0 && i%100 == 99 {
+				time.Sleep(plan.pace) // the scenario's produce rate
+			}
 			cl.Produce(ctx, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i%997), Value: []byte(value(i))}, func(r *kgo.Record, err error) {
 				defer finished.Add(1)
 				mu.Lock()
@@ -65,6 +99,9 @@ func killDuringProduce(t *testing.T, victim string) {
 	}()
 
 	waitFor(t, 60*time.Second, "5,000 acknowledged records before the kill", func() bool { return ackedCount.Load() >= 5000 })
+	if plan.ready != nil {
+		waitFor(t, 2*time.Minute, plan.readyWhat, func() bool { return plan.ready(s) })
+	}
 	if err := s.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s: %v", victim, err)
 	}
@@ -79,6 +116,9 @@ func killDuringProduce(t *testing.T, victim string) {
 		t.Fatalf("all %d records were acknowledged before the kill; the test needs a longer run", n)
 	}
 
+	if plan.whileDown != nil {
+		plan.whileDown(t, s)
+	}
 	// Leave it down for a second (part of the scenario, not a readiness wait).
 	time.Sleep(time.Second)
 	ackedWhileDown := ackedCount.Load() - int64(len(ackedBeforeKill))
@@ -90,7 +130,7 @@ func killDuringProduce(t *testing.T, victim string) {
 	t.Logf("%s restarted; %d acknowledgements arrived while it was down (responses in flight at the kill)", victim, ackedWhileDown)
 
 	// The producer must finish on its own.
-	waitFor(t, 3*time.Minute, "every produce promise to complete after the restart", func() bool { return finished.Load() == n })
+	waitFor(t, 3*time.Minute, "every produce promise to complete after the restart", func() bool { return finished.Load() == int64(n) })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(failed) > 0 {
@@ -143,6 +183,9 @@ func killDuringProduce(t *testing.T, victim string) {
 	}
 	if len(recs) != n {
 		t.Errorf("stored %d records, want %d", len(recs), n)
+	}
+	if plan.after != nil {
+		plan.after(t, s)
 	}
 }
 

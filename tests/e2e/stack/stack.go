@@ -98,6 +98,11 @@ type Stack struct {
 	closeErr  error
 }
 
+// StorageWALEnv set to 1 starts every storage-core with --wal (the node write-ahead
+// log, issue 16 step 1), except those with an --fsync interval, so the suite runs
+// against WAL mode: TRIBUTARY_E2E_STORAGE_WAL=1 go test -run TestKill .
+const StorageWALEnv = "TRIBUTARY_E2E_STORAGE_WAL"
+
 // Start creates the database and directories, then starts storage-core, coordinator
 // and the gateways in that order, each waited on until /readyz answers 200. On error
 // everything started is torn down and the error carries the failing process's log tail.
@@ -110,6 +115,9 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}
 	if opts.Fsync == "" {
 		opts.Fsync = "always"
+	}
+	if os.Getenv(StorageWALEnv) == "1" && opts.Fsync == "always" {
+		opts.StorageFlags = append([]string{"--wal"}, opts.StorageFlags...)
 	}
 	if opts.LogLevel == "" {
 		opts.LogLevel = "info"

@@ -32,6 +32,8 @@ func run() error {
 	fs.StringVar(&cfg.DataDir, "data-dir", "./run/data/storage", "data directory")
 	fs.StringVar(&cfg.Fsync, "fsync", "always", "always (fsync before ack, group commit) or interval=<duration>")
 	grpcx.RegisterServerFlags(fs, &cfg.Security)
+	fs.BoolVar(&cfg.WAL, "wal", false, "node write-ahead log: appends of all channels share one fsync, segments are fsynced in the background (needs --fsync=always)")
+	fs.Int64Var(&cfg.WALFileBytes, "wal-file-bytes", 64<<20, "with --wal: size at which a write-ahead log file is closed and a new one started (at least 1 MiB)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "storage-core", os.Args[1:]); err != nil {
 		return err

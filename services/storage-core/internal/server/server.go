@@ -33,6 +33,12 @@ type Config struct {
 	// Fsync is "always" (fsync before every acknowledgement, group commit) or
 	// "interval=<duration>" (acknowledge after the write, fsync in the background).
 	Fsync string
+	// WAL turns on the node write-ahead log (--wal; issue 16 step 1): appends of all
+	// channels share one fsync of the WAL, segments are fsynced in the background.
+	// Needs Fsync "always".
+	WAL bool
+	// WALFileBytes is the size WAL files roll at (--wal-file-bytes); 0 = 64 MiB.
+	WALFileBytes int64
 	// RetentionInterval overrides how often retention runs (0 = 30 s); for tests.
 	RetentionInterval time.Duration
 	// Queues configures the queue engine (tests: clock, sweep interval).
@@ -78,8 +84,15 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return fmt.Errorf("%w: --data-dir is empty", ErrConfig)
 	}
-	if _, err := c.FsyncInterval(); err != nil {
+	d, err := c.FsyncInterval()
+	if err != nil {
 		return err
+	}
+	if c.WAL && d > 0 {
+		return fmt.Errorf("%w: --wal fsyncs the write-ahead log before every acknowledgement; it does not take --fsync=%s", ErrConfig, c.Fsync)
+	}
+	if c.WALFileBytes != 0 && c.WALFileBytes < 1<<20 {
+		return fmt.Errorf("%w: --wal-file-bytes=%d: at least 1048576", ErrConfig, c.WALFileBytes)
 	}
 	return c.Security.Validate()
 }
@@ -109,7 +122,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	interval, _ := cfg.FsyncInterval()
 	reg := obs.NewRegistry()
 	m := store.NewMetrics(reg)
-	st, err := store.Open(cfg.DataDir, store.Options{FsyncInterval: interval, RetentionInterval: cfg.RetentionInterval, Metrics: m}, log.Named("store"))
+	st, err := store.Open(cfg.DataDir, store.Options{FsyncInterval: interval, WAL: cfg.WAL, WALFileBytes: cfg.WALFileBytes, RetentionInterval: cfg.RetentionInterval, Metrics: m}, log.Named("store"))
 	if err != nil {
 		return nil, fmt.Errorf("open data dir: %w", err)
 	}

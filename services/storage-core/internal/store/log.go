@@ -71,6 +71,9 @@ type Log struct {
 
 	notifyMu sync.Mutex
 	notify   chan struct{}
+
+	// wal is the channel's state in the node write-ahead log (WAL mode; walmode.go).
+	wal walLog
 }
 
 // Name is the channel name.
@@ -135,6 +138,7 @@ func openLog(st *Store, dir string) (*Log, error) {
 		l.kind = KindLog
 	}
 	l.syncCond = sync.NewCond(&l.syncMu)
+	l.wal.l, l.wal.group = l, m.Group
 	eff := m.Config.Effective()
 	l.cfg.Store(&eff)
 
@@ -202,7 +206,7 @@ func openLog(st *Store, dir string) (*Log, error) {
 			l.segs = append(l.segs, s)
 			continue
 		}
-		s, truncated, nbad, err := recoverActive(path, b, visit)
+		s, truncated, nbad, err := recoverActive(path, b, st.walCutFrom(m.Group), visit)
 		if err != nil {
 			l.closeFiles()
 			return nil, err
@@ -254,7 +258,7 @@ func (l *Log) closeFiles() {
 }
 
 func (l *Log) writeMetaLocked() error {
-	m := &meta{Name: l.name, Config: l.raw, CreatedMs: l.createdMs, LogStartOffset: l.logStart.Load()}
+	m := &meta{Name: l.name, Config: l.raw, CreatedMs: l.createdMs, LogStartOffset: l.logStart.Load(), Group: l.wal.group}
 	if l.kind == KindQueue {
 		m.Kind = KindQueue
 	}
@@ -480,6 +484,9 @@ func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64, ctrl *control
 	if interval {
 		return res, 0, nil
 	}
+	if l.st.wal != nil {
+		return l.walAppendLocked(b, res, hwMark{next: off, segBase: seg.base, pos: pos + int64(len(b))})
+	}
 	return res, off, nil
 }
 
@@ -634,6 +641,9 @@ func (l *Log) waitDurable(target int64) error {
 // ErrClosed: close fsyncs the active segment itself (when it is not fenced), and a
 // file it closed under the leader's fsync is no disk failure.
 func (l *Log) syncTo(target int64) error {
+	if l.st.wal != nil {
+		return l.walWait(target)
+	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	for l.durable < target {

@@ -120,6 +120,10 @@ type meta struct {
 	Config         ChannelConfig `json:"config"`
 	CreatedMs      int64         `json:"created_ms"`
 	LogStartOffset int64         `json:"log_start_offset"`
+	// Group is the channel's group id in the node write-ahead log (WAL mode, issue
+	// 16); 0 = none yet. A channel created again under a name gets a new one, so the
+	// WAL's entries of the deleted channel never reach it.
+	Group uint64 `json:"group,omitempty"`
 }
 
 const metaFile = "meta.json"

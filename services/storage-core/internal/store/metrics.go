@@ -13,6 +13,10 @@ type Metrics struct {
 	// TailTruncations counts torn tails cut at start (one per segment, not per batch).
 	TailTruncations  prometheus.Counter
 	RetentionDeleted prometheus.Counter
+	// WALFsyncs and WALFsyncSeconds: fsync rounds of the node write-ahead log (WAL
+	// mode); GroupCommitSize then counts records per round.
+	WALFsyncs       prometheus.Counter
+	WALFsyncSeconds prometheus.Histogram
 }
 
 // NewMetrics creates the engine collectors and registers them on reg (when non-nil).
@@ -36,9 +40,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "tributary_storage_tail_truncations_total", Help: "Torn tails truncated at start (one per segment cut, however many batches it held)."}),
 		RetentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tributary_storage_retention_deleted_segments_total", Help: "Segments deleted by retention or DeleteRecords."}),
+		WALFsyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tributary_storage_wal_fsyncs_total", Help: "fsync rounds of the node write-ahead log (WAL mode)."}),
+		WALFsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tributary_storage_wal_fsync_seconds", Help: "Write and fsync latency of a write-ahead log round (WAL mode).",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TailTruncations, m.RetentionDeleted)
+		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TailTruncations, m.RetentionDeleted, m.WALFsyncs, m.WALFsyncSeconds)
 	}
 	return m
 }

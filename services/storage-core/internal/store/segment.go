@@ -311,8 +311,10 @@ func loadIndexed(path string, base, next int64) (*segment, bool) {
 // recoverActive opens the last segment, validates every batch (length, magic, CRC,
 // offset continuity) and truncates at the first bad one when it starts a torn tail.
 // It returns the segment and the number of bytes truncated. A bad batch followed by an
-// intact one is ErrDataLoss (validFrameAfter), nothing is truncated.
-func recoverActive(path string, base int64, visit func(*batchHeader, []byte)) (*segment, int64, int, error) {
+// intact one is ErrDataLoss (validFrameAfter), nothing is truncated, unless the bad
+// batch is at or past offset cutFrom (WAL mode: the segment is fsynced only below the
+// checkpoint, the rest is replayed from the WAL; math.MaxInt64 otherwise).
+func recoverActive(path string, base, cutFrom int64, visit func(*batchHeader, []byte)) (*segment, int64, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, 0, 0, err
@@ -368,7 +370,7 @@ func recoverActive(path string, base int64, visit func(*batchHeader, []byte)) (*
 	truncated := fileSize - pos
 	nbad := 0
 	if bad {
-		if at, ok := validFrameAfter(f, pos, fileSize, s.next); ok {
+		if at, ok := validFrameAfter(f, pos, fileSize, s.next); ok && s.next < cutFrom {
 			_ = f.Close()
 			return nil, 0, 0, fmt.Errorf("%w: bad batch at byte %d of %s (offset %d) is followed by an intact batch at byte %d: not a torn tail, refusing to truncate",
 				ErrDataLoss, pos, path, s.next, at)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/services/storage-core/internal/wal"
 	"go.uber.org/zap"
 )
 
@@ -39,6 +40,16 @@ type Options struct {
 	// has finished tearing it down (e.g. after an fsync in progress returns), so a
 	// restart right after kill -9 waits for it instead of failing. 0 = 10 s; < 0 = no wait.
 	LockWait time.Duration
+	// WAL turns on WAL mode (walmode.go, issue 16 step 1): appends are acknowledged
+	// once the node write-ahead log, shared by all channels, is fsynced; segments are
+	// fsynced in the background. Off (the default), every channel fsyncs its own
+	// segment (group commit per channel). Not with FsyncInterval.
+	WAL bool
+	// WALFileBytes is the size WAL files roll at (WAL mode); 0 = 64 MiB.
+	WALFileBytes int64
+	// CheckpointInterval is how often WAL mode fsyncs segments and checkpoints
+	// (RunCheckpoint); 0 = 1 s; < 0 disables the loop.
+	CheckpointInterval time.Duration
 	// minSegmentBytes overrides MinSegmentBytes (tests with tiny segments); 0 = default.
 	minSegmentBytes int64
 }
@@ -75,6 +86,12 @@ type Store struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// WAL mode (walmode.go): the node write-ahead log, the checkpoint read at open,
+	// and ckptMu serializing checkpoints.
+	wal    *wal.WAL
+	ckpt   map[uint64]checkpoint
+	ckptMu sync.Mutex
 }
 
 // fencedChannel is a channel that failed to load at start.
@@ -99,6 +116,15 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 	if opts.RetentionInterval == 0 {
 		opts.RetentionInterval = 30 * time.Second
 	}
+	if forceWAL && opts.FsyncInterval == 0 {
+		opts.WAL = true // go test -tags walmode: every test in WAL mode
+	}
+	if opts.WAL && opts.FsyncInterval > 0 {
+		return nil, fmt.Errorf("%w: WAL mode fsyncs the write-ahead log before every acknowledgement; it does not take an fsync interval", ErrInvalidArgument)
+	}
+	if opts.CheckpointInterval == 0 {
+		opts.CheckpointInterval = time.Second
+	}
 	s := &Store{dir: dir, opts: opts, log: log, metrics: opts.Metrics, logs: map[string]*Log{}, fenced: map[string]fencedChannel{}, stop: make(chan struct{})}
 	for _, d := range []string{s.channelsDir(), s.trashDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -114,6 +140,15 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 		log.Warn("empty trash", zap.Error(err))
 	}
 	_ = os.MkdirAll(s.trashDir(), 0o755)
+	if opts.WAL {
+		if s.ckpt, err = readCheckpoint(s.walDir()); err != nil {
+			s.closeAll()
+			return nil, err
+		}
+	} else if err := s.checkWALDir(); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 	entries, err := os.ReadDir(s.channelsDir())
 	if err != nil {
 		s.closeAll()
@@ -146,7 +181,21 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 		}
 		s.logs[l.name] = l
 	}
-	log.Info("storage opened", zap.String("dir", dir), zap.Int("channels", len(s.logs)))
+	if opts.WAL {
+		if err := s.openWAL(); err != nil {
+			s.closeAll()
+			return nil, err
+		}
+		if opts.CheckpointInterval > 0 {
+			s.wg.Add(1)
+			go s.loop(opts.CheckpointInterval, func() {
+				if err := s.RunCheckpoint(); err != nil {
+					log.Error("checkpoint", zap.Error(err))
+				}
+			})
+		}
+	}
+	log.Info("storage opened", zap.String("dir", dir), zap.Int("channels", len(s.logs)), zap.Bool("wal", opts.WAL))
 	if opts.FsyncInterval > 0 {
 		s.wg.Add(1)
 		go s.loop(opts.FsyncInterval, func() {
@@ -270,6 +319,9 @@ func (s *Store) CreateKind(name string, kind Kind, cfg ChannelConfig, ifNotExist
 	}
 	_ = seg.close()
 	m := &meta{Name: name, Config: cfg, CreatedMs: s.nowMs()}
+	if s.wal != nil {
+		m.Group = newGroupID()
+	}
 	if kind == KindQueue {
 		m.Kind = KindQueue
 	}
@@ -285,6 +337,9 @@ func (s *Store) CreateKind(name string, kind Kind, cfg ChannelConfig, ifNotExist
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, false, fmt.Errorf("%w: open: %v", ErrStorage, err)
+	}
+	if s.wal != nil {
+		s.wal.SetFloor(l.wal.group, 0)
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -358,6 +413,9 @@ func (s *Store) Delete(name string, ifExists bool) error {
 	if err := l.close(); err != nil {
 		s.log.Warn("close deleted channel", zap.String("channel", name), zap.Error(err))
 	}
+	if s.wal != nil {
+		s.wal.DropGroup(l.wal.group)
+	}
 	return s.trash(name, l.dir)
 }
 
@@ -395,8 +453,16 @@ func (s *Store) Close() error {
 
 func (s *Store) closeAll() error {
 	var errs []error
+	closed := make(map[*Log]error, len(s.logs))
 	for _, l := range s.logs {
-		if err := l.close(); err != nil {
+		err := l.close()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		closed[l] = err
+	}
+	if s.wal != nil {
+		if err := s.closeWAL(closed); err != nil {
 			errs = append(errs, err)
 		}
 	}

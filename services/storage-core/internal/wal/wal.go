@@ -5,8 +5,9 @@
 // fdatasync, so appends of all groups share fsyncs (the shape of raft's
 // AsyncStorageWrites: the caller hands entries over and is told when they are durable).
 //
-// On disk, <dir>/<seq>.wal files (seq a 20-digit counter), each preallocated to
-// SegmentBytes so an fdatasync updates no file size, holding 8-byte aligned records:
+// On disk, <dir>/<seq>.wal files (seq a 20-digit counter), allocated as zeros 4 MiB
+// ahead of the writes so most fdatasyncs update no file size, rolled once past
+// SegmentBytes, holding 8-byte aligned records:
 //
 //	crc32c uint32 (of bytes 4..end of payload) | payload length uint32 |
 //	lsn uint64 | synced uint64 | group uint64 | kind uint8 | 7 zero bytes |
@@ -52,7 +53,7 @@ const (
 
 const (
 	headerLen = 40
-	// DefaultSegmentBytes is the size WAL files are preallocated to and rolled at.
+	// DefaultSegmentBytes is the size WAL files are rolled at.
 	DefaultSegmentBytes = 64 << 20
 	fileExt             = ".wal"
 )
@@ -81,8 +82,8 @@ type Waiter interface {
 
 // Options configure a WAL.
 type Options struct {
-	// SegmentBytes is the file size (preallocated; a file is rolled once a round
-	// ends past it). 0 = DefaultSegmentBytes.
+	// SegmentBytes is the file size a file is rolled at (once a round ends past it).
+	// 0 = DefaultSegmentBytes.
 	SegmentBytes int64
 	// OnSync, when set, is called after every fsync round with its duration and the
 	// number of records it made durable (metrics).
@@ -139,6 +140,7 @@ type WAL struct {
 	f       *os.File
 	fpos    int64
 	dropped int64 // page cache dropped below this position of f
+	alloc   int64 // f is allocated (zeros) up to here
 	spare   *round
 }
 
@@ -346,9 +348,10 @@ func (w *WAL) startFile(seq uint64) error {
 	if err != nil {
 		return err
 	}
-	// Zeros to the full size: appends then change no file size, so fdatasync writes
-	// no metadata; a zero header marks the end.
-	_ = fallocate(fh, w.opts.SegmentBytes)
+	// Zeros ahead of the writes (allocChunk at a time): appends then change no file
+	// size, so most fdatasyncs write no metadata; a zero header marks the end.
+	_ = fallocate(fh, 0, min(allocChunk, w.opts.SegmentBytes))
+	w.alloc = min(allocChunk, w.opts.SegmentBytes)
 	w.mu.Lock()
 	hs := make(map[uint64]raftpb.HardState, len(w.hs))
 	for g, s := range w.hs {
@@ -466,6 +469,69 @@ func (w *WAL) AppendEntry(group, term, index uint64, data []byte, wt Waiter) (ui
 	return w.Append(group, e[:], nil, wt)
 }
 
+// AppendData is AppendEntry of one normal entry whose data is head followed by body,
+// encoded straight into the writer's buffer (no copy of the two joined). The record is
+// a raftpb.Entry on disk, as Append writes it.
+func (w *WAL) AppendData(group, term, index uint64, head, body []byte, wt Waiter) (uint64, error) {
+	dlen := uint64(len(head) + len(body))
+	n := 1 + uvarintLen(term) + 1 + uvarintLen(index) + 2 + 1 + uvarintLen(dlen) + int(dlen)
+	w.mu.Lock()
+	if w.err != nil || w.closing {
+		err := w.err
+		if err == nil {
+			err = ErrClosed
+		}
+		w.mu.Unlock()
+		return 0, err
+	}
+	r := w.cur
+	mi, seen := r.maxIdx[group]
+	if !seen && wt != nil {
+		r.waiters = append(r.waiters, wt)
+	}
+	r.maxIdx[group] = max(mi, index)
+	w.lsn++
+	start := len(r.buf)
+	total := int(recLen(uint32(n)))
+	r.buf = grow(r.buf, total)
+	rec := r.buf[start : start+total]
+	binary.LittleEndian.PutUint32(rec[4:], uint32(n))
+	binary.LittleEndian.PutUint64(rec[8:], w.lsn)
+	binary.LittleEndian.PutUint64(rec[16:], w.synced)
+	binary.LittleEndian.PutUint64(rec[24:], group)
+	rec[32] = kindEntry
+	clear(rec[33:headerLen])
+	// raftpb.Entry fields: 2 Term, 3 Index, 1 Type (EntryNormal = 0), 4 Data.
+	e := rec[headerLen:headerLen]
+	e = binary.AppendUvarint(append(e, 0x10), term)
+	e = binary.AppendUvarint(append(e, 0x18), index)
+	e = append(e, 0x08, byte(raftpb.EntryNormal))
+	e = binary.AppendUvarint(append(e, 0x22), dlen)
+	e = append(e, head...)
+	e = append(e, body...)
+	clear(rec[headerLen+n:])
+	binary.LittleEndian.PutUint32(rec, crc32.Checksum(rec[4:headerLen+n], castagnoli))
+	_ = e
+	r.records++
+	r.lastLSN = w.lsn
+	lsn := w.lsn
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return lsn, nil
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
 // writer writes and fsyncs rounds until Close.
 func (w *WAL) writer() {
 	defer close(w.done)
@@ -533,6 +599,12 @@ func (w *WAL) writeRound(r *round) error {
 	}
 	start := time.Now()
 	if len(r.buf) > 0 {
+		if end := w.fpos + int64(len(r.buf)); end > w.alloc {
+			n := max(end-w.alloc, allocChunk)
+			if fallocate(w.f, w.alloc, n) == nil {
+				w.alloc += n
+			}
+		}
 		if _, err := w.f.WriteAt(r.buf, w.fpos); err != nil {
 			return err
 		}
@@ -691,13 +763,17 @@ func syncDir(dir string) error {
 	return err
 }
 
-func fallocate(f *os.File, n int64) error {
+// allocChunk is how far ahead of the writes a WAL file is allocated.
+const allocChunk = 4 << 20
+
+// fallocate allocates [off, off+n) of f as zeros, extending its size.
+func fallocate(f *os.File, off, n int64) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = syscall.Fallocate(int(fd), 0, 0, n) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { ferr = syscall.Fallocate(int(fd), 0, off, n) }); err != nil {
 		return err
 	}
 	return ferr

@@ -414,3 +414,30 @@ func TestAppendAfterCloseFails(t *testing.T) {
 		t.Fatalf("append after close: %v", err)
 	}
 }
+
+// AppendData's hand-made encoding is a raftpb.Entry.
+func TestAppendDataIsAnEntry(t *testing.T) {
+	dir := t.TempDir()
+	w, _, err := open(t, dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt := newWaiter()
+	body := bytes.Repeat([]byte("x"), 300)
+	if _, err := w.AppendData(9, 1<<40, 1<<20, []byte{7}, body, wt); err != nil {
+		t.Fatal(err)
+	}
+	if err := wt.wait(w.LastLSN()); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	w, r, err := open(t, dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	es := r.ents[9]
+	if len(es) != 1 || es[0].Term != 1<<40 || es[0].Index != 1<<20 || es[0].Type != raftpb.EntryNormal || !bytes.Equal(es[0].Data, append([]byte{7}, body...)) {
+		t.Fatalf("replayed %+v", es)
+	}
+}
