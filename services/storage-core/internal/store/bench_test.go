@@ -1,7 +1,10 @@
 package store
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/zap"
@@ -30,6 +33,66 @@ func BenchmarkAppendBatches(b *testing.B) {
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, len(batch))
+		for pb.Next() {
+			copy(buf, batch)
+			if _, err := l.AppendBatches(buf); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkAppendChannels measures durable appends by 64 parallel producers, each to
+// its own channel of 64 (a Kafka producer's many-partition produce), of batches of 16
+// x 1 KiB records (bandwidth: WAL mode writes every byte twice, WAL and segment) and of
+// one 100-byte record (fsync-bound), with each channel fsyncing its own segment
+// (wal=false, the default) and with the node write-ahead log whose fsyncs all channels
+// share (wal=true, --wal). Compare the two in one farm-bench call:
+//
+//	go test -c -o /tmp/store.test ./internal/store/
+//	farm-bench --vs '/tmp/store.test -test.run XXX -test.bench AppendChannels/batch=1x100B/wal=false -test.benchtime 20000x' -- \
+//	  /tmp/store.test -test.run XXX -test.bench AppendChannels/batch=1x100B/wal=true -test.benchtime 20000x
+func BenchmarkAppendChannels(b *testing.B) {
+	for _, shape := range []struct {
+		name string
+		n    int
+		size int
+	}{{"16x1KiB", 16, 1024}, {"1x100B", 1, 100}} {
+		for _, walMode := range []bool{false, true} {
+			b.Run(fmt.Sprintf("batch=%s/wal=%v", shape.name, walMode), func(b *testing.B) {
+				benchAppendChannels(b, walMode, shape.n, shape.size)
+			})
+		}
+	}
+}
+
+func benchAppendChannels(b *testing.B, walMode bool, records, size int) {
+	s, err := Open(b.TempDir(), Options{RetentionInterval: -1, WAL: walMode}, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const channels = 64
+	logs := make([]*Log, channels)
+	for i := range logs {
+		if logs[i], _, err = s.Create(fmt.Sprintf("bench-%d", i), ChannelConfig{}, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	vals := make([]string, records)
+	for i := range vals {
+		vals[i] = strings.Repeat("v", size)
+	}
+	batch := kbatch(&testing.T{}, batchOpt{}, vals...)
+	b.SetBytes(int64(len(batch)))
+	b.ReportAllocs()
+	b.SetParallelism((channels + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		l := logs[int(next.Add(1)-1)%channels]
 		buf := make([]byte, len(batch))
 		for pb.Next() {
 			copy(buf, batch)
