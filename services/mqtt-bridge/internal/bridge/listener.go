@@ -184,7 +184,23 @@ func (l *listener) serve() error {
 // know them, and would wait for them for ever), then the server and its clients.
 func (l *listener) close() {
 	l.guard.closePending()
+	// The listeners are closed with our own client closer first; the library's runs
+	// only once per listener, so srv.Close then skips it. Its own closer
+	// (Clients.GetByListener) takes the clients' read lock twice, and a client that
+	// disconnects at that moment queues Clients.Delete's write lock between the two:
+	// the read lock then never comes and Close hangs for ever (mochi-mqtt v2.7.9).
+	l.srv.Listeners.CloseAll(l.closeClients)
 	_ = l.srv.Close()
+}
+
+// closeClients disconnects the clients of one listener, reading the clients map
+// under a single read lock.
+func (l *listener) closeClients(listenerID string) {
+	for _, cl := range l.srv.Clients.GetAll() {
+		if cl.Net.Listener == listenerID && !cl.Closed() {
+			_ = l.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 }
 
 // connectTimeout is how long a new connection has to complete TLS and send its
