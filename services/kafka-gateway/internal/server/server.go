@@ -72,7 +72,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("storage-core: %w", err)
 		}
-		cc, err := grpcx.Dial(cfg.StorageAddr, append(storageDialOptions(), sec...)...)
+		cc, err := grpcx.Dial(cfg.StorageAddr, append(grpcx.BulkDialOptions(), sec...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -786,17 +786,3 @@ const smallResponse = 64 << 10
 
 // bigBufs recycles large response encoding buffers (*[]byte) across connections.
 var bigBufs sync.Pool
-
-// storageDialOptions size the storage-core connection for MiB-sized produce and fetch
-// messages, as storage-core's server does: fixed 16 MiB stream and 64 MiB connection
-// flow-control windows (instead of starting at 64 KiB and growing by BDP estimation)
-// for Fetch answers, and 1 MiB socket read/write buffers (instead of 32 KiB: fewer
-// syscalls per MiB).
-func storageDialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithInitialWindowSize(16 << 20),
-		grpc.WithInitialConnWindowSize(64 << 20),
-		grpc.WithWriteBufferSize(1 << 20),
-		grpc.WithReadBufferSize(1 << 20),
-	}
-}

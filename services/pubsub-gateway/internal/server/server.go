@@ -93,7 +93,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: coordinator: %v", ErrConfig, err)
 	}
-	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, append(append(storageSec, storageDialOptions()...), mark)...); err != nil {
+	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, append(append(storageSec, grpcx.BulkDialOptions()...), mark)...); err != nil {
 		return nil, err
 	}
 	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr, append(coordSec, mark)...); err != nil {
@@ -324,19 +324,5 @@ func (s *Server) logCall(method string, start time.Time, err error) {
 		}
 	default:
 		s.log.Warn("rpc failed", zap.String("method", method), zap.String("code", code.String()), zap.Duration("took", time.Since(start)), zap.Error(err))
-	}
-}
-
-// storageDialOptions size the storage-core connection as storage-core's server sizes
-// its side: Receive answers of a few MiB (a stream's batch of up to maxStreamBatch
-// messages) come through fixed 16 MiB stream and 64 MiB connection flow-control windows
-// (instead of starting at 64 KiB and growing by BDP estimation) and a 1 MiB socket read
-// buffer (instead of 32 KiB: fewer read syscalls per answer).
-func storageDialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithInitialWindowSize(16 << 20),
-		grpc.WithInitialConnWindowSize(64 << 20),
-		grpc.WithWriteBufferSize(1 << 20),
-		grpc.WithReadBufferSize(1 << 20),
 	}
 }

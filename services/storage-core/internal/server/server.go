@@ -169,18 +169,11 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	return s, nil
 }
 
-// transportOptions size HTTP/2 flow-control windows and socket buffers for the bulk
-// traffic of AppendBatches and Fetch (MiB-sized messages): fixed 16 MiB stream and
-// 64 MiB connection windows instead of the 64 KiB start of BDP estimation, and 1 MiB
-// read/write buffers instead of 32 KiB.
+// transportOptions are the bulk transport sizes (grpcx.BulkServerOptions) for the
+// MiB-sized messages of AppendBatches and Fetch, and the interceptors that answer
+// Fetch and Receive by reference.
 func transportOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.InitialWindowSize(16 << 20),
-		grpc.InitialConnWindowSize(64 << 20),
-		grpc.WriteBufferSize(1 << 20),
-		grpc.ReadBufferSize(1 << 20),
-		grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect),
-	}
+	return append(grpcx.BulkServerOptions(), grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect))
 }
 
 // GRPCAddr is the bound gRPC address.
