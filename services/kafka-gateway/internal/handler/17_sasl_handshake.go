@@ -8,8 +8,9 @@ package handler
 // UNSUPPORTED_SASL_MECHANISM and the connection is closed after the answer. v0 (KIP-43)
 // is followed by bare SASL tokens (size-prefixed, no Kafka header); v1 (KIP-152) by
 // SaslAuthenticate requests. On an authenticated connection a v1 handshake with the
-// original mechanism starts a re-authentication (KIP-368); anything else out of order
-// is ILLEGAL_SASL_STATE and closes the connection. Off a SASL listener the answer is
+// original mechanism starts a re-authentication (KIP-368), during which any request but
+// its SaslAuthenticate (and ApiVersions) closes the connection; anything else out of
+// order is ILLEGAL_SASL_STATE and closes the connection. Off a SASL listener the answer is
 // ILLEGAL_SASL_STATE and the connection stays open, as Kafka's KafkaApis answers.
 //
 // KIPs: KIP-43, KIP-152, KIP-368.

@@ -9,9 +9,9 @@ package handler
 // answer. Without a preceding SaslHandshake v1, or off a SASL listener, the answer is
 // ILLEGAL_SASL_STATE (closing the connection on a SASL listener). On success v1+
 // carries session_lifetime_ms (KIP-368): connections.max.reauth.ms, shortened to the
-// credential's expiry (an OAUTHBEARER token's exp); 0 when re-authentication is off.
-// A connection past its lifetime that has not re-authenticated is closed at its next
-// request. v2 is flexible.
+// credential's expiry (an OAUTHBEARER token's exp), which bounds it also when
+// connections.max.reauth.ms is 0 (off); 0 when neither applies. A connection past its
+// lifetime that has not re-authenticated is closed at its next request. v2 is flexible.
 //
 // KIPs: KIP-152, KIP-368, KIP-482 (flexible v2).
 

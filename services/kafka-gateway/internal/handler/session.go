@@ -57,11 +57,14 @@ func (s *Session) Principal() string {
 
 // Authenticated reports whether requests other than ApiVersions, SaslHandshake and
 // SaslAuthenticate may be served: always off a SASL listener, after a successful
-// SaslAuthenticate on one (and during a re-authentication).
+// SaslAuthenticate on one. Not while a re-authentication (KIP-368) is in progress:
+// Kafka's SaslServerAuthenticator then reads nothing but the exchange, so a request in
+// between closes the connection, and beginning a re-authentication cannot stretch an
+// expired session.
 func (s *Session) Authenticated() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.state == saslOff || s.state == saslDone || s.reauth
+	return s.state == saslOff || (s.state == saslDone && !s.reauth)
 }
 
 // RawTokens reports whether the next frame is a bare SASL token (after SaslHandshake
@@ -154,15 +157,21 @@ func (s *Session) step(ctx context.Context, in []byte, maxReauth time.Duration, 
 		return nil, 0, errSaslAuthenticationFailed, "cannot change principals during re-authentication from " + s.principal + " to " + p
 	}
 	now := time.Now()
-	if exp := s.ex.Expiry(); !exp.IsZero() && !exp.After(now) {
+	exp := s.ex.Expiry()
+	if !exp.IsZero() && !exp.After(now) {
 		s.closing, s.ex = true, nil
 		return nil, 0, errSaslAuthenticationFailed, "credential expired"
 	}
-	if maxReauth > 0 {
+	// The session ends at the credential's expiry even when connections.max.reauth.ms
+	// is off, as Kafka's SaslServerAuthenticator computes it.
+	switch {
+	case maxReauth > 0 && (exp.IsZero() || exp.Sub(now) > maxReauth):
 		lifetime = maxReauth
-		if exp := s.ex.Expiry(); !exp.IsZero() && exp.Sub(now) < lifetime {
-			lifetime = exp.Sub(now)
-		}
+	case !exp.IsZero():
+		lifetime = exp.Sub(now)
+	}
+	s.expires = time.Time{}
+	if lifetime > 0 {
 		s.expires = now.Add(lifetime)
 	}
 	s.principal, s.state, s.ex, s.raw, s.reauth = p, saslDone, nil, false, false

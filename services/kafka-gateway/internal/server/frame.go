@@ -27,6 +27,12 @@ func readSize(r io.Reader, sizeBuf []byte, max int32) (int32, error) {
 	return n, nil
 }
 
+// MaxAuthFrameBytes is the largest frame read before a SASL listener's connection is
+// authenticated, and while it re-authenticates (Kafka's sasl.server.max.receive.size
+// default, 512 KiB): an unauthenticated client cannot make the gateway wait for, or
+// hold memory for, a frame of the full frame limit.
+const MaxAuthFrameBytes = 512 << 10
+
 // Connection timeouts.
 const (
 	// IdleTimeout closes a connection that sends no request for this long (Kafka's

@@ -509,8 +509,9 @@ type pending struct {
 }
 
 // serveConn reads requests from c, handles each in its own goroutine, and writes the
-// responses in request order. A frame that is too large or cannot be parsed, an unknown
-// API key or an unsupported version (other than ApiVersions) closes the connection.
+// responses in request order. A frame that is too large (MaxAuthFrameBytes before SASL
+// authentication), or cannot be parsed, an unknown API key or an unsupported version
+// (other than ApiVersions) closes the connection.
 func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 	ctx, cancel := context.WithCancel(ctx)
 	log := s.log.With(zap.String("remote", c.RemoteAddr().String()), zap.String("listener", l.spec.name))
@@ -546,7 +547,11 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 	var produce handler.TurnChain
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(IdleTimeout))
-		size, err := readSize(br, sizeBuf[:], s.cfg.MaxFrameBytes)
+		limit := s.cfg.MaxFrameBytes
+		if !sess.Authenticated() || sess.RawTokens() {
+			limit = min(limit, MaxAuthFrameBytes)
+		}
+		size, err := readSize(br, sizeBuf[:], limit)
 		var (
 			frame  []byte
 			pooled bool // a produce body, recycled through s.bodies

@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
+)
+
+// bystander produces with kgo over SASL_PLAINTEXT until stop is called and fails the
+// test if any produce fails: a misbehaving client must not affect another one.
+func bystander(t *testing.T, s *secureStack) (stop func()) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.srv.ListenerAddr("SASL_PLAINTEXT")),
+		kgo.SASL(plain.Auth{User: "bob", Pass: "bob-secret"}.AsMechanism()),
+		kgo.DefaultProduceTopic("bystander"), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg       sync.WaitGroup
+		produced atomic.Int64
+		failure  atomic.Pointer[error]
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+			err := cl.ProduceSync(pctx, &kgo.Record{Value: []byte("still served")}).FirstErr()
+			pcancel()
+			if err != nil && ctx.Err() == nil {
+				failure.Store(&err)
+				return
+			}
+			produced.Add(1)
+			time.Sleep(20 * time.Millisecond) // produce interval
+		}
+	}()
+	return func() {
+		t.Helper()
+		cancel()
+		wg.Wait()
+		cl.Close()
+		if e := failure.Load(); e != nil {
+			t.Fatalf("the well-behaved client failed meanwhile: %v", *e)
+		}
+		if produced.Load() == 0 {
+			t.Fatal("the well-behaved client produced nothing meanwhile")
+		}
+	}
+}
+
+// closedWithin reports whether the server closes rc within d.
+func closedWithin(rc *rawConn, d time.Duration) bool {
+	_ = rc.c.SetReadDeadline(time.Now().Add(d))
+	_, err := rc.r.ReadByte()
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestSASLFrameLimitBeforeAuthentication: before a connection is authenticated (and
+// while it re-authenticates) a frame is at most 512 KiB, Kafka's
+// sasl.server.max.receive.size default: a larger size prefix, a 100 MB one included,
+// closes the connection at once, without waiting for (or holding memory for) the body.
+// After authentication the usual frame limit applies.
+func TestSASLFrameLimitBeforeAuthentication(t *testing.T) {
+	s := startSecure(t, nil)
+	addr := s.srv.ListenerAddr("SASL_PLAINTEXT")
+	stop := bystander(t, s)
+
+	oversize := func(n uint32) []byte {
+		b := binary.BigEndian.AppendUint32(nil, n)
+		b = binary.BigEndian.AppendUint16(b, uint16(kmsg.ApiVersions.Int16()))
+		return append(b, 0, 3, 0, 0, 0, 1, 0, 0) // version, correlation id, client id
+	}
+	t.Run("100 MB prefix before the handshake", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		rc.sendBytes(oversize(100 << 20))
+		if !closedWithin(rc, 3*time.Second) {
+			t.Fatal("connection still open 3 s after a 100 MB frame prefix before authentication")
+		}
+	})
+	t.Run("just over 512 KiB after the handshake", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 1, sasl.MechPlain
+		rc.send(hs, 1)
+		decodeAs(t, rc, hs.ResponseKind(), false)
+		rc.sendBytes(oversize(512<<10 + 1))
+		if !closedWithin(rc, 3*time.Second) {
+			t.Fatal("connection still open after a 512 KiB + 1 frame during authentication")
+		}
+	})
+	t.Run("bare v0 token of 1 MiB", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 0, sasl.MechPlain
+		rc.send(hs, 1)
+		decodeAs(t, rc, hs.ResponseKind(), false)
+		rc.sendBytes(binary.BigEndian.AppendUint32(nil, 1<<20))
+		if !closedWithin(rc, 3*time.Second) {
+			t.Fatal("connection still open after a 1 MiB bare token prefix")
+		}
+	})
+	t.Run("a 512 KiB SaslAuthenticate is read and refused", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 1, sasl.MechPlain
+		rc.send(hs, 1)
+		decodeAs(t, rc, hs.ResponseKind(), false)
+		au := kmsg.NewPtrSASLAuthenticateRequest()
+		au.Version = 1
+		au.SASLAuthBytes = append([]byte("\x00alice\x00"), make([]byte, 500<<10)...)
+		rc.send(au, 2)
+		ar := au.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		ar.Version = 1
+		decodeAs(t, rc, ar, false)
+		if ar.ErrorCode != kerr.SaslAuthenticationFailed.Code {
+			t.Fatalf("500 KiB PLAIN message: %d, want SASL_AUTHENTICATION_FAILED", ar.ErrorCode)
+		}
+	})
+	t.Run("authenticated connections keep the frame limit", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.SASL(plain.Auth{User: "alice", Pass: "alice-secret"}.AsMechanism()),
+			kgo.DefaultProduceTopic("big"), kgo.AllowAutoTopicCreation(), kgo.ProducerBatchCompression(kgo.NoCompression()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: make([]byte, 800<<10)}).FirstErr(); err != nil {
+			t.Fatalf("800 KiB record after authentication: %v", err)
+		}
+	})
+	stop()
+}
+
+// TestReauthenticationServesNothingElse (KIP-368): once a re-authentication has begun
+// (SaslHandshake v1 on an authenticated connection) only its SaslAuthenticate is
+// served, as Kafka's SaslServerAuthenticator does; any other request closes the
+// connection. Beginning one therefore never extends an expired session.
+func TestReauthenticationServesNothingElse(t *testing.T) {
+	const lifetime = 300 * time.Millisecond
+	s := startSecure(t, func(c *Config) { c.ConnectionsMaxReauth = lifetime })
+	addr := s.srv.ListenerAddr("SASL_PLAINTEXT")
+	reauthHandshake := func(rc *rawConn, corr int32) {
+		t.Helper()
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 1, sasl.MechPlain
+		rc.send(hs, corr)
+		hr := hs.ResponseKind().(*kmsg.SASLHandshakeResponse)
+		hr.Version = 1
+		decodeAs(t, rc, hr, false)
+		if hr.ErrorCode != 0 {
+			t.Fatalf("re-authentication handshake: %d", hr.ErrorCode)
+		}
+	}
+	metadata := func(rc *rawConn, corr int32) {
+		md := kmsg.NewPtrMetadataRequest()
+		md.Version = 1
+		rc.send(md, corr)
+	}
+
+	t.Run("expired session, handshake, then requests", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		if ar := plainAuth(t, rc, 1, "alice", "alice-secret"); ar.ErrorCode != 0 {
+			t.Fatalf("authenticate: %d", ar.ErrorCode)
+		}
+		time.Sleep(lifetime + 200*time.Millisecond) // past the session lifetime
+		reauthHandshake(rc, 3)
+		metadata(rc, 4)
+		if _, _, err := rc.recv(false); err == nil {
+			t.Fatal("Metadata served on an expired session that only began re-authenticating")
+		}
+	})
+	t.Run("live session, handshake, then a request", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		if ar := plainAuth(t, rc, 1, "alice", "alice-secret"); ar.ErrorCode != 0 {
+			t.Fatalf("authenticate: %d", ar.ErrorCode)
+		}
+		reauthHandshake(rc, 3)
+		metadata(rc, 4)
+		if !rc.closed() {
+			t.Fatal("connection open after a request in the middle of a re-authentication")
+		}
+	})
+	t.Run("completed re-authentication serves again", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		if ar := plainAuth(t, rc, 1, "alice", "alice-secret"); ar.ErrorCode != 0 {
+			t.Fatalf("authenticate: %d", ar.ErrorCode)
+		}
+		if ar := plainAuth(t, rc, 3, "alice", "alice-secret"); ar.ErrorCode != 0 {
+			t.Fatalf("re-authenticate: %d", ar.ErrorCode)
+		}
+		metadata(rc, 5)
+		if _, _, err := rc.recv(false); err != nil {
+			t.Fatalf("Metadata after re-authentication: %v", err)
+		}
+	})
+}
+
+// TestOAuthBearerTokenExpiryEndsSession: with connections.max.reauth.ms off (0, the
+// default) a token's exp still bounds the session, as Kafka's SaslServerAuthenticator
+// bounds it: session_lifetime_ms is the time left, and the first request after it
+// closes the connection.
+func TestOAuthBearerTokenExpiryEndsSession(t *testing.T) {
+	s := startSecure(t, func(c *Config) { c.OAuthBearerUnsecured = true })
+	rc := dialRaw(t, s.srv.ListenerAddr("SASL_PLAINTEXT"))
+	exp := time.Now().Add(1500 * time.Millisecond)
+	enc := base64.RawURLEncoding.EncodeToString
+	token := enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(fmt.Sprintf(`{"sub":"carol","exp":%.3f}`, float64(exp.UnixMilli())/1000))) + "."
+
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Version, hs.Mechanism = 1, sasl.MechOAuthBearer
+	rc.send(hs, 1)
+	decodeAs(t, rc, hs.ResponseKind(), false)
+	au := kmsg.NewPtrSASLAuthenticateRequest()
+	au.Version, au.SASLAuthBytes = 1, []byte("n,,\x01auth=Bearer "+token+"\x01\x01")
+	rc.send(au, 2)
+	ar := au.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+	ar.Version = 1
+	decodeAs(t, rc, ar, false)
+	if ar.ErrorCode != 0 || ar.SessionLifetimeMillis <= 0 || ar.SessionLifetimeMillis > 1500 {
+		t.Fatalf("authenticate: code %d session_lifetime_ms %d, want 0 and (0, 1500]", ar.ErrorCode, ar.SessionLifetimeMillis)
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 1
+	rc.send(md, 3)
+	if _, _, err := rc.recv(false); err != nil {
+		t.Fatalf("Metadata while the token is valid: %v", err)
+	}
+	time.Sleep(time.Until(exp) + 200*time.Millisecond) // past the token's exp
+	rc.send(md, 4)
+	if _, _, err := rc.recv(false); err == nil {
+		t.Fatal("Metadata served after the token expired")
+	}
+}
