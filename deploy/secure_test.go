@@ -105,7 +105,7 @@ func TestComposeSecureLoads(t *testing.T) {
 // The secured Kubernetes overlay: each patch decodes strictly, keeps the base's flags,
 // adds the TLS ones, and mounts from secrets what they name.
 func TestK8sSecureOverlay(t *testing.T) {
-	raw, err := os.ReadFile("k8s/secure/kustomization.yaml")
+	raw, err := os.ReadFile("k8s-secure/kustomization.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +118,11 @@ func TestK8sSecureOverlay(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &k); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(k.Resources, []string{"../"}) || len(k.Patches) != 6 {
+	if !slices.Equal(k.Resources, []string{"../k8s"}) || len(k.Patches) != 6 {
 		t.Fatalf("kustomization: resources %v, %d patches, want the base, one patch per service and kafka-gateway's Service", k.Resources, len(k.Patches))
 	}
 	for _, pt := range k.Patches {
-		doc, err := os.ReadFile(filepath.Join("k8s/secure", pt.Path))
+		doc, err := os.ReadFile(filepath.Join("k8s-secure", pt.Path))
 		if err != nil {
 			t.Fatal(err)
 		}
