@@ -60,13 +60,25 @@ func NewCA(t testing.TB) *CA {
 // both as a server (loopback names) and as a client certificate, and returns their paths.
 func (ca *CA) Issue(t testing.TB, name, cn string) (certFile, keyFile string) {
 	t.Helper()
+	return ca.issue(t, name, cn, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// IssueExpired is Issue for a certificate that expired an hour ago (valid the day
+// before), for tests that must see it refused.
+func (ca *CA) IssueExpired(t testing.TB, name, cn string) (certFile, keyFile string) {
+	t.Helper()
+	return ca.issue(t, name, cn, time.Now().Add(-25*time.Hour), time.Now().Add(-time.Hour))
+}
+
+func (ca *CA) issue(t testing.TB, name, cn string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
 	key := newKey(t)
 	ca.serial++
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(ca.serial),
 		Subject:      pkix.Name{CommonName: cn, Organization: []string{"tributary"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"localhost"},

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/tributary/tributary/libs/tlsx"
+	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
 
@@ -43,8 +47,10 @@ func bystander(t *testing.T, s *secureStack) (stop func()) {
 			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 			err := cl.ProduceSync(pctx, &kgo.Record{Value: []byte("still served")}).FirstErr()
 			pcancel()
-			if err != nil && ctx.Err() == nil {
-				failure.Store(&err)
+			if err != nil {
+				if ctx.Err() == nil {
+					failure.Store(&err)
+				}
 				return
 			}
 			produced.Add(1)
@@ -53,6 +59,9 @@ func bystander(t *testing.T, s *secureStack) (stop func()) {
 	}()
 	return func() {
 		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); produced.Load() == 0 && failure.Load() == nil && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond) // poll interval
+		}
 		cancel()
 		wg.Wait()
 		cl.Close()
@@ -249,4 +258,73 @@ func TestOAuthBearerTokenExpiryEndsSession(t *testing.T) {
 	if _, _, err := rc.recv(false); err == nil {
 		t.Fatal("Metadata served after the token expired")
 	}
+}
+
+// TestTLSListenerRefusesBadClients: on an SSL listener requiring client certificates,
+// a certificate of another CA, an expired one, none at all, and Kafka frames in clear
+// are each refused in the TLS handshake and the connection closed, with no Kafka
+// request served; a certificate of the configured CA is served; another client is
+// served throughout.
+func TestTLSListenerRefusesBadClients(t *testing.T) {
+	s := startSecure(t, func(c *Config) { c.TLS.ClientAuth = tlsx.ClientAuthRequired })
+	addr := s.srv.ListenerAddr("SSL")
+	stop := bystander(t, s)
+	other := tlsxtest.NewCA(t)
+	clientCfg := func(ca *tlsxtest.CA, issue func(*tlsxtest.CA, testing.TB, string, string) (string, string)) *tls.Config {
+		cfg := s.tlsConfig(t)
+		if ca != nil {
+			certFile, keyFile := issue(ca, t, "client", "mallory")
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		return cfg
+	}
+	// apiVersions reports whether an ApiVersions request is answered over TLS with cfg.
+	apiVersions := func(cfg *tls.Config) bool {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			return false // TLS 1.2 reports the refusal in the handshake
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(reqFrame(kmsg.NewPtrApiVersionsRequest(), 3, 1)); err != nil {
+			return false
+		}
+		var size [4]byte
+		_, err = io.ReadFull(c, size[:]) // TLS 1.3 reports it at the first read
+		return err == nil
+	}
+	if !apiVersions(clientCfg(s.ca, (*tlsxtest.CA).Issue)) {
+		t.Fatal("a certificate of the configured CA is not served")
+	}
+	for name, cfg := range map[string]*tls.Config{
+		"another CA's certificate": clientCfg(other, (*tlsxtest.CA).Issue),
+		"an expired certificate":   clientCfg(s.ca, (*tlsxtest.CA).IssueExpired),
+		"no certificate":           clientCfg(nil, nil),
+	} {
+		for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+			cfg := cfg.Clone()
+			cfg.MinVersion, cfg.MaxVersion = v, v
+			if apiVersions(cfg) {
+				t.Errorf("%s (TLS version %x): served", name, v)
+			}
+		}
+	}
+	t.Run("Kafka frames in clear", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		rc.sendBytes(reqFrame(kmsg.NewPtrApiVersionsRequest(), 3, 1))
+		_ = rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(rc.r)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("connection still open 5 s after Kafka frames in clear on the SSL port")
+		}
+		if len(got) > 0 && got[0] != 0x15 { // a TLS alert record at most
+			t.Fatalf("answered %x to a frame in clear", got)
+		}
+	})
+	stop()
 }

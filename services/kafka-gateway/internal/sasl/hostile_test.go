@@ -1,0 +1,110 @@
+package sasl
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/xdg-go/scram"
+)
+
+// TestScramHostileClients: every malformed, replayed or forged SCRAM message ends the
+// exchange with ErrAuthFailed, and an ended exchange accepts nothing more.
+func TestScramHostileClients(t *testing.T) {
+	u := users(t)
+	ctx := context.Background()
+	for _, mech := range []string{ScramSHA256, ScramSHA512} {
+		hg := scram.SHA256
+		if mech == ScramSHA512 {
+			hg = scram.SHA512
+		}
+		// A good conversation, recorded.
+		cl, err := hg.NewClient("alice", "pw", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv := cl.NewConversation()
+		first, _ := conv.Step("")
+		ex := NewScram(mech, u).Start()
+		serverFirst, _, err := ex.Step(ctx, []byte(first))
+		if err != nil {
+			t.Fatal(err)
+		}
+		final, err := conv.Step(string(serverFirst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, done, err := ex.Step(ctx, []byte(final)); err != nil || !done {
+			t.Fatalf("%s good conversation: %v", mech, err)
+		}
+		if _, _, err := ex.Step(ctx, []byte(final)); !errors.Is(err, ErrAuthFailed) {
+			t.Errorf("%s: a step after completion: %v", mech, err)
+		}
+
+		fail := func(name string, msgs ...string) {
+			t.Helper()
+			ex := NewScram(mech, u).Start()
+			var err error
+			for i, m := range msgs {
+				if _, _, err = ex.Step(ctx, []byte(m)); err != nil {
+					if i != len(msgs)-1 {
+						t.Errorf("%s %s: message %d refused early: %v", mech, name, i, err)
+					}
+					break
+				}
+			}
+			if !errors.Is(err, ErrAuthFailed) {
+				t.Errorf("%s %s: %v, want ErrAuthFailed", mech, name, err)
+			}
+			if _, _, err := ex.Step(ctx, []byte(final)); !errors.Is(err, ErrAuthFailed) {
+				t.Errorf("%s %s: a step after the failure: %v", mech, name, err)
+			}
+		}
+		bare := strings.TrimPrefix(first, "n,,")
+		withProof := func(final, proof string) string { return final[:strings.LastIndex(final, ",p=")] + ",p=" + proof }
+		// The recorded client-final against a fresh exchange (new server nonce).
+		fail("replayed client-final", first, final)
+		fail("wrong proof", first, withProof(final, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="))
+		fail("proof not base64", first, withProof(final, "!!!not base64!!!"))
+		fail("empty proof", first, withProof(final, ""))
+		fail("channel binding claimed in final only", first, strings.Replace(final, "c=biws", "c=eSws", 1))
+		fail("channel binding asked", "p=tls-unique,,"+bare)
+		fail("authzid of another user", "n,a=bob,"+bare)
+		fail("no nonce", "n,,n=alice")
+		fail("empty user", "n,,n=,r=abc")
+		fail("unknown user", "n,,n=nobody,r=abc")
+		fail("no gs2 header", bare)
+		fail("garbage", "\x00\xff\x01")
+		fail("empty", "")
+		fail("final without proof", first, final[:strings.LastIndex(final, ",p=")])
+	}
+}
+
+// TestPlainHostileClients: PLAIN refuses every message that is not exactly
+// "[authzid] NUL authcid NUL passwd" with a non-empty user and password, and an
+// authzid other than the user, as Kafka's PlainSaslServer does.
+func TestPlainHostileClients(t *testing.T) {
+	p := NewPlain(users(t))
+	for _, msg := range []string{
+		"\x00alice\x00pw\x00",         // a fourth field
+		"\x00alice\x00p\x00w",         // NUL inside the password
+		"\x00al\x00ice\x00pw",         // NUL inside the user
+		"\x00\x00pw",                  // empty user
+		"\x00alice\x00",               // empty password
+		"alice\x00\x00pw",             // authzid without a user
+		"ALICE\x00alice\x00pw",        // authzid differs in case only
+		"alice \x00alice\x00pw",       // authzid differs by a blank
+		"\x00alice \x00pw",            // user with a trailing blank
+		"\x00alice\x00pw\x00\x00\x00", // trailing NULs
+		"",
+	} {
+		ex := p.Start()
+		if _, done, err := ex.Step(context.Background(), []byte(msg)); done || !errors.Is(err, ErrAuthFailed) {
+			t.Errorf("PLAIN %q: done %v err %v, want ErrAuthFailed", msg, done, err)
+		}
+		if _, _, err := ex.Step(context.Background(), []byte("\x00alice\x00pw")); !errors.Is(err, ErrAuthFailed) {
+			t.Errorf("PLAIN %q: a second message after the failure: %v", msg, err)
+		}
+	}
+}
