@@ -31,7 +31,9 @@ func TestAclAPIsRefuseInvalidCodesPerEntry(t *testing.T) {
 		func(c *kmsg.CreateACLsRequestCreation) { c.Principal = "User:" },
 		func(c *kmsg.CreateACLsRequestCreation) { c.Principal = "" },
 		func(c *kmsg.CreateACLsRequestCreation) { c.ResourceName = "" },
-		func(c *kmsg.CreateACLsRequestCreation) { c.ResourceType, c.ResourceName = kmsg.ACLResourceTypeCluster, "other-cluster" },
+		func(c *kmsg.CreateACLsRequestCreation) {
+			c.ResourceType, c.ResourceName = kmsg.ACLResourceTypeCluster, "other-cluster"
+		},
 	}
 	create := kmsg.NewPtrCreateACLsRequest()
 	for _, m := range mutations {
