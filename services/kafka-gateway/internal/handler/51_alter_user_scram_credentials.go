@@ -6,11 +6,13 @@ package handler
 // (CredentialService, Postgres), one result per user named. An upsertion carries the
 // salt, the iteration count and the salted password the client computed (KIP-554);
 // only the StoredKey and ServerKey derived from it are stored. Validation, as Kafka's
-// ZkAdminManager/ControllerApis do, fails every alteration of the user concerned:
-// an empty user name or salt, or an iteration count outside 4096..16384 is
-// UNACCEPTABLE_CREDENTIAL; an unknown mechanism UNSUPPORTED_SASL_MECHANISM; the same
-// user and mechanism twice in the request DUPLICATE_RESOURCE; deleting a credential
-// that does not exist RESOURCE_NOT_FOUND; the coordinator down COORDINATOR_NOT_AVAILABLE.
+// ScramControlManager (Kafka 4, KRaft) does, fails every alteration of the user
+// concerned: an empty user name or salt, or an iteration count outside 4096..16384 is
+// UNACCEPTABLE_CREDENTIAL; an unknown mechanism UNSUPPORTED_SASL_MECHANISM; a user
+// named twice in the request, whatever the mechanisms, DUPLICATE_RESOURCE (unless its
+// first alteration already failed, which then gives the code), so a user's two SCRAM
+// mechanisms are set in two requests, as with Kafka 4; deleting a credential that does
+// not exist RESOURCE_NOT_FOUND; the coordinator down COORDINATOR_NOT_AVAILABLE.
 // The coordinator announces the change on NATS, so every gateway replica authenticates
 // with the new credential at once (and the one that handled it drops its cache itself).
 // Connections already authenticated stay so (as in Kafka) until they re-authenticate.
@@ -74,19 +76,18 @@ func (h *Handler) handleAlterUserScramCredentials(ctx context.Context, r *Reques
 			failed[user] = &fail{code, msg}
 		}
 	}
-	seenKey := map[[2]string]bool{}
 	check := func(user string, mech int8) string {
+		again := seenUser[user]
 		note(user)
 		name, ok := scramMechanisms[mech]
 		switch {
+		case again:
+			setFail(user, kerr.DuplicateResource.Code, "a user credential cannot be altered twice in the same request")
 		case user == "":
 			setFail(user, kerr.UnacceptableCredential.Code, "username must not be empty")
 		case !ok:
 			setFail(user, kerr.UnsupportedSaslMechanism.Code, "unknown SCRAM mechanism")
-		case seenKey[[2]string{user, name}]:
-			setFail(user, kerr.DuplicateResource.Code, "a user credential cannot be altered twice in the same request")
 		}
-		seenKey[[2]string{user, name}] = true
 		return name
 	}
 	var dels []*coordinatorv1.ScramCredentialKey

@@ -104,14 +104,18 @@ func TestAlterAndDescribeScramCredentials(t *testing.T) {
 	e, creds, changed := scramEnv(t, false)
 	req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
 	req.Upsertions = []kmsg.AlterUserSCRAMCredentialsRequestUpsertion{
-		upsertion("alice", 2, 8192), upsertion("alice", 1, 4096),
-		upsertion("few", 1, 4095), upsertion("many", 1, 16385), upsertion("", 1, 4096),
+		upsertion("alice", 2, 8192),
+		upsertion("few", 1, 4095), upsertion("many", 1, 16385), upsertion("", 1, 4096), upsertion("", 2, 4096),
 		upsertion("mech", 3, 4096), upsertion("dup", 1, 4096), upsertion("dup", 1, 4096),
+		upsertion("both", 1, 4096), upsertion("both", 2, 4096), // Kafka 4: one user, one alteration
+		upsertion("first-bad", 1, 1), upsertion("first-bad", 2, 4096),
+		upsertion("kept", 2, 4096),
 	}
-	req.Deletions = []kmsg.AlterUserSCRAMCredentialsRequestDeletion{deletion("ghost", 1)}
+	req.Deletions = []kmsg.AlterUserSCRAMCredentialsRequestDeletion{deletion("ghost", 1), deletion("kept", 1)}
 	resp := e.as(t, "User:admin", req, 0).(*kmsg.AlterUserSCRAMCredentialsResponse)
 	want := map[string]int16{"alice": 0, "few": kerr.UnacceptableCredential.Code, "many": kerr.UnacceptableCredential.Code,
 		"": kerr.UnacceptableCredential.Code, "mech": kerr.UnsupportedSaslMechanism.Code, "dup": kerr.DuplicateResource.Code,
+		"both": kerr.DuplicateResource.Code, "first-bad": kerr.UnacceptableCredential.Code, "kept": kerr.DuplicateResource.Code,
 		"ghost": kerr.ResourceNotFound.Code}
 	if len(resp.Results) != len(want) {
 		t.Fatalf("results %+v", resp.Results)
@@ -125,6 +129,14 @@ func TestAlterAndDescribeScramCredentials(t *testing.T) {
 	st, sv := sasl.KeysFromSalted(sasl.ScramSHA512, []byte("salted-password-bytes"))
 	if c == nil || string(c.GetStoredKey()) != string(st) || string(c.GetServerKey()) != string(sv) || c.GetIterations() != 8192 {
 		t.Fatalf("stored alice: %+v", c)
+	}
+	if len(creds.creds) != 1 {
+		t.Fatalf("stored %d credentials, want alice's only", len(creds.creds))
+	}
+	req = kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+	req.Upsertions = []kmsg.AlterUserSCRAMCredentialsRequestUpsertion{upsertion("alice", 1, 4096)}
+	if r := e.as(t, "User:admin", req, 0).(*kmsg.AlterUserSCRAMCredentialsResponse); len(r.Results) != 1 || r.Results[0].ErrorCode != 0 {
+		t.Fatalf("alice's second mechanism in its own request: %+v", r.Results)
 	}
 	if len(creds.creds) != 2 {
 		t.Fatalf("stored %d credentials, want alice's 2 only", len(creds.creds))
