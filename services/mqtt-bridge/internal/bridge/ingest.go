@@ -70,45 +70,74 @@ func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]
 // It returns the errors joined (an *inDoubtError for a group that is still in doubt
 // when ctx ends; the group keeps it in pending).
 func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
-	var wg sync.WaitGroup
+	return b.queueGroups(ctx, groups)()
+}
+
+// queueGroups queues the appends of groups (not done, no earlier append in doubt) on
+// their channels at once, so that what one caller queues after another is stored after
+// it, and returns the wait for all of them (appendGroups' outcome).
+func (b *Bridge) queueGroups(ctx context.Context, groups []*target) (wait func() error) {
+	reqs := make([]*appendReq, len(groups))
 	errs := make([]error, len(groups))
 	for i, g := range groups {
-		if g.done {
+		if g.done || g.pending != nil {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := g.route.Cfg.ID
-			if g.pending != nil {
-				select {
-				case <-g.pending.Done:
-				case <-ctx.Done():
-					errs[i] = &inDoubtError{out: g.pending, cause: ctx.Err()}
-					return
-				}
-				stored := g.pending.Stored
-				g.pending = nil
-				if stored {
-					b.m.deduplicated.WithLabelValues(id).Add(float64(len(g.recs)))
-					b.stored(g)
-					return
-				}
-			}
-			b.m.sent.WithLabelValues(id).Add(float64(len(g.recs)))
-			if err := b.store.append(ctx, g.topic, g.partition, g.recs, g.origin); err != nil {
-				b.m.failed.WithLabelValues(id).Add(float64(len(g.recs)))
-				if d := (*inDoubtError)(nil); errors.As(err, &d) {
-					g.pending = d.out
-				}
-				errs[i] = err
-				return
-			}
-			b.stored(g)
-		}()
+		b.m.sent.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+		reqs[i], errs[i] = b.store.enqueue(ctx, g.topic, g.partition, g.recs, g.origin)
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return func() error {
+		var wg sync.WaitGroup
+		for i, g := range groups {
+			switch {
+			case g.done:
+			case reqs[i] != nil:
+				errs[i] = b.finish(g, b.store.await(ctx, reqs[i]))
+			case errs[i] != nil:
+				errs[i] = b.finish(g, errs[i])
+			default:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = b.afterDoubt(ctx, g)
+				}()
+			}
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// afterDoubt waits for the outcome of g's earlier append, which is in doubt, and
+// appends g again only if that one was not stored.
+func (b *Bridge) afterDoubt(ctx context.Context, g *target) error {
+	select {
+	case <-g.pending.Done:
+	case <-ctx.Done():
+		return &inDoubtError{out: g.pending, cause: ctx.Err()}
+	}
+	stored := g.pending.Stored
+	g.pending = nil
+	if stored {
+		b.m.deduplicated.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+		b.stored(g)
+		return nil
+	}
+	b.m.sent.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+	return b.finish(g, b.store.append(ctx, g.topic, g.partition, g.recs, g.origin))
+}
+
+// finish records the outcome err of g's append and returns it.
+func (b *Bridge) finish(g *target, err error) error {
+	if err != nil {
+		b.m.failed.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+		if d := (*inDoubtError)(nil); errors.As(err, &d) {
+			g.pending = d.out
+		}
+		return err
+	}
+	b.stored(g)
+	return nil
 }
 
 // stored marks g durable and counts it.

@@ -44,6 +44,8 @@ type listener struct {
 	slots  chan struct{}
 	log    *zap.Logger
 	doubts doubts
+	// flows holds each client's QoS 1/2 publishes waiting for their answer.
+	flows flows
 	// sessions keeps the persistent sessions and their clients' remembered messages.
 	sessions *sessions.Store
 	// dropped counts messages not delivered to subscribers that did not keep up.
@@ -295,7 +297,7 @@ type storeHook struct {
 func (h *storeHook) ID() string { return "tributary-store" }
 
 func (h *storeHook) Provides(b byte) bool {
-	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect
+	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect || b == mqtt.OnDisconnect
 }
 
 // OnConnect hands the connection from the CONNECT guard to the library.
@@ -303,6 +305,9 @@ func (h *storeHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	h.l.guard.connected(cl.Net.Conn)
 	return nil
 }
+
+// OnDisconnect forgets the client's flow.
+func (h *storeHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.l.flows.forget(cl) }
 
 // OnPacketEncode advertises the listener's Maximum Packet Size and Topic Alias
 // Maximum in a successful MQTT 5 CONNACK, so that a client knows the limits it is held
@@ -353,16 +358,42 @@ func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Pa
 	return pk, nil
 }
 
+// OnPublish stores a publish that a mapping takes. A QoS 1/2 one goes to its
+// client's flow (see flow), which answers it once it is durable or refused; the
+// library then acknowledges and delivers it (the flow hands it back marked released).
+// Every QoS 1/2 answer goes through the flow while it holds anything, so that the
+// client gets its acknowledgements in the order of its PUBLISHes.
 func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	l := h.l
 	if cl.Net.Inline {
 		return pk, nil // our own kafka-to-mqtt publishes are never stored again
 	}
+	if pk.ReasonCode == released {
+		pk.ReasonCode = 0
+		return pk, nil
+	}
+	var f *flow
+	if pk.FixedHeader.Qos > 0 {
+		f = l.flows.of(l, cl)
+	}
+	// answer gives pk the answer code (known now) in its turn.
+	answer := func(code packets.Code) (packets.Packet, error) {
+		if f == nil || f.idle() {
+			if code == packets.CodeSuccess {
+				return pk, nil
+			}
+			return h.refuse(cl, pk, code)
+		}
+		if !f.push(&pending{pk: pk, code: code}) {
+			return h.overReceiveMaximum(cl)
+		}
+		return pk, packets.ErrRejectPacket
+	}
 	if strings.HasPrefix(pk.TopicName, sysMarker) {
 		if pk.FixedHeader.Qos == 0 {
 			return pk, packets.ErrRejectPacket
 		}
-		return h.refuse(cl, pk, packets.ErrNotAuthorized)
+		return answer(packets.ErrNotAuthorized)
 	}
 	if pk.TopicName == "" {
 		// An empty topic name with a topic alias the client never set (the library
@@ -381,7 +412,7 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		}
 	}
 	if len(routes) == 0 {
-		return pk, nil
+		return answer(packets.CodeSuccess)
 	}
 	ctx := l.b.ctx
 	stored := pk.FixedHeader.Qos > 0 && !routed
@@ -392,7 +423,13 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		wctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
 		rc = l.sessions.Receive(wctx, cl.ID, pk.PacketID, pk.FixedHeader.Dup, sessions.Digest(msg))
 		cancel()
-		defer l.sessions.Release(rc)
+	}
+	// answerNow answers at once (in its turn), releasing the receipt.
+	answerNow := func(code packets.Code) (packets.Packet, error) {
+		if rc != nil {
+			l.sessions.Release(rc)
+		}
+		return answer(code)
 	}
 	var groups []*target
 	if stored && (rc == nil || !rc.Resent()) {
@@ -403,11 +440,11 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		var err error
 		groups, tooLarge, err = l.b.build(ctx, []*mapping.Message{msg}, [][]*mapping.Route{routes}, []time.Time{time.Now()})
 		if err == nil && tooLarge[0] {
-			return h.refuse(cl, pk, packets.ErrImplementationSpecificError)
+			return answerNow(packets.ErrImplementationSpecificError)
 		}
 		if err != nil {
 			l.log.Warn("partition lookup failed", zap.Error(err))
-			return h.refuse(cl, pk, packets.ErrQuotaExceeded)
+			return answerNow(packets.ErrQuotaExceeded)
 		}
 		if rc != nil && rc.Resent() {
 			// Each group waits for the batch it was sent in before, if it was, and is
@@ -430,31 +467,58 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		if inDoubtGroups(groups) {
 			l.doubts.keep(cl.ID, msg, groups)
 		}
-		return h.refuse(cl, pk, packets.ErrQuotaExceeded)
+		return answerNow(packets.ErrQuotaExceeded)
 	}
 	if !stored {
+		wait := l.b.queueGroups(ctx, groups)
 		go func() {
 			defer func() { <-l.slots }()
-			if err := l.b.appendGroups(ctx, groups); err != nil {
+			if err := wait(); err != nil {
 				l.log.Warn("store failed after acknowledging (QoS 0 or acknowledge: routed)", zap.Error(err))
 			}
 		}()
-		return pk, nil
+		return answer(packets.CodeSuccess)
+	}
+	p := &pending{pk: pk, done: make(chan struct{}), code: packets.CodeSuccess, rc: rc}
+	if !f.push(p) {
+		<-l.slots
+		if rc != nil {
+			l.sessions.Release(rc)
+		}
+		return h.overReceiveMaximum(cl)
+	}
+	if p.first != nil {
+		<-l.slots // a repeat of a PUBLISH still queued: answered with it
+		return pk, packets.ErrRejectPacket
 	}
 	l.b.m.held.Inc()
+	// Queued now, in the read loop: the client's messages reach each channel in the
+	// order they came.
 	sctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
-	err := l.b.appendGroups(sctx, groups)
-	cancel()
-	l.b.m.held.Dec()
-	<-l.slots
-	if err != nil {
-		if inDoubtGroups(groups) {
-			l.doubts.keep(cl.ID, msg, groups)
+	wait := l.b.queueGroups(sctx, groups)
+	go func() {
+		defer close(p.done)
+		err := wait()
+		cancel()
+		l.b.m.held.Dec()
+		<-l.slots
+		if err != nil {
+			if inDoubtGroups(groups) {
+				l.doubts.keep(cl.ID, msg, groups)
+			}
+			l.log.Warn("store failed; refusing the publish", zap.String("client", cl.ID), zap.Error(err))
+			p.code = packets.ErrQuotaExceeded
 		}
-		l.log.Warn("store failed; refusing the publish", zap.String("client", cl.ID), zap.Error(err))
-		return h.refuse(cl, pk, packets.ErrQuotaExceeded)
-	}
-	return pk, nil
+	}()
+	return pk, packets.ErrRejectPacket
+}
+
+// overReceiveMaximum ends the connection of a client that has more QoS 1/2 publishes
+// unanswered than the Receive Maximum it was given (0x93, MQTT 5 section 3.3.4).
+func (h *storeHook) overReceiveMaximum(cl *mqtt.Client) (packets.Packet, error) {
+	h.l.log.Warn("more publishes in flight than Receive Maximum; disconnecting", zap.String("client", cl.ID))
+	_ = h.l.srv.DisconnectClient(cl, packets.ErrReceiveMaximum)
+	return packets.Packet{}, packets.ErrRejectPacket
 }
 
 // retryWindow is how long a message refused while its append was in doubt is
@@ -565,26 +629,18 @@ func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code
 	if pk.FixedHeader.Qos == 0 {
 		return pk, packets.ErrRejectPacket
 	}
-	if cl.Properties.ProtocolVersion != 5 {
-		// Acknowledged ourselves: given the code, the library would also deliver the
-		// message to the listener's subscribers and retain it, stored or not.
-		ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
-		if pk.FixedHeader.Qos == 2 {
-			ack.FixedHeader.Type = packets.Pubrec
-		}
-		_ = cl.WritePacket(ack)
-		return pk, packets.ErrRejectPacket
-	}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
 	if pk.FixedHeader.Qos == 2 {
-		// The library answers a refused QoS 2 publish with a PUBACK; send the PUBREC.
-		_ = cl.WritePacket(packets.Packet{
-			FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
-			PacketID:    pk.PacketID,
-			ReasonCode:  code.Code,
-		})
-		return pk, packets.ErrRejectPacket
+		ack.FixedHeader.Type = packets.Pubrec
 	}
-	return pk, code
+	if cl.Properties.ProtocolVersion == 5 {
+		// Given the code, the library would answer a QoS 2 publish with a PUBACK.
+		ack.ReasonCode, ack.Properties.ReasonString = code.Code, code.Reason
+	}
+	// Acknowledged ourselves for MQTT 3.1.1: given the code, the library would also
+	// deliver the message to the listener's subscribers and retain it, stored or not.
+	_ = cl.WritePacket(ack)
+	return pk, packets.ErrRejectPacket
 }
 
 func fromMochi(cl *mqtt.Client, pk packets.Packet) *mapping.Message {

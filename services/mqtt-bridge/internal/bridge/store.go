@@ -298,14 +298,29 @@ func (s *store) fetchTopic(ctx context.Context, topic string, create int32) (*co
 // not sent (they never will be), or an *inDoubtError if they were (they may be stored;
 // its outcome tells).
 func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin) error {
-	name := channel.KafkaPartition(topic, p)
+	req, err := s.enqueue(ctx, topic, p, recs, o)
+	if err != nil {
+		return err
+	}
+	return s.await(ctx, req)
+}
+
+// enqueue queues recs for the channel of topic partition p (behind what was queued
+// for it before, so that records queued one after the other are stored in that order)
+// and returns the request to await; ctx's error if it ended before there was room.
+func (s *store) enqueue(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin) (*appendReq, error) {
 	req := &appendReq{ctx: ctx, recs: recs, limit: s.batchLimit(topic), origin: o, done: make(chan error, 1)}
-	w := s.writer(name)
+	w := s.writer(channel.KafkaPartition(topic, p))
 	select {
 	case w <- req:
+		return req, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
+}
+
+// await waits for the outcome of req, queued with ctx (see append).
+func (s *store) await(ctx context.Context, req *appendReq) error {
 	select {
 	case err := <-req.done:
 		return err

@@ -1,5 +1,6 @@
-// Command mqttbench measures MQTT QoS 1 throughput of 1 KiB messages from N publishers
-// (default 100), in one run:
+// Command mqttbench measures MQTT QoS 1 throughput of 1 KiB messages, in one run, for
+// each case of publishers × messages each keeps in flight (default 100×1, 1000×1 and
+// 1×100):
 //
 //   - mosquitto: Mosquitto alone, publishers → one QoS 1 subscriber, in memory, no fsync
 //     (messages per second the subscriber received);
@@ -8,9 +9,12 @@
 //   - upstream: publishers → Mosquitto → mqtt-bridge (subscribed, manual acks after
 //     fsync) → storage-core (records stored per second, from the bridge's metrics).
 //
-// and prints the listener's rate as a multiple of Mosquitto's (the bar: ≥ 0.5×).
+// and prints the listener's rate as a multiple of Mosquitto's (the bar: ≥ 1× with one
+// message in flight per publisher, ≥ 0.5× for one publisher with many), with the CPU
+// time per message of each process. The upstream case runs with the first case's
+// publishers.
 //
-// Run from tests/e2e: go run ./cmd/mqttbench [-duration 5s] [-publishers 100]
+// Run from tests/e2e: go run ./cmd/mqttbench [-duration 5s] [-cases 100x1,1000x1,1x100]
 // It needs the test Postgres, NATS and Mosquitto (TRIBUTARY_TEST_MQTT_ADDR);
 // TRIBUTARY_BIN_DIR reuses prebuilt binaries.
 package main
@@ -50,10 +54,14 @@ func main() {
 
 func run() error {
 	duration := flag.Duration("duration", 5*time.Second, "how long each case publishes")
-	publishers := flag.Int("publishers", 100, "concurrent QoS 1 publishers")
+	caseList := flag.String("cases", "100x1,1000x1,1x100", "comma-separated cases: publishers x QoS 1 messages each keeps in flight")
 	size := flag.Int("bytes", 1024, "payload size")
 	fsync := flag.String("fsync", "always", "storage-core --fsync (always, or interval=<dur> to see what waiting for the disk costs)")
 	flag.Parse()
+	cases, err := parseCases(*caseList)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := testenv.Check(ctx); err != nil {
@@ -101,55 +109,64 @@ mqtt-to-kafka:
 	}
 	payload := make([]byte, *size)
 	_, _ = rand.Read(payload)
-	fmt.Printf("MQTT QoS 1, %d B payloads, %d publishers, %v per case; storage-core fsync=%s\n", *size, *publishers, *duration, *fsync)
-
-	// Mosquitto alone: publishers → subscriber.
-	var received atomic.Int64
-	sub, err := connect(ctx, mosq, "bench-sub-"+id, func(paho.PublishReceived) (bool, error) {
-		received.Add(1)
-		return true, nil
-	})
-	if err != nil {
-		return err
-	}
-	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "bench-" + id + "/mosq/#", QoS: 1}}}); err != nil {
-		return err
-	}
-	mosqPid := mosquittoPid(mosq)
-	mosqCPU, selfCPU := stack.CPUTime(mosqPid), stack.CPUTime(os.Getpid())
-	start := time.Now()
-	if _, err := publish(ctx, mosq, "bench-"+id+"/mosq", *publishers, *duration, payload); err != nil {
-		return err
-	}
-	mosqN := received.Load()
-	mosqRate := float64(mosqN) / time.Since(start).Seconds()
-	_ = sub.Disconnect(&paho.Disconnect{})
-	fmt.Printf("  %-44s %10.0f msg/s\n", "mosquitto alone (publisher → subscriber)", mosqRate)
-	if mosqN > 0 {
-		mosqUs := "mosquitto not found"
-		if mosqPid != 0 {
-			mosqUs = fmt.Sprintf("%.1f µs mosquitto", float64((stack.CPUTime(mosqPid)-mosqCPU).Microseconds())/float64(mosqN))
-		}
-		fmt.Printf("  %-44s %s, %.1f µs clients (this process)\n", "  CPU per message", mosqUs, float64((stack.CPUTime(os.Getpid())-selfCPU).Microseconds())/float64(mosqN))
-	}
-
-	// Listener: PUBACK after fsync.
+	fmt.Printf("MQTT QoS 1, %d B payloads, %v per case; storage-core fsync=%s\n", *size, *duration, *fsync)
 	storage, err := s.Proc(stack.StorageCore)
 	if err != nil {
 		return err
 	}
-	cpuBefore := [3]time.Duration{stack.CPUTime(bridge.Pid()), stack.CPUTime(storage.Pid()), stack.CPUTime(os.Getpid())}
-	lisN, err := publish(ctx, lis, "bench/l", *publishers, *duration, payload)
-	if err != nil {
-		return err
-	}
-	lisRate := float64(lisN) / duration.Seconds()
-	fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (bar ≥ 0.5×)\n", "listener (PUBACK after fsync)", lisRate, lisRate/mosqRate)
-	if lisN > 0 {
-		per := func(i int, pid int) float64 {
-			return float64((stack.CPUTime(pid) - cpuBefore[i]).Microseconds()) / float64(lisN)
+	mosqPid := mosquittoPid(mosq)
+	for _, c := range cases {
+		fmt.Printf(" %d publishers × %d in flight\n", c.publishers, c.inflight)
+		// Mosquitto alone: publishers → subscriber.
+		var received atomic.Int64
+		sub, err := connect(ctx, mosq, "bench-sub-"+id, func(paho.PublishReceived) (bool, error) {
+			received.Add(1)
+			return true, nil
+		})
+		if err != nil {
+			return err
 		}
-		fmt.Printf("  %-44s %7.1f µs mqtt-bridge, %.1f µs storage-core, %.1f µs clients (this process)\n", "  CPU per message", per(0, bridge.Pid()), per(1, storage.Pid()), per(2, os.Getpid()))
+		if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "bench-" + id + "/mosq/#", QoS: 1}}}); err != nil {
+			return err
+		}
+		mosqCPU, selfCPU := stack.CPUTime(mosqPid), stack.CPUTime(os.Getpid())
+		start := time.Now()
+		if _, err := publish(ctx, mosq, "bench-"+id+"/mosq", c, *duration, payload); err != nil {
+			return err
+		}
+		mosqN := received.Load()
+		mosqRate := float64(mosqN) / time.Since(start).Seconds()
+		_ = sub.Disconnect(&paho.Disconnect{})
+		fmt.Printf("  %-44s %10.0f msg/s\n", "mosquitto alone (publisher → subscriber)", mosqRate)
+		if mosqN > 0 {
+			mosqUs := "mosquitto not found"
+			if mosqPid != 0 {
+				mosqUs = fmt.Sprintf("%.1f µs mosquitto", float64((stack.CPUTime(mosqPid)-mosqCPU).Microseconds())/float64(mosqN))
+			}
+			fmt.Printf("  %-44s %s, %.1f µs clients (this process)\n", "  CPU per message", mosqUs, float64((stack.CPUTime(os.Getpid())-selfCPU).Microseconds())/float64(mosqN))
+		}
+
+		// Listener: PUBACK after fsync.
+		cpuBefore := [3]time.Duration{stack.CPUTime(bridge.Pid()), stack.CPUTime(storage.Pid()), stack.CPUTime(os.Getpid())}
+		lisN, err := publish(ctx, lis, "bench/l", c, *duration, payload)
+		if err != nil {
+			return err
+		}
+		lisRate := float64(lisN) / duration.Seconds()
+		bar := 1.0
+		if c.inflight > 1 {
+			bar = 0.5
+		}
+		fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (bar ≥ %.1f×)\n", "listener (PUBACK after fsync)", lisRate, lisRate/mosqRate, bar)
+		if lisN > 0 {
+			per := func(i int, pid int) float64 {
+				return float64((stack.CPUTime(pid) - cpuBefore[i]).Microseconds()) / float64(lisN)
+			}
+			fmt.Printf("  %-44s %7.1f µs mqtt-bridge, %.1f µs storage-core, %.1f µs clients (this process)\n", "  CPU per message", per(0, bridge.Pid()), per(1, storage.Pid()), per(2, os.Getpid()))
+		}
+		if lisRate < bar*mosqRate {
+			fmt.Printf("  listener below %.1f× Mosquitto's rate\n", bar)
+		}
 	}
 
 	// Upstream: through Mosquitto into storage-core.
@@ -157,8 +174,8 @@ mqtt-to-kafka:
 	if err != nil {
 		return err
 	}
-	start = time.Now()
-	upN, err := publish(ctx, mosq, "bench-"+id+"/up", *publishers, *duration, payload)
+	start := time.Now()
+	upN, err := publish(ctx, mosq, "bench-"+id+"/up", cases[0], *duration, payload)
 	if err != nil {
 		return err
 	}
@@ -177,10 +194,7 @@ mqtt-to-kafka:
 		<-time.After(20 * time.Millisecond)
 	}
 	upRate := stored / time.Since(start).Seconds()
-	fmt.Printf("  %-44s %10.0f msg/s   %.2f× mosquitto (%d published, %.0f stored)\n", "upstream (Mosquitto → bridge → fsync)", upRate, upRate/mosqRate, upN, stored)
-	if lisRate < 0.5*mosqRate {
-		fmt.Println("  listener below 0.5× Mosquitto's rate")
-	}
+	fmt.Printf(" %d publishers × %d in flight\n  %-44s %10.0f msg/s   (%d published, %.0f stored)\n", cases[0].publishers, cases[0].inflight, "upstream (Mosquitto → bridge → fsync)", upRate, upN, stored)
 	return nil
 }
 
@@ -201,39 +215,69 @@ func connect(ctx context.Context, addr, id string, onPublish func(paho.PublishRe
 	return c, nil
 }
 
-// publish runs n publishers, each sending QoS 1 messages one after the other for d,
-// and returns how many were acknowledged with success.
-func publish(ctx context.Context, addr, topic string, n int, d time.Duration, payload []byte) (int64, error) {
+// benchCase is how many publishers a case runs, and how many QoS 1 messages each keeps
+// in flight.
+type benchCase struct{ publishers, inflight int }
+
+func parseCases(s string) ([]benchCase, error) {
+	var out []benchCase
+	for _, f := range strings.Split(s, ",") {
+		p, i, ok := strings.Cut(strings.TrimSpace(f), "x")
+		np, err1 := strconv.Atoi(p)
+		ni, err2 := strconv.Atoi(i)
+		if !ok || err1 != nil || err2 != nil || np < 1 || ni < 1 {
+			return nil, fmt.Errorf("case %q: want <publishers>x<in flight>", f)
+		}
+		out = append(out, benchCase{np, ni})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no case")
+	}
+	return out, nil
+}
+
+// publish runs c.publishers publishers, each keeping c.inflight QoS 1 messages in
+// flight (one goroutine per message slot, sending the next message when its PUBACK
+// came) for d, and returns how many were acknowledged with success.
+func publish(ctx context.Context, addr, topic string, c benchCase, d time.Duration, payload []byte) (int64, error) {
 	var ok atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	clients := make([]*paho.Client, n)
+	errs := make(chan error, c.publishers*c.inflight)
+	clients := make([]*paho.Client, c.publishers)
+	defer func() {
+		for _, cl := range clients {
+			if cl != nil {
+				_ = cl.Disconnect(&paho.Disconnect{})
+			}
+		}
+	}()
 	for i := range clients {
-		c, err := connect(ctx, addr, fmt.Sprintf("bench-pub-%d-%d", time.Now().UnixNano(), i), nil)
+		cl, err := connect(ctx, addr, fmt.Sprintf("bench-pub-%d-%d", time.Now().UnixNano(), i), nil)
 		if err != nil {
 			return 0, err
 		}
-		clients[i] = c
+		clients[i] = cl
 	}
 	end := time.Now().Add(d)
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
-			for time.Now().Before(end) {
-				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				resp, err := c.Publish(pctx, &paho.Publish{QoS: 1, Topic: topic + "/" + strconv.Itoa(i), Payload: payload})
-				cancel()
-				if err != nil {
-					errs <- err
-					return
+	for i, cl := range clients {
+		for range c.inflight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					resp, err := cl.Publish(pctx, &paho.Publish{QoS: 1, Topic: topic + "/" + strconv.Itoa(i), Payload: payload})
+					cancel()
+					if err != nil {
+						errs <- err
+						return
+					}
+					if resp == nil || resp.ReasonCode == 0 {
+						ok.Add(1)
+					}
 				}
-				if resp == nil || resp.ReasonCode == 0 {
-					ok.Add(1)
-				}
-			}
-		}()
+			}()
+		}
 	}
 	wg.Wait()
 	close(errs)

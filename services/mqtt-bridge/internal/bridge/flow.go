@@ -1,0 +1,141 @@
+package bridge
+
+import (
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/sessions"
+)
+
+// released marks a PUBLISH that a client's flow hands back to the library once it is
+// answered (Reason Code is not part of a PUBLISH, so no packet read from a client
+// carries one): storeHook.OnPublish lets it through at once, and the library then
+// acknowledges, retains and delivers it.
+const released = 0xff
+
+// flows holds each connected client's flow (*mqtt.Client → *flow).
+type flows struct{ m sync.Map }
+
+// of is cl's flow, made on its first QoS 1/2 PUBLISH.
+func (fs *flows) of(l *listener, cl *mqtt.Client) *flow {
+	if f, ok := fs.m.Load(cl); ok {
+		return f.(*flow)
+	}
+	f, _ := fs.m.LoadOrStore(cl, &flow{l: l, cl: cl})
+	return f.(*flow)
+}
+
+// forget drops cl's flow (its connection ended; what it still holds is answered to
+// nobody).
+func (fs *flows) forget(cl *mqtt.Client) { fs.m.Delete(cl) }
+
+// flow is one connection's QoS 1/2 publishes waiting for their answer, in the order
+// they arrived. The client's read loop only queues them (a stored one with its append
+// started), so that it goes on reading and everything a client has in flight is stored
+// together: the store joins concurrent appends to one channel into one Append (one
+// fsync). One goroutine (run, while the queue is not empty) answers them in order:
+// PUBACK or PUBREC after the message is durable, in the order the PUBLISHes came, as
+// MQTT 5 section 4.6 requires; a refusal where it fell in that order.
+type flow struct {
+	l  *listener
+	cl *mqtt.Client
+
+	mu      sync.Mutex
+	queue   []*pending
+	running bool
+}
+
+// pending is one QoS 1/2 PUBLISH of a flow.
+type pending struct {
+	pk packets.Packet
+	// done is closed once code is known (nil: known when queued).
+	done chan struct{}
+	// code is the answer: success (the library then acknowledges and delivers the
+	// message), or the refusal.
+	code packets.Code
+	// rc is the persistent session's receipt, released once answered.
+	rc *sessions.Receipt
+	// first, for a QoS 2 PUBLISH repeated while the first one is still queued, is
+	// that first one: the repeat gets its answer and is neither stored nor delivered
+	// again [MQTT-4.3.3-10].
+	first *pending
+}
+
+// idle reports whether nothing of f waits for its answer: a publish the read loop
+// answers itself then keeps the order.
+func (f *flow) idle() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue) == 0
+}
+
+// push queues p behind what f holds. It returns false, queuing nothing, when the
+// client has more in flight than its Receive Maximum allows.
+func (f *flow) push(p *pending) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.queue) >= int(f.l.srv.Options.Capabilities.ReceiveMaximum) {
+		return false
+	}
+	if p.pk.FixedHeader.Qos == 2 {
+		for _, q := range f.queue {
+			if q.pk.FixedHeader.Qos == 2 && q.pk.PacketID == p.pk.PacketID && q.first == nil {
+				p.first, p.done = q, nil
+				break
+			}
+		}
+	}
+	f.queue = append(f.queue, p)
+	if !f.running {
+		f.running = true
+		go f.run()
+	}
+	return true
+}
+
+// run answers f's queue in order until it is empty.
+func (f *flow) run() {
+	for {
+		f.mu.Lock()
+		if len(f.queue) == 0 {
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		p := f.queue[0]
+		f.mu.Unlock()
+		f.answer(p)
+		f.mu.Lock()
+		f.queue[0] = nil
+		f.queue = f.queue[1:]
+		f.mu.Unlock()
+	}
+}
+
+// answer waits for p's outcome and answers it.
+func (f *flow) answer(p *pending) {
+	h := &storeHook{l: f.l}
+	if p.done != nil {
+		<-p.done
+	}
+	switch {
+	case p.first != nil && p.first.code != packets.CodeSuccess:
+		_, _ = h.refuse(f.cl, p.pk, p.first.code)
+	case p.first != nil:
+		_ = f.cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: p.pk.PacketID})
+	case p.code != packets.CodeSuccess:
+		_, _ = h.refuse(f.cl, p.pk, p.code)
+	default:
+		pk := p.pk
+		pk.ReasonCode = released
+		// The alias was resolved on the way in; setting it again now could undo a
+		// later PUBLISH's change of it.
+		pk.Properties.TopicAlias, pk.Properties.TopicAliasFlag = 0, false
+		_ = f.l.srv.InjectPacket(f.cl, pk)
+	}
+	if p.rc != nil {
+		f.l.sessions.Release(p.rc)
+	}
+}
