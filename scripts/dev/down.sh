@@ -23,3 +23,4 @@ for s in mqtt-bridge pubsub-gateway kafka-gateway coordinator storage-core; do
   stop_pid "$s" "$RUN_DIR/pids/$s.pid"
 done
 stop_pid nats-server "$RUN_DIR/nats.pid"
+rm -f "$RUN_DIR/pids/mode"

@@ -86,6 +86,21 @@ start() {
   fi
 }
 
+# The stack that runs stays as it is (start leaves it alone), so asking for the other
+# mode would report endpoints it does not serve: refuse, naming what runs.
+mode=plain
+[[ -n ${SECURE:-} && $SECURE != 0 ]] && mode=secure
+for s in storage-core coordinator kafka-gateway pubsub-gateway mqtt-bridge; do
+  running "$s" || continue
+  have=$(cat "$RUN_DIR/pids/mode" 2>/dev/null || echo plain)
+  if [[ $have != "$mode" ]]; then
+    if [[ $have == secure ]]; then was="with SECURE=1"; else was="without SECURE=1"; fi
+    echo "error: the stack already runs $was ($s, pid $(cat "$RUN_DIR/pids/$s.pid")); run 'make down' first" >&2
+    exit 1
+  fi
+  break
+done
+
 check_free storage-core 7400 7401
 check_free coordinator 7410 7411
 if [[ -n ${SECURE:-} && $SECURE != 0 ]]; then check_free kafka-gateway 9092 9093 7421; else check_free kafka-gateway 9092 7421; fi
@@ -95,6 +110,7 @@ check_free mqtt-bridge 1884 9464
 need_postgres
 need_nats
 mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/data/storage"
+echo "$mode" >"$RUN_DIR/pids/mode"
 
 # SECURE=1: mTLS between every service (certificates from make certs, run/certs), callers
 # of storage-core and the coordinator authenticated (certificate or token) and authorized,
@@ -133,23 +149,25 @@ start pubsub-gateway 30 8085 7431 -- --nats-url "$NATS_URL" "${pubsub_sec[@]}"
   start mqtt-bridge 30 1884 9464 -- -C "$ROOT/services/mqtt-bridge/config/sample.yaml"
 ) || exit 1
 
+kafka="127.0.0.1:9092     (kcat -b 127.0.0.1:9092 -L)"
+pubsub="Pub/Sub emulator        127.0.0.1:8085     (export PUBSUB_EMULATOR_HOST=127.0.0.1:8085)"
+grpc="127.0.0.1:7400     (make tools; bin/tools/grpcurl -plaintext 127.0.0.1:7400 list)"
 if [[ -n ${CERTS:-} ]]; then
-  cat <<MSG
-Secured (SECURE=1): mTLS between the services, certificates and tokens in $CERTS.
-  storage-core, coordinator  TLS; a client certificate or a bearer token is required:
-                          bin/tools/grpcurl -cacert $CERTS/ca.pem -cert $CERTS/admin.pem -key $CERTS/admin-key.pem 127.0.0.1:7400 list
-                          bin/tools/grpcurl -cacert $CERTS/ca.pem -H "authorization: Bearer \$(cat $CERTS/reader.token)" ...
-  Pub/Sub                 TLS on 8085 (CA $CERTS/ca.pem; PUBSUB_EMULATOR_HOST clients speak plaintext and are refused)
-  Kafka                   SASL_SSL on 127.0.0.1:9093 (user admin, password in $CERTS/kafka-admin.password), PLAINTEXT on 9092:
+  kafka="127.0.0.1:9092     PLAINTEXT, no authentication (kcat -b 127.0.0.1:9092 -L)
+  Kafka SASL_SSL          127.0.0.1:9093     user admin, password in $CERTS/kafka-admin.password:
                           kcat -b 127.0.0.1:9093 -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 \\
-                            -X sasl.username=admin -X sasl.password=\$(cat $CERTS/kafka-admin.password) -X ssl.ca.location=$CERTS/ca.pem -L
-MSG
+                            -X sasl.username=admin -X sasl.password=\$(cat $CERTS/kafka-admin.password) -X ssl.ca.location=$CERTS/ca.pem -L"
+  pubsub="Pub/Sub over TLS        127.0.0.1:8085     CA $CERTS/ca.pem (PUBSUB_EMULATOR_HOST clients speak plaintext and are refused)"
+  grpc="127.0.0.1:7400     TLS; a client certificate or a bearer token is required (the coordinator's too):
+                          bin/tools/grpcurl -cacert $CERTS/ca.pem -cert $CERTS/admin.pem -key $CERTS/admin-key.pem 127.0.0.1:7400 list
+                          bin/tools/grpcurl -cacert $CERTS/ca.pem -H \"authorization: Bearer \$(cat $CERTS/reader.token)\" ..."
+  echo "Secured (SECURE=1): mTLS between the services, certificates and tokens in $CERTS."
 fi
 cat <<MSG
 Tributary is up.
-  Kafka bootstrap         127.0.0.1:9092     (kcat -b 127.0.0.1:9092 -L)
-  Pub/Sub emulator        127.0.0.1:8085     (export PUBSUB_EMULATOR_HOST=127.0.0.1:8085)
-  storage-core gRPC       127.0.0.1:7400     (make tools; bin/tools/grpcurl -plaintext 127.0.0.1:7400 list)
+  Kafka bootstrap         $kafka
+  $pubsub
+  storage-core gRPC       $grpc
   coordinator gRPC        127.0.0.1:7410
   MQTT (mqtt-bridge)      127.0.0.1:1884     (mosquitto_pub -p 1884 -i d1 -t devices/d1 -m hi → Kafka topic mqtt-devices, key d1)
   metrics/health          :7401 storage-core  :7411 coordinator  :7421 kafka-gateway  :7431 pubsub-gateway
