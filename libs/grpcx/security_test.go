@@ -34,17 +34,19 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
-// fakeStorage answers Read and Append with empty responses and counts the messages of
-// AppendStream it was handed.
+// fakeStorage answers Read and Append with empty responses (counted in fakeCalls) and
+// echoes the messages of AppendStream.
 type fakeStorage struct {
 	storagev1.UnimplementedStorageServiceServer
 }
 
 func (fakeStorage) Read(context.Context, *storagev1.ReadRequest) (*storagev1.ReadResponse, error) {
+	fakeCalls.Add(1)
 	return &storagev1.ReadResponse{}, nil
 }
 
 func (fakeStorage) Append(context.Context, *storagev1.AppendRequest) (*storagev1.AppendResponse, error) {
+	fakeCalls.Add(1)
 	return &storagev1.AppendResponse{}, nil
 }
 
