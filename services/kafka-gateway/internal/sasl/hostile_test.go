@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xdg-go/scram"
 )
@@ -106,5 +107,46 @@ func TestPlainHostileClients(t *testing.T) {
 		if _, _, err := ex.Step(context.Background(), []byte("\x00alice\x00pw")); !errors.Is(err, ErrAuthFailed) {
 			t.Errorf("PLAIN %q: a second message after the failure: %v", msg, err)
 		}
+	}
+}
+
+// stored is a credential source holding one credential for every user.
+type stored Credential
+
+func (s stored) Credential(context.Context, string, string) (Credential, error) {
+	return Credential(s), nil
+}
+
+// TestCredentialsOutsideIterationBoundsRefused: a stored credential with fewer than
+// 4096 or more than 16384 iterations (or no salt) authenticates nobody, with PLAIN or
+// SCRAM, and costs no PBKDF2 run: one with 2^30 iterations is refused at once.
+func TestCredentialsOutsideIterationBoundsRefused(t *testing.T) {
+	for _, it := range []int{1, MinIterations - 1, MaxIterations + 1, 1 << 30} {
+		c, err := NewCredential(ScramSHA512, "pw", min(it, MaxIterations+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Iterations = it
+		if it < MinIterations {
+			// A real credential of that count: the password would verify.
+			if c, err = NewCredential(ScramSHA512, "pw", it); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if _, done, err := NewPlain(stored(c)).Start().Step(context.Background(), []byte("\x00alice\x00pw")); done || !errors.Is(err, ErrAuthFailed) {
+			t.Errorf("PLAIN over a credential of %d iterations: done %v err %v", it, done, err)
+		}
+		if _, _, err := NewScram(ScramSHA512, stored(c)).Start().Step(context.Background(), []byte("n,,n=alice,r=abc")); !errors.Is(err, ErrAuthFailed) {
+			t.Errorf("SCRAM over a credential of %d iterations: %v", it, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("refusing a credential of %d iterations took %v", it, d)
+		}
+	}
+	noSalt, _ := NewCredential(ScramSHA512, "pw", MinIterations)
+	noSalt.Salt = nil
+	if _, done, _ := NewPlain(stored(noSalt)).Start().Step(context.Background(), []byte("\x00alice\x00pw")); done {
+		t.Error("PLAIN over a credential without a salt authenticated")
 	}
 }

@@ -101,8 +101,20 @@ func NewCredential(mechanism, password string, iterations int) (Credential, erro
 	return Credential{Salt: salt, Iterations: iterations, StoredKey: st, ServerKey: sv}, nil
 }
 
-// Verify reports whether password matches the credential (for PLAIN over SCRAM credentials).
+// usable reports whether c may be used at all: a salt and an iteration count within
+// MinIterations..MaxIterations. Kafka's ScramSaslServer refuses a stored credential
+// below the minimum; above the maximum a single PLAIN attempt would cost the gateway
+// an unbounded PBKDF2 (a credential written to the coordinator past KIP-554's checks).
+func (c Credential) usable() bool {
+	return len(c.Salt) > 0 && c.Iterations >= MinIterations && c.Iterations <= MaxIterations
+}
+
+// Verify reports whether password matches the credential (for PLAIN over SCRAM
+// credentials); never for a credential outside the iteration bounds.
 func (c Credential) Verify(mechanism, password string) bool {
+	if !c.usable() {
+		return false
+	}
 	salted, err := SaltPassword(mechanism, password, c.Salt, c.Iterations)
 	if err != nil {
 		return false
@@ -152,6 +164,9 @@ func (e *scramExchange) Step(ctx context.Context, in []byte) ([]byte, bool, erro
 		}
 		srv, err := hg.NewServer(func(user string) (scram.StoredCredentials, error) {
 			c, err := e.m.creds.Credential(ctx, e.m.name, user)
+			if err == nil && !c.usable() {
+				err = ErrUnknownUser
+			}
 			if err != nil {
 				e.lookup = err
 				return scram.StoredCredentials{}, err

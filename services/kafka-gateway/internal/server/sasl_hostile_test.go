@@ -21,6 +21,7 @@ import (
 
 	"github.com/tributary/tributary/libs/tlsx"
 	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
+	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
 )
 
@@ -326,5 +327,37 @@ func TestTLSListenerRefusesBadClients(t *testing.T) {
 			t.Fatalf("answered %x to a frame in clear", got)
 		}
 	})
+	stop()
+}
+
+// TestEveryAPIBeforeAuthenticationCloses: on a SASL listener every API but ApiVersions,
+// SaslHandshake and SaslAuthenticate, at every version we serve, closes the connection
+// unanswered when sent before authentication, as Kafka's SaslServerAuthenticator does.
+func TestEveryAPIBeforeAuthenticationCloses(t *testing.T) {
+	s := startSecure(t, nil)
+	addr := s.srv.ListenerAddr("SASL_PLAINTEXT")
+	stop := bystander(t, s)
+	for _, k := range handler.APIKeys() {
+		switch k.ApiKey {
+		case kmsg.ApiVersions.Int16(), kmsg.SASLHandshake.Int16(), kmsg.SASLAuthenticate.Int16():
+			continue
+		}
+		for _, v := range []int16{k.MinVersion, k.MaxVersion} {
+			req := kmsg.RequestForKey(k.ApiKey)
+			req.SetVersion(v)
+			rc := dialRaw(t, addr)
+			rc.send(req, 7)
+			_ = rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _, err := rc.recv(false)
+			var ne net.Error
+			switch {
+			case err == nil:
+				t.Errorf("%s v%d answered before authentication", kmsg.NameForKey(k.ApiKey), v)
+			case errors.As(err, &ne) && ne.Timeout():
+				t.Errorf("%s v%d before authentication: connection still open after 5 s", kmsg.NameForKey(k.ApiKey), v)
+			}
+			_ = rc.c.Close()
+		}
+	}
 	stop()
 }
