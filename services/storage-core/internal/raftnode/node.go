@@ -1,0 +1,735 @@
+// Package raftnode runs storage-core's Raft groups (issue 16, replication step 2): one
+// go.etcd.io/raft/v3 RawNode per group (a replicated channel), all driven by one loop
+// per node with one ticker, with AsyncStorageWrites: a group's MsgStorageAppend goes to
+// the node WAL (internal/wal), shared by every group so their appends share fsyncs, and
+// its responses are delivered once the WAL reports the append durable; MsgStorageApply
+// goes to the group's apply goroutine, which hands each committed data entry to the
+// group's StateMachine and answers the proposer. raft's read side is a
+// raft.MemoryStorage per group, fed at start from the WAL replay (Replay).
+//
+// Membership is static (step 2): every configured peer is a voter of every group, and a
+// group starts from the same synthetic snapshot on every node (index 1, term 1, the
+// peers as voters), so no bootstrap entries are logged. Proposals are accepted on the
+// leader only (proposal forwarding is off): elsewhere Propose answers *NotLeaderError
+// with the leader's id and address, for the caller to route. A proposal is answered
+// only by the apply of its own committed entry (entries carry the proposer's node id and
+// a proposal id unique to the node's run), so a deposed leader's uncommitted tail is
+// never answered as a success; it ends in ErrLeadershipLost, ErrTimeout or ErrClosed.
+package raftnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/storage-core/internal/wal"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+)
+
+// Sentinel errors.
+var (
+	// ErrTimeout: the proposal was not applied before the caller's deadline. Its outcome
+	// is unknown (it may still commit): Kafka's REQUEST_TIMED_OUT.
+	ErrTimeout = errors.New("raftnode: proposal not committed within the timeout")
+	// ErrLeadershipLost: this node stopped leading the group while the proposal was
+	// pending. Its outcome is unknown, as for ErrTimeout.
+	ErrLeadershipLost = errors.New("raftnode: leadership lost before the proposal committed")
+	// ErrDropped: raft refused the proposal (e.g. a leader transfer is under way).
+	ErrDropped = errors.New("raftnode: proposal dropped by raft")
+	// ErrNoGroup: the node has no such group.
+	ErrNoGroup = errors.New("raftnode: no such group")
+	// ErrClosed: the node is closed (or its WAL failed).
+	ErrClosed = errors.New("raftnode: closed")
+)
+
+// NotLeaderError answers a proposal made on a node that does not lead the group.
+// Leader is 0 (Addr "") while no leader is known (an election is under way).
+type NotLeaderError struct {
+	Group  uint64
+	Leader uint64
+	Addr   string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return fmt.Sprintf("raftnode: group %d has no leader (election under way)", e.Group)
+	}
+	return fmt.Sprintf("raftnode: not the leader of group %d; the leader is node %d at %s", e.Group, e.Leader, e.Addr)
+}
+
+// StateMachine applies one group's committed data entries, in index order, on the
+// group's apply goroutine. Raft's empty entries are not passed. payload is the
+// proposer's bytes (aliasing the entry: copy what outlives the call); term is the
+// entry's term (the Kafka leader epoch). The result and error go back to the proposer
+// when the proposal was made on this node; Apply must be deterministic so every replica
+// reaches the same state.
+type StateMachine interface {
+	Apply(index, term uint64, payload []byte) (any, error)
+}
+
+// Sender carries a batch of raft messages to another node (the Transport).
+type Sender interface {
+	Send(to uint64, msgs []*storagev1.RaftMessage)
+}
+
+// Config configures a Node.
+type Config struct {
+	// ID is this node's Raft id (non-zero, unique in the cluster).
+	ID uint64
+	// Peers maps every node of the cluster (this one included) to its address. Every
+	// peer is a voter of every group (static membership).
+	Peers map[uint64]string
+	// Tick is the raft tick (default 100 ms); ElectionTicks (default 10) and
+	// HeartbeatTicks (default 1) are in ticks.
+	Tick           time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	Log            *zap.Logger
+}
+
+type itemKind uint8
+
+const (
+	itemRecv itemKind = iota + 1
+	itemPropose
+	itemDurable
+	itemStep
+	itemUnreachable
+	itemCompact
+	itemCampaign
+)
+
+type item struct {
+	kind  itemKind
+	g     *group
+	m     raftpb.Message
+	msgs  []raftpb.Message
+	p     *proposal
+	data  []byte
+	peer  uint64
+	index uint64
+}
+
+type proposal struct {
+	id    uint64
+	group uint64
+	res   any
+	err   error
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (p *proposal) finish(res any, err error) {
+	p.once.Do(func() {
+		p.res, p.err = res, err
+		close(p.done)
+	})
+}
+
+type pendingAppend struct {
+	lsn uint64
+	m   raftpb.Message
+}
+
+type group struct {
+	id   uint64
+	n    *Node
+	rn   *raft.RawNode // loop goroutine only
+	ms   *raft.MemoryStorage
+	sm   StateMachine
+	lead atomic.Uint64
+	term atomic.Uint64
+	// leading: the loop's view of whether this node leads (loop goroutine only).
+	leading bool
+
+	// amu guards appends: MsgStorageAppends handed to the WAL, in lsn order.
+	amu     sync.Mutex
+	appends []pendingAppend
+
+	// qmu guards the apply queue.
+	qmu     sync.Mutex
+	qcond   *sync.Cond
+	applyQ  []raftpb.Message
+	stopped bool
+	applied atomic.Uint64
+	done    chan struct{}
+}
+
+// Durable delivers the appends the WAL made durable up to lsn (wal.Waiter).
+func (g *group) Durable(lsn uint64) {
+	g.amu.Lock()
+	k := 0
+	for k < len(g.appends) && g.appends[k].lsn <= lsn {
+		k++
+	}
+	ready := append([]pendingAppend(nil), g.appends[:k]...)
+	n := copy(g.appends, g.appends[k:])
+	g.appends = g.appends[:n]
+	g.amu.Unlock()
+	for _, a := range ready {
+		g.n.post(item{kind: itemDurable, g: g, m: a.m})
+	}
+}
+
+// Failed stops the node: after a failed WAL write nothing may be acknowledged.
+func (g *group) Failed(err error) { g.n.fail(err) }
+
+// Node is one storage-core node's set of Raft groups.
+type Node struct {
+	cfg    Config
+	log    *zap.Logger
+	rlog   raft.Logger
+	wal    *wal.WAL
+	replay *Replay
+	sender Sender
+
+	mu     sync.Mutex
+	groups map[uint64]*group
+	inbox  []item
+	err    error
+
+	kick    chan struct{}
+	closed  chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	started atomic.Bool
+
+	pmu   sync.Mutex
+	props map[uint64]*proposal
+	base  uint64
+	seq   atomic.Uint64
+}
+
+// New returns a Node that persists through w (opened with replay's callbacks; the
+// caller owns and closes it) and sends through sender. Call Start after adding the
+// groups that exist at start (AddGroup), or any time: groups may be added later.
+func New(cfg Config, w *wal.WAL, replay *Replay, sender Sender) (*Node, error) {
+	if cfg.ID == 0 {
+		return nil, errors.New("raftnode: node id 0")
+	}
+	if _, ok := cfg.Peers[cfg.ID]; !ok {
+		return nil, fmt.Errorf("raftnode: node %d is not among the peers", cfg.ID)
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = 10
+	}
+	if cfg.HeartbeatTicks <= 0 {
+		cfg.HeartbeatTicks = 1
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	lg := cfg.Log.With(zap.Uint64("node", cfg.ID))
+	return &Node{cfg: cfg, log: lg, rlog: raftLogger{lg.Sugar()}, wal: w, replay: replay, sender: sender,
+		groups: map[uint64]*group{}, kick: make(chan struct{}, 1), closed: make(chan struct{}),
+		done: make(chan struct{}), props: map[uint64]*proposal{}, base: binary.BigEndian.Uint64(b[:])}, nil
+}
+
+// SetSender sets the transport (before Start; the Transport needs the Node first).
+func (n *Node) SetSender(s Sender) { n.sender = s }
+
+// Start runs the node's loop.
+func (n *Node) Start() {
+	n.started.Store(true)
+	go n.run()
+}
+
+// AddGroup starts group id with sm as its state machine. applied is the last index
+// the state machine already holds durably (0 for none): raft hands it entries after
+// it. What the WAL replay holds for the group is loaded here (only entries up to the
+// replayed HardState.Commit are ever applied; a longer tail is raft's to keep or
+// replace). Errors: an id already in use, a replay that does not start right after
+// the initial snapshot (snapshots are step 4), raft's config errors.
+func (n *Node) AddGroup(id uint64, sm StateMachine, applied uint64) error {
+	voters := make([]uint64, 0, len(n.cfg.Peers))
+	for p := range n.cfg.Peers {
+		voters = append(voters, p)
+	}
+	ms := raft.NewMemoryStorage()
+	if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
+		Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: voters}}}); err != nil {
+		return err
+	}
+	hs, ents := n.replay.take(id)
+	for len(ents) > 0 && ents[0].Index <= 1 {
+		ents = ents[1:]
+	}
+	if len(ents) > 0 && ents[0].Index != 2 {
+		return fmt.Errorf("raftnode: group %d: the WAL holds entries from index %d only (snapshots are not built yet)", id, ents[0].Index)
+	}
+	if err := ms.Append(ents); err != nil {
+		return err
+	}
+	if raft.IsEmptyHardState(hs) {
+		hs = raftpb.HardState{Term: 1, Commit: 1}
+	}
+	if err := ms.SetHardState(hs); err != nil {
+		return err
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID: n.cfg.ID, ElectionTick: n.cfg.ElectionTicks, HeartbeatTick: n.cfg.HeartbeatTicks,
+		Storage: ms, Applied: max(applied, 1), MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256,
+		MaxUncommittedEntriesSize: 64 << 20, CheckQuorum: true, PreVote: true,
+		AsyncStorageWrites: true, DisableProposalForwarding: true, Logger: n.rlog,
+	})
+	if err != nil {
+		return err
+	}
+	g := &group{id: id, n: n, rn: rn, ms: ms, sm: sm, done: make(chan struct{})}
+	g.qcond = sync.NewCond(&g.qmu)
+	g.applied.Store(max(applied, 1))
+	g.term.Store(hs.Term)
+	n.mu.Lock()
+	if _, dup := n.groups[id]; dup {
+		n.mu.Unlock()
+		return fmt.Errorf("raftnode: group %d already exists", id)
+	}
+	n.groups[id] = g
+	n.mu.Unlock()
+	n.wal.SetFloor(id, 0)
+	go g.applyLoop()
+	return nil
+}
+
+// Leader is the group's leader as this node knows it (0 while none is known), its
+// address and the node's current term of the group (the Kafka leader epoch).
+func (n *Node) Leader(id uint64) (leader uint64, addr string, term uint64, err error) {
+	g := n.group(id)
+	if g == nil {
+		return 0, "", 0, ErrNoGroup
+	}
+	l := g.lead.Load()
+	return l, n.cfg.Peers[l], g.term.Load(), nil
+}
+
+// Applied is the last index the group's state machine applied (tests, checkpoints).
+func (n *Node) Applied(id uint64) uint64 {
+	if g := n.group(id); g != nil {
+		return g.applied.Load()
+	}
+	return 0
+}
+
+func (n *Node) group(id uint64) *group {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.groups[id]
+}
+
+// Propose proposes payload to group id and waits until its entry is committed and
+// applied here; it returns the StateMachine's answer. Errors: *NotLeaderError, ErrNoGroup,
+// ErrDropped, ErrLeadershipLost or ErrTimeout (outcome unknown), ErrClosed, or the
+// StateMachine's error.
+func (n *Node) Propose(ctx context.Context, id uint64, payload []byte) (any, error) {
+	g := n.group(id)
+	if g == nil {
+		return nil, ErrNoGroup
+	}
+	if l := g.lead.Load(); l != n.cfg.ID {
+		return nil, &NotLeaderError{Group: id, Leader: l, Addr: n.cfg.Peers[l]}
+	}
+	p := &proposal{id: n.base + n.seq.Add(1), group: id, done: make(chan struct{})}
+	data := make([]byte, 16+len(payload))
+	binary.BigEndian.PutUint64(data, n.cfg.ID)
+	binary.BigEndian.PutUint64(data[8:], p.id)
+	copy(data[16:], payload)
+	n.pmu.Lock()
+	n.props[p.id] = p
+	n.pmu.Unlock()
+	defer func() {
+		n.pmu.Lock()
+		delete(n.props, p.id)
+		n.pmu.Unlock()
+	}()
+	n.post(item{kind: itemPropose, g: g, p: p, data: data})
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
+	case <-n.closed:
+		return nil, ErrClosed
+	}
+}
+
+// Campaign makes this node stand for election in group id (tests, leader moves).
+func (n *Node) Campaign(id uint64) error {
+	g := n.group(id)
+	if g == nil {
+		return ErrNoGroup
+	}
+	n.post(item{kind: itemCampaign, g: g})
+	return nil
+}
+
+// Compact lets the group's MemoryStorage drop entries up to index (the caller's
+// checkpoint: the state machine holds them durably), clamped to what was applied and,
+// on the leader, to what every follower already has (a follower behind the compacted
+// prefix would need a snapshot, step 4).
+func (n *Node) Compact(id, index uint64) {
+	if g := n.group(id); g != nil {
+		n.post(item{kind: itemCompact, g: g, index: index})
+	}
+}
+
+// Receive hands the node a batch the transport received from node from. A message
+// that does not decode, names another sender or an unknown group is dropped (raft
+// retransmits; a group this node does not have yet is created by its create entry).
+func (n *Node) Receive(from uint64, msgs []*storagev1.RaftMessage) {
+	items := make([]item, 0, len(msgs))
+	n.mu.Lock()
+	for _, rm := range msgs {
+		g := n.groups[rm.GetGroup()]
+		if g == nil {
+			continue
+		}
+		var m raftpb.Message
+		if err := m.Unmarshal(rm.GetMessage()); err != nil || m.From != from || m.To != n.cfg.ID {
+			continue
+		}
+		items = append(items, item{kind: itemRecv, g: g, m: m})
+	}
+	n.mu.Unlock()
+	n.post(items...)
+}
+
+// Unreachable tells every group that messages to peer were lost (the transport's
+// stream to it broke), so leaders probe it again instead of waiting on a full window.
+func (n *Node) Unreachable(peer uint64) { n.post(item{kind: itemUnreachable, peer: peer}) }
+
+func (n *Node) post(items ...item) {
+	if len(items) == 0 {
+		return
+	}
+	n.mu.Lock()
+	if n.err != nil {
+		n.mu.Unlock()
+		return
+	}
+	n.inbox = append(n.inbox, items...)
+	n.mu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fail stops the node after a WAL failure: every pending and later proposal fails.
+func (n *Node) fail(err error) {
+	n.mu.Lock()
+	first := n.err == nil
+	if first {
+		n.err = err
+	}
+	n.mu.Unlock()
+	if first {
+		n.log.Error("raft node stops: the write-ahead log failed", zap.Error(err))
+		n.Close()
+	}
+}
+
+// Close stops the loop and the apply goroutines; pending proposals fail with
+// ErrClosed. It does not close the WAL.
+func (n *Node) Close() {
+	n.once.Do(func() {
+		n.mu.Lock()
+		if n.err == nil {
+			n.err = ErrClosed
+		}
+		n.mu.Unlock()
+		close(n.closed)
+	})
+	if n.started.Load() {
+		<-n.done
+	}
+	n.mu.Lock()
+	gs := make([]*group, 0, len(n.groups))
+	for _, g := range n.groups {
+		gs = append(gs, g)
+	}
+	n.mu.Unlock()
+	for _, g := range gs {
+		g.qmu.Lock()
+		g.stopped = true
+		g.qcond.Broadcast()
+		g.qmu.Unlock()
+		<-g.done
+	}
+	n.pmu.Lock()
+	for _, p := range n.props {
+		p.finish(nil, ErrClosed)
+	}
+	n.pmu.Unlock()
+}
+
+func (n *Node) run() {
+	defer close(n.done)
+	t := time.NewTicker(n.cfg.Tick)
+	defer t.Stop()
+	var spare []item
+	dirty := map[*group]struct{}{}
+	for {
+		tick := false
+		select {
+		case <-n.closed:
+			return
+		case <-t.C:
+			tick = true
+		case <-n.kick:
+		}
+		n.mu.Lock()
+		items := n.inbox
+		n.inbox = spare[:0]
+		var all []*group
+		if tick {
+			all = make([]*group, 0, len(n.groups))
+			for _, g := range n.groups {
+				all = append(all, g)
+			}
+		}
+		n.mu.Unlock()
+		out := map[uint64][]*storagev1.RaftMessage{}
+		for i := range items {
+			it := &items[i]
+			if it.g != nil {
+				dirty[it.g] = struct{}{}
+			} else if it.kind == itemUnreachable {
+				n.mu.Lock()
+				for _, g := range n.groups {
+					dirty[g] = struct{}{}
+				}
+				n.mu.Unlock()
+			}
+			n.handle(it, out)
+			*it = item{}
+		}
+		spare = items
+		for _, g := range all {
+			g.rn.Tick()
+			dirty[g] = struct{}{}
+		}
+		for g := range dirty {
+			for g.rn.HasReady() {
+				n.ready(g, out)
+			}
+			delete(dirty, g)
+		}
+		for to, msgs := range out {
+			if n.sender != nil {
+				n.sender.Send(to, msgs)
+			}
+		}
+	}
+}
+
+func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
+	g := it.g
+	switch it.kind {
+	case itemRecv:
+		_ = g.rn.Step(it.m)
+	case itemPropose:
+		if g.rn.BasicStatus().RaftState != raft.StateLeader {
+			l := g.lead.Load()
+			it.p.finish(nil, &NotLeaderError{Group: g.id, Leader: l, Addr: n.cfg.Peers[l]})
+			return
+		}
+		if err := g.rn.Propose(it.data); err != nil {
+			it.p.finish(nil, fmt.Errorf("%w: %v", ErrDropped, err))
+		}
+	case itemDurable:
+		m := it.m
+		if m.Snapshot != nil && !raft.IsEmptySnap(*m.Snapshot) {
+			// Not reachable in step 2 (Compact keeps what followers need); applying a
+			// snapshot the WAL does not hold would lie to raft, so the group stalls.
+			n.log.Error("raft snapshot received; snapshots are not built yet, the group stalls", zap.Uint64("group", g.id))
+			return
+		}
+		if len(m.Entries) > 0 {
+			if err := g.ms.Append(m.Entries); err != nil {
+				n.log.Error("raft storage append", zap.Uint64("group", g.id), zap.Error(err))
+				return
+			}
+		}
+		if m.Term != 0 || m.Vote != 0 || m.Commit != 0 {
+			if err := g.ms.SetHardState(raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}); err != nil {
+				n.log.Error("raft storage hard state", zap.Uint64("group", g.id), zap.Error(err))
+				return
+			}
+		}
+		for _, r := range m.Responses {
+			n.route(g, r, out)
+		}
+	case itemStep:
+		for _, r := range it.msgs {
+			n.route(g, r, out)
+		}
+	case itemUnreachable:
+		n.mu.Lock()
+		for _, gg := range n.groups {
+			gg.rn.ReportUnreachable(it.peer)
+		}
+		n.mu.Unlock()
+	case itemCompact:
+		idx := min(it.index, g.applied.Load())
+		if g.rn.BasicStatus().RaftState == raft.StateLeader {
+			for id, pr := range g.rn.Status().Progress {
+				if id != n.cfg.ID {
+					idx = min(idx, pr.Match)
+				}
+			}
+		}
+		if first, _ := g.ms.FirstIndex(); idx >= first {
+			if err := g.ms.Compact(idx); err != nil && !errors.Is(err, raft.ErrCompacted) {
+				n.log.Warn("raft storage compact", zap.Uint64("group", g.id), zap.Error(err))
+			}
+		}
+	case itemCampaign:
+		_ = g.rn.Campaign()
+	}
+}
+
+// route delivers a message raft produced: to this node's own raft, or to the batch
+// for another node.
+func (n *Node) route(g *group, m raftpb.Message, out map[uint64][]*storagev1.RaftMessage) {
+	if m.To == n.cfg.ID {
+		_ = g.rn.Step(m)
+		return
+	}
+	b, err := m.Marshal()
+	if err != nil {
+		n.log.Error("raft message marshal", zap.Error(err))
+		return
+	}
+	out[m.To] = append(out[m.To], &storagev1.RaftMessage{Group: g.id, Message: b})
+}
+
+// ready handles one Ready of g: WAL appends, applies, messages to other nodes.
+func (n *Node) ready(g *group, out map[uint64][]*storagev1.RaftMessage) {
+	rd := g.rn.Ready()
+	if rd.SoftState != nil {
+		g.lead.Store(rd.SoftState.Lead)
+		leading := rd.SoftState.RaftState == raft.StateLeader
+		if g.leading && !leading {
+			n.failPending(g.id)
+		}
+		g.leading = leading
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		g.term.Store(rd.HardState.Term)
+	}
+	for _, m := range rd.Messages {
+		switch m.To {
+		case raft.LocalAppendThread:
+			n.persist(g, m)
+		case raft.LocalApplyThread:
+			g.qmu.Lock()
+			g.applyQ = append(g.applyQ, m)
+			g.qcond.Signal()
+			g.qmu.Unlock()
+		default:
+			n.route(g, m, out)
+		}
+	}
+}
+
+// persist hands a MsgStorageAppend to the WAL; Durable delivers its responses.
+func (n *Node) persist(g *group, m raftpb.Message) {
+	var hs *raftpb.HardState
+	if m.Term != 0 || m.Vote != 0 || m.Commit != 0 {
+		hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+	}
+	g.amu.Lock()
+	lsn, err := n.wal.Append(g.id, m.Entries, hs, g)
+	if err == nil {
+		g.appends = append(g.appends, pendingAppend{lsn: lsn, m: m})
+	}
+	g.amu.Unlock()
+	if err != nil {
+		go n.fail(err)
+	}
+}
+
+// failPending fails the proposals of a group this node stopped leading.
+func (n *Node) failPending(id uint64) {
+	n.pmu.Lock()
+	for _, p := range n.props {
+		if p.group == id {
+			p.finish(nil, ErrLeadershipLost)
+		}
+	}
+	n.pmu.Unlock()
+}
+
+// applyLoop applies the group's committed entries in order and hands raft the
+// responses.
+func (g *group) applyLoop() {
+	defer close(g.done)
+	for {
+		g.qmu.Lock()
+		for len(g.applyQ) == 0 && !g.stopped {
+			g.qcond.Wait()
+		}
+		if g.stopped {
+			g.qmu.Unlock()
+			return
+		}
+		m := g.applyQ[0]
+		g.applyQ = g.applyQ[1:]
+		g.qmu.Unlock()
+		for i := range m.Entries {
+			g.apply(&m.Entries[i])
+		}
+		if k := len(m.Entries); k > 0 {
+			g.applied.Store(m.Entries[k-1].Index)
+		}
+		g.n.post(item{kind: itemStep, g: g, msgs: m.Responses})
+	}
+}
+
+func (g *group) apply(e *raftpb.Entry) {
+	if e.Type != raftpb.EntryNormal {
+		// Static membership: no conf change is ever proposed.
+		g.n.log.Error("raft conf change entry in a static group ignored", zap.Uint64("group", g.id), zap.Uint64("index", e.Index))
+		return
+	}
+	if len(e.Data) == 0 {
+		return
+	}
+	if len(e.Data) < 16 {
+		g.n.log.Error("raft entry without a proposal header", zap.Uint64("group", g.id), zap.Uint64("index", e.Index))
+		return
+	}
+	from := binary.BigEndian.Uint64(e.Data)
+	pid := binary.BigEndian.Uint64(e.Data[8:])
+	res, err := g.sm.Apply(e.Index, e.Term, e.Data[16:])
+	if from != g.n.cfg.ID {
+		return
+	}
+	g.n.pmu.Lock()
+	p := g.n.props[pid]
+	g.n.pmu.Unlock()
+	if p != nil {
+		p.finish(res, err)
+	}
+}
+
+// raftLogger is raft's Logger on zap.
+type raftLogger struct{ *zap.SugaredLogger }
+
+func (l raftLogger) Warning(v ...any)                 { l.Warn(v...) }
+func (l raftLogger) Warningf(format string, v ...any) { l.Warnf(format, v...) }
