@@ -11,8 +11,8 @@
 #                                       an admin token and a read-only token (read:kafka. read:gcp.)
 #   admin.token, reader.token           those tokens, one per file (grpcurl -H "authorization: Bearer $(cat ...)")
 #   kafka-users, kafka-admin.password   kafka-gateway's --sasl-users-file with the SASL user admin, and its password
-# Files that exist are kept (run it again to add what is missing); remove the directory
-# to start over. Needs openssl.
+# Files that exist are kept (run it again to add what is missing, or to reissue the
+# certificates the CA no longer verifies); remove the directory to start over. Needs openssl.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 DIR=${TRIBUTARY_CERTS_DIR:-$RUN_DIR/certs}
@@ -29,10 +29,11 @@ if [[ ! -f $DIR/ca.pem ]]; then
   echo "created $DIR/ca.pem"
 fi
 
-# issue NAME: NAME.pem / NAME-key.pem signed by the CA, CN and DNS name NAME.
+# issue NAME: NAME.pem / NAME-key.pem signed by the CA, CN and DNS name NAME. One that
+# exists is kept while the CA verifies it (a new CA, or an expired certificate, reissues it).
 issue() {
   local name=$1
-  [[ -f $DIR/$name.pem ]] && return 0
+  [[ -f $DIR/$name.pem ]] && openssl verify -CAfile "$DIR/ca.pem" "$DIR/$name.pem" >/dev/null 2>&1 && return 0
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/O=tributary/CN=$name" \
     -keyout "$DIR/$name-key.pem" -out "$DIR/$name.csr" 2>/dev/null
   openssl x509 -req -in "$DIR/$name.csr" -CA "$DIR/ca.pem" -CAkey "$DIR/ca-key.pem" -CAcreateserial \
