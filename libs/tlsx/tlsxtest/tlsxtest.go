@@ -1,6 +1,6 @@
-// Package tlsxtest writes a throwaway CA and certificates signed by it, for tests that
-// need TLS or mTLS on loopback. Keys are ECDSA P-256; certificates are valid for one day
-// and name 127.0.0.1, ::1 and localhost.
+// Package tlsxtest writes a throwaway CA and certificates signed by it, for tests and
+// benchmarks that need TLS or mTLS on loopback. Keys are ECDSA P-256; certificates are
+// valid for one day and name 127.0.0.1, ::1 and localhost.
 package tlsxtest
 
 import (
@@ -29,10 +29,24 @@ type CA struct {
 	serial   int64
 }
 
-// NewCA creates a CA in t.TempDir().
+// NewCA creates a CA in t.TempDir(); any error fails t.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key := newKey(t)
+	ca, err := NewCAIn(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// NewCAIn creates a CA whose files go in dir (an existing directory), for programs
+// that have no testing.TB (the benchmarks). Errors come from key generation, x509 and
+// writing ca.pem.
+func NewCAIn(dir string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "tributary test CA"},
@@ -44,35 +58,53 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	ca := &CA{Dir: t.TempDir(), cert: cert, key: key, serial: 1}
-	ca.CertFile = filepath.Join(ca.Dir, "ca.pem")
-	writePEM(t, ca.CertFile, "CERTIFICATE", der)
-	return ca
+	ca := &CA{Dir: dir, CertFile: filepath.Join(dir, "ca.pem"), cert: cert, key: key, serial: 1}
+	if err := writePEM(ca.CertFile, "CERTIFICATE", der); err != nil {
+		return nil, err
+	}
+	return ca, nil
 }
 
 // Issue writes NAME.pem and NAME-key.pem, a certificate with common name cn usable
-// both as a server (loopback names) and as a client certificate, and returns their paths.
+// both as a server (loopback names) and as a client certificate, and returns their
+// paths; any error fails t.
 func (ca *CA) Issue(t testing.TB, name, cn string) (certFile, keyFile string) {
 	t.Helper()
-	return ca.issue(t, name, cn, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	certFile, keyFile, err := ca.IssueFiles(name, cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
 // IssueExpired is Issue for a certificate that expired an hour ago (valid the day
 // before), for tests that must see it refused.
 func (ca *CA) IssueExpired(t testing.TB, name, cn string) (certFile, keyFile string) {
 	t.Helper()
-	return ca.issue(t, name, cn, time.Now().Add(-25*time.Hour), time.Now().Add(-time.Hour))
+	certFile, keyFile, err := ca.issue(name, cn, time.Now().Add(-25*time.Hour), time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
-func (ca *CA) issue(t testing.TB, name, cn string, notBefore, notAfter time.Time) (certFile, keyFile string) {
-	t.Helper()
-	key := newKey(t)
+// IssueFiles is Issue returning its error (key generation, x509, writing the files)
+// instead of failing a test.
+func (ca *CA) IssueFiles(name, cn string) (certFile, keyFile string, err error) {
+	return ca.issue(name, cn, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+func (ca *CA) issue(name, cn string, notBefore, notAfter time.Time) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
 	ca.serial++
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(ca.serial),
@@ -86,29 +118,23 @@ func (ca *CA) issue(t testing.TB, name, cn string, notBefore, notAfter time.Time
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	certFile = filepath.Join(ca.Dir, name+".pem")
 	keyFile = filepath.Join(ca.Dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
+	if err := writePEM(certFile, "CERTIFICATE", der); err != nil {
+		return "", "", err
+	}
+	if err := writePEM(keyFile, "PRIVATE KEY", keyDER); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-func writePEM(t testing.TB, file, typ string, der []byte) {
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+func writePEM(file, typ string, der []byte) error {
+	return os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }
