@@ -37,7 +37,7 @@ type kafkaListener struct {
 func (s *Server) secure(c net.Conn, l *kafkaListener, log *zap.Logger) (net.Conn, *handler.Session, error) {
 	principal := handler.AnonymousPrincipal
 	if l.tls != nil {
-		tc := tls.Server(c, l.tls)
+		tc := tls.Server(&coalescingConn{Conn: c}, l.tls)
 		ctx, cancel := context.WithTimeout(context.Background(), TLSHandshakeTimeout)
 		err := tc.HandshakeContext(ctx)
 		cancel()

@@ -706,7 +706,7 @@ func (s *Server) decode(frame []byte) (*pending, *handler.Request, error) {
 // writeLoop writes responses in queue order. Writes are buffered and flushed whenever
 // the writer would otherwise wait (for the next request or for a response not yet ready).
 func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pending, log *zap.Logger) {
-	bw := bufio.NewWriterSize(c, 64<<10)
+	bw := bufio.NewWriterSize(responseWriter(c), 64<<10)
 	var buf []byte
 	for {
 		var (
