@@ -6,7 +6,10 @@
 // transactional producers (transactions of -txn-records records spread over 6
 // partitions, each committed), once per count in -txn-producers (the same load on both
 // targets; the first count is the bar's), and prints committed records/s and the commit
-// latency (EndTransaction after Flush) p50/p99 of both targets.
+// latency (EndTransaction after Flush) p50/p99 of both targets. With -sasl-ssl (on by
+// default) the throughput cases also run over the same stack's SASL_SSL listener (TLS
+// 1.3 with a throwaway CA, SCRAM-SHA-512), in the same rounds as PLAINTEXT, and the
+// SASL_SSL / PLAINTEXT ratio is printed beside the bar (>= 0.70x, issue 19).
 //
 // Run from tests/e2e: go run ./cmd/kafkabench [-duration 5s] [-rate 20000]
 // It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
@@ -21,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +36,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/tributary/tributary/libs/tlsx"
+	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
 
 	"github.com/tributary/tributary/tests/e2e/stack"
 	"github.com/tributary/tributary/tests/e2e/testenv"
@@ -50,6 +58,7 @@ type config struct {
 	txn         bool
 	txnRecords  int
 	txnProds    []int
+	saslSSL     bool
 }
 
 // target is a Kafka endpoint under test.
@@ -58,6 +67,44 @@ type target struct {
 	// fresh returns addresses for a new case; for kfake it starts a new in-memory
 	// cluster so earlier cases' records do not weigh on later ones.
 	fresh func() ([]string, func(), error)
+	// opts are the client options every client of this target starts with (TLS and
+	// SASL for the SASL_SSL target).
+	opts []kgo.Opt
+	// throughputOnly targets run the throughput cases only, not the transactional and
+	// latency ones.
+	throughputOnly bool
+	// procs name the server processes whose CPU the throughput cases measure (this
+	// process, the client, is always measured; kfake runs inside it).
+	procs []proc
+}
+
+// proc is a process whose CPU time is measured.
+type proc struct {
+	name string
+	pid  int
+}
+
+// cpuNow returns the CPU time used so far by this process and each of procs.
+func cpuNow(procs []proc) []time.Duration {
+	out := []time.Duration{stack.CPUTime(os.Getpid())}
+	for _, p := range procs {
+		out = append(out, stack.CPUTime(p.pid))
+	}
+	return out
+}
+
+// cpuSince returns the CPU time used since before (from cpuNow).
+func cpuSince(procs []proc, before []time.Duration) []time.Duration {
+	now := cpuNow(procs)
+	for i := range now {
+		now[i] -= before[i]
+	}
+	return now
+}
+
+// client is a kgo client of tg seeded with addrs.
+func (tg target) client(addrs []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, tg.opts...), opts...)...)
 }
 
 type result struct {
@@ -69,6 +116,9 @@ type result struct {
 	// produce50 is, in the transactional case, the median time from BeginTransaction
 	// to the flushed records (the part of a transaction before EndTransaction).
 	produce50 time.Duration
+	// cpu is, in the throughput cases, the CPU time used by the client process (kfake
+	// included) and then each of the target's procs during the case.
+	cpu []time.Duration
 }
 
 func (r result) perSec() float64 { return float64(r.records) / r.elapsed.Seconds() }
@@ -86,6 +136,7 @@ func main() {
 	flag.StringVar(&cfg.targets, "targets", "tributary,kfake", "targets to measure, comma separated (tributary, kfake); the ratio needs both")
 	flag.BoolVar(&cfg.txn, "txn", true, "run the transactional case")
 	flag.IntVar(&cfg.txnRecords, "txn-records", 100, "records per transaction in the transactional case")
+	flag.BoolVar(&cfg.saslSSL, "sasl-ssl", true, "also run the throughput cases over the same stack's SASL_SSL listener (TLS 1.3, SCRAM-SHA-512) and print their ratio to PLAINTEXT (the bar: >= 0.70x)")
 	txnProds := flag.String("txn-producers", "16,4,64", "concurrent transactional producers (one transactional id each), comma separated: one transactional case per count, the same load on every target; the first is the bar's (see tests/e2e/README.md)")
 	flag.Parse()
 	for _, f := range strings.Split(*txnProds, ",") {
@@ -116,7 +167,17 @@ func run(cfg config) error {
 		}
 		defer stack.RemoveBinaries()
 		fmt.Printf("starting tributary (fsync=%s)...\n", cfg.fsync)
-		s, err := stack.Start(ctx, stack.Options{Fsync: cfg.fsync, LogLevel: "warn"})
+		opts := stack.Options{Fsync: cfg.fsync, LogLevel: "warn"}
+		var secure []kgo.Opt
+		if cfg.saslSSL {
+			var cleanup func()
+			var err error
+			if secure, cleanup, err = saslSSL(&opts); err != nil {
+				return err
+			}
+			defer cleanup()
+		}
+		s, err := stack.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
@@ -125,7 +186,12 @@ func run(cfg config) error {
 				fmt.Fprintln(os.Stderr, "close stack:", err)
 			}
 		}()
-		targets = append(targets, target{name: "tributary", fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
+		procs := []proc{{"gateway", s.Gateways[0].Pid()}, {"storage", s.Storage.Pid()}}
+		targets = append(targets, target{name: "tributary", procs: procs, fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
+		if cfg.saslSSL {
+			targets = append(targets, target{name: "sasl_ssl", opts: secure, throughputOnly: true, procs: procs,
+				fresh: func() ([]string, func(), error) { return s.ListenerAddrs["SASL_SSL"], func() {}, nil }})
+		}
 	}
 	if want["kfake"] {
 		targets = append(targets, target{name: "kfake", fresh: func() ([]string, func(), error) {
@@ -139,9 +205,25 @@ func run(cfg config) error {
 	if len(targets) == 0 {
 		return fmt.Errorf("no known target in -targets %q", cfg.targets)
 	}
-	// Columns are the measured targets, in -targets order tributary then kfake; the
-	// ratio (tributary / kfake) is printed only when both were measured.
-	both := len(targets) == 2
+	// Columns are the measured targets: tributary, its SASL_SSL listener, then kfake.
+	// The ratio to kfake (tributary / kfake) is printed only when both were measured,
+	// the SASL_SSL ratio (SASL_SSL / PLAINTEXT on the same stack) when it was.
+	trib, sasl, fake := -1, -1, -1
+	var full []target // the targets of the transactional and latency cases
+	for i, tg := range targets {
+		switch tg.name {
+		case "tributary":
+			trib = i
+		case "sasl_ssl":
+			sasl = i
+		case "kfake":
+			fake = i
+		}
+		if !tg.throughputOnly {
+			full = append(full, tg)
+		}
+	}
+	both := trib >= 0 && fake >= 0
 
 	type row struct {
 		name string
@@ -182,12 +264,12 @@ func run(cfg config) error {
 		}
 		rows = append(rows, prod, cons)
 	}
-	var txnRuns [][][]result // [producer count][target][round]
+	var txnRuns [][][]result // [producer count][full target][round]
 	if cfg.txn {
 		for _, prods := range cfg.txnProds {
-			runs := make([][]result, len(targets))
+			runs := make([][]result, len(full))
 			for round := 0; round < cfg.rounds; round++ {
-				for i, tg := range targets {
+				for i, tg := range full {
 					r, err := transactional(ctx, cfg, tg, prods)
 					if err != nil {
 						return fmt.Errorf("%s transactional, %d producers: %w", tg.name, prods, err)
@@ -200,8 +282,8 @@ func run(cfg config) error {
 			txnRuns = append(txnRuns, runs)
 		}
 	}
-	lat := make([]result, len(targets))
-	for i, tg := range targets {
+	lat := make([]result, len(full))
+	for i, tg := range full {
 		if cfg.latencyDur <= 0 {
 			break
 		}
@@ -215,9 +297,15 @@ func run(cfg config) error {
 
 	mib := float64(cfg.recordBytes) / (1 << 20)
 	fmt.Printf("\nKafka benchmark: %d B random records, uncompressed, acks=all, idempotent kgo producer; tributary fsync=%s; kfake in memory\n", cfg.recordBytes, cfg.fsync)
+	if sasl >= 0 {
+		fmt.Println("sasl_ssl: the tributary stack's SASL_SSL listener (TLS 1.3, SCRAM-SHA-512), beside its PLAINTEXT one in the same rounds")
+	}
 	header := fmt.Sprintf("%-24s", fmt.Sprintf("median of %d (records/s)", cfg.rounds))
 	for _, tg := range targets {
 		header += fmt.Sprintf(" %14s", tg.name)
+	}
+	if sasl >= 0 {
+		header += fmt.Sprintf(" %9s", "ssl/plain")
 	}
 	if both {
 		header += fmt.Sprintf(" %8s", "ratio")
@@ -228,13 +316,39 @@ func run(cfg config) error {
 		for _, x := range r.res {
 			line += fmt.Sprintf(" %14.0f", x.perSec())
 		}
+		if sasl >= 0 {
+			line += fmt.Sprintf(" %8.2fx", r.res[sasl].perSec()/r.res[trib].perSec())
+		}
 		if both {
-			line += fmt.Sprintf(" %7.2fx   (%.1f vs %.1f MiB/s)", r.res[0].perSec()/r.res[1].perSec(), r.res[0].perSec()*mib, r.res[1].perSec()*mib)
+			line += fmt.Sprintf(" %7.2fx   (%.1f vs %.1f MiB/s)", r.res[trib].perSec()/r.res[fake].perSec(), r.res[trib].perSec()*mib, r.res[fake].perSec()*mib)
 		} else {
 			line += fmt.Sprintf("   (%.1f MiB/s)", r.res[0].perSec()*mib)
 		}
 		fmt.Println(line)
 	}
+	if len(rows) > 0 {
+		fmt.Println("CPU per record (µs, the median round's; client includes kfake when it is the target)")
+		for _, r := range rows {
+			for i, tg := range targets {
+				line := fmt.Sprintf("  %-22s %-9s", r.name, tg.name)
+				x := r.res[i]
+				var total time.Duration
+				for j, d := range x.cpu {
+					name := "client"
+					if j > 0 {
+						name = tg.procs[j-1].name
+					}
+					line += fmt.Sprintf(" %s %.1f", name, perRecord(d, x.records))
+					total += d
+				}
+				fmt.Printf("%s, total %.1f\n", line, perRecord(total, x.records))
+			}
+		}
+	}
+	if sasl >= 0 && len(rows) > 0 {
+		fmt.Println("  the SASL_SSL bar: ssl/plain >= 0.70x (TLS costs at most 30 % of plaintext throughput)")
+	}
+	bothFull := len(full) == 2
 	for k, runs := range txnRuns {
 		prods := cfg.txnProds[k]
 		txn := make([]result, len(runs))
@@ -243,7 +357,7 @@ func run(cfg config) error {
 			txn[i] = median(runs[i])
 			line += fmt.Sprintf(" %14.0f", txn[i].perSec())
 		}
-		if both {
+		if bothFull {
 			note := "committed records, 6 partitions"
 			if k == 0 {
 				note += "; the bar: >= 1x"
@@ -267,7 +381,7 @@ func run(cfg config) error {
 		return nil
 	}
 	header = fmt.Sprintf("%-24s", fmt.Sprintf("latency @%d rec/s", cfg.rate))
-	for _, tg := range targets {
+	for _, tg := range full {
 		header += fmt.Sprintf(" %14s", tg.name)
 	}
 	fmt.Println(header)
@@ -289,6 +403,14 @@ func run(cfg config) error {
 	return nil
 }
 
+// perRecord is d per record of n, in µs.
+func perRecord(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Nanoseconds()) / 1e3 / float64(n)
+}
+
 // median returns the result with the median rate.
 func median(rs []result) result {
 	rs = append([]result(nil), rs...)
@@ -298,9 +420,9 @@ func median(rs []result) result {
 
 var topicSeq atomic.Int64
 
-func newTopic(ctx context.Context, addrs []string, parts int32) (string, error) {
+func newTopic(ctx context.Context, tg target, addrs []string, parts int32) (string, error) {
 	name := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), topicSeq.Add(1))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	cl, err := tg.client(addrs)
 	if err != nil {
 		return "", err
 	}
@@ -332,8 +454,8 @@ func newTopic(ctx context.Context, addrs []string, parts int32) (string, error) 
 
 // producer is kgo with acks=all and its default idempotence; compression is off so the
 // figures are bytes that really move (kgo's default, snappy, shrinks synthetic values).
-func producer(addrs []string, topic string) (*kgo.Client, error) {
-	return kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic),
+func producer(tg target, addrs []string, topic string) (*kgo.Client, error) {
+	return tg.client(addrs, kgo.DefaultProduceTopic(topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(30*time.Second),
 		kgo.ProducerBatchCompression(kgo.NoCompression()))
 }
@@ -353,11 +475,11 @@ func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, 
 		return prod, cons, err
 	}
 	defer closeFn()
-	topic, err := newTopic(ctx, addrs, parts)
+	topic, err := newTopic(ctx, tg, addrs, parts)
 	if err != nil {
 		return prod, cons, err
 	}
-	cl, err := producer(addrs, topic)
+	cl, err := producer(tg, addrs, topic)
 	if err != nil {
 		return prod, cons, err
 	}
@@ -367,6 +489,7 @@ func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, 
 		firstMu sync.Mutex
 		first   error
 	)
+	cpu0 := cpuNow(tg.procs)
 	start := time.Now()
 	end := start.Add(cfg.duration)
 	for i := 0; i < cfg.maxRecords && time.Now().Before(end) && ctx.Err() == nil; i++ {
@@ -386,19 +509,20 @@ func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, 
 		cl.Close()
 		return prod, cons, err
 	}
-	prod = result{records: int(acked.Load()), elapsed: time.Since(start)}
+	prod = result{records: int(acked.Load()), elapsed: time.Since(start), cpu: cpuSince(tg.procs, cpu0)}
 	cl.Close()
 	if first != nil {
 		return prod, cons, fmt.Errorf("produce: %w", first)
 	}
 
-	cc, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cc, err := tg.client(addrs, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return prod, cons, err
 	}
 	defer cc.Close()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	cpu0 = cpuNow(tg.procs)
 	start = time.Now()
 	n := 0
 	for n < prod.records {
@@ -411,7 +535,7 @@ func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, 
 		}
 		n += fs.NumRecords()
 	}
-	cons = result{records: n, elapsed: time.Since(start)}
+	cons = result{records: n, elapsed: time.Since(start), cpu: cpuSince(tg.procs, cpu0)}
 	return prod, cons, nil
 }
 
@@ -423,11 +547,11 @@ func latency(ctx context.Context, cfg config, tg target) (result, error) {
 		return result{}, err
 	}
 	defer closeFn()
-	topic, err := newTopic(ctx, addrs, 6)
+	topic, err := newTopic(ctx, tg, addrs, 6)
 	if err != nil {
 		return result{}, err
 	}
-	cl, err := producer(addrs, topic)
+	cl, err := producer(tg, addrs, topic)
 	if err != nil {
 		return result{}, err
 	}
@@ -495,7 +619,7 @@ func transactional(ctx context.Context, cfg config, tg target, prods int) (resul
 		return result{}, err
 	}
 	defer closeFn()
-	topic, err := newTopic(ctx, addrs, parts)
+	topic, err := newTopic(ctx, tg, addrs, parts)
 	if err != nil {
 		return result{}, err
 	}
@@ -518,7 +642,7 @@ func transactional(ctx context.Context, cfg config, tg target, prods int) (resul
 	start := time.Now()
 	end := start.Add(cfg.duration)
 	for p := 0; p < prods; p++ {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic),
+		cl, err := tg.client(addrs, kgo.DefaultProduceTopic(topic),
 			kgo.TransactionalID(fmt.Sprintf("%s-txn-%d", topic, p)), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(30*time.Second),
 			kgo.ProducerBatchCompression(kgo.NoCompression()))
@@ -579,4 +703,39 @@ func transactional(ctx context.Context, cfg config, tg target, prods int) (resul
 	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
 	return result{records: committed, elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1],
 		produce50: produced[len(produced)/2]}, nil
+}
+
+// saslSSL adds a SASL_SSL listener to opts (a throwaway CA's certificate, one static
+// SCRAM user) and returns the client options that reach it, and a cleanup that removes
+// the CA's directory.
+func saslSSL(opts *stack.Options) ([]kgo.Opt, func(), error) {
+	dir, err := os.MkdirTemp("", "kafkabench-tls-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	ca, err := tlsxtest.NewCAIn(dir)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	cert, key, err := ca.IssueFiles("gateway", "kafka-gateway")
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	const user, pass = "bench", "bench-secret"
+	users := filepath.Join(dir, "users")
+	if err := os.WriteFile(users, []byte(user+":"+pass+"\n"), 0o600); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	tc, err := tlsx.Client{CAFile: ca.CertFile}.Config()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	opts.Listeners = append(opts.Listeners, "SASL_SSL")
+	opts.GatewayFlags = append(opts.GatewayFlags, "--tls-cert", cert, "--tls-key", key, "--sasl-users-file", users)
+	return []kgo.Opt{kgo.DialTLSConfig(tc), kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism())}, cleanup, nil
 }
