@@ -145,19 +145,21 @@ func (s *Set) Authorize(r Rules, a Action) bool {
 // AuthorizeAny reports whether the principal may do a.Operation on at least one
 // resource of a.ResourceType (Kafka's authorizeByResourceType, KIP-679; a.ResourceName
 // is ignored): some ALLOW applies whose pattern no DENY covers (a DENY of literal "*",
-// of the same literal name, or of a prefix of the allowed name). With no binding of the
-// type at all it follows r.AllowIfNoACL.
+// of the same literal name, or of a prefix of the allowed name). Like Kafka it first
+// decides a.Operation on a resource literally named "hardcode" (probeName): so super
+// users are allowed, and so is everyone under r.AllowIfNoACL when no binding names
+// that resource (some resource of the type is then open to all).
 func (s *Set) AuthorizeAny(r Rules, a Action) bool {
-	if r.SuperUsers[a.Principal] {
+	probe := a
+	probe.ResourceName = probeName
+	if s.Authorize(r, probe) {
 		return true
 	}
 	var allows, denies []Binding
-	found := false
 	for _, b := range s.all {
 		if b.ResourceType != a.ResourceType {
 			continue
 		}
-		found = true
 		if !b.entryApplies(a.Principal, a.Host) {
 			continue
 		}
@@ -167,9 +169,6 @@ func (s *Set) AuthorizeAny(r Rules, a Action) bool {
 		case b.Permission == PermissionAllow && implies(b.Operation, a.Operation):
 			allows = append(allows, b)
 		}
-	}
-	if !found {
-		return r.AllowIfNoACL
 	}
 	covered := func(al Binding) bool {
 		for _, d := range denies {
@@ -193,6 +192,9 @@ func (s *Set) AuthorizeAny(r Rules, a Action) bool {
 	}
 	return false
 }
+
+// probeName is the resource name Kafka's authorizeByResourceType decides first.
+const probeName = "hardcode"
 
 // Operations lists the operations Kafka defines for each resource type, the ones
 // authorized_operations (KIP-430) reports on.

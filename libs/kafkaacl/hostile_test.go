@@ -80,3 +80,28 @@ func TestValidateOutOfRangeCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthorizeAnyAllowIfNoACL: with allow.everyone.if.no.acl.found, Kafka's
+// authorizeByResourceType allows when its probe resource ("hardcode") has no binding,
+// although other resources of the type have some: a resource open to everyone exists.
+// A binding that names the probe (a wildcard, a covering prefix) ends that.
+func TestAuthorizeAnyAllowIfNoACL(t *testing.T) {
+	const alice, bob = "User:alice", "User:bob"
+	w := Action{Principal: alice, Host: "h", Operation: OpWrite, ResourceType: ResourceTopic}
+	open := Rules{AllowIfNoACL: true}
+	if !NewSet([]Binding{allow(ResourceTopic, "foo", PatternLiteral, bob, OpWrite)}).AuthorizeAny(open, w) {
+		t.Error("bindings on other topics only: denied, though a topic without bindings is open to all")
+	}
+	if NewSet([]Binding{allow(ResourceTopic, "foo", PatternLiteral, bob, OpWrite)}).AuthorizeAny(Rules{}, w) {
+		t.Error("allowed without allow-if-none")
+	}
+	if NewSet([]Binding{deny(ResourceTopic, "*", PatternLiteral, WildcardPrincipal, OpWrite)}).AuthorizeAny(open, w) {
+		t.Error("a wildcard deny for everyone: allowed")
+	}
+	if NewSet([]Binding{allow(ResourceTopic, "h", PatternPrefixed, bob, OpWrite)}).AuthorizeAny(open, w) {
+		t.Error("a prefix covering the probe, for someone else: allowed (Kafka denies)")
+	}
+	if !NewSet([]Binding{deny(ResourceTopic, "*", PatternLiteral, WildcardPrincipal, OpAll)}).AuthorizeAny(Rules{SuperUsers: map[string]bool{alice: true}}, w) {
+		t.Error("super user denied by a wildcard deny")
+	}
+}
