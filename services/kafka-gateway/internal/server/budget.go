@@ -19,8 +19,12 @@ type budget struct {
 
 func newBudget(max int64) *budget { return &budget{max: max, wake: make(chan struct{})} }
 
-// acquire reserves n bytes, waiting until they fit or ctx ends.
+// acquire reserves n bytes, waiting until they fit or ctx ends. A nil budget (frames
+// read before SASL authentication) reserves nothing.
 func (b *budget) acquire(ctx context.Context, n int64) error {
+	if b == nil {
+		return nil
+	}
 	for {
 		b.mu.Lock()
 		if b.used == 0 || b.used+n <= b.max {
@@ -38,8 +42,11 @@ func (b *budget) acquire(ctx context.Context, n int64) error {
 	}
 }
 
-// release returns n bytes and wakes waiting readers.
+// release returns n bytes and wakes waiting readers (nothing for a nil budget).
 func (b *budget) release(n int64) {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	b.used -= n
 	close(b.wake)

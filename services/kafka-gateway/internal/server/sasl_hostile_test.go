@@ -361,3 +361,30 @@ func TestEveryAPIBeforeAuthenticationCloses(t *testing.T) {
 	}
 	stop()
 }
+
+// TestUnauthenticatedFramesTakeNoRequestMemory: frames read before authentication are
+// not counted in the request memory budget (--max-inflight-request-bytes), as Kafka
+// reads them outside its memory pool: clients that announce frames they never send,
+// without authenticating, cannot make an authenticated client wait.
+func TestUnauthenticatedFramesTakeNoRequestMemory(t *testing.T) {
+	s := startSecure(t, func(c *Config) { c.MaxInFlightBytes = 1 << 20 })
+	addr := s.srv.ListenerAddr("SASL_PLAINTEXT")
+	for range 4 {
+		rc := dialRaw(t, addr)
+		b := binary.BigEndian.AppendUint32(nil, 256<<10) // four fill the budget
+		b = binary.BigEndian.AppendUint16(b, uint16(kmsg.ApiVersions.Int16()))
+		rc.sendBytes(append(b, 0, 3, 0, 0, 0, 1, 0, 0)) // and nothing more
+	}
+	time.Sleep(100 * time.Millisecond) // the stalled frames are being read
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.SASL(plain.Auth{User: "bob", Pass: "bob-secret"}.AsMechanism()),
+		kgo.DefaultProduceTopic("budget"), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatalf("authenticated produce while unauthenticated clients stall frames: %v", err)
+	}
+}

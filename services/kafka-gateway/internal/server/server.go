@@ -547,9 +547,12 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 	var produce handler.TurnChain
 	for {
 		_ = c.SetReadDeadline(time.Now().Add(IdleTimeout))
-		limit := s.cfg.MaxFrameBytes
+		// Before authentication a frame is small and is not counted in the request
+		// memory budget, as Kafka's SaslServerAuthenticator reads it outside its memory
+		// pool: unauthenticated clients cannot make authenticated ones wait.
+		limit, mem := s.cfg.MaxFrameBytes, s.mem
 		if !sess.Authenticated() || sess.RawTokens() {
-			limit = min(limit, MaxAuthFrameBytes)
+			limit, mem = min(limit, MaxAuthFrameBytes), nil
 		}
 		size, err := readSize(br, sizeBuf[:], limit)
 		var (
@@ -563,8 +566,8 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 				pooled, into, capTo = true, s.bodies.get(int(size)), s.bodies.capFor(int(size))
 			}
 			var reserved int64
-			if frame, reserved, err = readBody(ctx, br, c, s.mem, size, into, capTo); err != nil {
-				s.mem.release(reserved)
+			if frame, reserved, err = readBody(ctx, br, c, mem, size, into, capTo); err != nil {
+				mem.release(reserved)
 			}
 		}
 		if err != nil {
@@ -581,7 +584,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 		if sess.RawTokens() {
 			// SaslHandshake v0: the frame is a bare SASL token (KIP-43).
 			out, err := s.h.RawAuthenticate(ctx, sess, frame)
-			s.mem.release(int64(size))
+			mem.release(int64(size))
 			if err != nil {
 				log.Info("closing kafka connection: SASL authentication failed", zap.Error(err))
 				cancel()
@@ -598,7 +601,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 		}
 		p, req, err := s.decode(frame)
 		if err != nil || req == nil {
-			s.mem.release(int64(size))
+			mem.release(int64(size))
 		}
 		if err != nil {
 			log.Info("closing kafka connection", zap.Error(err))
@@ -610,13 +613,13 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 			saslAPI := key == kmsg.SASLHandshake.Int16() || key == kmsg.SASLAuthenticate.Int16()
 			authenticated := sess.Authenticated()
 			if !authenticated && !saslAPI && key != kmsg.ApiVersions.Int16() {
-				s.mem.release(int64(size))
+				mem.release(int64(size))
 				log.Info("closing kafka connection: request before SASL authentication", zap.String("api", kmsg.NameForKey(key)))
 				cancel()
 				return
 			}
 			if !saslAPI && sess.Expired(time.Now()) {
-				s.mem.release(int64(size))
+				mem.release(int64(size))
 				log.Info("closing kafka connection: SASL session expired without re-authentication (KIP-368)")
 				cancel()
 				return
@@ -632,7 +635,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 				// Authentication steps run in order, each before the next frame is read:
 				// the session state they change decides how that frame is served.
 				resp, err := s.h.Handle(ctx, req)
-				s.mem.release(int64(size))
+				mem.release(int64(size))
 				p.resp, p.err, p.closeAfter = resp, err, sess.Closing()
 				close(p.done)
 				select {
@@ -650,7 +653,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 			go func() {
 				defer handlers.Done()
 				resp, err := s.h.Handle(ctx, req)
-				s.mem.release(int64(size))
+				mem.release(int64(size))
 				if pooled && !req.BodyInUse() {
 					s.bodies.put(frame)
 				}
