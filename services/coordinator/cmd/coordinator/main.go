@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -39,6 +40,14 @@ func run(args []string) error {
 		"largest transaction.timeout.ms a Kafka transactional producer may ask for (Kafka transaction.max.timeout.ms)")
 	fs.DurationVar(&cfg.TransactionalIDExpiration, "transactional-id-expiration", cfg.TransactionalIDExpiration,
 		"delete a Kafka transactional id without an open transaction unused this long (Kafka transactional.id.expiration.ms)")
+	fs.DurationVar(&cfg.ConsumerGroups.SessionTimeout, "group-consumer-session-timeout", cfg.ConsumerGroups.SessionTimeout,
+		"KIP-848 consumer group member session timeout (Kafka group.consumer.session.timeout.ms)")
+	fs.DurationVar(&cfg.ConsumerGroups.HeartbeatInterval, "group-consumer-heartbeat-interval", cfg.ConsumerGroups.HeartbeatInterval,
+		"KIP-848 consumer group heartbeat interval (Kafka group.consumer.heartbeat.interval.ms)")
+	assignors := fs.String("group-consumer-assignors", strings.Join(cfg.ConsumerGroups.Assignors, ","),
+		"KIP-848 server-side assignors, the first the default: uniform, range (Kafka group.consumer.assignors)")
+	fs.IntVar(&cfg.ConsumerGroups.MaxSize, "group-consumer-max-size", 0,
+		"most members of a KIP-848 consumer group, 0 for no limit (Kafka group.consumer.max.size)")
 	grpcx.RegisterServerFlags(fs, &cfg.Security)
 	clientSec := grpcx.RegisterClientFlags(fs, "storage")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -46,6 +55,7 @@ func run(args []string) error {
 		return err
 	}
 	cfg.StorageSecurity = clientSec.For("storage")
+	cfg.ConsumerGroups.Assignors = strings.Split(*assignors, ",")
 	if *urlFile != "" {
 		u, err := flagenv.ReadSecret(*urlFile)
 		if err != nil {

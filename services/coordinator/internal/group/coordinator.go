@@ -307,6 +307,17 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *coordinatorv1.JoinGrou
 			g.maybeCompleteJoin(now)
 		}
 		memberID := req.GetMemberId()
+		if g.Type == store.GroupTypeConsumer {
+			// KIP-848: a consumer group with members refuses classic members; an
+			// empty one becomes a classic group again (online downgrade).
+			if g.consumerMembers {
+				resp = fail(codeInconsistentGroupProto, memberID)
+				return errSkip
+			}
+			g.toClassic, g.Type, g.dirty = true, store.GroupTypeClassic, true
+			g.State, g.Generation, g.ProtocolType, g.Protocol, g.Leader = StateEmpty, 0, "", "", ""
+			c.log.Info("consumer group converted to a classic group", zap.String("group", gid))
+		}
 		if !g.exists && memberID != "" {
 			resp = fail(codeUnknownMemberID, memberID)
 			return errSkip

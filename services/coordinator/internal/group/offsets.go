@@ -16,6 +16,7 @@ import (
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/consumergroup"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -58,6 +59,22 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 	err = c.withGroupTx(ctx, tx, gid, simple, func(g *group, now time.Time) error {
 		code := codeNone
 		switch {
+		case g.Type == store.GroupTypeConsumer && simple:
+			if g.consumerMembers {
+				code = codeUnknownMemberID
+			}
+		case g.Type == store.GroupTypeConsumer:
+			parts := map[string][]int32{}
+			for _, t := range req.GetTopics() {
+				for _, p := range t.GetPartitions() {
+					parts[t.GetName()] = append(parts[t.GetName()], p.GetPartition())
+				}
+			}
+			c16, err := consumergroup.CheckCommit(g.consumerDoc, memberID, gen, parts)
+			if err != nil {
+				return err
+			}
+			code = int32(c16)
 		case !g.exists && !simple:
 			code = codeIllegalGeneration
 		case !simple:
@@ -102,6 +119,24 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 		return nil, err
 	}
 	return resp, nil
+}
+
+// checkFetchMember checks an OffsetFetch v9 member id and epoch against a KIP-848
+// consumer group (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH); other
+// groups ignore them, as Kafka's classic groups do.
+func (c *Coordinator) checkFetchMember(ctx context.Context, rg *coordinatorv1.OffsetFetchGroup) (int32, error) {
+	row, doc, err := c.store.SnapshotConsumerGroup(ctx, rg.GetGroupId())
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrNotReady, err)
+	}
+	if row == nil || row.GroupType != store.GroupTypeConsumer {
+		return codeNone, nil
+	}
+	if rg.GetMemberId() == "" && rg.GetMemberEpoch() < 0 {
+		return codeNone, nil
+	}
+	code, err := consumergroup.CheckCommit(doc, rg.GetMemberId(), rg.GetMemberEpoch(), nil)
+	return int32(code), err
 }
 
 // withGroupTx is withGroup's work in the caller's transaction tx: it commits tx when fn
@@ -199,6 +234,16 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.Offset
 		if rg.GetGroupId() == "" {
 			fg.ErrorCode = codeInvalidGroupID
 			continue
+		}
+		if rg.MemberId != nil {
+			code, err := c.checkFetchMember(ctx, rg)
+			if err != nil {
+				return nil, err
+			}
+			if code != codeNone {
+				fg.ErrorCode = code
+				continue
+			}
 		}
 		offs, err := c.readOffsets(ctx, rg.GetGroupId(), "")
 		if err != nil {
@@ -341,7 +386,7 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.Des
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 		}
-		if !g.exists {
+		if !g.exists || g.Type == store.GroupTypeConsumer {
 			continue
 		}
 		dg.State, dg.ProtocolType, dg.Protocol = string(g.State), g.ProtocolType, g.Protocol
@@ -356,8 +401,8 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.Des
 	return resp, nil
 }
 
-// ListGroups implements Kafka's handleListGroups with the KIP-518 state filter
-// (case-insensitive) and a protocol-type filter.
+// ListGroups implements Kafka's handleListGroups with the KIP-518 state filter and the
+// KIP-848 group-type filter (classic, consumer), both case-insensitive.
 func (c *Coordinator) ListGroups(ctx context.Context, req *coordinatorv1.ListGroupsRequest) (_ *coordinatorv1.ListGroupsResponse, err error) {
 	defer func() { err = grpcError(err) }()
 	if err := c.check(); err != nil {
@@ -369,8 +414,8 @@ func (c *Coordinator) ListGroups(ctx context.Context, req *coordinatorv1.ListGro
 	}
 	resp := &coordinatorv1.ListGroupsResponse{}
 	for _, l := range groups {
-		if matches(req.GetStatesFilter(), l.State) && matches(req.GetTypesFilter(), l.ProtocolType) {
-			resp.Groups = append(resp.Groups, &coordinatorv1.ListedGroup{GroupId: l.ID, ProtocolType: l.ProtocolType, State: l.State})
+		if matches(req.GetStatesFilter(), l.State) && matches(req.GetTypesFilter(), l.GroupType) {
+			resp.Groups = append(resp.Groups, &coordinatorv1.ListedGroup{GroupId: l.ID, ProtocolType: l.ProtocolType, State: l.State, GroupType: l.GroupType})
 		}
 	}
 	return resp, nil

@@ -126,6 +126,14 @@ type group struct {
 	JoinMembers   []snapshotMember
 	EmptySince    time.Time
 
+	// Type is store.GroupTypeClassic or store.GroupTypeConsumer (a KIP-848 group,
+	// internal/consumergroup's; consumerMembers says whether it has members).
+	Type            string
+	consumerMembers bool
+	consumerDoc     []byte
+	// toClassic: saveGroup turns the (empty) consumer group into a classic one first.
+	toClassic bool
+
 	members map[string]*member
 	// exists is false for a group that has no row yet.
 	exists  bool

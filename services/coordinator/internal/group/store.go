@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tributary/tributary/services/coordinator/internal/consumergroup"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -26,7 +27,15 @@ func lockGroup(ctx context.Context, tx *store.GroupTx, id string) (*group, error
 	if err != nil {
 		return nil, err
 	}
-	return fromRows(id, row, members)
+	g, err := fromRows(id, row, members)
+	if err != nil || g.Type != store.GroupTypeConsumer {
+		return g, err
+	}
+	if g.consumerDoc, err = tx.ConsumerGroupDoc(ctx, id); err != nil {
+		return nil, err
+	}
+	g.consumerMembers, err = consumergroup.HasMembers(g.consumerDoc)
+	return g, err
 }
 
 // fromRows builds a group from its stored rows (row nil: no such group).
@@ -36,6 +45,7 @@ func fromRows(id string, row *store.Group, members []store.GroupMember) (*group,
 		return g, nil
 	}
 	g.exists = true
+	g.Type = row.GroupType
 	g.State = State(row.State)
 	g.Generation, g.ProtocolType, g.Protocol, g.Leader = row.Generation, row.ProtocolType, row.Protocol, row.Leader
 	g.Deadline, g.JoinNotBefore, g.EmptySince = row.Deadline, row.JoinNotBefore, row.EmptySince
@@ -74,6 +84,11 @@ func saveGroup(ctx context.Context, tx *store.GroupTx, g *group) error {
 			return tx.DeleteGroup(ctx, g.ID)
 		}
 		return nil
+	}
+	if g.toClassic {
+		if err := tx.ConvertToClassic(ctx, g.ID); err != nil {
+			return err
+		}
 	}
 	if g.dirty || !g.exists {
 		jm, err := json.Marshal(g.JoinMembers)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/services/coordinator/internal/consumergroup"
 )
 
 // Config is the coordinator's configuration (flags --grpc-addr, --http-addr,
@@ -31,6 +32,10 @@ type Config struct {
 	// TransactionalIDExpiration is Kafka's transactional.id.expiration.ms: an id without
 	// an open transaction unused this long is deleted (0 = 7 days).
 	TransactionalIDExpiration time.Duration
+	// ConsumerGroups holds the KIP-848 consumer group settings
+	// (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms,
+	// group.consumer.assignors, group.consumer.max.size).
+	ConsumerGroups consumergroup.Config
 	// PubSubExpiryInterval is how often the sweep-lock holder deletes expired Pub/Sub
 	// subscriptions (1 min when 0; not a flag).
 	PubSubExpiryInterval time.Duration
@@ -56,6 +61,8 @@ func DefaultConfig() Config {
 
 		TransactionMaxTimeout:     15 * time.Minute,
 		TransactionalIDExpiration: 7 * 24 * time.Hour,
+		ConsumerGroups: consumergroup.Config{SessionTimeout: 45 * time.Second, HeartbeatInterval: 5 * time.Second,
+			Assignors: []string{consumergroup.AssignorUniform, consumergroup.AssignorRange}},
 	}
 }
 
@@ -83,6 +90,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: --cluster-id %q must be 1..64 of [A-Za-z0-9_-]", ErrInvalidConfig, c.ClusterID)
 	}
 	if err := c.Security.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if err := c.ConsumerGroups.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return nil

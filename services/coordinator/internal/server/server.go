@@ -23,6 +23,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/acl"
+	"github.com/tributary/tributary/services/coordinator/internal/consumergroup"
 	"github.com/tributary/tributary/services/coordinator/internal/credentials"
 	"github.com/tributary/tributary/services/coordinator/internal/group"
 	"github.com/tributary/tributary/services/coordinator/internal/handler"
@@ -127,6 +128,12 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
+	consumerGroups, err := consumergroup.New(cfg.ConsumerGroups, s.store, log.Named("consumergroup"), cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	coordinatorv1.RegisterConsumerGroupServiceServer(s.grpc, consumerGroups)
+	s.groups.AddSweep("consumer-groups", 0, consumerGroups.Sweep)
 	s.txns = txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout, IDExpiration: cfg.TransactionalIDExpiration}, txn.Deps{
 		Store: s.store, Markers: txn.StorageMarkers(s.storage), NextProducerID: s.handler.NextProducerID,
 		Log: log.Named("txn"), Now: cfg.Now,
@@ -152,6 +159,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.ConsumerGroupService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.TransactionCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -314,6 +322,7 @@ func (s *Server) prepare(ctx context.Context) {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.GroupCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.ConsumerGroupService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.TransactionCoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubRegistryService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

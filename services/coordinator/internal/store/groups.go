@@ -30,6 +30,9 @@ type Group struct {
 	// stored as is, so the caller encodes an empty list as "[]".
 	JoinMembers []byte
 	EmptySince  time.Time
+	// GroupType is GroupTypeClassic or GroupTypeConsumer (KIP-848); read only: the
+	// classic coordinator's SaveGroup never changes it.
+	GroupType string
 }
 
 // GroupMember is a consumer_group_members row. ProtocolNames and ProtocolMetadata are
@@ -69,6 +72,7 @@ type GroupListing struct {
 	ID           string
 	ProtocolType string
 	State        string
+	GroupType    string // classic or consumer
 }
 
 const groupColumns = `state, generation, protocol_type, protocol, leader, deadline, join_not_before, join_members, empty_since`
@@ -118,13 +122,13 @@ func (s *Store) SnapshotGroup(ctx context.Context, id string) (*Group, []GroupMe
 
 func loadGroup(ctx context.Context, q querier, id string, lock bool) (*Group, []GroupMember, error) {
 	g := &Group{ID: id}
-	sql := `SELECT ` + groupColumns + ` FROM consumer_groups WHERE group_id = $1`
+	sql := `SELECT ` + groupColumns + `, group_type FROM consumer_groups WHERE group_id = $1`
 	if lock {
 		sql += ` FOR UPDATE`
 	}
 	var deadline, notBefore, emptyAt *time.Time
 	err := q.QueryRow(ctx, sql, id).Scan(&g.State, &g.Generation, &g.ProtocolType, &g.Protocol, &g.Leader,
-		&deadline, &notBefore, &g.JoinMembers, &emptyAt)
+		&deadline, &notBefore, &g.JoinMembers, &emptyAt, &g.GroupType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil
 	}
@@ -293,7 +297,7 @@ func (s *Store) GroupOffsetsForMetrics(ctx context.Context, limit int) ([]GroupO
 
 // ListGroups returns every group, ordered by id.
 func (s *Store) ListGroups(ctx context.Context) ([]GroupListing, error) {
-	rows, err := s.pool.Query(ctx, `SELECT group_id, protocol_type, state FROM consumer_groups ORDER BY group_id`)
+	rows, err := s.pool.Query(ctx, `SELECT group_id, protocol_type, state, group_type FROM consumer_groups ORDER BY group_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list groups: %w", err)
 	}
@@ -301,7 +305,7 @@ func (s *Store) ListGroups(ctx context.Context) ([]GroupListing, error) {
 	var out []GroupListing
 	for rows.Next() {
 		var l GroupListing
-		if err := rows.Scan(&l.ID, &l.ProtocolType, &l.State); err != nil {
+		if err := rows.Scan(&l.ID, &l.ProtocolType, &l.State, &l.GroupType); err != nil {
 			return nil, fmt.Errorf("scan group: %w", err)
 		}
 		out = append(out, l)

@@ -15,7 +15,9 @@ package handler
 // partition), then READ on each topic (else TOPIC_AUTHORIZATION_FAILED).
 //
 // KIPs: KIP-211 (v5), KIP-320 (leader epoch v6), KIP-345 (v7), KIP-482 (flexible v8+),
-// KIP-447 (v9 member epoch is for KIP-848 groups: ignored), KIP-896.
+// KIP-848 (v9: for a consumer group the generation is the member epoch, checked as
+// Kafka 4 does: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH; a commit
+// at the member's previous epoch of partitions it still owns is accepted), KIP-896.
 
 import (
 	"context"

@@ -14,7 +14,8 @@ package handler
 // TOPIC_AUTHORIZATION_FAILED (offset -1), and the all-topics form leaves such topics out.
 //
 // KIPs: KIP-88 (all topics v2), KIP-320 (leader epoch v5), KIP-447 (require stable v7),
-// KIP-482 (flexible v6+), KIP-709 (groups v8), KIP-848 (member id/epoch v9: ignored).
+// KIP-482 (flexible v6+), KIP-709 (groups v8), KIP-848 (member id/epoch v9: checked
+// for consumer groups, UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for the group).
 
 import (
 	"context"
@@ -41,6 +42,9 @@ func (h *Handler) handleOffsetFetch(ctx context.Context, r *Request) (kmsg.Respo
 	}
 	for _, rg := range req.Groups {
 		g := &coordinatorv1.OffsetFetchGroup{GroupId: rg.Group, AllTopics: rg.Topics == nil}
+		if req.Version >= 9 {
+			g.MemberId, g.MemberEpoch = rg.MemberID, rg.MemberEpoch
+		}
 		for _, t := range rg.Topics {
 			g.Topics = append(g.Topics, &coordinatorv1.OffsetFetchTopic{Name: t.Topic, Partitions: t.Partitions})
 		}

@@ -3,9 +3,9 @@ package handler
 // ListGroups (API key 16), versions 0-5.
 //
 // Behaviour: every group the coordinator knows, with its protocol type; v4+ adds the
-// state and a case-insensitive state filter (KIP-518); v5+ adds the group type (always
-// "classic": KIP-848 groups are not served) and a type filter on it. Coordinator
-// outage: COORDINATOR_NOT_AVAILABLE.
+// state and a case-insensitive state filter (KIP-518); v5+ adds the group type
+// ("classic", or "consumer" for KIP-848 groups) and a case-insensitive type filter on
+// it. Coordinator outage: COORDINATOR_NOT_AVAILABLE.
 //
 // With the authorizer on: DESCRIBE on the cluster lists every group, else only the
 // groups the principal may DESCRIBE.
@@ -14,7 +14,6 @@ package handler
 
 import (
 	"context"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -24,24 +23,15 @@ import (
 
 func init() { register(kmsg.ListGroups.Int16(), 0, 5, (*Handler).handleListGroups) }
 
-// classicGroupType is the KIP-848 group type of every group served.
+// classicGroupType is the group type of a classic group (KIP-848).
 const classicGroupType = "classic"
 
 func (h *Handler) handleListGroups(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.ListGroupsRequest)
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
-	if len(req.TypesFilter) > 0 {
-		classic := false
-		for _, t := range req.TypesFilter {
-			classic = classic || strings.EqualFold(t, classicGroupType)
-		}
-		if !classic {
-			return resp, nil
-		}
-	}
 	cctx, cancel := groupCtx(ctx, groupCallTimeout)
 	defer cancel()
-	out, err := h.groups.ListGroups(cctx, &coordinatorv1.ListGroupsRequest{StatesFilter: req.StatesFilter})
+	out, err := h.groups.ListGroups(cctx, &coordinatorv1.ListGroupsRequest{StatesFilter: req.StatesFilter, TypesFilter: req.TypesFilter})
 	if err != nil {
 		resp.ErrorCode = h.groupCode("ListGroups", err)
 		return resp, nil
@@ -54,7 +44,10 @@ func (h *Handler) handleListGroups(ctx context.Context, r *Request) (kmsg.Respon
 			continue
 		}
 		rg := kmsg.NewListGroupsResponseGroup()
-		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = g.GetGroupId(), g.GetProtocolType(), g.GetState(), classicGroupType
+		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = g.GetGroupId(), g.GetProtocolType(), g.GetState(), g.GetGroupType()
+		if rg.GroupType == "" {
+			rg.GroupType = classicGroupType
+		}
 		resp.Groups = append(resp.Groups, rg)
 	}
 	return resp, nil

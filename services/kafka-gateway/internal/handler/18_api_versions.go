@@ -6,13 +6,15 @@ package handler
 // this package. A request above our maximum version is answered by the server with a
 // v0-encoded response carrying UNSUPPORTED_VERSION (35) and these ranges (KIP-511), never
 // a disconnect. The response header is always v0, even for the flexible v3+ body (the
-// server takes care of that). v3+ advertises the one feature served:
+// server takes care of that). v3+ advertises the features served:
 // transaction.version, supported 0..2 and finalized at 2 (KIP-890 transactions v2:
 // Produce v12 adds partitions implicitly, TxnOffsetCommit v5 adds the group, EndTxn v5
-// bumps the epoch per transaction). Clients that ignore it use transactions v1.
+// bumps the epoch per transaction; clients that ignore it use transactions v1), and
+// group.version, supported 0..1 and finalized at 1 exactly when ConsumerGroupHeartbeat
+// is registered (KIP-848 consumer groups, as Kafka 4 finalizes it).
 //
 // KIPs: KIP-35, KIP-482 (flexible v3), KIP-511 (client software name/version, v3),
-// KIP-584 (features), KIP-890.
+// KIP-584 (features), KIP-890, KIP-848.
 
 import (
 	"context"
@@ -34,6 +36,14 @@ func (h *Handler) handleAPIVersions(_ context.Context, r *Request) (kmsg.Respons
 		ff := kmsg.NewApiVersionsResponseFinalizedFeature()
 		ff.Name, ff.MinVersionLevel, ff.MaxVersionLevel = transactionVersionFeature, transactionVersion, transactionVersion
 		resp.FinalizedFeatures = append(resp.FinalizedFeatures, ff)
+		if _, _, ok := Supported(kmsg.ConsumerGroupHeartbeat.Int16()); ok {
+			sf := kmsg.NewApiVersionsResponseSupportedFeature()
+			sf.Name, sf.MinVersion, sf.MaxVersion = groupVersionFeature, 0, groupVersion
+			resp.SupportedFeatures = append(resp.SupportedFeatures, sf)
+			ff := kmsg.NewApiVersionsResponseFinalizedFeature()
+			ff.Name, ff.MinVersionLevel, ff.MaxVersionLevel = groupVersionFeature, groupVersion, groupVersion
+			resp.FinalizedFeatures = append(resp.FinalizedFeatures, ff)
+		}
 		resp.FinalizedFeaturesEpoch = 1
 	}
 	return resp, nil
@@ -44,6 +54,12 @@ func (h *Handler) handleAPIVersions(_ context.Context, r *Request) (kmsg.Respons
 const (
 	transactionVersionFeature = "transaction.version"
 	transactionVersion        = 2
+)
+
+// The group.version feature (KIP-848): 1 is the consumer group protocol.
+const (
+	groupVersionFeature = "group.version"
+	groupVersion        = 1
 )
 
 // APIKeys returns the registered API keys and version ranges, sorted by key.

@@ -287,8 +287,15 @@ func TestGroupAPIsEveryVersion(t *testing.T) {
 	}
 	req := kmsg.NewPtrListGroupsRequest()
 	req.TypesFilter = []string{"consumer"}
-	if resp := e.do(t, req, 5).(*kmsg.ListGroupsResponse); len(resp.Groups) != 0 {
-		t.Errorf("ListGroups of KIP-848 consumer groups: %+v", resp.Groups)
+	resp := e.do(t, req, 5).(*kmsg.ListGroupsResponse)
+	fg.mu.Lock()
+	lr, _ := fg.last.(*coordinatorv1.ListGroupsRequest)
+	fg.mu.Unlock()
+	if lr == nil || len(lr.GetTypesFilter()) != 1 || lr.GetTypesFilter()[0] != "consumer" {
+		t.Errorf("ListGroups v5 type filter not passed to the coordinator: %+v", lr)
+	}
+	if len(resp.Groups) != 1 || resp.Groups[0].GroupType != "classic" {
+		t.Errorf("ListGroups v5 group type of a group the coordinator gave no type: %+v", resp.Groups)
 	}
 	for v := int16(0); v <= 2; v++ {
 		req := kmsg.NewPtrDeleteGroupsRequest()

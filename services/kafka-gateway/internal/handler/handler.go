@@ -73,6 +73,9 @@ type Deps struct {
 	Coordinator coordinatorv1.CoordinatorServiceClient
 	// Groups serves the group and offset APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
 	Groups coordinatorv1.GroupCoordinatorServiceClient
+	// Consumers serves KIP-848 consumer groups (ConsumerGroupHeartbeat,
+	// ConsumerGroupDescribe); nil answers them COORDINATOR_NOT_AVAILABLE.
+	Consumers coordinatorv1.ConsumerGroupServiceClient
 	// Txns serves the transaction APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
 	// Acls serves the ACL APIs and the authorizer's bindings; nil answers them
@@ -135,21 +138,23 @@ func (r *Request) BodyInUse() bool { return r.bodyInUse.Load() }
 
 // Handler answers Kafka requests. It is safe for concurrent use.
 type Handler struct {
-	cfg      Config
-	storage  storagev1.StorageServiceClient
-	coord    coordinatorv1.CoordinatorServiceClient
-	groups   coordinatorv1.GroupCoordinatorServiceClient
-	txns     coordinatorv1.TransactionCoordinatorServiceClient
-	acls     coordinatorv1.AclServiceClient
-	auth     *authorizer // nil when the authorizer is off
-	brokers  func() []Broker
-	log      *zap.Logger
-	metrics  *Metrics
-	saslAuth *sasl.Authenticator
-	topics   *topicCache
-	ahead    *fetchAhead
-	kafkaID  string
-	creds    coordinatorv1.CredentialServiceClient
+	cfg     Config
+	storage storagev1.StorageServiceClient
+	coord   coordinatorv1.CoordinatorServiceClient
+	groups  coordinatorv1.GroupCoordinatorServiceClient
+	// consumers is nil without a coordinator connection (unit tests).
+	consumers coordinatorv1.ConsumerGroupServiceClient
+	txns      coordinatorv1.TransactionCoordinatorServiceClient
+	acls      coordinatorv1.AclServiceClient
+	auth      *authorizer // nil when the authorizer is off
+	brokers   func() []Broker
+	log       *zap.Logger
+	metrics   *Metrics
+	saslAuth  *sasl.Authenticator
+	topics    *topicCache
+	ahead     *fetchAhead
+	kafkaID   string
+	creds     coordinatorv1.CredentialServiceClient
 	// credsChanged is Deps.CredentialsChanged (may be nil).
 	credsChanged func(user string)
 
@@ -232,6 +237,7 @@ func New(cfg Config, deps Deps) *Handler {
 		storage:      deps.Storage,
 		coord:        deps.Coordinator,
 		groups:       groupsOrUnavailable(deps.Groups),
+		consumers:    deps.Consumers,
 		txns:         txnsOrUnavailable(deps.Txns),
 		brokers:      brokers,
 		log:          log,

@@ -162,9 +162,21 @@ func TestTxnFencedByVersion(t *testing.T) {
 func TestAPIVersionsAdvertisesTransactionVersion(t *testing.T) {
 	e, _ := newTxnEnv(t)
 	resp := e.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
-	if len(resp.FinalizedFeatures) != 1 || resp.FinalizedFeatures[0].Name != "transaction.version" || resp.FinalizedFeatures[0].MaxVersionLevel != 2 ||
-		len(resp.SupportedFeatures) != 1 || resp.SupportedFeatures[0].MaxVersion != 2 {
+	if len(resp.FinalizedFeatures) != 2 || resp.FinalizedFeatures[0].Name != "transaction.version" || resp.FinalizedFeatures[0].MaxVersionLevel != 2 ||
+		len(resp.SupportedFeatures) != 2 || resp.SupportedFeatures[0].MaxVersion != 2 {
 		t.Errorf("features: supported %+v finalized %+v", resp.SupportedFeatures, resp.FinalizedFeatures)
+	}
+	// group.version 1 (KIP-848) is finalized exactly when ConsumerGroupHeartbeat v0-1
+	// and ConsumerGroupDescribe are served.
+	if len(resp.FinalizedFeatures) == 2 {
+		if f := resp.FinalizedFeatures[1]; f.Name != "group.version" || f.MinVersionLevel != 1 || f.MaxVersionLevel != 1 {
+			t.Errorf("group.version finalized as %+v", f)
+		}
+	}
+	for _, key := range []int16{68, 69} {
+		if _, maxV, ok := Supported(key); !ok || maxV < 1 {
+			t.Errorf("group.version 1 advertised but key %d serves up to v%d", key, maxV)
+		}
 	}
 	// Served exactly when the v2 versions are.
 	for key, v := range map[int16]int16{0: 12, 26: 5, 28: 5} {

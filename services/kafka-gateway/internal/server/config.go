@@ -123,6 +123,9 @@ type Config struct {
 	Coordinator coordinatorv1.CoordinatorServiceClient
 	// Groups, when set, is used instead of the coordinator connection's group client.
 	Groups coordinatorv1.GroupCoordinatorServiceClient
+	// ConsumerGroups, when set, is used instead of the coordinator connection's KIP-848
+	// consumer group client.
+	ConsumerGroups coordinatorv1.ConsumerGroupServiceClient
 	// Txns, when set, is used instead of the coordinator connection's transaction client.
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
 	// Acls, when set, is used instead of the coordinator connection's ACL client.

@@ -67,6 +67,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
 	storage, coord, groups, txns, acls, creds := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls, cfg.CredentialService
+	consumerGroups := cfg.ConsumerGroups
 	if storage == nil {
 		sec, err := cfg.StorageSecurity.DialOptions()
 		if err != nil {
@@ -95,6 +96,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		coord = coordinatorv1.NewCoordinatorServiceClient(cc)
 		if groups == nil {
 			groups = coordinatorv1.NewGroupCoordinatorServiceClient(cc)
+		}
+		if consumerGroups == nil {
+			consumerGroups = coordinatorv1.NewConsumerGroupServiceClient(cc)
 		}
 		if txns == nil {
 			txns = coordinatorv1.NewTransactionCoordinatorServiceClient(cc)
@@ -175,6 +179,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		Storage:     storage,
 		Coordinator: coord,
 		Groups:      groups,
+		Consumers:   consumerGroups,
 		Txns:        txns,
 		Brokers:     s.brokers,
 		Log:         log,

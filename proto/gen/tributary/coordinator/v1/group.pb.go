@@ -16,7 +16,8 @@
 // 23 INCONSISTENT_GROUP_PROTOCOL, 24 INVALID_GROUP_ID, 25 UNKNOWN_MEMBER_ID,
 // 26 INVALID_SESSION_TIMEOUT, 27 REBALANCE_IN_PROGRESS, 42 INVALID_REQUEST,
 // 68 NON_EMPTY_GROUP, 69 GROUP_ID_NOT_FOUND, 79 MEMBER_ID_REQUIRED,
-// 82 FENCED_INSTANCE_ID, 86 GROUP_SUBSCRIBED_TO_TOPIC. Whole-call failures are gRPC
+// 82 FENCED_INSTANCE_ID, 86 GROUP_SUBSCRIBED_TO_TOPIC, and for KIP-848 consumer
+// groups' commits and fetches 110 FENCED_MEMBER_EPOCH, 113 STALE_MEMBER_EPOCH. Whole-call failures are gRPC
 // statuses (UNAVAILABLE while Postgres or NATS cannot be reached); gateways answer
 // those with COORDINATOR_NOT_AVAILABLE (15) so clients retry.
 
@@ -1070,7 +1071,8 @@ type OffsetCommitRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// -1 (with an empty member id) for a commit by a client that does not use group
-	// management; such commits need the group to be Empty.
+	// management; such commits need the group to be Empty. For a KIP-848 consumer group
+	// this is the member epoch (OffsetCommit v9).
 	GenerationId    int32                `protobuf:"varint,2,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
 	MemberId        string               `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	GroupInstanceId *string              `protobuf:"bytes,4,opt,name=group_instance_id,json=groupInstanceId,proto3,oneof" json:"group_instance_id,omitempty"`
@@ -1349,8 +1351,12 @@ type OffsetFetchGroup struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// Null (absent) in Kafka: every committed partition of the group.
-	AllTopics     bool                `protobuf:"varint,2,opt,name=all_topics,json=allTopics,proto3" json:"all_topics,omitempty"`
-	Topics        []*OffsetFetchTopic `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	AllTopics bool                `protobuf:"varint,2,opt,name=all_topics,json=allTopics,proto3" json:"all_topics,omitempty"`
+	Topics    []*OffsetFetchTopic `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	// OffsetFetch v9 (KIP-848): a member of a consumer group fetching with its id and
+	// epoch is checked (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH); unset for others.
+	MemberId      *string `protobuf:"bytes,4,opt,name=member_id,json=memberId,proto3,oneof" json:"member_id,omitempty"`
+	MemberEpoch   int32   `protobuf:"varint,5,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1404,6 +1410,20 @@ func (x *OffsetFetchGroup) GetTopics() []*OffsetFetchTopic {
 		return x.Topics
 	}
 	return nil
+}
+
+func (x *OffsetFetchGroup) GetMemberId() string {
+	if x != nil && x.MemberId != nil {
+		return *x.MemberId
+	}
+	return ""
+}
+
+func (x *OffsetFetchGroup) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
 }
 
 type OffsetFetchRequest struct {
@@ -1836,7 +1856,8 @@ type DescribedGroup struct {
 	ErrorCode int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	GroupId   string                 `protobuf:"bytes,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// Kafka state name: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead (an
-	// unknown group is described as Dead with error 0, as Kafka's classic coordinator).
+	// unknown group, or a KIP-848 consumer group, is described as Dead with error 0, as
+	// Kafka's classic coordinator).
 	State         string             `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	ProtocolType  string             `protobuf:"bytes,4,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
 	Protocol      string             `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
@@ -1965,7 +1986,8 @@ type ListGroupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kafka state names, case-insensitive; empty = every state (KIP-518).
 	StatesFilter []string `protobuf:"bytes,1,rep,name=states_filter,json=statesFilter,proto3" json:"states_filter,omitempty"`
-	// Protocol types ("consumer", ...); empty = every type (KIP-848's types filter).
+	// Group types ("classic", "consumer"), case-insensitive; empty = every type
+	// (ListGroups v5, KIP-848).
 	TypesFilter   []string `protobuf:"bytes,2,rep,name=types_filter,json=typesFilter,proto3" json:"types_filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2016,10 +2038,12 @@ func (x *ListGroupsRequest) GetTypesFilter() []string {
 }
 
 type ListedGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	ProtocolType  string                 `protobuf:"bytes,2,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	GroupId      string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	ProtocolType string                 `protobuf:"bytes,2,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
+	State        string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// "classic" or "consumer" (KIP-848).
+	GroupType     string `protobuf:"bytes,4,opt,name=group_type,json=groupType,proto3" json:"group_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2071,6 +2095,13 @@ func (x *ListedGroup) GetProtocolType() string {
 func (x *ListedGroup) GetState() string {
 	if x != nil {
 		return x.State
+	}
+	return ""
+}
+
+func (x *ListedGroup) GetGroupType() string {
+	if x != nil {
+		return x.GroupType
 	}
 	return ""
 }
@@ -2768,12 +2799,16 @@ const file_tributary_coordinator_v1_group_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\x05R\n" +
-	"partitions\"\x90\x01\n" +
+	"partitions\"\xe3\x01\n" +
 	"\x10OffsetFetchGroup\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1d\n" +
 	"\n" +
 	"all_topics\x18\x02 \x01(\bR\tallTopics\x12B\n" +
-	"\x06topics\x18\x03 \x03(\v2*.tributary.coordinator.v1.OffsetFetchTopicR\x06topics\"\x7f\n" +
+	"\x06topics\x18\x03 \x03(\v2*.tributary.coordinator.v1.OffsetFetchTopicR\x06topics\x12 \n" +
+	"\tmember_id\x18\x04 \x01(\tH\x00R\bmemberId\x88\x01\x01\x12!\n" +
+	"\fmember_epoch\x18\x05 \x01(\x05R\vmemberEpochB\f\n" +
+	"\n" +
+	"_member_id\"\x7f\n" +
 	"\x12OffsetFetchRequest\x12B\n" +
 	"\x06groups\x18\x01 \x03(\v2*.tributary.coordinator.v1.OffsetFetchGroupR\x06groups\x12%\n" +
 	"\x0erequire_stable\x18\x02 \x01(\bR\rrequireStable\"\xf2\x01\n" +
@@ -2822,11 +2857,13 @@ const file_tributary_coordinator_v1_group_proto_rawDesc = "" +
 	"\x06groups\x18\x01 \x03(\v2(.tributary.coordinator.v1.DescribedGroupR\x06groups\"[\n" +
 	"\x11ListGroupsRequest\x12#\n" +
 	"\rstates_filter\x18\x01 \x03(\tR\fstatesFilter\x12!\n" +
-	"\ftypes_filter\x18\x02 \x03(\tR\vtypesFilter\"c\n" +
+	"\ftypes_filter\x18\x02 \x03(\tR\vtypesFilter\"\x82\x01\n" +
 	"\vListedGroup\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rprotocol_type\x18\x02 \x01(\tR\fprotocolType\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"r\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"group_type\x18\x04 \x01(\tR\tgroupType\"r\n" +
 	"\x12ListGroupsResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12=\n" +
@@ -3003,6 +3040,7 @@ func file_tributary_coordinator_v1_group_proto_init() {
 	file_tributary_coordinator_v1_group_proto_msgTypes[11].OneofWrappers = []any{}
 	file_tributary_coordinator_v1_group_proto_msgTypes[13].OneofWrappers = []any{}
 	file_tributary_coordinator_v1_group_proto_msgTypes[15].OneofWrappers = []any{}
+	file_tributary_coordinator_v1_group_proto_msgTypes[20].OneofWrappers = []any{}
 	file_tributary_coordinator_v1_group_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
