@@ -15,6 +15,14 @@ import (
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
+// Iteration bounds of a stored SCRAM credential, Kafka's (KIP-554): kafka-gateway
+// refuses AlterUserScramCredentials outside them and authenticates nobody with a
+// credential outside them.
+const (
+	MinIterations = 4096
+	MaxIterations = 16384
+)
+
 // Server implements coordinatorv1.CredentialServiceServer.
 type Server struct {
 	coordinatorv1.UnimplementedCredentialServiceServer
@@ -112,6 +120,9 @@ func (s *Server) AlterScramCredentials(ctx context.Context, req *coordinatorv1.A
 	for _, u := range req.GetUpsertions() {
 		if u.GetUser() == "" || u.GetMechanism() == "" || len(u.GetSalt()) == 0 || len(u.GetStoredKey()) == 0 || len(u.GetServerKey()) == 0 || u.GetIterations() <= 0 {
 			return nil, status.Error(codes.InvalidArgument, "upsertion: user, mechanism, salt, iterations and keys are required")
+		}
+		if u.GetIterations() < MinIterations || u.GetIterations() > MaxIterations {
+			return nil, status.Errorf(codes.InvalidArgument, "upsertion: %d iterations, want %d..%d (KIP-554)", u.GetIterations(), MinIterations, MaxIterations)
 		}
 		ups = append(ups, store.ScramCredential{User: u.GetUser(), Mechanism: u.GetMechanism(), Salt: u.GetSalt(),
 			Iterations: u.GetIterations(), StoredKey: u.GetStoredKey(), ServerKey: u.GetServerKey()})

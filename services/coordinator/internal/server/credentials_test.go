@@ -76,4 +76,10 @@ func TestScramCredentials(t *testing.T) {
 	if _, err := c.AlterScramCredentials(ctx, &coordinatorv1.AlterScramCredentialsRequest{Upsertions: []*coordinatorv1.ScramCredential{{User: "x", Mechanism: "SCRAM-SHA-256"}}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("upsert without keys: %v, want INVALID_ARGUMENT", err)
 	}
+	for _, it := range []int32{1, 4095, 16385, 1 << 30} {
+		up := &coordinatorv1.ScramCredential{User: "x", Mechanism: "SCRAM-SHA-256", Salt: []byte("s"), Iterations: it, StoredKey: []byte("a"), ServerKey: []byte("b")}
+		if _, err := c.AlterScramCredentials(ctx, &coordinatorv1.AlterScramCredentialsRequest{Upsertions: []*coordinatorv1.ScramCredential{up}}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("upsert with %d iterations: %v, want INVALID_ARGUMENT", it, err)
+		}
+	}
 }
