@@ -3,6 +3,8 @@ package sasl
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +150,18 @@ func TestCredentialsOutsideIterationBoundsRefused(t *testing.T) {
 	noSalt.Salt = nil
 	if _, done, _ := NewPlain(stored(noSalt)).Start().Step(context.Background(), []byte("\x00alice\x00pw")); done {
 		t.Error("PLAIN over a credential without a salt authenticated")
+	}
+}
+
+// TestLoadUsersRefusesWhatItCannotRead: a users file line too long to read is an error,
+// not the silent end of the file (the users after it missing).
+func TestLoadUsersRefusesWhatItCannotRead(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "users")
+	body := "alice:pw\nbob:" + strings.Repeat("x", 70<<10) + "\ncarol:pw\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadUsers(file); !errors.Is(err, ErrConfig) {
+		t.Fatalf("users file with a 70 KiB line: %v, want ErrConfig", err)
 	}
 }

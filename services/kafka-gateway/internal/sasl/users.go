@@ -42,6 +42,10 @@ func LoadUsers(file string) (*Users, error) {
 			return nil, fmt.Errorf("%w: users file %s line %d: %v", ErrConfig, file, n, err)
 		}
 	}
+	if err := sc.Err(); err != nil {
+		// A line past the scanner's 64 KiB would otherwise drop every user after it.
+		return nil, fmt.Errorf("%w: users file %s: %v", ErrConfig, file, err)
+	}
 	return u, nil
 }
 
