@@ -34,10 +34,14 @@ func run() error {
 	grpcx.RegisterServerFlags(fs, &cfg.Security)
 	fs.BoolVar(&cfg.WAL, "wal", false, "node write-ahead log: appends of all channels share one fsync, segments are fsynced in the background (needs --fsync=always)")
 	fs.Int64Var(&cfg.WALFileBytes, "wal-file-bytes", 64<<20, "with --wal: size at which a write-ahead log file is closed and a new one started (at least 1 MiB)")
+	fs.Uint64Var(&cfg.NodeID, "node-id", 0, "raft mode (with --peers): this node's id; every channel is replicated on every peer (off: 0)")
+	fs.StringVar(&cfg.Peers, "peers", "", "raft mode: every node of the cluster as id=host:port (its --grpc-addr), comma-separated, this one included")
+	peerSec := grpcx.RegisterClientFlags(fs, "peer")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "storage-core", os.Args[1:]); err != nil {
 		return err
 	}
+	cfg.PeerSecurity = peerSec.For("peer")
 	log, err := obs.NewLogger("storage-core", *level)
 	if err != nil {
 		return err

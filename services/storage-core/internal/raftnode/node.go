@@ -105,6 +105,7 @@ const (
 	itemUnreachable
 	itemCompact
 	itemCampaign
+	itemRemove
 )
 
 type item struct {
@@ -147,8 +148,10 @@ type group struct {
 	sm   StateMachine
 	lead atomic.Uint64
 	term atomic.Uint64
-	// leading: the loop's view of whether this node leads (loop goroutine only).
+	// leading: the loop's view of whether this node leads; removed: RemoveGroup ran
+	// (loop goroutine only).
 	leading bool
+	removed bool
 
 	// amu guards appends: MsgStorageAppends handed to the WAL, in lsn order.
 	amu     sync.Mutex
@@ -336,12 +339,25 @@ func (n *Node) group(id uint64) *group {
 // ErrDropped, ErrLeadershipLost or ErrTimeout (outcome unknown), ErrClosed, or the
 // StateMachine's error.
 func (n *Node) Propose(ctx context.Context, id uint64, payload []byte) (any, error) {
+	return n.Begin(id, payload).Wait(ctx)
+}
+
+// Proposal is a proposal under way (Begin); Wait returns its outcome.
+type Proposal struct {
+	n   *Node
+	p   *proposal
+	err error
+}
+
+// Begin proposes payload (copied) to group id without waiting: proposals begun one
+// after another on a group enter its log in that order. Call Wait exactly once.
+func (n *Node) Begin(id uint64, payload []byte) *Proposal {
 	g := n.group(id)
 	if g == nil {
-		return nil, ErrNoGroup
+		return &Proposal{err: ErrNoGroup}
 	}
 	if l := g.lead.Load(); l != n.cfg.ID {
-		return nil, &NotLeaderError{Group: id, Leader: l, Addr: n.cfg.Peers[l]}
+		return &Proposal{err: &NotLeaderError{Group: id, Leader: l, Addr: n.cfg.Peers[l]}}
 	}
 	p := &proposal{id: n.base + n.seq.Add(1), group: id, done: make(chan struct{})}
 	data := make([]byte, 16+len(payload))
@@ -351,12 +367,22 @@ func (n *Node) Propose(ctx context.Context, id uint64, payload []byte) (any, err
 	n.pmu.Lock()
 	n.props[p.id] = p
 	n.pmu.Unlock()
+	n.post(item{kind: itemPropose, g: g, p: p, data: data})
+	return &Proposal{n: n, p: p}
+}
+
+// Wait waits until the proposal's entry is applied here, ctx ends or the node closes.
+// Errors: as Propose.
+func (pr *Proposal) Wait(ctx context.Context) (any, error) {
+	if pr.err != nil {
+		return nil, pr.err
+	}
+	n, p := pr.n, pr.p
 	defer func() {
 		n.pmu.Lock()
 		delete(n.props, p.id)
 		n.pmu.Unlock()
 	}()
-	n.post(item{kind: itemPropose, g: g, p: p, data: data})
 	select {
 	case <-p.done:
 		return p.res, p.err
@@ -365,6 +391,45 @@ func (n *Node) Propose(ctx context.Context, id uint64, payload []byte) (any, err
 	case <-n.closed:
 		return nil, ErrClosed
 	}
+}
+
+// WaitApplied waits until group id applied index (e.g. the commit index its WAL
+// replay held), ctx ends (ErrTimeout) or the node closes (ErrClosed).
+func (n *Node) WaitApplied(ctx context.Context, id, index uint64) error {
+	g := n.group(id)
+	if g == nil {
+		return ErrNoGroup
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for g.applied.Load() < index {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
+		case <-n.closed:
+			return ErrClosed
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// RemoveGroup stops group id (a deleted channel) on this node and lets the WAL drop
+// its records. Proposals pending on it end with ErrLeadershipLost.
+func (n *Node) RemoveGroup(id uint64) {
+	n.mu.Lock()
+	g := n.groups[id]
+	delete(n.groups, id)
+	n.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.qmu.Lock()
+	g.stopped = true
+	g.qcond.Broadcast()
+	g.qmu.Unlock()
+	n.post(item{kind: itemRemove, g: g})
+	n.wal.DropGroup(id)
 }
 
 // Campaign makes this node stand for election in group id (tests, leader moves).
@@ -524,7 +589,7 @@ func (n *Node) run() {
 			dirty[g] = struct{}{}
 		}
 		for g := range dirty {
-			for g.rn.HasReady() {
+			for !g.removed && g.rn.HasReady() {
 				n.ready(g, out)
 			}
 			delete(dirty, g)
@@ -541,7 +606,9 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 	g := it.g
 	switch it.kind {
 	case itemRecv:
-		_ = g.rn.Step(it.m)
+		if !g.removed {
+			_ = g.rn.Step(it.m)
+		}
 	case itemPropose:
 		if g.rn.BasicStatus().RaftState != raft.StateLeader {
 			l := g.lead.Load()
@@ -600,6 +667,9 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 		}
 	case itemCampaign:
 		_ = g.rn.Campaign()
+	case itemRemove:
+		g.removed = true
+		n.failPending(g.id)
 	}
 }
 

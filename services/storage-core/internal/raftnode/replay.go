@@ -83,6 +83,17 @@ func (r *Replay) HardState(g uint64, hs raftpb.HardState) error {
 	return nil
 }
 
+// Commit is the commit index of group g's replayed hard state (0: none): what the
+// group applies again right after AddGroup.
+func (r *Replay) Commit(g uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rg := r.groups[g]; rg != nil {
+		return rg.hs.Commit
+	}
+	return 0
+}
+
 // take hands over (and forgets) what was replayed for g.
 func (r *Replay) take(g uint64) (raftpb.HardState, []raftpb.Entry) {
 	if r == nil {

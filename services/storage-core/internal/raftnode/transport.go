@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -36,11 +34,11 @@ const (
 // it to the Node as its Sender.
 type Transport struct {
 	storagev1.UnimplementedRaftTransportServiceServer
-	id    uint64
-	peers map[uint64]string
-	node  *Node
-	log   *zap.Logger
-	creds credentials.TransportCredentials
+	id       uint64
+	peers    map[uint64]string
+	node     *Node
+	log      *zap.Logger
+	dialOpts []grpc.DialOption
 
 	links  map[uint64]*link
 	ctx    context.Context
@@ -60,18 +58,18 @@ type link struct {
 }
 
 // NewTransport returns node id's transport to peers (every node of the cluster, id
-// included, by address). clientTLS, when not nil, is used to dial peers (libs/tlsx
-// Client.Config); the server side uses whatever the node's gRPC server uses.
-func NewTransport(id uint64, peers map[uint64]string, node *Node, clientTLS *tls.Config, log *zap.Logger) *Transport {
+// included, by address). dial are the options peers are dialed with (TLS and a token:
+// grpcx.DialSecurity.DialOptions); none dials plaintext. The server side is the node's
+// gRPC server, with its own TLS and authentication.
+func NewTransport(id uint64, peers map[uint64]string, node *Node, dial []grpc.DialOption, log *zap.Logger) *Transport {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	creds := insecure.NewCredentials()
-	if clientTLS != nil {
-		creds = credentials.NewTLS(clientTLS)
+	if len(dial) == 0 {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Transport{id: id, peers: peers, node: node, log: log.With(zap.Uint64("node", id)), creds: creds,
+	t := &Transport{id: id, peers: peers, node: node, log: log.With(zap.Uint64("node", id)), dialOpts: dial,
 		links: map[uint64]*link{}, ctx: ctx, cancel: cancel}
 	for p := range peers {
 		if p != id {
@@ -90,7 +88,8 @@ func (t *Transport) Start() error {
 		if p < t.id {
 			continue
 		}
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(t.creds)}, grpcx.BulkDialOptions()...)
+		opts := append(append([]grpc.DialOption(nil), t.dialOpts...), grpcx.BulkDialOptions()...)
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcx.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcx.MaxMessageBytes)))
 		cc, err := grpc.NewClient(t.peers[p], opts...)
 		if err != nil {
 			return fmt.Errorf("raft transport: peer %d at %q: %w", p, t.peers[p], err)

@@ -79,9 +79,11 @@ var authRules = grpcx.Rules{
 	storagev1.QueueService_ModifyAckDeadline_FullMethodName: {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.ModifyAckDeadlineRequest) string { return m.GetQueue() })},
 	storagev1.QueueService_GetLeases_FullMethodName:         {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.GetLeasesRequest) string { return m.GetQueue() })},
 	// Expires leases of every queue: the coordinator's sweep.
-	storagev1.QueueService_SweepLeases_FullMethodName:    {Verb: grpcx.VerbAdmin},
-	storagev1.QueueService_Seek_FullMethodName:           {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.SeekRequest) string { return m.GetQueue() })},
-	storagev1.QueueService_CreateSnapshot_FullMethodName: {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.CreateSnapshotRequest) string { return m.GetQueue() })},
+	storagev1.QueueService_SweepLeases_FullMethodName: {Verb: grpcx.VerbAdmin},
+	// Raft messages between storage nodes (raft mode): a peer acts for the cluster.
+	storagev1.RaftTransportService_Exchange_FullMethodName: {Verb: grpcx.VerbAdmin},
+	storagev1.QueueService_Seek_FullMethodName:             {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.SeekRequest) string { return m.GetQueue() })},
+	storagev1.QueueService_CreateSnapshot_FullMethodName:   {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.CreateSnapshotRequest) string { return m.GetQueue() })},
 	// A snapshot is named without its queue: the cluster.
 	storagev1.QueueService_DeleteSnapshot_FullMethodName: {Verb: grpcx.VerbAdmin},
 	storagev1.QueueService_Purge_FullMethodName:          {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.PurgeRequest) string { return m.GetQueue() })},

@@ -55,6 +55,9 @@ var errorTable = []struct {
 	{store.ErrOutOfRange, storagev1.ErrorCode_ERROR_CODE_SEQUENCE_OUT_OF_RANGE, codes.OutOfRange},
 	{store.ErrInvalidArgument, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
 	{store.ErrStorage, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
+	// Raft mode: a per-channel answer has no leader address yet (gateway routing, step 6).
+	{store.ErrNotLeader, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.FailedPrecondition},
+	{store.ErrNotReplicated, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
 	{store.ErrInternal, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Internal},
 	{context.Canceled, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Canceled},
 	{context.DeadlineExceeded, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.DeadlineExceeded},
@@ -80,6 +83,9 @@ func toStatus(err error) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	if st, ok := notLeader(err); ok {
+		return st
 	}
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,33 @@ type Config struct {
 	// Security is the gRPC server's TLS and caller authentication (authRules); the
 	// zero value is plaintext, every caller served.
 	Security grpcx.ServerSecurity
+	// NodeID and Peers (--node-id, --peers "1=host:port,2=host:port,...", every node
+	// of the cluster, this one included, at its gRPC address) turn on raft mode (issue
+	// 16 step 2): every channel is replicated on every peer. Off (0, "") by default.
+	// Not with WAL or an fsync interval. PeerSecurity is how peers are dialed.
+	NodeID       uint64
+	Peers        string
+	PeerSecurity grpcx.DialSecurity
+}
+
+// ParsePeers parses Peers ("id=addr,..."). Errors wrap ErrConfig.
+func (c *Config) ParsePeers() (map[uint64]string, error) {
+	out := map[uint64]string{}
+	for _, p := range strings.Split(c.Peers, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if !ok || err != nil || n == 0 || addr == "" {
+			return nil, fmt.Errorf("%w: --peers: %q is not id=host:port (id > 0)", ErrConfig, p)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("%w: --peers: node %d given twice", ErrConfig, n)
+		}
+		out[n] = addr
+	}
+	if _, ok := out[c.NodeID]; !ok {
+		return nil, fmt.Errorf("%w: --peers does not name --node-id=%d", ErrConfig, c.NodeID)
+	}
+	return out, nil
 }
 
 // Defaults fills unset fields with the contract's defaults.
@@ -94,6 +122,14 @@ func (c *Config) Validate() error {
 	if c.WALFileBytes != 0 && c.WALFileBytes < 1<<20 {
 		return fmt.Errorf("%w: --wal-file-bytes=%d: at least 1048576", ErrConfig, c.WALFileBytes)
 	}
+	if c.NodeID != 0 || c.Peers != "" {
+		if c.WAL || d > 0 {
+			return fmt.Errorf("%w: raft mode (--node-id, --peers) has its own write-ahead log: not with --wal or --fsync=interval", ErrConfig)
+		}
+		if _, err := c.ParsePeers(); err != nil {
+			return err
+		}
+	}
 	return c.Security.Validate()
 }
 
@@ -122,7 +158,16 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	interval, _ := cfg.FsyncInterval()
 	reg := obs.NewRegistry()
 	m := store.NewMetrics(reg)
-	st, err := store.Open(cfg.DataDir, store.Options{FsyncInterval: interval, WAL: cfg.WAL, WALFileBytes: cfg.WALFileBytes, RetentionInterval: cfg.RetentionInterval, Metrics: m}, log.Named("store"))
+	sopts := store.Options{FsyncInterval: interval, WAL: cfg.WAL, WALFileBytes: cfg.WALFileBytes, RetentionInterval: cfg.RetentionInterval, Metrics: m}
+	if cfg.NodeID != 0 {
+		peers, _ := cfg.ParsePeers()
+		dial, err := cfg.PeerSecurity.DialOptions()
+		if err != nil {
+			return nil, err
+		}
+		sopts.Raft = &store.RaftOptions{NodeID: cfg.NodeID, Peers: peers, DialOptions: dial}
+	}
+	st, err := store.Open(cfg.DataDir, sopts, log.Named("store"))
 	if err != nil {
 		return nil, fmt.Errorf("open data dir: %w", err)
 	}
@@ -144,9 +189,12 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: reg, store: st, qm: qm}
 	s.svc = newService(st, log, reg)
 	s.svc.qm = qm
-	s.grpc = grpcx.NewServer(log, append(transportOptions(), secOpts...)...)
+	s.grpc = grpcx.NewServer(log, append(transportOptions(st.RaftTransport() != nil), secOpts...)...)
 	storagev1.RegisterStorageServiceServer(s.grpc, s.svc)
 	storagev1.RegisterQueueServiceServer(s.grpc, &queueService{s: s.svc, qm: qm})
+	if tr := st.RaftTransport(); tr != nil {
+		tr.RegisterOn(s.grpc)
+	}
 	grpcx.RegisterStandard(s.grpc)
 	s.http = obs.NewHTTP(reg, log)
 	s.http.AddReadyCheck("data-dir", func(context.Context) error { return st.Ready() })
@@ -170,9 +218,13 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 }
 
 // transportOptions are the bulk transport sizes (grpcx.BulkServerOptions) for the
-// MiB-sized messages of AppendBatches and Fetch, and the interceptors that answer
-// Fetch and Receive by reference.
-func transportOptions() []grpc.ServerOption {
+// MiB-sized messages of AppendBatches and Fetch, the interceptors that answer Fetch
+// and Receive by reference and, in raft mode, those that name the leader in the
+// trailers of a not-leader answer.
+func transportOptions(raft bool) []grpc.ServerOption {
+	if raft {
+		return append(grpcx.BulkServerOptions(), grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect, leaderUnary), grpc.ChainStreamInterceptor(leaderStream))
+	}
 	return append(grpcx.BulkServerOptions(), grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect))
 }
 
@@ -205,6 +257,9 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) shutdown() {
 	s.closeOnce.Do(func() {
 		s.svc.stop()
+		// Raft mode: the peer streams never end by themselves; proposals still
+		// waiting answer UNAVAILABLE (closed), their outcome unknown.
+		s.store.StopReplication()
 		grpcx.GracefulStop(s.grpc, 5*time.Second)
 		if err := s.qm.Close(); err != nil {
 			s.log.Error("close queues", zap.Error(err))

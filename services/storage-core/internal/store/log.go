@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary/tributary/services/storage-core/internal/raftnode"
 	"go.uber.org/zap"
 )
 
@@ -297,6 +298,8 @@ type PendingAppend struct {
 	err    error
 	// validateOnly: nothing was written (AppendOptions.ValidateOnly).
 	validateOnly bool
+	// raft: the proposal of a replicated channel's append (raftmode.go).
+	raft *raftnode.Proposal
 }
 
 // BeginAppend is the write phase of AppendBatches: it validates b, checks
@@ -323,6 +326,9 @@ type AppendOptions struct {
 
 // BeginAppendWith is BeginAppend with options.
 func (l *Log) BeginAppendWith(b []byte, o AppendOptions) *PendingAppend {
+	if l.st.raft != nil && !o.ValidateOnly {
+		return l.raftBeginAppend(b, o)
+	}
 	res, target, err := l.beginAppend(b, o)
 	return &PendingAppend{l: l, res: res, target: target, err: err, validateOnly: o.ValidateOnly}
 }
@@ -330,6 +336,9 @@ func (l *Log) BeginAppendWith(b []byte, o AppendOptions) *PendingAppend {
 // Wait blocks until the append is durable (fsync always; at once in interval mode) and
 // returns its result. Errors: as AppendBatches. Safe to call once.
 func (p *PendingAppend) Wait() (AppendResult, error) {
+	if p.raft != nil {
+		return p.raftWait()
+	}
 	if p.err != nil {
 		return AppendResult{}, p.err
 	}
@@ -347,36 +356,51 @@ func (p *PendingAppend) Wait() (AppendResult, error) {
 // beginAppend writes b and returns its result and the offset bound its durability
 // waits for (0: none).
 func (l *Log) beginAppend(b []byte, o AppendOptions) (AppendResult, int64, error) {
-	if err := checkFraming(b, o.SingleBatch); err != nil {
+	var hbuf [2]batchHeader
+	hdrs, err := l.checkBatches(b, o, hbuf[:0])
+	if err != nil {
 		return AppendResult{}, 0, err
 	}
-	cfg := l.cfg.Load()
-	var hbuf [2]batchHeader
-	hdrs := hbuf[:0]
-	var pbuf [2]prevBatch
-	prev := pbuf[:0]
-	for p := 0; p < len(b); {
-		n, err := frameLen(b[p:])
-		if err != nil {
-			return AppendResult{}, 0, err
-		}
-		if n > int(cfg.MaxMessageBytes) {
-			return AppendResult{}, 0, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
-		}
-		h, err := checkFrame(b[p:p+n], decompressLimit(cfg.MaxMessageBytes))
-		if err != nil {
-			return AppendResult{}, 0, err
-		}
-		hdrs = append(hdrs, h)
-		p += n
-	}
-	if err := checkTimestamps(cfg, hdrs, l.st.nowMs()); err != nil {
+	if err := checkTimestamps(l.cfg.Load(), hdrs, l.st.nowMs()); err != nil {
 		return AppendResult{}, 0, err
 	}
 	if o.ValidateOnly {
 		return AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1}, 0, nil
 	}
+	return l.writeChecked(b, hdrs, l.st.nowMs())
+}
 
+// checkBatches checks b's framing and every frame (CRC, size, records) and returns
+// their headers, appended to hdrs.
+func (l *Log) checkBatches(b []byte, o AppendOptions, hdrs []batchHeader) ([]batchHeader, error) {
+	if err := checkFraming(b, o.SingleBatch); err != nil {
+		return nil, err
+	}
+	cfg := l.cfg.Load()
+	for p := 0; p < len(b); {
+		n, err := frameLen(b[p:])
+		if err != nil {
+			return nil, err
+		}
+		if n > int(cfg.MaxMessageBytes) {
+			return nil, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
+		}
+		h, err := checkFrame(b[p:p+n], decompressLimit(cfg.MaxMessageBytes))
+		if err != nil {
+			return nil, err
+		}
+		hdrs = append(hdrs, h)
+		p += n
+	}
+	return hdrs, nil
+}
+
+// writeChecked checks the frames b (headers hdrs, checked by checkBatches) against
+// the producer and transaction state, assigns offsets and writes them (writeLocked),
+// under Log.mu, with now as the append time.
+func (l *Log) writeChecked(b []byte, hdrs []batchHeader, now int64) (AppendResult, int64, error) {
+	var pbuf [2]prevBatch
+	prev := pbuf[:0]
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -413,7 +437,7 @@ func (l *Log) beginAppend(b []byte, o AppendOptions) (AppendResult, int64, error
 			prev = append(prev, prevBatch{pid: h.ProducerID, epoch: h.ProducerEpoch, lastSeq: h.LastSequence()})
 		}
 	}
-	res, target, err := l.writeLocked(b, hdrs, l.st.nowMs(), nil)
+	res, target, err := l.writeLocked(b, hdrs, now, nil)
 	l.mu.Unlock()
 	return res, target, err
 }
@@ -475,7 +499,8 @@ func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64, ctrl *control
 	seg.size.Store(pos + int64(len(b)))
 	l.next = off
 	l.pending++
-	interval := l.st.opts.FsyncInterval > 0
+	// Raft mode publishes at apply: the entry is committed (in a majority's WAL).
+	interval := l.st.opts.FsyncInterval > 0 || l.st.raft != nil
 	if interval {
 		l.dirty = true
 		l.publish(hwMark{next: off, segBase: seg.base, pos: pos + int64(len(b))})
@@ -1069,6 +1094,9 @@ func scanFrames(s *segment, pos, end, limit int64, fn func(*batchHeader, []byte)
 // DeleteRecords is not an error). Errors: ErrOutOfRange (before past the high
 // watermark, or negative other than -1).
 func (l *Log) DeleteRecords(before int64) (int64, error) {
+	if err := l.st.raftRefuse("DeleteRecords"); err != nil {
+		return l.logStart.Load(), err
+	}
 	l.mu.Lock()
 	hw := l.hw.Load().next
 	if before == -1 {
@@ -1160,6 +1188,9 @@ func (l *Log) enforceRetention(nowMs int64) {
 
 // UpdateConfig replaces the stored config and persists it.
 func (l *Log) UpdateConfig(c ChannelConfig) error {
+	if err := l.st.raftRefuse("a channel config change"); err != nil {
+		return err
+	}
 	if err := c.validate(l.st.minSegmentBytes()); err != nil {
 		return err
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	// CheckpointInterval is how often WAL mode fsyncs segments and checkpoints
 	// (RunCheckpoint); 0 = 1 s; < 0 disables the loop.
 	CheckpointInterval time.Duration
+	// Raft, when set, turns on raft mode (raftmode.go, issue 16 step 2): every channel
+	// is a Raft group replicated on every peer. Not with WAL or FsyncInterval.
+	Raft *RaftOptions
 	// minSegmentBytes overrides MinSegmentBytes (tests with tiny segments); 0 = default.
 	minSegmentBytes int64
 }
@@ -92,6 +95,8 @@ type Store struct {
 	wal    *wal.WAL
 	ckpt   map[uint64]checkpoint
 	ckptMu sync.Mutex
+	// raft: raft mode (raftmode.go), nil otherwise.
+	raft *raftState
 }
 
 // fencedChannel is a channel that failed to load at start.
@@ -116,7 +121,7 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 	if opts.RetentionInterval == 0 {
 		opts.RetentionInterval = 30 * time.Second
 	}
-	if forceWAL && opts.FsyncInterval == 0 {
+	if forceWAL && opts.FsyncInterval == 0 && opts.Raft == nil {
 		opts.WAL = true // go test -tags walmode: every test in WAL mode
 	}
 	if opts.WAL && opts.FsyncInterval > 0 {
@@ -124,6 +129,11 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 	}
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = time.Second
+	}
+	if opts.Raft != nil {
+		if err := prepareRaft(dir, &opts); err != nil {
+			return nil, err
+		}
 	}
 	s := &Store{dir: dir, opts: opts, log: log, metrics: opts.Metrics, logs: map[string]*Log{}, fenced: map[string]fencedChannel{}, stop: make(chan struct{})}
 	for _, d := range []string{s.channelsDir(), s.trashDir()} {
@@ -140,6 +150,12 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 		log.Warn("empty trash", zap.Error(err))
 	}
 	_ = os.MkdirAll(s.trashDir(), 0o755)
+	if opts.Raft != nil {
+		if err := s.resetChannels(); err != nil {
+			s.closeAll()
+			return nil, err
+		}
+	}
 	if opts.WAL {
 		if s.ckpt, err = readCheckpoint(s.walDir()); err != nil {
 			s.closeAll()
@@ -180,6 +196,12 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 			return nil, fmt.Errorf("open channel dir %s: %w", cdir, err)
 		}
 		s.logs[l.name] = l
+	}
+	if opts.Raft != nil {
+		if err := s.openRaft(); err != nil {
+			s.closeAll()
+			return nil, err
+		}
 	}
 	if opts.WAL {
 		if err := s.openWAL(); err != nil {
@@ -280,6 +302,15 @@ func (s *Store) CreateKind(name string, kind Kind, cfg ChannelConfig, ifNotExist
 	if err := cfg.validate(s.minSegmentBytes()); err != nil {
 		return nil, false, err
 	}
+	if s.raft != nil {
+		return s.raftCreate(name, kind, cfg, ifNotExists)
+	}
+	return s.createAt(name, kind, cfg, ifNotExists, s.nowMs(), 0)
+}
+
+// createAt is CreateKind after validation, with the creation time createdMs and, in
+// raft mode, the channel's group id.
+func (s *Store) createAt(name string, kind Kind, cfg ChannelConfig, ifNotExists bool, createdMs int64, group uint64) (*Log, bool, error) {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	s.mu.RLock()
@@ -312,13 +343,13 @@ func (s *Store) CreateKind(name string, kind Kind, cfg ChannelConfig, ifNotExist
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, false, fmt.Errorf("%w: mkdir: %v", ErrStorage, err)
 	}
-	seg, err := createSegment(dir, 0, s.nowMs())
+	seg, err := createSegment(dir, 0, createdMs)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, false, fmt.Errorf("%w: create segment: %v", ErrStorage, err)
 	}
 	_ = seg.close()
-	m := &meta{Name: name, Config: cfg, CreatedMs: s.nowMs()}
+	m := &meta{Name: name, Config: cfg, CreatedMs: createdMs, Group: group}
 	if s.wal != nil {
 		m.Group = newGroupID()
 	}
@@ -388,6 +419,14 @@ func (s *Store) List(prefix string) []*Log {
 
 // Delete removes a channel and its data. Missing: ErrNotFound unless ifExists.
 func (s *Store) Delete(name string, ifExists bool) error {
+	if s.raft != nil {
+		return s.raftDelete(name, ifExists)
+	}
+	return s.deleteLocal(name, ifExists)
+}
+
+// deleteLocal is Delete on this node's files.
+func (s *Store) deleteLocal(name string, ifExists bool) error {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	s.mu.Lock()
@@ -437,6 +476,9 @@ func (s *Store) trash(name, dir string) error {
 
 // Close stops the background loops and closes every channel.
 func (s *Store) Close() error {
+	if s.raft != nil {
+		s.raft.stop() // before adminMu: the metadata group's apply takes it
+	}
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	s.mu.Lock()
@@ -453,6 +495,12 @@ func (s *Store) Close() error {
 
 func (s *Store) closeAll() error {
 	var errs []error
+	if s.raft != nil {
+		s.raft.stop()
+		if err := s.raft.w.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	closed := make(map[*Log]error, len(s.logs))
 	for _, l := range s.logs {
 		err := l.close()

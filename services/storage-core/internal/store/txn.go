@@ -316,6 +316,9 @@ func (l *Log) WriteTxnMarker(m TxnMarker) (AppendResult, error) {
 // ErrInvalidArgument (producer id < 0 or epoch < 0), ErrStorage, ErrNotFound,
 // ErrClosed.
 func (l *Log) BeginTxnMarker(m TxnMarker) *PendingAppend {
+	if err := l.st.raftRefuse("a transaction marker"); err != nil {
+		return &PendingAppend{l: l, err: err}
+	}
 	res, target, err := l.beginTxnMarker(m)
 	return &PendingAppend{l: l, res: res, target: target, err: err}
 }

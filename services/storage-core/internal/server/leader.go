@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/tributary/tributary/services/storage-core/internal/raftnode"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// LeaderTrailer is the trailing metadata key of a FAILED_PRECONDITION answer from a
+// node that does not lead the channel's Raft group (raft mode, --node-id/--peers): its
+// value is the leader's gRPC address ("" while an election is under way), for the
+// caller to call there instead. LeaderIDTrailer carries the leader's node id.
+const (
+	LeaderTrailer   = "tributary-leader"
+	LeaderIDTrailer = "tributary-leader-id"
+)
+
+// notLeaderStatus is the gRPC status of a call refused because this node is not the
+// leader; it keeps the raft error for the interceptors that set the trailers.
+type notLeaderStatus struct {
+	st  *status.Status
+	nle *raftnode.NotLeaderError
+}
+
+func (e notLeaderStatus) Error() string              { return e.st.Err().Error() }
+func (e notLeaderStatus) GRPCStatus() *status.Status { return e.st }
+func (e notLeaderStatus) Unwrap() error              { return e.nle }
+
+// notLeader returns the status error of err when it names a leader elsewhere.
+func notLeader(err error) (error, bool) {
+	var nle *raftnode.NotLeaderError
+	if !errors.As(err, &nle) {
+		return nil, false
+	}
+	return notLeaderStatus{st: status.New(codes.FailedPrecondition, err.Error()), nle: nle}, true
+}
+
+func leaderMD(err error) metadata.MD {
+	var nle *raftnode.NotLeaderError
+	if err == nil || !errors.As(err, &nle) {
+		return nil
+	}
+	id := ""
+	if nle.Leader != 0 {
+		id = strconv.FormatUint(nle.Leader, 10)
+	}
+	return metadata.Pairs(LeaderTrailer, nle.Addr, LeaderIDTrailer, id)
+}
+
+// leaderUnary and leaderStream set the leader trailers on a not-leader answer.
+func leaderUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if md := leaderMD(err); md != nil {
+		_ = grpc.SetTrailer(ctx, md)
+	}
+	return resp, err
+}
+
+func leaderStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	err := h(srv, ss)
+	if md := leaderMD(err); md != nil {
+		ss.SetTrailer(md)
+	}
+	return err
+}

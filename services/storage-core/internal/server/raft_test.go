@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// TestRaftModeLeaderTrailer: three storage-core servers in raft mode (--node-id,
+// --peers) on loopback. A call that writes on a node which does not lead answers
+// FAILED_PRECONDITION with the leader's address in the trailers; the same call sent
+// there succeeds, and every node then serves the record.
+func TestRaftModeLeaderTrailer(t *testing.T) {
+	addrs := make([]string, 3)
+	for i := range addrs {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = lis.Addr().String()
+		_ = lis.Close()
+	}
+	peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[0], addrs[1], addrs[2])
+	clients := map[string]storagev1.StorageServiceClient{}
+	for i, a := range addrs {
+		srv, err := New(Config{GRPCAddr: a, HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), NodeID: uint64(i + 1), Peers: peers}, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		cc, err := grpcx.Dial(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cc.Close()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+		clients[a] = storagev1.NewStorageServiceClient(cc)
+	}
+	// call sends f to addr and follows one not-leader answer to the address it names.
+	call := func(addr string, f func(c storagev1.StorageServiceClient, opt grpc.CallOption) error) error {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var tr metadata.MD
+			err := f(clients[addr], grpc.Trailer(&tr))
+			if status.Code(err) != codes.FailedPrecondition {
+				return err
+			}
+			leader := tr.Get(LeaderTrailer)
+			if len(leader) != 1 {
+				t.Fatalf("not-leader answer without the %s trailer: %v (trailer %v)", LeaderTrailer, err, tr)
+			}
+			if leader[0] != "" {
+				if _, ok := clients[leader[0]]; !ok {
+					t.Fatalf("trailer names %q, not a peer", leader[0])
+				}
+				if leader[0] == addr {
+					t.Fatalf("%s answers not-leader naming itself", addr)
+				}
+				addr = leader[0]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no leader within 10 s: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	ctx := context.Background()
+	followed := 0
+	for _, a := range addrs {
+		err := call(a, func(c storagev1.StorageServiceClient, opt grpc.CallOption) error {
+			_, err := c.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: "kafka.raft", IfNotExists: true}, opt)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("create via %s: %v", a, err)
+		}
+	}
+	for _, a := range addrs {
+		var seq int64
+		err := call(a, func(c storagev1.StorageServiceClient, opt grpc.CallOption) error {
+			var tr metadata.MD
+			r, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "kafka.raft", Records: []*storagev1.AppendRecord{{Value: []byte("v-" + a)}}}, opt, grpc.Trailer(&tr))
+			if status.Code(err) == codes.FailedPrecondition && tr.Get(LeaderTrailer)[0] != "" {
+				followed++
+			}
+			seq = r.GetFirstSequence()
+			return err
+		})
+		if err != nil || seq == 0 {
+			t.Fatalf("append via %s: seq %d, %v", a, seq, err)
+		}
+	}
+	if followed != 2 {
+		t.Fatalf("%d appends were redirected, want 2 (the followers)", followed)
+	}
+	for _, a := range addrs {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r, err := clients[a].Read(ctx, &storagev1.ReadRequest{Channel: "kafka.raft", FromSequence: 1, MaxRecords: 10})
+			if err == nil && len(r.GetRecords()) == 3 {
+				for i, rec := range r.GetRecords() {
+					if !strings.HasPrefix(string(rec.GetValue()), "v-") || rec.GetSequence() != int64(i+1) {
+						t.Fatalf("node %s record %d: %v", a, i, rec)
+					}
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: %v %v", a, r, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,382 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tributary/tributary/services/storage-core/internal/raftnode"
+	"github.com/tributary/tributary/services/storage-core/internal/wal"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// Raft mode (Options.Raft, issue 16 step 2). Every channel is one Raft group
+// (internal/raftnode) whose members are all the configured peers (static membership).
+// A node-wide metadata group (id 1) orders channel creates and deletes: a channel's
+// group id is raftnode.GroupID(name, index of its create entry), the same on every
+// replica, and new for every re-creation. A log append is proposed on the channel's
+// leader as the unstamped frames plus the leader's clock; each replica, applying the
+// committed entry, checks the frames again, de-duplicates idempotent producers, assigns
+// offsets, stamps the entry's term into every batch's partitionLeaderEpoch and writes
+// the segment (writeChecked: deterministic, so replicas hold the same bytes). The
+// append is answered once its entry is applied on the leader; the high watermark moves
+// at apply on every replica (the entry is in a majority's fsynced WAL by then).
+//
+// The node WAL (<data-dir>/raft-wal) holds every group's entries and is not truncated
+// yet, and the channels directory is derived state: it is emptied at start and rebuilt
+// by applying the WAL's committed entries again (snapshots and checkpoints are step 4).
+// Not replicated yet, so refused in raft mode: transaction markers, DeleteRecords and
+// channel config changes; retention does not run (it would diverge by clock).
+
+// Errors of raft mode.
+var (
+	// ErrNotLeader: this node does not lead the channel's group (or the metadata
+	// group, for creates and deletes); the error chain holds *raftnode.NotLeaderError
+	// with the leader's address. gRPC: FAILED_PRECONDITION.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrNotReplicated: the proposal did not commit within the timeout (no quorum, or
+	// leadership was lost meanwhile); its outcome is unknown. gRPC: UNAVAILABLE.
+	ErrNotReplicated = errors.New("not replicated to a majority within the timeout")
+)
+
+// RaftOptions configure raft mode.
+type RaftOptions struct {
+	// NodeID is this node's id (non-zero); Peers maps every node's id, this one's
+	// included, to the address of its gRPC server (which serves RaftTransport).
+	NodeID uint64
+	Peers  map[uint64]string
+	// DialOptions are how peers are dialed (TLS, token); none dials plaintext.
+	DialOptions []grpc.DialOption
+	// Tick is the raft tick (default 100 ms; elections after 10 ticks).
+	Tick time.Duration
+	// ProposeTimeout bounds an append's or an admin call's wait for commit
+	// (default 10 s).
+	ProposeTimeout time.Duration
+}
+
+const (
+	raftWALDir = "raft-wal"
+	metaGroup  = 1
+	// cmdRaftBatches: a log append (flags, leader clock, unstamped frames).
+	cmdRaftBatches = 2
+	flagSingle     = 1
+)
+
+type raftState struct {
+	s    *Store
+	opts RaftOptions
+	w    *wal.WAL
+	rp   *raftnode.Replay
+	node *raftnode.Node
+	tr   *raftnode.Transport
+	once sync.Once
+	// commits: per channel group, the commit index its WAL replay held (Open waits
+	// until it is applied again).
+	cmu     sync.Mutex
+	commits map[uint64]uint64
+}
+
+func prepareRaft(_ string, opts *Options) error {
+	r := opts.Raft
+	if opts.WAL || opts.FsyncInterval > 0 {
+		return fmt.Errorf("%w: raft mode has its own write-ahead log; it takes neither WAL mode nor an fsync interval", ErrInvalidArgument)
+	}
+	if r.NodeID == 0 || r.Peers[r.NodeID] == "" {
+		return fmt.Errorf("%w: raft node id %d is not among the peers", ErrInvalidArgument, r.NodeID)
+	}
+	if r.ProposeTimeout <= 0 {
+		r.ProposeTimeout = 10 * time.Second
+	}
+	opts.RetentionInterval = -1
+	return nil
+}
+
+// resetChannels empties the channels directory: raft mode rebuilds it from the WAL.
+func (s *Store) resetChannels() error {
+	if err := os.RemoveAll(s.channelsDir()); err != nil {
+		return err
+	}
+	return os.MkdirAll(s.channelsDir(), 0o755)
+}
+
+func (s *Store) openRaft() error {
+	o := *s.opts.Raft
+	r := &raftState{s: s, opts: o, rp: raftnode.NewReplay(), commits: map[uint64]uint64{}}
+	w, err := wal.Open(filepath.Join(s.dir, raftWALDir), wal.Options{ReplayEntry: r.rp.Entry, ReplayHardState: r.rp.HardState}, s.log)
+	if err != nil {
+		return err
+	}
+	r.w = w
+	r.node, err = raftnode.New(raftnode.Config{ID: o.NodeID, Peers: o.Peers, Tick: o.Tick, Log: s.log}, w, r.rp, nil)
+	if err != nil {
+		_ = w.Close()
+		return err
+	}
+	r.tr = raftnode.NewTransport(o.NodeID, o.Peers, r.node, o.DialOptions, s.log)
+	r.node.SetSender(r.tr)
+	metaCommit := r.rp.Commit(metaGroup)
+	if err := r.node.AddGroup(metaGroup, metaSM{s}, 0); err != nil {
+		_ = w.Close()
+		return err
+	}
+	s.raft = r
+	if err := r.tr.Start(); err != nil {
+		return err
+	}
+	r.node.Start()
+	// Apply what the WAL says was committed before answering anything.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := r.node.WaitApplied(ctx, metaGroup, metaCommit); err != nil {
+		return fmt.Errorf("replay of the metadata group: %w", err)
+	}
+	r.cmu.Lock()
+	commits := make(map[uint64]uint64, len(r.commits))
+	for g, c := range r.commits {
+		commits[g] = c
+	}
+	r.cmu.Unlock()
+	for g, c := range commits {
+		if err := r.node.WaitApplied(ctx, g, c); err != nil && !errors.Is(err, raftnode.ErrNoGroup) {
+			return fmt.Errorf("replay of group %d: %w", g, err)
+		}
+	}
+	return nil
+}
+
+func (r *raftState) stop() {
+	r.once.Do(func() {
+		r.tr.Close()
+		r.node.Close()
+	})
+}
+
+// StopReplication ends raft mode's peer streams and its groups (a shutdown's first
+// step: the streams would hold a graceful gRPC stop); appends still waiting for commit
+// fail with ErrClosed. Nothing in the default mode.
+func (s *Store) StopReplication() {
+	if s.raft != nil {
+		s.raft.stop()
+	}
+}
+
+// RaftTransport is raft mode's transport, to register on the node's gRPC server
+// (nil when raft mode is off).
+func (s *Store) RaftTransport() *raftnode.Transport {
+	if s.raft == nil {
+		return nil
+	}
+	return s.raft.tr
+}
+
+// RaftLeader is the leader of channel name's group as this node knows it: node id
+// (0: none known), address and term (the Kafka leader epoch). Errors: ErrNotFound,
+// ErrInvalidArgument (raft mode off).
+func (s *Store) RaftLeader(name string) (uint64, string, uint64, error) {
+	if s.raft == nil {
+		return 0, "", 0, fmt.Errorf("%w: raft mode is off", ErrInvalidArgument)
+	}
+	l, err := s.Get(name)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	id, addr, term, err := s.raft.node.Leader(l.wal.group)
+	if err != nil {
+		return 0, "", 0, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	return id, addr, term, nil
+}
+
+// raftErr maps raftnode errors to the store's.
+func raftErr(err error) error {
+	var nle *raftnode.NotLeaderError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nle):
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raftnode.ErrTimeout), errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrDropped):
+		return fmt.Errorf("%w: %w", ErrNotReplicated, err)
+	case errors.Is(err, raftnode.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, raftnode.ErrNoGroup):
+		return fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	return err
+}
+
+func (r *raftState) propose(group uint64, payload []byte) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.ProposeTimeout)
+	defer cancel()
+	res, err := r.node.Propose(ctx, group, payload)
+	if err != nil {
+		return nil, raftErr(err)
+	}
+	return res, nil
+}
+
+// metaCmd is an entry of the metadata group.
+type metaCmd struct {
+	Op          string        `json:"op"` // "create" | "delete"
+	Name        string        `json:"name"`
+	Kind        Kind          `json:"kind,omitempty"`
+	Config      ChannelConfig `json:"config"`
+	IfNotExists bool          `json:"if_not_exists,omitempty"`
+	IfExists    bool          `json:"if_exists,omitempty"`
+	NowMs       int64         `json:"now_ms"` // the leader's clock: the creation time
+}
+
+type createResult struct {
+	l       *Log
+	created bool
+}
+
+func (s *Store) raftCreate(name string, kind Kind, cfg ChannelConfig, ifNotExists bool) (*Log, bool, error) {
+	b, err := json.Marshal(metaCmd{Op: "create", Name: name, Kind: kind, Config: cfg, IfNotExists: ifNotExists, NowMs: s.nowMs()})
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := s.raft.propose(metaGroup, b)
+	if err != nil {
+		return nil, false, err
+	}
+	cr := res.(createResult)
+	return cr.l, cr.created, nil
+}
+
+func (s *Store) raftDelete(name string, ifExists bool) error {
+	b, err := json.Marshal(metaCmd{Op: "delete", Name: name, IfExists: ifExists, NowMs: s.nowMs()})
+	if err != nil {
+		return err
+	}
+	_, err = s.raft.propose(metaGroup, b)
+	return err
+}
+
+// metaSM applies the metadata group's entries: creates and deletes, on every node.
+type metaSM struct{ s *Store }
+
+func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
+	s := m.s
+	var c metaCmd
+	if err := json.Unmarshal(payload, &c); err != nil {
+		s.log.Error("undecodable metadata entry skipped", zap.Uint64("index", index), zap.Error(err))
+		return nil, fmt.Errorf("%w: metadata entry %d: %v", ErrInternal, index, err)
+	}
+	switch c.Op {
+	case "create":
+		l, created, err := s.createAt(c.Name, c.Kind, c.Config, c.IfNotExists, c.NowMs, raftnode.GroupID(c.Name, index))
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			if err := s.raft.addLogGroup(l); err != nil {
+				s.log.Error("raft group of a created channel", zap.String("channel", c.Name), zap.Error(err))
+				return nil, fmt.Errorf("%w: %v", ErrInternal, err)
+			}
+		}
+		return createResult{l: l, created: created}, nil
+	case "delete":
+		s.mu.RLock()
+		l := s.logs[c.Name]
+		s.mu.RUnlock()
+		if err := s.deleteLocal(c.Name, c.IfExists); err != nil {
+			return nil, err
+		}
+		if l != nil {
+			s.raft.node.RemoveGroup(l.wal.group)
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w: metadata op %q", ErrInternal, c.Op)
+}
+
+func (r *raftState) addLogGroup(l *Log) error {
+	g := l.wal.group
+	c := r.rp.Commit(g)
+	if err := r.node.AddGroup(g, logSM{l}, 0); err != nil {
+		return err
+	}
+	r.cmu.Lock()
+	r.commits[g] = c
+	r.cmu.Unlock()
+	return nil
+}
+
+// raftBeginAppend checks b as the leader and proposes it; Wait waits for its apply.
+func (l *Log) raftBeginAppend(b []byte, o AppendOptions) *PendingAppend {
+	hdrs, err := l.checkBatches(b, o, nil)
+	now := l.st.nowMs()
+	if err == nil {
+		err = checkTimestamps(l.cfg.Load(), hdrs, now)
+	}
+	if err != nil {
+		return &PendingAppend{l: l, err: err}
+	}
+	payload := make([]byte, 10+len(b))
+	payload[0] = cmdRaftBatches
+	if o.SingleBatch {
+		payload[1] = flagSingle
+	}
+	binary.BigEndian.PutUint64(payload[2:], uint64(now))
+	copy(payload[10:], b)
+	return &PendingAppend{l: l, raft: l.st.raft.node.Begin(l.wal.group, payload)}
+}
+
+func (p *PendingAppend) raftWait() (AppendResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.l.st.raft.opts.ProposeTimeout)
+	defer cancel()
+	res, err := p.raft.Wait(ctx)
+	if err != nil {
+		return AppendResult{}, raftErr(err)
+	}
+	r := res.(AppendResult)
+	if !r.Duplicate {
+		p.l.st.metrics.Appends.Inc()
+	}
+	return r, nil
+}
+
+// logSM applies a channel group's committed appends.
+type logSM struct{ l *Log }
+
+func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
+	l := m.l
+	if len(payload) < 10 || payload[0] != cmdRaftBatches {
+		l.log.Error("unknown raft entry skipped", zap.Uint64("index", index))
+		return nil, fmt.Errorf("%w: entry %d", ErrInternal, index)
+	}
+	o := AppendOptions{SingleBatch: payload[1]&flagSingle != 0}
+	now := int64(binary.BigEndian.Uint64(payload[2:]))
+	b := append([]byte(nil), payload[10:]...) // the entry stays in raft's log unchanged
+	for p := 0; p+batchHeaderLen <= len(b); {
+		n, err := frameLen(b[p:])
+		if err != nil {
+			break // checkBatches reports it
+		}
+		binary.BigEndian.PutUint32(b[p+12:], uint32(term)) // partitionLeaderEpoch
+		p += n
+	}
+	hdrs, err := l.checkBatches(b, o, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, _, err := l.writeChecked(b, hdrs, now)
+	return res, err
+}
+
+// raftRefuse refuses, in raft mode, a change that is not replicated yet (it would make
+// replicas diverge). Errors: ErrInvalidArgument.
+func (s *Store) raftRefuse(what string) error {
+	if s.raft == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is not replicated in raft mode yet (issue 16)", ErrInvalidArgument, what)
+}

@@ -1,0 +1,284 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/services/storage-core/internal/raftnode"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// raftCluster is three stores in raft mode, each with its own gRPC server on
+// loopback serving the raft transport, in this process.
+type raftCluster struct {
+	t     *testing.T
+	peers map[uint64]string
+	dirs  map[uint64]string
+	st    map[uint64]*Store
+	srv   map[uint64]*grpc.Server
+}
+
+func newRaftCluster(t *testing.T) *raftCluster {
+	c := &raftCluster{t: t, peers: map[uint64]string{}, dirs: map[uint64]string{}, st: map[uint64]*Store{}, srv: map[uint64]*grpc.Server{}}
+	for id := uint64(1); id <= 3; id++ {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.peers[id] = lis.Addr().String()
+		_ = lis.Close()
+		c.dirs[id] = t.TempDir()
+	}
+	for id := range c.peers {
+		c.start(id)
+	}
+	t.Cleanup(func() {
+		for id := range c.st {
+			c.stop(id)
+		}
+	})
+	return c
+}
+
+func (c *raftCluster) start(id uint64) {
+	s, err := Open(c.dirs[id], Options{Raft: &RaftOptions{NodeID: id, Peers: c.peers, Tick: 10 * time.Millisecond, ProposeTimeout: 3 * time.Second}, RetentionInterval: -1}, zap.NewNop())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var lis net.Listener
+	for i := 0; ; i++ {
+		if lis, err = net.Listen("tcp", c.peers[id]); err == nil {
+			break
+		}
+		if i == 50 {
+			c.t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv := grpc.NewServer(grpcx.BulkServerOptions()...)
+	s.RaftTransport().RegisterOn(srv)
+	go func() { _ = srv.Serve(lis) }()
+	c.st[id], c.srv[id] = s, srv
+}
+
+func (c *raftCluster) stop(id uint64) {
+	c.srv[id].Stop()
+	if err := c.st[id].Close(); err != nil {
+		c.t.Error(err)
+	}
+	delete(c.st, id)
+	delete(c.srv, id)
+}
+
+// leader waits for a leader of group (via node 'via' or any live node) that is live.
+func (c *raftCluster) leader(group uint64) uint64 {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, s := range c.st {
+			l, _, _, err := s.raft.node.Leader(group)
+			if err == nil && l != 0 && c.st[l] != nil {
+				if ll, _, _, _ := c.st[l].raft.node.Leader(group); ll == l {
+					return l
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader of group %d", group)
+	return 0
+}
+
+func (c *raftCluster) create(name string) uint64 {
+	c.t.Helper()
+	for i := 0; ; i++ {
+		_, _, err := c.st[c.leader(metaGroup)].Create(name, ChannelConfig{}, false)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNotLeader) || i == 20 {
+			c.t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	var group uint64
+	c.eventually(func() error {
+		for id, s := range c.st {
+			l, err := s.Get(name)
+			if err != nil {
+				return fmt.Errorf("node %d: %v", id, err)
+			}
+			if group != 0 && l.wal.group != group {
+				c.t.Fatalf("node %d has group %d for %s, another node %d", id, l.wal.group, name, group)
+			}
+			group = l.wal.group
+		}
+		return nil
+	})
+	return group
+}
+
+func (c *raftCluster) eventually(f func() error) {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// appendOn appends one record batch holding v through node id.
+func (c *raftCluster) appendOn(id uint64, name, v string, p *Producer) (AppendResult, error) {
+	l, err := c.st[id].Get(name)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	res, _, err := l.AppendProduced([]NewRecord{{Value: []byte(v)}}, p)
+	return res, err
+}
+
+// sameBytes waits until every live node holds want records of name and their raw
+// bytes are identical; it returns them.
+func (c *raftCluster) sameBytes(name string, want int64) []byte {
+	c.t.Helper()
+	var ref []byte
+	c.eventually(func() error {
+		ref = nil
+		for id, s := range c.st {
+			l, err := s.Get(name)
+			if err != nil {
+				return err
+			}
+			if hw := l.HighWatermark(); hw != want {
+				return fmt.Errorf("node %d high watermark %d, want %d", id, hw, want)
+			}
+			b, err := l.ReadRaw(0, 64<<20)
+			if err != nil {
+				return err
+			}
+			if ref != nil && !bytes.Equal(b, ref) {
+				c.t.Fatalf("node %d holds other bytes than another node (%d vs %d bytes)", id, len(b), len(ref))
+			}
+			ref = b
+		}
+		return nil
+	})
+	return ref
+}
+
+// epochs lists each batch's partitionLeaderEpoch in raw.
+func epochs(raw []byte) []uint32 {
+	var out []uint32
+	for p := 0; p+batchHeaderLen <= len(raw); {
+		n, err := frameLen(raw[p:])
+		if err != nil {
+			break
+		}
+		out = append(out, binary.BigEndian.Uint32(raw[p+12:]))
+		p += n
+	}
+	return out
+}
+
+// TestRaftModeReplicates: a channel created through the metadata group exists on all
+// three nodes with one group id; appends on its leader are answered with contiguous
+// offsets, every node holds the same bytes with the Raft term in each batch's
+// partitionLeaderEpoch, an idempotent retry is a duplicate everywhere; after the
+// leader stops a new one (later term) keeps appending on the committed prefix; the old
+// leader, restarted, rebuilds its channels from its WAL and catches up byte for byte.
+// With two nodes down an append fails within the timeout and never succeeds.
+func TestRaftModeReplicates(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.log")
+	derived := false
+	for idx := uint64(2); idx < 10; idx++ {
+		derived = derived || group == raftnode.GroupID("raft.log", idx)
+	}
+	if !derived {
+		t.Fatalf("group %d is not GroupID(name, create index)", group)
+	}
+	l1 := c.leader(group)
+	for id := range c.st {
+		if id == l1 {
+			continue
+		}
+		if _, err := c.appendOn(id, "raft.log", "x", nil); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("append on follower %d: %v, want ErrNotLeader", id, err)
+		}
+	}
+	prod := &Producer{ID: 7, Epoch: 0}
+	for i := 0; i < 20; i++ {
+		prod.BaseSequence = int32(i)
+		res, err := c.appendOn(l1, "raft.log", fmt.Sprintf("a%d", i), prod)
+		if err != nil || res.BaseOffset != int64(i) || res.Duplicate {
+			t.Fatalf("append %d: %+v %v", i, res, err)
+		}
+	}
+	prod.BaseSequence = 19
+	if res, err := c.appendOn(l1, "raft.log", "a19", prod); err != nil || !res.Duplicate || res.BaseOffset != 19 {
+		t.Fatalf("idempotent retry: %+v %v", res, err)
+	}
+	raw := c.sameBytes("raft.log", 20)
+	_, _, term1, _ := c.st[l1].raft.node.Leader(group)
+	for i, e := range epochs(raw) {
+		if uint64(e) != term1 {
+			t.Fatalf("batch %d partitionLeaderEpoch %d, want term %d", i, e, term1)
+		}
+	}
+
+	c.stop(l1)
+	l2 := c.leader(group)
+	_, _, term2, _ := c.st[l2].raft.node.Leader(group)
+	if term2 <= term1 {
+		t.Fatalf("term %d after %d", term2, term1)
+	}
+	for i := 20; i < 30; i++ {
+		res, err := c.appendOn(l2, "raft.log", fmt.Sprintf("b%d", i), nil)
+		if err != nil || res.BaseOffset != int64(i) {
+			t.Fatalf("append %d on the new leader: %+v %v", i, res, err)
+		}
+	}
+	raw2 := c.sameBytes("raft.log", 30)
+	if !bytes.HasPrefix(raw2, raw) {
+		t.Fatal("the committed prefix changed after the failover")
+	}
+	if e := epochs(raw2); uint64(e[len(e)-1]) != term2 {
+		t.Fatalf("last batch epoch %d, want %d", e[len(e)-1], term2)
+	}
+	c.start(l1)
+	c.sameBytes("raft.log", 30)
+
+	// Two of three down: no false success.
+	for id := range c.st {
+		if id != l2 {
+			c.stop(id)
+		}
+	}
+	start := time.Now()
+	_, err := c.appendOn(l2, "raft.log", "lonely", nil)
+	if err == nil {
+		t.Fatal("append without a quorum succeeded")
+	}
+	if !errors.Is(err, ErrNotReplicated) && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("append without a quorum: %v", err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("the failure took %v", d)
+	}
+	l, _ := c.st[l2].Get("raft.log")
+	if hw := l.HighWatermark(); hw != 30 {
+		t.Fatalf("high watermark %d after the failed append", hw)
+	}
+}
