@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,5 +165,45 @@ func TestLoadUsersRefusesWhatItCannotRead(t *testing.T) {
 	}
 	if _, err := LoadUsers(file); !errors.Is(err, ErrConfig) {
 		t.Fatalf("users file with a 70 KiB line: %v, want ErrConfig", err)
+	}
+}
+
+// TestPlainChecksArePaced: concurrent PLAIN attempts check passwords at most
+// PlainVerifySlots at a time (each check is a PBKDF2 run an unauthenticated client can
+// trigger at will), and one whose connection ends while it waits gives up.
+func TestPlainChecksArePaced(t *testing.T) {
+	p := NewPlain(users(t))
+	var running, peak atomic.Int32
+	p.verify = func(Credential, string, string) bool {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for {
+			if m := peak.Load(); n <= m || peak.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // a password check's cost
+		return false
+	}
+	var wg sync.WaitGroup
+	for range 8 * PlainVerifySlots() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, _ = p.Start().Step(context.Background(), []byte("\x00alice\x00wrong"))
+		}()
+	}
+	wg.Wait()
+	if n := int(peak.Load()); n < 1 || n > PlainVerifySlots() {
+		t.Fatalf("%d password checks ran at once, want 1..%d", n, PlainVerifySlots())
+	}
+	// Every slot taken: an attempt whose context ends waits no longer.
+	for range PlainVerifySlots() {
+		p.slots <- struct{}{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := p.Start().Step(ctx, []byte("\x00alice\x00pw")); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("attempt with every slot taken and its context over: %v", err)
 	}
 }
