@@ -1,7 +1,10 @@
 package sasl
 
 // SCRAM credentials kept by the coordinator (CredentialService, Postgres), cached per
-// user and mechanism for CacheTTL and at most CacheEntries entries. A credential change
+// user and mechanism for CacheTTL and at most CacheEntries entries. Absences are held
+// apart, under the same bound: SCRAM or PLAIN attempts for made-up user names, which
+// anyone may send before authenticating, fill and empty only that part, never push out
+// the credentials of real users. A credential change
 // on any replica (AlterUserScramCredentials) reaches every gateway at once through
 // natsx.CredentialsChangedSubject (Invalidate); the TTL bounds how stale an entry can
 // be when that notice is lost.
@@ -21,7 +24,8 @@ import (
 const (
 	// CacheTTL is how long a looked-up credential (or its absence) is reused.
 	CacheTTL = 10 * time.Second
-	// CacheEntries bounds the cached credentials; past it the cache is emptied.
+	// CacheEntries bounds the cached credentials, and apart the cached absences; past
+	// it that part of the cache is emptied.
 	CacheEntries = 10000
 	// lookupTimeout bounds one coordinator lookup.
 	lookupTimeout = 5 * time.Second
@@ -33,8 +37,9 @@ type Remote struct {
 	now    func() time.Time
 
 	mu      sync.Mutex
-	entries map[remoteKey]remoteEntry
-	gen     uint64 // bumped by Invalidate: a lookup started before it is not cached
+	entries map[remoteKey]remoteEntry // found credentials
+	absent  map[remoteKey]time.Time   // users without one, by when looked up
+	gen     uint64                    // bumped by Invalidate: a lookup started before it is not cached
 }
 
 type remoteKey struct{ mech, user string }
@@ -47,7 +52,7 @@ type remoteEntry struct {
 
 // NewRemote returns a cached source over client.
 func NewRemote(client coordinatorv1.CredentialServiceClient) *Remote {
-	return &Remote{client: client, now: time.Now, entries: map[remoteKey]remoteEntry{}}
+	return &Remote{client: client, now: time.Now, entries: map[remoteKey]remoteEntry{}, absent: map[remoteKey]time.Time{}}
 }
 
 // Credential implements Credentials.
@@ -55,13 +60,14 @@ func (r *Remote) Credential(ctx context.Context, mechanism, user string) (Creden
 	k := remoteKey{mechanism, user}
 	r.mu.Lock()
 	e, ok := r.entries[k]
+	at, isAbsent := r.absent[k]
 	gen := r.gen
 	r.mu.Unlock()
 	if ok && r.now().Sub(e.at) < CacheTTL {
-		if !e.found {
-			return Credential{}, ErrUnknownUser
-		}
 		return e.cred, nil
+	}
+	if isAbsent && r.now().Sub(at) < CacheTTL {
+		return Credential{}, ErrUnknownUser
 	}
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
@@ -78,10 +84,19 @@ func (r *Remote) Credential(ctx context.Context, mechanism, user string) (Creden
 	e.at = r.now()
 	r.mu.Lock()
 	if r.gen == gen {
-		if len(r.entries) >= CacheEntries {
-			r.entries = map[remoteKey]remoteEntry{}
+		if e.found {
+			if len(r.entries) >= CacheEntries {
+				r.entries = map[remoteKey]remoteEntry{}
+			}
+			r.entries[k] = e
+			delete(r.absent, k)
+		} else {
+			if len(r.absent) >= CacheEntries {
+				r.absent = map[remoteKey]time.Time{}
+			}
+			r.absent[k] = e.at
+			delete(r.entries, k)
 		}
-		r.entries[k] = e
 	}
 	r.mu.Unlock()
 	if !e.found {
@@ -97,12 +112,11 @@ func (r *Remote) Invalidate(user string) {
 	defer r.mu.Unlock()
 	r.gen++
 	if user == "" {
-		r.entries = map[remoteKey]remoteEntry{}
+		r.entries, r.absent = map[remoteKey]remoteEntry{}, map[remoteKey]time.Time{}
 		return
 	}
-	for k := range r.entries {
-		if k.user == user {
-			delete(r.entries, k)
-		}
+	for _, mech := range []string{ScramSHA256, ScramSHA512} {
+		delete(r.entries, remoteKey{mech, user})
+		delete(r.absent, remoteKey{mech, user})
 	}
 }
