@@ -20,7 +20,8 @@ import (
 // TestRaftModeLeaderTrailer: three storage-core servers in raft mode (--node-id,
 // --peers) on loopback. A call that writes on a node which does not lead answers
 // FAILED_PRECONDITION with the leader's address in the trailers; the same call sent
-// there succeeds, and every node then serves the record.
+// there succeeds. AppendBatches (an idempotent batch, then its retry) and a pipelined
+// AppendStream work on the leader, and every node then serves every record.
 func TestRaftModeLeaderTrailer(t *testing.T) {
 	addrs := make([]string, 3)
 	for i := range addrs {
@@ -55,10 +56,12 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 		clients[a] = storagev1.NewStorageServiceClient(cc)
 	}
 	// call sends f to addr and follows one not-leader answer to the address it names.
+	lastAddr := ""
 	call := func(addr string, f func(c storagev1.StorageServiceClient, opt grpc.CallOption) error) error {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			var tr metadata.MD
+			lastAddr = addr
 			err := f(clients[addr], grpc.Trailer(&tr))
 			if status.Code(err) != codes.FailedPrecondition {
 				return err
@@ -93,6 +96,7 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 			t.Fatalf("create via %s: %v", a, err)
 		}
 	}
+	leader := ""
 	for _, a := range addrs {
 		var seq int64
 		err := call(a, func(c storagev1.StorageServiceClient, opt grpc.CallOption) error {
@@ -104,6 +108,9 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 			seq = r.GetFirstSequence()
 			return err
 		})
+		if leader == "" {
+			leader = lastAddr
+		}
 		if err != nil || seq == 0 {
 			t.Fatalf("append via %s: seq %d, %v", a, seq, err)
 		}
@@ -111,11 +118,55 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 	if followed != 2 {
 		t.Fatalf("%d appends were redirected, want 2 (the followers)", followed)
 	}
+	// The Kafka path (AppendBatches, an idempotent producer's batch) on the leader;
+	// on a follower the per-channel answer is a storage failure (routing is step 6).
+	for _, a := range addrs {
+		r, err := clients[a].AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "kafka.raft", Batches: kafkaBatch(t, 5, 0, 0, "v-batch"), SingleBatch: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.GetResults()[0]
+		if a == leader {
+			if res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED || res.GetFirstSequence() != 4 {
+				t.Fatalf("AppendBatches on the leader: %v", res)
+			}
+		} else if res.GetError() != storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE || !strings.Contains(res.GetErrorMessage(), "not the leader") {
+			t.Fatalf("AppendBatches on follower %s: %v", a, res)
+		}
+	}
+	r, err := clients[leader].AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "kafka.raft", Batches: kafkaBatch(t, 5, 0, 0, "v-batch"), SingleBatch: true}}})
+	if err != nil || r.GetResults()[0].GetFirstSequence() != 4 {
+		t.Fatalf("idempotent retry on the leader: %v %v", r, err)
+	}
+	// AppendStream (kafka-gateway's path), pipelined: 20 requests in flight on the
+	// leader are answered in order with consecutive sequences.
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, err := clients[leader].AppendStream(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := st.Send(&storagev1.AppendStreamRequest{Id: uint64(i), Channels: []*storagev1.ChannelBatches{{Channel: "kafka.raft", Batches: kafkaBatch(t, 6, 0, int32(i), "v-stream"), SingleBatch: true}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := resp.GetResults()[0]
+		if resp.GetId() != uint64(i) || res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED || res.GetFirstSequence() != int64(5+i) {
+			t.Fatalf("stream response %d: id %d %v", i, resp.GetId(), res)
+		}
+	}
+	_ = st.CloseSend()
 	for _, a := range addrs {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			r, err := clients[a].Read(ctx, &storagev1.ReadRequest{Channel: "kafka.raft", FromSequence: 1, MaxRecords: 10})
-			if err == nil && len(r.GetRecords()) == 3 {
+			r, err := clients[a].Read(ctx, &storagev1.ReadRequest{Channel: "kafka.raft", FromSequence: 1, MaxRecords: 100})
+			if err == nil && len(r.GetRecords()) == 24 {
 				for i, rec := range r.GetRecords() {
 					if !strings.HasPrefix(string(rec.GetValue()), "v-") || rec.GetSequence() != int64(i+1) {
 						t.Fatalf("node %s record %d: %v", a, i, rec)
