@@ -6,7 +6,10 @@ package sasl
 // expected audiences when they are configured (Kafka's sasl.oauthbearer.expected.issuer
 // and .expected.audience). The key set is fetched from an http(s):// or file:// URL
 // (Kafka's sasl.oauthbearer.jwks.endpoint.url), refreshed every RefreshInterval and, at
-// most once per 10 s, when a token names a key it does not hold (key rotation).
+// most once per 10 s, when a token names a key it does not hold (key rotation). One
+// fetch runs at a time, in the background: while it runs, and for 10 s after one that
+// failed, tokens are checked against the set held, so a slow or unreachable issuer
+// delays only tokens that name a key not held yet.
 
 import (
 	"context"
@@ -41,16 +44,22 @@ type JWKS struct {
 	// Now is the clock (nil = time.Now).
 	Now func() time.Time
 
-	mu      sync.Mutex
-	keys    *jose.JSONWebKeySet
-	fetched time.Time
+	mu       sync.Mutex
+	keys     *jose.JSONWebKeySet
+	fetched  time.Time     // last successful fetch
+	tried    time.Time     // last fetch started
+	lastErr  error         // of the last fetch
+	fetching chan struct{} // closed when the running fetch ends; nil when none runs
 }
 
 // jwksSkew is the clock skew allowed on exp (and nbf, iat).
 const jwksSkew = 30 * time.Second
 
-// jwksRefetchMin bounds refetches for unknown key ids.
+// jwksRefetchMin bounds refetches for unknown key ids, and retries after a failed fetch.
 const jwksRefetchMin = 10 * time.Second
+
+// jwksFetchTimeout bounds one fetch of the key set.
+const jwksFetchTimeout = 10 * time.Second
 
 var jwtAlgorithms = []jose.SignatureAlgorithm{
 	jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512,
@@ -65,27 +74,62 @@ func (j *JWKS) now() time.Time {
 }
 
 // keySet returns the key set, fetching it when it is missing or stale, or when
-// refetch asks for it (an unknown kid) and the last fetch is old enough.
+// refetch asks for it (an unknown kid) and the last fetch is old enough. A stale set is
+// returned at once while it is fetched anew in the background; a caller without a set,
+// or asking for a refetch, waits for the fetch (or until ctx ends).
 func (j *JWKS) keySet(ctx context.Context, refetch bool) (*jose.JSONWebKeySet, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	interval := j.RefreshInterval
 	if interval <= 0 {
 		interval = time.Hour
 	}
-	age := j.now().Sub(j.fetched)
-	if j.keys != nil && age < interval && !(refetch && age >= jwksRefetchMin) {
-		return j.keys, nil
+	j.mu.Lock()
+	now := j.now()
+	age := now.Sub(j.fetched)
+	stale := j.keys == nil || age >= interval || (refetch && age >= jwksRefetchMin)
+	if stale && j.keys != nil && now.Sub(j.tried) < jwksRefetchMin {
+		stale = false // a fetch just failed: keep serving the last good set
 	}
+	if !stale {
+		ks := j.keys
+		j.mu.Unlock()
+		return ks, nil
+	}
+	done := j.fetching
+	if done == nil {
+		done = make(chan struct{})
+		j.fetching, j.tried = done, now
+		go j.refresh(done)
+	}
+	held := j.keys
+	j.mu.Unlock()
+	if held != nil && !refetch {
+		return held, nil
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.keys == nil {
+		return nil, j.lastErr
+	}
+	return j.keys, nil
+}
+
+// refresh fetches the key set and closes done.
+func (j *JWKS) refresh(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), jwksFetchTimeout)
+	defer cancel()
 	ks, err := j.fetch(ctx)
-	if err != nil {
-		if j.keys != nil {
-			return j.keys, nil // keep serving the last good set
-		}
-		return nil, err
+	j.mu.Lock()
+	if err == nil {
+		j.keys, j.fetched = ks, j.now()
 	}
-	j.keys, j.fetched = ks, j.now()
-	return ks, nil
+	j.lastErr, j.fetching = err, nil
+	j.mu.Unlock()
+	close(done)
 }
 
 func (j *JWKS) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
@@ -102,7 +146,7 @@ func (j *JWKS) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
 	case "http", "https":
 		cl := j.Client
 		if cl == nil {
-			cl = &http.Client{Timeout: 10 * time.Second}
+			cl = &http.Client{Timeout: jwksFetchTimeout}
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.URL, nil)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,5 +142,73 @@ func TestJWKSValidator(t *testing.T) {
 	}
 	if ks.hits != 2 {
 		t.Errorf("key set fetched %d times, want 2", ks.hits)
+	}
+}
+
+// TestJWKSSlowIssuer: when the key set is due for a refresh and the issuer is slow (or
+// down), tokens signed by a held key are still checked at once against the held set,
+// one fetch runs for all of them, and a token naming a key not held waits for that
+// fetch only as long as its context allows.
+func TestJWKSSlowIssuer(t *testing.T) {
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	ks := &keyServer{keys: jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
+		{Key: &rsaKey.PublicKey, KeyID: "r1", Algorithm: "RS256", Use: "sig"},
+	}}}
+	release := make(chan struct{})
+	var slow atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		ks.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	defer close(release)
+	now := time.Now()
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	v := &JWKS{URL: srv.URL, Now: func() time.Time { return time.Unix(0, clock.Load()) }}
+	claims := jwt.Claims{Subject: "alice", Expiry: jwt.NewNumericDate(now.Add(3 * time.Hour))}
+	good := sign(t, rsaKey, "r1", jose.RS256, claims)
+	if _, err := v.Validate(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+
+	slow.Store(true)
+	clock.Store(now.Add(2 * time.Hour).UnixNano()) // past the 1 h refresh interval
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := v.Validate(context.Background(), good)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("token of a held key while the issuer is slow: %v", err)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("tokens of a held key waited %v for a slow issuer", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := v.Validate(ctx, sign(t, rsaKey, "r9", jose.RS256, claims)); err == nil {
+		t.Fatal("token of a key not held accepted")
+	}
+	ks.mu.Lock()
+	hits := ks.hits
+	ks.mu.Unlock()
+	if hits > 1 {
+		t.Fatalf("%d fetches completed while the issuer was slow, want the first only", hits)
 	}
 }
