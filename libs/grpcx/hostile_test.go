@@ -7,7 +7,13 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,3 +106,78 @@ func TestAuthHostileCallers(t *testing.T) {
 
 // fakeCalls counts the calls fakeStorage served.
 var fakeCalls atomic.Int64
+
+// TestJWKSSlowEndpoint: when the key set is due for a refresh and the JWKS endpoint is
+// slow (or down), tokens signed by a held key are verified at once, one fetch runs for
+// all of them, and a token naming a key not held waits only as long as its context.
+func TestJWKSSlowEndpoint(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow atomic.Bool
+	var fetches atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		fetches.Add(1)
+		_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{"kty": "RSA", "kid": "r1",
+			"n": base64.RawURLEncoding.EncodeToString(rsaKey.N.Bytes()),
+			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(rsaKey.E)).Bytes())}}})
+	}))
+	defer srv.Close()
+	defer close(release)
+	v, err := newJWTVerifier(JWTConfig{JWKSURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(kid string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": "svc", "exp": time.Now().Add(time.Hour).Unix()})
+		tok.Header["kid"] = kid
+		s, err := tok.SignedString(rsaKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	good := sign("r1")
+	if _, err := v.verify(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	v.mu.Lock()
+	v.fetched, v.tried = time.Now().Add(-time.Hour), time.Now().Add(-time.Hour) // due for a refresh
+	v.mu.Unlock()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := v.verify(context.Background(), good); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d tokens of a held key refused while the endpoint is slow", n)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("tokens of a held key waited %v for a slow endpoint", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := v.verify(ctx, sign("r9")); err == nil {
+		t.Fatal("token of a key not held accepted")
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches completed while the endpoint was slow, want the first only", n)
+	}
+}

@@ -58,10 +58,13 @@ type jwtVerifier struct {
 	pub    crypto.PublicKey
 	parser *jwt.Parser
 
-	mu      sync.Mutex
-	jwks    map[string]crypto.PublicKey
-	fetched time.Time
-	http    *http.Client
+	mu       sync.Mutex
+	jwks     map[string]crypto.PublicKey
+	fetched  time.Time     // last successful fetch
+	tried    time.Time     // last fetch started
+	lastErr  error         // of the last fetch
+	fetching chan struct{} // closed when the running fetch ends; nil when none runs
+	http     *http.Client
 }
 
 func newJWTVerifier(cfg JWTConfig) (*jwtVerifier, error) {
@@ -159,27 +162,59 @@ func (v *jwtVerifier) verify(ctx context.Context, token string) (Principal, erro
 	return Principal{Name: sub, Via: "jwt", Rights: rights}, nil
 }
 
-// jwksKey returns the JWKS key kid, fetching the set when kid is unknown (at most every
-// jwksMinRefresh) or the set is older than jwksMaxAge.
+// jwksKey returns the JWKS key kid, fetching the set when kid is unknown or the set is
+// older than jwksMaxAge, at most once per jwksMinRefresh (failed fetches included). One
+// fetch runs at a time, in the background: a held key is returned at once while it
+// runs, so a slow or unreachable JWKS endpoint delays only tokens naming a key not held,
+// each as long as its context allows.
 func (v *jwtVerifier) jwksKey(ctx context.Context, kid string) (crypto.PublicKey, error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	k, ok := v.jwks[kid]
-	age := time.Since(v.fetched)
-	if (!ok && age >= jwksMinRefresh) || age >= jwksMaxAge {
-		keys, err := v.fetchJWKS(ctx)
-		if err != nil && !ok {
-			return nil, err
+	now := time.Now()
+	due := now.Sub(v.tried) >= jwksMinRefresh && (!ok || now.Sub(v.fetched) >= jwksMaxAge)
+	if !due {
+		v.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("no JWKS key %q", kid)
 		}
-		if err == nil {
-			v.jwks, v.fetched = keys, time.Now()
-			k, ok = keys[kid]
-		}
+		return k, nil
 	}
-	if !ok {
-		return nil, fmt.Errorf("no JWKS key %q", kid)
+	done := v.fetching
+	if done == nil {
+		done = make(chan struct{})
+		v.fetching, v.tried = done, now
+		go v.refresh(done)
 	}
-	return k, nil
+	v.mu.Unlock()
+	if ok {
+		return k, nil
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if k, ok := v.jwks[kid]; ok {
+		return k, nil
+	}
+	if v.lastErr != nil {
+		return nil, v.lastErr
+	}
+	return nil, fmt.Errorf("no JWKS key %q", kid)
+}
+
+// refresh fetches the key set and closes done.
+func (v *jwtVerifier) refresh(done chan struct{}) {
+	keys, err := v.fetchJWKS(context.Background())
+	v.mu.Lock()
+	if err == nil {
+		v.jwks, v.fetched = keys, time.Now()
+	}
+	v.lastErr, v.fetching = err, nil
+	v.mu.Unlock()
+	close(done)
 }
 
 // fetchJWKS reads the key set (RFC 7517): RSA and EC P-256 signing keys, by kid.
