@@ -170,6 +170,9 @@ func ValidateAll(configs map[string]string) (map[string]string, error) {
 		}
 		out[n] = v
 	}
+	if err := checkTogether(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -250,7 +253,22 @@ func Alter(current map[string]string, alts []Alteration) (map[string]string, err
 			return nil, fmt.Errorf("%w: unknown op %d for config %s", ErrInvalidRequest, a.Op, a.Name)
 		}
 	}
+	if err := checkTogether(out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// checkTogether applies Kafka's checks across configs (LogConfig.validateValues):
+// max.compaction.lag.ms must not be below min.compaction.lag.ms. Errors wrap
+// ErrInvalidValue.
+func checkTogether(configs map[string]string) error {
+	lo, _ := strconv.ParseInt(Value(configs, "min.compaction.lag.ms"), 10, 64)
+	hi, _ := strconv.ParseInt(Value(configs, "max.compaction.lag.ms"), 10, 64)
+	if hi < lo {
+		return fmt.Errorf("%w: conflict topic config setting max.compaction.lag.ms (%d) < min.compaction.lag.ms (%d)", ErrInvalidValue, hi, lo)
+	}
+	return nil
 }
 
 // Replace returns the overrides a topic has after Kafka's non-incremental AlterConfigs
@@ -267,7 +285,8 @@ func Replace(alts []Alteration) (map[string]string, error) {
 }
 
 // StorageMask lists the ChannelConfig fields ChannelConfig fills (for UpdateChannelConfig).
-var StorageMask = []string{"retention_ms", "retention_bytes", "max_message_bytes", "segment_bytes", "segment_ms", "cleanup_policy", "timestamp_type", "timestamp_before_max_ms", "timestamp_after_max_ms"}
+var StorageMask = []string{"retention_ms", "retention_bytes", "max_message_bytes", "segment_bytes", "segment_ms", "cleanup_policy", "timestamp_type", "timestamp_before_max_ms", "timestamp_after_max_ms",
+	"min_cleanable_dirty_ratio", "min_compaction_lag_ms", "max_compaction_lag_ms", "delete_retention_ms"}
 
 // ChannelConfig returns the storage-core config in force for a topic with overrides
 // configs (which must be valid). Every field is set explicitly. Kafka's 0 for
@@ -303,6 +322,19 @@ func ChannelConfig(configs map[string]string) *storagev1.ChannelConfig {
 	}
 	cc.TimestampBeforeMaxMs = skew("message.timestamp.before.max.ms")
 	cc.TimestampAfterMaxMs = skew("message.timestamp.after.max.ms")
+	// Compaction: a 0 ratio or delete retention (clean at once, keep no tombstone) is
+	// -1, ChannelConfig's "0"; max.compaction.lag.ms's Long.MAX_VALUE (no limit) is 0.
+	cc.MinCleanableDirtyRatio, _ = strconv.ParseFloat(Value(configs, "min.cleanable.dirty.ratio"), 64)
+	if cc.MinCleanableDirtyRatio == 0 {
+		cc.MinCleanableDirtyRatio = -1
+	}
+	cc.MinCompactionLagMs = long("min.compaction.lag.ms")
+	if cc.MaxCompactionLagMs = long("max.compaction.lag.ms"); cc.MaxCompactionLagMs == math.MaxInt64 {
+		cc.MaxCompactionLagMs = 0
+	}
+	if cc.DeleteRetentionMs = long("delete.retention.ms"); cc.DeleteRetentionMs == 0 {
+		cc.DeleteRetentionMs = -1
+	}
 	policy := splitList(Value(configs, "cleanup.policy"))
 	compact, del := slices.Contains(policy, "compact"), slices.Contains(policy, "delete")
 	switch {

@@ -150,3 +150,31 @@ func TestChannelConfig(t *testing.T) {
 		t.Fatalf("timestamp limits = %d, %d; want 60000 and 1 (Kafka's 0)", ts.GetTimestampBeforeMaxMs(), ts.GetTimestampAfterMaxMs())
 	}
 }
+
+func TestCompactionConfigs(t *testing.T) {
+	def := ChannelConfig(nil)
+	if def.GetMinCleanableDirtyRatio() != 0.5 || def.GetMinCompactionLagMs() != 0 || def.GetMaxCompactionLagMs() != 0 || def.GetDeleteRetentionMs() != 86400000 {
+		t.Fatalf("compaction defaults = %v", def)
+	}
+	cc := ChannelConfig(map[string]string{"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": "0", "min.compaction.lag.ms": "5",
+		"max.compaction.lag.ms": "70", "delete.retention.ms": "0"})
+	if cc.GetCleanupPolicy() != storagev1.CleanupPolicy_CLEANUP_POLICY_COMPACT_DELETE || cc.GetMinCleanableDirtyRatio() != -1 ||
+		cc.GetMinCompactionLagMs() != 5 || cc.GetMaxCompactionLagMs() != 70 || cc.GetDeleteRetentionMs() != -1 {
+		t.Fatalf("compaction overrides = %v", cc)
+	}
+	for _, bad := range []map[string]string{
+		{"min.cleanable.dirty.ratio": "1.5"},
+		{"min.cleanable.dirty.ratio": "-0.1"},
+		{"cleanup.policy": "compact,squash"},
+		{"delete.retention.ms": "-1"},
+		{"max.compaction.lag.ms": "0"},
+		{"min.compaction.lag.ms": "100", "max.compaction.lag.ms": "99"},
+	} {
+		if _, err := ValidateAll(bad); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("ValidateAll(%v) = %v, want ErrInvalidValue", bad, err)
+		}
+	}
+	if _, err := Alter(map[string]string{"min.compaction.lag.ms": "100"}, []Alteration{{Name: "max.compaction.lag.ms", Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: "50"}}); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("Alter max < min = %v, want ErrInvalidValue", err)
+	}
+}

@@ -24,7 +24,9 @@ package handler
 //     exactly one batch per partition, Kafka's ProduceRequest.validateRecords): null
 //     or empty records, magic 0 or 1, a control batch or more than one batch are
 //     INVALID_RECORD, a short or overlong frame, a magic of no Kafka format (not 0..2)
-//     or a bad CRC-32C CORRUPT_MESSAGE (storage.proto ErrorCode, errors.go). The
+//     or a bad CRC-32C CORRUPT_MESSAGE (storage.proto ErrorCode, errors.go). A record
+//     without a key on a compacted topic is INVALID_RECORD with its index in
+//     record_errors (v8+, Kafka's LogValidator). The
 //     gateway only reads a transactional batch's header (batch.go: why before the CRC
 //     is checked); a transactional
 //     partition its coordinator refuses is validated by storage-core (validate_only),
@@ -283,6 +285,9 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 			rp.ErrorCode = storageCode(res.GetError())
 			if msg := res.GetErrorMessage(); msg != "" && req.Version >= 8 {
 				rp.ErrorMessage = &msg
+				if res.RecordErrorIndex != nil {
+					rp.ErrorRecords = []kmsg.ProduceResponseTopicPartitionErrorRecord{{RelativeOffset: res.GetRecordErrorIndex(), ErrorMessage: &msg}}
+				}
 			}
 			if res.GetError() == storagev1.ErrorCode_ERROR_CODE_CHANNEL_NOT_FOUND {
 				h.topics.invalidate(resp.Topics[s.t].Topic)

@@ -93,6 +93,8 @@ func configFromProto(c *storagev1.ChannelConfig) store.ChannelConfig {
 		RetentionMs: c.RetentionMs, RetentionBytes: c.RetentionBytes, MaxMessageBytes: c.MaxMessageBytes,
 		SegmentBytes: c.SegmentBytes, CleanupPolicy: int32(c.CleanupPolicy), TimestampType: int32(c.TimestampType),
 		SegmentMs: c.SegmentMs, TimestampBeforeMaxMs: c.TimestampBeforeMaxMs, TimestampAfterMaxMs: c.TimestampAfterMaxMs,
+		MinCleanableDirtyRatio: c.MinCleanableDirtyRatio, MinCompactionLagMs: c.MinCompactionLagMs,
+		MaxCompactionLagMs: c.MaxCompactionLagMs, DeleteRetentionMs: c.DeleteRetentionMs,
 	}
 }
 
@@ -102,6 +104,8 @@ func configToProto(c store.ChannelConfig) *storagev1.ChannelConfig {
 		SegmentBytes: c.SegmentBytes, CleanupPolicy: storagev1.CleanupPolicy(c.CleanupPolicy),
 		TimestampType: storagev1.TimestampType(c.TimestampType), SegmentMs: c.SegmentMs,
 		TimestampBeforeMaxMs: c.TimestampBeforeMaxMs, TimestampAfterMaxMs: c.TimestampAfterMaxMs,
+		MinCleanableDirtyRatio: c.MinCleanableDirtyRatio, MinCompactionLagMs: c.MinCompactionLagMs,
+		MaxCompactionLagMs: c.MaxCompactionLagMs, DeleteRetentionMs: c.DeleteRetentionMs,
 	}
 }
 
@@ -206,6 +210,14 @@ func (s *service) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateCh
 				c.TimestampBeforeMaxMs = in.TimestampBeforeMaxMs
 			case "timestamp_after_max_ms":
 				c.TimestampAfterMaxMs = in.TimestampAfterMaxMs
+			case "min_cleanable_dirty_ratio":
+				c.MinCleanableDirtyRatio = in.MinCleanableDirtyRatio
+			case "min_compaction_lag_ms":
+				c.MinCompactionLagMs = in.MinCompactionLagMs
+			case "max_compaction_lag_ms":
+				c.MaxCompactionLagMs = in.MaxCompactionLagMs
+			case "delete_retention_ms":
+				c.DeleteRetentionMs = in.DeleteRetentionMs
 			default:
 				return nil, status.Errorf(codes.InvalidArgument, "update_mask: unknown field %q", f)
 			}
@@ -634,6 +646,9 @@ func (a *chanAppend) result(s *service) *storagev1.ChannelAppendResult {
 	if err != nil {
 		r.Error = errorCode(err)
 		r.ErrorMessage = err.Error()
+		if re := (*store.RecordError)(nil); errors.As(err, &re) {
+			r.RecordErrorIndex = &re.Index
+		}
 		if r.Error == storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE {
 			s.log.Warn("append failed", zap.String("channel", a.cb.Channel), zap.Error(err))
 		}

@@ -67,6 +67,9 @@ type batchHeader struct {
 	// hasTS reports whether there is one.
 	minTS, maxTS int64
 	hasTS        bool
+	// nullKey is 1 + the index of the first record with a null key, 0 when none; set
+	// by checkFrame.
+	nullKey int32
 }
 
 // LastOffset is the offset of the batch's last record.
@@ -265,9 +268,12 @@ func validateRecords(recs []byte, h *batchHeader) error {
 		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
 			return fmt.Errorf("%w: record %d has a bad length", ErrCorruptBatch, n)
 		}
-		tsDelta, err := validateRecord(recs[k:k+int(l)], n)
+		tsDelta, nullKey, err := validateRecord(recs[k:k+int(l)], n)
 		if err != nil {
 			return err
+		}
+		if nullKey && h.nullKey == 0 {
+			h.nullKey = n + 1
 		}
 		// Kafka adds the delta to the base timestamp (wrapping) and skips -1 in its
 		// limits check; the limits are monotone in the timestamp, so checking the
@@ -292,37 +298,39 @@ func validateRecords(recs []byte, h *batchHeader) error {
 
 // validateRecord checks one record body (Kafka DefaultRecord.readFrom): attributes,
 // timestamp delta, offset delta == i, key and value (length -1 = null), header count
-// >= 0, header keys non-null, and no bytes left over, and returns its timestamp delta.
-// Errors wrap ErrInvalidRecord.
-func validateRecord(body []byte, i int32) (int64, error) {
+// >= 0, header keys non-null, and no bytes left over, and returns its timestamp delta
+// and whether its key is null. Errors wrap ErrInvalidRecord.
+func validateRecord(body []byte, i int32) (int64, bool, error) {
 	if len(body) < 1 {
-		return 0, fmt.Errorf("%w: record %d is empty", ErrInvalidRecord, i)
+		return 0, false, fmt.Errorf("%w: record %d is empty", ErrInvalidRecord, i)
 	}
 	r := recReader{b: body[1:]}
 	tsDelta := r.varint()
 	if od := r.varint(); r.err == nil && od != int64(i) {
-		return 0, fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, od)
+		return 0, false, fmt.Errorf("%w: record %d has offset delta %d", ErrInvalidRecord, i, od)
 	}
+	// A null key is length varint -1, the byte 1.
+	nullKey := r.err == nil && len(r.b) > 0 && r.b[0] == 1
 	_ = r.bytes() // key
 	_ = r.bytes() // value
 	nh := r.varint()
 	if r.err == nil && (nh < 0 || nh > int64(len(r.b))) {
-		return 0, fmt.Errorf("%w: record %d has header count %d", ErrInvalidRecord, i, nh)
+		return 0, false, fmt.Errorf("%w: record %d has header count %d", ErrInvalidRecord, i, nh)
 	}
 	for j := int64(0); j < nh && r.err == nil; j++ {
 		if kl, _ := binary.Varint(r.b); kl < 0 {
-			return 0, fmt.Errorf("%w: record %d header %d has a null key", ErrInvalidRecord, i, j)
+			return 0, false, fmt.Errorf("%w: record %d header %d has a null key", ErrInvalidRecord, i, j)
 		}
 		_ = r.bytes()
 		_ = r.bytes()
 	}
 	if r.err != nil {
-		return 0, fmt.Errorf("%w: record %d: %v", ErrInvalidRecord, i, r.err)
+		return 0, false, fmt.Errorf("%w: record %d: %v", ErrInvalidRecord, i, r.err)
 	}
 	if len(r.b) != 0 {
-		return 0, fmt.Errorf("%w: record %d has %d bytes past its fields", ErrInvalidRecord, i, len(r.b))
+		return 0, false, fmt.Errorf("%w: record %d has %d bytes past its fields", ErrInvalidRecord, i, len(r.b))
 	}
-	return tsDelta, nil
+	return tsDelta, nullKey, nil
 }
 
 // setLogAppendTime marks a batch as LogAppendTime with max timestamp ts (ms) and

@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of the log engine. Callers match them with errors.Is; the gRPC edge
 // (internal/server) maps each to a status code and a storagev1.ErrorCode.
@@ -45,3 +48,18 @@ var (
 // transaction on the channel (Kafka INVALID_TXN_STATE, 48;
 // ProducerAppendInfo.appendDataBatch).
 var ErrInvalidTxnState = errors.New("invalid transaction state")
+
+// RecordError is an ErrInvalidRecord for one record of a batch: Index is its position
+// in the batch (Kafka ProduceResponse record_errors batch_index), e.g. a record without
+// a key appended to a compacted channel (Kafka LogValidator).
+type RecordError struct {
+	Index int32
+	Msg   string
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("%v: record %d: %s", ErrInvalidRecord, e.Index, e.Msg)
+}
+
+// Unwrap makes a RecordError an ErrInvalidRecord.
+func (e *RecordError) Unwrap() error { return ErrInvalidRecord }

@@ -389,6 +389,9 @@ func (l *Log) checkBatches(b []byte, o AppendOptions, hdrs []batchHeader) ([]bat
 		if err != nil {
 			return nil, err
 		}
+		if h.nullKey != 0 && cfg.Compacted() {
+			return nil, &RecordError{Index: h.nullKey - 1, Msg: "compacted topic cannot accept a record without a key"}
+		}
 		hdrs = append(hdrs, h)
 		p += n
 	}

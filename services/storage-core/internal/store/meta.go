@@ -17,6 +17,10 @@ const (
 	DefaultMaxMessageBytes = 1048588
 	DefaultSegmentBytes    = 1 << 30
 	DefaultSegmentMs       = 7 * 24 * 3600 * 1000
+	// DefaultMinCleanableDirtyRatio and DefaultDeleteRetentionMs are Kafka's
+	// min.cleanable.dirty.ratio and delete.retention.ms defaults.
+	DefaultMinCleanableDirtyRatio = 0.5
+	DefaultDeleteRetentionMs      = 24 * 3600 * 1000
 	// MinSegmentBytes is the lower bound for segment_bytes: 1 MiB, Kafka 4.0's
 	// segment.bytes minimum (KIP-1030). Every segment keeps a file descriptor open, so
 	// tiny segments would let one channel exhaust the process's descriptors.
@@ -48,6 +52,18 @@ type ChannelConfig struct {
 	// message.timestamp.before/after.max.ms); 0 = no limit.
 	TimestampBeforeMaxMs int64 `json:"timestamp_before_max_ms,omitempty"`
 	TimestampAfterMaxMs  int64 `json:"timestamp_after_max_ms,omitempty"`
+	// Compaction settings (cleaner.go), used only by compacted channels. Zero means the
+	// default; MinCleanableDirtyRatio and DeleteRetentionMs take a negative value for
+	// 0. MinCompactionLagMs 0 = none, MaxCompactionLagMs 0 = no limit.
+	MinCleanableDirtyRatio float64 `json:"min_cleanable_dirty_ratio,omitempty"`
+	MinCompactionLagMs     int64   `json:"min_compaction_lag_ms,omitempty"`
+	MaxCompactionLagMs     int64   `json:"max_compaction_lag_ms,omitempty"`
+	DeleteRetentionMs      int64   `json:"delete_retention_ms,omitempty"`
+}
+
+// Compacted reports whether the channel's cleanup policy includes compaction.
+func (c ChannelConfig) Compacted() bool {
+	return c.CleanupPolicy == CleanupCompact || c.CleanupPolicy == CleanupCompactDelete
 }
 
 // Validate reports a value outside its range (wrapping ErrInvalidArgument);
@@ -73,6 +89,12 @@ func (c ChannelConfig) validate(minSegmentBytes int64) error {
 		return fmt.Errorf("%w: timestamp_type %d", ErrInvalidArgument, c.TimestampType)
 	case c.TimestampBeforeMaxMs < 0 || c.TimestampAfterMaxMs < 0:
 		return fmt.Errorf("%w: timestamp_before_max_ms %d and timestamp_after_max_ms %d must not be negative", ErrInvalidArgument, c.TimestampBeforeMaxMs, c.TimestampAfterMaxMs)
+	case math.IsNaN(c.MinCleanableDirtyRatio) || c.MinCleanableDirtyRatio > 1:
+		return fmt.Errorf("%w: min_cleanable_dirty_ratio %v > 1", ErrInvalidArgument, c.MinCleanableDirtyRatio)
+	case c.MinCompactionLagMs < 0 || c.MaxCompactionLagMs < 0:
+		return fmt.Errorf("%w: min_compaction_lag_ms %d and max_compaction_lag_ms %d must not be negative", ErrInvalidArgument, c.MinCompactionLagMs, c.MaxCompactionLagMs)
+	case c.MaxCompactionLagMs > 0 && c.MaxCompactionLagMs < c.MinCompactionLagMs:
+		return fmt.Errorf("%w: max_compaction_lag_ms %d < min_compaction_lag_ms %d", ErrInvalidArgument, c.MaxCompactionLagMs, c.MinCompactionLagMs)
 	}
 	return nil
 }
@@ -99,6 +121,18 @@ func (c ChannelConfig) Effective() ChannelConfig {
 	}
 	if c.SegmentMs == 0 {
 		c.SegmentMs = DefaultSegmentMs
+	}
+	switch {
+	case c.MinCleanableDirtyRatio == 0:
+		c.MinCleanableDirtyRatio = DefaultMinCleanableDirtyRatio
+	case c.MinCleanableDirtyRatio < 0:
+		c.MinCleanableDirtyRatio = 0
+	}
+	switch {
+	case c.DeleteRetentionMs == 0:
+		c.DeleteRetentionMs = DefaultDeleteRetentionMs
+	case c.DeleteRetentionMs < 0:
+		c.DeleteRetentionMs = 0
 	}
 	return c
 }

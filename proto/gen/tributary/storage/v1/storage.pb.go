@@ -345,8 +345,22 @@ type ChannelConfig struct {
 	// The same for timestamps after the append time (message.timestamp.after.max.ms).
 	// 0 = no limit.
 	TimestampAfterMaxMs int64 `protobuf:"varint,9,opt,name=timestamp_after_max_ms,json=timestampAfterMaxMs,proto3" json:"timestamp_after_max_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Compacted channels (Kafka min.cleanable.dirty.ratio): the share of the closed
+	// segments' bytes not yet cleaned at which the cleaner takes the channel, 0..1.
+	// 0 = default (0.5); a negative value asks for 0 (clean whenever anything is dirty).
+	MinCleanableDirtyRatio float64 `protobuf:"fixed64,10,opt,name=min_cleanable_dirty_ratio,json=minCleanableDirtyRatio,proto3" json:"min_cleanable_dirty_ratio,omitempty"`
+	// Compacted channels (KIP-58 min.compaction.lag.ms): a record younger than this
+	// (by its batch's max timestamp) is not compacted, in ms. 0 = none.
+	MinCompactionLagMs int64 `protobuf:"varint,11,opt,name=min_compaction_lag_ms,json=minCompactionLagMs,proto3" json:"min_compaction_lag_ms,omitempty"`
+	// Compacted channels (KIP-354 max.compaction.lag.ms): a segment whose first record is
+	// older than this is cleaned whatever the dirty ratio, in ms. 0 = no limit.
+	MaxCompactionLagMs int64 `protobuf:"varint,12,opt,name=max_compaction_lag_ms,json=maxCompactionLagMs,proto3" json:"max_compaction_lag_ms,omitempty"`
+	// Compacted channels (Kafka delete.retention.ms): how long a tombstone (null value)
+	// and a transaction marker are kept after their segment was first cleaned, in ms.
+	// 0 = default (1 day); a negative value asks for 0.
+	DeleteRetentionMs int64 `protobuf:"varint,13,opt,name=delete_retention_ms,json=deleteRetentionMs,proto3" json:"delete_retention_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ChannelConfig) Reset() {
@@ -438,6 +452,34 @@ func (x *ChannelConfig) GetTimestampBeforeMaxMs() int64 {
 func (x *ChannelConfig) GetTimestampAfterMaxMs() int64 {
 	if x != nil {
 		return x.TimestampAfterMaxMs
+	}
+	return 0
+}
+
+func (x *ChannelConfig) GetMinCleanableDirtyRatio() float64 {
+	if x != nil {
+		return x.MinCleanableDirtyRatio
+	}
+	return 0
+}
+
+func (x *ChannelConfig) GetMinCompactionLagMs() int64 {
+	if x != nil {
+		return x.MinCompactionLagMs
+	}
+	return 0
+}
+
+func (x *ChannelConfig) GetMaxCompactionLagMs() int64 {
+	if x != nil {
+		return x.MaxCompactionLagMs
+	}
+	return 0
+}
+
+func (x *ChannelConfig) GetDeleteRetentionMs() int64 {
+	if x != nil {
+		return x.DeleteRetentionMs
 	}
 	return 0
 }
@@ -2234,6 +2276,9 @@ type ChannelAppendResult struct {
 	// Append time in ms when the channel uses LOG_APPEND_TIME, else -1.
 	LogAppendTimeMs  int64 `protobuf:"varint,5,opt,name=log_append_time_ms,json=logAppendTimeMs,proto3" json:"log_append_time_ms,omitempty"`
 	LogStartSequence int64 `protobuf:"varint,6,opt,name=log_start_sequence,json=logStartSequence,proto3" json:"log_start_sequence,omitempty"`
+	// INVALID_RECORD for one record (e.g. a null key on a compacted channel): its index
+	// in its batch (Kafka ProduceResponse record_errors batch_index).
+	RecordErrorIndex *int32 `protobuf:"varint,7,opt,name=record_error_index,json=recordErrorIndex,proto3,oneof" json:"record_error_index,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2306,6 +2351,13 @@ func (x *ChannelAppendResult) GetLogAppendTimeMs() int64 {
 func (x *ChannelAppendResult) GetLogStartSequence() int64 {
 	if x != nil {
 		return x.LogStartSequence
+	}
+	return 0
+}
+
+func (x *ChannelAppendResult) GetRecordErrorIndex() int32 {
+	if x != nil && x.RecordErrorIndex != nil {
+		return *x.RecordErrorIndex
 	}
 	return 0
 }
@@ -3314,7 +3366,7 @@ var File_tributary_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\"tributary/storage/v1/storage.proto\x12\x14tributary.storage.v1\"\xcf\x03\n" +
+	"\"tributary/storage/v1/storage.proto\x12\x14tributary.storage.v1\"\xa0\x05\n" +
 	"\rChannelConfig\x12!\n" +
 	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\x12'\n" +
 	"\x0fretention_bytes\x18\x02 \x01(\x03R\x0eretentionBytes\x12*\n" +
@@ -3325,7 +3377,12 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"segment_ms\x18\a \x01(\x03R\tsegmentMs\x125\n" +
 	"\x17timestamp_before_max_ms\x18\b \x01(\x03R\x14timestampBeforeMaxMs\x123\n" +
-	"\x16timestamp_after_max_ms\x18\t \x01(\x03R\x13timestampAfterMaxMs\"\xfb\x02\n" +
+	"\x16timestamp_after_max_ms\x18\t \x01(\x03R\x13timestampAfterMaxMs\x129\n" +
+	"\x19min_cleanable_dirty_ratio\x18\n" +
+	" \x01(\x01R\x16minCleanableDirtyRatio\x121\n" +
+	"\x15min_compaction_lag_ms\x18\v \x01(\x03R\x12minCompactionLagMs\x121\n" +
+	"\x15max_compaction_lag_ms\x18\f \x01(\x03R\x12maxCompactionLagMs\x12.\n" +
+	"\x13delete_retention_ms\x18\r \x01(\x03R\x11deleteRetentionMs\"\xfb\x02\n" +
 	"\aChannel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
@@ -3449,14 +3506,16 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\fsingle_batch\x18\x03 \x01(\bR\vsingleBatch\x12#\n" +
 	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"X\n" +
 	"\x14AppendBatchesRequest\x12@\n" +
-	"\bchannels\x18\x01 \x03(\v2$.tributary.storage.v1.ChannelBatchesR\bchannels\"\x8d\x02\n" +
+	"\bchannels\x18\x01 \x03(\v2$.tributary.storage.v1.ChannelBatchesR\bchannels\"\xd7\x02\n" +
 	"\x13ChannelAppendResult\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x125\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x1f.tributary.storage.v1.ErrorCodeR\x05error\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12%\n" +
 	"\x0efirst_sequence\x18\x04 \x01(\x03R\rfirstSequence\x12+\n" +
 	"\x12log_append_time_ms\x18\x05 \x01(\x03R\x0flogAppendTimeMs\x12,\n" +
-	"\x12log_start_sequence\x18\x06 \x01(\x03R\x10logStartSequence\"\\\n" +
+	"\x12log_start_sequence\x18\x06 \x01(\x03R\x10logStartSequence\x121\n" +
+	"\x12record_error_index\x18\a \x01(\x05H\x00R\x10recordErrorIndex\x88\x01\x01B\x15\n" +
+	"\x13_record_error_index\"\\\n" +
 	"\x15AppendBatchesResponse\x12C\n" +
 	"\aresults\x18\x01 \x03(\v2).tributary.storage.v1.ChannelAppendResultR\aresults\"g\n" +
 	"\x13AppendStreamRequest\x12\x0e\n" +
@@ -3730,6 +3789,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 		(*SubscribeRequest_TimeMs)(nil),
 		(*SubscribeRequest_LastN)(nil),
 	}
+	file_tributary_storage_v1_storage_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
