@@ -45,6 +45,10 @@ unit: ## Unit and in-process integration tests (needs Postgres and NATS, as .ci/
 e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC clients
 	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
 
+.PHONY: e2e-franz-go
+e2e-franz-go: ## franz-go's own integration tests (pkg/kgo at the go.mod version: group, KIP-848, regex) against a stack
+	cd tests/e2e && TRIBUTARY_E2E_FRANZGO=1 $(GO) test -count=1 -timeout 30m -run '^TestFranzGoSuite$$' -v .
+
 .PHONY: bench
 bench: ## Kafka, consumer-group, Pub/Sub and MQTT benchmarks: our stack beside kfake / pstest / Mosquitto, same run
 	$(GO) run ./tests/e2e/cmd/kafkabench

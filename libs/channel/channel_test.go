@@ -127,3 +127,19 @@ func TestOffsetSequence(t *testing.T) {
 		}
 	}
 }
+
+func TestKafkaInternalTopics(t *testing.T) {
+	a, b := KafkaInternalTopicID("c1", "__consumer_offsets"), KafkaInternalTopicID("c1", "__transaction_state")
+	if a == b || a != KafkaInternalTopicID("c1", "__consumer_offsets") || a == KafkaInternalTopicID("c2", "__consumer_offsets") {
+		t.Errorf("ids not stable per cluster and name: %x %x", a, b)
+	}
+	if a[6]>>4 != 4 || a[8]>>6 != 2 {
+		t.Errorf("id %x is not laid out as a UUID v4", a)
+	}
+	if _, ok := KafkaInternal("__consumer_offsets"); !ok {
+		t.Error("__consumer_offsets is not internal")
+	}
+	if _, ok := KafkaInternal("orders"); ok {
+		t.Error("orders is internal")
+	}
+}

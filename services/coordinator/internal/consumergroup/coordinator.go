@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
@@ -44,6 +45,9 @@ type Config struct {
 	Assignors []string
 	// MaxSize is group.consumer.max.size (0: no limit).
 	MaxSize int
+	// ClusterID is the --cluster-id: it names the ids of Kafka's internal topics
+	// (channel.KafkaInternalTopicID), which subscriptions may match as in Kafka.
+	ClusterID string
 }
 
 // ErrInvalidConfig wraps every Config.Validate failure.
@@ -227,15 +231,18 @@ func decodeDoc(raw []byte) (*doc, error) {
 	return d, nil
 }
 
-// topics lists the registered topics.
+// topics lists the registered topics and Kafka's internal topics.
 func (c *Coordinator) topics(ctx context.Context) ([]topicInfo, error) {
 	all, err := c.store.AllTopics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]topicInfo, 0, len(all))
+	out := make([]topicInfo, 0, len(all)+len(channel.KafkaInternalTopics))
 	for _, t := range all {
 		out = append(out, topicInfo{Name: t.Name, ID: idHex(t.ID), Partitions: t.Partitions})
+	}
+	for _, t := range channel.KafkaInternalTopics {
+		out = append(out, topicInfo{Name: t.Name, ID: idHex(channel.KafkaInternalTopicID(c.cfg.ClusterID, t.Name)), Partitions: t.Partitions})
 	}
 	return out, nil
 }

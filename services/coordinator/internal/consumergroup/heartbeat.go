@@ -260,7 +260,8 @@ func (c *Coordinator) refreshTopics(d *doc, topics []topicInfo) bool {
 }
 
 // subscribed resolves a member's subscription against the topics that exist: its
-// names, and the topics its regex matches whole (internal topics never match).
+// names, and the topics its regex matches whole (internal topics included, as Kafka
+// 4's broker-side resolution matches them).
 func (c *Coordinator) subscribed(m *member, topics []topicInfo) []topicInfo {
 	var re *regexp.Regexp
 	if m.Regex != "" {
@@ -269,15 +270,11 @@ func (c *Coordinator) subscribed(m *member, topics []topicInfo) []topicInfo {
 	var out []topicInfo
 	for _, t := range topics {
 		_, named := slices.BinarySearch(m.Topics, t.Name)
-		if named || (re != nil && !internalTopic(t.Name) && re.MatchString(t.Name)) {
+		if named || (re != nil && re.MatchString(t.Name)) {
 			out = append(out, t)
 		}
 	}
 	return out
-}
-
-func internalTopic(name string) bool {
-	return name == "__consumer_offsets" || name == "__transaction_state"
 }
 
 // maybeAssign computes a new target assignment when the group epoch moved past it.

@@ -128,7 +128,9 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler = handler.New(s.store, s.storage, s, log.Named("handler"))
 	coordinatorv1.RegisterCoordinatorServiceServer(s.grpc, s.handler)
 	coordinatorv1.RegisterGroupCoordinatorServiceServer(s.grpc, s.groups)
-	consumerGroups, err := consumergroup.New(cfg.ConsumerGroups, s.store, log.Named("consumergroup"), cfg.Now)
+	cgCfg := cfg.ConsumerGroups
+	cgCfg.ClusterID = cfg.ClusterID
+	consumerGroups, err := consumergroup.New(cgCfg, s.store, log.Named("consumergroup"), cfg.Now)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,11 @@ package handler
 //     else UNKNOWN_TOPIC_OR_PARTITION. Invalid names are INVALID_TOPIC_EXCEPTION. When
 //     the coordinator cannot be reached, uncached topics are LEADER_NOT_AVAILABLE
 //     (retriable).
+//   - Kafka's internal topics __consumer_offsets and __transaction_state (50
+//     partitions each) are listed as Kafka lists them, is_internal set, with an id
+//     stable per cluster (channel.KafkaInternalTopicID); they are never created, hold
+//     no records here (the coordinator keeps offsets and transactions in Postgres),
+//     and a Produce to them is INVALID_TOPIC_EXCEPTION.
 //   - With the authorizer on (authorizer.go), as Kafka's handleTopicMetadataRequest:
 //     the all-topics form lists only the topics the principal may DESCRIBE; a named
 //     topic it may not describe is TOPIC_AUTHORIZATION_FAILED (by id: with the id and
@@ -37,6 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/kafkaacl"
 )
 
@@ -83,6 +89,9 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 		if err != nil {
 			h.log.Warn("metadata for all topics without coordinator", zap.Error(err))
 		}
+		for _, it := range channel.KafkaInternalTopics {
+			topics = append(topics, h.internalTopic(it.Name, [16]byte{}))
+		}
 		sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
 		for _, ti := range topics {
 			if x.topic(kafkaacl.OpDescribe, ti.Name) {
@@ -95,7 +104,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	allowCreate := req.Version < 4 || req.AllowAutoTopicCreation
 	var names []string
 	for _, t := range req.Topics {
-		if t.Topic != nil && validTopicName(*t.Topic) && x.topic(kafkaacl.OpDescribe, *t.Topic) {
+		if t.Topic != nil && validTopicName(*t.Topic) && x.topic(kafkaacl.OpDescribe, *t.Topic) && h.internalTopic(*t.Topic, [16]byte{}) == nil {
 			names = append(names, *t.Topic)
 		}
 	}
@@ -105,6 +114,9 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 		switch {
 		case t.Topic == nil:
 			ti, err := h.topicByID(ctx, t.TopicID)
+			if it := h.internalTopic("", t.TopicID); it != nil {
+				ti, err = it, nil
+			}
 			switch {
 			case err != nil:
 				mt = kmsg.NewMetadataResponseTopic()
@@ -130,6 +142,8 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 			mt = kmsg.NewMetadataResponseTopic()
 			mt.Topic = t.Topic
 			mt.ErrorCode = kerr.InvalidTopicException.Code
+		case h.internalTopic(*t.Topic, [16]byte{}) != nil:
+			mt = describe(h.metadataTopic(h.internalTopic(*t.Topic, [16]byte{}), brokers))
 		case infos[*t.Topic] != nil:
 			mt = describe(h.metadataTopic(infos[*t.Topic], brokers))
 		default:
@@ -151,6 +165,7 @@ func (h *Handler) metadataTopic(ti *topicInfo, brokers []Broker) kmsg.MetadataRe
 	name := ti.Name
 	mt.Topic = &name
 	mt.TopicID = ti.ID
+	mt.IsInternal = ti.Internal
 	for p := int32(0); p < ti.Partitions; p++ {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = p

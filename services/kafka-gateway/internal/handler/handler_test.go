@@ -490,14 +490,39 @@ func TestMetadata(t *testing.T) {
 		t.Errorf("auto-created topic: %+v", resp.Topics[1])
 	}
 	// All topics (v0 empty list, v1+ null).
+	// Kafka's internal topics are listed too, is_internal set, never created.
 	all := kmsg.NewPtrMetadataRequest()
 	all.Topics = nil
-	if got := len(e.do(t, all, 1).(*kmsg.MetadataResponse).Topics); got != 2 {
+	allResp := e.do(t, all, 12).(*kmsg.MetadataResponse)
+	if got := len(allResp.Topics); got != 4 {
 		t.Errorf("all topics: %d", got)
 	}
+	internal := map[string]kmsg.MetadataResponseTopic{}
+	for _, mt := range allResp.Topics {
+		if mt.IsInternal {
+			internal[*mt.Topic] = mt
+		}
+	}
+	co, ok := internal["__consumer_offsets"]
+	if len(internal) != 2 || !ok || len(co.Partitions) != 50 || co.TopicID == [16]byte{} {
+		t.Errorf("internal topics listed: %+v", internal)
+	}
 	all.Topics = []kmsg.MetadataRequestTopic{}
-	if got := len(e.do(t, all, 0).(*kmsg.MetadataResponse).Topics); got != 2 {
+	if got := len(e.do(t, all, 0).(*kmsg.MetadataResponse).Topics); got != 4 {
 		t.Errorf("all topics v0: %d", got)
+	}
+	named := kmsg.NewPtrMetadataRequest()
+	named.AllowAutoTopicCreation = true
+	nt := kmsg.NewMetadataRequestTopic()
+	nt.Topic = kmsg.StringPtr("__consumer_offsets")
+	named.Topics = append(named.Topics, nt)
+	if mt := e.do(t, named, 12).(*kmsg.MetadataResponse).Topics[0]; mt.ErrorCode != 0 || !mt.IsInternal || mt.TopicID != co.TopicID {
+		t.Errorf("__consumer_offsets by name: %+v", mt)
+	}
+	nt.Topic, nt.TopicID = nil, co.TopicID
+	named.Topics[0] = nt
+	if mt := e.do(t, named, 12).(*kmsg.MetadataResponse).Topics[0]; mt.ErrorCode != 0 || !mt.IsInternal || mt.Topic == nil || *mt.Topic != "__consumer_offsets" {
+		t.Errorf("__consumer_offsets by id: %+v", mt)
 	}
 	// By id (v10+).
 	byID := kmsg.NewPtrMetadataRequest()

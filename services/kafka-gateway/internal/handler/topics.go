@@ -21,6 +21,8 @@ type topicInfo struct {
 	ID         [16]byte
 	Partitions int32
 	Configs    map[string]string
+	// Internal marks a Kafka internal topic (internalTopic): listed, never stored.
+	Internal bool
 }
 
 func topicFromProto(t *coordinatorv1.Topic) *topicInfo {
@@ -244,7 +246,8 @@ func (h *Handler) topicByID(ctx context.Context, id [16]byte) (*topicInfo, error
 // coordinator's own code (e.g. INVALID_TOPIC_EXCEPTION) when creation was refused.
 // coordErr is set when the coordinator was unreachable. mayCreate (nil: every name)
 // says which missing names the caller is authorized to create; the others are
-// TOPIC_AUTHORIZATION_FAILED.
+// TOPIC_AUTHORIZATION_FAILED. Kafka's internal topics (channel.KafkaInternalTopics)
+// are INVALID_TOPIC_EXCEPTION here; Metadata lists them itself.
 func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool, mayCreate func(string) bool) (infos map[string]*topicInfo, codes map[string]int16, coordErr error) {
 	infos, coordErr = h.getTopics(ctx, names, false)
 	codes = map[string]int16{}
@@ -254,6 +257,13 @@ func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool
 			continue
 		}
 		if _, seen := codes[n]; seen {
+			continue
+		}
+		if _, internal := channel.KafkaInternal(n); internal {
+			// Kafka's internal topics hold no log here and are never created: a
+			// Produce to one is INVALID_TOPIC_EXCEPTION, as Kafka refuses appends to
+			// internal topics.
+			codes[n] = kerr.InvalidTopicException.Code
 			continue
 		}
 		if coordErr != nil {
@@ -334,6 +344,18 @@ func (h *Handler) resolveTopics(ctx context.Context, names []string, create bool
 }
 
 // validTopicName reports whether a Kafka topic name is acceptable (libs/channel grammar).
+// internalTopic returns Kafka internal topic name (or, with name empty, the one whose
+// id is id) as Metadata shows it: is_internal, the cluster's stable id for it.
+func (h *Handler) internalTopic(name string, id [16]byte) *topicInfo {
+	for _, t := range channel.KafkaInternalTopics {
+		tid := channel.KafkaInternalTopicID(h.cfg.ClusterID, t.Name)
+		if t.Name == name || (name == "" && tid == id) {
+			return &topicInfo{Name: t.Name, ID: tid, Partitions: t.Partitions, Internal: true}
+		}
+	}
+	return nil
+}
+
 func validTopicName(name string) bool { return channel.ValidateKafkaTopic(name) == nil }
 
 // topicNameError explains why a topic name is invalid.

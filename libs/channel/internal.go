@@ -1,0 +1,44 @@
+package channel
+
+import "crypto/sha256"
+
+// KafkaInternalTopic is a Kafka internal topic as Kafka lists it in Metadata
+// (is_internal true). Ours hold no log: Kafka's own records there (offset commits,
+// transaction state) live in the coordinator's Postgres. Clients may not create,
+// delete or produce to them.
+type KafkaInternalTopic struct {
+	Name string
+	// Partitions is Kafka's default (offsets.topic.num.partitions,
+	// transaction.state.log.num.partitions: 50).
+	Partitions int32
+}
+
+// KafkaInternalTopics are the internal topics Kafka 4 lists: __consumer_offsets and
+// __transaction_state.
+var KafkaInternalTopics = []KafkaInternalTopic{
+	{Name: "__consumer_offsets", Partitions: 50},
+	{Name: "__transaction_state", Partitions: 50},
+}
+
+// KafkaInternal returns the internal topic named name.
+func KafkaInternal(name string) (KafkaInternalTopic, bool) {
+	for _, t := range KafkaInternalTopics {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return KafkaInternalTopic{}, false
+}
+
+// KafkaInternalTopicID is the topic id of internal topic name in cluster clusterID
+// (the --cluster-id every service gets): a UUID v4 layout of SHA-256 over both, so
+// kafka-gateway (Metadata) and the coordinator (KIP-848 regex subscriptions) agree on
+// it without storing it.
+func KafkaInternalTopicID(clusterID, name string) [16]byte {
+	sum := sha256.Sum256([]byte("tributary kafka internal topic\x00" + clusterID + "\x00" + name))
+	var id [16]byte
+	copy(id[:], sum[:16])
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	return id
+}
