@@ -31,6 +31,7 @@ import (
 	"github.com/tributary/tributary/services/storage-core/internal/wal"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"go.uber.org/zap"
 )
 
@@ -92,7 +93,13 @@ type Config struct {
 	Tick           time.Duration
 	ElectionTicks  int
 	HeartbeatTicks int
-	Log            *zap.Logger
+	// KeepEntries is how many applied entries each group's MemoryStorage keeps for
+	// followers that fall behind (default 10,000); older ones are dropped every
+	// CompactTicks ticks (default 50), on a leader never past what a follower lacks.
+	// A follower behind the dropped prefix needs a snapshot (not built yet, step 4).
+	KeepEntries  uint64
+	CompactTicks int
+	Log          *zap.Logger
 }
 
 type itemKind uint8
@@ -229,6 +236,12 @@ func New(cfg Config, w *wal.WAL, replay *Replay, sender Sender) (*Node, error) {
 	}
 	if cfg.HeartbeatTicks <= 0 {
 		cfg.HeartbeatTicks = 1
+	}
+	if cfg.KeepEntries == 0 {
+		cfg.KeepEntries = 10000
+	}
+	if cfg.CompactTicks <= 0 {
+		cfg.CompactTicks = 50
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -547,6 +560,7 @@ func (n *Node) run() {
 	t := time.NewTicker(n.cfg.Tick)
 	defer t.Stop()
 	var spare []item
+	ticks := 0
 	dirty := map[*group]struct{}{}
 	for {
 		tick := false
@@ -584,9 +598,16 @@ func (n *Node) run() {
 			*it = item{}
 		}
 		spare = items
+		if tick {
+			ticks++
+		}
+		compact := tick && ticks%n.cfg.CompactTicks == 0
 		for _, g := range all {
 			g.rn.Tick()
 			dirty[g] = struct{}{}
+			if a := g.applied.Load(); compact && !g.removed && a > n.cfg.KeepEntries {
+				n.compact(g, a-n.cfg.KeepEntries)
+			}
 		}
 		for g := range dirty {
 			for !g.removed && g.rn.HasReady() {
@@ -652,25 +673,40 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 		}
 		n.mu.Unlock()
 	case itemCompact:
-		idx := min(it.index, g.applied.Load())
-		if g.rn.BasicStatus().RaftState == raft.StateLeader {
-			for id, pr := range g.rn.Status().Progress {
-				if id != n.cfg.ID {
-					idx = min(idx, pr.Match)
-				}
-			}
-		}
-		if first, _ := g.ms.FirstIndex(); idx >= first {
-			if err := g.ms.Compact(idx); err != nil && !errors.Is(err, raft.ErrCompacted) {
-				n.log.Warn("raft storage compact", zap.Uint64("group", g.id), zap.Error(err))
-			}
-		}
+		n.compact(g, it.index)
 	case itemCampaign:
 		_ = g.rn.Campaign()
 	case itemRemove:
 		g.removed = true
 		n.failPending(g.id)
 	}
+}
+
+// compact drops g's MemoryStorage entries up to index, clamped to what was applied
+// and, on the leader, to what every follower already has. Loop goroutine only.
+func (n *Node) compact(g *group, index uint64) {
+	idx := min(index, g.applied.Load())
+	if g.rn.BasicStatus().RaftState == raft.StateLeader {
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			if id != n.cfg.ID {
+				idx = min(idx, pr.Match)
+			}
+		})
+	}
+	if first, _ := g.ms.FirstIndex(); idx >= first {
+		if err := g.ms.Compact(idx); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			n.log.Warn("raft storage compact", zap.Uint64("group", g.id), zap.Error(err))
+		}
+	}
+}
+
+// FirstIndex is the first entry index the group's MemoryStorage still holds (tests).
+func (n *Node) FirstIndex(id uint64) uint64 {
+	if g := n.group(id); g != nil {
+		f, _ := g.ms.FirstIndex()
+		return f
+	}
+	return 0
 }
 
 // route delivers a message raft produced: to this node's own raft, or to the batch

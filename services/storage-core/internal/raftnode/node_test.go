@@ -113,7 +113,8 @@ func (c *cluster) start(id uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(Config{ID: id, Peers: c.peers, Tick: 10 * time.Millisecond}, w, rp, nil)
+	// A small MemoryStorage window, so compaction runs under every test.
+	n, err := New(Config{ID: id, Peers: c.peers, Tick: 10 * time.Millisecond, KeepEntries: 10, CompactTicks: 5}, w, rp, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +296,18 @@ func TestReplicateAndFailover(t *testing.T) {
 		t.Fatalf("entry terms %d..%d, want %d..%d", terms[0], terms[len(terms)-1], term1, term2)
 	}
 
+	// The live follower dropped its applied prefix; the leader kept what the stopped
+	// node lacks, so it catches up without a snapshot.
+	deadline := time.Now().Add(5 * time.Second)
+	for c.m[f].n.FirstIndex(c.group) <= 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("follower %d MemoryStorage still starts at %d", f, c.m[f].n.FirstIndex(c.group))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fi := c.m[l2].n.FirstIndex(c.group); fi > 52 {
+		t.Fatalf("leader compacted to %d, past the stopped node's entries", fi)
+	}
 	c.start(l1)
 	c.waitValues(want, 1, 2, 3)
 }
