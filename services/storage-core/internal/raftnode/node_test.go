@@ -12,12 +12,16 @@ import (
 	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/tlsx"
+	"github.com/tributary/tributary/libs/tlsx/tlsxtest"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/wal"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,6 +69,10 @@ type cluster struct {
 
 	cutMu sync.Mutex
 	cuts  map[[2]uint64]bool
+
+	// srvOpts and dialOpts are the gRPC security of every node (mTLS or none).
+	srvOpts  []grpc.ServerOption
+	dialOpts []grpc.DialOption
 }
 
 // gate is a member's Sender: it drops what a cut forbids.
@@ -81,8 +89,11 @@ func (g gate) Send(to uint64, msgs []*storagev1.RaftMessage) {
 	g.tr.Send(to, msgs)
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T, sec ...func(*cluster)) *cluster {
 	c := &cluster{t: t, peers: map[uint64]string{}, m: map[uint64]*member{}, group: GroupID("test.log", 7), cuts: map[[2]uint64]bool{}}
+	for _, f := range sec {
+		f(c)
+	}
 	for id := uint64(1); id <= 3; id++ {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -118,7 +129,7 @@ func (c *cluster) start(id uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewTransport(id, c.peers, n, nil, nil)
+	tr := NewTransport(id, c.peers, n, c.dialOpts, nil)
 	n.SetSender(gate{c: c, from: id, tr: tr})
 	m.sm = &logSM{}
 	if err := n.AddGroup(c.group, m.sm, 0); err != nil {
@@ -135,7 +146,7 @@ func (c *cluster) start(id uint64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	srv := grpc.NewServer(grpcx.BulkServerOptions()...)
+	srv := grpc.NewServer(append(grpcx.BulkServerOptions(), c.srvOpts...)...)
 	tr.RegisterOn(srv)
 	go func() { _ = srv.Serve(lis) }()
 	if err := tr.Start(); err != nil {
@@ -430,5 +441,46 @@ func TestGroupID(t *testing.T) {
 	a, b := GroupID("kafka.t.0", 5), GroupID("kafka.t.0", 6)
 	if a != GroupID("kafka.t.0", 5) || a == b || a <= 1 || b <= 1 {
 		t.Fatalf("GroupID: %d %d", a, b)
+	}
+}
+
+// mutualTLS makes every node serve and dial with certificates of one CA (mTLS).
+func mutualTLS(c *cluster) {
+	ca := tlsxtest.NewCA(c.t)
+	cert, key := ca.Issue(c.t, "node", "storage-core")
+	scfg, err := tlsx.Server{CertFile: cert, KeyFile: key, ClientCAFile: ca.CertFile, ClientAuth: tlsx.ClientAuthRequired}.Config()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	dial, err := grpcx.DialSecurity{CAFile: ca.CertFile, CertFile: cert, KeyFile: key}.DialOptions()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.srvOpts = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(scfg))}
+	c.dialOpts = dial
+}
+
+// TestTLSTransport: the three nodes replicate over mutually authenticated TLS, and a
+// plaintext peer cannot open a stream to them.
+func TestTLSTransport(t *testing.T) {
+	c := newCluster(t, mutualTLS)
+	l := c.waitLeader()
+	want := c.proposeAll(l, "tls", 10, nil)
+	c.waitValues(want, 1, 2, 3)
+
+	cc, err := grpc.NewClient(c.peers[3], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := storagev1.NewRaftTransportServiceClient(cc).Exchange(ctx)
+	if err == nil {
+		_ = st.Send(&storagev1.ExchangeRequest{From: 1, To: 3})
+		_, err = st.Recv()
+	}
+	if err == nil {
+		t.Fatal("a plaintext peer opened a raft stream to a TLS node")
 	}
 }
