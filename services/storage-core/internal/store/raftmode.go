@@ -32,8 +32,9 @@ import (
 // The node WAL (<data-dir>/raft-wal) holds every group's entries and is not truncated
 // yet, and the channels directory is derived state: it is emptied at start and rebuilt
 // by applying the WAL's committed entries again (snapshots and checkpoints are step 4).
-// Not replicated yet, so refused in raft mode: transaction markers, DeleteRecords and
-// channel config changes; retention does not run (it would diverge by clock).
+// Not replicated yet, so refused in raft mode: queues, transaction markers,
+// DeleteRecords and channel config changes; retention does not run (it would diverge
+// by clock).
 
 // Errors of raft mode.
 var (
@@ -239,6 +240,10 @@ type createResult struct {
 }
 
 func (s *Store) raftCreate(name string, kind Kind, cfg ChannelConfig, ifNotExists bool) (*Log, bool, error) {
+	if kind == KindQueue {
+		// A queue's delivery state (queues.db) is not replicated yet (step 5).
+		return nil, false, s.raftRefuse("a queue")
+	}
 	b, err := json.Marshal(metaCmd{Op: "create", Name: name, Kind: kind, Config: cfg, IfNotExists: ifNotExists, NowMs: s.nowMs()})
 	if err != nil {
 		return nil, false, err

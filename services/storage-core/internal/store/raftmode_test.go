@@ -201,6 +201,9 @@ func epochs(raw []byte) []uint32 {
 // With two nodes down an append fails within the timeout and never succeeds.
 func TestRaftModeReplicates(t *testing.T) {
 	c := newRaftCluster(t)
+	if _, _, err := c.st[c.leader(metaGroup)].CreateKind("raft.queue", KindQueue, ChannelConfig{}, false); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("queue create in raft mode: %v, want ErrInvalidArgument", err)
+	}
 	group := c.create("raft.log")
 	derived := false
 	for idx := uint64(2); idx < 10; idx++ {
