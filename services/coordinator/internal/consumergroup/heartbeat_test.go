@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"testing"
 	"time"
 
@@ -251,6 +252,107 @@ func TestRangeAssignor(t *testing.T) {
 	for m, ps := range want {
 		if fmt.Sprint(got[m]["t"]) != fmt.Sprint(ps) {
 			t.Errorf("range %s: %v, want %v", m, got[m]["t"], ps)
+		}
+	}
+}
+
+// TestReconcileChaos is TestReconcileNeverDoubleOwns with lost answers (the member
+// keeps what it had and heartbeats again at its old epoch), keepalive heartbeats
+// (no owned partitions sent), static members leaving with -2 and coming back under a
+// new member id, members leaving for good and new ones joining, and topic growth.
+// What each client believes it owns must never overlap.
+func TestReconcileChaos(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		c := newTest(t)
+		d := newDoc()
+		topics := []topicInfo{{Name: "a", ID: topicID(1), Partitions: 12}}
+		now := time.Unix(1000, 0)
+		rng := rand.New(rand.NewPCG(seed, 7))
+		clients := map[string]*client{}
+		inst := map[string]string{} // client id -> instance id
+		lost := map[string]bool{}   // the last answer to the client was lost
+		next := 0
+		check := func(step string) {
+			seen := map[tp]string{}
+			for _, cl := range clients {
+				for tpc, ps := range cl.owns {
+					for _, p := range ps {
+						if o, dup := seen[tp{tpc, p}]; dup {
+							t.Fatalf("seed %d %s: partition %d owned by %s and %s", seed, step, p, o, cl.id)
+						}
+						seen[tp{tpc, p}] = cl.id
+					}
+				}
+			}
+		}
+		join := func(instance string) {
+			next++
+			cl := &client{id: fmt.Sprintf("m%d", next), owns: assignment{}}
+			r := cl.req(0, []string{"a"})
+			if instance != "" {
+				r.InstanceId = &instance
+			}
+			o, _ := c.heartbeat(d, r, topics, now)
+			if o.code != 0 {
+				return // UNRELEASED_INSTANCE_ID and the like: not in the group
+			}
+			cl.apply(t, o, c, d)
+			clients[cl.id] = cl
+			inst[cl.id] = instance
+			check("join")
+		}
+		for range 3 {
+			join("")
+		}
+		join("s1")
+		for step := range 400 {
+			var ids []string
+			for id := range clients {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			switch k := rng.IntN(100); {
+			case k < 3 && len(clients) > 1:
+				id := ids[rng.IntN(len(ids))]
+				cl := clients[id]
+				epoch := int32(-1)
+				var ip *string
+				if s := inst[id]; s != "" {
+					epoch, ip = -2, &s
+				}
+				c.heartbeat(d, &coordinatorv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: cl.id, MemberEpoch: epoch, InstanceId: ip}, topics, now)
+				delete(clients, id)
+				if s := inst[id]; s != "" {
+					join(s) // the static member comes back under a new id
+				}
+			case k < 6:
+				join("")
+			case k < 7:
+				topics[0].Partitions++
+			default:
+				cl := clients[ids[rng.IntN(len(ids))]]
+				r := cl.req(cl.epoch, nil)
+				if rng.IntN(4) == 0 {
+					r.HasTopicPartitions, r.TopicPartitions = false, nil
+				}
+				if s := inst[cl.id]; s != "" {
+					r.InstanceId = &s
+				}
+				o, _ := c.heartbeat(d, r, topics, now)
+				if o.code != 0 {
+					t.Fatalf("seed %d step %d: %s heartbeat at epoch %d: %d %s", seed, step, cl.id, cl.epoch, o.code, o.msg)
+				}
+				if !lost[cl.id] && rng.IntN(5) == 0 && !o.member.Assigned.minus(cl.owns).empty() {
+					// The answer is lost (never two in a row: the next heartbeat, at
+					// the previous epoch, gets it again); a lost answer can only have
+					// added partitions, so the client owns less than it may.
+					lost[cl.id] = true
+					continue
+				}
+				lost[cl.id] = false
+				cl.apply(t, o, c, d)
+			}
+			check(fmt.Sprintf("step %d", step))
 		}
 	}
 }
