@@ -63,16 +63,18 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// TestRaftKillLeaderUnderIdempotentAppends is the Jepsen-style queue workload on three
+// TestRaftFaultsUnderIdempotentAppends is the Jepsen-style queue workload on three
 // storage-core processes in raft mode (--node-id, --peers): one writer appends unique
 // values as an idempotent producer (one batch per sequence number, retried with the
 // same sequence until acknowledged), following the tributary-leader trailer and moving
-// to another node on any other error; halfway through, the channel's leader is killed
-// with SIGKILL, and restarted at the end. Verdict: every node holds the same records,
+// to another node on any other error, while faults strike with appends in flight:
+// SIGKILL of the channel's leader, SIGKILL of a follower, SIGSTOP of the leader for
+// longer than the election timeout then SIGCONT, SIGKILL of the leader again (each
+// killed node restarted later). Verdict: every node holds the same records,
 // every acknowledged value exactly once at the sequence it was acknowledged with, and
-// nothing else (0 lost, 0 duplicates). The longest gap between acknowledgements (the
+// nothing else (0 lost, 0 duplicates). The longest gap between acknowledgements (a
 // failover) is printed.
-func TestRaftKillLeaderUnderIdempotentAppends(t *testing.T) {
+func TestRaftFaultsUnderIdempotentAppends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three storage-core processes")
 	}
@@ -153,15 +155,24 @@ func TestRaftKillLeaderUnderIdempotentAppends(t *testing.T) {
 		return err
 	})
 
-	const total = 600
+	// The fault schedule, by number of acknowledged values: each fault runs beside the
+	// writer (so appends are in flight when it strikes); a killed node is started again
+	// at its restart mark, and at the end.
+	const total = 1000
+	type fault struct {
+		at, restart int
+		what        string
+	}
+	faults := []fault{{200, 350, "kill-leader"}, {450, 550, "kill-follower"}, {650, 0, "stop-leader"}, {850, total, "kill-leader"}}
 	acked := make([]string, 0, total)
 	ackedSeq := map[string]int64{}
 	cur := nodes[0].addr
-	killed := -1
-	killDone := make(chan struct{})
 	dups := 0
 	var longest time.Duration
 	last := time.Now()
+	faultDone := make(chan struct{})
+	close(faultDone)
+	down := -1
 	for seq := int32(0); len(acked) < total; seq++ {
 		v := fmt.Sprintf("value-%05d", seq)
 		var first int64
@@ -182,24 +193,52 @@ func TestRaftKillLeaderUnderIdempotentAppends(t *testing.T) {
 		if dup {
 			dups++
 		}
-		if len(acked) == total/2 {
-			// SIGKILL of the channel's leader (the node that just acknowledged) while
-			// the next appends are in flight on it.
+		for _, f := range faults {
+			if f.restart == len(acked) && down >= 0 {
+				<-faultDone
+				nodes[down].start(t, bin)
+				down = -1
+			}
+			if f.at != len(acked) {
+				continue
+			}
+			<-faultDone
+			leader := 0
 			for i, n := range nodes {
-				if n.addr == cur {
-					killed = i
-					go func() {
-						time.Sleep(3 * time.Millisecond)
-						n.kill()
-						close(killDone)
-					}()
+				if n.addr == cur { // the node that just acknowledged leads the channel
+					leader = i
 				}
 			}
+			victim := leader
+			if f.what == "kill-follower" {
+				victim = (leader + 1) % len(nodes)
+			}
+			t.Logf("after %d values: %s (node %d)", len(acked), f.what, victim+1)
+			done := make(chan struct{})
+			faultDone = done
+			n := nodes[victim]
+			if f.what != "stop-leader" {
+				down = victim
+			}
+			go func() {
+				defer close(done)
+				time.Sleep(3 * time.Millisecond)
+				if f.what != "stop-leader" {
+					n.kill()
+					return
+				}
+				// SIGSTOP for longer than the election timeout (1 s), then SIGCONT.
+				_ = n.cmd.Process.Signal(syscall.SIGSTOP)
+				time.Sleep(2500 * time.Millisecond)
+				_ = n.cmd.Process.Signal(syscall.SIGCONT)
+			}()
 		}
 	}
-	<-killDone
-	t.Logf("%d values acknowledged (%d as an idempotent retry's duplicate); node %d (the leader) killed after %d; longest gap between acknowledgements %v", total, dups, killed+1, total/2, longest)
-	nodes[killed].start(t, bin)
+	<-faultDone
+	if down >= 0 {
+		nodes[down].start(t, bin)
+	}
+	t.Logf("%d values acknowledged (%d as an idempotent retry's duplicate); longest gap between acknowledgements %v", total, dups, longest)
 
 	for i, n := range nodes {
 		deadline := time.Now().Add(30 * time.Second)
