@@ -42,9 +42,13 @@ type flow struct {
 	l  *listener
 	cl *mqtt.Client
 
-	mu      sync.Mutex
-	queue   []*pending
-	running bool
+	mu    sync.Mutex
+	queue []*pending
+	// unanswered counts the queue's publishes whose answer is not on its way yet (the
+	// one being answered leaves it before its answer is written: the client may send
+	// the next PUBLISH as soon as it has the answer).
+	unanswered int
+	running    bool
 }
 
 // pending is one QoS 1/2 PUBLISH of a flow.
@@ -76,9 +80,10 @@ func (f *flow) idle() bool {
 func (f *flow) push(p *pending) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.queue) >= int(f.l.srv.Options.Capabilities.ReceiveMaximum) {
+	if f.unanswered >= int(f.l.srv.Options.Capabilities.ReceiveMaximum) {
 		return false
 	}
+	f.unanswered++
 	if p.pk.FixedHeader.Qos == 2 {
 		for _, q := range f.queue {
 			if q.pk.FixedHeader.Qos == 2 && q.pk.PacketID == p.pk.PacketID && q.first == nil {
@@ -120,6 +125,12 @@ func (f *flow) answer(p *pending) {
 	if p.done != nil {
 		<-p.done
 	}
+	if p.code == packets.CodeSuccess && p.first == nil {
+		f.l.pace.hold(f.l.b.ctx, p.pk.TopicName, p.pk.FixedHeader.Qos, f.cl)
+	}
+	f.mu.Lock()
+	f.unanswered--
+	f.mu.Unlock()
 	switch {
 	case p.first != nil && p.first.code != packets.CodeSuccess:
 		_, _ = h.refuse(f.cl, p.pk, p.first.code)

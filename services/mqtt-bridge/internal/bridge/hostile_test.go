@@ -380,10 +380,15 @@ func TestListenerV311RefusalNotDelivered(t *testing.T) {
 	}
 }
 
-// A subscriber that never reads nor acknowledges holds at most subscriberQueue QoS 1
-// messages in the listener; every later message to it is counted as dropped, while
-// the publisher is answered as usual and the listener keeps serving.
+// A subscriber that never reads nor acknowledges holds the publisher back (its
+// PUBACKs wait) for the stall timeout once it holds subscriberQueue QoS 1 messages;
+// then it is stalled: it holds at most subscriberHardQueue, every later message to it
+// is counted as dropped, the publisher is answered as usual and the listener keeps
+// serving.
 func TestListenerSlowSubscriberBounded(t *testing.T) {
+	old := stallTimeout
+	stallTimeout = 500 * time.Millisecond
+	t.Cleanup(func() { stallTimeout = old })
 	_, addr := startBackend(t)
 	b := startListenerBridge(t, addr, 8)
 	sub := rawConnect(t, b.ListenerAddr())
@@ -399,20 +404,24 @@ func TestListenerSlowSubscriberBounded(t *testing.T) {
 	pub := connect(t, b.ListenerAddr(), "fast-publisher")
 	const n = 3000
 	payload := strings.Repeat("p", 1024)
+	start := time.Now()
 	for i := 0; i < n; i++ {
 		if rc, err := publish(pub, "slow/x", payload); err != nil || rc != 0 {
 			t.Fatalf("publish %d: %#x %v", i, rc, err)
 		}
 	}
+	if took := time.Since(start); took < stallTimeout {
+		t.Errorf("%d publishes answered in %v: the publisher was not held for the stall timeout (%v)", n, took, stallTimeout)
+	}
 	// The library hands a message to subscribers after answering its publisher.
-	want := float64(n - subscriberQueue)
+	want := float64(n - subscriberHardQueue)
 	dropped := testutil.ToFloat64(b.listener.dropped)
 	for deadline := time.Now().Add(5 * time.Second); dropped < want && time.Now().Before(deadline); {
 		<-time.After(10 * time.Millisecond)
 		dropped = testutil.ToFloat64(b.listener.dropped)
 	}
 	if dropped != want {
-		t.Errorf("dropped_total = %v, want %v (all but the %d the stuck subscriber may hold)", dropped, want, subscriberQueue)
+		t.Errorf("dropped_total = %v, want %v (all but the %d the stuck subscriber may hold)", dropped, want, subscriberHardQueue)
 	}
 	if rc, err := publish(connect(t, b.ListenerAddr(), "other"), "other/y", "still served"); err != nil || rc != 0 {
 		t.Errorf("listener after the drops: %#x %v", rc, err)

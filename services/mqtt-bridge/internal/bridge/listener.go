@@ -46,6 +46,8 @@ type listener struct {
 	doubts doubts
 	// flows holds each client's QoS 1/2 publishes waiting for their answer.
 	flows flows
+	// pace holds publishers back while a subscriber is full.
+	pace pace
 	// sessions keeps the persistent sessions and their clients' remembered messages.
 	sessions *sessions.Store
 	// dropped counts messages not delivered to subscribers that did not keep up.
@@ -54,6 +56,7 @@ type listener struct {
 
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_ *listener, err error) {
 	l := &listener{b: b, cfg: c, routes: routes, slots: make(chan struct{}, c.QueueSize), log: b.log.With(zap.String("listener", c.Addr))}
+	l.pace.l = l
 	if c.SessionDir != "" {
 		if l.sessions, err = sessions.Open(c.SessionDir, l.log); err != nil {
 			return nil, err
@@ -82,9 +85,10 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	// Each alias can hold a topic of up to 64 KiB for the whole connection.
 	caps.TopicAliasMaximum = topicAliasMaximum
 	// What one slow (or stuck) subscriber can hold (the library's defaults are 8,192
-	// of each, of up to a Maximum Packet Size apiece).
-	caps.MaximumInflight = subscriberQueue
-	caps.MaximumClientWritesPending = subscriberQueue
+	// of each, of up to a Maximum Packet Size apiece); pace keeps it under
+	// subscriberQueue unless it stalls.
+	caps.MaximumInflight = subscriberHardQueue
+	caps.MaximumClientWritesPending = subscriberWritesPending
 	// How many QoS 1/2 messages a client may have unacknowledged: the session store
 	// remembers that many per session for their resends.
 	caps.ReceiveMaximum = sessions.ReceiveMaximum
@@ -136,7 +140,7 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	info := l.srv.Info
 	l.dropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "tributary_mqtt_listener_dropped_total",
-		Help: "listener: messages not delivered to a subscriber that did not keep up (its queue of " + strconv.Itoa(subscriberQueue) + " unacknowledged or unwritten messages was full).",
+		Help: "listener: messages not delivered to a subscriber that stalled (its queue of " + strconv.Itoa(subscriberHardQueue) + " unacknowledged QoS 1/2 messages, or " + strconv.Itoa(subscriberWritesPending) + " unwritten packets, was full).",
 	}, func() float64 {
 		return float64(atomic.LoadInt64(&info.MessagesDropped) + atomic.LoadInt64(&info.InflightDropped))
 	})
@@ -148,15 +152,6 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 
 // topicAliasMaximum is how many topic aliases a listener client may set.
 const topicAliasMaximum = 16
-
-// subscriberQueue bounds what the listener keeps for one subscriber that reads slowly
-// or not at all: at most this many QoS 1/2 messages sent and not yet acknowledged by
-// it (beyond its Receive Maximum they wait unsent, MQTT 5 section 4.9), and this many
-// packets waiting to be written to its connection. A message past either bound is
-// not delivered to that subscriber, and counted in tributary_mqtt_listener_dropped_total
-// (the publisher's message is unaffected: stored in Kafka when a mapping took it, and
-// delivered to the other subscribers); the subscriber keeps its connection.
-const subscriberQueue = 1024
 
 // packetOverhead is what a PUBLISH may carry beyond a record's max-record-bytes: the
 // topic name (up to 64 KiB) and properties that are not stored.
@@ -259,8 +254,9 @@ func (g *guardedListener) closePending() {
 	clear(g.pending)
 }
 
-// publish hands m to the embedded broker's subscribers (nothing to wait for).
-func (l *listener) publish(_ context.Context, m mapping.Message) (byte, error) {
+// publish hands m to the embedded broker's subscribers, once those that get it have
+// room (see pace).
+func (l *listener) publish(ctx context.Context, m mapping.Message) (byte, error) {
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: m.Retain},
 		TopicName:   m.Topic,
@@ -281,6 +277,7 @@ func (l *listener) publish(_ context.Context, m mapping.Message) (byte, error) {
 	for _, u := range m.UserProperties {
 		pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: u.Key, Val: u.Value})
 	}
+	l.pace.hold(ctx, m.Topic, m.QoS, nil)
 	return 0, l.srv.InjectPacket(l.inline, pk)
 }
 
@@ -297,7 +294,8 @@ type storeHook struct {
 func (h *storeHook) ID() string { return "tributary-store" }
 
 func (h *storeHook) Provides(b byte) bool {
-	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect || b == mqtt.OnDisconnect
+	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect || b == mqtt.OnDisconnect ||
+		b == mqtt.OnQosComplete || b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablish || b == mqtt.OnSessionEstablished
 }
 
 // OnConnect hands the connection from the CONNECT guard to the library.
@@ -306,8 +304,37 @@ func (h *storeHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	return nil
 }
 
-// OnDisconnect forgets the client's flow.
-func (h *storeHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.l.flows.forget(cl) }
+// OnDisconnect forgets the client's flow and pace.
+func (h *storeHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.l.flows.forget(cl)
+	h.l.pace.forget(cl)
+}
+
+// OnSessionEstablish and OnSessionEstablished turn the library's send quota off for
+// the client (its Inflight, then the one inherited from its session): with a quota,
+// mochi-mqtt v2.7.9 holds messages past a subscriber's Receive Maximum and sends one
+// after each packet the subscriber sends, without keeping it in flight (its PUBACK
+// then never gives the quota back, so a subscriber ends up getting one message per
+// round trip), in an order sorted by second only, and looks for them under its
+// Inflight read lock taken twice (a publish storing into that Inflight meanwhile
+// deadlocks both). pace keeps each subscriber within its Receive Maximum instead.
+func (h *storeHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	cl.State.Inflight.ResetSendQuota(0)
+}
+
+func (h *storeHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	cl.State.Inflight.ResetSendQuota(0)
+}
+
+// OnQosPublish tells pace that the library holds a message for the client now.
+func (h *storeHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+	if pk.FixedHeader.Type == packets.Publish {
+		h.l.pace.queued(cl)
+	}
+}
+
+// OnQosComplete tells pace that the client acknowledged a delivery.
+func (h *storeHook) OnQosComplete(cl *mqtt.Client, _ packets.Packet) { h.l.pace.acked(cl) }
 
 // OnPacketEncode advertises the listener's Maximum Packet Size and Topic Alias
 // Maximum in a successful MQTT 5 CONNACK, so that a client knows the limits it is held
@@ -378,7 +405,8 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	}
 	// answer gives pk the answer code (known now) in its turn.
 	answer := func(code packets.Code) (packets.Packet, error) {
-		if f == nil || f.idle() {
+		// A QoS 1/2 publish waits in the flow while a subscriber is full (see pace).
+		if f == nil || f.idle() && (code != packets.CodeSuccess || l.pace.admit(pk.TopicName, pk.FixedHeader.Qos, cl)) {
 			if code == packets.CodeSuccess {
 				return pk, nil
 			}
