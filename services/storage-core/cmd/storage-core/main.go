@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/tributary/tributary/libs/flagenv"
 	"github.com/tributary/tributary/libs/grpcx"
@@ -37,11 +38,18 @@ func run() error {
 	fs.Uint64Var(&cfg.NodeID, "node-id", 0, "raft mode (with --peers): this node's id; every channel is replicated on every peer (off: 0)")
 	fs.StringVar(&cfg.Peers, "peers", "", "raft mode: every node of the cluster as id=host:port (its --grpc-addr), comma-separated, this one included")
 	peerSec := grpcx.RegisterClientFlags(fs, "peer")
+	fs.IntVar(&cfg.Cleaner.Threads, "cleaner-threads", 1, "log cleaner threads: compacted channels cleaned at once (0: off)")
+	fs.Int64Var(&cfg.Cleaner.DedupeBufferBytes, "cleaner-dedupe-buffer-bytes", 128<<20, "memory of the log cleaner's key maps, shared by its threads, in bytes (at least 1 MiB a thread)")
+	fs.Float64Var(&cfg.Cleaner.IOBytesPerSecond, "cleaner-io-bytes-per-second", 0, "log cleaner reads and writes, all threads together, in bytes per second (0: no limit)")
+	fs.DurationVar(&cfg.Cleaner.Backoff, "cleaner-backoff", 15*time.Second, "pause of the log cleaner when no compacted channel is due")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "storage-core", os.Args[1:]); err != nil {
 		return err
 	}
 	cfg.PeerSecurity = peerSec.For("peer")
+	if cfg.Cleaner.Threads == 0 {
+		cfg.Cleaner.Threads = -1 // store.CleanerOptions: < 0 is off
+	}
 	log, err := obs.NewLogger("storage-core", *level)
 	if err != nil {
 		return err

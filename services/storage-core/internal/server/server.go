@@ -42,6 +42,9 @@ type Config struct {
 	WALFileBytes int64
 	// RetentionInterval overrides how often retention runs (0 = 30 s); for tests.
 	RetentionInterval time.Duration
+	// Cleaner sizes the log cleaner of compacted channels (--cleaner-threads,
+	// --cleaner-dedupe-buffer-bytes, --cleaner-io-bytes-per-second, --cleaner-backoff).
+	Cleaner store.CleanerOptions
 	// Queues configures the queue engine (tests: clock, sweep interval).
 	Queues queue.Options
 	// Security is the gRPC server's TLS and caller authentication (authRules); the
@@ -119,6 +122,12 @@ func (c *Config) Validate() error {
 	if c.WAL && d > 0 {
 		return fmt.Errorf("%w: --wal fsyncs the write-ahead log before every acknowledgement; it does not take --fsync=%s", ErrConfig, c.Fsync)
 	}
+	if c.Cleaner.DedupeBufferBytes < 0 || c.Cleaner.IOBytesPerSecond < 0 || c.Cleaner.Backoff < 0 {
+		return fmt.Errorf("%w: --cleaner-dedupe-buffer-bytes, --cleaner-io-bytes-per-second and --cleaner-backoff must not be negative", ErrConfig)
+	}
+	if c.Cleaner.Threads > 0 && c.Cleaner.DedupeBufferBytes > 0 && c.Cleaner.DedupeBufferBytes/int64(c.Cleaner.Threads) < 1<<20 {
+		return fmt.Errorf("%w: --cleaner-dedupe-buffer-bytes=%d: at least 1 MiB per cleaner thread", ErrConfig, c.Cleaner.DedupeBufferBytes)
+	}
 	if c.WALFileBytes != 0 && c.WALFileBytes < 1<<20 {
 		return fmt.Errorf("%w: --wal-file-bytes=%d: at least 1048576", ErrConfig, c.WALFileBytes)
 	}
@@ -158,7 +167,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	interval, _ := cfg.FsyncInterval()
 	reg := obs.NewRegistry()
 	m := store.NewMetrics(reg)
-	sopts := store.Options{FsyncInterval: interval, WAL: cfg.WAL, WALFileBytes: cfg.WALFileBytes, RetentionInterval: cfg.RetentionInterval, Metrics: m}
+	sopts := store.Options{FsyncInterval: interval, WAL: cfg.WAL, WALFileBytes: cfg.WALFileBytes, RetentionInterval: cfg.RetentionInterval, Metrics: m, Cleaner: cfg.Cleaner}
 	if cfg.NodeID != 0 {
 		peers, _ := cfg.ParsePeers()
 		dial, err := cfg.PeerSecurity.DialOptions()

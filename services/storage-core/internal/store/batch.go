@@ -527,6 +527,9 @@ func appendBatch(out []Record, b []byte, from int64, maxRecords, maxBytes int) (
 		out = slices.Grow(out, want)
 	}
 	logAppend := h.Attributes&attrTimestampType != 0
+	// A cleaned batch (cleaner.go) holds fewer records than its offset range: its
+	// records' offsets come from their offset deltas.
+	sparse := h.RecordCount != h.LastOffsetDelta+1
 	size := 0
 	var sc decodeScratch
 	for i, got := 0, 0; i < int(h.RecordCount) && got < maxRecords && size < maxBytes; i++ {
@@ -536,10 +539,16 @@ func appendBatch(out []Record, b []byte, from int64, maxRecords, maxBytes int) (
 		}
 		body := recs[k : k+int(l)]
 		recs = recs[k+int(l):]
-		if h.BaseOffset+int64(i) < from {
-			continue // offset deltas are 0..n-1 (checked at append)
+		off := h.BaseOffset + int64(i) // offset deltas are 0..n-1 (checked at append)
+		if sparse {
+			if off = sparseOffset(body, h.BaseOffset); off < 0 {
+				return out, fmt.Errorf("%w: record %d offset delta", ErrDataLoss, i)
+			}
 		}
-		r, err := decodeRecord(body, &h, int64(i), &sc)
+		if off < from {
+			continue
+		}
+		r, err := decodeRecord(body, &h, off, &sc)
 		if err != nil {
 			return out, fmt.Errorf("%w: record %d: %v", ErrDataLoss, i, err)
 		}
@@ -629,9 +638,10 @@ func (r *recReader) bytes() []byte {
 	return v
 }
 
-// decodeRecord decodes record i of a batch. Its offset is the batch's base offset + i
-// (the offset delta, checked to be i at append, is not trusted again).
-func decodeRecord(body []byte, h *batchHeader, i int64, sc *decodeScratch) (Record, error) {
+// decodeRecord decodes a record of a batch at offset off (the batch's base offset + its
+// index, the offset delta checked to be the index at append and not trusted again; a
+// cleaned batch's offset delta, see appendBatch).
+func decodeRecord(body []byte, h *batchHeader, off int64, sc *decodeScratch) (Record, error) {
 	if len(body) < 1 {
 		return Record{}, fmt.Errorf("empty record")
 	}
@@ -639,7 +649,7 @@ func decodeRecord(body []byte, h *batchHeader, i int64, sc *decodeScratch) (Reco
 	tsDelta := r.varint()
 	_ = r.varint() // offset delta
 	rec := Record{
-		Offset:        h.BaseOffset + i,
+		Offset:        off,
 		Timestamp:     h.BaseTimestamp + tsDelta,
 		ProducerID:    h.ProducerID,
 		ProducerEpoch: h.ProducerEpoch,

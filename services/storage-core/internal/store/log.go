@@ -75,6 +75,8 @@ type Log struct {
 
 	// wal is the channel's state in the node write-ahead log (WAL mode; walmode.go).
 	wal walLog
+	// clean is the log cleaner's state (compacted channels; cleaner.go).
+	clean cleanerLog
 }
 
 // Name is the channel name.
@@ -150,7 +152,7 @@ func openLog(st *Store, dir string) (*Log, error) {
 	var bases []int64
 	for _, e := range entries {
 		n := e.Name()
-		if strings.HasSuffix(n, ".tmp") {
+		if strings.HasSuffix(n, ".tmp") || isCleanLeftover(n) {
 			_ = os.Remove(filepath.Join(dir, n))
 			continue
 		}
@@ -1156,8 +1158,11 @@ func (l *Log) enforceRetention(nowMs int64) {
 		s := segs[k]
 		size := s.size.Load()
 		below := segs[k+1].base <= start
-		expired := cfg.RetentionMs >= 0 && nowMs-s.maxTS.Load() > cfg.RetentionMs
-		tooBig := cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
+		// Time and size retention apply to the delete policy (Kafka: not to a
+		// compact-only topic).
+		del := cfg.CleanupPolicy != CleanupCompact
+		expired := del && cfg.RetentionMs >= 0 && nowMs-s.maxTS.Load() > cfg.RetentionMs
+		tooBig := del && cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
 		if !below && !expired && !tooBig {
 			break
 		}

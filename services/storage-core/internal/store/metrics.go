@@ -17,6 +17,13 @@ type Metrics struct {
 	// mode); GroupCommitSize then counts records per round.
 	WALFsyncs       prometheus.Counter
 	WALFsyncSeconds prometheus.Histogram
+	// Log cleaner (compacted channels, cleaner.go): dirty ratio and last pass time
+	// per compacted channel, bytes read, written and removed by passes.
+	CleanerDirtyRatio   *prometheus.GaugeVec
+	CleanerLastClean    *prometheus.GaugeVec
+	CleanerReadBytes    prometheus.Counter
+	CleanerWrittenBytes prometheus.Counter
+	CleanerRemovedBytes prometheus.Counter
 }
 
 // NewMetrics creates the engine collectors and registers them on reg (when non-nil).
@@ -45,9 +52,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WALFsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tributary_storage_wal_fsync_seconds", Help: "Write and fsync latency of a write-ahead log round (WAL mode).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}),
+		CleanerDirtyRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tributary_storage_cleaner_dirty_ratio", Help: "Share of a compacted channel's cleanable bytes not yet cleaned (min.cleanable.dirty.ratio compares with it)."}, []string{"channel"}),
+		CleanerLastClean: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tributary_storage_cleaner_last_clean_timestamp_seconds", Help: "Unix time of a compacted channel's last cleaner pass."}, []string{"channel"}),
+		CleanerReadBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tributary_storage_cleaner_read_bytes_total", Help: "Segment bytes the log cleaner read to rewrite them."}),
+		CleanerWrittenBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tributary_storage_cleaner_written_bytes_total", Help: "Bytes of cleaned segments the log cleaner wrote."}),
+		CleanerRemovedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tributary_storage_cleaner_removed_bytes_total", Help: "Bytes the log cleaner removed (superseded records, old tombstones, aborted batches)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TailTruncations, m.RetentionDeleted, m.WALFsyncs, m.WALFsyncSeconds)
+		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TailTruncations, m.RetentionDeleted, m.WALFsyncs, m.WALFsyncSeconds,
+			m.CleanerDirtyRatio, m.CleanerLastClean, m.CleanerReadBytes, m.CleanerWrittenBytes, m.CleanerRemovedBytes)
 	}
 	return m
 }

@@ -53,6 +53,8 @@ type Options struct {
 	// Raft, when set, turns on raft mode (raftmode.go, issue 16 step 2): every channel
 	// is a Raft group replicated on every peer. Not with WAL or FsyncInterval.
 	Raft *RaftOptions
+	// Cleaner sizes the log cleaner of compacted channels (cleaner.go).
+	Cleaner CleanerOptions
 	// minSegmentBytes overrides MinSegmentBytes (tests with tiny segments); 0 = default.
 	minSegmentBytes int64
 }
@@ -88,7 +90,9 @@ type Store struct {
 	fenced map[string]fencedChannel
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// cleaner is the log cleaner (cleaner.go); nil when off.
+	cleaner *cleaner
+	wg      sync.WaitGroup
 
 	// WAL mode (walmode.go): the node write-ahead log, the checkpoint read at open,
 	// and ckptMu serializing checkpoints.
@@ -230,6 +234,7 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 		s.wg.Add(1)
 		go s.loop(opts.RetentionInterval, s.RunRetention)
 	}
+	s.startCleaner()
 	return s, nil
 }
 

@@ -1,0 +1,693 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The log cleaner compacts channels whose cleanup policy includes "compact", as Kafka's
+// LogCleaner does (Cleaner.scala; KIP-58 min.compaction.lag.ms, KIP-354
+// max.compaction.lag.ms):
+//
+//   - Only closed segments below the active one, the last stable offset (no open
+//     transaction is touched) and, in WAL mode, the last checkpoint are cleanable; of
+//     those, only segments whose newest record is older than min_compaction_lag_ms.
+//   - The dirty section starts at the channel's cleaner checkpoint (file
+//     "cleaner-offset", the first offset not yet taken into a pass; the log start when
+//     missing). A pass runs when dirty bytes / cleanable bytes reach
+//     min_cleanable_dirty_ratio, when the first dirty segment is older than
+//     max_compaction_lag_ms, or when a kept tombstone has passed delete_retention_ms.
+//   - A pass reads the dirty section into a map key -> newest offset, bounded by the
+//     dedupe buffer (keys and ~48 bytes per entry): when it is full the pass ends the
+//     map there and the rest stays dirty for the next pass. Then every cleanable
+//     segment below the map's end is rewritten, oldest first: a record is kept unless
+//     the map holds a newer offset of its key; a tombstone (null value) that is the
+//     newest of its key goes once its timestamp is more than delete_retention_ms old;
+//     a batch of an aborted transaction goes; transaction markers are kept; the last
+//     batch of each producer still in the producer state is kept, as a header of no
+//     records when all its records went (as Kafka), so the idempotence state can be
+//     rebuilt from the log.
+//   - Offsets never change: a rewritten batch keeps its base offset, last offset delta,
+//     producer fields and its records' offset and timestamp deltas (gaps, as Kafka); it
+//     is stored uncompressed with a new CRC. An emptied batch is dropped (but see the
+//     producers' last batches); a segment
+//     keeps its base offset and name even when emptied. The log start is unchanged.
+//   - A segment is swapped crash-safely (swapSegment): the new file is written and
+//     fsynced under a ".clean" name, the old index files are removed, the new file is
+//     renamed over the old, the directory fsynced, the new index files written. A crash
+//     leaves the old or the new file (openLog removes leftovers; a segment without index
+//     files is scanned); readers hold Log.segMu while they read a file, so a read sees
+//     the old or the new file whole.
+//
+// Channels with the delete policy are never looked at beyond a config check per pass.
+// The cleaner does not run in raft mode (replicas would have to clean alike).
+
+// CleanerOptions sizes the node's log cleaner (Kafka log.cleaner.*).
+type CleanerOptions struct {
+	// Threads is how many channels are cleaned at once (log.cleaner.threads); 0 = 1,
+	// < 0 turns the cleaner off.
+	Threads int
+	// DedupeBufferBytes bounds the memory of the key maps, shared by the threads
+	// (log.cleaner.dedupe.buffer.size); 0 = 128 MiB.
+	DedupeBufferBytes int64
+	// IOBytesPerSecond bounds the bytes the cleaner reads and writes per second, all
+	// threads together (log.cleaner.io.max.bytes.per.second); 0 = no limit.
+	IOBytesPerSecond float64
+	// Backoff is the pause between passes when nothing is cleanable
+	// (log.cleaner.backoff.ms); 0 = 15 s.
+	Backoff time.Duration
+}
+
+func (o CleanerOptions) withDefaults() CleanerOptions {
+	if o.Threads == 0 {
+		o.Threads = 1
+	}
+	if o.DedupeBufferBytes == 0 {
+		o.DedupeBufferBytes = 128 << 20
+	}
+	if o.Backoff == 0 {
+		o.Backoff = 15 * time.Second
+	}
+	return o
+}
+
+// cleanerCheckpointFile holds a channel's first dirty offset (decimal).
+const cleanerCheckpointFile = "cleaner-offset"
+
+// cleanSuffix names a cleaned segment (and its index files) before the swap.
+const cleanSuffix = ".clean"
+
+// dedupeEntryBytes is the accounted size of a key map entry beside its key bytes.
+const dedupeEntryBytes = 48
+
+// cleanerLog is a channel's cleaner state (Log.clean).
+type cleanerLog struct {
+	busy atomic.Bool
+	// firstDirty is 1 + the cleaner checkpoint; 0 until read from the file.
+	firstDirty atomic.Int64
+	// tombstoneDue is the earliest time (ms) a kept tombstone may go; 0 none known.
+	tombstoneDue atomic.Int64
+}
+
+// cleaner is the node's cleaner: threads, the I/O throttle.
+type cleaner struct {
+	st   *Store
+	opts CleanerOptions
+
+	ioMu    sync.Mutex
+	ioStart time.Time
+	ioBytes float64
+}
+
+// startCleaner starts the cleaner threads (Open).
+func (s *Store) startCleaner() {
+	o := s.opts.Cleaner.withDefaults()
+	if o.Threads < 0 {
+		return
+	}
+	if s.opts.Raft != nil {
+		s.log.Info("log cleaner off in raft mode: compacted channels are not compacted")
+		return
+	}
+	c := &cleaner{st: s, opts: o, ioStart: time.Now()}
+	s.cleaner = c
+	for range o.Threads {
+		s.wg.Add(1)
+		go s.loop(o.Backoff, func() {
+			for c.cleanOne() {
+				select {
+				case <-s.stop:
+					return
+				default:
+				}
+			}
+		})
+	}
+}
+
+// RunCleaner cleans every compacted channel that is due, once, on the calling
+// goroutine (tests, benchmarks); in WAL mode it checkpoints first, so every closed
+// segment is cleanable. It returns the number of passes run.
+func (s *Store) RunCleaner() int {
+	if err := s.RunCheckpoint(); err != nil {
+		s.log.Warn("checkpoint before cleaning", zap.Error(err))
+	}
+	c := s.cleaner
+	if c == nil {
+		c = &cleaner{st: s, opts: s.opts.Cleaner.withDefaults(), ioStart: time.Now()}
+	}
+	n := 0
+	for c.cleanOne() {
+		n++
+	}
+	return n
+}
+
+// cleanOne cleans the dirtiest due channel not being cleaned; it reports whether it
+// ran a pass.
+func (c *cleaner) cleanOne() bool {
+	now := c.st.nowMs()
+	var best *Log
+	bestRatio := -1.0
+	for _, l := range c.st.snapshot() {
+		cfg := l.cfg.Load()
+		if !cfg.Compacted() || l.isClosed() || l.clean.busy.Load() {
+			continue
+		}
+		ratio, due := l.dirtyRatio(cfg, now)
+		c.st.metrics.CleanerDirtyRatio.WithLabelValues(l.name).Set(ratio)
+		if due && ratio > bestRatio {
+			best, bestRatio = l, ratio
+		}
+	}
+	if best == nil || !best.clean.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	defer best.clean.busy.Store(false)
+	threads := int64(max(c.opts.Threads, 1))
+	if err := c.clean(best, c.opts.DedupeBufferBytes/threads, now); err != nil {
+		if !errors.Is(err, ErrClosed) {
+			best.log.Warn("log cleaner pass failed", zap.Error(err))
+		}
+		return false
+	}
+	return true
+}
+
+// throttle waits so the cleaner's I/O stays within IOBytesPerSecond.
+func (c *cleaner) throttle(n int) {
+	if c.opts.IOBytesPerSecond <= 0 {
+		return
+	}
+	c.ioMu.Lock()
+	c.ioBytes += float64(n)
+	wait := time.Duration(c.ioBytes/c.opts.IOBytesPerSecond*float64(time.Second)) - time.Since(c.ioStart)
+	if wait < -time.Second {
+		// Idle time does not bank a burst beyond a second's worth.
+		c.ioStart, c.ioBytes = time.Now().Add(-time.Second), c.opts.IOBytesPerSecond
+		wait = 0
+	}
+	c.ioMu.Unlock()
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-c.st.stop:
+		}
+	}
+}
+
+// cleanableSegs returns the segments a pass may read and rewrite (see the package
+// comment), oldest first.
+func (l *Log) cleanableSegs(cfg *ChannelConfig, now int64) []*segment {
+	bound := l.LastStable()
+	if l.st.opts.WAL {
+		l.st.ckptMu.Lock()
+		bound = min(bound, l.wal.ckptNext)
+		l.st.ckptMu.Unlock()
+	}
+	l.mu.Lock()
+	bound = min(bound, l.active.base)
+	l.segMu.RLock()
+	segs := append([]*segment(nil), l.segs...)
+	l.segMu.RUnlock()
+	l.mu.Unlock()
+	k := 0
+	for ; k < len(segs)-1; k++ {
+		s := segs[k]
+		if segs[k+1].base > bound || cfg.MinCompactionLagMs > 0 && now-s.maxTS.Load() < cfg.MinCompactionLagMs {
+			break
+		}
+	}
+	return segs[:k]
+}
+
+// firstDirty returns the channel's cleaner checkpoint, read from its file at first use.
+func (l *Log) firstDirty() int64 {
+	if v := l.clean.firstDirty.Load(); v > 0 {
+		return v - 1
+	}
+	v := int64(0)
+	if b, err := os.ReadFile(filepath.Join(l.dir, cleanerCheckpointFile)); err == nil {
+		v, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	}
+	l.clean.firstDirty.CompareAndSwap(0, max(v, 0)+1)
+	return l.clean.firstDirty.Load() - 1
+}
+
+// dirtyRatio returns the dirty share of the cleanable bytes and whether a pass is due.
+func (l *Log) dirtyRatio(cfg *ChannelConfig, now int64) (float64, bool) {
+	segs := l.cleanableSegs(cfg, now)
+	if len(segs) == 0 {
+		return 0, false
+	}
+	first := max(l.firstDirty(), l.logStart.Load())
+	var clean, dirty int64
+	lagDue := false
+	for i, s := range segs {
+		end := s.next
+		if i+1 < len(segs) {
+			end = segs[i+1].base
+		} else {
+			end = max(end, s.base+1)
+		}
+		if end <= first {
+			clean += s.size.Load()
+			continue
+		}
+		if dirty == 0 && cfg.MaxCompactionLagMs > 0 && s.firstTS >= 0 && now-s.firstTS > cfg.MaxCompactionLagMs {
+			lagDue = true
+		}
+		dirty += s.size.Load()
+	}
+	if clean+dirty == 0 {
+		return 0, false
+	}
+	ratio := float64(dirty) / float64(clean+dirty)
+	due := dirty > 0 && (ratio >= cfg.MinCleanableDirtyRatio || lagDue)
+	if d := l.clean.tombstoneDue.Load(); d > 0 && now >= d {
+		due = true
+	}
+	return ratio, due
+}
+
+// segEnd is the offset after the offsets segs[i] covers (the next segment's base).
+func segEnd(segs []*segment, i int) int64 {
+	if i+1 < len(segs) {
+		return segs[i+1].base
+	}
+	return segs[i].next
+}
+
+// clean runs one pass over l with a key map of at most mapBytes.
+func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
+	cfg := l.cfg.Load()
+	segs := l.cleanableSegs(cfg, now)
+	if len(segs) == 0 {
+		return nil
+	}
+	start := time.Now()
+	first := max(l.firstDirty(), l.logStart.Load())
+	upper := segEnd(segs, len(segs)-1)
+	aborted := l.abortedSpans(l.logStart.Load(), upper)
+
+	// Build the key map over the dirty section.
+	keys := make(map[string]int64)
+	used := int64(0)
+	mapEnd := first
+	full := false
+	for i, s := range segs {
+		if full || segEnd(segs, i) <= first {
+			continue
+		}
+		err := c.scanSegment(s, func(h *batchHeader, frame []byte) (bool, error) {
+			if h.BaseOffset < first || h.Attributes&attrControl != 0 || isAborted(aborted, h) {
+				mapEnd = max(mapEnd, h.NextOffset())
+				return true, nil
+			}
+			var added int64
+			err := eachRecord(frame, h, func(off int64, key, _ []byte, _ int64) {
+				if _, ok := keys[string(key)]; !ok {
+					added += int64(len(key)) + dedupeEntryBytes
+				}
+			})
+			if err != nil {
+				return false, err
+			}
+			if used+added > mapBytes && len(keys) > 0 {
+				full = true
+				return false, nil
+			}
+			used += added
+			err = eachRecord(frame, h, func(off int64, key, _ []byte, _ int64) { keys[string(key)] = off })
+			mapEnd = max(mapEnd, h.NextOffset())
+			return true, err
+		})
+		if err != nil {
+			return err
+		}
+		if !full {
+			mapEnd = max(mapEnd, segEnd(segs, i))
+		}
+	}
+	tombDue := l.clean.tombstoneDue.Load()
+	if mapEnd <= first && (tombDue == 0 || now < tombDue) {
+		return nil
+	}
+	tombDue = 0
+
+	// The producers' last batches, kept whole.
+	l.mu.Lock()
+	lastOf := make(map[int64]int64, len(l.prods))
+	for pid, p := range l.prods {
+		if p.n > 0 {
+			lastOf[pid] = p.batches[p.n-1].baseOffset
+		}
+	}
+	l.mu.Unlock()
+
+	horizon := now - cfg.DeleteRetentionMs
+	var read, written int64
+	for _, s := range segs {
+		if s.base >= mapEnd {
+			break
+		}
+		var out []byte
+		changed := false
+		err := c.scanSegment(s, func(h *batchHeader, frame []byte) (bool, error) {
+			read += int64(len(frame))
+			switch {
+			case h.Attributes&attrControl != 0 || h.BaseOffset >= mapEnd:
+				out = append(out, frame...)
+				return true, nil
+			case h.Attributes&attrTransactional != 0 && isAborted(aborted, h):
+				changed = true
+				return true, nil
+			}
+			last := h.ProducerID >= 0 && lastOf[h.ProducerID] == h.BaseOffset
+			nb, kept, total, err := filterBatch(frame, h, last, func(off int64, key, value []byte, ts int64) bool {
+				newest, ok := keys[string(key)]
+				if ok && newest > off && off < mapEnd {
+					return false
+				}
+				if value == nil && off < mapEnd {
+					if ts < horizon {
+						return false
+					}
+					if due := ts + cfg.DeleteRetentionMs + 1; tombDue == 0 || due < tombDue {
+						tombDue = due
+					}
+				}
+				return true
+			})
+			if err != nil {
+				return false, err
+			}
+			switch {
+			case kept == total:
+				out = append(out, frame...)
+			case nb != nil:
+				out = append(out, nb...)
+				changed = true
+			default:
+				changed = true
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if !changed {
+			continue
+		}
+		c.throttle(len(out))
+		if err := l.swapSegment(s, out); err != nil {
+			return err
+		}
+		written += int64(len(out))
+	}
+	l.clean.tombstoneDue.Store(tombDue)
+	if err := writeFileAtomic(l.dir, cleanerCheckpointFile, []byte(strconv.FormatInt(mapEnd, 10)+"\n")); err != nil {
+		return fmt.Errorf("%w: write cleaner checkpoint: %v", ErrStorage, err)
+	}
+	l.clean.firstDirty.Store(mapEnd + 1)
+	m := l.st.metrics
+	m.CleanerReadBytes.Add(float64(read))
+	m.CleanerWrittenBytes.Add(float64(written))
+	m.CleanerRemovedBytes.Add(float64(max(read-written, 0)))
+	m.CleanerLastClean.WithLabelValues(l.name).Set(float64(time.Now().UnixMilli()) / 1000)
+	l.log.Debug("log cleaner pass", zap.Int64("first_dirty", first), zap.Int64("map_end", mapEnd), zap.Int("keys", len(keys)),
+		zap.Int64("read_bytes", read), zap.Int64("written_bytes", written), zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// scanSegment calls fn with every frame of the sealed segment s, oldest first, until fn
+// returns false. The segment is read in 1 MiB chunks; a segment closed meanwhile
+// (retention, delete, shutdown) ends the pass with ErrClosed.
+func (c *cleaner) scanSegment(s *segment, fn func(h *batchHeader, frame []byte) (bool, error)) error {
+	const chunk = 1 << 20
+	size := s.size.Load()
+	var buf []byte
+	for pos := int64(0); pos < size; {
+		n := min(int64(chunk), size-pos)
+		if int64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
+		b := buf[:n]
+		if s.closed.Load() {
+			return ErrClosed
+		}
+		if _, err := s.f.ReadAt(b, pos); err != nil {
+			if s.closed.Load() {
+				return ErrClosed
+			}
+			return fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
+		}
+		c.throttle(len(b))
+		got := 0
+		for got < len(b) {
+			fl, err := frameLen(b[got:])
+			if err != nil || fl > len(b)-got {
+				break
+			}
+			h := parseHeader(b[got:])
+			ok, err := fn(&h, b[got:got+fl])
+			if err != nil || !ok {
+				return err
+			}
+			got += fl
+		}
+		if got == 0 {
+			// A frame larger than the chunk: read it whole.
+			var hdr [batchHeaderLen]byte
+			copy(hdr[:], b)
+			h := parseHeader(hdr[:])
+			if h.Length < batchHeaderLen || pos+int64(h.Length) > size {
+				return fmt.Errorf("%w: bad batch at %d of %s", ErrDataLoss, pos, s.path)
+			}
+			big := make([]byte, h.Length)
+			if _, err := s.f.ReadAt(big, pos); err != nil {
+				return fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
+			}
+			ok, err := fn(&h, big)
+			if err != nil || !ok {
+				return err
+			}
+			got = len(big)
+		}
+		pos += int64(got)
+	}
+	return nil
+}
+
+// eachRecord calls fn with every record of a stored frame: offset, key, value and
+// timestamp (ms; the batch's max timestamp for LogAppendTime).
+func eachRecord(frame []byte, h *batchHeader, fn func(off int64, key, value []byte, ts int64)) error {
+	recs, err := recordsSection(frame, h)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < int(h.RecordCount) && len(recs) > 0; i++ {
+		l, k := binary.Varint(recs)
+		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
+			return fmt.Errorf("%w: record %d length at offset %d", ErrDataLoss, i, h.BaseOffset)
+		}
+		off, key, value, ts, err := recordFields(recs[k:k+int(l)], h)
+		if err != nil {
+			return err
+		}
+		fn(off, key, value, ts)
+		recs = recs[k+int(l):]
+	}
+	return nil
+}
+
+// recordsSection returns the (decompressed) records of a stored frame.
+func recordsSection(frame []byte, h *batchHeader) ([]byte, error) {
+	if crc32.Checksum(frame[offAttributes:], castagnoli) != binary.BigEndian.Uint32(frame[offCRC:]) {
+		return nil, fmt.Errorf("%w: CRC mismatch in the batch at offset %d", ErrDataLoss, h.BaseOffset)
+	}
+	recs := frame[batchHeaderLen:]
+	if codec := h.Attributes & attrCompressionMask; codec != 0 {
+		out, err := decompress(recs, codec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: decompress: %v", ErrDataLoss, err)
+		}
+		recs = append([]byte(nil), out...)
+	}
+	return recs, nil
+}
+
+// recordFields parses a record body: absolute offset, key, value, timestamp.
+func recordFields(body []byte, h *batchHeader) (int64, []byte, []byte, int64, error) {
+	if len(body) < 1 {
+		return 0, nil, nil, 0, fmt.Errorf("%w: empty record at offset %d", ErrDataLoss, h.BaseOffset)
+	}
+	r := recReader{b: body[1:]}
+	tsDelta := r.varint()
+	od := r.varint()
+	key := r.bytes()
+	value := r.bytes()
+	if r.err != nil {
+		return 0, nil, nil, 0, fmt.Errorf("%w: record at offset %d: %v", ErrDataLoss, h.BaseOffset, r.err)
+	}
+	ts := h.BaseTimestamp + tsDelta
+	if h.Attributes&attrTimestampType != 0 {
+		ts = h.MaxTimestamp
+	}
+	return h.BaseOffset + od, key, value, ts, nil
+}
+
+// filterBatch rebuilds a stored frame with the records keep accepts, uncompressed, with
+// the same base offset, last offset delta, timestamps and producer fields and a new
+// CRC. It returns the new frame (nil when all records are kept, or none and not
+// retain), and the counts. With retain a batch of no records is kept as a header (a
+// producer's last batch: Kafka keeps it so the producer state survives).
+func filterBatch(frame []byte, h *batchHeader, retain bool, keep func(off int64, key, value []byte, ts int64) bool) ([]byte, int, int, error) {
+	recs, err := recordsSection(frame, h)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	var body []byte
+	kept, total := 0, 0
+	for len(recs) > 0 && total < int(h.RecordCount) {
+		l, k := binary.Varint(recs)
+		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
+			return nil, 0, 0, fmt.Errorf("%w: record length at offset %d", ErrDataLoss, h.BaseOffset)
+		}
+		whole := recs[:k+int(l)]
+		off, key, value, ts, err := recordFields(recs[k:k+int(l)], h)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		total++
+		if keep(off, key, value, ts) {
+			kept++
+			body = append(body, whole...)
+		}
+		recs = recs[k+int(l):]
+	}
+	if kept == total || kept == 0 && !retain {
+		return nil, kept, total, nil
+	}
+	out := make([]byte, batchHeaderLen, batchHeaderLen+len(body))
+	copy(out, frame[:batchHeaderLen])
+	out = append(out, body...)
+	binary.BigEndian.PutUint32(out[offBatchLength:], uint32(len(out)-batchLengthField))
+	attrs := binary.BigEndian.Uint16(out[offAttributes:]) &^ uint16(attrCompressionMask)
+	binary.BigEndian.PutUint16(out[offAttributes:], attrs)
+	binary.BigEndian.PutUint32(out[offRecordCount:], uint32(kept))
+	binary.BigEndian.PutUint32(out[offCRC:], crc32.Checksum(out[offAttributes:], castagnoli))
+	return out, kept, total, nil
+}
+
+// swapSegment replaces the sealed segment old with a segment of the frames data, at
+// the same base offset (see the package comment for the crash-safe order).
+func (l *Log) swapSegment(old *segment, data []byte) error {
+	dir := l.dir
+	name := segmentName(old.base, ".log")
+	tmp := filepath.Join(dir, name+cleanSuffix)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	fail := func(err error) error {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return fmt.Errorf("%w: clean %s: %v", ErrStorage, old.path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	ns := newSegment(old.base, old.path, f, old.createdMs)
+	ns.size.Store(int64(len(data)))
+	for pos := 0; pos < len(data); {
+		h := parseHeader(data[pos:])
+		ns.addIndex(&h, int64(pos))
+		pos += int(h.Length)
+	}
+	ns.next = old.next
+	ns.maxTS.Store(max(ns.maxTS.Load(), old.maxTS.Load()))
+	if old.firstTS >= 0 {
+		ns.firstTS = old.firstTS
+	}
+	ns.lastBase = max(ns.lastBase, old.base)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return ErrClosed
+	}
+	idx := -1
+	for i, s := range l.segs {
+		if s == old {
+			idx = i
+		}
+	}
+	if idx < 0 || old == l.active {
+		// Retention removed it meanwhile.
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return nil
+	}
+	for _, ext := range []string{".index", ".timeindex"} {
+		if err := os.Remove(filepath.Join(dir, segmentName(old.base, ext))); err != nil && !os.IsNotExist(err) {
+			return fail(err)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, old.path); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(dir); err != nil {
+		l.failLocked(err)
+		return fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	segs := append([]*segment(nil), l.segs...)
+	segs[idx] = ns
+	l.segMu.Lock()
+	l.segs = segs
+	l.segMu.Unlock()
+	_ = old.close()
+	if err := ns.writeIndexes(); err != nil {
+		l.log.Warn("write indexes of a cleaned segment (rebuilt at the next start)", zap.String("segment", ns.path), zap.Error(err))
+	}
+	return nil
+}
+
+// isCleanLeftover reports a file of a cleaner pass a crash interrupted (openLog
+// removes them).
+func isCleanLeftover(name string) bool { return strings.HasSuffix(name, cleanSuffix) }
+
+// sparseOffset is the offset of a record of a cleaned batch (fewer records than its
+// offset range): the base offset plus the record's offset delta; -1 when unreadable.
+func sparseOffset(body []byte, base int64) int64 {
+	if len(body) < 1 {
+		return -1
+	}
+	r := recReader{b: body[1:]}
+	_ = r.varint()
+	od := r.varint()
+	if r.err != nil || od < 0 || od > math.MaxInt32 {
+		return -1
+	}
+	return base + od
+}
