@@ -139,6 +139,19 @@ func (c *Coordinator) ConsumerGroupHeartbeat(ctx context.Context, req *coordinat
 		}
 		o, changed := c.heartbeat(d, req, topics, now)
 		out = answer(o, d)
+		if ce := c.log.Check(zap.DebugLevel, "consumer group heartbeat"); ce != nil {
+			fields := []zap.Field{zap.String("group", id), zap.String("member", req.GetMemberId()),
+				zap.Int32("request_epoch", req.GetMemberEpoch()), zap.Int16("error_code", o.code),
+				zap.Int32("group_epoch", d.GroupEpoch), zap.Int32("assignment_epoch", d.AssignmentEpoch)}
+			if req.GetHasTopicPartitions() {
+				fields = append(fields, zap.Any("owned", owned(req)))
+			}
+			if o.member != nil {
+				fields = append(fields, zap.Int32("epoch", o.epoch), zap.String("state", o.member.State),
+					zap.Any("assigned", o.member.Assigned), zap.Any("revoking", o.member.Revoking), zap.Bool("sent", o.sendAll))
+			}
+			ce.Write(fields...)
+		}
 		return changed && o.code == 0, nil
 	})
 	if err != nil {
