@@ -188,10 +188,15 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 	}
 	var out *storagev1.FetchResponse
 	var err error
-	if res, ok := h.ahead.take(sctx, keys, req.MinBytes); ok {
+	if res, release, ok := h.ahead.take(sctx, keys, req.MinBytes); ok {
 		out = &storagev1.FetchResponse{Results: res}
+		r.release = append(r.release, release)
 	} else {
-		out, err = h.storage.Fetch(sctx, sreq)
+		var buf *fetchBuf
+		out, buf, err = fetchOwned(sctx, h.storage, sreq)
+		if buf != nil {
+			r.release = append(r.release, buf.release)
+		}
 	}
 	if err == nil && h.drainCtx.Err() == nil && !fenced {
 		h.ahead.start(h.storage, h.drainCtx, sreq, out.GetResults())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -33,12 +34,24 @@ type fetchAheadKey struct {
 	iso      storagev1.IsolationLevel
 }
 
-// aheadCall is one prefetch call to storage-core, shared by the entries it fills.
+// aheadCall is one prefetch call to storage-core, shared by the entries it fills. Its
+// answer's buffer goes back to the pool when the last of its holders lets go: each
+// entry while held, each Fetch that took one until its response is written, and the
+// call itself until it finished.
 type aheadCall struct {
 	done    chan struct{}
 	results map[fetchAheadKey]*storagev1.FetchChannelResult // complete when done closes; nil on error
-	per     int64                                           // bytes accounted per entry
+	buf     *fetchBuf                                       // the results' buffer, set before done closes
+	refs    atomic.Int32
+	per     int64 // bytes accounted per entry
 	at      time.Time
+}
+
+// release drops one holder of c.
+func (c *aheadCall) release() {
+	if c.refs.Add(-1) == 0 {
+		c.buf.release()
+	}
 }
 
 // fetchAhead holds prefetched ranges until they are taken or expire.
@@ -53,8 +66,9 @@ func newFetchAhead() *fetchAhead { return &fetchAhead{entries: map[fetchAheadKey
 // take removes and returns the prefetched results for exactly keys, waiting (up to ctx)
 // for a call still in flight; ok is false unless every key was prefetched and every
 // result has data and no error, and they hold at least minBytes in all (the caller
-// then reads from storage-core as usual, which waits for min_bytes).
-func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey, minBytes int32) (res []*storagev1.FetchChannelResult, ok bool) {
+// then reads from storage-core as usual, which waits for min_bytes). When ok, release
+// must be called once nothing reads the results any more (they view pooled buffers).
+func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey, minBytes int32) (res []*storagev1.FetchChannelResult, release func(), ok bool) {
 	f.mu.Lock()
 	calls := make([]*aheadCall, len(keys))
 	now := time.Now()
@@ -62,45 +76,62 @@ func (f *fetchAhead) take(ctx context.Context, keys []fetchAheadKey, minBytes in
 		c := f.entries[k]
 		if c == nil || now.Sub(c.at) > fetchAheadTTL {
 			f.mu.Unlock()
-			return nil, false
+			return nil, nil, false
 		}
 		calls[i] = c
 	}
 	for _, k := range keys {
-		f.removeLocked(k)
+		f.removeLocked(k, false) // the entry's hold passes to us
 	}
 	f.mu.Unlock()
+	release = func() {
+		for _, c := range calls {
+			c.release()
+		}
+	}
 	res = make([]*storagev1.FetchChannelResult, len(keys))
 	total := 0
 	for i, c := range calls {
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return nil, false
+			release()
+			return nil, nil, false
 		}
 		r := c.results[keys[i]]
 		if r == nil || r.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED || len(r.GetBatches()) == 0 {
-			return nil, false
+			release()
+			return nil, nil, false
 		}
 		res[i] = r
 		total += len(r.GetBatches())
 	}
-	return res, total >= int(minBytes)
+	if total < int(minBytes) {
+		release()
+		return nil, nil, false
+	}
+	return res, release, true
 }
 
-func (f *fetchAhead) removeLocked(k fetchAheadKey) {
+// removeLocked removes k's entry; drop releases the entry's hold on its call (false:
+// the caller takes it over).
+func (f *fetchAhead) removeLocked(k fetchAheadKey, drop bool) {
 	if c, ok := f.entries[k]; ok {
 		delete(f.entries, k)
 		f.bytes -= c.per
+		if drop {
+			c.release()
+		}
 	}
 }
 
 // clear drops everything (topics changed: a recreated topic must not see old data).
 func (f *fetchAhead) clear() {
 	f.mu.Lock()
-	f.entries = map[fetchAheadKey]*aheadCall{}
-	f.bytes = 0
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	for k := range f.entries {
+		f.removeLocked(k, true)
+	}
 }
 
 // start prefetches the ranges following results, when every one of them returned data
@@ -134,7 +165,7 @@ func (f *fetchAhead) start(storage storagev1.StorageServiceClient, base context.
 	now := time.Now()
 	for k, e := range f.entries {
 		if now.Sub(e.at) > fetchAheadTTL {
-			f.removeLocked(k)
+			f.removeLocked(k, true)
 		}
 	}
 	if f.bytes+size > fetchAheadMaxBytes {
@@ -147,6 +178,7 @@ func (f *fetchAhead) start(storage storagev1.StorageServiceClient, base context.
 			return
 		}
 	}
+	c.refs.Store(int32(len(keys)) + 1) // the entries and the call
 	for _, k := range keys {
 		f.entries[k] = c
 		f.bytes += c.per
@@ -158,19 +190,21 @@ func (f *fetchAhead) start(storage storagev1.StorageServiceClient, base context.
 		defer f.mu.Unlock()
 		for _, k := range keys {
 			if f.entries[k] == c {
-				f.removeLocked(k)
+				f.removeLocked(k, true)
 			}
 		}
 	})
 	go func() {
+		defer c.release()
 		defer close(c.done)
 		ctx, cancel := context.WithTimeout(base, 15*time.Second)
 		defer cancel()
-		out, err := storage.Fetch(ctx, next)
+		out, buf, err := fetchOwned(ctx, storage, next)
 		if err != nil {
 			c.results = nil
 			return
 		}
+		c.buf = buf
 		for i, r := range out.GetResults() {
 			if i < len(keys) {
 				c.results[keys[i]] = r

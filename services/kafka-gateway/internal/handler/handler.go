@@ -130,6 +130,18 @@ type Request struct {
 	// after Handle returns: a produce whose batches went to storage-core by reference
 	// (appendWire) without an answer, so gRPC may still be writing them.
 	bodyInUse atomic.Bool
+	// release frees what the response views (Fetch: pooled storage buffers).
+	release []func()
+}
+
+// Release frees the buffers the response returned by Handle views (a Fetch response's
+// record batches); call it once, after the response was encoded or written, and read
+// the response no more. Never calling it is safe: the garbage collector frees them.
+func (r *Request) Release() {
+	for _, f := range r.release {
+		f()
+	}
+	r.release = nil
 }
 
 // BodyInUse reports whether the frame Body was decoded from may still be read after

@@ -511,6 +511,8 @@ type pending struct {
 	// closeAfter closes the connection once this answer is written (a failed
 	// authentication step).
 	closeAfter bool
+	// req, when set, is released (Request.Release) once resp is encoded.
+	req *handler.Request
 }
 
 // serveConn reads requests from c, handles each in its own goroutine, and writes the
@@ -663,7 +665,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 					s.bodies.put(frame)
 				}
 				req.Turn.Finish()
-				p.resp, p.err = resp, err
+				p.resp, p.err, p.req = resp, err, req
 				close(p.done)
 			}()
 		}
@@ -716,6 +718,13 @@ func (s *Server) decode(frame []byte) (*pending, *handler.Request, error) {
 func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pending, log *zap.Logger) {
 	bw := bufio.NewWriterSize(responseWriter(c), 64<<10)
 	var buf []byte
+	// Fetch responses with record batches are written in pieces (fetchFrame), with one
+	// writev on a plaintext TCP connection; through bw otherwise (TLS coalesces them).
+	var (
+		ff     fetchFrame
+		pieces [][]byte
+	)
+	tcp, _ := c.(*net.TCPConn)
 	for {
 		var (
 			p  *pending
@@ -770,6 +779,20 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 		if p.resp == nil {
 			continue
 		}
+		if fr, ok := p.resp.(*kmsg.FetchResponse); ok && ff.encode(p.corr, fr) {
+			p.resp = nil
+			pieces = ff.pieces(pieces[:0])
+			err := writePieces(bw, tcp, pieces)
+			clear(pieces)
+			ff.reset()
+			if p.req != nil {
+				p.req.Release() // written (or copied into bw)
+			}
+			if err != nil {
+				return
+			}
+			continue
+		}
 		if buf == nil {
 			if b, ok := bigBufs.Get().(*[]byte); ok {
 				buf = *b
@@ -777,6 +800,9 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 		}
 		buf = encodeResponse(buf, p.corr, p.resp)
 		p.resp = nil
+		if p.req != nil {
+			p.req.Release() // the response's bytes are in buf now
+		}
 		if _, err := bw.Write(buf); err != nil {
 			return
 		}
@@ -792,6 +818,25 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 			buf = nil
 		}
 	}
+}
+
+// writePieces writes a frame's pieces after what bw holds: flushed, then one writev
+// when tcp is set, else each through bw.
+func writePieces(bw *bufio.Writer, tcp *net.TCPConn, pieces [][]byte) error {
+	if tcp == nil {
+		for _, p := range pieces {
+			if _, err := bw.Write(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	bufs := net.Buffers(pieces)
+	_, err := bufs.WriteTo(tcp)
+	return err
 }
 
 // smallResponse is the largest encoding buffer a connection keeps for itself.
