@@ -22,9 +22,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +64,10 @@ type config struct {
 	txnRecords  int
 	txnProds    []int
 	saslSSL     bool
+	profileDir  string
+	profileSecs int
+	fanGroups   int
+	fanRecords  int
 }
 
 // target is a Kafka endpoint under test.
@@ -82,6 +91,8 @@ type target struct {
 type proc struct {
 	name string
 	pid  int
+	// http is the process's --http-addr (its /debug/pprof and /metrics).
+	http string
 }
 
 // cpuNow returns the CPU time used so far by this process and each of procs.
@@ -119,6 +130,123 @@ type result struct {
 	// cpu is, in the throughput cases, the CPU time used by the client process (kfake
 	// included) and then each of the target's procs during the case.
 	cpu []time.Duration
+	// gc is, in the latency case, the garbage collection pauses of the same processes.
+	gc []gcStat
+	// fsync50 and fsync99 are, in the latency case, storage-core's fsync latency
+	// quantiles (bucket upper bounds; -1 above the last) over fsyncs fsyncs.
+	fsync50, fsync99 time.Duration
+	fsyncs           int
+}
+
+// gcStat is the garbage collection stop-the-world pause time and number of
+// collections of a process; ok is false when they could not be read.
+type gcStat struct {
+	pause time.Duration
+	n     int64
+	ok    bool
+}
+
+// gcNow returns the GC pauses so far of this process (runtime) and each of procs (their
+// /metrics go_gc_duration_seconds sum and count).
+func gcNow(procs []proc) []gcStat {
+	var st debug.GCStats
+	debug.ReadGCStats(&st)
+	out := []gcStat{{st.PauseTotal, st.NumGC, true}}
+	for _, p := range procs {
+		m := scrape(p.http)
+		sum, ok1 := m["go_gc_duration_seconds_sum"]
+		n, ok2 := m["go_gc_duration_seconds_count"]
+		out = append(out, gcStat{time.Duration(sum * float64(time.Second)), int64(n), ok1 && ok2})
+	}
+	return out
+}
+
+// gcSince returns the GC pauses since before (from gcNow).
+func gcSince(procs []proc, before []gcStat) []gcStat {
+	now := gcNow(procs)
+	for i := range now {
+		now[i].pause -= before[i].pause
+		now[i].n -= before[i].n
+		now[i].ok = now[i].ok && before[i].ok
+	}
+	return now
+}
+
+// scrape returns the samples of http://addr/metrics (Prometheus text format) by series
+// (name and labels as written); empty when unreadable.
+func scrape(addr string) map[string]float64 {
+	out := map[string]float64{}
+	if addr == "" {
+		return out
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i <= 0 {
+			continue
+		}
+		if f, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = f
+		}
+	}
+	return out
+}
+
+// fsyncHist is storage-core's fsync latency histogram (tributary_storage_fsync_seconds):
+// cumulative counts by upper bound in seconds.
+type fsyncHist map[float64]float64
+
+const fsyncMetric = "tributary_storage_fsync_seconds_bucket{le=\""
+
+func fsyncNow(procs []proc) fsyncHist {
+	h := fsyncHist{}
+	for _, p := range procs {
+		if p.name != "storage" {
+			continue
+		}
+		for k, v := range scrape(p.http) {
+			if le, ok := strings.CutPrefix(k, fsyncMetric); ok {
+				if b, err := strconv.ParseFloat(strings.TrimSuffix(le, "\"}"), 64); err == nil {
+					h[b] = v
+				}
+			}
+		}
+	}
+	return h
+}
+
+// quantileSince returns the upper bound of the bucket holding quantile q of the fsyncs
+// since before, and their number.
+func (h fsyncHist) quantileSince(before fsyncHist, q float64) (time.Duration, int) {
+	bounds := make([]float64, 0, len(h))
+	for b := range h {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 {
+		return 0, 0
+	}
+	total := h[bounds[len(bounds)-1]] - before[bounds[len(bounds)-1]]
+	for _, b := range bounds {
+		if total > 0 && h[b]-before[b] >= q*total {
+			if math.IsInf(b, 1) {
+				return -1, int(total)
+			}
+			return time.Duration(b * float64(time.Second)), int(total)
+		}
+	}
+	return 0, int(total)
 }
 
 func (r result) perSec() float64 { return float64(r.records) / r.elapsed.Seconds() }
@@ -137,6 +265,10 @@ func main() {
 	flag.BoolVar(&cfg.txn, "txn", true, "run the transactional case")
 	flag.IntVar(&cfg.txnRecords, "txn-records", 100, "records per transaction in the transactional case")
 	flag.BoolVar(&cfg.saslSSL, "sasl-ssl", true, "also run the throughput cases over the same stack's SASL_SSL listener (TLS 1.3, SCRAM-SHA-512) and print their ratio to PLAINTEXT (the bar: >= 0.70x)")
+	flag.IntVar(&cfg.fanGroups, "fanout-groups", 4, "consumer groups of the fan-out case, reading one 6-partition topic while it is produced (0: no fan-out case)")
+	flag.IntVar(&cfg.fanRecords, "fanout-records", 300_000, "records produced in the fan-out case (the same load on every target)")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the first round of each tributary consume case into this directory (client, gateway, storage)")
+	flag.IntVar(&cfg.profileSecs, "profile-seconds", 5, "length of the gateway and storage profiles of -profile, in seconds (the client's covers the consume)")
 	txnProds := flag.String("txn-producers", "16,4,64", "concurrent transactional producers (one transactional id each), comma separated: one transactional case per count, the same load on every target; the first is the bar's (see tests/e2e/README.md)")
 	flag.Parse()
 	for _, f := range strings.Split(*txnProds, ",") {
@@ -186,7 +318,7 @@ func run(cfg config) error {
 				fmt.Fprintln(os.Stderr, "close stack:", err)
 			}
 		}()
-		procs := []proc{{"gateway", s.Gateways[0].Pid()}, {"storage", s.Storage.Pid()}}
+		procs := []proc{{"gateway", s.Gateways[0].Pid(), s.Gateways[0].HTTPAddr}, {"storage", s.Storage.Pid(), s.Storage.HTTPAddr}}
 		targets = append(targets, target{name: "tributary", procs: procs, fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
 		if cfg.saslSSL {
 			targets = append(targets, target{name: "sasl_ssl", opts: secure, throughputOnly: true, procs: procs,
@@ -247,7 +379,11 @@ func run(cfg config) error {
 		runs := make([][2][]result, len(targets)) // [target][produce, consume][round]
 		for round := 0; round < cfg.rounds; round++ {
 			for i, tg := range targets {
-				p, c, err := throughput(ctx, cfg, tg, parts)
+				prof := ""
+				if cfg.profileDir != "" && round == 0 && len(tg.procs) > 0 {
+					prof = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-consume-%dp", tg.name, parts))
+				}
+				p, c, err := throughput(ctx, cfg, tg, parts, prof)
 				if err != nil {
 					return fmt.Errorf("%s, %d partitions: %w", tg.name, parts, err)
 				}
@@ -263,6 +399,20 @@ func run(cfg config) error {
 			cons.res = append(cons.res, median(runs[i][1]))
 		}
 		rows = append(rows, prod, cons)
+	}
+	var fanRuns [][]fanResult // [full target][round]
+	if cfg.fanGroups > 0 {
+		fanRuns = make([][]fanResult, len(full))
+		for round := 0; round < cfg.rounds; round++ {
+			for i, tg := range full {
+				r, err := fanout(ctx, cfg, tg)
+				if err != nil {
+					return fmt.Errorf("%s fan-out: %w", tg.name, err)
+				}
+				fanRuns[i] = append(fanRuns[i], r)
+				fmt.Printf("  round %d %-9s fan-out, %d groups: %9.0f rec/s in total, produce %9.0f rec/s\n", round+1, tg.name, cfg.fanGroups, r.total.perSec(), r.produce.perSec())
+			}
+		}
 	}
 	var txnRuns [][][]result // [producer count][full target][round]
 	if cfg.txn {
@@ -349,6 +499,45 @@ func run(cfg config) error {
 		fmt.Println("  the SASL_SSL bar: ssl/plain >= 0.70x (TLS costs at most 30 % of plaintext throughput)")
 	}
 	bothFull := len(full) == 2
+	if len(fanRuns) > 0 {
+		fan := make([]fanResult, len(fanRuns))
+		for i := range fanRuns {
+			fan[i] = medianFan(fanRuns[i])
+		}
+		line := fmt.Sprintf("%-24s", fmt.Sprintf("fan-out %d groups, total", cfg.fanGroups))
+		for _, f := range fan {
+			line += fmt.Sprintf(" %14.0f", f.total.perSec())
+		}
+		if bothFull {
+			line += fmt.Sprintf(" %7.2fx   (%d records to 6 partitions, read by every group while produced; the bar: >= 1.5x)", fan[0].total.perSec()/fan[1].total.perSec(), cfg.fanRecords)
+		}
+		fmt.Println(line)
+		for g := 0; g < cfg.fanGroups; g++ {
+			line := fmt.Sprintf("%-24s", fmt.Sprintf("  group %d", g+1))
+			for _, f := range fan {
+				line += fmt.Sprintf(" %14.0f", f.groups[g].perSec())
+			}
+			fmt.Println(line)
+		}
+		line = fmt.Sprintf("%-24s", "  produce meanwhile")
+		for _, f := range fan {
+			line += fmt.Sprintf(" %14.0f", f.produce.perSec())
+		}
+		fmt.Println(line)
+		for i, tg := range full {
+			line := fmt.Sprintf("  CPU per record read    %-9s", tg.name)
+			var total time.Duration
+			for j, d := range fan[i].total.cpu {
+				name := "client"
+				if j > 0 {
+					name = tg.procs[j-1].name
+				}
+				line += fmt.Sprintf(" %s %.1f", name, perRecord(d, fan[i].total.records))
+				total += d
+			}
+			fmt.Printf("%s, total %.1f µs\n", line, perRecord(total, fan[i].total.records))
+		}
+	}
 	for k, runs := range txnRuns {
 		prods := cfg.txnProds[k]
 		txn := make([]result, len(runs))
@@ -400,6 +589,25 @@ func run(cfg config) error {
 		line += fmt.Sprintf(" %14.0f", r.perSec())
 	}
 	fmt.Println(line)
+	fmt.Println("GC stop-the-world pauses during the latency case (total, collections; client includes kfake when it is the target)")
+	for i, tg := range full {
+		line := fmt.Sprintf("  %-22s", tg.name)
+		for j, g := range lat[i].gc {
+			name := "client"
+			if j > 0 {
+				name = tg.procs[j-1].name
+			}
+			if !g.ok {
+				line += fmt.Sprintf(" %s n/a", name)
+				continue
+			}
+			line += fmt.Sprintf(" %s %v (%d)", name, g.pause.Round(10*time.Microsecond), g.n)
+		}
+		fmt.Println(line)
+		if r := lat[i]; r.fsyncs > 0 {
+			fmt.Printf("  %-22s storage fsyncs %d, p50 <= %v, p99 <= %v (histogram bucket bounds; -1: above the last)\n", "", r.fsyncs, r.fsync50, r.fsync99)
+		}
+	}
 	return nil
 }
 
@@ -468,8 +676,9 @@ func randomValue(n int) []byte {
 }
 
 // throughput produces as fast as the client allows for cfg.duration, flushes, then
-// consumes everything back with a fresh consumer.
-func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, cons result, err error) {
+// consumes everything back with a fresh consumer. With profile set, CPU profiles of the
+// consume are written to profile-{client,gateway,storage}.pprof.
+func throughput(ctx context.Context, cfg config, tg target, parts int32, profile string) (prod, cons result, err error) {
 	addrs, closeFn, err := tg.fresh()
 	if err != nil {
 		return prod, cons, err
@@ -522,6 +731,13 @@ func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, 
 	defer cc.Close()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	stopProfiles := func() {}
+	if profile != "" {
+		if stopProfiles, err = startProfiles(profile, cfg.profileSecs, tg.procs); err != nil {
+			return prod, cons, err
+		}
+	}
+	defer stopProfiles()
 	cpu0 = cpuNow(tg.procs)
 	start = time.Now()
 	n := 0
@@ -537,6 +753,167 @@ func throughput(ctx context.Context, cfg config, tg target, parts int32) (prod, 
 	}
 	cons = result{records: n, elapsed: time.Since(start), cpu: cpuSince(tg.procs, cpu0)}
 	return prod, cons, nil
+}
+
+// fanResult is one round of the fan-out case.
+type fanResult struct {
+	groups  []result // records read by each group, until it had them all
+	total   result   // all groups' records over the time until the last finished
+	produce result
+}
+
+// medianFan returns the round with the median total rate.
+func medianFan(rs []fanResult) fanResult {
+	rs = append([]fanResult(nil), rs...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].total.perSec() < rs[j].total.perSec() })
+	return rs[len(rs)/2]
+}
+
+// fanout produces cfg.fanRecords records as fast as the producer allows to a fresh
+// 6-partition topic while cfg.fanGroups consumer groups (one kgo client each, from the
+// start) read it; each group's rate is its records over the time from the start until
+// it had read every record, the total the sum of records over the time until the last
+// group finished.
+func fanout(ctx context.Context, cfg config, tg target) (fanResult, error) {
+	const parts = 6
+	addrs, closeFn, err := tg.fresh()
+	if err != nil {
+		return fanResult{}, err
+	}
+	defer closeFn()
+	topic, err := newTopic(ctx, tg, addrs, parts)
+	if err != nil {
+		return fanResult{}, err
+	}
+	want := cfg.fanRecords
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var consumers []*kgo.Client
+	for g := 0; g < cfg.fanGroups; g++ {
+		cc, err := tg.client(addrs, kgo.ConsumeTopics(topic), kgo.ConsumerGroup(fmt.Sprintf("%s-group-%d", topic, g)),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+		if err != nil {
+			return fanResult{}, err
+		}
+		defer cc.Close()
+		consumers = append(consumers, cc)
+	}
+	cl, err := producer(tg, addrs, topic)
+	if err != nil {
+		return fanResult{}, err
+	}
+	defer cl.Close()
+	value := randomValue(cfg.recordBytes)
+	out := fanResult{groups: make([]result, cfg.fanGroups)}
+	errs := make([]error, cfg.fanGroups)
+	var wg sync.WaitGroup
+	cpu0 := cpuNow(tg.procs)
+	start := time.Now()
+	for g, cc := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 0
+			for n < want {
+				fs := cc.PollFetches(cctx)
+				if cctx.Err() != nil {
+					errs[g] = fmt.Errorf("group %d: read %d of %d: %w", g+1, n, want, cctx.Err())
+					return
+				}
+				if e := fs.Errors(); len(e) > 0 {
+					errs[g] = fmt.Errorf("group %d: %w", g+1, e[0].Err)
+					return
+				}
+				n += fs.NumRecords()
+			}
+			out.groups[g] = result{records: n, elapsed: time.Since(start)}
+		}()
+	}
+	var (
+		firstMu sync.Mutex
+		first   error
+	)
+	for i := 0; i < want && cctx.Err() == nil; i++ {
+		cl.Produce(cctx, &kgo.Record{Key: []byte(fmt.Sprintf("k%d", i%1024)), Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				firstMu.Lock()
+				if first == nil {
+					first = err
+				}
+				firstMu.Unlock()
+			}
+		})
+	}
+	if err := cl.Flush(cctx); err != nil {
+		cancel()
+		wg.Wait()
+		return fanResult{}, err
+	}
+	out.produce = result{records: want, elapsed: time.Since(start)}
+	if first != nil {
+		cancel()
+		wg.Wait()
+		return fanResult{}, fmt.Errorf("produce: %w", first)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fanResult{}, err
+	}
+	out.total = result{elapsed: time.Since(start), cpu: cpuSince(tg.procs, cpu0)}
+	for _, g := range out.groups {
+		out.total.records += g.records
+	}
+	return out, nil
+}
+
+// startProfiles starts a CPU profile of this process into prefix-client.pprof and
+// asks each of procs for a secs-second one (/debug/pprof/profile on its HTTP address)
+// into prefix-NAME.pprof. stop ends the client's and waits for the others.
+func startProfiles(prefix string, secs int, procs []proc) (stop func(), err error) {
+	f, err := os.Create(prefix + "-client.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.http, secs), prefix+"-"+p.name+".pprof"); err != nil {
+				fmt.Fprintf(os.Stderr, "profile of %s: %v\n", p.name, err)
+			}
+		}()
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		wg.Wait()
+	}, nil
+}
+
+// fetchProfile writes the body of url to path.
+func fetchProfile(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // latency produces at a fixed cfg.rate for cfg.latencyDur to 6 partitions and reports
@@ -562,6 +939,7 @@ func latency(ctx context.Context, cfg config, tg target) (result, error) {
 		lats  []time.Duration
 		first error
 	)
+	gc0, fs0 := gcNow(tg.procs), fsyncNow(tg.procs)
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -603,7 +981,12 @@ func latency(ctx context.Context, cfg config, tg target) (result, error) {
 	}
 	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
 	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
-	return result{records: len(lats), elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1]}, nil
+	r := result{records: len(lats), elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1],
+		gc: gcSince(tg.procs, gc0)}
+	fs := fsyncNow(tg.procs)
+	r.fsync50, r.fsyncs = fs.quantileSince(fs0, 0.50)
+	r.fsync99, _ = fs.quantileSince(fs0, 0.99)
+	return r, nil
 }
 
 // transactional runs prods kgo transactional producers against a fresh
