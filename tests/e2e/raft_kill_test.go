@@ -70,7 +70,7 @@ func freeAddr(t *testing.T) string {
 // to another node on any other error, while faults strike with appends in flight:
 // SIGKILL of the channel's leader, SIGKILL of a follower, SIGSTOP of the leader for
 // longer than the election timeout then SIGCONT, SIGKILL of the leader again (each
-// killed node restarted later). Verdict: every node holds the same records,
+// killed node restarted later), then SIGKILL of all three and a restart. Verdict: every node holds the same records,
 // every acknowledged value exactly once at the sequence it was acknowledged with, and
 // nothing else (0 lost, 0 duplicates). The longest gap between acknowledgements (a
 // failover) is printed.
@@ -173,7 +173,9 @@ func TestRaftFaultsUnderIdempotentAppends(t *testing.T) {
 	faultDone := make(chan struct{})
 	close(faultDone)
 	down := -1
-	for seq := int32(0); len(acked) < total; seq++ {
+	seq := int32(0)
+	// write appends the next value until it is acknowledged.
+	write := func() {
 		v := fmt.Sprintf("value-%05d", seq)
 		var first int64
 		var dup bool
@@ -193,6 +195,10 @@ func TestRaftFaultsUnderIdempotentAppends(t *testing.T) {
 		if dup {
 			dups++
 		}
+		seq++
+	}
+	for len(acked) < total {
+		write()
 		for _, f := range faults {
 			if f.restart == len(acked) && down >= 0 {
 				<-faultDone
@@ -238,7 +244,25 @@ func TestRaftFaultsUnderIdempotentAppends(t *testing.T) {
 	if down >= 0 {
 		nodes[down].start(t, bin)
 	}
-	t.Logf("%d values acknowledged (%d as an idempotent retry's duplicate); longest gap between acknowledgements %v", total, dups, longest)
+	// Restart of all three (SIGKILL): each rebuilds its channels from its WAL, they
+	// elect again, and the writer goes on.
+	time.Sleep(500 * time.Millisecond)
+	t.Logf("after %d values: kill -9 of all three, restart", len(acked))
+	for _, n := range nodes {
+		n.kill()
+	}
+	for _, n := range nodes {
+		n.start(t, bin)
+	}
+	restarted := time.Now()
+	last = restarted
+	write()
+	t.Logf("first acknowledgement %v after the restart of all three", time.Since(restarted))
+	for len(acked) < total+100 {
+		write()
+	}
+	t.Logf("%d values acknowledged (%d as an idempotent retry's duplicate); longest gap between acknowledgements %v", len(acked), dups, longest)
+	want := len(acked)
 
 	for i, n := range nodes {
 		deadline := time.Now().Add(30 * time.Second)
@@ -256,11 +280,11 @@ func TestRaftFaultsUnderIdempotentAppends(t *testing.T) {
 				got = append(got, r.GetRecords()...)
 				from = got[len(got)-1].GetSequence() + 1
 			}
-			if err == nil && len(got) >= total {
+			if err == nil && len(got) >= want {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("node %d holds %d records (%v), want %d", i+1, len(got), err, total)
+				t.Fatalf("node %d holds %d records (%v), want %d", i+1, len(got), err, want)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -284,8 +308,8 @@ func TestRaftFaultsUnderIdempotentAppends(t *testing.T) {
 				t.Fatalf("node %d: acknowledged %s lost", i+1, v)
 			}
 		}
-		if !slices.IsSortedFunc(got, func(a, b *storagev1.Record) int { return int(a.GetSequence() - b.GetSequence()) }) || len(got) != total {
-			t.Fatalf("node %d: %d records, want %d in sequence order", i+1, len(got), total)
+		if !slices.IsSortedFunc(got, func(a, b *storagev1.Record) int { return int(a.GetSequence() - b.GetSequence()) }) || len(got) != want {
+			t.Fatalf("node %d: %d records, want %d in sequence order", i+1, len(got), want)
 		}
 	}
 }
