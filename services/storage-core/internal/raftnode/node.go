@@ -110,20 +110,17 @@ const (
 	itemDurable
 	itemStep
 	itemUnreachable
-	itemCompact
-	itemCampaign
 	itemRemove
 )
 
 type item struct {
-	kind  itemKind
-	g     *group
-	m     raftpb.Message
-	msgs  []raftpb.Message
-	p     *proposal
-	data  []byte
-	peer  uint64
-	index uint64
+	kind itemKind
+	g    *group
+	m    raftpb.Message
+	msgs []raftpb.Message
+	p    *proposal
+	data []byte
+	peer uint64
 }
 
 type proposal struct {
@@ -333,14 +330,6 @@ func (n *Node) Leader(id uint64) (leader uint64, addr string, term uint64, err e
 	return l, n.cfg.Peers[l], g.term.Load(), nil
 }
 
-// Applied is the last index the group's state machine applied (tests, checkpoints).
-func (n *Node) Applied(id uint64) uint64 {
-	if g := n.group(id); g != nil {
-		return g.applied.Load()
-	}
-	return 0
-}
-
 func (n *Node) group(id uint64) *group {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -443,26 +432,6 @@ func (n *Node) RemoveGroup(id uint64) {
 	g.qmu.Unlock()
 	n.post(item{kind: itemRemove, g: g})
 	n.wal.DropGroup(id)
-}
-
-// Campaign makes this node stand for election in group id (tests, leader moves).
-func (n *Node) Campaign(id uint64) error {
-	g := n.group(id)
-	if g == nil {
-		return ErrNoGroup
-	}
-	n.post(item{kind: itemCampaign, g: g})
-	return nil
-}
-
-// Compact lets the group's MemoryStorage drop entries up to index (the caller's
-// checkpoint: the state machine holds them durably), clamped to what was applied and,
-// on the leader, to what every follower already has (a follower behind the compacted
-// prefix would need a snapshot, step 4).
-func (n *Node) Compact(id, index uint64) {
-	if g := n.group(id); g != nil {
-		n.post(item{kind: itemCompact, g: g, index: index})
-	}
 }
 
 // Receive hands the node a batch the transport received from node from. A message
@@ -642,8 +611,9 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 	case itemDurable:
 		m := it.m
 		if m.Snapshot != nil && !raft.IsEmptySnap(*m.Snapshot) {
-			// Not reachable in step 2 (Compact keeps what followers need); applying a
-			// snapshot the WAL does not hold would lie to raft, so the group stalls.
+			// Not reached: the only snapshot raft can send is the synthetic one at index
+			// 1, which every node has. Applying one the WAL does not hold would lie to
+			// raft, so the group stalls instead (snapshots are step 4).
 			n.log.Error("raft snapshot received; snapshots are not built yet, the group stalls", zap.Uint64("group", g.id))
 			return
 		}
@@ -672,10 +642,6 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 			gg.rn.ReportUnreachable(it.peer)
 		}
 		n.mu.Unlock()
-	case itemCompact:
-		n.compact(g, it.index)
-	case itemCampaign:
-		_ = g.rn.Campaign()
 	case itemRemove:
 		g.removed = true
 		n.failPending(g.id)

@@ -84,7 +84,9 @@ type raftState struct {
 	commits map[uint64]uint64
 }
 
-func prepareRaft(_ string, opts *Options) error {
+// prepareRaft checks raft mode's options and fills their defaults (before the data
+// directory is touched).
+func prepareRaft(opts *Options) error {
 	r := opts.Raft
 	if opts.WAL || opts.FsyncInterval > 0 {
 		return fmt.Errorf("%w: raft mode has its own write-ahead log; it takes neither WAL mode nor an fsync interval", ErrInvalidArgument)

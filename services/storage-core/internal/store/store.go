@@ -135,7 +135,7 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 		opts.CheckpointInterval = time.Second
 	}
 	if opts.Raft != nil {
-		if err := prepareRaft(dir, &opts); err != nil {
+		if err := prepareRaft(&opts); err != nil {
 			return nil, err
 		}
 	}
