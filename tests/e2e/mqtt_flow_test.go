@@ -30,6 +30,12 @@ type rawMQTT struct {
 
 func rawConnect(t *testing.T, addr, clientID string) (*rawMQTT, *packets.Connack) {
 	t.Helper()
+	return rawConnectWith(t, addr, clientID, nil)
+}
+
+// rawConnectWith is rawConnect with the CONNECT changed by edit first.
+func rawConnectWith(t *testing.T, addr, clientID string, edit func(*packets.Connect)) (*rawMQTT, *packets.Connack) {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
@@ -39,6 +45,10 @@ func rawConnect(t *testing.T, addr, clientID string) (*rawMQTT, *packets.Connack
 	cp := packets.NewControlPacket(packets.CONNECT)
 	cn := cp.Content.(*packets.Connect)
 	cn.ProtocolName, cn.ProtocolVersion, cn.ClientID, cn.CleanStart, cn.KeepAlive = "MQTT", 5, clientID, true, 30
+	cn.Properties = &packets.Properties{}
+	if edit != nil {
+		edit(cn)
+	}
 	if _, err := cp.WriteTo(c); err != nil {
 		t.Fatalf("CONNECT: %v", err)
 	}
@@ -322,4 +332,92 @@ mqtt-to-kafka:
 		t.Fatalf("tributary_mqtt_listener_dropped_total = %v, want some of the %d messages dropped for the stalled subscriber", d, n)
 	}
 	t.Logf("stalled subscriber: %v of %d messages dropped for it; the live one got all", d, n)
+}
+
+// TestMQTTListenerLimits: the listener's limits answer as configured: a CONNECT past
+// max-connections gets CONNACK 0x89 (server busy); an MQTT 5 client asking for a
+// longer keep alive gets max-keepalive as Server Keep Alive, an MQTT 3.1.1 one is
+// refused with 0x02 (identifier rejected); a longer Session Expiry Interval is lowered
+// to max-session-expiry in the CONNACK; a connection that sends no CONNECT is closed
+// after connect-timeout.
+func TestMQTTListenerLimits(t *testing.T) {
+	s := stack.StartT(t, stack.Options{})
+	id := mqttID()
+	lis := stack.FreeAddr()
+	bridge := startBridge(t, s, "mqtt-bridge-limits", fmt.Sprintf(`
+id: limits
+listener:
+  addr: %[1]s
+  max-connections: 2
+  max-keepalive: 30s
+  max-session-expiry: 60s
+  connect-timeout: 1s
+mqtt-to-kafka:
+  - id: other
+    mqtt-topic-filters: ["mapped/#"]
+    kafka-topic: mqtt-limits-%[2]s
+`, lis, id))
+	a, ack := rawConnectWith(t, lis, "a-"+id, func(c *packets.Connect) { c.KeepAlive = 0 })
+	if ack.ReasonCode != 0 || ack.Properties == nil || ack.Properties.ServerKeepAlive == nil || *ack.Properties.ServerKeepAlive != 30 {
+		t.Fatalf("keep alive 0 (none): CONNACK 0x%02x %+v, want 0x00 with Server Keep Alive 30", ack.ReasonCode, ack.Properties)
+	}
+	se := uint32(3600)
+	b, ack := rawConnectWith(t, lis, "b-"+id, func(c *packets.Connect) { c.CleanStart = false; c.Properties.SessionExpiryInterval = &se })
+	if ack.ReasonCode != 0 || ack.Properties.SessionExpiryInterval == nil || *ack.Properties.SessionExpiryInterval != 60 {
+		t.Fatalf("session expiry 3600: CONNACK 0x%02x %+v, want 0x00 with Session Expiry Interval 60", ack.ReasonCode, ack.Properties)
+	}
+	if ack.Properties.ServerKeepAlive != nil {
+		t.Fatalf("keep alive 30 within max-keepalive: CONNACK has Server Keep Alive %d", *ack.Properties.ServerKeepAlive)
+	}
+	if _, ack := rawConnect(t, lis, "c-"+id); ack.ReasonCode != 0x89 {
+		t.Fatalf("third connection with max-connections 2: CONNACK 0x%02x, want 0x89 (server busy)", ack.ReasonCode)
+	}
+	if n := bridgeCounter(t, bridge, "tributary_mqtt_listener_connections"); n != 2 {
+		t.Fatalf("tributary_mqtt_listener_connections = %v, want 2", n)
+	}
+	_ = a.c.Close()
+	_ = b.c.Close()
+	for deadline := time.Now().Add(10 * time.Second); bridgeCounter(t, bridge, "tributary_mqtt_listener_connections") != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("connections not counted down after they closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// MQTT 3.1.1 with keep alive 60: CONNECT (v4), CONNACK return code 0x02.
+	c, err := net.DialTimeout("tcp", lis, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cid := "v3-" + id
+	body := append([]byte{0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 60, 0, byte(len(cid))}, cid...)
+	if _, err := c.Write(append([]byte{0x10, byte(len(body))}, body...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp := make([]byte, 4)
+	if _, err := io.ReadFull(c, resp); err != nil {
+		t.Fatalf("MQTT 3.1.1 CONNACK: %v", err)
+	}
+	if resp[0] != 0x20 || resp[3] != 0x02 {
+		t.Fatalf("MQTT 3.1.1 keep alive 60 over max-keepalive 30s: CONNACK % x, want return code 0x02", resp)
+	}
+
+	// No CONNECT at all: closed after connect-timeout (1 s).
+	idle, err := net.DialTimeout("tcp", lis, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	start := time.Now()
+	_ = idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data from a connection that sent nothing")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a connection without CONNECT was not closed after connect-timeout")
+	}
+	if d := time.Since(start); d < 500*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("connection without CONNECT closed after %v, want about connect-timeout (1s)", d)
+	}
 }

@@ -255,11 +255,8 @@ func TestListenerQoS2ResentAfterLostPubrec(t *testing.T) {
 // A connection that sends half a CONNECT is closed after connectTimeout, and does
 // not keep the bridge from stopping (the library waited for it for ever).
 func TestListenerHalfConnect(t *testing.T) {
-	old := connectTimeout
-	connectTimeout = 500 * time.Millisecond
-	defer func() { connectTimeout = old }()
 	_, addr := startBackend(t)
-	cfg, ps := config.Load([]byte("store-timeout: 1s\nhttp-addr: 127.0.0.1:0\nlistener: {addr: \"127.0.0.1:0\"}\nmqtt-to-kafka:\n  - {id: d, mqtt-topic-filters: [\"d/#\"], kafka-topic: d}\n"),
+	cfg, ps := config.Load([]byte("store-timeout: 1s\nhttp-addr: 127.0.0.1:0\nlistener: {addr: \"127.0.0.1:0\", connect-timeout: 500ms}\nmqtt-to-kafka:\n  - {id: d, mqtt-topic-filters: [\"d/#\"], kafka-topic: d}\n"),
 		func(k string) (string, bool) {
 			return addr, k == "TRIBUTARY_MQTT_STORAGE_ADDR" || k == "TRIBUTARY_MQTT_COORDINATOR_ADDR"
 		})
@@ -386,11 +383,10 @@ func TestListenerV311RefusalNotDelivered(t *testing.T) {
 // is counted as dropped, the publisher is answered as usual and the listener keeps
 // serving.
 func TestListenerSlowSubscriberBounded(t *testing.T) {
-	old := stallTimeout
-	stallTimeout = 500 * time.Millisecond
-	t.Cleanup(func() { stallTimeout = old })
 	_, addr := startBackend(t)
 	b := startListenerBridge(t, addr, 8)
+	stall := 500 * time.Millisecond
+	b.listener.pace.stall.Store(int64(stall))
 	sub := rawConnect(t, b.ListenerAddr())
 	// SUBSCRIBE id 1, no properties, "slow/#" at QoS 1; then nothing is read again.
 	filter := "slow/#"
@@ -410,8 +406,8 @@ func TestListenerSlowSubscriberBounded(t *testing.T) {
 			t.Fatalf("publish %d: %#x %v", i, rc, err)
 		}
 	}
-	if took := time.Since(start); took < stallTimeout {
-		t.Errorf("%d publishes answered in %v: the publisher was not held for the stall timeout (%v)", n, took, stallTimeout)
+	if took := time.Since(start); took < stall {
+		t.Errorf("%d publishes answered in %v: the publisher was not held for the stall timeout (%v)", n, took, stall)
 	}
 	// The library hands a message to subscribers after answering its publisher.
 	want := float64(n - subscriberHardQueue)

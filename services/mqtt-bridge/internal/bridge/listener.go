@@ -52,11 +52,17 @@ type listener struct {
 	sessions *sessions.Store
 	// dropped counts messages not delivered to subscribers that did not keep up.
 	dropped prometheus.CounterFunc
+	// refusedKeepAlive counts CONNECTs refused for their keep alive.
+	refusedKeepAlive prometheus.Counter
 }
 
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_ *listener, err error) {
 	l := &listener{b: b, cfg: c, routes: routes, slots: make(chan struct{}, c.QueueSize), log: b.log.With(zap.String("listener", c.Addr))}
 	l.pace.l = l
+	l.pace.stall.Store(int64(config.DefaultStallTimeout))
+	if c.StallTimeout > 0 {
+		l.pace.stall.Store(int64(c.StallTimeout))
+	}
 	if c.SessionDir != "" {
 		if l.sessions, err = sessions.Open(c.SessionDir, l.log); err != nil {
 			return nil, err
@@ -92,6 +98,15 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	// How many QoS 1/2 messages a client may have unacknowledged: the session store
 	// remembers that many per session for their resends.
 	caps.ReceiveMaximum = sessions.ReceiveMaximum
+	// Limits (listener config): the library refuses a CONNECT past MaximumClients
+	// (0x89 server busy, 0x03 for MQTT 3.1.1) and lowers a longer Session Expiry
+	// Interval, telling the client in its CONNACK; OnConnect applies max-keepalive.
+	if c.MaxConnections > 0 {
+		caps.MaximumClients = c.MaxConnections
+	}
+	if c.MaxSessionExpiry > 0 {
+		caps.MaximumSessionExpiryInterval = uint32(c.MaxSessionExpiry / time.Second)
+	}
 	opts := &mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
@@ -131,7 +146,13 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	if err != nil {
 		return nil, fmt.Errorf("mqtt listen %s: %w", c.Addr, err)
 	}
-	l.guard = &guardedListener{Listener: raw, tls: tlsCfg, timeout: connectTimeout, pending: map[net.Conn]struct{}{}}
+	// The library sets no deadline before CONNECT (only keep-alive ones after), so a
+	// connection that sends nothing, or half a CONNECT, would stay for ever.
+	timeout := config.DefaultConnectTimeout
+	if c.ConnectTimeout > 0 {
+		timeout = c.ConnectTimeout
+	}
+	l.guard = &guardedListener{Listener: raw, tls: tlsCfg, timeout: timeout, pending: map[net.Conn]struct{}{}}
 	l.ln = listeners.NewNet("tributary", l.guard)
 	if err := l.srv.AddListener(l.ln); err != nil {
 		_ = raw.Close()
@@ -145,6 +166,15 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 		return float64(atomic.LoadInt64(&info.MessagesDropped) + atomic.LoadInt64(&info.InflightDropped))
 	})
 	b.reg.MustRegister(l.dropped)
+	b.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tributary_mqtt_listener_connections",
+		Help: "listener: clients connected now (at most listener.max-connections).",
+	}, func() float64 { return float64(atomic.LoadInt64(&info.ClientsConnected)) }))
+	l.refusedKeepAlive = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tributary_mqtt_listener_keepalive_refused_total",
+		Help: "listener: MQTT 3.1.1 CONNECTs refused (0x02) for a keep alive over listener.max-keepalive.",
+	})
+	b.reg.MustRegister(l.refusedKeepAlive)
 	l.inline = l.srv.NewClient(nil, "local", "tributary-kafka-to-mqtt", true)
 	l.inline.Properties.ProtocolVersion = 5
 	return l, nil
@@ -200,12 +230,8 @@ func (l *listener) closeClients(listenerID string) {
 	}
 }
 
-// connectTimeout is how long a new connection has to complete TLS and send its
-// CONNECT. The library sets no deadline before CONNECT (only keep-alive ones after),
-// so a connection that sends nothing, or half a CONNECT, would stay for ever.
-var connectTimeout = 10 * time.Second
-
-// guardedListener gives each accepted connection until connectTimeout to CONNECT
+// guardedListener gives each accepted connection until its timeout (connect-timeout)
+// to CONNECT
 // (the library's keep-alive deadline replaces it after) and knows the connections
 // still without one, so that close can end them.
 type guardedListener struct {
@@ -298,10 +324,27 @@ func (h *storeHook) Provides(b byte) bool {
 		b == mqtt.OnQosComplete || b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablish || b == mqtt.OnSessionEstablished
 }
 
-// OnConnect hands the connection from the CONNECT guard to the library.
+// OnConnect hands the connection from the CONNECT guard to the library, and applies
+// max-keepalive: an MQTT 5 client asking for a longer keep alive, or none, gets the
+// maximum as Server Keep Alive; an MQTT 3.1.1 one is refused with CONNACK 0x02.
 func (h *storeHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	h.l.guard.connected(cl.Net.Conn)
-	return nil
+	maxKA := h.l.cfg.MaxKeepAlive / time.Second
+	if maxKA <= 0 || maxKA >= 65535 {
+		return nil
+	}
+	ka := time.Duration(cl.State.Keepalive)
+	if ka != 0 && ka <= maxKA {
+		return nil
+	}
+	if cl.Properties.ProtocolVersion == 5 {
+		cl.State.Keepalive, cl.State.ServerKeepalive = uint16(maxKA), true
+		return nil
+	}
+	h.l.refusedKeepAlive.Inc()
+	h.l.log.Warn("keep alive over max-keepalive; refused", zap.String("client", cl.ID), zap.Uint16("keepalive", cl.State.Keepalive), zap.Duration("max_keepalive", h.l.cfg.MaxKeepAlive))
+	_ = h.l.srv.SendConnack(cl, packets.ErrClientIdentifierNotValid, false, nil)
+	return packets.ErrClientIdentifierNotValid
 }
 
 // OnDisconnect forgets the client's flow and pace.

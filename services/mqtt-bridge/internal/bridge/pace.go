@@ -27,12 +27,6 @@ const (
 	subscriberWritesPending = subscriberHardQueue + 1024
 )
 
-// stallTimeout is how long a subscriber holding a full queue may go without
-// acknowledging anything before it is taken for stalled: publishers then stop waiting
-// for it, and what it cannot hold is dropped for it (counted, and logged with its
-// client id).
-var stallTimeout = 5 * time.Second
-
 // paceWait is how often a held publisher looks at the subscribers again.
 const paceWait = time.Millisecond
 
@@ -44,8 +38,13 @@ const paceWait = time.Millisecond
 // is not stalled. QoS 0 messages are not held (a subscriber gets them at QoS 0, which
 // the library queues only for writing, up to subscriberWritesPending).
 type pace struct {
-	l       *listener
-	clients sync.Map // *mqtt.Client → *subscriberPace
+	l *listener
+	// stall is the listener's subscriber-stall-timeout: how long a subscriber holding
+	// a full queue may go without acknowledging anything before it is taken for
+	// stalled; publishers then stop waiting for it, and what it cannot hold is
+	// dropped for it (counted, and logged with its client id).
+	stall   atomic.Int64 // time.Duration
+	clients sync.Map     // *mqtt.Client → *subscriberPace
 }
 
 // subscriberPace is what pace knows of one subscriber.
@@ -146,7 +145,7 @@ func (p *pace) admit(topic string, qos byte, origin *mqtt.Client) bool {
 			s.fullSince.Store(now)
 			since = now
 		}
-		if now-max(since, s.acked.Load()) < int64(stallTimeout) {
+		if now-max(since, s.acked.Load()) < p.stall.Load() {
 			ok = false
 			break
 		}
@@ -208,6 +207,6 @@ func (p *pace) dropped(cl *mqtt.Client, s *subscriberPace) {
 	n := s.dropped.Add(1)
 	if l := s.logged.Load(); (l == 0 || n-l >= 1000) && s.logged.CompareAndSwap(l, n) {
 		p.l.log.Warn("subscriber stalled (its queue is full and it acknowledged nothing for the stall timeout); messages to it are dropped",
-			zap.String("client", cl.ID), zap.Int("queue", cl.State.Inflight.Len()), zap.Int64("dropped", n), zap.Duration("stall_timeout", stallTimeout))
+			zap.String("client", cl.ID), zap.Int("queue", cl.State.Inflight.Len()), zap.Int64("dropped", n), zap.Duration("stall_timeout", time.Duration(p.stall.Load())))
 	}
 }

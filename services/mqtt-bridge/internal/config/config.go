@@ -18,7 +18,13 @@ const (
 	DefaultMaxRecordBytes  = 1 << 20
 	DefaultSessionExpiry   = time.Hour
 	DefaultQueueSize       = 10000
-	DefaultKeepAlive       = 30
+	// Listener limits (see ListenerConfig).
+	DefaultMaxConnections   = 100000
+	DefaultMaxSessionExpiry = 7 * 24 * time.Hour
+	DefaultMaxKeepAlive     = 65535 * time.Second
+	DefaultConnectTimeout   = 10 * time.Second
+	DefaultStallTimeout     = 5 * time.Second
+	DefaultKeepAlive        = 30
 	// Listener is the source name of the embedded broker in mqtt-to-kafka mappings.
 	Listener = "listener"
 )
@@ -89,6 +95,23 @@ type ListenerConfig struct {
 	// a Session Expiry Interval; MQTT 3.1.1 Clean Session 0) across restarts, kill -9
 	// included; without it they live in memory. One bridge process per directory.
 	SessionDir string `yaml:"session-dir"`
+	// MaxConnections is how many clients may be connected at once; a CONNECT past it
+	// is refused with CONNACK 0x89 (server busy; MQTT 3.1.1: 0x03 server unavailable).
+	MaxConnections int64 `yaml:"max-connections"`
+	// MaxSessionExpiry is the longest Session Expiry Interval a client gets (seconds
+	// on the wire): one asking for longer gets this, told in its CONNACK.
+	MaxSessionExpiry time.Duration `yaml:"max-session-expiry"`
+	// MaxKeepAlive is the longest keep alive a client gets (seconds on the wire): an
+	// MQTT 5 client asking for longer, or for none, gets this as Server Keep Alive in
+	// its CONNACK; an MQTT 3.1.1 one, which cannot be told, is refused with CONNACK
+	// 0x02 (identifier rejected), as Mosquitto's max_keepalive does.
+	MaxKeepAlive time.Duration `yaml:"max-keepalive"`
+	// ConnectTimeout is how long a new connection has to finish TLS and send CONNECT.
+	ConnectTimeout time.Duration `yaml:"connect-timeout"`
+	// StallTimeout is how long a subscriber with a full queue may acknowledge nothing
+	// before it is stalled: publishers stop waiting for it and what it cannot hold is
+	// dropped for it (see the README's Metrics).
+	StallTimeout time.Duration `yaml:"subscriber-stall-timeout"`
 }
 
 // MQTTToKafka moves messages matching filters into a Kafka topic.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -329,6 +330,34 @@ func TestBackendTLS(t *testing.T) {
 	} {
 		if _, ps := Load([]byte(good+src), noEnv); ps.Err() == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// Listener limits: defaults when unset; a negative one, or a keep alive or session
+// expiry that is not whole seconds or past what MQTT can carry, is refused by name.
+func TestListenerLimits(t *testing.T) {
+	base := "listener: {addr: \"127.0.0.1:0\"%s}\nmqtt-to-kafka:\n  - {id: d, mqtt-topic-filters: [\"d/#\"], kafka-topic: d}\n"
+	cfg, ps := Load([]byte(fmt.Sprintf(base, "")), noEnv)
+	if err := ps.Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Listener
+	if l.MaxConnections != DefaultMaxConnections || l.MaxSessionExpiry != DefaultMaxSessionExpiry || l.MaxKeepAlive != DefaultMaxKeepAlive ||
+		l.ConnectTimeout != DefaultConnectTimeout || l.StallTimeout != DefaultStallTimeout {
+		t.Errorf("defaults not applied: %+v", l)
+	}
+	for _, c := range []struct{ set, key string }{
+		{", max-connections: -1", "listener.max-connections"},
+		{", max-keepalive: 1.5s", "listener.max-keepalive"},
+		{", max-keepalive: 70000s", "listener.max-keepalive"},
+		{", max-session-expiry: 2000000h", "listener.max-session-expiry"},
+		{", connect-timeout: -1s", "listener.connect-timeout"},
+		{", subscriber-stall-timeout: -1s", "listener.subscriber-stall-timeout"},
+	} {
+		_, ps := Load([]byte(fmt.Sprintf(base, c.set)), noEnv)
+		if err := ps.Err(); err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%s: %v, want a problem naming %s", c.set, err, c.key)
 		}
 	}
 }

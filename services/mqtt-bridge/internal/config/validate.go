@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -70,6 +71,22 @@ func (l *loader) defaults(c *Config) {
 		}
 		if c.Listener.QueueSize == 0 {
 			c.Listener.QueueSize = DefaultQueueSize
+		}
+		for _, d := range []struct {
+			v   *time.Duration
+			def time.Duration
+		}{
+			{&c.Listener.MaxSessionExpiry, DefaultMaxSessionExpiry},
+			{&c.Listener.MaxKeepAlive, DefaultMaxKeepAlive},
+			{&c.Listener.ConnectTimeout, DefaultConnectTimeout},
+			{&c.Listener.StallTimeout, DefaultStallTimeout},
+		} {
+			if *d.v == 0 {
+				*d.v = d.def
+			}
+		}
+		if c.Listener.MaxConnections == 0 {
+			c.Listener.MaxConnections = DefaultMaxConnections
 		}
 	}
 	only := ""
@@ -182,6 +199,26 @@ func (l *loader) validate(c *Config) {
 	if c.Listener != nil {
 		if c.Listener.QueueSize < 0 {
 			l.add("listener.queue-size", "must be positive")
+		}
+		if c.Listener.MaxConnections < 0 {
+			l.add("listener.max-connections", "must be positive")
+		}
+		for _, d := range []struct {
+			key string
+			v   time.Duration
+			max time.Duration
+		}{
+			{"max-session-expiry", c.Listener.MaxSessionExpiry, (1<<32 - 1) * time.Second},
+			{"max-keepalive", c.Listener.MaxKeepAlive, 65535 * time.Second},
+			{"connect-timeout", c.Listener.ConnectTimeout, 0},
+			{"subscriber-stall-timeout", c.Listener.StallTimeout, 0},
+		} {
+			switch {
+			case d.v < 0:
+				l.add("listener."+d.key, "must be positive")
+			case d.max > 0 && (d.v > d.max || d.v%time.Second != 0):
+				l.add("listener."+d.key, "must be whole seconds, at most %v", d.max)
+			}
 		}
 		l.checkTLS(c.Listener.TLS, "listener.tls", true)
 		if d := c.Listener.SessionDir; d != "" {
