@@ -11,6 +11,8 @@ package handler
 //   - Replication factor -1 or 1 is accepted (storage-core keeps one durable copy); any
 //     other is INVALID_REPLICATION_FACTOR. Manual replica assignments are
 //     INVALID_REQUEST. A name given twice in one request is INVALID_REQUEST for both.
+//   - Kafka's internal topics (__consumer_offsets, __transaction_state) exist already:
+//     TOPIC_ALREADY_EXISTS.
 //   - validate_only is passed through. The created topic is put in the metadata cache
 //     at once, so a Produce right after CreateTopics finds it.
 //   - v5+ answers carry the partition count, replication factor 1 and the topic's
@@ -63,6 +65,9 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 		case !validTopicName(t.Topic):
 			rt.ErrorCode = kerr.InvalidTopicException.Code
 			rt.ErrorMessage = errMessage(topicNameError(t.Topic))
+		case h.internalTopic(t.Topic, [16]byte{}) != nil:
+			rt.ErrorCode = kerr.TopicAlreadyExists.Code
+			rt.ErrorMessage = strPtr("Topic '" + t.Topic + "' already exists.")
 		case t.ReplicationFactor != -1 && t.ReplicationFactor != 1:
 			rt.ErrorCode = kerr.InvalidReplicationFactor.Code
 			rt.ErrorMessage = strPtr("replication factor must be 1 or -1: storage-core keeps one durable copy")

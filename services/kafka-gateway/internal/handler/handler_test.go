@@ -519,6 +519,12 @@ func TestMetadata(t *testing.T) {
 	if mt := e.do(t, named, 12).(*kmsg.MetadataResponse).Topics[0]; mt.ErrorCode != 0 || !mt.IsInternal || mt.TopicID != co.TopicID {
 		t.Errorf("__consumer_offsets by name: %+v", mt)
 	}
+	if r := e.createTopic(t, "__consumer_offsets", 3, nil); r.ErrorCode != kerr.TopicAlreadyExists.Code {
+		t.Errorf("CreateTopics __consumer_offsets: %v", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if p := e.produce(t, "__consumer_offsets", 0, fake.Batch("x")); p.ErrorCode != kerr.InvalidTopicException.Code {
+		t.Errorf("Produce to __consumer_offsets: %v", kerr.ErrorForCode(p.ErrorCode))
+	}
 	nt.Topic, nt.TopicID = nil, co.TopicID
 	named.Topics[0] = nt
 	if mt := e.do(t, named, 12).(*kmsg.MetadataResponse).Topics[0]; mt.ErrorCode != 0 || !mt.IsInternal || mt.Topic == nil || *mt.Topic != "__consumer_offsets" {
