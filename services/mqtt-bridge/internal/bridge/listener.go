@@ -50,6 +50,8 @@ type listener struct {
 	pace pace
 	// sessions keeps the persistent sessions and their clients' remembered messages.
 	sessions *sessions.Store
+	// retained keeps the retained messages in a topic (retained.store kafka), or nil.
+	retained *retainedLog
 	// dropped counts messages not delivered to subscribers that did not keep up.
 	dropped prometheus.CounterFunc
 	// refusedKeepAlive counts CONNECTs refused for their keep alive.
@@ -119,8 +121,14 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	if err := l.srv.AddHook(&storeHook{l: l}, nil); err != nil {
 		return nil, err
 	}
-	if err := l.srv.AddHook(&sessionHook{s: l.sessions, srv: l.srv}, nil); err != nil {
+	if err := l.srv.AddHook(&sessionHook{s: l.sessions, srv: l.srv, retained: c.RetainedStore() == config.RetainedFile}, nil); err != nil {
 		return nil, err
+	}
+	if c.RetainedStore() == config.RetainedKafka {
+		l.retained = newRetainedLog(l, c.Retained.Topic)
+		if err := l.srv.AddHook(&retainedHook{r: l.retained}, nil); err != nil {
+			return nil, err
+		}
 	}
 	b.store.sessions = l.sessions
 	var tlsCfg *tls.Config

@@ -74,6 +74,8 @@ type sessionHook struct {
 	mqtt.HookBase
 	s   *sessions.Store
 	srv *mqtt.Server
+	// retained: the journal keeps the retained messages (listener.retained.store file).
+	retained bool
 }
 
 func (h *sessionHook) ID() string { return "tributary-sessions" }
@@ -82,9 +84,11 @@ func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnClientExpired:
 		return true
-	case mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent,
+	case mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.StoredRetainedMessages:
+		return h.s.Journaled() && h.retained
+	case mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.OnWillSent,
 		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnPacketEncode,
-		mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages:
+		mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages:
 		return h.s.Journaled()
 	}
 	return false

@@ -112,6 +112,40 @@ type ListenerConfig struct {
 	// before it is stalled: publishers stop waiting for it and what it cannot hold is
 	// dropped for it (see the README's Metrics).
 	StallTimeout time.Duration `yaml:"subscriber-stall-timeout"`
+	// Retained is where the listener keeps its retained messages.
+	Retained RetainedConfig `yaml:"retained"`
+}
+
+// Retained message stores of the listener.
+const (
+	RetainedMemory = "memory" // in the process only
+	RetainedFile   = "file"   // in session-dir's journal
+	RetainedKafka  = "kafka"  // in a compacted topic of storage-core
+	// DefaultRetainedTopic is the topic of store: kafka.
+	DefaultRetainedTopic = "mqtt-retained"
+)
+
+// RetainedConfig is `listener.retained`.
+type RetainedConfig struct {
+	// Store is memory, file (the default with session-dir, which it needs) or kafka:
+	// every retained PUBLISH and clear is a record of Topic keyed by MQTT topic, read
+	// back at start and followed while running (shared by the replicas reading it).
+	Store string `yaml:"store"`
+	// Topic is the store: kafka topic (default mqtt-retained), created with
+	// cleanup.policy=compact when missing.
+	Topic string `yaml:"topic"`
+}
+
+// RetainedStore is Retained.Store, or its default when unset: file with a
+// session-dir, memory without.
+func (c ListenerConfig) RetainedStore() string {
+	switch {
+	case c.Retained.Store != "":
+		return c.Retained.Store
+	case c.SessionDir != "":
+		return RetainedFile
+	}
+	return RetainedMemory
 }
 
 // MQTTToKafka moves messages matching filters into a Kafka topic.

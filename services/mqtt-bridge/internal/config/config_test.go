@@ -361,3 +361,37 @@ func TestListenerLimits(t *testing.T) {
 		}
 	}
 }
+
+// listener.retained: the store defaults to file with a session-dir and memory
+// without, kafka's topic to mqtt-retained; file without a session-dir, an unknown
+// store and a topic for another store are problems.
+func TestListenerRetained(t *testing.T) {
+	base := "mqtt-to-kafka:\n  - {id: a, mqtt-topic-filters: [x], kafka-topic: t}\nlistener:\n  addr: 127.0.0.1:0\n"
+	dir := t.TempDir()
+	for _, c := range []struct{ extra, store, topic, problem string }{
+		{"", RetainedMemory, "", ""},
+		{"  session-dir: " + dir + "\n", RetainedFile, "", ""},
+		{"  retained: {store: kafka}\n", RetainedKafka, DefaultRetainedTopic, ""},
+		{"  retained: {store: kafka, topic: r}\n", RetainedKafka, "r", ""},
+		{"  session-dir: " + dir + "\n  retained: {store: memory}\n", RetainedMemory, "", ""},
+		{"  retained: {store: file}\n", "", "", "listener.retained.store: file keeps retained messages in session-dir"},
+		{"  retained: {store: redis}\n", "", "", `listener.retained.store: must be memory, file or kafka, not "redis"`},
+		{"  retained: {store: memory, topic: r}\n", "", "", "listener.retained.topic: only store: kafka"},
+		{"  retained: {stor: kafka}\n", "", "", "stor"},
+	} {
+		cfg, ps := Load([]byte(base+c.extra), noEnv)
+		if c.problem != "" {
+			if ps.Err() == nil || !strings.Contains(ps.Err().Error(), c.problem) {
+				t.Errorf("%q: problems %v, want %q", c.extra, ps, c.problem)
+			}
+			continue
+		}
+		if ps.Err() != nil {
+			t.Errorf("%q: %v", c.extra, ps)
+			continue
+		}
+		if r := cfg.Listener.Retained; r.Store != c.store || r.Topic != c.topic {
+			t.Errorf("%q: retained %+v, want store %q topic %q", c.extra, r, c.store, c.topic)
+		}
+	}
+}

@@ -88,6 +88,10 @@ func (l *loader) defaults(c *Config) {
 		if c.Listener.MaxConnections == 0 {
 			c.Listener.MaxConnections = DefaultMaxConnections
 		}
+		c.Listener.Retained.Store = c.Listener.RetainedStore()
+		if r := &c.Listener.Retained; r.Store == RetainedKafka && r.Topic == "" {
+			r.Topic = DefaultRetainedTopic
+		}
 	}
 	only := ""
 	if srcs := c.sources(); len(srcs) == 1 {
@@ -225,6 +229,18 @@ func (l *loader) validate(c *Config) {
 			if fi, err := os.Stat(d); err == nil && !fi.IsDir() {
 				l.add("listener.session-dir", "%s is not a directory", d)
 			}
+		}
+		switch r := c.Listener.Retained; r.Store {
+		case RetainedMemory, RetainedKafka:
+		case RetainedFile:
+			if c.Listener.SessionDir == "" {
+				l.add("listener.retained.store", "file keeps retained messages in session-dir; set it")
+			}
+		default:
+			l.add("listener.retained.store", "must be memory, file or kafka, not %q", r.Store)
+		}
+		if r := c.Listener.Retained; r.Topic != "" && r.Store != RetainedKafka {
+			l.add("listener.retained.topic", "only store: kafka uses a topic")
 		}
 	}
 	if c.StoreTimeout < 0 {

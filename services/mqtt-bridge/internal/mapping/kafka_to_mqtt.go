@@ -76,7 +76,7 @@ func (s *Sink) Build(t string, rec *storagev1.Record) (out []Message, invalid in
 	}
 	var topic string
 	if s.Cfg.FromHeaders {
-		topic = restore(&base, rec.GetHeaders())
+		topic = Restore(&base, rec.GetHeaders())
 	}
 	var topics []string
 	if topic != "" {
@@ -101,11 +101,11 @@ func (s *Sink) Build(t string, rec *storagev1.Record) (out []Message, invalid in
 	return out, invalid
 }
 
-// restore applies the mqtt-* headers to m and returns the mqtt-topic header ("" when
+// Restore applies the mqtt-* headers to m and returns the mqtt-topic header ("" when
 // absent). Headers that are not the bridge's metadata become user properties, in order;
 // a null header value becomes an empty user property value, MQTT 5 having no null
 // (§1.5.7: a UTF-8 string, maybe empty).
-func restore(m *Message, hs []*storagev1.Header) string {
+func Restore(m *Message, hs []*storagev1.Header) string {
 	var topic string
 	for _, h := range hs {
 		v := h.GetValue()
