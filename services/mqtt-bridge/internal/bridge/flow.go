@@ -18,29 +18,38 @@ const released = 0xff
 // flows holds each connected client's flow (*mqtt.Client → *flow).
 type flows struct{ m sync.Map }
 
-// of is cl's flow, made on its first QoS 1/2 PUBLISH.
+// of is cl's flow, made (with its goroutine) on its first QoS 1/2 PUBLISH.
 func (fs *flows) of(l *listener, cl *mqtt.Client) *flow {
 	if f, ok := fs.m.Load(cl); ok {
 		return f.(*flow)
 	}
-	f, _ := fs.m.LoadOrStore(cl, &flow{l: l, cl: cl})
+	f, loaded := fs.m.LoadOrStore(cl, &flow{l: l, cl: cl, wake: make(chan struct{}, 1), stop: make(chan struct{})})
+	if !loaded {
+		go f.(*flow).run()
+	}
 	return f.(*flow)
 }
 
-// forget drops cl's flow (its connection ended; what it still holds is answered to
-// nobody).
-func (fs *flows) forget(cl *mqtt.Client) { fs.m.Delete(cl) }
+// forget drops cl's flow (its connection ended): its goroutine answers what the
+// flow still holds (to nobody: the writes fail) and ends.
+func (fs *flows) forget(cl *mqtt.Client) {
+	if f, ok := fs.m.LoadAndDelete(cl); ok {
+		close(f.(*flow).stop)
+	}
+}
 
 // flow is one connection's QoS 1/2 publishes waiting for their answer, in the order
 // they arrived. The client's read loop only queues them (a stored one with its append
-// started), so that it goes on reading and everything a client has in flight is stored
+// queued), so that it goes on reading and everything a client has in flight is stored
 // together: the store joins concurrent appends to one channel into one Append (one
-// fsync). One goroutine (run, while the queue is not empty) answers them in order:
-// PUBACK or PUBREC after the message is durable, in the order the PUBLISHes came, as
-// MQTT 5 section 4.6 requires; a refusal where it fell in that order.
+// fsync). The flow's goroutine (run, for as long as the connection) answers them in
+// order: PUBACK or PUBREC after the message is durable, in the order the PUBLISHes
+// came, as MQTT 5 section 4.6 requires; a refusal where it fell in that order.
 type flow struct {
-	l  *listener
-	cl *mqtt.Client
+	l    *listener
+	cl   *mqtt.Client
+	wake chan struct{} // a publish was queued
+	stop chan struct{} // closed once the connection ended
 
 	mu    sync.Mutex
 	queue []*pending
@@ -48,14 +57,14 @@ type flow struct {
 	// one being answered leaves it before its answer is written: the client may send
 	// the next PUBLISH as soon as it has the answer).
 	unanswered int
-	running    bool
 }
 
 // pending is one QoS 1/2 PUBLISH of a flow.
 type pending struct {
 	pk packets.Packet
-	// done is closed once code is known (nil: known when queued).
-	done chan struct{}
+	// wait, when set, waits for the message's appends and returns the answer (run by
+	// the flow's goroutine); without it the answer is code.
+	wait func() packets.Code
 	// code is the answer: success (the library then acknowledges and delivers the
 	// message), or the refusal.
 	code packets.Code
@@ -75,9 +84,10 @@ func (f *flow) idle() bool {
 	return len(f.queue) == 0
 }
 
-// push queues p behind what f holds. It returns false, queuing nothing, when the
-// client has more in flight than its Receive Maximum allows.
-func (f *flow) push(p *pending) bool {
+// reserve counts p as unanswered and finds the queued PUBLISH it repeats, if any
+// (p.first). It returns false, counting nothing, when the client has more in flight
+// than its Receive Maximum allows. The read loop then queues p with enqueue.
+func (f *flow) reserve(p *pending) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.unanswered >= int(f.l.srv.Options.Capabilities.ReceiveMaximum) {
@@ -87,30 +97,57 @@ func (f *flow) push(p *pending) bool {
 	if p.pk.FixedHeader.Qos == 2 {
 		for _, q := range f.queue {
 			if q.pk.FixedHeader.Qos == 2 && q.pk.PacketID == p.pk.PacketID && q.first == nil {
-				p.first, p.done = q, nil
+				p.first = q
 				break
 			}
 		}
 	}
-	f.queue = append(f.queue, p)
-	if !f.running {
-		f.running = true
-		go f.run()
-	}
 	return true
 }
 
-// run answers f's queue in order until it is empty.
+// enqueue queues p (reserved) behind what f holds.
+func (f *flow) enqueue(p *pending) {
+	f.mu.Lock()
+	f.queue = append(f.queue, p)
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// push reserves and queues p; false as reserve.
+func (f *flow) push(p *pending) bool {
+	if !f.reserve(p) {
+		return false
+	}
+	f.enqueue(p)
+	return true
+}
+
+// run answers f's queue in order, until the connection ended and the queue is empty.
 func (f *flow) run() {
 	for {
 		f.mu.Lock()
-		if len(f.queue) == 0 {
-			f.running = false
-			f.mu.Unlock()
-			return
+		var p *pending
+		if len(f.queue) > 0 {
+			p = f.queue[0]
 		}
-		p := f.queue[0]
 		f.mu.Unlock()
+		if p == nil {
+			select {
+			case <-f.wake:
+				continue
+			case <-f.stop:
+				f.mu.Lock()
+				empty := len(f.queue) == 0
+				f.mu.Unlock()
+				if empty {
+					return
+				}
+				continue
+			}
+		}
 		f.answer(p)
 		f.mu.Lock()
 		f.queue[0] = nil
@@ -122,8 +159,8 @@ func (f *flow) run() {
 // answer waits for p's outcome and answers it.
 func (f *flow) answer(p *pending) {
 	h := &storeHook{l: f.l}
-	if p.done != nil {
-		<-p.done
+	if p.wait != nil {
+		p.code = p.wait()
 	}
 	if p.code == packets.CodeSuccess && p.first == nil {
 		f.l.pace.hold(f.l.b.ctx, p.pk.TopicName, p.pk.FixedHeader.Qos, f.cl)

@@ -558,8 +558,8 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		}()
 		return answer(packets.CodeSuccess)
 	}
-	p := &pending{pk: pk, done: make(chan struct{}), code: packets.CodeSuccess, rc: rc}
-	if !f.push(p) {
+	p := &pending{pk: pk, code: packets.CodeSuccess, rc: rc}
+	if !f.reserve(p) {
 		<-l.slots
 		if rc != nil {
 			l.sessions.Release(rc)
@@ -568,15 +568,15 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	}
 	if p.first != nil {
 		<-l.slots // a repeat of a PUBLISH still queued: answered with it
+		f.enqueue(p)
 		return pk, packets.ErrRejectPacket
 	}
 	l.b.m.held.Inc()
 	// Queued now, in the read loop: the client's messages reach each channel in the
-	// order they came.
+	// order they came. The flow's goroutine waits for them.
 	sctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
 	wait := l.b.queueGroups(sctx, groups)
-	go func() {
-		defer close(p.done)
+	p.wait = func() packets.Code {
 		err := wait()
 		cancel()
 		l.b.m.held.Dec()
@@ -586,9 +586,11 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 				l.doubts.keep(cl.ID, msg, groups)
 			}
 			l.log.Warn("store failed; refusing the publish", zap.String("client", cl.ID), zap.Error(err))
-			p.code = packets.ErrQuotaExceeded
+			return packets.ErrQuotaExceeded
 		}
-	}()
+		return packets.CodeSuccess
+	}
+	f.enqueue(p)
 	return pk, packets.ErrRejectPacket
 }
 
