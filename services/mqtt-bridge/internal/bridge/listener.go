@@ -50,6 +50,8 @@ type listener struct {
 	pace pace
 	// sessions keeps the persistent sessions and their clients' remembered messages.
 	sessions *sessions.Store
+	// events publishes the client events (events.enabled), or nil.
+	events *eventsHook
 	// retained keeps the retained messages in a topic (retained.store kafka), or nil.
 	retained *retainedLog
 	// dropped counts messages not delivered to subscribers that did not keep up.
@@ -123,6 +125,13 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	}
 	if err := l.srv.AddHook(&sessionHook{s: l.sessions, srv: l.srv, retained: c.RetainedStore() == config.RetainedFile}, nil); err != nil {
 		return nil, err
+	}
+	if c.Events.Enabled {
+		l.events = newEventsHook(l)
+		if err := l.srv.AddHook(l.events, nil); err != nil {
+			return nil, err
+		}
+		go l.events.run(b.ctx)
 	}
 	if c.RetainedStore() == config.RetainedKafka {
 		l.retained = newRetainedLog(l, c.Retained.Topic)
@@ -412,7 +421,8 @@ func (h *storeHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.P
 // (wildcards, NUL) with DISCONNECT 0x90 (topic name invalid), where the library would
 // drop the packet without an answer and leave a QoS 1/2 publisher waiting.
 //
-// A PUBLISH to a $SYS topic, which the library also drops without an answer, is
+// A PUBLISH to a $SYS topic, which the library also drops without an answer, or to
+// an event topic ($events/client/..., the listener's own: see events.go), is
 // refused: 0x87 (not authorized) to an MQTT 5 client, the connection ended for 3.1.1.
 func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
@@ -423,8 +433,9 @@ func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Pa
 		h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
 		_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
 		return pk, packets.ErrRejectPacket
-	case len(pk.TopicName) >= len(mqtt.SysPrefix) && strings.EqualFold(pk.TopicName[:len(mqtt.SysPrefix)], mqtt.SysPrefix):
-		h.l.log.Warn("publish to a $SYS topic; refused", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
+	case len(pk.TopicName) >= len(mqtt.SysPrefix) && strings.EqualFold(pk.TopicName[:len(mqtt.SysPrefix)], mqtt.SysPrefix),
+		strings.HasPrefix(pk.TopicName, eventsPrefix):
+		h.l.log.Warn("publish to a $SYS or event topic; refused", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
 		if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion != 5 {
 			_ = h.l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
 			return pk, packets.ErrRejectPacket

@@ -114,6 +114,8 @@ type ListenerConfig struct {
 	StallTimeout time.Duration `yaml:"subscriber-stall-timeout"`
 	// Retained is where the listener keeps its retained messages.
 	Retained RetainedConfig `yaml:"retained"`
+	// Events publishes client events on $events/client/<client id>/<event>.
+	Events EventsConfig `yaml:"events"`
 }
 
 // Retained message stores of the listener.
@@ -134,6 +136,14 @@ type RetainedConfig struct {
 	// Topic is the store: kafka topic (default mqtt-retained), created with
 	// cleanup.policy=compact when missing.
 	Topic string `yaml:"topic"`
+}
+
+// EventsConfig is `listener.events`.
+type EventsConfig struct {
+	// Enabled publishes connected, disconnected, subscribed and unsubscribed (QoS 0,
+	// not retained, JSON) for every listener client; an mqtt-to-kafka mapping with
+	// source listener and a filter such as "$events/#" stores them.
+	Enabled bool `yaml:"enabled"`
 }
 
 // RetainedStore is Retained.Store, or its default when unset: file with a
