@@ -117,7 +117,15 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	l.srv = mqtt.New(opts)
-	if err := l.srv.AddHook(new(auth.AllowHook), nil); err != nil {
+	if len(c.Users) > 0 || c.PasswordFile != "" {
+		h, err := newAuthHook(l, c)
+		if err != nil {
+			return nil, err
+		}
+		if err := l.srv.AddHook(h, nil); err != nil {
+			return nil, err
+		}
+	} else if err := l.srv.AddHook(new(auth.AllowHook), nil); err != nil {
 		return nil, err
 	}
 	if err := l.srv.AddHook(&storeHook{l: l}, nil); err != nil {

@@ -116,6 +116,14 @@ type ListenerConfig struct {
 	Retained RetainedConfig `yaml:"retained"`
 	// Events publishes client events on $events/client/<client id>/<event>.
 	Events EventsConfig `yaml:"events"`
+	// Users and PasswordFile turn logins on: a client must give a known user name and
+	// its password (CONNACK 0x86 otherwise; MQTT 3.1.1 0x04), and is held to its
+	// topic rules (0x87).
+	Users []User `yaml:"users"`
+	// PasswordFile holds `name:bcrypt-hash` lines (mosquitto_passwd -b style names,
+	// bcrypt hashes as htpasswd -B writes); its users have the rules of the Users
+	// entry of the same name, or may use every topic.
+	PasswordFile string `yaml:"password-file"`
 }
 
 // Retained message stores of the listener.
@@ -136,6 +144,17 @@ type RetainedConfig struct {
 	// Topic is the store: kafka topic (default mqtt-retained), created with
 	// cleanup.policy=compact when missing.
 	Topic string `yaml:"topic"`
+}
+
+// User is a listener login.
+type User struct {
+	Username string `yaml:"username"`
+	// PasswordHash is a bcrypt hash ($2a$, $2b$, $2y$); never the password.
+	PasswordHash string `yaml:"password-hash"`
+	// Publish and Subscribe are the filters the user may publish to and subscribe
+	// within (%u is the user name, %c the client id, each a whole level); unset: all.
+	Publish   []string `yaml:"publish"`
+	Subscribe []string `yaml:"subscribe"`
 }
 
 // EventsConfig is `listener.events`.

@@ -395,3 +395,27 @@ func TestListenerRetained(t *testing.T) {
 		}
 	}
 }
+
+// listener.users: a password where a bcrypt hash belongs, a user without a name, a
+// bad filter and a missing password-file are problems.
+func TestListenerUsers(t *testing.T) {
+	base := "mqtt-to-kafka:\n  - {id: a, mqtt-topic-filters: [x], kafka-topic: t}\nlistener:\n  addr: 127.0.0.1:0\n"
+	for _, c := range []struct{ extra, problem string }{
+		{"  users: [{username: a, password-hash: \"$2a$04$abcdefghijklmnopqrstuv\", publish: [\"d/%u/#\"]}]\n", ""},
+		{"  users: [{username: a, password-hash: hunter2}]\n", "listener.users[0].password-hash: must be a bcrypt hash"},
+		{"  users: [{password-hash: \"$2a$04$x\"}]\n", "listener.users[0].username: must be set"},
+		{"  users: [{username: a, subscribe: [\"a/#/b\"]}]\n", "listener.users[0]"},
+		{"  password-file: /nonexistent/pw\n", "listener.password-file"},
+	} {
+		_, ps := Load([]byte(base+c.extra), noEnv)
+		if c.problem == "" {
+			if ps.Err() != nil {
+				t.Errorf("%q: %v", c.extra, ps)
+			}
+			continue
+		}
+		if ps.Err() == nil || !strings.Contains(ps.Err().Error(), c.problem) {
+			t.Errorf("%q: problems %v, want %q", c.extra, ps, c.problem)
+		}
+	}
+}

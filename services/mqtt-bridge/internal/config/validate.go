@@ -242,6 +242,25 @@ func (l *loader) validate(c *Config) {
 		if r := c.Listener.Retained; r.Topic != "" && r.Store != RetainedKafka {
 			l.add("listener.retained.topic", "only store: kafka uses a topic")
 		}
+		for i, u := range c.Listener.Users {
+			p := fmt.Sprintf("listener.users[%d]", i)
+			if u.Username == "" {
+				l.add(p+".username", "must be set")
+			}
+			if u.PasswordHash != "" && !strings.HasPrefix(u.PasswordHash, "$2") {
+				l.add(p+".password-hash", "must be a bcrypt hash ($2a$, $2b$, $2y$), not a password")
+			}
+			for _, f := range append(append([]string{}, u.Publish...), u.Subscribe...) {
+				if err := ValidateFilter(f); err != nil {
+					l.add(p, "filter %q: %v", f, err)
+				}
+			}
+		}
+		if f := c.Listener.PasswordFile; f != "" {
+			if _, err := os.Stat(f); err != nil {
+				l.add("listener.password-file", "%v", err)
+			}
+		}
 	}
 	if c.StoreTimeout < 0 {
 		l.add("store-timeout", "must be positive")

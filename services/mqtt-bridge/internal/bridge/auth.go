@@ -1,0 +1,216 @@
+package bridge
+
+// Listener logins (listener.users, listener.password-file): a client names a known
+// user and gives its password (bcrypt hashes only are kept), and is held to the
+// user's topic rules.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
+)
+
+// login is a user's password hash and topic rules (nil: every topic).
+type login struct {
+	hash               []byte
+	publish, subscribe []string
+}
+
+// authHook checks CONNECT credentials and topic rules. A refused CONNECT is
+// answered 0x86 (bad user name or password: unknown user, wrong or missing password;
+// MQTT 3.1.1 0x04) or 0x87 (not authorized: no user name; MQTT 3.1.1 0x05). A
+// PUBLISH outside the user's publish rules is refused 0x87 (the library answers it,
+// before anything is stored; MQTT 3.1.1 ends the connection), a SUBSCRIBE filter
+// outside its subscribe rules gets 0x87 in the SUBACK (3.1.1 0x80).
+type authHook struct {
+	mqtt.HookBase
+	l     *listener
+	users map[string]*login
+	// refused is the CONNACK code (MQTT 5) to send each refused client.
+	refused sync.Map // *mqtt.Client → byte
+}
+
+// newAuthHook reads the users of c (password-file hashes, then users: entries' rules
+// and hashes).
+func newAuthHook(l *listener, c config.ListenerConfig) (*authHook, error) {
+	h := &authHook{l: l, users: map[string]*login{}}
+	if c.PasswordFile != "" {
+		f, err := os.Open(c.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for n := 1; sc.Scan(); n++ {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			name, hash, ok := strings.Cut(line, ":")
+			if !ok || name == "" || !strings.HasPrefix(hash, "$2") {
+				return nil, fmt.Errorf("%s:%d: want name:bcrypt-hash", c.PasswordFile, n)
+			}
+			h.users[name] = &login{hash: []byte(hash)}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range c.Users {
+		lg := h.users[u.Username]
+		if lg == nil {
+			lg = &login{}
+			h.users[u.Username] = lg
+		}
+		if u.PasswordHash != "" {
+			lg.hash = []byte(u.PasswordHash)
+		}
+		lg.publish, lg.subscribe = u.Publish, u.Subscribe
+	}
+	return h, nil
+}
+
+func (h *authHook) ID() string { return "tributary-auth" }
+
+func (h *authHook) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck || b == mqtt.OnPacketEncode || b == mqtt.OnDisconnect
+}
+
+// OnConnectAuthenticate checks the CONNECT's user name and password.
+func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if cl.Net.Inline {
+		return true
+	}
+	code := packets.ErrBadUsernameOrPassword.Code
+	defer func() {
+		if code != 0 {
+			h.refused.Store(cl, code)
+		}
+	}()
+	if !pk.Connect.UsernameFlag {
+		code = packets.ErrNotAuthorized.Code
+		h.l.log.Info("CONNECT without a user name refused", zap.String("client", cl.ID))
+		return false
+	}
+	lg := h.users[string(pk.Connect.Username)]
+	if lg == nil || lg.hash == nil || !pk.Connect.PasswordFlag ||
+		bcrypt.CompareHashAndPassword(lg.hash, pk.Connect.Password) != nil {
+		h.l.log.Info("CONNECT with a bad user name or password refused", zap.String("client", cl.ID), zap.ByteString("username", pk.Connect.Username))
+		return false
+	}
+	code = 0
+	return true
+}
+
+// OnPacketEncode gives a refused CONNECT its code (the library answers 0x86, or 0x05
+// to MQTT 3.1.1, whatever the cause).
+func (h *authHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type != packets.Connack {
+		return pk
+	}
+	v, ok := h.refused.LoadAndDelete(cl)
+	if !ok {
+		return pk
+	}
+	code := v.(byte)
+	if cl.Properties.ProtocolVersion < 5 {
+		if code == packets.ErrNotAuthorized.Code {
+			code = packets.Err3NotAuthorized.Code
+		} else {
+			code = packets.ErrMalformedUsernameOrPassword.Code // 0x04: bad user name or password
+		}
+	}
+	pk.ReasonCode = code
+	return pk
+}
+
+// OnDisconnect forgets a refused client.
+func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.refused.Delete(cl) }
+
+// OnACLCheck: a publish (write) to topic, or a subscription to a filter or delivery
+// of a topic (read), within the user's rules.
+func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if cl.Net.Inline {
+		return true
+	}
+	lg := h.users[string(cl.Properties.Username)]
+	if lg == nil {
+		return false
+	}
+	rules := lg.subscribe
+	if write {
+		rules = lg.publish
+	}
+	if rules == nil {
+		return true
+	}
+	for _, r := range rules {
+		if covers(substitute(r, string(cl.Properties.Username), cl.ID), topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// substitute puts the user name for a %u level of rule and the client id for a %c
+// level. A name or id holding /, + or # matches no topic through them.
+func substitute(rule, user, client string) string {
+	levels := strings.Split(rule, "/")
+	for i, lv := range levels {
+		var v string
+		switch lv {
+		case "%u":
+			v = user
+		case "%c":
+			v = client
+		default:
+			continue
+		}
+		if v == "" || strings.ContainsAny(v, "/+#") {
+			v = "\x00" // no topic or filter has a NUL
+		}
+		levels[i] = v
+	}
+	return strings.Join(levels, "/")
+}
+
+// covers reports whether filter f (a topic name, or a subscription's filter) is
+// within rule: every topic f matches, rule matches.
+func covers(rule, f string) bool {
+	if !strings.ContainsAny(f, "+#") {
+		return mapping.MatchFilter(rule, f)
+	}
+	if strings.HasPrefix(f, "$share/") {
+		rest := strings.TrimPrefix(f, "$share/")
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			f = rest[i+1:]
+		}
+	}
+	rl, fl := strings.Split(rule, "/"), strings.Split(f, "/")
+	for i, r := range rl {
+		if r == "#" {
+			return true
+		}
+		if i >= len(fl) {
+			return false
+		}
+		switch {
+		case fl[i] == "#":
+			return false
+		case r == "+":
+		case fl[i] == "+" || r != fl[i]:
+			return false
+		}
+	}
+	return len(rl) == len(fl)
+}
