@@ -54,7 +54,8 @@ func bcryptHash(t *testing.T, password string) string {
 // A wrong password, an unknown user: CONNACK 0x86 (MQTT 3.1.1 mosquitto_pub: 0x04 "bad
 // user name or password"); no user name: 0x87; the right ones: 0x00. alice's publish
 // to dev/bob/x: PUBACK 0x87 and nothing in Kafka; to dev/alice/x: 0x00 and stored;
-// her SUBSCRIBE to dev/bob/# gets 0x87, to dev/alice/# QoS 1.
+// her SUBSCRIBE to dev/bob/# gets 0x87, to dev/alice/# QoS 1. bob's password changed
+// in the file while the bridge runs applies to the next CONNECT.
 func TestMQTTListenerLogins(t *testing.T) {
 	s := stack.StartT(t, stack.Options{})
 	topic := "mqtt-auth-" + mqttID()
@@ -123,6 +124,22 @@ mqtt-to-kafka:
 	if len(sa.Reasons) != 2 || sa.Reasons[0] != 0x87 || sa.Reasons[1] != 1 {
 		t.Errorf("SUBACK %v, want [0x87 1]", sa.Reasons)
 	}
+	// bob's password changed in the file while the bridge runs: the next CONNECT
+	// is held to the new one.
+	tmp := pwFile + ".new"
+	if err := os.WriteFile(tmp, []byte("bob:"+bcryptHash(t, "bob-pw-2")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, pwFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := mqttLogin(t, lis, "c-bob2", "bob", "bob-pw"); code != 0x86 {
+		t.Errorf("bob's old password after the change: CONNACK %#x, want 0x86", code)
+	}
+	if _, code := mqttLogin(t, lis, "c-bob3", "bob", "bob-pw-2"); code != 0 {
+		t.Errorf("bob's new password: CONNACK %#x, want 0", code)
+	}
+
 	recs := consumeAll(t, s.KafkaAddrs, topic)
 	if len(recs) != 1 || string(recs[0].Value) != "dev/alice/x" {
 		var vs []string

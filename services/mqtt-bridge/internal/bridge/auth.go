@@ -32,24 +32,44 @@ type login struct {
 // PUBLISH outside the user's publish rules is refused 0x87 (the library answers it,
 // before anything is stored; MQTT 3.1.1 ends the connection), a SUBSCRIBE filter
 // outside its subscribe rules gets 0x87 in the SUBACK (3.1.1 0x80).
+//
+// The password file is read again at a CONNECT when its modification time or size
+// changed (one stat per CONNECT): a password changed there applies to the next one.
 type authHook struct {
 	mqtt.HookBase
-	l     *listener
+	l   *listener
+	cfg config.ListenerConfig
+
+	mu    sync.RWMutex
 	users map[string]*login
+	// file is the password file's state when last read.
+	file os.FileInfo
 	// refused is the CONNACK code (MQTT 5) to send each refused client.
 	refused sync.Map // *mqtt.Client → byte
 }
 
-// newAuthHook reads the users of c (password-file hashes, then users: entries' rules
-// and hashes).
 func newAuthHook(l *listener, c config.ListenerConfig) (*authHook, error) {
-	h := &authHook{l: l, users: map[string]*login{}}
-	if c.PasswordFile != "" {
-		f, err := os.Open(c.PasswordFile)
+	h := &authHook{l: l, cfg: c}
+	if err := h.load(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// load reads the users: the password file's hashes, then the users: entries' rules
+// and hashes.
+func (h *authHook) load() error {
+	users := map[string]*login{}
+	var fi os.FileInfo
+	if path := h.cfg.PasswordFile; path != "" {
+		f, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer f.Close()
+		if fi, err = f.Stat(); err != nil {
+			return err
+		}
 		sc := bufio.NewScanner(f)
 		for n := 1; sc.Scan(); n++ {
 			line := strings.TrimSpace(sc.Text())
@@ -58,26 +78,58 @@ func newAuthHook(l *listener, c config.ListenerConfig) (*authHook, error) {
 			}
 			name, hash, ok := strings.Cut(line, ":")
 			if !ok || name == "" || !strings.HasPrefix(hash, "$2") {
-				return nil, fmt.Errorf("%s:%d: want name:bcrypt-hash", c.PasswordFile, n)
+				return fmt.Errorf("%s:%d: want name:bcrypt-hash", path, n)
 			}
-			h.users[name] = &login{hash: []byte(hash)}
+			users[name] = &login{hash: []byte(hash)}
 		}
 		if err := sc.Err(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, u := range c.Users {
-		lg := h.users[u.Username]
+	for _, u := range h.cfg.Users {
+		lg := users[u.Username]
 		if lg == nil {
 			lg = &login{}
-			h.users[u.Username] = lg
+			users[u.Username] = lg
 		}
 		if u.PasswordHash != "" {
 			lg.hash = []byte(u.PasswordHash)
 		}
 		lg.publish, lg.subscribe = u.Publish, u.Subscribe
 	}
-	return h, nil
+	h.mu.Lock()
+	h.users, h.file = users, fi
+	h.mu.Unlock()
+	return nil
+}
+
+// refresh reads the password file again when it changed since it was read; a file
+// that cannot be read (or is malformed) leaves the users as they were, logged.
+func (h *authHook) refresh() {
+	if h.cfg.PasswordFile == "" {
+		return
+	}
+	fi, err := os.Stat(h.cfg.PasswordFile)
+	h.mu.RLock()
+	old := h.file
+	h.mu.RUnlock()
+	if err == nil && old != nil && fi.ModTime().Equal(old.ModTime()) && fi.Size() == old.Size() {
+		return
+	}
+	if err == nil {
+		err = h.load()
+	}
+	if err != nil {
+		h.l.log.Warn("password file not read again; the users read before stay", zap.Error(err))
+		return
+	}
+	h.l.log.Info("password file read again", zap.String("file", h.cfg.PasswordFile))
+}
+
+func (h *authHook) user(name string) *login {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.users[name]
 }
 
 func (h *authHook) ID() string { return "tributary-auth" }
@@ -102,7 +154,8 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 		h.l.log.Info("CONNECT without a user name refused", zap.String("client", cl.ID))
 		return false
 	}
-	lg := h.users[string(pk.Connect.Username)]
+	h.refresh()
+	lg := h.user(string(pk.Connect.Username))
 	if lg == nil || lg.hash == nil || !pk.Connect.PasswordFlag ||
 		bcrypt.CompareHashAndPassword(lg.hash, pk.Connect.Password) != nil {
 		h.l.log.Info("CONNECT with a bad user name or password refused", zap.String("client", cl.ID), zap.ByteString("username", pk.Connect.Username))
@@ -143,7 +196,7 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if cl.Net.Inline {
 		return true
 	}
-	lg := h.users[string(cl.Properties.Username)]
+	lg := h.user(string(cl.Properties.Username))
 	if lg == nil {
 		return false
 	}
