@@ -6,6 +6,7 @@ package bridge
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"strings"
@@ -149,6 +150,15 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 			h.refused.Store(cl, code)
 		}
 	}()
+	if cn, ok := h.certificateUser(cl); ok {
+		if pk.Connect.UsernameFlag && string(pk.Connect.Username) != cn {
+			h.l.log.Info("CONNECT user name is not its certificate's CN; refused", zap.String("client", cl.ID), zap.String("cn", cn))
+			return false
+		}
+		cl.Properties.Username = []byte(cn)
+		code = 0
+		return true
+	}
 	if !pk.Connect.UsernameFlag {
 		code = packets.ErrNotAuthorized.Code
 		h.l.log.Info("CONNECT without a user name refused", zap.String("client", cl.ID))
@@ -163,6 +173,23 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	}
 	code = 0
 	return true
+}
+
+// certificateUser is the CN of the client's verified certificate, when
+// certificate-login is on and the client gave one.
+func (h *authHook) certificateUser(cl *mqtt.Client) (string, bool) {
+	if !h.cfg.CertificateLogin {
+		return "", false
+	}
+	tc, ok := cl.Net.Conn.(*tls.Conn)
+	if !ok {
+		return "", false
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 || st.PeerCertificates[0].Subject.CommonName == "" {
+		return "", false
+	}
+	return st.PeerCertificates[0].Subject.CommonName, true
 }
 
 // OnPacketEncode gives a refused CONNECT its code (the library answers 0x86, or 0x05
@@ -198,7 +225,9 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	}
 	lg := h.user(string(cl.Properties.Username))
 	if lg == nil {
-		return false
+		// A certificate user without a users: entry may use every topic.
+		_, ok := h.certificateUser(cl)
+		return ok
 	}
 	rules := lg.subscribe
 	if write {

@@ -117,7 +117,7 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	l.srv = mqtt.New(opts)
-	if len(c.Users) > 0 || c.PasswordFile != "" {
+	if len(c.Users) > 0 || c.PasswordFile != "" || c.CertificateLogin {
 		h, err := newAuthHook(l, c)
 		if err != nil {
 			return nil, err

@@ -124,6 +124,10 @@ type ListenerConfig struct {
 	// bcrypt hashes as htpasswd -B writes); its users have the rules of the Users
 	// entry of the same name, or may use every topic.
 	PasswordFile string `yaml:"password-file"`
+	// CertificateLogin logs a client with a verified certificate (tls.ca-file) in as
+	// the user its certificate's CN names, without a password (a CONNECT user name,
+	// when given, must be that CN).
+	CertificateLogin bool `yaml:"certificate-login"`
 }
 
 // Retained message stores of the listener.

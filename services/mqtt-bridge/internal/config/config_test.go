@@ -406,6 +406,7 @@ func TestListenerUsers(t *testing.T) {
 		{"  users: [{password-hash: \"$2a$04$x\"}]\n", "listener.users[0].username: must be set"},
 		{"  users: [{username: a, subscribe: [\"a/#/b\"]}]\n", "listener.users[0]"},
 		{"  password-file: /nonexistent/pw\n", "listener.password-file"},
+		{"  certificate-login: true\n", "listener.certificate-login: needs listener.tls.ca-file"},
 	} {
 		_, ps := Load([]byte(base+c.extra), noEnv)
 		if c.problem == "" {

@@ -256,6 +256,9 @@ func (l *loader) validate(c *Config) {
 				}
 			}
 		}
+		if c.Listener.CertificateLogin && (c.Listener.TLS == nil || c.Listener.TLS.CAFile == "") {
+			l.add("listener.certificate-login", "needs listener.tls.ca-file to verify client certificates")
+		}
 		if f := c.Listener.PasswordFile; f != "" {
 			if _, err := os.Stat(f); err != nil {
 				l.add("listener.password-file", "%v", err)
