@@ -883,7 +883,7 @@ func startProfiles(prefix string, secs int, procs []proc) (stop func(), err erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.http, secs), prefix+"-"+p.name+".pprof"); err != nil {
+			if err := stack.FetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.http, secs), prefix+"-"+p.name+".pprof"); err != nil {
 				fmt.Fprintf(os.Stderr, "profile of %s: %v\n", p.name, err)
 			}
 		}()
@@ -893,27 +893,6 @@ func startProfiles(prefix string, secs int, procs []proc) (stop func(), err erro
 		_ = f.Close()
 		wg.Wait()
 	}, nil
-}
-
-// fetchProfile writes the body of url to path.
-func fetchProfile(url, path string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // latency produces at a fixed cfg.rate for cfg.latencyDur to 6 partitions and reports

@@ -34,9 +34,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -406,34 +404,13 @@ func profile(cfg config, tg target) func() {
 			go func() {
 				defer wg.Done()
 				path := fmt.Sprintf("%s/%s.%s.%d.pb.gz", cfg.profileDir, names[i], kind, round)
-				if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, sec), path); err != nil {
+				if err := stack.FetchProfile(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, sec), path); err != nil {
 					fmt.Fprintln(os.Stderr, "profile:", err)
 				}
 			}()
 		}
 	}
 	return wg.Wait
-}
-
-// fetchProfile writes what url answers to path.
-func fetchProfile(url, path string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // median returns the median of xs (the mean of the middle two for an even count), or 0.
