@@ -416,6 +416,7 @@ func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
 			return err
 		}
 		written += int64(len(out))
+		l.st.metrics.CleanerWrittenBytes.Add(float64(len(out)))
 	}
 	l.clean.tombstoneDue.Store(tombDue)
 	if err := writeFileAtomic(l.dir, cleanerCheckpointFile, []byte(strconv.FormatInt(mapEnd, 10)+"\n")); err != nil {
@@ -423,8 +424,6 @@ func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
 	}
 	l.clean.firstDirty.Store(mapEnd + 1)
 	m := l.st.metrics
-	m.CleanerReadBytes.Add(float64(read))
-	m.CleanerWrittenBytes.Add(float64(written))
 	m.CleanerRemovedBytes.Add(float64(max(read-written, 0)))
 	m.CleanerLastClean.WithLabelValues(l.name).Set(float64(time.Now().UnixMilli()) / 1000)
 	l.log.Debug("log cleaner pass", zap.Int64("first_dirty", first), zap.Int64("map_end", mapEnd), zap.Int("keys", len(keys)),
@@ -455,6 +454,7 @@ func (c *cleaner) scanSegment(s *segment, fn func(h *batchHeader, frame []byte) 
 			return fmt.Errorf("%w: read %s: %v", ErrStorage, s.path, err)
 		}
 		c.throttle(len(b))
+		c.st.metrics.CleanerReadBytes.Add(float64(len(b)))
 		got := 0
 		for got < len(b) {
 			fl, err := frameLen(b[got:])
