@@ -43,7 +43,7 @@ unit: ## Unit and in-process integration tests (needs Postgres and NATS, as .ci/
 
 .PHONY: e2e
 e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC clients
-	$(GO) test -count=1 -timeout 15m ./tests/e2e/...
+	$(GO) test -count=1 -timeout 25m ./tests/e2e/...
 
 .PHONY: e2e-franz-go
 e2e-franz-go: ## franz-go's own integration tests (pkg/kgo at the go.mod version: group, KIP-848, regex) against a stack
