@@ -67,6 +67,17 @@ func (s *Session) Authenticated() bool {
 	return s.state == saslOff || (s.state == saslDone && !s.reauth)
 }
 
+// VersionsAllowed reports whether an ApiVersions request may be served before the
+// connection is authenticated: only before SaslHandshake. Once a mechanism is chosen
+// (and throughout a KIP-368 re-authentication) Kafka's SaslServerAuthenticator reads
+// nothing but the exchange's SaslAuthenticate, and any other request ends the
+// connection ("Unexpected Kafka request ... during SASL authentication").
+func (s *Session) VersionsAllowed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state != saslHandshaken && s.state != saslAuthenticating && !s.reauth
+}
+
 // RawTokens reports whether the next frame is a bare SASL token (after SaslHandshake
 // v0, KIP-43) rather than a Kafka request.
 func (s *Session) RawTokens() bool {

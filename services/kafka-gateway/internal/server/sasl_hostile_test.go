@@ -224,6 +224,65 @@ func TestReauthenticationServesNothingElse(t *testing.T) {
 	})
 }
 
+// TestApiVersionsOnlyBeforeHandshake: ApiVersions is served before SaslHandshake, but
+// once a mechanism is chosen, and during a re-authentication, it closes the connection
+// unanswered, as Kafka's SaslServerAuthenticator ends one that sends anything but
+// SaslAuthenticate then.
+func TestApiVersionsOnlyBeforeHandshake(t *testing.T) {
+	s := startSecure(t, nil)
+	addr := s.srv.ListenerAddr("SASL_PLAINTEXT")
+	versions := func(rc *rawConn, corr int32) {
+		av := kmsg.NewPtrApiVersionsRequest()
+		av.Version = 3
+		av.ClientSoftwareName, av.ClientSoftwareVersion = "test", "1"
+		rc.send(av, corr)
+	}
+	handshake := func(rc *rawConn, corr int32) {
+		t.Helper()
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 1, sasl.MechPlain
+		rc.send(hs, corr)
+		hr := hs.ResponseKind().(*kmsg.SASLHandshakeResponse)
+		hr.Version = 1
+		decodeAs(t, rc, hr, false)
+		if hr.ErrorCode != 0 {
+			t.Fatalf("handshake: %d", hr.ErrorCode)
+		}
+	}
+
+	t.Run("before the handshake it is served", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		versions(rc, 1)
+		if _, _, err := rc.recv(false); err != nil {
+			t.Fatalf("ApiVersions before SaslHandshake: %v", err)
+		}
+		handshake(rc, 2)
+	})
+	t.Run("after the handshake it closes", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		handshake(rc, 1)
+		versions(rc, 2)
+		if !rc.closed() {
+			t.Fatal("connection open after ApiVersions between SaslHandshake and SaslAuthenticate")
+		}
+	})
+	t.Run("during a re-authentication it closes", func(t *testing.T) {
+		rc := dialRaw(t, addr)
+		if ar := plainAuth(t, rc, 1, "alice", "alice-secret"); ar.ErrorCode != 0 {
+			t.Fatalf("authenticate: %d", ar.ErrorCode)
+		}
+		versions(rc, 3)
+		if _, _, err := rc.recv(false); err != nil {
+			t.Fatalf("ApiVersions on an authenticated connection: %v", err)
+		}
+		handshake(rc, 4)
+		versions(rc, 5)
+		if !rc.closed() {
+			t.Fatal("connection open after ApiVersions in the middle of a re-authentication")
+		}
+	})
+}
+
 // TestOAuthBearerTokenExpiryEndsSession: with connections.max.reauth.ms off (0, the
 // default) a token's exp still bounds the session, as Kafka's SaslServerAuthenticator
 // bounds it: session_lifetime_ms is the time left, and the first request after it

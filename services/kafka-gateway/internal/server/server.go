@@ -619,7 +619,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 			key := req.Body.Key()
 			saslAPI := key == kmsg.SASLHandshake.Int16() || key == kmsg.SASLAuthenticate.Int16()
 			authenticated := sess.Authenticated()
-			if !authenticated && !saslAPI && key != kmsg.ApiVersions.Int16() {
+			if !authenticated && !saslAPI && (key != kmsg.ApiVersions.Int16() || !sess.VersionsAllowed()) {
 				mem.release(int64(size))
 				log.Info("closing kafka connection: request before SASL authentication", zap.String("api", kmsg.NameForKey(key)))
 				cancel()
