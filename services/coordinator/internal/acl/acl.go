@@ -7,13 +7,10 @@ package acl
 
 import (
 	"context"
-	"errors"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -34,18 +31,6 @@ func New(st *store.Store, changed func()) *Server {
 		changed = func() {}
 	}
 	return &Server{store: st, changed: changed}
-}
-
-// grpcError turns a failure of a whole call into a gRPC status: UNAVAILABLE unless the
-// caller's context ended.
-func grpcError(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
-	return status.Error(codes.Unavailable, err.Error())
 }
 
 // BindingFromProto converts a wire binding.
@@ -108,7 +93,7 @@ func (s *Server) CreateAcls(ctx context.Context, req *coordinatorv1.CreateAclsRe
 	}
 	added, err := s.store.InsertAcls(ctx, valid)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	if added {
 		s.changed()
@@ -140,7 +125,7 @@ func (s *Server) DeleteAcls(ctx context.Context, req *coordinatorv1.DeleteAclsRe
 	}
 	deleted, err := s.store.DeleteAcls(ctx, filters)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	removed := false
 	for k, bs := range deleted {
@@ -169,7 +154,7 @@ func (s *Server) DescribeAcls(ctx context.Context, req *coordinatorv1.DescribeAc
 	}
 	all, err := s.store.Acls(ctx)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	resp := &coordinatorv1.DescribeAclsResponse{}
 	for _, b := range all {

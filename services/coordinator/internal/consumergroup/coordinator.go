@@ -26,11 +26,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -128,7 +127,7 @@ func (c *Coordinator) ConsumerGroupHeartbeat(ctx context.Context, req *coordinat
 	}
 	topics, err := c.topics(ctx)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	id := req.GetGroupId()
 	var out *coordinatorv1.ConsumerGroupHeartbeatResponse
@@ -155,7 +154,7 @@ func (c *Coordinator) ConsumerGroupHeartbeat(ctx context.Context, req *coordinat
 		return changed && o.code == 0, nil
 	})
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	return out, nil
 }
@@ -296,7 +295,7 @@ func (c *Coordinator) DescribeConsumerGroups(ctx context.Context, req *coordinat
 	for _, id := range req.GetGroupIds() {
 		row, raw, err := c.store.SnapshotConsumerGroup(ctx, id)
 		if err != nil {
-			return nil, grpcError(err)
+			return nil, rpcerr.Status(err)
 		}
 		g := &coordinatorv1.ConsumerGroupDescription{GroupId: id}
 		resp.Groups = append(resp.Groups, g)
@@ -313,7 +312,7 @@ func (c *Coordinator) DescribeConsumerGroups(ctx context.Context, req *coordinat
 		}
 		d, err := decodeDoc(raw)
 		if err != nil {
-			return nil, grpcError(err)
+			return nil, rpcerr.Status(err)
 		}
 		g.State, g.GroupEpoch, g.AssignmentEpoch = d.state(), d.GroupEpoch, d.AssignmentEpoch
 		g.AssignorName = d.Assignor
@@ -401,17 +400,4 @@ func toTopicPartitions(a assignment, names map[string]string) []*coordinatorv1.T
 		out = append(out, &coordinatorv1.TopicPartitions{TopicId: idBytes(t), TopicName: names[t], Partitions: a[t]})
 	}
 	return out
-}
-
-// grpcError maps a Go error to a gRPC status: a caller's cancelled or expired deadline
-// keeps its code; everything else means Postgres could not serve the call
-// (UNAVAILABLE: gateways answer COORDINATOR_NOT_AVAILABLE and clients retry).
-func grpcError(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
-	return status.Error(codes.Unavailable, err.Error())
 }

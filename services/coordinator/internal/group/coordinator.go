@@ -29,6 +29,7 @@ import (
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -251,7 +252,7 @@ func missingMemberCode(g *group, memberID string, instanceID *string) int32 {
 // JoinGroup implements Kafka's handleJoinGroup (GroupCoordinator.scala), answering once
 // the join phase ends.
 func (c *Coordinator) JoinGroup(ctx context.Context, req *coordinatorv1.JoinGroupRequest) (_ *coordinatorv1.JoinGroupResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -485,7 +486,7 @@ func (c *Coordinator) rejoinStatic(g *group, old *member, update func(*member), 
 // SyncGroup implements Kafka's handleSyncGroup: the leader's assignment makes the group
 // Stable; followers wait for it.
 func (c *Coordinator) SyncGroup(ctx context.Context, req *coordinatorv1.SyncGroupRequest) (_ *coordinatorv1.SyncGroupResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -592,7 +593,7 @@ func (g *group) syncAnswer(m *member) *coordinatorv1.SyncGroupResponse {
 
 // Heartbeat implements Kafka's handleHeartbeat: it renews the member's session.
 func (c *Coordinator) Heartbeat(ctx context.Context, req *coordinatorv1.HeartbeatRequest) (_ *coordinatorv1.HeartbeatResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -630,7 +631,7 @@ func (c *Coordinator) Heartbeat(ctx context.Context, req *coordinatorv1.Heartbea
 // LeaveGroup implements Kafka's handleLeaveGroup (KIP-345 batch): each member leaves by
 // member id, or by group.instance.id.
 func (c *Coordinator) LeaveGroup(ctx context.Context, req *coordinatorv1.LeaveGroupRequest) (_ *coordinatorv1.LeaveGroupResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}

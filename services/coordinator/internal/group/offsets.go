@@ -17,6 +17,7 @@ import (
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/consumergroup"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -25,7 +26,7 @@ import (
 // that does not use group management and needs the group to be Empty (a missing group
 // is created Empty, as Kafka does).
 func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.OffsetCommitRequest) (_ *coordinatorv1.OffsetCommitResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -223,7 +224,7 @@ func sortedKeys(m map[tp]storedOffset) []tp {
 // require_stable (KIP-447) a partition whose offset an open transaction has staged
 // (TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT (88), offset -1.
 func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.OffsetFetchRequest) (_ *coordinatorv1.OffsetFetchResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -299,7 +300,7 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *coordinatorv1.Offset
 // INVALID_ARGUMENT (empty group or invalid topic), NOT_FOUND (the group has no state
 // and no committed offsets), UNAVAILABLE (Postgres or storage-core not reachable).
 func (c *Coordinator) GetCommittedOffsets(ctx context.Context, req *coordinatorv1.GetCommittedOffsetsRequest) (_ *coordinatorv1.GetCommittedOffsetsResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if req.GetGroup() == "" {
 		return nil, status.Error(codes.InvalidArgument, "group is empty")
 	}
@@ -370,7 +371,7 @@ func (c *Coordinator) highWatermark(ctx context.Context, name string) (int64, er
 // DescribeGroups implements Kafka's handleDescribeGroup: an unknown group is Dead with
 // no error; member metadata and assignments are shown only while the group is Stable.
 func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.DescribeGroupsRequest) (_ *coordinatorv1.DescribeGroupsResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -404,7 +405,7 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.Des
 // ListGroups implements Kafka's handleListGroups with the KIP-518 state filter and the
 // KIP-848 group-type filter (classic, consumer), both case-insensitive.
 func (c *Coordinator) ListGroups(ctx context.Context, req *coordinatorv1.ListGroupsRequest) (_ *coordinatorv1.ListGroupsResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -436,7 +437,7 @@ func matches(filter []string, v string) bool {
 // DeleteGroups implements Kafka's handleDeleteGroups: only Empty groups (no members)
 // are deleted, with their committed offsets.
 func (c *Coordinator) DeleteGroups(ctx context.Context, req *coordinatorv1.DeleteGroupsRequest) (_ *coordinatorv1.DeleteGroupsResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -471,7 +472,7 @@ func (c *Coordinator) DeleteGroups(ctx context.Context, req *coordinatorv1.Delet
 // OffsetDelete implements Kafka's handleDeleteOffsets (KIP-496): offsets of topics the
 // group's consumers are subscribed to are kept (GROUP_SUBSCRIBED_TO_TOPIC).
 func (c *Coordinator) OffsetDelete(ctx context.Context, req *coordinatorv1.OffsetDeleteRequest) (_ *coordinatorv1.OffsetDeleteResponse, err error) {
-	defer func() { err = grpcError(err) }()
+	defer func() { err = rpcerr.Status(err) }()
 	if err := c.check(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 )
 
 // codeTransactionalIDNotFound is Kafka's TRANSACTIONAL_ID_NOT_FOUND.
@@ -24,7 +25,7 @@ var knownStates = map[string]bool{
 func (s *Server) DescribeTransactions(ctx context.Context, req *coordinatorv1.DescribeTransactionsRequest) (*coordinatorv1.DescribeTransactionsResponse, error) {
 	rows, err := s.c.store.DescribeTxns(ctx, req.GetTransactionalIds())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	resp := &coordinatorv1.DescribeTransactionsResponse{}
 	for _, id := range req.GetTransactionalIds() {
@@ -76,7 +77,7 @@ func (s *Server) ListTransactions(ctx context.Context, req *coordinatorv1.ListTr
 	}
 	rows, err := s.c.store.ListTxns(ctx, states, req.GetProducerIds(), since)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	for _, r := range rows {
 		resp.Transactions = append(resp.Transactions, &coordinatorv1.TransactionListing{TransactionalId: r.ID,

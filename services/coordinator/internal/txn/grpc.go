@@ -2,12 +2,9 @@ package txn
 
 import (
 	"context"
-	"errors"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -20,20 +17,6 @@ type Server struct {
 
 // NewServer returns the gRPC service of c.
 func NewServer(c *Coordinator) *Server { return &Server{c: c} }
-
-// grpcError turns a failure of a whole call into a gRPC status: UNAVAILABLE unless the
-// caller's context ended.
-func grpcError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
-	return status.Error(codes.Unavailable, err.Error())
-}
 
 // AddPartitionsToTxn implements the service; see Coordinator.AddPartitions.
 func (s *Server) AddPartitionsToTxn(ctx context.Context, req *coordinatorv1.AddPartitionsToTxnRequest) (*coordinatorv1.AddPartitionsToTxnResponse, error) {
@@ -48,7 +31,7 @@ func (s *Server) AddPartitionsToTxn(ctx context.Context, req *coordinatorv1.AddP
 		}
 		codes, err := s.c.AddPartitions(ctx, p)
 		if err != nil {
-			return nil, grpcError(err)
+			return nil, rpcerr.Status(err)
 		}
 		r := &coordinatorv1.TxnAdditionResult{TransactionalId: a.GetTransactionalId()}
 		i := 0
@@ -69,7 +52,7 @@ func (s *Server) AddPartitionsToTxn(ctx context.Context, req *coordinatorv1.AddP
 func (s *Server) AddOffsetsToTxn(ctx context.Context, req *coordinatorv1.AddOffsetsToTxnRequest) (*coordinatorv1.AddOffsetsToTxnResponse, error) {
 	code, err := s.c.AddOffsets(ctx, req.GetTransactionalId(), req.GetProducerId(), req.GetProducerEpoch(), req.GetGroupId())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	return &coordinatorv1.AddOffsetsToTxnResponse{ErrorCode: int32(code)}, nil
 }
@@ -78,7 +61,7 @@ func (s *Server) AddOffsetsToTxn(ctx context.Context, req *coordinatorv1.AddOffs
 func (s *Server) EndTxn(ctx context.Context, req *coordinatorv1.EndTxnRequest) (*coordinatorv1.EndTxnResponse, error) {
 	code, pid, epoch, err := s.c.EndTxn(ctx, req.GetTransactionalId(), req.GetProducerId(), req.GetProducerEpoch(), req.GetCommit(), req.GetBumpEpoch())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	return &coordinatorv1.EndTxnResponse{ErrorCode: int32(code), ProducerId: pid, ProducerEpoch: epoch}, nil
 }
@@ -100,7 +83,7 @@ func (s *Server) TxnOffsetCommit(ctx context.Context, req *coordinatorv1.TxnOffs
 	}
 	codes, err := s.c.TxnOffsetCommit(ctx, oc)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, rpcerr.Status(err)
 	}
 	resp := &coordinatorv1.TxnOffsetCommitResponse{}
 	i := 0
