@@ -274,7 +274,6 @@ func TestReplicateAndFailover(t *testing.T) {
 	c.waitValues(want, 1, 2, 3)
 	_, _, term1, _ := c.m[l1].n.Leader(c.group)
 
-	f := uint64(0)
 	for id := range c.m {
 		if id != l1 {
 			if _, err := c.propose(id, "x"); !errors.As(err, new(*NotLeaderError)) {
@@ -285,7 +284,6 @@ func TestReplicateAndFailover(t *testing.T) {
 			if errors.As(err, &nle) && (nle.Leader != l1 || nle.Addr != c.peers[l1]) {
 				t.Fatalf("NotLeaderError names %d at %s, want %d at %s", nle.Leader, nle.Addr, l1, c.peers[l1])
 			}
-			f = id
 		}
 	}
 
@@ -296,10 +294,15 @@ func TestReplicateAndFailover(t *testing.T) {
 		t.Fatalf("new leader %d term %d after leader %d term %d", l2, term2, l1, term1)
 	}
 	want = c.proposeAll(l2, "b", 50, want)
-	live := []uint64{}
+	// f is the live follower; it is chosen only now, since before the failover
+	// either of the two could have become the new leader.
+	live, f := []uint64{}, uint64(0)
 	for id := range c.m {
 		if id != l1 {
 			live = append(live, id)
+			if id != l2 {
+				f = id
+			}
 		}
 	}
 	c.waitValues(want, live...)
