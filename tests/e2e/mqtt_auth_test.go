@@ -41,6 +41,10 @@ func mqttLogin(t *testing.T, addr, clientID, user, password string) (*paho.Clien
 	return c, 0
 }
 
+// argon2idHunter2 is password "hunter2" hashed by the argon2 reference CLI (Debian's
+// argon2 package), not by our code: echo -n hunter2 | argon2 somesalt1234 -id -t 2 -m 12 -p 2 -l 32 -e
+const argon2idHunter2 = "$argon2id$v=19$m=4096,t=2,p=2$c29tZXNhbHQxMjM0$ujbdBmxtd247nmKHnxZa7U0yXZsrwcNzt0rJgeiohY0"
+
 func bcryptHash(t *testing.T, password string) string {
 	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
@@ -50,7 +54,8 @@ func bcryptHash(t *testing.T, password string) string {
 }
 
 // TestMQTTListenerLogins: a listener with a users: entry (alice, bcrypt hash, rules
-// dev/%u/# for publish and subscribe) and a password-file user (bob, every topic).
+// dev/%u/# for publish and subscribe) and password-file users (bob, bcrypt, and carol,
+// argon2id, every topic).
 // A wrong password, an unknown user: CONNACK 0x86 (MQTT 3.1.1 mosquitto_pub: 0x04 "bad
 // user name or password"); no user name: 0x87; the right ones: 0x00. alice's publish
 // to dev/bob/x: PUBACK 0x87 and nothing in Kafka; to dev/alice/x: 0x00 and stored;
@@ -61,7 +66,7 @@ func TestMQTTListenerLogins(t *testing.T) {
 	topic := "mqtt-auth-" + mqttID()
 	lis := stack.FreeAddr()
 	pwFile := filepath.Join(t.TempDir(), "passwords")
-	if err := os.WriteFile(pwFile, []byte("# listener users\nbob:"+bcryptHash(t, "bob-pw")+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(pwFile, []byte("# listener users\nbob:"+bcryptHash(t, "bob-pw")+"\ncarol:"+argon2idHunter2+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startBridge(t, s, "mqtt-bridge-auth", fmt.Sprintf(`
@@ -89,6 +94,8 @@ mqtt-to-kafka:
 		{"bob", "alice-pw", 0x86},
 		{"", "", 0x87},
 		{"bob", "bob-pw", 0},
+		{"carol", "hunter3", 0x86},
+		{"carol", "hunter2", 0},
 	} {
 		if _, code := mqttLogin(t, lis, "c-"+c.user, c.user, c.password); code != c.want {
 			t.Errorf("CONNECT %q/%q: CONNACK %#x, want %#x", c.user, c.password, code, c.want)

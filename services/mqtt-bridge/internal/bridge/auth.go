@@ -1,8 +1,8 @@
 package bridge
 
 // Listener logins (listener.users, listener.password-file): a client names a known
-// user and gives its password (bcrypt hashes only are kept), and is held to the
-// user's topic rules.
+// user and gives its password (bcrypt or argon2id hashes only are kept, see
+// libs/passhash), and is held to the user's topic rules.
 
 import (
 	"bufio"
@@ -15,15 +15,15 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
-	"golang.org/x/crypto/bcrypt"
 
+	"github.com/tributary/tributary/libs/passhash"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/config"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
 )
 
 // login is a user's password hash and topic rules (nil: every topic).
 type login struct {
-	hash               []byte
+	hash               *passhash.Hash
 	publish, subscribe []string
 }
 
@@ -78,10 +78,14 @@ func (h *authHook) load() error {
 				continue
 			}
 			name, hash, ok := strings.Cut(line, ":")
-			if !ok || name == "" || !strings.HasPrefix(hash, "$2") {
-				return fmt.Errorf("%s:%d: want name:bcrypt-hash", path, n)
+			if !ok || name == "" {
+				return fmt.Errorf("%s:%d: want name:hash", path, n)
 			}
-			users[name] = &login{hash: []byte(hash)}
+			ph, err := passhash.Parse(hash)
+			if err != nil {
+				return fmt.Errorf("%s:%d: %w", path, n, err)
+			}
+			users[name] = &login{hash: ph}
 		}
 		if err := sc.Err(); err != nil {
 			return err
@@ -94,7 +98,11 @@ func (h *authHook) load() error {
 			users[u.Username] = lg
 		}
 		if u.PasswordHash != "" {
-			lg.hash = []byte(u.PasswordHash)
+			ph, err := passhash.Parse(u.PasswordHash)
+			if err != nil {
+				return fmt.Errorf("listener.users %s: %w", u.Username, err) // Validate refused it already
+			}
+			lg.hash = ph
 		}
 		lg.publish, lg.subscribe = u.Publish, u.Subscribe
 	}
@@ -167,7 +175,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	h.refresh()
 	lg := h.user(string(pk.Connect.Username))
 	if lg == nil || lg.hash == nil || !pk.Connect.PasswordFlag ||
-		bcrypt.CompareHashAndPassword(lg.hash, pk.Connect.Password) != nil {
+		!lg.hash.Verify(pk.Connect.Password) {
 		h.l.log.Info("CONNECT with a bad user name or password refused", zap.String("client", cl.ID), zap.ByteString("username", pk.Connect.Username))
 		return false
 	}

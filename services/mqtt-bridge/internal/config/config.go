@@ -120,9 +120,10 @@ type ListenerConfig struct {
 	// its password (CONNACK 0x86 otherwise; MQTT 3.1.1 0x04), and is held to its
 	// topic rules (0x87).
 	Users []User `yaml:"users"`
-	// PasswordFile holds `name:bcrypt-hash` lines (mosquitto_passwd -b style names,
-	// bcrypt hashes as htpasswd -B writes); its users have the rules of the Users
-	// entry of the same name, or may use every topic.
+	// PasswordFile holds `name:hash` lines, each hash bcrypt (as htpasswd -B writes)
+	// or argon2id in the PHC string format (as the argon2 CLI writes with -e; see
+	// libs/passhash for the cost bounds); its users have the rules of the Users entry
+	// of the same name, or may use every topic.
 	PasswordFile string `yaml:"password-file"`
 	// CertificateLogin logs a client with a verified certificate (tls.ca-file) in as
 	// the user its certificate's CN names, without a password (a CONNECT user name,
@@ -153,7 +154,9 @@ type RetainedConfig struct {
 // User is a listener login.
 type User struct {
 	Username string `yaml:"username"`
-	// PasswordHash is a bcrypt hash ($2a$, $2b$, $2y$); never the password.
+	// PasswordHash is a bcrypt hash ($2a$, $2b$, $2y$) or an argon2id PHC string
+	// ($argon2id$v=19$m=...,t=...,p=...$salt$hash), within libs/passhash's cost
+	// bounds; never the password.
 	PasswordHash string `yaml:"password-hash"`
 	// Publish and Subscribe are the filters the user may publish to and subscribe
 	// within (%u is the user name, %c the client id, each a whole level); unset: all.

@@ -396,13 +396,17 @@ func TestListenerRetained(t *testing.T) {
 	}
 }
 
-// listener.users: a password where a bcrypt hash belongs, a user without a name, a
+// listener.users: a password (or a malformed hash, or one past the cost bounds)
+// where a bcrypt or argon2id hash belongs, a user without a name, a
 // bad filter and a missing password-file are problems.
 func TestListenerUsers(t *testing.T) {
 	base := "mqtt-to-kafka:\n  - {id: a, mqtt-topic-filters: [x], kafka-topic: t}\nlistener:\n  addr: 127.0.0.1:0\n"
 	for _, c := range []struct{ extra, problem string }{
-		{"  users: [{username: a, password-hash: \"$2a$04$abcdefghijklmnopqrstuv\", publish: [\"d/%u/#\"]}]\n", ""},
-		{"  users: [{username: a, password-hash: hunter2}]\n", "listener.users[0].password-hash: must be a bcrypt hash"},
+		{"  users: [{username: a, password-hash: \"$2a$04$2qKgcNISP4odHzh7tkiWu.DZp/8/a4l7YwMaJFA72KXf1V6okKG9G\", publish: [\"d/%u/#\"]}]\n", ""},
+		{"  users: [{username: a, password-hash: \"$argon2id$v=19$m=4096,t=2,p=2$c29tZXNhbHQxMjM0$ujbdBmxtd247nmKHnxZa7U0yXZsrwcNzt0rJgeiohY0\"}]\n", ""},
+		{"  users: [{username: a, password-hash: \"$argon2id$v=19$m=4194304,t=2,p=2$c29tZXNhbHQxMjM0$ujbdBmxtd247nmKHnxZa7U0yXZsrwcNzt0rJgeiohY0\"}]\n", "cost parameters out of bounds"},
+		{"  users: [{username: a, password-hash: \"$2a$04$abcdefghijklmnopqrstuv\"}]\n", "listener.users[0].password-hash: must be a bcrypt or argon2id hash"},
+		{"  users: [{username: a, password-hash: hunter2}]\n", "listener.users[0].password-hash: must be a bcrypt or argon2id hash"},
 		{"  users: [{password-hash: \"$2a$04$x\"}]\n", "listener.users[0].username: must be set"},
 		{"  users: [{username: a, subscribe: [\"a/#/b\"]}]\n", "listener.users[0]"},
 		{"  password-file: /nonexistent/pw\n", "listener.password-file"},

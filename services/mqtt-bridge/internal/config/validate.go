@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/passhash"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/template"
 )
 
@@ -247,8 +248,10 @@ func (l *loader) validate(c *Config) {
 			if u.Username == "" {
 				l.add(p+".username", "must be set")
 			}
-			if u.PasswordHash != "" && !strings.HasPrefix(u.PasswordHash, "$2") {
-				l.add(p+".password-hash", "must be a bcrypt hash ($2a$, $2b$, $2y$), not a password")
+			if u.PasswordHash != "" {
+				if _, err := passhash.Parse(u.PasswordHash); err != nil {
+					l.add(p+".password-hash", "must be a bcrypt or argon2id hash, not a password: %v", err)
+				}
 			}
 			for _, f := range append(append([]string{}, u.Publish...), u.Subscribe...) {
 				if err := ValidateFilter(f); err != nil {
