@@ -35,6 +35,14 @@ func CredentialsChangedSubject(clusterID string) string {
 	return clusterPrefix(clusterID) + "credentials.changed"
 }
 
+// MqttUsersChangedSubject is the subject the coordinator announces a change of an MQTT
+// listener login on (MqttUserService put or delete): "tributary.<cluster-id>.mqtt.users.changed",
+// with the user name as payload. mqtt-bridge replicas drop that user's cached login
+// when it arrives.
+func MqttUsersChangedSubject(clusterID string) string {
+	return clusterPrefix(clusterID) + "mqtt.users.changed"
+}
+
 // BrokersSubject is the subject kafka-gateway replicas announce themselves on, once a
 // second: "tributary.<cluster-id>.kafka.brokers", payload JSON {node_id, host, port,
 // rack, listeners}.

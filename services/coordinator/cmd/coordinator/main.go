@@ -1,5 +1,6 @@
 // Command coordinator runs the Tributary control plane: the Kafka topic registry and
 // producer ids in Postgres, served over gRPC (tributary.coordinator.v1).
+// `coordinator mqtt-users ...` manages the MQTT listener logins of a running one.
 package main
 
 import (
@@ -16,10 +17,18 @@ import (
 	"github.com/tributary/tributary/libs/flagenv"
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
+	"github.com/tributary/tributary/services/coordinator/internal/mqttusers"
 	"github.com/tributary/tributary/services/coordinator/internal/server"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "mqtt-users" {
+		if err := mqttusers.Main(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "coordinator mqtt-users:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "coordinator:", err)
 		os.Exit(1)

@@ -24,12 +24,15 @@ var authRules = coordinatorRules(
 	coordinatorv1.PubSubSchemaService_ServiceDesc,
 	coordinatorv1.AclService_ServiceDesc,
 	coordinatorv1.CredentialService_ServiceDesc,
+	coordinatorv1.MqttUserService_ServiceDesc,
 )
 
 // GetScramCredential hands out SCRAM keys (a ServerKey lets its holder pose as the
-// server to that user): admin, not read, unlike the other Get methods.
+// server to that user) and GetMqttUser a password hash (which an offline guesser
+// could try passwords against): admin, not read, unlike the other Get methods.
 func init() {
 	authRules["/"+coordinatorv1.CredentialService_ServiceDesc.ServiceName+"/GetScramCredential"] = grpcx.Rule{Verb: grpcx.VerbAdmin}
+	authRules[coordinatorv1.MqttUserService_GetMqttUser_FullMethodName] = grpcx.Rule{Verb: grpcx.VerbAdmin}
 }
 
 func coordinatorRules(descs ...grpc.ServiceDesc) grpcx.Rules {

@@ -25,6 +25,10 @@ func TestAuthRules(t *testing.T) {
 		coordinatorv1.AclService_DescribeAcls_FullMethodName:                            grpcx.VerbRead,
 		coordinatorv1.AclService_CreateAcls_FullMethodName:                              grpcx.VerbAdmin,
 		coordinatorv1.AclService_DeleteAcls_FullMethodName:                              grpcx.VerbAdmin,
+		coordinatorv1.MqttUserService_PutMqttUser_FullMethodName:                        grpcx.VerbAdmin,
+		coordinatorv1.MqttUserService_DeleteMqttUser_FullMethodName:                     grpcx.VerbAdmin,
+		coordinatorv1.MqttUserService_GetMqttUser_FullMethodName:                        grpcx.VerbAdmin,
+		coordinatorv1.MqttUserService_ListMqttUsers_FullMethodName:                      grpcx.VerbRead,
 	} {
 		if r, ok := authRules[method]; !ok || r.Verb != want || r.Resources != nil {
 			t.Errorf("%s: rule %+v (%v), want %v on the cluster", method, r, ok, want)

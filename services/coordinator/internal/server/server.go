@@ -27,6 +27,7 @@ import (
 	"github.com/tributary/tributary/services/coordinator/internal/credentials"
 	"github.com/tributary/tributary/services/coordinator/internal/group"
 	"github.com/tributary/tributary/services/coordinator/internal/handler"
+	"github.com/tributary/tributary/services/coordinator/internal/mqttusers"
 	"github.com/tributary/tributary/services/coordinator/internal/pubsub"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 	"github.com/tributary/tributary/services/coordinator/internal/txn"
@@ -150,6 +151,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
 	coordinatorv1.RegisterAclServiceServer(s.grpc, acl.New(s.store, s.aclsChanged))
 	coordinatorv1.RegisterCredentialServiceServer(s.grpc, credentials.New(s.store, s.credentialsChanged))
+	coordinatorv1.RegisterMqttUserServiceServer(s.grpc, mqttusers.New(s.store, s.mqttUsersChanged))
 	expiry := cfg.PubSubExpiryInterval
 	if expiry <= 0 {
 		expiry = time.Minute
@@ -167,6 +169,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.AclService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CredentialService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(coordinatorv1.MqttUserService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("grpc listen %s: %w", cfg.GRPCAddr, err)
@@ -250,6 +253,15 @@ func (s *Server) credentialsChanged(user string) {
 	}
 }
 
+// mqttUsersChanged announces a change of an MQTT listener login on NATS; mqtt-bridge
+// replicas drop their cached copy (which also expires on its own within its bound,
+// should this message be lost).
+func (s *Server) mqttUsersChanged(user string) {
+	if err := s.nc.Publish(natsx.MqttUsersChangedSubject(s.cfg.ClusterID), []byte(user)); err != nil {
+		s.log.Warn("could not announce mqtt user change", zap.String("user", user), zap.Error(err))
+	}
+}
+
 // Run serves until ctx ends, then shuts down gracefully and releases everything New
 // opened. It returns nil after a clean shutdown, or the error that stopped gRPC.
 func (s *Server) Run(ctx context.Context) error {
@@ -330,6 +342,7 @@ func (s *Server) prepare(ctx context.Context) {
 	s.health.SetServingStatus(coordinatorv1.PubSubSchemaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.AclService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.CredentialService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(coordinatorv1.MqttUserService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	tick := time.NewTicker(gaugeRefresh)
 	defer tick.Stop()

@@ -31,6 +31,9 @@ var (
 	// ErrCredentialNotFound is returned by GetScramCredential for a user without a
 	// credential of the mechanism.
 	ErrCredentialNotFound = errors.New("scram credential not found")
+	// ErrMqttUserNotFound is returned by GetMqttUser and DeleteMqttUser for a user
+	// not kept.
+	ErrMqttUserNotFound = errors.New("mqtt user not found")
 	// ErrTxnNotFound is returned by LockTxn when a transactional id has no row.
 	ErrTxnNotFound = errors.New("transactional id not found")
 )
