@@ -18,6 +18,7 @@ import (
 
 	"github.com/tributary/tributary/libs/passhash"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -50,17 +51,13 @@ func New(st *store.Store, notify func(user string)) *Server {
 	return &Server{store: st, notify: notify}
 }
 
+// statusOf is err as a gRPC status: NOT_FOUND for a user not kept, else rpcerr's rule
+// (UNAVAILABLE for Postgres failures).
 func statusOf(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	case errors.Is(err, store.ErrMqttUserNotFound):
+	if errors.Is(err, store.ErrMqttUserNotFound) {
 		return status.Error(codes.NotFound, err.Error())
-	case store.Unavailable(err):
-		return status.Errorf(codes.Unavailable, "postgres: %v", err)
-	default:
-		return status.Errorf(codes.Internal, "postgres: %v", err)
 	}
+	return rpcerr.Status(err)
 }
 
 func checkName(name string) error {
