@@ -308,6 +308,8 @@ func (s *Stack) StartMQTTBridge(ctx context.Context, name, configYAML string) (*
 			"TRIBUTARY_MQTT_HTTP_ADDR=" + httpAddr,
 			"TRIBUTARY_MQTT_STORAGE_ADDR=" + s.StorageAddr,
 			"TRIBUTARY_MQTT_COORDINATOR_ADDR=" + s.CoordinatorAddr,
+			"TRIBUTARY_MQTT_NATS_URL=" + testenv.NATSURL(),
+			"TRIBUTARY_MQTT_CLUSTER_ID=" + s.ClusterID,
 		},
 	}
 	s.Bridges = append(s.Bridges, p)
@@ -316,6 +318,9 @@ func (s *Stack) StartMQTTBridge(ctx context.Context, name, configYAML string) (*
 	}
 	return p, nil
 }
+
+// Bin is the path of the named binary (Coordinator, MQTTBridge, ...) this stack runs.
+func (s *Stack) Bin(name string) string { return filepath.Join(s.binDir, name) }
 
 // FreeAddr returns a free 127.0.0.1:port not handed out before in this process.
 func FreeAddr() string { return freeAddr() }

@@ -36,6 +36,11 @@ type login struct {
 //
 // The password file is read again at a CONNECT when its modification time or size
 // changed (one stat per CONNECT): a password changed there applies to the next one.
+//
+// With listener.coordinator-logins, a user name neither users: nor the password file
+// knows is looked up in the coordinator (see logins.go); when the coordinator cannot
+// answer, the CONNECT is refused 0x88 (server unavailable; MQTT 3.1.1 0x03). Such a
+// client is held, while connected, to the rules its user had at its CONNECT.
 type authHook struct {
 	mqtt.HookBase
 	l   *listener
@@ -47,10 +52,14 @@ type authHook struct {
 	file os.FileInfo
 	// refused is the CONNACK code (MQTT 5) to send each refused client.
 	refused sync.Map // *mqtt.Client → byte
+	// remote looks users up in the coordinator (coordinator-logins), or is nil;
+	// connected holds the login of each client it logged in.
+	remote    *remoteLogins
+	connected sync.Map // *mqtt.Client → *login
 }
 
-func newAuthHook(l *listener, c config.ListenerConfig) (*authHook, error) {
-	h := &authHook{l: l, cfg: c}
+func newAuthHook(l *listener, c config.ListenerConfig, remote *remoteLogins) (*authHook, error) {
+	h := &authHook{l: l, cfg: c, remote: remote}
 	if err := h.load(); err != nil {
 		return nil, err
 	}
@@ -174,10 +183,23 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	}
 	h.refresh()
 	lg := h.user(string(pk.Connect.Username))
+	remote := false
+	if lg == nil && h.remote != nil {
+		var err error
+		if lg, err = h.remote.get(h.l.b.ctx, string(pk.Connect.Username)); err != nil {
+			code = packets.ErrServerUnavailable.Code
+			h.l.log.Warn("CONNECT refused: the coordinator could not look its user up", zap.String("client", cl.ID), zap.ByteString("username", pk.Connect.Username), zap.Error(err))
+			return false
+		}
+		remote = lg != nil
+	}
 	if lg == nil || lg.hash == nil || !pk.Connect.PasswordFlag ||
 		!lg.hash.Verify(pk.Connect.Password) {
 		h.l.log.Info("CONNECT with a bad user name or password refused", zap.String("client", cl.ID), zap.ByteString("username", pk.Connect.Username))
 		return false
+	}
+	if remote {
+		h.connected.Store(cl, lg)
 	}
 	code = 0
 	return true
@@ -212,9 +234,12 @@ func (h *authHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Pa
 	}
 	code := v.(byte)
 	if cl.Properties.ProtocolVersion < 5 {
-		if code == packets.ErrNotAuthorized.Code {
+		switch code {
+		case packets.ErrNotAuthorized.Code:
 			code = packets.Err3NotAuthorized.Code
-		} else {
+		case packets.ErrServerUnavailable.Code:
+			code = packets.Err3ServerUnavailable.Code
+		default:
 			code = packets.ErrMalformedUsernameOrPassword.Code // 0x04: bad user name or password
 		}
 	}
@@ -222,8 +247,11 @@ func (h *authHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Pa
 	return pk
 }
 
-// OnDisconnect forgets a refused client.
-func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) { h.refused.Delete(cl) }
+// OnDisconnect forgets a refused or connected client.
+func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.refused.Delete(cl)
+	h.connected.Delete(cl)
+}
 
 // OnACLCheck: a publish (write) to topic, or a subscription to a filter or delivery
 // of a topic (read), within the user's rules.
@@ -232,6 +260,11 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return true
 	}
 	lg := h.user(string(cl.Properties.Username))
+	if lg == nil {
+		if v, ok := h.connected.Load(cl); ok {
+			lg = v.(*login)
+		}
+	}
 	if lg == nil {
 		// A certificate user without a users: entry may use every topic.
 		_, ok := h.certificateUser(cl)

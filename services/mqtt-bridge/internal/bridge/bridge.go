@@ -33,8 +33,10 @@ type Bridge struct {
 	storage storagev1.StorageServiceClient
 	coord   coordinatorv1.CoordinatorServiceClient
 	groups  coordinatorv1.GroupCoordinatorServiceClient
-	conns   []*grpc.ClientConn
-	store   *store
+	// mqttUsers is the coordinator's MqttUserService (listener.coordinator-logins).
+	mqttUsers coordinatorv1.MqttUserServiceClient
+	conns     []*grpc.ClientConn
+	store     *store
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -73,6 +75,7 @@ func New(cfg *config.Config, log *zap.Logger) (*Bridge, error) {
 	b.storage = storagev1.NewStorageServiceClient(sc)
 	b.coord = coordinatorv1.NewCoordinatorServiceClient(cc)
 	b.groups = coordinatorv1.NewGroupCoordinatorServiceClient(cc)
+	b.mqttUsers = coordinatorv1.NewMqttUserServiceClient(cc)
 	b.store = newStore(b.ctx, b.storage, b.coord, cfg.StoreTimeout, log)
 	b.healthCheck("storage-core", sc)
 	b.healthCheck("coordinator", cc)
@@ -199,6 +202,9 @@ func (b *Bridge) close() {
 	if b.listener != nil {
 		// After store.wait (Run): no batch is journaled any more.
 		b.listener.sessions.Close()
+		if b.listener.logins != nil {
+			b.listener.logins.close()
+		}
 	}
 	if b.http != nil && b.http.Addr() != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

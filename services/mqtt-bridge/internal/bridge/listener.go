@@ -54,6 +54,8 @@ type listener struct {
 	events *eventsHook
 	// retained keeps the retained messages in a topic (retained.store kafka), or nil.
 	retained *retainedLog
+	// logins looks users up in the coordinator (coordinator-logins), or is nil.
+	logins *remoteLogins
 	// dropped counts messages not delivered to subscribers that did not keep up.
 	dropped prometheus.CounterFunc
 	// refusedKeepAlive counts CONNECTs refused for their keep alive.
@@ -117,8 +119,18 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	l.srv = mqtt.New(opts)
-	if len(c.Users) > 0 || c.PasswordFile != "" || c.CertificateLogin {
-		h, err := newAuthHook(l, c)
+	if len(c.Users) > 0 || c.PasswordFile != "" || c.CertificateLogin || c.CoordinatorLogins {
+		if c.CoordinatorLogins {
+			if l.logins, err = newRemoteLogins(b.mqttUsers, b.cfg.NATSURL, b.cfg.ClusterID, l.log); err != nil {
+				return nil, err
+			}
+			defer func() {
+				if err != nil {
+					l.logins.close()
+				}
+			}()
+		}
+		h, err := newAuthHook(l, c, l.logins)
 		if err != nil {
 			return nil, err
 		}

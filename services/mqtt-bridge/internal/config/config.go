@@ -13,6 +13,8 @@ const (
 	DefaultHTTPAddr        = "127.0.0.1:9464"
 	DefaultStorageAddr     = "127.0.0.1:7400"
 	DefaultCoordinatorAddr = "127.0.0.1:7410"
+	DefaultNATSURL         = "nats://127.0.0.1:4222"
+	DefaultClusterID       = "tributary"
 	DefaultListenerAddr    = "0.0.0.0:1883"
 	DefaultStoreTimeout    = 10 * time.Second
 	DefaultMaxRecordBytes  = 1 << 20
@@ -42,6 +44,11 @@ type Config struct {
 	// bridge's client certificate (mTLS), server-name overrides the name checked.
 	StorageTLS     TLSConfig `yaml:"storage-tls"`
 	CoordinatorTLS TLSConfig `yaml:"coordinator-tls"`
+	// NATSURL and ClusterID: where the coordinator announces changes
+	// (tributary.<cluster-id>.…, as the coordinator's --nats-url and --cluster-id);
+	// used only with listener.coordinator-logins.
+	NATSURL   string `yaml:"nats-url"`
+	ClusterID string `yaml:"cluster-id"`
 	// TokenFile holds a bearer token sent to both backends (TLS only).
 	TokenFile    string        `yaml:"token-file"`
 	LogLevel     string        `yaml:"log-level"`
@@ -125,6 +132,10 @@ type ListenerConfig struct {
 	// libs/passhash for the cost bounds); its users have the rules of the Users entry
 	// of the same name, or may use every topic.
 	PasswordFile string `yaml:"password-file"`
+	// CoordinatorLogins logs in, besides Users and PasswordFile, the users the
+	// coordinator keeps (MqttUserService, Postgres), looked up at CONNECT and cached
+	// (10 s, dropped at once on the coordinator's NATS change notice).
+	CoordinatorLogins bool `yaml:"coordinator-logins"`
 	// CertificateLogin logs a client with a verified certificate (tls.ca-file) in as
 	// the user its certificate's CN names, without a password (a CONNECT user name,
 	// when given, must be that CN).

@@ -51,6 +51,12 @@ func (l *loader) defaults(c *Config) {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.NATSURL == "" {
+		c.NATSURL = DefaultNATSURL
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = DefaultClusterID
+	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
