@@ -57,6 +57,12 @@ func run(args []string) error {
 		"KIP-848 server-side assignors, the first the default: uniform, range (Kafka group.consumer.assignors)")
 	fs.IntVar(&cfg.ConsumerGroups.MaxSize, "group-consumer-max-size", 0,
 		"most members of a KIP-848 consumer group, 0 for no limit (Kafka group.consumer.max.size)")
+	fs.DurationVar(&cfg.ShareGroups.SessionTimeout, "group-share-session-timeout", cfg.ShareGroups.SessionTimeout,
+		"KIP-932 share group member session timeout (Kafka group.share.session.timeout.ms)")
+	fs.DurationVar(&cfg.ShareGroups.HeartbeatInterval, "group-share-heartbeat-interval", cfg.ShareGroups.HeartbeatInterval,
+		"KIP-932 share group heartbeat interval (Kafka group.share.heartbeat.interval.ms)")
+	fs.IntVar(&cfg.ShareGroups.MaxSize, "group-share-max-size", cfg.ShareGroups.MaxSize,
+		"most members of a KIP-932 share group (Kafka group.share.max.size)")
 	grpcx.RegisterServerFlags(fs, &cfg.Security)
 	clientSec := grpcx.RegisterClientFlags(fs, "storage")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")

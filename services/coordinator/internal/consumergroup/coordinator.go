@@ -161,9 +161,46 @@ func (c *Coordinator) ConsumerGroupHeartbeat(ctx context.Context, req *coordinat
 
 // withDoc runs fn on consumer group id's document under the group row lock and saves
 // it when fn reports a change. fn gets a nil doc when id is missing (and create is
-// false) or is a classic group that cannot convert: an empty classic group becomes a
-// consumer group when create is set (KIP-848 online upgrade), keeping its offsets.
+// false), is a share group, or is a classic group that cannot convert: an empty
+// classic group becomes a consumer group when create is set (KIP-848 online upgrade),
+// keeping its offsets.
 func (c *Coordinator) withDoc(ctx context.Context, id string, create bool, fn func(d *doc, now time.Time) (bool, error)) error {
+	return c.lockDoc(ctx, consumerKind, id, create, fn)
+}
+
+// consumerKind stores consumer groups (KIP-848).
+var consumerKind = docKind{
+	groupType: store.GroupTypeConsumer,
+	insert:    (*store.GroupTx).InsertEmptyGroup,
+	load:      (*store.GroupTx).ConsumerGroupDoc,
+	save:      (*store.GroupTx).SaveConsumerGroup,
+	state:     (*doc).state,
+	adopt: func(row *store.Group, classic []store.GroupMember) bool {
+		return row.GroupType == store.GroupTypeClassic && row.State == groupEmpty && len(classic) == 0
+	},
+	converted: "classic group converted to a consumer group",
+}
+
+// docKind is what differs between the group types whose state is one document under
+// the consumer_groups row lock (consumer and share groups).
+type docKind struct {
+	groupType string
+	// insert creates the group row unless it exists; load reads the document.
+	insert func(*store.GroupTx, context.Context, string) error
+	load   func(*store.GroupTx, context.Context, string) ([]byte, error)
+	save   func(t *store.GroupTx, ctx context.Context, id, state string, doc []byte, nextDeadline, emptySince time.Time) error
+	state  func(*doc) string
+	// adopt reports whether a group of another type becomes one of this kind on a join
+	// (nil: never); converted is logged when it does.
+	adopt     func(row *store.Group, classic []store.GroupMember) bool
+	converted string
+}
+
+// lockDoc runs fn on the document of group id of kind k under the group row lock and
+// saves it when fn reports a change. With create, a missing group is created (fn gets
+// a new document); fn gets a nil doc when the group is missing or of another type that
+// k does not adopt.
+func (c *Coordinator) lockDoc(ctx context.Context, k docKind, id string, create bool, fn func(d *doc, now time.Time) (bool, error)) error {
 	tx, err := c.store.BeginGroupTx(ctx)
 	if err != nil {
 		return err
@@ -178,7 +215,7 @@ func (c *Coordinator) withDoc(ctx context.Context, id string, create bool, fn fu
 		inserted = true
 		// Another replica may create the group between the read and the insert: the
 		// insert then waits for it and does nothing, and the locking read sees its row.
-		if err := tx.InsertEmptyGroup(ctx, id); err != nil {
+		if err := k.insert(tx, ctx, id); err != nil {
 			return err
 		}
 		if row, classic, err = tx.LockGroup(ctx, id); err != nil {
@@ -188,18 +225,18 @@ func (c *Coordinator) withDoc(ctx context.Context, id string, create bool, fn fu
 	var d *doc
 	switch {
 	case row == nil:
-	case row.GroupType == store.GroupTypeConsumer:
-		raw, err := tx.ConsumerGroupDoc(ctx, id)
+	case row.GroupType == k.groupType:
+		raw, err := k.load(tx, ctx, id)
 		if err != nil {
 			return err
 		}
 		if d, err = decodeDoc(raw); err != nil {
 			return err
 		}
-	case create && row.State == groupEmpty && len(classic) == 0:
+	case create && k.adopt != nil && k.adopt(row, classic):
 		d = newDoc()
 		if !inserted {
-			c.log.Info("classic group converted to a consumer group", zap.String("group", id))
+			c.log.Info(k.converted, zap.String("group", id))
 		}
 	}
 	now := c.now()
@@ -209,16 +246,16 @@ func (c *Coordinator) withDoc(ctx context.Context, id string, create bool, fn fu
 	}
 	raw, err := json.Marshal(d)
 	if err != nil {
-		return fmt.Errorf("encode consumer group: %w", err)
+		return fmt.Errorf("encode %s group: %w", k.groupType, err)
 	}
 	var emptySince time.Time
 	if len(d.Members) == 0 {
 		emptySince = now
-		if row != nil && row.GroupType == store.GroupTypeConsumer && !row.EmptySince.IsZero() {
+		if row != nil && row.GroupType == k.groupType && !row.EmptySince.IsZero() {
 			emptySince = row.EmptySince
 		}
 	}
-	if err := tx.SaveConsumerGroup(ctx, id, d.state(), raw, d.nextDeadline(), emptySince); err != nil {
+	if err := k.save(tx, ctx, id, k.state(d), raw, d.nextDeadline(), emptySince); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
@@ -263,7 +300,13 @@ func (c *Coordinator) topics(ctx context.Context) ([]topicInfo, error) {
 // revoke partitions within their rebalance timeout, and moves every group it touches
 // to a new target assignment. The group coordinator runs it under its NATS sweep lock.
 func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
-	ids, err := c.store.DueConsumerGroups(ctx, now)
+	return c.sweep(ctx, now, consumerKind, c.store.DueConsumerGroups, c.expire)
+}
+
+// sweep runs expire on every group of kind k that due names, each under its row lock.
+func (c *Coordinator) sweep(ctx context.Context, now time.Time, k docKind, due func(context.Context, time.Time) ([]string, error),
+	expire func(d *doc, topics []topicInfo, now time.Time) []string) error {
+	ids, err := due(ctx, now)
 	if err != nil || len(ids) == 0 {
 		return err
 	}
@@ -272,13 +315,14 @@ func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
 		return err
 	}
 	for _, id := range ids {
-		err := c.withDoc(ctx, id, false, func(d *doc, now time.Time) (bool, error) {
+		err := c.lockDoc(ctx, k, id, false, func(d *doc, now time.Time) (bool, error) {
 			if d == nil {
 				return false, nil
 			}
-			gone := c.expire(d, topics, now)
+			gone := expire(d, topics, now)
 			for _, m := range gone {
-				c.log.Info("consumer group member expired", zap.String("group", id), zap.String("member", m), zap.Int32("group_epoch", d.GroupEpoch))
+				c.log.Info("group member expired", zap.String("group_type", k.groupType), zap.String("group", id),
+					zap.String("member", m), zap.Int32("group_epoch", d.GroupEpoch))
 			}
 			return len(gone) > 0, nil
 		})

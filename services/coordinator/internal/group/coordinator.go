@@ -308,6 +308,12 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *coordinatorv1.JoinGrou
 			g.maybeCompleteJoin(now)
 		}
 		memberID := req.GetMemberId()
+		if g.Type == store.GroupTypeShare {
+			// KIP-932: a share group never becomes a classic group (Kafka's
+			// classicGroupJoin answers a join to one so).
+			resp = fail(codeInconsistentGroupProto, memberID)
+			return errSkip
+		}
 		if g.Type == store.GroupTypeConsumer {
 			// KIP-848: a consumer group with members refuses classic members; an
 			// empty one becomes a classic group again (online downgrade).

@@ -60,6 +60,10 @@ func (c *Coordinator) OffsetCommit(ctx context.Context, req *coordinatorv1.Offse
 	err = c.withGroupTx(ctx, tx, gid, simple, func(g *group, now time.Time) error {
 		code := codeNone
 		switch {
+		case g.Type == store.GroupTypeShare:
+			// A share group keeps no committed offsets (its positions are storage-core's
+			// share-partition state), as Kafka's.
+			code = codeGroupIDNotFound
 		case g.Type == store.GroupTypeConsumer && simple:
 			if g.consumerMembers {
 				code = codeUnknownMemberID
@@ -387,7 +391,7 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *coordinatorv1.Des
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrNotReady, err)
 		}
-		if !g.exists || g.Type == store.GroupTypeConsumer {
+		if !g.exists || g.Type != store.GroupTypeClassic {
 			continue
 		}
 		dg.State, dg.ProtocolType, dg.Protocol = string(g.State), g.ProtocolType, g.Protocol
@@ -487,7 +491,7 @@ func (c *Coordinator) OffsetDelete(ctx context.Context, req *coordinatorv1.Offse
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	err = c.withGroupTx(ctx, tx, req.GetGroupId(), false, func(g *group, _ time.Time) error {
-		if !g.exists {
+		if !g.exists || g.Type == store.GroupTypeShare {
 			resp.ErrorCode = codeGroupIDNotFound
 			return errSkip
 		}

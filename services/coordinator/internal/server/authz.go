@@ -19,6 +19,7 @@ var authRules = coordinatorRules(
 	coordinatorv1.CoordinatorService_ServiceDesc,
 	coordinatorv1.GroupCoordinatorService_ServiceDesc,
 	coordinatorv1.ConsumerGroupService_ServiceDesc,
+	coordinatorv1.ShareGroupService_ServiceDesc,
 	coordinatorv1.TransactionCoordinatorService_ServiceDesc,
 	coordinatorv1.PubSubRegistryService_ServiceDesc,
 	coordinatorv1.PubSubSchemaService_ServiceDesc,

@@ -36,6 +36,10 @@ type Config struct {
 	// (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms,
 	// group.consumer.assignors, group.consumer.max.size).
 	ConsumerGroups consumergroup.Config
+	// ShareGroups holds the KIP-932 share group settings
+	// (group.share.session.timeout.ms, group.share.heartbeat.interval.ms,
+	// group.share.max.size).
+	ShareGroups consumergroup.ShareConfig
 	// PubSubExpiryInterval is how often the sweep-lock holder deletes expired Pub/Sub
 	// subscriptions (1 min when 0; not a flag).
 	PubSubExpiryInterval time.Duration
@@ -63,6 +67,7 @@ func DefaultConfig() Config {
 		TransactionalIDExpiration: 7 * 24 * time.Hour,
 		ConsumerGroups: consumergroup.Config{SessionTimeout: 45 * time.Second, HeartbeatInterval: 5 * time.Second,
 			Assignors: []string{consumergroup.AssignorUniform, consumergroup.AssignorRange}},
+		ShareGroups: consumergroup.ShareConfig{SessionTimeout: 45 * time.Second, HeartbeatInterval: 5 * time.Second, MaxSize: 200},
 	}
 }
 
@@ -93,6 +98,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if err := c.ConsumerGroups.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if err := c.ShareGroups.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return nil

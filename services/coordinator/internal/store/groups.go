@@ -176,6 +176,16 @@ func (t *GroupTx) InsertEmptyGroup(ctx context.Context, id string) error {
 	return nil
 }
 
+// InsertEmptyShareGroup creates group id as an Empty share group unless a group of
+// that id exists.
+func (t *GroupTx) InsertEmptyShareGroup(ctx context.Context, id string) error {
+	if _, err := t.tx.Exec(ctx, `INSERT INTO consumer_groups (group_id, state, protocol_type, group_type)
+			VALUES ($1, 'Empty', 'share', 'share') ON CONFLICT (group_id) DO NOTHING`, id); err != nil {
+		return fmt.Errorf("create group: %w", err)
+	}
+	return nil
+}
+
 // DeleteGroup removes group id; its members and offsets go with it (ON DELETE CASCADE).
 func (t *GroupTx) DeleteGroup(ctx context.Context, id string) error {
 	if _, err := t.tx.Exec(ctx, `DELETE FROM consumer_groups WHERE group_id = $1`, id); err != nil {
@@ -350,10 +360,11 @@ func (s *Store) ExpireGroupOffsets(ctx context.Context, cutoff time.Time) (int64
 }
 
 // DeleteEmptyGroups deletes the Empty groups last updated before updatedBefore that
-// have no committed offsets and no members, and returns their ids. On an error it
+// have no committed offsets and no members, and returns their ids. Share groups are
+// kept (Kafka never expires them: their share-partition state outlives their members). On an error it
 // returns the ids deleted and read before it.
 func (s *Store) DeleteEmptyGroups(ctx context.Context, updatedBefore time.Time) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `DELETE FROM consumer_groups g WHERE g.state = 'Empty' AND g.updated_at < $1
+	rows, err := s.pool.Query(ctx, `DELETE FROM consumer_groups g WHERE g.state = 'Empty' AND g.updated_at < $1 AND g.group_type <> 'share'
 		AND NOT EXISTS (SELECT 1 FROM consumer_group_offsets o WHERE o.group_id = g.group_id)
 		AND NOT EXISTS (SELECT 1 FROM consumer_group_members m WHERE m.group_id = g.group_id)
 		RETURNING g.group_id`, updatedBefore)

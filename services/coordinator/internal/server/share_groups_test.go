@@ -1,0 +1,197 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+)
+
+// TestShareGroupsServed drives ShareGroupService on the coordinator's gRPC port over
+// Postgres, from two replicas: members join through one and heartbeat through the
+// other, a session expires (swept under the sweep lock), and group ids keep their
+// type: a share group id refuses classic joins and KIP-848 heartbeats, a classic or
+// consumer group id refuses share members; ListGroups, DescribeGroups and DeleteGroups
+// see share groups as Kafka shows them.
+func TestShareGroupsServed(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.ShareGroups.SessionTimeout = 2 * time.Second
+	e.cfg.ShareGroups.HeartbeatInterval = 100 * time.Millisecond
+	r1 := start(t, e.cfg, true)
+	r2 := start(t, e.cfg, true)
+	ctx := ctxT(t)
+	dial := func(r *running) *grpc.ClientConn {
+		cc, err := grpc.NewClient(r.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	c1, c2 := dial(r1), dial(r2)
+	share1, share2 := coordinatorv1.NewShareGroupServiceClient(c1), coordinatorv1.NewShareGroupServiceClient(c2)
+	groups := coordinatorv1.NewGroupCoordinatorServiceClient(c1)
+	consumers := coordinatorv1.NewConsumerGroupServiceClient(c2)
+	if res := createOne(t, r1.client, "orders", 3, nil); res.GetErrorCode() != 0 {
+		t.Fatalf("create topic: %v", res)
+	}
+	beat := func(c coordinatorv1.ShareGroupServiceClient, group, member string, epoch int32, topics ...string) *coordinatorv1.ShareGroupHeartbeatResponse {
+		t.Helper()
+		req := &coordinatorv1.ShareGroupHeartbeatRequest{GroupId: group, MemberId: member, MemberEpoch: epoch}
+		if topics != nil {
+			req.HasSubscribedTopicNames, req.SubscribedTopicNames = true, topics
+		}
+		resp, err := c.ShareGroupHeartbeat(ctx, req)
+		if err != nil {
+			t.Fatalf("ShareGroupHeartbeat %s/%s: %v", group, member, err)
+		}
+		return resp
+	}
+
+	// Three members join through alternating replicas; after one heartbeat each, the
+	// three partitions are spread one per member.
+	epochs := map[string]int32{}
+	for i, m := range []string{"a", "b", "c"} {
+		c := []coordinatorv1.ShareGroupServiceClient{share1, share2}[i%2]
+		resp := beat(c, "sg", m, 0, "orders")
+		if resp.GetErrorCode() != 0 || !resp.GetHasAssignment() {
+			t.Fatalf("join %s: %v", m, resp)
+		}
+		epochs[m] = resp.GetMemberEpoch()
+	}
+	owned := map[int32]string{}
+	for i, m := range []string{"a", "b", "c"} {
+		c := []coordinatorv1.ShareGroupServiceClient{share2, share1}[i%2]
+		resp := beat(c, "sg", m, epochs[m], "orders")
+		if resp.GetErrorCode() != 0 || resp.GetMemberEpoch() != 3 {
+			t.Fatalf("heartbeat %s: %v", m, resp)
+		}
+		for _, tp := range resp.GetAssignment() {
+			for _, p := range tp.GetPartitions() {
+				if o, dup := owned[p]; dup {
+					t.Fatalf("partition %d to %s and %s", p, o, m)
+				}
+				owned[p] = m
+			}
+		}
+		epochs[m] = resp.GetMemberEpoch()
+	}
+	if len(owned) != 3 {
+		t.Fatalf("owned %v, want 3 partitions", owned)
+	}
+	if resp := beat(share1, "sg", "a", 9); resp.GetErrorCode() != int32(kerr.FencedMemberEpoch.Code) {
+		t.Errorf("epoch 9: code %d, want FENCED_MEMBER_EPOCH", resp.GetErrorCode())
+	}
+	if resp := beat(share1, "sg", "zz", 3); resp.GetErrorCode() != int32(kerr.UnknownMemberID.Code) {
+		t.Errorf("unknown member: code %d, want UNKNOWN_MEMBER_ID", resp.GetErrorCode())
+	}
+	if resp := beat(share1, "missing", "a", 1); resp.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
+		t.Errorf("heartbeat to a missing group: code %d, want GROUP_ID_NOT_FOUND", resp.GetErrorCode())
+	}
+
+	desc, err := share2.DescribeShareGroups(ctx, &coordinatorv1.DescribeShareGroupsRequest{GroupIds: []string{"sg", "missing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := desc.GetGroups()[0]
+	if g.GetErrorCode() != 0 || g.GetState() != "Stable" || g.GetGroupEpoch() != 3 || g.GetAssignorName() != "simple" || len(g.GetMembers()) != 3 {
+		t.Errorf("describe sg: %v", g)
+	}
+	if code := desc.GetGroups()[1].GetErrorCode(); code != int32(kerr.GroupIDNotFound.Code) {
+		t.Errorf("describe missing: code %d", code)
+	}
+
+	// Group types do not mix.
+	join, err := groups.JoinGroup(ctx, &coordinatorv1.JoinGroupRequest{GroupId: "sg", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000,
+		ProtocolType: "consumer", Protocols: []*coordinatorv1.GroupProtocol{{Name: "range", Metadata: []byte{0}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if join.GetErrorCode() != int32(kerr.InconsistentGroupProtocol.Code) {
+		t.Errorf("classic join to a share group: code %d, want INCONSISTENT_GROUP_PROTOCOL", join.GetErrorCode())
+	}
+	cg, err := consumers.ConsumerGroupHeartbeat(ctx, &coordinatorv1.ConsumerGroupHeartbeatRequest{Version: 1, GroupId: "sg", MemberId: "k",
+		RebalanceTimeoutMs: 10000, HasSubscribedTopicNames: true, SubscribedTopicNames: []string{"orders"}, HasTopicPartitions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
+		t.Errorf("KIP-848 join to a share group: code %d, want GROUP_ID_NOT_FOUND", cg.GetErrorCode())
+	}
+	commit, err := groups.OffsetCommit(ctx, &coordinatorv1.OffsetCommitRequest{GroupId: "sg", GenerationId: -1,
+		Topics: []*coordinatorv1.OffsetCommitTopic{{Name: "orders", Partitions: []*coordinatorv1.OffsetCommitPartition{{Partition: 0, CommittedOffset: 1, CommittedLeaderEpoch: -1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := commit.GetTopics()[0].GetPartitions()[0].GetErrorCode(); code != int32(kerr.GroupIDNotFound.Code) {
+		t.Errorf("offset commit to a share group: code %d, want GROUP_ID_NOT_FOUND", code)
+	}
+	// An empty classic group (offsets only) and a consumer group refuse share members.
+	if _, err := groups.OffsetCommit(ctx, &coordinatorv1.OffsetCommitRequest{GroupId: "classic", GenerationId: -1,
+		Topics: []*coordinatorv1.OffsetCommitTopic{{Name: "orders", Partitions: []*coordinatorv1.OffsetCommitPartition{{Partition: 0, CommittedOffset: 1, CommittedLeaderEpoch: -1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if cg, err := consumers.ConsumerGroupHeartbeat(ctx, &coordinatorv1.ConsumerGroupHeartbeatRequest{Version: 1, GroupId: "kip848", MemberId: "k",
+		RebalanceTimeoutMs: 10000, HasSubscribedTopicNames: true, SubscribedTopicNames: []string{"orders"}, HasTopicPartitions: true}); err != nil || cg.GetErrorCode() != 0 {
+		t.Fatalf("consumer group join: %v %v", cg, err)
+	}
+	for _, id := range []string{"classic", "kip848"} {
+		if resp := beat(share2, id, "s", 0, "orders"); resp.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
+			t.Errorf("share join to %s: code %d, want GROUP_ID_NOT_FOUND", id, resp.GetErrorCode())
+		}
+	}
+
+	list, err := groups.ListGroups(ctx, &coordinatorv1.ListGroupsRequest{TypesFilter: []string{"Share"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetGroups()) != 1 || list.GetGroups()[0].GetGroupId() != "sg" || list.GetGroups()[0].GetGroupType() != "share" ||
+		list.GetGroups()[0].GetProtocolType() != "share" || list.GetGroups()[0].GetState() != "Stable" {
+		t.Errorf("ListGroups type share: %v", list.GetGroups())
+	}
+	dg, err := groups.DescribeGroups(ctx, &coordinatorv1.DescribeGroupsRequest{GroupIds: []string{"sg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg.GetGroups()[0]; g.GetState() != "Dead" || len(g.GetMembers()) != 0 {
+		t.Errorf("DescribeGroups of a share group: %v, want Dead (not a classic group)", g)
+	}
+	del, err := groups.DeleteGroups(ctx, &coordinatorv1.DeleteGroupsRequest{GroupIds: []string{"sg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := del.GetResults()[0].GetErrorCode(); code != int32(kerr.NonEmptyGroup.Code) {
+		t.Errorf("delete a share group with members: code %d, want NON_EMPTY_GROUP", code)
+	}
+
+	// a leaves; b and c stop heartbeating: the sweep removes them once their
+	// sessions end, and the empty group can be deleted.
+	if resp := beat(share2, "sg", "a", -1); resp.GetErrorCode() != 0 || resp.GetMemberEpoch() != -1 {
+		t.Fatalf("leave: %v", resp)
+	}
+	waitFor(t, "sessions of b and c expire", func() error {
+		d, err := share1.DescribeShareGroups(ctx, &coordinatorv1.DescribeShareGroupsRequest{GroupIds: []string{"sg"}})
+		if err != nil {
+			return err
+		}
+		if g := d.GetGroups()[0]; g.GetState() != "Empty" || len(g.GetMembers()) != 0 {
+			return fmt.Errorf("state %s with %d members", g.GetState(), len(g.GetMembers()))
+		}
+		return nil
+	})
+	del, err = groups.DeleteGroups(ctx, &coordinatorv1.DeleteGroupsRequest{GroupIds: []string{"sg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := del.GetResults()[0].GetErrorCode(); code != 0 {
+		t.Errorf("delete the empty share group: code %d", code)
+	}
+	if resp := beat(share1, "sg", "b", epochs["b"]); resp.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
+		t.Errorf("heartbeat to the deleted group: code %d, want GROUP_ID_NOT_FOUND", resp.GetErrorCode())
+	}
+}
