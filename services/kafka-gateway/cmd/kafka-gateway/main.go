@@ -41,6 +41,7 @@ func run() error {
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL (replica announcements, topic change notices); empty = none")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "tributary", "cluster id (prefixes NATS subjects, derives the Kafka cluster id)")
 	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", true, "create unknown topics on Metadata and Produce")
+	shareEnable := fs.Bool("group-share-enable", true, "serve KIP-932 share groups (Kafka group.share.enable; off leaves their APIs and share.version out of ApiVersions)")
 	fs.IntVar(&partitions, "default-partitions", 1, "partition count of auto-created topics (1..256)")
 	fs.IntVar(&maxFrame, "max-request-bytes", server.DefaultMaxFrameBytes, "largest Kafka request frame accepted, in bytes; larger closes the connection")
 	fs.Int64Var(&cfg.MaxInFlightBytes, "max-inflight-request-bytes", server.DefaultMaxInFlightBytes, "request bytes held in memory by all connections at once; readers wait beyond it")
@@ -75,6 +76,7 @@ func run() error {
 	}
 	cfg.StorageSecurity, cfg.CoordinatorSecurity = clientSec.For("storage"), clientSec.For("coordinator")
 	cfg.NodeID = int32(nodeID)
+	cfg.DisableShareGroups = !*shareEnable
 	cfg.DefaultPartitions = int32(partitions)
 	cfg.MaxFrameBytes = int32(maxFrame)
 	switch *authorizer {

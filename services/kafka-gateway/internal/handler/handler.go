@@ -65,6 +65,10 @@ type Config struct {
 	// ConnectionsMaxReauth is Kafka's connections.max.reauth.ms: the longest session a
 	// SASL authentication grants (KIP-368); 0 = sessions never expire.
 	ConnectionsMaxReauth time.Duration
+	// DisableShareGroups is group.share.enable=false: the KIP-932 share group APIs
+	// (shareGroupKeys) are neither advertised nor served, and share.version is not
+	// advertised. Share groups are on by default.
+	DisableShareGroups bool
 }
 
 // Deps are the handler's collaborators.
@@ -76,6 +80,9 @@ type Deps struct {
 	// Consumers serves KIP-848 consumer groups (ConsumerGroupHeartbeat,
 	// ConsumerGroupDescribe); nil answers them COORDINATOR_NOT_AVAILABLE.
 	Consumers coordinatorv1.ConsumerGroupServiceClient
+	// Shares serves KIP-932 share group membership (ShareGroupHeartbeat,
+	// ShareGroupDescribe); nil answers them COORDINATOR_NOT_AVAILABLE.
+	Shares coordinatorv1.ShareGroupServiceClient
 	// Txns serves the transaction APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
 	// Acls serves the ACL APIs and the authorizer's bindings; nil answers them
@@ -169,6 +176,8 @@ type Handler struct {
 	creds     coordinatorv1.CredentialServiceClient
 	// credsChanged is Deps.CredentialsChanged (may be nil).
 	credsChanged func(user string)
+	// shares is nil without a coordinator connection (unit tests).
+	shares coordinatorv1.ShareGroupServiceClient
 
 	// drainCtx ends when the server starts shutting down (Drain): long polls return.
 	drainCtx context.Context
@@ -250,6 +259,7 @@ func New(cfg Config, deps Deps) *Handler {
 		coord:        deps.Coordinator,
 		groups:       groupsOrUnavailable(deps.Groups),
 		consumers:    deps.Consumers,
+		shares:       deps.Shares,
 		txns:         txnsOrUnavailable(deps.Txns),
 		brokers:      brokers,
 		log:          log,
@@ -270,7 +280,7 @@ func (h *Handler) Handle(ctx context.Context, r *Request) (kmsg.Response, error)
 	registryMu.Lock()
 	a, ok := registry[key]
 	registryMu.Unlock()
-	if !ok {
+	if !ok || !h.serves(key) {
 		return nil, fmt.Errorf("%w: key %d", ErrUnsupportedAPI, key)
 	}
 	v := r.Body.GetVersion()

@@ -162,15 +162,19 @@ func TestTxnFencedByVersion(t *testing.T) {
 func TestAPIVersionsAdvertisesTransactionVersion(t *testing.T) {
 	e, _ := newTxnEnv(t)
 	resp := e.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
-	if len(resp.FinalizedFeatures) != 2 || resp.FinalizedFeatures[0].Name != "transaction.version" || resp.FinalizedFeatures[0].MaxVersionLevel != 2 ||
-		len(resp.SupportedFeatures) != 2 || resp.SupportedFeatures[0].MaxVersion != 2 {
+	if len(resp.FinalizedFeatures) != 3 || resp.FinalizedFeatures[0].Name != "transaction.version" || resp.FinalizedFeatures[0].MaxVersionLevel != 2 ||
+		len(resp.SupportedFeatures) != 3 || resp.SupportedFeatures[0].MaxVersion != 2 {
 		t.Errorf("features: supported %+v finalized %+v", resp.SupportedFeatures, resp.FinalizedFeatures)
 	}
 	// group.version 1 (KIP-848) is finalized exactly when ConsumerGroupHeartbeat v0-1
 	// and ConsumerGroupDescribe are served.
-	if len(resp.FinalizedFeatures) == 2 {
+	if len(resp.FinalizedFeatures) == 3 {
 		if f := resp.FinalizedFeatures[1]; f.Name != "group.version" || f.MinVersionLevel != 1 || f.MaxVersionLevel != 1 {
 			t.Errorf("group.version finalized as %+v", f)
+		}
+		// share.version 1 (KIP-932), as Kafka 4.2 finalizes it: share groups are on.
+		if f := resp.FinalizedFeatures[2]; f.Name != "share.version" || f.MinVersionLevel != 1 || f.MaxVersionLevel != 1 {
+			t.Errorf("share.version finalized as %+v", f)
 		}
 	}
 	for _, key := range []int16{68, 69} {

@@ -117,6 +117,9 @@ type Config struct {
 	// Authorizer turns ACL authorization on (Kafka authorizer.class.name, super.users,
 	// allow.everyone.if.no.acl.found); the zero value is off.
 	Authorizer handler.AuthorizerConfig
+	// DisableShareGroups is group.share.enable=false: the KIP-932 share group APIs are
+	// neither advertised nor served (on by default).
+	DisableShareGroups bool
 
 	// Storage and Coordinator, when set, are used instead of dialing (tests).
 	Storage     storagev1.StorageServiceClient
@@ -126,6 +129,9 @@ type Config struct {
 	// ConsumerGroups, when set, is used instead of the coordinator connection's KIP-848
 	// consumer group client.
 	ConsumerGroups coordinatorv1.ConsumerGroupServiceClient
+	// ShareGroups, when set, is used instead of the coordinator connection's KIP-932
+	// share group client.
+	ShareGroups coordinatorv1.ShareGroupServiceClient
 	// Txns, when set, is used instead of the coordinator connection's transaction client.
 	Txns coordinatorv1.TransactionCoordinatorServiceClient
 	// Acls, when set, is used instead of the coordinator connection's ACL client.

@@ -67,7 +67,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.reg = obs.NewRegistry()
 	s.http = obs.NewHTTP(s.reg, log)
 	storage, coord, groups, txns, acls, creds := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls, cfg.CredentialService
-	consumerGroups := cfg.ConsumerGroups
+	consumerGroups, shareGroups := cfg.ConsumerGroups, cfg.ShareGroups
 	if storage == nil {
 		sec, err := cfg.StorageSecurity.DialOptions()
 		if err != nil {
@@ -99,6 +99,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		}
 		if consumerGroups == nil {
 			consumerGroups = coordinatorv1.NewConsumerGroupServiceClient(cc)
+		}
+		if shareGroups == nil {
+			shareGroups = coordinatorv1.NewShareGroupServiceClient(cc)
 		}
 		if txns == nil {
 			txns = coordinatorv1.NewTransactionCoordinatorServiceClient(cc)
@@ -167,6 +170,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		DefaultPartitions:    cfg.DefaultPartitions,
 		Authorizer:           cfg.Authorizer,
 		ConnectionsMaxReauth: cfg.ConnectionsMaxReauth,
+		DisableShareGroups:   cfg.DisableShareGroups,
 	}, handler.Deps{
 		Acls:        acls,
 		Auth:        auth,
@@ -180,6 +184,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		Coordinator: coord,
 		Groups:      groups,
 		Consumers:   consumerGroups,
+		Shares:      shareGroups,
 		Txns:        txns,
 		Brokers:     s.brokers,
 		Log:         log,
@@ -690,7 +695,7 @@ func (s *Server) decode(frame []byte) (*pending, *handler.Request, error) {
 		return nil, nil, fmt.Errorf("%w: %d", ErrUnknownAPI, hdr.key)
 	}
 	if hdr.key == kmsg.ApiVersions.Int16() && (hdr.version > maxV || hdr.version < minV) {
-		p.resp = handler.UnsupportedAPIVersions()
+		p.resp = s.h.UnsupportedAPIVersions()
 		close(p.done)
 		return p, nil, nil
 	}
