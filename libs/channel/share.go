@@ -63,3 +63,13 @@ func ParseKafkaSharePartition(name string) (group, topic string, partition int32
 	}
 	return string(g), topic, partition, true
 }
+
+// ValidateStored checks a name storage-core may hold: any name Validate accepts,
+// and the system's share-partition queues (KafkaSharePartition), which only
+// storage-core creates. External callers are checked with Validate.
+func ValidateStored(name string) error {
+	if _, _, _, ok := ParseKafkaSharePartition(name); ok {
+		return nil
+	}
+	return Validate(name)
+}

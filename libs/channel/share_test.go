@@ -54,3 +54,18 @@ func TestKafkaSharePartition(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateStored(t *testing.T) {
+	name, _ := KafkaSharePartition("g", "t", 3)
+	if err := ValidateStored(name); err != nil {
+		t.Fatalf("ValidateStored(%q): %v", name, err)
+	}
+	if err := Validate(name); !errors.Is(err, ErrReserved) {
+		t.Fatalf("Validate(%q) = %v, want ErrReserved", name, err)
+	}
+	for _, bad := range []string{"_KAFKA_share.zz.t", "_other", ""} {
+		if ValidateStored(bad) == nil {
+			t.Fatalf("ValidateStored(%q) accepted", bad)
+		}
+	}
+}

@@ -32,6 +32,11 @@ type Config struct {
 	DeadLetter         *DeadLetterPolicy `json:"dead_letter,omitempty"`
 	Retry              *RetryPolicy      `json:"retry,omitempty"`
 	ExactlyOnce        bool              `json:"exactly_once,omitempty"`
+	// ArchiveAfter, when > 0, archives a message (acks it, copying it nowhere) once it
+	// was delivered this many times and is released or its lease expires again: Kafka
+	// share groups' group.share.delivery.count.limit (share.go). Not in
+	// storagev1.QueueConfig: only share partitions set it.
+	ArchiveAfter int32 `json:"archive_after,omitempty"`
 }
 
 // DeadLetterPolicy mirrors storagev1.DeadLetterPolicy.
@@ -74,6 +79,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%w: dead_letter.headers: empty header name", ErrInvalidArgument)
 			}
 		}
+	}
+	if c.ArchiveAfter < 0 || c.ArchiveAfter > MaxDeliveryAttempts {
+		return fmt.Errorf("%w: archive_after %d outside [0, %d]", ErrInvalidArgument, c.ArchiveAfter, MaxDeliveryAttempts)
 	}
 	if r := c.Retry; r != nil {
 		lo, hi := r.backoff()

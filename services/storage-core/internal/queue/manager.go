@@ -511,6 +511,11 @@ func (m *Manager) Get(name string) (*Queue, error) {
 	if err := channel.Validate(name); err != nil {
 		return nil, err
 	}
+	return m.get(name)
+}
+
+// get is Get for a name already validated (share partitions: ValidateStored).
+func (m *Manager) get(name string) (*Queue, error) {
 	m.mu.RLock()
 	q, ok := m.queues[name]
 	closed := m.closed
@@ -629,6 +634,11 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 	if err := channel.Validate(name); err != nil {
 		return nil, false, err
 	}
+	return m.create(name, cfg, bindings, ifNotExists)
+}
+
+// create is Create for a name already validated.
+func (m *Manager) create(name string, cfg Config, bindings []Binding, ifNotExists bool) (*Queue, bool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, false, err
 	}
@@ -713,6 +723,11 @@ func (m *Manager) Delete(name string, ifExists bool) error {
 	if err := channel.Validate(name); err != nil {
 		return err
 	}
+	return m.delete(name, ifExists)
+}
+
+// delete is Delete for a name already validated.
+func (m *Manager) delete(name string, ifExists bool) error {
 	m.adminMu.Lock()
 	defer m.adminMu.Unlock()
 	m.mu.Lock()

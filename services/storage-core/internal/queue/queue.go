@@ -52,6 +52,9 @@ type msg struct {
 	keyed    bool
 	deadline int64 // ms; lease end while stLeased
 	lease    uint64
+	// owner is the share-group member holding the lease (share partitions only,
+	// share.go); meaningful while stLeased.
+	owner string
 }
 
 // Delivery is one leased message handed out by Receive.
@@ -569,7 +572,7 @@ func (q *Queue) expireLocked(m *msg, now int64) bool {
 	}
 	q.busyTo = min(q.busyTo, m.off)
 	cfg := &q.meta.Config
-	if dl := cfg.DeadLetter; dl != nil && m.attempts >= dl.MaxDeliveryAttempts {
+	if dl := cfg.DeadLetter; dl != nil && m.attempts >= dl.MaxDeliveryAttempts || cfg.ArchiveAfter > 0 && m.attempts >= cfg.ArchiveAfter {
 		m.state = stDeadLettering
 		return true
 	}
@@ -1282,7 +1285,8 @@ func (q *Queue) Leases(ids []string) ([]int64, error) {
 	return out, nil
 }
 
-// deadLetter appends the messages to the dead-letter log, then acks them. When an
+// deadLetter appends the messages to the dead-letter log, then acks them (a queue
+// that archives, Config.ArchiveAfter, without a dead-letter policy acks them only). When an
 // append fails its messages become available again (retried after a second). The
 // records go in batches of about deadLetterBatchBytes (one fsync each, not one per
 // message: thousands of leases expiring at once on a dead-lettering queue would
@@ -1290,6 +1294,7 @@ func (q *Queue) Leases(ids []string) ([]int64, error) {
 func (q *Queue) deadLetter(ms []*msg) {
 	q.mu.Lock()
 	pol := q.meta.Config.DeadLetter
+	archive := q.meta.Config.ArchiveAfter > 0
 	q.mu.Unlock()
 	for len(ms) > 0 {
 		n, size := 0, 0
@@ -1301,6 +1306,8 @@ func (q *Queue) deadLetter(ms []*msg) {
 		ms = ms[n:]
 		errs := make([]error, len(batch))
 		switch {
+		case pol == nil && archive:
+			// Archived: acked below, copied nowhere.
 		case pol == nil:
 			for i := range errs {
 				errs[i] = errors.New("dead-letter policy removed")

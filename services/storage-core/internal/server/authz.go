@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -87,6 +88,62 @@ var authRules = grpcx.Rules{
 	// A snapshot is named without its queue: the cluster.
 	storagev1.QueueService_DeleteSnapshot_FullMethodName: {Verb: grpcx.VerbAdmin},
 	storagev1.QueueService_Purge_FullMethodName:          {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.PurgeRequest) string { return m.GetQueue() })},
+
+	// Share partitions (Kafka share groups) are checked on the partitions' logs: read
+	// to consume and describe, admin to alter or delete the state; calls naming no
+	// partition on "*".
+	storagev1.ShareService_ShareFetch_FullMethodName: {Verb: grpcx.VerbRead, Resources: func(m any) []string {
+		r := m.(*storagev1.ShareFetchRequest)
+		out := shareLogs(r.GetPartitions())
+		for _, a := range r.GetAcknowledgements() {
+			out = append(out, shareLog(a.GetTopic(), a.GetPartition()))
+		}
+		return out
+	}},
+	storagev1.ShareService_ShareAcknowledge_FullMethodName: {Verb: grpcx.VerbRead, Resources: func(m any) []string {
+		var out []string
+		for _, a := range m.(*storagev1.ShareAcknowledgeRequest).GetAcknowledgements() {
+			out = append(out, shareLog(a.GetTopic(), a.GetPartition()))
+		}
+		return out
+	}},
+	storagev1.ShareService_ReleaseMember_FullMethodName: {Verb: grpcx.VerbRead, Resources: func(m any) []string {
+		if ps := m.(*storagev1.ReleaseMemberRequest).GetPartitions(); len(ps) > 0 {
+			return shareLogs(ps)
+		}
+		return []string{grpcx.ClusterResource}
+	}},
+	storagev1.ShareService_DescribeSharePartitions_FullMethodName: {Verb: grpcx.VerbRead, Resources: func(m any) []string {
+		return shareLogs(m.(*storagev1.DescribeSharePartitionsRequest).GetPartitions())
+	}},
+	storagev1.ShareService_ListSharePartitions_FullMethodName: {Verb: grpcx.VerbRead},
+	storagev1.ShareService_AlterSharePartitions_FullMethodName: {Verb: grpcx.VerbAdmin, Resources: func(m any) []string {
+		var out []string
+		for _, p := range m.(*storagev1.AlterSharePartitionsRequest).GetPartitions() {
+			out = append(out, shareLog(p.GetTopic(), p.GetPartition()))
+		}
+		return out
+	}},
+	storagev1.ShareService_DeleteSharePartitions_FullMethodName: {Verb: grpcx.VerbAdmin, Resources: func(m any) []string {
+		return shareLogs(m.(*storagev1.DeleteSharePartitionsRequest).GetPartitions())
+	}},
+}
+
+// shareLog is the log of a share partition's Kafka partition ("*" for a name outside
+// the grammar: the call then fails on it anyway).
+func shareLog(topic string, partition int32) string {
+	if channel.ValidateKafkaTopic(topic) != nil || partition < 0 || partition >= channel.MaxPartitions {
+		return grpcx.ClusterResource
+	}
+	return channel.KafkaPartition(topic, partition)
+}
+
+func shareLogs(ps []*storagev1.SharePartitionRef) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = shareLog(p.GetTopic(), p.GetPartition())
+	}
+	return out
 }
 
 // one makes a Resources function of a request type's single channel field.

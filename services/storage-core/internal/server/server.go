@@ -201,6 +201,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.grpc = grpcx.NewServer(log, append(transportOptions(st.RaftTransport() != nil), secOpts...)...)
 	storagev1.RegisterStorageServiceServer(s.grpc, s.svc)
 	storagev1.RegisterQueueServiceServer(s.grpc, &queueService{s: s.svc, qm: qm})
+	storagev1.RegisterShareServiceServer(s.grpc, &shareService{s: s.svc, qm: qm})
 	if tr := st.RaftTransport(); tr != nil {
 		tr.RegisterOn(s.grpc)
 	}

@@ -301,7 +301,7 @@ func (s *Store) CreateKind(name string, kind Kind, cfg ChannelConfig, ifNotExist
 	if kind != KindLog && kind != KindQueue {
 		return nil, false, fmt.Errorf("%w: channel kind %d", ErrInvalidArgument, kind)
 	}
-	if err := channel.Validate(name); err != nil {
+	if err := channel.ValidateStored(name); err != nil {
 		return nil, false, err
 	}
 	if err := cfg.validate(s.minSegmentBytes()); err != nil {

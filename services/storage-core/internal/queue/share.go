@@ -1,0 +1,491 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+)
+
+// Share partitions (Kafka KIP-932 share groups) are queues of this engine: the state
+// of share group G for Kafka partition T-p is the queue channel.KafkaSharePartition(G,
+// T, p) with one binding, the partition's log, and no filter. The queue's rules are
+// the share partition's:
+//   - an acquisition is a lease held by one member (msg.owner), for the acquisition
+//     lock duration; the delivery count is the delivery attempt;
+//   - ACCEPT and REJECT ack (done, never delivered again), RELEASE nacks (available
+//     at once, the count kept), RENEW moves the lock's end to now + lock duration, GAP
+//     archives;
+//   - a message released or whose lock expired after ArchiveAfter deliveries is
+//     archived (acked, copied nowhere): group.share.delivery.count.limit;
+//   - the share-partition start offset (SPSO) is the source offset of the window's
+//     first unacked message, or the binding's cursor when everything copied is done.
+//
+// Kafka acknowledges by source offset. The binding copies its source's records in
+// order, once, so along the window the source sequences of the messages grow: an
+// offset is found by binary search (srcIndexLocked).
+
+// Errors of the share verbs.
+var (
+	// ErrInvalidRecordState: an acknowledged offset is not acquired by the member
+	// (Kafka INVALID_RECORD_STATE, 121).
+	ErrInvalidRecordState = errors.New("record is not acquired by the member")
+)
+
+// Kafka acknowledge types (KIP-932 AcknowledgeType, storagev1.ShareAcknowledgeType).
+const (
+	ShareGap     uint8 = 0
+	ShareAccept  uint8 = 1
+	ShareRelease uint8 = 2
+	ShareReject  uint8 = 3
+	ShareRenew   uint8 = 4
+)
+
+// Share lock bounds, ms (ShareFetchRequest.lock_duration_ms).
+const (
+	MinShareLockMs = 1000
+	MaxShareLockMs = 3_600_000
+	// DefaultShareDeliveryLimit is group.share.delivery.count.limit's default.
+	DefaultShareDeliveryLimit = 5
+	// shareRetentionMs keeps a share partition's messages as long as its log keeps
+	// the records (the log's retention decides, as in Kafka), 100 years.
+	shareRetentionMs = 100 * 365 * 24 * 3600 * 1000
+)
+
+// ShareReset is share.auto.offset.reset: where a new share partition starts.
+type ShareReset struct {
+	// Earliest: the log start; else the high watermark (latest), unless ByDurationMs.
+	Earliest bool
+	// ByDurationMs > 0: the first record with a timestamp at or after now - it.
+	ByDurationMs int64
+}
+
+// SharePartition returns the share partition of group for topic-partition, creating
+// it when create is set and it is missing (its start from reset; deliveryLimit 0 =
+// DefaultShareDeliveryLimit). Errors: store.ErrNotFound (no log for the partition),
+// ErrNotFound (missing and not create), channel name errors.
+func (m *Manager) SharePartition(group, topic string, partition int32, create bool, reset ShareReset, deliveryLimit int32) (*Queue, error) {
+	name, err := channel.KafkaSharePartition(group, topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	q, err := m.get(name)
+	if err == nil || !create || !errors.Is(err, ErrNotFound) {
+		return q, err
+	}
+	src := channel.KafkaPartition(topic, partition)
+	l, err := m.st.Get(src)
+	if err != nil {
+		return nil, err
+	}
+	if l.Kind() != store.KindLog {
+		return nil, fmt.Errorf("%w: %s is not a log", store.ErrNotFound, src)
+	}
+	var start int64 // 0: the high watermark
+	switch {
+	case reset.ByDurationMs > 0:
+		off, _, found, err := l.LookupTime(m.nowMs() - reset.ByDurationMs)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			start = channel.OffsetToSequence(off)
+		}
+	case reset.Earliest:
+		start = channel.OffsetToSequence(l.LogStart())
+	}
+	q, _, err = m.create(name, shareConfig(deliveryLimit), []Binding{{Source: src, StartSequence: start}}, true)
+	return q, err
+}
+
+func shareConfig(deliveryLimit int32) Config {
+	if deliveryLimit <= 0 {
+		deliveryLimit = DefaultShareDeliveryLimit
+	}
+	return Config{MessageRetentionMs: shareRetentionMs, ArchiveAfter: deliveryLimit}
+}
+
+// ShareAlter sets the start offset of group's share partition for topic-partition
+// (Kafka AlterShareGroupOffsets), clamped to [log start, high watermark]: the state
+// is created again, every in-flight record forgotten. It returns the offset set.
+func (m *Manager) ShareAlter(group, topic string, partition int32, startOffset int64) (int64, error) {
+	name, err := channel.KafkaSharePartition(group, topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	if startOffset < 0 {
+		return 0, fmt.Errorf("%w: start offset %d < 0", ErrInvalidArgument, startOffset)
+	}
+	src := channel.KafkaPartition(topic, partition)
+	l, err := m.st.Get(src)
+	if err != nil {
+		return 0, err
+	}
+	limit := int32(0)
+	if q, err := m.get(name); err == nil {
+		q.mu.Lock()
+		limit = q.meta.Config.ArchiveAfter
+		q.mu.Unlock()
+	}
+	if err := m.delete(name, true); err != nil {
+		return 0, err
+	}
+	off := min(max(startOffset, l.LogStart()), l.HighWatermark())
+	if _, _, err := m.create(name, shareConfig(limit), []Binding{{Source: src, StartSequence: channel.OffsetToSequence(off)}}, true); err != nil {
+		return 0, err
+	}
+	return off, nil
+}
+
+// ShareDelete removes group's share partition for topic-partition, if any.
+func (m *Manager) ShareDelete(group, topic string, partition int32) error {
+	name, err := channel.KafkaSharePartition(group, topic, partition)
+	if err != nil {
+		return err
+	}
+	return m.delete(name, true)
+}
+
+// SharePartitionID names a share partition: topic and partition.
+type SharePartitionID struct {
+	Topic     string
+	Partition int32
+}
+
+// ShareList returns group's share partitions, by topic then partition.
+func (m *Manager) ShareList(group string) []SharePartitionID {
+	prefix := channel.KafkaShareGroupPrefix(group)
+	var out []SharePartitionID
+	for _, q := range m.list() {
+		if !strings.HasPrefix(q.name, prefix) {
+			continue
+		}
+		if g, t, p, ok := channel.ParseKafkaSharePartition(q.name); ok && g == group {
+			out = append(out, SharePartitionID{t, p})
+		}
+	}
+	slices.SortFunc(out, func(a, b SharePartitionID) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition) - int(b.Partition)
+	})
+	return out
+}
+
+// ShareState returns the share partition's start offset and lag: the records from the
+// start offset up to the source's high watermark not yet done.
+func (q *Queue) ShareState() (startOffset, lag int64, err error) {
+	q.fill()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.usableLocked(); err != nil {
+		return 0, 0, err
+	}
+	if len(q.bindings) != 1 {
+		return 0, 0, fmt.Errorf("%w: %s is not a share partition", ErrInvalidArgument, q.name)
+	}
+	b := q.bindings[0]
+	next := channel.SequenceToOffset(b.cursor.Load()) // next source offset to copy
+	startOffset = next
+	for _, m := range q.pending {
+		if m.state != stAcked {
+			startOffset = channel.SequenceToOffset(m.srcSeq)
+			break
+		}
+	}
+	hw := max(q.log.HighWatermark(), q.loadPos)
+	backlog := max(int64(len(q.pending)-q.tombs)+hw-q.loadPos-q.ackedAhead.count(q.loadPos, hw), 0)
+	if src, err := q.m.st.Get(b.source); err == nil {
+		backlog += max(src.HighWatermark()-next, 0)
+	}
+	return startOffset, backlog, nil
+}
+
+// ShareRecord is one acquired record: the source record (Offset the source offset)
+// and its delivery count.
+type ShareRecord struct {
+	Record        store.Record
+	DeliveryCount int32
+}
+
+// ShareFetchArgs are ShareFetch's.
+type ShareFetchArgs struct {
+	Member string
+	// MaxRecords over all partitions, >= 1; MaxBytes 0 = no limit.
+	MaxRecords int
+	MaxBytes   int64
+	// LockMs is the acquisition lock, MinShareLockMs..MaxShareLockMs.
+	LockMs int64
+	// Wait is the long poll while nothing is available.
+	Wait time.Duration
+	// Start is the partition acquisition starts at (rotated for fairness).
+	Start int
+}
+
+// ShareFetch acquires records of the share partitions qs for a.Member, waiting up to
+// a.Wait while none is available in any. It returns, per queue, its records in offset
+// order and its error (deleted, storage failure); err is ctx's or ErrClosed.
+func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs) (recs [][]ShareRecord, errs []error, err error) {
+	if a.Member == "" || a.MaxRecords < 1 || a.MaxBytes < 0 || a.LockMs < MinShareLockMs || a.LockMs > MaxShareLockMs || a.Wait < 0 {
+		return nil, nil, fmt.Errorf("%w: member %q, max records %d, max bytes %d, lock %d ms (%d..%d), wait %v",
+			ErrInvalidArgument, a.Member, a.MaxRecords, a.MaxBytes, a.LockMs, MinShareLockMs, MaxShareLockMs, a.Wait)
+	}
+	recs, errs = make([][]ShareRecord, len(qs)), make([]error, len(qs))
+	end := time.Now().Add(a.Wait)
+	cases := make([]reflect.SelectCase, 0, len(qs)+3)
+	for {
+		total, size := 0, int64(0)
+		cases = cases[:0]
+		var next int64
+		now := m.nowMs()
+		for k := range qs {
+			i := (a.Start + k) % len(qs)
+			if errs[i] != nil {
+				continue
+			}
+			q := qs[i]
+			if total >= a.MaxRecords || a.MaxBytes > 0 && size >= a.MaxBytes {
+				break
+			}
+			q.tryFill()
+			out, ch, ev, err := q.shareAcquire(now, a.Member, a.MaxRecords-total, max(a.MaxBytes-size, 0), a.LockMs)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			for _, r := range out {
+				size += int64(len(r.Record.Key) + len(r.Record.Value))
+			}
+			total += len(out)
+			recs[i] = out
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+			if ev > 0 && (next == 0 || ev < next) {
+				next = ev
+			}
+		}
+		remaining := time.Until(end)
+		if total > 0 || remaining <= 0 || len(cases) == 0 {
+			return recs, errs, nil
+		}
+		if next > 0 {
+			remaining = min(remaining, time.Duration(next-now)*time.Millisecond)
+		}
+		t := time.NewTimer(remaining)
+		cases = append(cases,
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(m.stop)})
+		chosen, _, _ := reflect.Select(cases)
+		t.Stop()
+		switch chosen {
+		case len(cases) - 2:
+			return nil, nil, ctx.Err()
+		case len(cases) - 1:
+			return nil, nil, ErrClosed
+		}
+	}
+}
+
+// shareAcquire leases up to maxMsgs available messages to member for lockMs, without
+// waiting; the delivery counts are durable when it returns. It also returns the
+// queue's change channel and the next time (ms) a lock ends or a backoff passes (0:
+// none), for a waiting ShareFetch.
+func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lockMs int64) ([]ShareRecord, <-chan struct{}, int64, error) {
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return nil, nil, 0, err
+	}
+	out, dl, next, _, op := q.leaseLocked(now, maxMsgs, maxBytes, lockMs, false)
+	recs := make([]ShareRecord, len(out))
+	for i, d := range out {
+		if a, ok := parseAckID(d.AckID); ok {
+			if m := q.find(a.off); m != nil {
+				m.owner = member
+			}
+		}
+		r := d.Record
+		r.Offset = channel.SequenceToOffset(d.SourceSeq)
+		recs[i] = ShareRecord{Record: r, DeliveryCount: d.Attempt}
+	}
+	ch := q.notify
+	q.mu.Unlock()
+	if len(dl) > 0 {
+		q.deadLetter(dl)
+	}
+	if err := op.wait(); err != nil {
+		return nil, nil, 0, err
+	}
+	return recs, ch, next, nil
+}
+
+// ShareAckBatch acknowledges the source offsets First..Last (inclusive): all with
+// Types[0] when it holds one type, else one type per offset.
+type ShareAckBatch struct {
+	First, Last int64
+	Types       []uint8
+}
+
+func (b *ShareAckBatch) typeAt(off int64) uint8 {
+	if len(b.Types) == 1 {
+		return b.Types[0]
+	}
+	return b.Types[off-b.First]
+}
+
+// CheckShareAcks validates acknowledgement batches: in offset order, not overlapping,
+// one type or one per offset, types known (RENEW only when renew is allowed).
+// Errors wrap ErrInvalidArgument.
+func CheckShareAcks(bs []ShareAckBatch, renew bool) error {
+	prev := int64(-1)
+	for i, b := range bs {
+		switch {
+		case b.First < 0 || b.Last < b.First:
+			return fmt.Errorf("%w: batch %d: offsets %d..%d", ErrInvalidArgument, i, b.First, b.Last)
+		case b.First <= prev:
+			return fmt.Errorf("%w: batch %d: offset %d not after the previous batch's %d", ErrInvalidArgument, i, b.First, prev)
+		case len(b.Types) != 1 && int64(len(b.Types)) != b.Last-b.First+1:
+			return fmt.Errorf("%w: batch %d: %d acknowledge types for %d offsets", ErrInvalidArgument, i, len(b.Types), b.Last-b.First+1)
+		}
+		for _, t := range b.Types {
+			if t > ShareRenew || t == ShareRenew && !renew {
+				return fmt.Errorf("%w: batch %d: acknowledge type %d", ErrInvalidArgument, i, t)
+			}
+		}
+		prev = b.Last
+	}
+	return nil
+}
+
+// srcIndexLocked is the index of the first window message whose source sequence is
+// at least seq.
+func (q *Queue) srcIndexLocked(seq int64) int {
+	return sort.Search(len(q.pending), func(i int) bool { return q.pending[i].srcSeq >= seq })
+}
+
+// ShareAck applies member's acknowledgements, all or none: ErrInvalidRecordState when
+// an offset holding a message is not acquired by member (lock expired, acquired by
+// another, never acquired, done), or a batch covers no message at all; GAP offsets
+// holding no acquisition of member are skipped. RENEW sets the lock to renewMs from
+// now. Durable before it returns. Errors also: ErrInvalidArgument (CheckShareAcks),
+// ErrNotFound, ErrState.
+func (q *Queue) ShareAck(member string, bs []ShareAckBatch, renewMs int64) error {
+	if err := CheckShareAcks(bs, true); err != nil {
+		return err
+	}
+	if renewMs < MinShareLockMs || renewMs > MaxShareLockMs {
+		renewMs = 30_000
+	}
+	type act struct {
+		m *msg
+		t uint8
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	now := q.m.nowMs()
+	var acts []act
+	for bi := range bs {
+		b := &bs[bi]
+		found := false
+		lastSeq := channel.OffsetToSequence(b.Last)
+		for i := q.srcIndexLocked(channel.OffsetToSequence(b.First)); i < len(q.pending) && q.pending[i].srcSeq <= lastSeq; i++ {
+			m := q.pending[i]
+			t := b.typeAt(channel.SequenceToOffset(m.srcSeq))
+			held := m.state == stLeased && m.deadline > now && m.owner == member
+			if !held {
+				if t == ShareGap {
+					continue
+				}
+				q.mu.Unlock()
+				return fmt.Errorf("%w: offset %d", ErrInvalidRecordState, channel.SequenceToOffset(m.srcSeq))
+			}
+			acts = append(acts, act{m, t})
+			found = true
+		}
+		if !found && slices.ContainsFunc(b.Types, func(t uint8) bool { return t != ShareGap }) {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: offsets %d..%d", ErrInvalidRecordState, b.First, b.Last)
+		}
+	}
+	var acked, dl []*msg
+	released := false
+	for _, a := range acts {
+		switch a.t {
+		case ShareAccept, ShareReject, ShareGap:
+			q.ackLocked(a.m)
+			acked = append(acked, a.m)
+		case ShareRelease:
+			q.m.opts.Metrics.Nacks.Inc()
+			if q.expireLocked(a.m, now) {
+				dl = append(dl, a.m)
+			}
+			released = true
+		case ShareRenew:
+			a.m.deadline = now + renewMs
+			q.busyMin = min(q.busyMin, a.m.deadline)
+		}
+	}
+	var ackOp, nackOp *dbOp
+	if len(acked) > 0 {
+		q.m.opts.Metrics.Acks.Add(float64(len(acked)))
+		ackOp = q.commitAcksLocked(acked)
+		if q.loadPos < q.log.HighWatermark() {
+			q.wakeLocked() // room in the window for records not loaded yet
+		}
+	}
+	if released {
+		nackOp = q.flushDirtyLocked()
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if len(dl) > 0 {
+		q.deadLetter(dl)
+	}
+	if err := ackOp.wait(); err != nil {
+		return err
+	}
+	return nackOp.wait()
+}
+
+// ShareRelease releases every message member holds (a closed share session, a member
+// gone), delivery counts kept; those at the delivery limit are archived. It returns
+// how many it released.
+func (q *Queue) ShareRelease(member string) (int, error) {
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return 0, err
+	}
+	now := q.m.nowMs()
+	var dl []*msg
+	n := 0
+	for _, m := range q.pending {
+		if m.state == stLeased && m.deadline > now && m.owner == member {
+			if q.expireLocked(m, now) {
+				dl = append(dl, m)
+			}
+			n++
+		}
+	}
+	var op *dbOp
+	if n > 0 {
+		op = q.flushDirtyLocked()
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	if len(dl) > 0 {
+		q.deadLetter(dl)
+	}
+	return n, op.wait()
+}

@@ -1,0 +1,269 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"github.com/tributary/tributary/services/storage-core/internal/queue"
+	"github.com/tributary/tributary/services/storage-core/internal/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// shareService serves tributary.storage.v1.ShareService (Kafka KIP-932 share
+// partitions) over internal/queue's share verbs (queue/share.go).
+type shareService struct {
+	storagev1.UnimplementedShareServiceServer
+	s  *service
+	qm *queue.Manager
+}
+
+// Bounds of ShareFetchRequest.
+const (
+	maxShareRecords     = 10_000
+	defaultShareLockMs  = 30_000
+	maxShareMemberIDLen = 36
+)
+
+// shareError maps a per-partition error to its ShareError.
+func shareError(err error) (storagev1.ShareError, string) {
+	switch {
+	case err == nil:
+		return storagev1.ShareError_SHARE_ERROR_UNSPECIFIED, ""
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, channel.ErrInvalidTopic), errors.Is(err, channel.ErrInvalidPartition),
+		errors.Is(err, queue.ErrNotQueue):
+		return storagev1.ShareError_SHARE_ERROR_UNKNOWN_PARTITION, err.Error()
+	case errors.Is(err, queue.ErrInvalidRecordState), errors.Is(err, queue.ErrNotFound):
+		return storagev1.ShareError_SHARE_ERROR_INVALID_RECORD_STATE, err.Error()
+	case errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, channel.ErrInvalidName):
+		return storagev1.ShareError_SHARE_ERROR_INVALID_REQUEST, err.Error()
+	}
+	return storagev1.ShareError_SHARE_ERROR_STORAGE_FAILURE, err.Error()
+}
+
+func checkShareIDs(group, member string, needMember bool) error {
+	if group == "" || len(group) > channel.MaxShareGroupIDLen {
+		return status.Errorf(codes.InvalidArgument, "group_id of %d bytes; 1..%d allowed", len(group), channel.MaxShareGroupIDLen)
+	}
+	if needMember && (member == "" || len(member) > maxShareMemberIDLen) {
+		return status.Errorf(codes.InvalidArgument, "member_id of %d bytes; 1..%d allowed", len(member), maxShareMemberIDLen)
+	}
+	return nil
+}
+
+func shareAckBatches(bs []*storagev1.ShareAckBatch) []queue.ShareAckBatch {
+	out := make([]queue.ShareAckBatch, len(bs))
+	for i, b := range bs {
+		ts := make([]uint8, len(b.GetTypes()))
+		for j, t := range b.GetTypes() {
+			if t < 0 || t > 255 {
+				t = 255 // refused by CheckShareAcks
+			}
+			ts[j] = uint8(t)
+		}
+		out[i] = queue.ShareAckBatch{First: b.GetFirstOffset(), Last: b.GetLastOffset(), Types: ts}
+	}
+	return out
+}
+
+// acknowledge applies each partition's acknowledgements (all or nothing per
+// partition).
+func (ss *shareService) acknowledge(group, member string, acks []*storagev1.SharePartitionAcks, lockMs int64) []*storagev1.ShareAckResult {
+	out := make([]*storagev1.ShareAckResult, len(acks))
+	for i, a := range acks {
+		res := &storagev1.ShareAckResult{Topic: a.GetTopic(), Partition: a.GetPartition()}
+		q, err := ss.qm.SharePartition(group, a.GetTopic(), a.GetPartition(), false, queue.ShareReset{}, 0)
+		if err == nil {
+			err = q.ShareAck(member, shareAckBatches(a.GetBatches()), lockMs)
+		}
+		res.Error, res.Message = shareError(err)
+		out[i] = res
+	}
+	return out
+}
+
+func shareLockMs(ms int32) int64 {
+	if ms == 0 {
+		return defaultShareLockMs
+	}
+	return int64(ms)
+}
+
+func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetchRequest) (_ *storagev1.ShareFetchResponse, err error) {
+	defer func() { ss.s.count("ShareFetch", err) }()
+	if err := checkShareIDs(req.GroupId, req.MemberId, true); err != nil {
+		return nil, err
+	}
+	lockMs := shareLockMs(req.LockDurationMs)
+	switch {
+	case req.MaxRecords < 1 || req.MaxRecords > maxShareRecords:
+		return nil, status.Errorf(codes.InvalidArgument, "max_records %d outside [1, %d]", req.MaxRecords, maxShareRecords)
+	case lockMs < queue.MinShareLockMs || lockMs > queue.MaxShareLockMs:
+		return nil, status.Errorf(codes.InvalidArgument, "lock_duration_ms %d outside [%d, %d]", lockMs, queue.MinShareLockMs, queue.MaxShareLockMs)
+	case req.WaitMs < 0 || req.MaxBytes < 0 || req.ByDurationMs < 0:
+		return nil, status.Error(codes.InvalidArgument, "wait_ms, max_bytes and by_duration_ms must not be negative")
+	case req.DeliveryCountLimit != 0 && (req.DeliveryCountLimit < 2 || req.DeliveryCountLimit > 10):
+		return nil, status.Errorf(codes.InvalidArgument, "delivery_count_limit %d outside [2, 10]", req.DeliveryCountLimit)
+	}
+	resp := &storagev1.ShareFetchResponse{AckResults: ss.acknowledge(req.GroupId, req.MemberId, req.Acknowledgements, lockMs)}
+	reset := queue.ShareReset{Earliest: req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST}
+	if req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION {
+		reset.ByDurationMs = max(req.ByDurationMs, 1)
+	}
+	resp.Partitions = make([]*storagev1.SharePartitionRecords, len(req.Partitions))
+	var qs []*queue.Queue
+	var idx []int // resp.Partitions index of qs[i]
+	for i, p := range req.Partitions {
+		pr := &storagev1.SharePartitionRecords{Topic: p.GetTopic(), Partition: p.GetPartition()}
+		resp.Partitions[i] = pr
+		q, err := ss.qm.SharePartition(req.GroupId, p.GetTopic(), p.GetPartition(), true, reset, req.DeliveryCountLimit)
+		if err != nil {
+			pr.Error, pr.Message = shareError(err)
+			continue
+		}
+		qs = append(qs, q)
+		idx = append(idx, i)
+	}
+	if len(qs) == 0 {
+		return resp, nil
+	}
+	wctx, cancel := ss.s.waitCtx(ctx)
+	defer cancel()
+	recs, errs, err := ss.qm.ShareFetch(wctx, qs, queue.ShareFetchArgs{
+		Member: req.MemberId, MaxRecords: int(req.MaxRecords), MaxBytes: req.MaxBytes, LockMs: lockMs,
+		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for k, i := range idx {
+		pr := resp.Partitions[i]
+		if errs[k] != nil {
+			pr.Error, pr.Message = shareError(errs[k])
+			continue
+		}
+		pr.Records = make([]*storagev1.ShareAcquiredRecord, len(recs[k]))
+		for j, r := range recs[k] {
+			pr.Records[j] = &storagev1.ShareAcquiredRecord{Record: shareRecordToProto(r.Record), DeliveryCount: r.DeliveryCount}
+		}
+	}
+	return resp, nil
+}
+
+// shareRecordToProto is the source record of an acquisition (Offset the source's).
+func shareRecordToProto(r store.Record) *storagev1.Record {
+	return &storagev1.Record{
+		Sequence: channel.OffsetToSequence(r.Offset), TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value,
+		Headers: headersToProto(r.Headers), ProducerId: -1, ProducerEpoch: -1,
+	}
+}
+
+func (ss *shareService) ShareAcknowledge(_ context.Context, req *storagev1.ShareAcknowledgeRequest) (_ *storagev1.ShareAcknowledgeResponse, err error) {
+	defer func() { ss.s.count("ShareAcknowledge", err) }()
+	if err := checkShareIDs(req.GroupId, req.MemberId, true); err != nil {
+		return nil, err
+	}
+	return &storagev1.ShareAcknowledgeResponse{Results: ss.acknowledge(req.GroupId, req.MemberId, req.Acknowledgements, shareLockMs(req.LockDurationMs))}, nil
+}
+
+func (ss *shareService) ReleaseMember(_ context.Context, req *storagev1.ReleaseMemberRequest) (_ *storagev1.ReleaseMemberResponse, err error) {
+	defer func() { ss.s.count("ReleaseMember", err) }()
+	if err := checkShareIDs(req.GroupId, req.MemberId, true); err != nil {
+		return nil, err
+	}
+	var ids []queue.SharePartitionID
+	if len(req.Partitions) == 0 {
+		ids = ss.qm.ShareList(req.GroupId)
+	}
+	for _, p := range req.Partitions {
+		ids = append(ids, queue.SharePartitionID{Topic: p.GetTopic(), Partition: p.GetPartition()})
+	}
+	var n int64
+	for _, id := range ids {
+		q, err := ss.qm.SharePartition(req.GroupId, id.Topic, id.Partition, false, queue.ShareReset{}, 0)
+		if err != nil {
+			continue // no state: nothing held there
+		}
+		k, err := q.ShareRelease(req.MemberId)
+		if err != nil && !errors.Is(err, queue.ErrNotFound) {
+			return nil, toStatus(err)
+		}
+		n += int64(k)
+	}
+	return &storagev1.ReleaseMemberResponse{Released: n}, nil
+}
+
+// state describes one partition; start_offset and lag -1 without state.
+func (ss *shareService) state(group, topic string, partition int32) *storagev1.SharePartitionState {
+	st := &storagev1.SharePartitionState{Topic: topic, Partition: partition, StartOffset: -1, Lag: -1}
+	q, err := ss.qm.SharePartition(group, topic, partition, false, queue.ShareReset{}, 0)
+	if err == nil {
+		st.StartOffset, st.Lag, err = q.ShareState()
+	}
+	if err != nil && !errors.Is(err, queue.ErrNotFound) {
+		st.StartOffset, st.Lag = -1, -1
+		st.Error, st.Message = shareError(err)
+	}
+	return st
+}
+
+func (ss *shareService) DescribeSharePartitions(_ context.Context, req *storagev1.DescribeSharePartitionsRequest) (_ *storagev1.DescribeSharePartitionsResponse, err error) {
+	defer func() { ss.s.count("DescribeSharePartitions", err) }()
+	if err := checkShareIDs(req.GroupId, "", false); err != nil {
+		return nil, err
+	}
+	resp := &storagev1.DescribeSharePartitionsResponse{}
+	for _, p := range req.Partitions {
+		resp.Partitions = append(resp.Partitions, ss.state(req.GroupId, p.GetTopic(), p.GetPartition()))
+	}
+	return resp, nil
+}
+
+func (ss *shareService) ListSharePartitions(_ context.Context, req *storagev1.ListSharePartitionsRequest) (_ *storagev1.ListSharePartitionsResponse, err error) {
+	defer func() { ss.s.count("ListSharePartitions", err) }()
+	if err := checkShareIDs(req.GroupId, "", false); err != nil {
+		return nil, err
+	}
+	resp := &storagev1.ListSharePartitionsResponse{}
+	for _, id := range ss.qm.ShareList(req.GroupId) {
+		if st := ss.state(req.GroupId, id.Topic, id.Partition); st.StartOffset >= 0 || st.Error != 0 {
+			resp.Partitions = append(resp.Partitions, st)
+		}
+	}
+	return resp, nil
+}
+
+func (ss *shareService) AlterSharePartitions(_ context.Context, req *storagev1.AlterSharePartitionsRequest) (_ *storagev1.AlterSharePartitionsResponse, err error) {
+	defer func() { ss.s.count("AlterSharePartitions", err) }()
+	if err := checkShareIDs(req.GroupId, "", false); err != nil {
+		return nil, err
+	}
+	resp := &storagev1.AlterSharePartitionsResponse{}
+	for _, p := range req.Partitions {
+		if _, err := ss.qm.ShareAlter(req.GroupId, p.GetTopic(), p.GetPartition(), p.GetStartOffset()); err != nil {
+			st := &storagev1.SharePartitionState{Topic: p.GetTopic(), Partition: p.GetPartition(), StartOffset: -1, Lag: -1}
+			st.Error, st.Message = shareError(err)
+			resp.Partitions = append(resp.Partitions, st)
+			continue
+		}
+		resp.Partitions = append(resp.Partitions, ss.state(req.GroupId, p.GetTopic(), p.GetPartition()))
+	}
+	return resp, nil
+}
+
+func (ss *shareService) DeleteSharePartitions(_ context.Context, req *storagev1.DeleteSharePartitionsRequest) (_ *storagev1.DeleteSharePartitionsResponse, err error) {
+	defer func() { ss.s.count("DeleteSharePartitions", err) }()
+	if err := checkShareIDs(req.GroupId, "", false); err != nil {
+		return nil, err
+	}
+	resp := &storagev1.DeleteSharePartitionsResponse{}
+	for _, p := range req.Partitions {
+		st := &storagev1.SharePartitionState{Topic: p.GetTopic(), Partition: p.GetPartition(), StartOffset: -1, Lag: -1}
+		st.Error, st.Message = shareError(ss.qm.ShareDelete(req.GroupId, p.GetTopic(), p.GetPartition()))
+		resp.Partitions = append(resp.Partitions, st)
+	}
+	return resp, nil
+}
