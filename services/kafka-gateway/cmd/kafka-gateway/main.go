@@ -70,6 +70,10 @@ func run() error {
 	fs.Int64Var(&jwksRefreshMs, "sasl-oauthbearer-jwks-endpoint-refresh-ms", 3600000, "OAUTHBEARER: how often the JWKS is fetched again, in ms")
 	var reauthMs int64
 	fs.Int64Var(&reauthMs, "connections-max-reauth-ms", 0, "longest SASL session before the client must re-authenticate (KIP-368), in ms; 0 = never")
+	var shareLockMs, shareDeliveryLimit int
+	fs.IntVar(&shareLockMs, "group-share-record-lock-duration-ms", 30000, "how long a share group member holds an acquired record before it is redelivered, in ms, 1000..3600000 (Kafka group.share.record.lock.duration.ms)")
+	fs.IntVar(&shareDeliveryLimit, "group-share-delivery-count-limit", 5, "deliveries after which a share group record released or whose lock expired is archived, 2..10 (Kafka group.share.delivery.count.limit)")
+	shareReset := fs.String("share-auto-offset-reset", "latest", "where a share group starts reading a partition it never read: latest or earliest (Kafka share.auto.offset.reset, the default of every share group)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := flagenv.Parse(fs, "kafka-gateway", os.Args[1:]); err != nil {
 		return err
@@ -79,6 +83,15 @@ func run() error {
 	cfg.DisableShareGroups = !*shareEnable
 	cfg.DefaultPartitions = int32(partitions)
 	cfg.MaxFrameBytes = int32(maxFrame)
+	cfg.ShareSettings.RecordLockDuration = time.Duration(shareLockMs) * time.Millisecond
+	cfg.ShareSettings.DeliveryCountLimit = int32(shareDeliveryLimit)
+	switch *shareReset {
+	case "latest":
+	case "earliest":
+		cfg.ShareSettings.AutoOffsetResetEarliest = true
+	default:
+		return fmt.Errorf("--share-auto-offset-reset %q: want latest or earliest", *shareReset)
+	}
 	switch *authorizer {
 	case "":
 	case "acl", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "kafka.security.authorizer.AclAuthorizer":

@@ -62,6 +62,8 @@ type Config struct {
 	TopicCacheTTL time.Duration
 	// Authorizer turns ACL authorization on (off by default: nothing is checked).
 	Authorizer AuthorizerConfig
+	// Share holds the broker-level share group settings (group.share.*).
+	Share ShareConfig
 	// ConnectionsMaxReauth is Kafka's connections.max.reauth.ms: the longest session a
 	// SASL authentication grants (KIP-368); 0 = sessions never expire.
 	ConnectionsMaxReauth time.Duration
@@ -75,6 +77,9 @@ type Config struct {
 type Deps struct {
 	Storage     storagev1.StorageServiceClient
 	Coordinator coordinatorv1.CoordinatorServiceClient
+	// Share serves share partitions (storage-core's ShareService); nil answers
+	// ShareFetch and ShareAcknowledge COORDINATOR_NOT_AVAILABLE.
+	Share storagev1.ShareServiceClient
 	// Groups serves the group and offset APIs; nil answers them COORDINATOR_NOT_AVAILABLE.
 	Groups coordinatorv1.GroupCoordinatorServiceClient
 	// Consumers serves KIP-848 consumer groups (ConsumerGroupHeartbeat,
@@ -159,8 +164,11 @@ func (r *Request) BodyInUse() bool { return r.bodyInUse.Load() }
 type Handler struct {
 	cfg     Config
 	storage storagev1.StorageServiceClient
-	coord   coordinatorv1.CoordinatorServiceClient
-	groups  coordinatorv1.GroupCoordinatorServiceClient
+	// share serves share groups' data path (ShareFetch, ShareAcknowledge); nil answers
+	// them COORDINATOR_NOT_AVAILABLE.
+	share  storagev1.ShareServiceClient
+	coord  coordinatorv1.CoordinatorServiceClient
+	groups coordinatorv1.GroupCoordinatorServiceClient
 	// consumers is nil without a coordinator connection (unit tests).
 	consumers coordinatorv1.ConsumerGroupServiceClient
 	txns      coordinatorv1.TransactionCoordinatorServiceClient
@@ -256,6 +264,7 @@ func New(cfg Config, deps Deps) *Handler {
 		drain:        drain,
 		cfg:          cfg,
 		storage:      deps.Storage,
+		share:        deps.Share,
 		coord:        deps.Coordinator,
 		groups:       groupsOrUnavailable(deps.Groups),
 		consumers:    deps.Consumers,

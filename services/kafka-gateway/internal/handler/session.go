@@ -33,6 +33,8 @@ type Session struct {
 	reauth    bool // a KIP-368 re-authentication is in progress
 	expires   time.Time
 	closing   bool
+	// share holds the connection's KIP-932 share sessions (share.go).
+	share shareSessions
 }
 
 // NewSession returns the state of a new connection. On a SASL listener (saslListener)

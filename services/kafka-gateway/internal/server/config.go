@@ -121,8 +121,13 @@ type Config struct {
 	// neither advertised nor served (on by default).
 	DisableShareGroups bool
 
+	// ShareSettings holds the broker-level share group settings (Kafka group.share.*).
+	ShareSettings handler.ShareConfig
+
 	// Storage and Coordinator, when set, are used instead of dialing (tests).
-	Storage     storagev1.StorageServiceClient
+	Storage storagev1.StorageServiceClient
+	// Share, when set, is used instead of the storage connection's ShareService client.
+	Share       storagev1.ShareServiceClient
 	Coordinator coordinatorv1.CoordinatorServiceClient
 	// Groups, when set, is used instead of the coordinator connection's group client.
 	Groups coordinatorv1.GroupCoordinatorServiceClient
@@ -157,6 +162,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultPartitions < 1 || c.DefaultPartitions > 256 {
 		return fmt.Errorf("%w: default partitions %d outside 1..256", ErrConfig, c.DefaultPartitions)
+	}
+	if d := c.ShareSettings.RecordLockDuration; d != 0 && (d < time.Second || d > time.Hour) {
+		return fmt.Errorf("%w: share record lock duration %v outside 1s..1h", ErrConfig, d)
+	}
+	if n := c.ShareSettings.DeliveryCountLimit; n != 0 && (n < 2 || n > 10) {
+		return fmt.Errorf("%w: share delivery count limit %d outside 2..10", ErrConfig, n)
 	}
 	if c.Storage == nil && c.StorageAddr == "" {
 		return fmt.Errorf("%w: storage address is empty", ErrConfig)

@@ -28,6 +28,7 @@ import (
 	"github.com/tributary/tributary/libs/natsx"
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
@@ -68,6 +69,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.http = obs.NewHTTP(s.reg, log)
 	storage, coord, groups, txns, acls, creds := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls, cfg.CredentialService
 	consumerGroups, shareGroups := cfg.ConsumerGroups, cfg.ShareGroups
+	share := cfg.Share
 	if storage == nil {
 		sec, err := cfg.StorageSecurity.DialOptions()
 		if err != nil {
@@ -79,6 +81,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		}
 		s.grpc = append(s.grpc, cc)
 		storage = handler.NewStorageClient(cc)
+		if share == nil {
+			share = storagev1.NewShareServiceClient(cc)
+		}
 		s.httpCheck("storage-core", cc)
 	}
 	if coord == nil {
@@ -171,6 +176,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		Authorizer:           cfg.Authorizer,
 		ConnectionsMaxReauth: cfg.ConnectionsMaxReauth,
 		DisableShareGroups:   cfg.DisableShareGroups,
+		Share:                cfg.ShareSettings,
 	}, handler.Deps{
 		Acls:        acls,
 		Auth:        auth,
@@ -181,6 +187,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 			}
 		},
 		Storage:     storage,
+		Share:       share,
 		Coordinator: coord,
 		Groups:      groups,
 		Consumers:   consumerGroups,
@@ -548,6 +555,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 		cancel()
 		handlers.Wait()
 		_ = c.Close()
+		s.h.ConnectionClosed(sess)
 	}()
 
 	clientHost := "/" + c.RemoteAddr().String()

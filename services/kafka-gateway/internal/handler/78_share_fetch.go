@@ -1,0 +1,260 @@
+package handler
+
+// ShareFetch (API key 78), versions 1-2 (Kafka 4.2's range; v0 was Kafka 4.0's early
+// access, removed in 4.1).
+//
+// Behaviour: the connection's share session for (group, member) is opened (epoch 0,
+// no acknowledgements allowed: INVALID_REQUEST), moved (epoch n: it must be the
+// session's, else INVALID_SHARE_SESSION_EPOCH; no session: SHARE_SESSION_NOT_FOUND;
+// Topics add partitions, ForgottenTopicsData removes them) or closed (epoch -1: the
+// acknowledgements are applied, the session's remaining acquisitions released, nothing
+// fetched). Piggybacked acknowledgements apply first, per partition all or none
+// (AcknowledgeErrorCode INVALID_RECORD_STATE when an offset is not acquired by the
+// member); then up to MaxRecords records (0: 500) are acquired over the session's
+// partitions for group.share.record.lock.duration.ms, waiting up to MaxWaitMillis
+// while none is available. Each partition's records come as one uncompressed batch at
+// their offsets with AcquiredRecords ranges (delivery counts). A partition never
+// fetched by the group starts at share.auto.offset.reset (latest by default). The
+// member id must be 1..36 bytes (INVALID_REQUEST), as Kafka checks; membership itself
+// is not checked here, as in Kafka. An unknown topic id is UNKNOWN_TOPIC_ID, a
+// partition outside the topic UNKNOWN_TOPIC_OR_PARTITION. v2: IsRenewAck requests
+// carry only acknowledgements (RENEW allowed) and zero fetch limits, else
+// INVALID_REQUEST; ShareAcquireMode record_limit is what every acquisition does
+// (never more than MaxRecords).
+//
+// With the authorizer on: READ on the group (GROUP_AUTHORIZATION_FAILED) and READ on
+// each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
+//
+// KIPs: KIP-932 (share groups), KIP-1206 (acquire mode), KIP-1222 (renew).
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/libs/kafkaacl"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+func init() {
+	register(kmsg.ShareFetch.Int16(), 1, 2, (*Handler).handleShareFetch)
+}
+
+func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Response, error) {
+	req := r.Body.(*kmsg.ShareFetchRequest)
+	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
+	lockMs := h.cfg.Share.lockMs()
+	resp.AcquisitionLockTimeoutMillis = lockMs
+	group, member := derefString(req.GroupID), derefString(req.MemberID)
+	x := h.access(ctx, r)
+	renew := req.Version >= 2 && req.IsRenewAck
+	switch {
+	case h.share == nil:
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp, nil
+	case group == "" || member == "" || len(member) > maxShareMemberIDLen:
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	case !x.group(kafkaacl.OpRead, group):
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		return resp, nil
+	case renew && (req.MaxBytes != 0 || req.MinBytes != 0 || req.MaxRecords != 0 || req.MaxWaitMillis != 0):
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
+
+	// The request's partitions and acknowledgements.
+	var add []sharePart
+	var ackParts []sharePart
+	var ackBatches [][]*storagev1.ShareAckBatch
+	badAck := map[sharePart]bool{}
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			sp := sharePart{t.TopicID, p.Partition}
+			add = append(add, sp)
+			if len(p.AcknowledgementBatches) == 0 {
+				if renew {
+					resp.ErrorCode = kerr.InvalidRequest.Code
+					return resp, nil
+				}
+				continue
+			}
+			first, last, types := make([]int64, len(p.AcknowledgementBatches)), make([]int64, len(p.AcknowledgementBatches)), make([][]int8, len(p.AcknowledgementBatches))
+			for i, b := range p.AcknowledgementBatches {
+				first[i], last[i], types[i] = b.FirstOffset, b.LastOffset, b.AcknowledgeTypes
+			}
+			bs, ok := shareAckBatches(first, last, types, renew)
+			if !ok {
+				badAck[sp] = true
+			}
+			ackParts = append(ackParts, sp)
+			ackBatches = append(ackBatches, bs)
+		}
+	}
+	if req.ShareSessionEpoch == 0 && len(ackParts) > 0 {
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
+	var forget []sharePart
+	for _, f := range req.ForgottenTopicsData {
+		for _, p := range f.Partitions {
+			forget = append(forget, sharePart{f.TopicID, p})
+		}
+	}
+	key := shareKey{group, member}
+	shares := r.Session.shares()
+	if shares == nil {
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil
+	}
+	chk := shares.advance(key, req.ShareSessionEpoch, add, forget, false)
+	if chk.code != 0 {
+		resp.ErrorCode = chk.code
+		return resp, nil
+	}
+
+	out := newShareFetchOut(resp)
+	// Acknowledgements first.
+	if len(ackParts) > 0 {
+		refs, codes := h.shareRefs(ctx, ackParts)
+		var acks []*storagev1.SharePartitionAcks
+		var at []int
+		for i, sp := range ackParts {
+			switch {
+			case codes[i] != 0:
+				out.part(sp).AcknowledgeErrorCode = codes[i]
+			case !x.topic(kafkaacl.OpRead, refs[i].Topic):
+				out.part(sp).AcknowledgeErrorCode = kerr.TopicAuthorizationFailed.Code
+			case badAck[sp]:
+				out.part(sp).AcknowledgeErrorCode = kerr.InvalidRequest.Code
+			default:
+				acks = append(acks, &storagev1.SharePartitionAcks{Topic: refs[i].Topic, Partition: refs[i].Partition, Batches: ackBatches[i]})
+				at = append(at, i)
+			}
+		}
+		if len(acks) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, shareCallTimeout)
+			ar, err := h.share.ShareAcknowledge(cctx, &storagev1.ShareAcknowledgeRequest{GroupId: group, MemberId: member, Acknowledgements: acks, LockDurationMs: lockMs})
+			cancel()
+			for k, i := range at {
+				p := out.part(ackParts[i])
+				switch {
+				case err != nil:
+					p.AcknowledgeErrorCode = dataCode(err)
+				case k < len(ar.GetResults()):
+					p.AcknowledgeErrorCode = shareError(ar.GetResults()[k].GetError())
+				}
+			}
+		}
+	}
+	if req.ShareSessionEpoch == -1 {
+		h.releaseSession(ctx, key, chk.parts) // closed: chk.parts are the session's last
+		return resp, nil
+	}
+	if renew {
+		return resp, nil
+	}
+
+	// Then acquire over the session's partitions.
+	refs, codes := h.shareRefs(ctx, chk.parts)
+	var fetch []*storagev1.SharePartitionRef
+	var at []sharePart
+	for i, sp := range chk.parts {
+		switch {
+		case codes[i] != 0:
+			out.part(sp).ErrorCode = codes[i]
+		case !x.topic(kafkaacl.OpRead, refs[i].Topic):
+			out.part(sp).ErrorCode = kerr.TopicAuthorizationFailed.Code
+		default:
+			fetch = append(fetch, refs[i])
+			at = append(at, sp)
+			if chk.added[sp] {
+				out.part(sp) // a new partition of the session is answered once, even empty
+			}
+		}
+	}
+	if len(fetch) == 0 {
+		return resp, nil
+	}
+	maxRecords := req.MaxRecords
+	if maxRecords <= 0 {
+		maxRecords = defaultShareMaxRecords
+	}
+	wait := min(time.Duration(max(req.MaxWaitMillis, 0))*time.Millisecond, maxShareWait)
+	if h.drainCtx.Err() != nil {
+		wait = 0
+	}
+	reset := storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_LATEST
+	if h.cfg.Share.AutoOffsetResetEarliest {
+		reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST
+	}
+	fctx, cancel := context.WithTimeout(ctx, wait+shareCallTimeout)
+	defer cancel()
+	stop := context.AfterFunc(h.drainCtx, cancel)
+	defer stop()
+	fr, err := h.share.ShareFetch(fctx, &storagev1.ShareFetchRequest{
+		GroupId: group, MemberId: member, Partitions: fetch,
+		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: int64(max(req.MaxBytes, 0)),
+		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
+		AutoOffsetReset: reset, DeliveryCountLimit: h.cfg.Share.DeliveryCountLimit,
+	})
+	for k, sp := range at {
+		if err != nil {
+			out.part(sp).ErrorCode = dataCode(err)
+			continue
+		}
+		if k >= len(fr.GetPartitions()) {
+			continue
+		}
+		pr := fr.GetPartitions()[k]
+		if c := shareError(pr.GetError()); c != 0 {
+			out.part(sp).ErrorCode = c
+			continue
+		}
+		if len(pr.GetRecords()) == 0 {
+			continue
+		}
+		p := out.part(sp)
+		p.Records = shareBatch(pr.GetRecords())
+		p.AcquiredRecords = acquiredRanges(pr.GetRecords())
+	}
+	return resp, nil
+}
+
+// shareFetchOut builds a ShareFetch response: one entry per partition, grouped by
+// topic, in first-use order.
+type shareFetchOut struct {
+	resp  *kmsg.ShareFetchResponse
+	topic map[[16]byte]int
+	index map[sharePart]int
+}
+
+func newShareFetchOut(resp *kmsg.ShareFetchResponse) *shareFetchOut {
+	return &shareFetchOut{resp: resp, topic: map[[16]byte]int{}, index: map[sharePart]int{}}
+}
+
+// part returns the response entry of sp, adding it when missing. The pointer is valid
+// until the next call that adds an entry.
+func (o *shareFetchOut) part(sp sharePart) *kmsg.ShareFetchResponseTopicPartition {
+	ti, ok := o.topic[sp.id]
+	if !ok {
+		ti = len(o.resp.Topics)
+		o.topic[sp.id] = ti
+		t := kmsg.NewShareFetchResponseTopic()
+		t.TopicID = sp.id
+		o.resp.Topics = append(o.resp.Topics, t)
+	}
+	t := &o.resp.Topics[ti]
+	pi, ok := o.index[sp]
+	if !ok {
+		pi = len(t.Partitions)
+		o.index[sp] = pi
+		p := kmsg.NewShareFetchResponseTopicPartition()
+		p.Partition = sp.partition
+		p.CurrentLeader.LeaderID, p.CurrentLeader.LeaderEpoch = -1, -1
+		t.Partitions = append(t.Partitions, p)
+	}
+	return &t.Partitions[pi]
+}

@@ -1,0 +1,315 @@
+package handler
+
+// Share sessions and the share-group data path shared by ShareFetch (78) and
+// ShareAcknowledge (79), KIP-932. A share session is per connection and (group,
+// member), as Kafka's share session cache is per broker: epoch 0 opens one (a
+// ShareFetch), each accepted request moves the epoch by one, -1 closes it. The records
+// and their state live in storage-core's ShareService (one queue per share
+// partition); the gateway keeps only the sessions, and releases a session's
+// acquisitions when it closes (FINAL_EPOCH, or the connection closes, as Kafka's
+// share session cache does on a disconnect). A member that stops talking with its
+// connection open loses its acquisitions when their locks expire.
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+)
+
+// ShareConfig holds the broker-level share group settings (Kafka's group.share.*).
+type ShareConfig struct {
+	// RecordLockDuration is group.share.record.lock.duration.ms (0 = 30 s): how long
+	// an acquired record stays with its member; 1 s..1 h.
+	RecordLockDuration time.Duration
+	// DeliveryCountLimit is group.share.delivery.count.limit (0 = 5, Kafka allows
+	// 2..10): deliveries after which a released or expired record is archived.
+	DeliveryCountLimit int32
+	// AutoOffsetResetEarliest starts new share partitions at the log start instead of
+	// the high watermark (share.auto.offset.reset, default latest).
+	AutoOffsetResetEarliest bool
+}
+
+func (c ShareConfig) lockMs() int32 {
+	if c.RecordLockDuration <= 0 {
+		return 30_000
+	}
+	return int32(c.RecordLockDuration.Milliseconds())
+}
+
+// Share defaults and bounds.
+const (
+	// defaultShareMaxRecords is used when a request's MaxRecords is 0 or less (v0
+	// requests had none; Kafka's max.poll.records default).
+	defaultShareMaxRecords = 500
+	maxShareRecords        = 10_000
+	maxShareMemberIDLen    = 36
+	// maxShareWait bounds a ShareFetch long poll.
+	maxShareWait = 60 * time.Second
+	// shareCallTimeout bounds the storage calls that are not long polls.
+	shareCallTimeout = 15 * time.Second
+)
+
+// sharePart is a partition of a share session, by topic id.
+type sharePart struct {
+	id        [16]byte
+	partition int32
+}
+
+type shareKey struct{ group, member string }
+
+type shareSession struct {
+	epoch int32 // the epoch the next request must carry
+	parts map[sharePart]struct{}
+}
+
+// shareSessions are a connection's share sessions (Session.share).
+type shareSessions struct {
+	mu sync.Mutex
+	m  map[shareKey]*shareSession
+}
+
+// shareSessionCheck is the outcome of opening, moving or closing a share session.
+type shareSessionCheck struct {
+	code  int16
+	parts []sharePart // the session's partitions after the request (sorted)
+	added map[sharePart]bool
+}
+
+// advance validates epoch for (group, member) and moves the session: 0 opens it with
+// add (replacing one open already), -1 closes it, n must be its current epoch. add and
+// forget change the partitions of an open session. ackOnly requests (ShareAcknowledge)
+// cannot open one.
+func (s *shareSessions) advance(k shareKey, epoch int32, add, forget []sharePart, ackOnly bool) shareSessionCheck {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[shareKey]*shareSession{}
+	}
+	ss := s.m[k]
+	out := shareSessionCheck{added: map[sharePart]bool{}}
+	switch {
+	case epoch == 0 && ackOnly:
+		out.code = kerr.InvalidShareSessionEpoch.Code
+		return out
+	case epoch == 0:
+		ss = &shareSession{parts: map[sharePart]struct{}{}}
+		s.m[k] = ss
+	case ss == nil:
+		out.code = kerr.ShareSessionNotFound.Code
+		return out
+	case epoch == -1:
+		delete(s.m, k)
+	case epoch != ss.epoch:
+		out.code = kerr.InvalidShareSessionEpoch.Code
+		return out
+	}
+	for _, p := range add {
+		if _, ok := ss.parts[p]; !ok {
+			ss.parts[p] = struct{}{}
+			out.added[p] = true
+		}
+	}
+	for _, p := range forget {
+		delete(ss.parts, p)
+	}
+	if epoch != -1 {
+		ss.epoch++
+		if ss.epoch < 0 {
+			ss.epoch = 1 // wraps past MaxInt32 to 1, as Kafka's nextEpoch
+		}
+	}
+	for p := range ss.parts {
+		out.parts = append(out.parts, p)
+	}
+	sort.Slice(out.parts, func(i, j int) bool {
+		a, b := out.parts[i], out.parts[j]
+		if a.id != b.id {
+			return string(a.id[:]) < string(b.id[:])
+		}
+		return a.partition < b.partition
+	})
+	return out
+}
+
+// drain removes every session, returning them (the connection closed).
+func (s *shareSessions) drain() map[shareKey]*shareSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.m
+	s.m = nil
+	return m
+}
+
+// ConnectionClosed releases the records the connection's share sessions hold, as
+// Kafka releases a share session's acquisitions when its connection closes. The
+// server calls it once the connection is done.
+func (h *Handler) ConnectionClosed(sess *Session) {
+	if sess == nil || h.share == nil {
+		return
+	}
+	for k, ss := range sess.share.drain() {
+		ps := make([]sharePart, 0, len(ss.parts))
+		for p := range ss.parts {
+			ps = append(ps, p)
+		}
+		h.releaseSession(context.Background(), k, ps)
+	}
+}
+
+// shares returns the connection's share sessions (nil without a Session: tests).
+func (s *Session) shares() *shareSessions {
+	if s == nil {
+		return nil
+	}
+	return &s.share
+}
+
+// releaseSession releases member's acquisitions in the session's partitions.
+func (h *Handler) releaseSession(ctx context.Context, k shareKey, ps []sharePart) {
+	refs, _ := h.shareRefs(ctx, ps)
+	var named []*storagev1.SharePartitionRef
+	for _, r := range refs {
+		if r != nil {
+			named = append(named, r)
+		}
+	}
+	if len(named) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, shareCallTimeout)
+	defer cancel()
+	if _, err := h.share.ReleaseMember(cctx, &storagev1.ReleaseMemberRequest{GroupId: k.group, MemberId: k.member, Partitions: named}); err != nil {
+		h.log.Warn("share session release failed; the records come back when their locks expire",
+			zap.String("group", k.group), zap.String("member", k.member), zap.Error(err))
+	}
+}
+
+// shareRefs resolves partitions by topic id: refs[i] is nil and codes[i] the Kafka
+// error when the id names no topic (UNKNOWN_TOPIC_ID) or the partition is outside it
+// (UNKNOWN_TOPIC_OR_PARTITION), or the coordinator cannot be asked.
+func (h *Handler) shareRefs(ctx context.Context, ps []sharePart) (refs []*storagev1.SharePartitionRef, codes []int16) {
+	refs, codes = make([]*storagev1.SharePartitionRef, len(ps)), make([]int16, len(ps))
+	for i, p := range ps {
+		ti, err := h.topicByID(ctx, p.id)
+		switch {
+		case err != nil:
+			codes[i] = kerr.UnknownServerError.Code
+			if h.coord != nil {
+				codes[i] = kerr.CoordinatorNotAvailable.Code
+			}
+		case ti == nil || ti.Internal:
+			codes[i] = kerr.UnknownTopicID.Code
+		case p.partition < 0 || p.partition >= ti.Partitions:
+			codes[i] = kerr.UnknownTopicOrPartition.Code
+		default:
+			refs[i] = &storagev1.SharePartitionRef{Topic: ti.Name, Partition: p.partition}
+		}
+	}
+	return refs, codes
+}
+
+// shareError maps storage-core's per-partition ShareError to a Kafka code.
+func shareError(e storagev1.ShareError) int16 {
+	switch e {
+	case storagev1.ShareError_SHARE_ERROR_UNSPECIFIED:
+		return 0
+	case storagev1.ShareError_SHARE_ERROR_UNKNOWN_PARTITION:
+		return kerr.UnknownTopicOrPartition.Code
+	case storagev1.ShareError_SHARE_ERROR_INVALID_RECORD_STATE:
+		return kerr.InvalidRecordState.Code
+	case storagev1.ShareError_SHARE_ERROR_INVALID_REQUEST:
+		return kerr.InvalidRequest.Code
+	}
+	return kerr.KafkaStorageError.Code
+}
+
+// shareAckBatches converts Kafka acknowledgement batches; ok is false when one is
+// malformed (INVALID_REQUEST): offsets backwards or overlapping the previous batch,
+// no types or a count that is neither 1 nor one per offset, an unknown type, or
+// RENEW (4) where renew is not allowed (KIP-1222: only with IsRenewAck, v2+).
+func shareAckBatches(first, last []int64, types [][]int8, renew bool) ([]*storagev1.ShareAckBatch, bool) {
+	out := make([]*storagev1.ShareAckBatch, len(first))
+	prev := int64(-1)
+	for i := range first {
+		n := last[i] - first[i] + 1
+		if first[i] < 0 || n < 1 || first[i] <= prev || len(types[i]) != 1 && int64(len(types[i])) != n {
+			return nil, false
+		}
+		b := &storagev1.ShareAckBatch{FirstOffset: first[i], LastOffset: last[i], Types: make([]storagev1.ShareAcknowledgeType, len(types[i]))}
+		for j, t := range types[i] {
+			if t < 0 || t > 4 || t == 4 && !renew {
+				return nil, false
+			}
+			b.Types[j] = storagev1.ShareAcknowledgeType(t)
+		}
+		out[i] = b
+		prev = last[i]
+	}
+	return out, true
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// shareBatch encodes acquired records as one uncompressed RecordBatch v2 at their
+// offsets (gaps between them are allowed, as after compaction); the records keep
+// their timestamps, keys, values and headers. Records come in offset order.
+func shareBatch(recs []*storagev1.ShareAcquiredRecord) []byte {
+	first := recs[0].GetRecord().GetSequence() - 1
+	ts0 := recs[0].GetRecord().GetTimestampMs()
+	maxTS := ts0
+	var body []byte
+	for _, ar := range recs {
+		r := ar.GetRecord()
+		maxTS = max(maxTS, r.GetTimestampMs())
+		kr := kmsg.Record{TimestampDelta64: r.GetTimestampMs() - ts0, OffsetDelta: int32(r.GetSequence() - 1 - first), Key: r.Key, Value: r.Value}
+		for _, hd := range r.GetHeaders() {
+			kr.Headers = append(kr.Headers, kmsg.Header{Key: hd.GetKey(), Value: hd.GetValue()})
+		}
+		enc := kr.AppendTo(nil)[1:] // without the Length varint (0, one byte)
+		body = binary.AppendVarint(body, int64(len(enc)))
+		body = append(body, enc...)
+	}
+	last := recs[len(recs)-1].GetRecord().GetSequence() - 1
+	rb := kmsg.RecordBatch{
+		FirstOffset: first, Magic: 2, LastOffsetDelta: int32(last - first),
+		FirstTimestamp: ts0, MaxTimestamp: maxTS, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
+		NumRecords: int32(len(recs)), Records: body,
+	}
+	b := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
+	binary.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], castagnoli))
+	return b
+}
+
+// acquiredRanges groups records into AcquiredRecords ranges: consecutive offsets of
+// one delivery count.
+func acquiredRanges(recs []*storagev1.ShareAcquiredRecord) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
+	var out []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord
+	for _, r := range recs {
+		off, dc := r.GetRecord().GetSequence()-1, int16(min(r.GetDeliveryCount(), 32767))
+		if n := len(out); n > 0 && out[n-1].LastOffset+1 == off && out[n-1].DeliveryCount == dc {
+			out[n-1].LastOffset = off
+			continue
+		}
+		ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
+		ar.FirstOffset, ar.LastOffset, ar.DeliveryCount = off, off, dc
+		out = append(out, ar)
+	}
+	return out
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

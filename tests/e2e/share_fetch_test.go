@@ -1,0 +1,496 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/tributary/tributary/tests/e2e/testenv"
+)
+
+// The share-group data path (KIP-932 ShareFetch / ShareAcknowledge) driven with kmsg
+// requests over kgo connections: each kgo client is one connection to the gateway, so
+// one share session per (group, member) on it, as a Kafka share consumer has.
+
+// shareStack starts a stack whose gateway locks acquired records for 2 s and starts
+// new share partitions at the log start.
+func shareStack(t *testing.T) *stack.Stack {
+	t.Helper()
+	testenv.Require(t)
+	s, err := stack.Start(ctxT(t, 2*time.Minute), stack.Options{GatewayFlags: []string{
+		"--group-share-record-lock-duration-ms=2000", "--share-auto-offset-reset=earliest", "--group-share-delivery-count-limit=3"}})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", s.LogTails(60))
+		}
+		_ = s.Close()
+	})
+	return s
+}
+
+// shareMember is one share consumer speaking ShareFetch/ShareAcknowledge itself.
+type shareMember struct {
+	t      *testing.T
+	cl     *kgo.Client
+	group  string
+	member string
+	epoch  int32
+	topic  [16]byte
+}
+
+func newShareMember(t *testing.T, addrs []string, group, member string, topicID [16]byte) *shareMember {
+	return &shareMember{t: t, cl: newClient(t, addrs), group: group, member: member, topic: topicID}
+}
+
+type acquired struct {
+	partition int32
+	offset    int64
+	value     string
+	count     int16
+}
+
+// ack is one acknowledgement: offset, type (1 accept, 2 release, 3 reject).
+type ack struct {
+	partition int32
+	offset    int64
+	typ       int8
+}
+
+func (m *shareMember) request(req kmsg.Request) kmsg.Response {
+	m.t.Helper()
+	resp, err := m.cl.Broker(0).Request(ctxT(m.t, 30*time.Second), req)
+	if err != nil {
+		m.t.Fatalf("%s: %v", kmsg.NameForKey(req.Key()), err)
+	}
+	return resp
+}
+
+// fetch sends a ShareFetch at the member's epoch for partitions with acks piggybacked
+// and returns the response; the epoch moves on success.
+func (m *shareMember) fetch(partitions []int32, acks []ack, maxWait int32) *kmsg.ShareFetchResponse {
+	m.t.Helper()
+	req := m.fetchReq(partitions, acks, maxWait)
+	resp := m.request(req).(*kmsg.ShareFetchResponse)
+	if resp.ErrorCode == 0 {
+		m.next()
+	}
+	return resp
+}
+
+func (m *shareMember) next() {
+	if m.epoch == -1 {
+		return
+	}
+	m.epoch++
+}
+
+func (m *shareMember) fetchReq(partitions []int32, acks []ack, maxWait int32) *kmsg.ShareFetchRequest {
+	req := kmsg.NewPtrShareFetchRequest()
+	req.Version = 1
+	req.GroupID, req.MemberID = kmsg.StringPtr(m.group), kmsg.StringPtr(m.member)
+	req.ShareSessionEpoch = m.epoch
+	req.MaxWaitMillis, req.MaxBytes, req.MaxRecords, req.BatchSize = maxWait, 1<<20, 500, 500
+	t := kmsg.NewShareFetchRequestTopic()
+	t.TopicID = m.topic
+	byPart := map[int32]*kmsg.ShareFetchRequestTopicPartition{}
+	for _, p := range partitions {
+		rp := kmsg.NewShareFetchRequestTopicPartition()
+		rp.Partition = p
+		t.Partitions = append(t.Partitions, rp)
+	}
+	for i := range t.Partitions {
+		byPart[t.Partitions[i].Partition] = &t.Partitions[i]
+	}
+	for _, a := range acks {
+		rp := byPart[a.partition]
+		if rp == nil {
+			t.Partitions = append(t.Partitions, kmsg.NewShareFetchRequestTopicPartition())
+			rp = &t.Partitions[len(t.Partitions)-1]
+			rp.Partition = a.partition
+			for i := range t.Partitions {
+				byPart[t.Partitions[i].Partition] = &t.Partitions[i]
+			}
+			rp = byPart[a.partition]
+		}
+		b := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
+		b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = a.offset, a.offset, []int8{a.typ}
+		rp.AcknowledgementBatches = append(rp.AcknowledgementBatches, b)
+	}
+	req.Topics = append(req.Topics, t)
+	return req
+}
+
+// acknowledge sends a ShareAcknowledge at the member's epoch; it returns the top-level
+// code and each partition's.
+func (m *shareMember) acknowledge(acks []ack) (int16, map[int32]int16) {
+	m.t.Helper()
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = 1
+	req.GroupID, req.MemberID = kmsg.StringPtr(m.group), kmsg.StringPtr(m.member)
+	req.ShareSessionEpoch = m.epoch
+	t := kmsg.NewShareAcknowledgeRequestTopic()
+	t.TopicID = m.topic
+	idx := map[int32]int{}
+	for _, a := range acks {
+		i, ok := idx[a.partition]
+		if !ok {
+			i = len(t.Partitions)
+			idx[a.partition] = i
+			p := kmsg.NewShareAcknowledgeRequestTopicPartition()
+			p.Partition = a.partition
+			t.Partitions = append(t.Partitions, p)
+		}
+		b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+		b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = a.offset, a.offset, []int8{a.typ}
+		t.Partitions[i].AcknowledgementBatches = append(t.Partitions[i].AcknowledgementBatches, b)
+	}
+	req.Topics = append(req.Topics, t)
+	resp := m.request(req).(*kmsg.ShareAcknowledgeResponse)
+	if resp.ErrorCode == 0 {
+		m.next()
+	}
+	out := map[int32]int16{}
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			out[p.Partition] = p.ErrorCode
+		}
+	}
+	return resp.ErrorCode, out
+}
+
+// records decodes a ShareFetch response's acquired records (only offsets inside
+// AcquiredRecords, as a client keeps) and each partition's acknowledge error.
+func records(t *testing.T, resp *kmsg.ShareFetchResponse) ([]acquired, map[int32]int16) {
+	t.Helper()
+	out, codes, err := decodeShareFetch(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, codes
+}
+
+func decodeShareFetch(resp *kmsg.ShareFetchResponse) ([]acquired, map[int32]int16, error) {
+	var out []acquired
+	ackCodes := map[int32]int16{}
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			ackCodes[p.Partition] = p.AcknowledgeErrorCode
+			if p.ErrorCode != 0 {
+				return nil, nil, fmt.Errorf("partition %d: %w", p.Partition, kerr.ErrorForCode(p.ErrorCode))
+			}
+			counts := map[int64]int16{}
+			for _, ar := range p.AcquiredRecords {
+				for o := ar.FirstOffset; o <= ar.LastOffset; o++ {
+					counts[o] = ar.DeliveryCount
+				}
+			}
+			n0 := len(out)
+			for b := p.Records; len(b) > 0; {
+				var rb kmsg.RecordBatch
+				if err := rb.ReadFrom(b); err != nil {
+					return nil, nil, fmt.Errorf("batch: %w", err)
+				}
+				b = b[12+int(rb.Length):]
+				recs := rb.Records
+				for i := int32(0); i < rb.NumRecords; i++ {
+					l, n := binary.Varint(recs)
+					var r kmsg.Record
+					if err := r.ReadFrom(recs[:n+int(l)]); err != nil {
+						return nil, nil, fmt.Errorf("record: %w", err)
+					}
+					recs = recs[n+int(l):]
+					off := rb.FirstOffset + int64(r.OffsetDelta)
+					if c, ok := counts[off]; ok {
+						out = append(out, acquired{p.Partition, off, string(r.Value), c})
+					}
+				}
+			}
+			if len(out)-n0 != len(counts) {
+				return nil, nil, fmt.Errorf("partition %d: %d offsets acquired (%v), %d records of them in the batches", p.Partition, len(counts), p.AcquiredRecords, len(out)-n0)
+			}
+		}
+	}
+	return out, ackCodes, nil
+}
+
+func produceValues(t *testing.T, cl *kgo.Client, topic string, partition int32, values ...string) {
+	t.Helper()
+	for _, v := range values {
+		r := &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}
+		if err := cl.ProduceSync(ctxT(t, 20*time.Second), r).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+}
+
+func topicID(t *testing.T, adm *kadm.Client, topic string) [16]byte {
+	t.Helper()
+	md, err := adm.Metadata(ctxT(t, 10*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md.Topics[topic].ID
+}
+
+// TestShareFetchAcknowledge: one member acquires every record; ACCEPT is final,
+// RELEASE redelivers at once with delivery count 2, REJECT is never redelivered, and
+// acknowledging what it does not hold is INVALID_RECORD_STATE; session epochs and bad
+// input get Kafka's errors.
+func TestShareFetchAcknowledge(t *testing.T) {
+	s := shareStack(t)
+	pcl := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(pcl)
+	topic, group := topicName("share"), topicName("sgrp")
+	createTopic(t, adm, topic, 2, nil)
+	tid := topicID(t, adm, topic)
+	produceValues(t, pcl, topic, 0, "r0", "r1", "r2", "r3", "r4", "r5")
+
+	a := newShareMember(t, s.KafkaAddrs, group, "member-a", tid)
+	got, _ := records(t, a.fetch([]int32{0}, nil, 5000))
+	if len(got) != 6 {
+		t.Fatalf("first fetch acquired %d records: %v", len(got), got)
+	}
+	for i, r := range got {
+		if r.offset != int64(i) || r.value != fmt.Sprintf("r%d", i) || r.count != 1 {
+			t.Fatalf("record %d: %+v", i, r)
+		}
+	}
+	// Piggybacked: 0 accepted, 1 released, 2 rejected. The release comes back at once.
+	got, ackCodes := records(t, a.fetch(nil, []ack{{0, 0, 1}, {0, 1, 2}, {0, 2, 3}}, 5000))
+	if ackCodes[0] != 0 || len(got) != 1 || got[0].offset != 1 || got[0].count != 2 {
+		t.Fatalf("after release: ack code %d, records %+v", ackCodes[0], got)
+	}
+	if code, parts := a.acknowledge([]ack{{0, 1, 1}, {0, 3, 1}, {0, 4, 1}, {0, 5, 1}}); code != 0 || parts[0] != 0 {
+		t.Fatalf("ShareAcknowledge: %d %v", code, parts)
+	}
+	// Acknowledging the rejected record, or one accepted already: not acquired.
+	for _, off := range []int64{2, 0} {
+		if code, parts := a.acknowledge([]ack{{0, off, 1}}); code != 0 || parts[0] != kerr.InvalidRecordState.Code {
+			t.Fatalf("ack of offset %d: %d %v, want INVALID_RECORD_STATE", off, code, parts)
+		}
+	}
+	// Nothing is left: the rejected record is never redelivered.
+	produceValues(t, pcl, topic, 0, "r6")
+	got, _ = records(t, a.fetch(nil, nil, 5000))
+	if len(got) != 1 || got[0].value != "r6" || got[0].count != 1 {
+		t.Fatalf("after everything was done: %+v", got)
+	}
+
+	// Session epochs.
+	stale := a.fetchReq(nil, nil, 0)
+	stale.ShareSessionEpoch = a.epoch + 5
+	if resp := a.request(stale).(*kmsg.ShareFetchResponse); resp.ErrorCode != kerr.InvalidShareSessionEpoch.Code {
+		t.Fatalf("wrong epoch: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	b := newShareMember(t, s.KafkaAddrs, group, "member-b", tid)
+	b.epoch = 1
+	if resp := b.request(b.fetchReq([]int32{0}, nil, 0)).(*kmsg.ShareFetchResponse); resp.ErrorCode != kerr.ShareSessionNotFound.Code {
+		t.Fatalf("no session: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	b.epoch = 0
+	if code, _ := b.acknowledge([]ack{{0, 6, 1}}); code != kerr.InvalidShareSessionEpoch.Code {
+		t.Fatalf("ShareAcknowledge at epoch 0: %v", kerr.ErrorForCode(code))
+	}
+	if resp := b.request(b.fetchReq([]int32{0}, []ack{{0, 6, 1}}, 0)).(*kmsg.ShareFetchResponse); resp.ErrorCode != kerr.InvalidRequest.Code {
+		t.Fatalf("acks at epoch 0: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	// Another member cannot acknowledge a's record.
+	records(t, b.fetch([]int32{0}, nil, 0))
+	if code, parts := b.acknowledge([]ack{{0, 6, 1}}); code != 0 || parts[0] != kerr.InvalidRecordState.Code {
+		t.Fatalf("ack of another member's record: %d %v", code, parts)
+	}
+	// Bad input: empty member id, unknown topic id, partition outside the topic,
+	// unknown acknowledge type.
+	noMember := b.fetchReq([]int32{0}, nil, 0)
+	noMember.MemberID = kmsg.StringPtr("")
+	if resp := b.request(noMember).(*kmsg.ShareFetchResponse); resp.ErrorCode != kerr.InvalidRequest.Code {
+		t.Fatalf("empty member id: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	c := newShareMember(t, s.KafkaAddrs, group, "member-c", [16]byte{1, 2, 3})
+	resp := c.fetch([]int32{0}, nil, 0)
+	if len(resp.Topics) != 1 || resp.Topics[0].Partitions[0].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Fatalf("unknown topic id: %+v", resp.Topics)
+	}
+	d := newShareMember(t, s.KafkaAddrs, group, "member-d", tid)
+	resp = d.fetch([]int32{7}, nil, 0)
+	if len(resp.Topics) != 1 || resp.Topics[0].Partitions[0].ErrorCode != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("partition outside the topic: %+v", resp.Topics)
+	}
+	if code, parts := a.acknowledge([]ack{{0, 6, 9}}); code != 0 || parts[0] != kerr.InvalidRequest.Code {
+		t.Fatalf("unknown acknowledge type: %d %v", code, parts)
+	}
+	// FINAL_EPOCH closes a's session, releasing r6: b gets it, delivery count 2.
+	a.epoch = -1
+	if code, parts := a.acknowledge(nil); code != 0 || len(parts) != 0 {
+		t.Fatalf("final ShareAcknowledge: %d %v", code, parts)
+	}
+	got, _ = records(t, b.fetch(nil, nil, 5000))
+	if len(got) != 1 || got[0].value != "r6" || got[0].count != 2 {
+		t.Fatalf("after a's session closed: %+v", got)
+	}
+	a.epoch = 1
+	if resp := a.request(a.fetchReq(nil, nil, 0)).(*kmsg.ShareFetchResponse); resp.ErrorCode != kerr.ShareSessionNotFound.Code {
+		t.Fatalf("closed session: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+}
+
+// TestShareLockExpiry: a member that acquires records and goes silent, its connection
+// open, loses them when the 2 s lock expires (delivery count 2); one whose connection
+// closes (a killed consumer) loses them too (released when the gateway sees the close,
+// or when the lock expires); after the delivery count limit (3) a record is archived.
+func TestShareLockExpiry(t *testing.T) {
+	s := shareStack(t)
+	pcl := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(pcl)
+	topic, group := topicName("sharelock"), topicName("sgrp")
+	createTopic(t, adm, topic, 1, nil)
+	tid := topicID(t, adm, topic)
+	produceValues(t, pcl, topic, 0, "x0", "x1", "x2")
+
+	silent := newShareMember(t, s.KafkaAddrs, group, "silent", tid)
+	if got, _ := records(t, silent.fetch([]int32{0}, nil, 5000)); len(got) != 3 {
+		t.Fatalf("silent acquired %+v", got)
+	}
+	waiter := newShareMember(t, s.KafkaAddrs, group, "waiter", tid)
+	got, _ := records(t, waiter.fetch([]int32{0}, nil, 0))
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < 3 && time.Now().Before(deadline) {
+		rs, _ := records(t, waiter.fetch(nil, nil, 5000))
+		got = append(got, rs...)
+	}
+	if len(got) != 3 {
+		t.Fatalf("after the lock expired the waiter got %+v", got)
+	}
+	for _, r := range got {
+		if r.count != 2 {
+			t.Fatalf("redelivered with count %d: %+v", r.count, r)
+		}
+	}
+	if code, parts := silent.acknowledge([]ack{{0, 0, 1}}); code != 0 || parts[0] != kerr.InvalidRecordState.Code {
+		t.Fatalf("ack after the lock expired: %d %v", code, parts)
+	}
+	// The waiter's connection closes with its records acquired (count 2): a third
+	// member gets them at once, count 3, the limit; released again they are archived.
+	waiter.cl.Close()
+	third := newShareMember(t, s.KafkaAddrs, group, "third", tid)
+	got, _ = records(t, third.fetch([]int32{0}, nil, 5000))
+	deadline = time.Now().Add(30 * time.Second)
+	for len(got) < 3 && time.Now().Before(deadline) {
+		rs, _ := records(t, third.fetch(nil, nil, 1000))
+		got = append(got, rs...)
+	}
+	if len(got) != 3 || got[0].count != 3 {
+		t.Fatalf("after the waiter's connection closed: %+v", got)
+	}
+	rs, _ := records(t, third.fetch(nil, []ack{{0, 0, 2}, {0, 1, 2}, {0, 2, 2}}, 1000))
+	if len(rs) != 0 {
+		t.Fatalf("records past the delivery count limit came back: %+v", rs)
+	}
+	produceValues(t, pcl, topic, 0, "x3")
+	rs, _ = records(t, third.fetch(nil, nil, 5000))
+	if len(rs) != 1 || rs[0].value != "x3" {
+		t.Fatalf("after archiving: %+v", rs)
+	}
+}
+
+// TestShareThreeMembersExactlyOnce: three members, each on its own connection, fetch
+// all three partitions at once and accept what they get; every record is accepted
+// exactly once overall.
+func TestShareThreeMembersExactlyOnce(t *testing.T) {
+	s := shareStack(t)
+	pcl := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(pcl)
+	topic, group := topicName("share3"), topicName("sgrp")
+	createTopic(t, adm, topic, 3, nil)
+	tid := topicID(t, adm, topic)
+	const perPartition = 300
+	var want []string
+	for p := int32(0); p < 3; p++ {
+		var recs []*kgo.Record
+		for i := 0; i < perPartition; i++ {
+			v := fmt.Sprintf("p%d-%d", p, i)
+			want = append(want, v)
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: []byte(v)})
+		}
+		if err := pcl.ProduceSync(ctxT(t, 30*time.Second), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	total := 0
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		m := newShareMember(t, s.KafkaAddrs, group, fmt.Sprintf("m%d", i), tid)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var pending []ack
+			parts := []int32{0, 1, 2}
+			for ctx.Err() == nil {
+				req := m.fetchReq(parts, pending, 500)
+				req.MaxRecords = 50
+				resp, err := req.RequestWith(ctx, m.cl.Broker(0))
+				if err != nil || resp.ErrorCode != 0 {
+					return
+				}
+				m.next()
+				parts = nil
+				pending = nil
+				for _, rt := range resp.Topics {
+					for _, p := range rt.Partitions {
+						if p.AcknowledgeErrorCode != 0 {
+							t.Errorf("member %s: acknowledge error %v", m.member, kerr.ErrorForCode(p.AcknowledgeErrorCode))
+						}
+					}
+				}
+				got, _, err := decodeShareFetch(resp)
+				if err != nil {
+					t.Errorf("member %s: %v", m.member, err)
+					return
+				}
+				mu.Lock()
+				for _, r := range got {
+					seen[r.value]++
+					total++
+					pending = append(pending, ack{r.partition, r.offset, 1})
+				}
+				done := total >= len(want)
+				mu.Unlock()
+				if done && len(pending) == 0 {
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var dup, missing []string
+	for _, v := range want {
+		switch seen[v] {
+		case 0:
+			missing = append(missing, v)
+		case 1:
+		default:
+			dup = append(dup, v)
+		}
+	}
+	sort.Strings(dup)
+	if len(missing) > 0 || len(dup) > 0 || total != len(want) {
+		t.Fatalf("%d acquisitions for %d records: missing %d (%v), delivered twice %d (%v)", total, len(want), len(missing), first(missing, 5), len(dup), first(dup, 5))
+	}
+}
