@@ -1,6 +1,6 @@
-// Package raftnode runs storage-core's Raft groups (issue 16, replication step 2): one
-// go.etcd.io/raft/v3 RawNode per group (a replicated channel), all driven by one loop
-// per node with one ticker, with AsyncStorageWrites: a group's MsgStorageAppend goes to
+// Package raftnode runs storage-core's Raft groups (issue 16, replication steps 2 and
+// 3): one go.etcd.io/raft/v3 RawNode per group (a replicated channel), all driven by one
+// loop per node with one ticker, with AsyncStorageWrites: a group's MsgStorageAppend goes to
 // the node WAL (internal/wal), shared by every group so their appends share fsyncs, and
 // its responses are delivered once the WAL reports the append durable; MsgStorageApply
 // goes to the group's apply goroutine, which hands each committed data entry to the
@@ -15,6 +15,22 @@
 // only by the apply of its own committed entry (entries carry the proposer's node id and
 // a proposal id unique to the node's run), so a deposed leader's uncommitted tail is
 // never answered as a success; it ends in ErrLeadershipLost, ErrTimeout or ErrClosed.
+//
+// Quiescence (step 3, CockroachDB's scheme on etcd raft's own mechanisms): a leader
+// whose group had no proposal for 2 election timeouts, with its log committed, applied
+// and matched by every live follower, sends each follower one last MsgHeartbeat marked
+// quiesce and stops ticking the group; a follower whose term, commit index and leader
+// match the marked heartbeat stops ticking it too, without stepping it (otherwise it
+// steps it as a plain heartbeat, whose response wakes the leader). Any proposal or
+// other message wakes a quiesced group (a follower woken by a node other than its
+// leader wakes the leader with a MsgHeartbeatResp, so it does not campaign against a
+// leader that is alive but quiet). Idle groups send nothing; instead every node sends
+// every peer a batch at least once per LivenessInterval (an empty one when it has
+// nothing else), and a peer no batch came from for the election timeout is dead: the
+// groups it led forget it (raft's ForgetLeader, so PreVote and CheckQuorum's lease do
+// not hold the election back) and the lowest-id live node campaigns for them; the
+// groups this node leads wake on every liveness change of a peer (CheckQuorum runs
+// again, and a returning follower is caught up before the group quiesces again).
 package raftnode
 
 import (
@@ -99,7 +115,23 @@ type Config struct {
 	// A follower behind the dropped prefix needs a snapshot (not built yet, step 4).
 	KeepEntries  uint64
 	CompactTicks int
-	Log          *zap.Logger
+	// LivenessInterval is how often, at most, the node sends each peer an empty batch
+	// when it has nothing else for it (default a quarter of the election timeout,
+	// ElectionTicks × Tick: 250 ms with the defaults). A peer no batch came from for
+	// the election timeout is dead.
+	LivenessInterval time.Duration
+	// DisableQuiesce keeps every group ticking and sends no liveness batches (step 2's
+	// behaviour, the peer figure of the idle-channel benchmark).
+	DisableQuiesce bool
+	Log            *zap.Logger
+}
+
+// Stats are a node's counters (tests and benchmarks).
+type Stats struct {
+	// Groups is the number of groups; Quiesced how many of them do not tick.
+	Groups, Quiesced int
+	// Ticks counts the loop's ticks; GroupTicks the RawNode ticks over all groups.
+	Ticks, GroupTicks uint64
 }
 
 type itemKind uint8
@@ -111,6 +143,8 @@ const (
 	itemStep
 	itemUnreachable
 	itemRemove
+	itemAdd
+	itemWake
 )
 
 type item struct {
@@ -121,6 +155,8 @@ type item struct {
 	p    *proposal
 	data []byte
 	peer uint64
+	// quiesce: an itemRecv of a heartbeat marked quiesce.
+	quiesce bool
 }
 
 type proposal struct {
@@ -156,6 +192,10 @@ type group struct {
 	// (loop goroutine only).
 	leading bool
 	removed bool
+	// quiesced: the group does not tick; idle: ticks since its last proposal, wake or
+	// leadership change (loop goroutine only).
+	quiesced bool
+	idle     int
 
 	// amu guards appends: MsgStorageAppends handed to the WAL, in lsn order.
 	amu     sync.Mutex
@@ -213,6 +253,17 @@ type Node struct {
 	props map[uint64]*proposal
 	base  uint64
 	seq   atomic.Uint64
+
+	// ticking are the groups that are not quiesced; alive is the loop's view of each
+	// peer's liveness and sentAt when it last sent the peer a batch (loop goroutine
+	// only). heard is when a batch last came from each peer (unix ns; fixed keys).
+	ticking map[*group]struct{}
+	alive   map[uint64]bool
+	sentAt  map[uint64]time.Time
+	heard   map[uint64]*atomic.Int64
+
+	ticks, groupTicks atomic.Uint64
+	quiesced          atomic.Int64
 }
 
 // New returns a Node that persists through w (opened with replay's callbacks; the
@@ -240,6 +291,9 @@ func New(cfg Config, w *wal.WAL, replay *Replay, sender Sender) (*Node, error) {
 	if cfg.CompactTicks <= 0 {
 		cfg.CompactTicks = 50
 	}
+	if cfg.LivenessInterval <= 0 {
+		cfg.LivenessInterval = max(cfg.Tick, time.Duration(cfg.ElectionTicks)*cfg.Tick/4)
+	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
@@ -248,9 +302,20 @@ func New(cfg Config, w *wal.WAL, replay *Replay, sender Sender) (*Node, error) {
 		return nil, err
 	}
 	lg := cfg.Log.With(zap.Uint64("node", cfg.ID))
-	return &Node{cfg: cfg, log: lg, rlog: raftLogger{lg.Sugar()}, wal: w, replay: replay, sender: sender,
+	n := &Node{cfg: cfg, log: lg, rlog: raftLogger{lg.Sugar()}, wal: w, replay: replay, sender: sender,
 		groups: map[uint64]*group{}, kick: make(chan struct{}, 1), closed: make(chan struct{}),
-		done: make(chan struct{}), props: map[uint64]*proposal{}, base: binary.BigEndian.Uint64(b[:])}, nil
+		done: make(chan struct{}), props: map[uint64]*proposal{}, base: binary.BigEndian.Uint64(b[:]),
+		ticking: map[*group]struct{}{}, alive: map[uint64]bool{}, sentAt: map[uint64]time.Time{},
+		heard: map[uint64]*atomic.Int64{}}
+	now := time.Now().UnixNano()
+	for p := range cfg.Peers {
+		if p != cfg.ID {
+			n.heard[p] = new(atomic.Int64)
+			n.heard[p].Store(now)
+			n.alive[p] = true
+		}
+	}
+	return n, nil
 }
 
 // SetSender sets the transport (before Start; the Transport needs the Node first).
@@ -258,8 +323,20 @@ func (n *Node) SetSender(s Sender) { n.sender = s }
 
 // Start runs the node's loop.
 func (n *Node) Start() {
+	now := time.Now().UnixNano()
+	for _, h := range n.heard {
+		h.Store(now)
+	}
 	n.started.Store(true)
 	go n.run()
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	n.mu.Lock()
+	groups := len(n.groups)
+	n.mu.Unlock()
+	return Stats{Groups: groups, Quiesced: int(n.quiesced.Load()), Ticks: n.ticks.Load(), GroupTicks: n.groupTicks.Load()}
 }
 
 // AddGroup starts group id with sm as its state machine. applied is the last index
@@ -316,6 +393,7 @@ func (n *Node) AddGroup(id uint64, sm StateMachine, applied uint64) error {
 	n.mu.Unlock()
 	n.wal.SetFloor(id, 0)
 	go g.applyLoop()
+	n.post(item{kind: itemAdd, g: g})
 	return nil
 }
 
@@ -434,10 +512,17 @@ func (n *Node) RemoveGroup(id uint64) {
 	n.wal.DropGroup(id)
 }
 
-// Receive hands the node a batch the transport received from node from. A message
-// that does not decode, names another sender or an unknown group is dropped (raft
-// retransmits; a group this node does not have yet is created by its create entry).
+// Receive hands the node a batch the transport received from node from; any batch,
+// an empty one included, is from's liveness. A message that does not decode, names
+// another sender or an unknown group is dropped (raft retransmits; a group this node
+// does not have yet is created by its create entry).
 func (n *Node) Receive(from uint64, msgs []*storagev1.RaftMessage) {
+	if h := n.heard[from]; h != nil {
+		h.Store(time.Now().UnixNano())
+	}
+	if len(msgs) == 0 {
+		return
+	}
 	items := make([]item, 0, len(msgs))
 	n.mu.Lock()
 	for _, rm := range msgs {
@@ -445,11 +530,15 @@ func (n *Node) Receive(from uint64, msgs []*storagev1.RaftMessage) {
 		if g == nil {
 			continue
 		}
+		if rm.GetWake() {
+			items = append(items, item{kind: itemWake, g: g})
+			continue
+		}
 		var m raftpb.Message
 		if err := m.Unmarshal(rm.GetMessage()); err != nil || m.From != from || m.To != n.cfg.ID {
 			continue
 		}
-		items = append(items, item{kind: itemRecv, g: g, m: m})
+		items = append(items, item{kind: itemRecv, g: g, m: m, quiesce: rm.GetQuiesce()})
 	}
 	n.mu.Unlock()
 	n.post(items...)
@@ -543,13 +632,6 @@ func (n *Node) run() {
 		n.mu.Lock()
 		items := n.inbox
 		n.inbox = spare[:0]
-		var all []*group
-		if tick {
-			all = make([]*group, 0, len(n.groups))
-			for _, g := range n.groups {
-				all = append(all, g)
-			}
-		}
 		n.mu.Unlock()
 		out := map[uint64][]*storagev1.RaftMessage{}
 		for i := range items {
@@ -567,15 +649,34 @@ func (n *Node) run() {
 			*it = item{}
 		}
 		spare = items
+		now := time.Now()
 		if tick {
 			ticks++
-		}
-		compact := tick && ticks%n.cfg.CompactTicks == 0
-		for _, g := range all {
-			g.rn.Tick()
-			dirty[g] = struct{}{}
-			if a := g.applied.Load(); compact && !g.removed && a > n.cfg.KeepEntries {
-				n.compact(g, a-n.cfg.KeepEntries)
+			n.ticks.Add(1)
+			if !n.cfg.DisableQuiesce {
+				n.liveness(now, dirty, out)
+			}
+			for g := range n.ticking {
+				if !n.cfg.DisableQuiesce && n.maybeQuiesce(g, out) {
+					continue
+				}
+				g.rn.Tick()
+				g.idle++
+				dirty[g] = struct{}{}
+			}
+			n.groupTicks.Add(uint64(len(n.ticking)))
+			if ticks%n.cfg.CompactTicks == 0 {
+				n.mu.Lock()
+				all := make([]*group, 0, len(n.groups))
+				for _, g := range n.groups {
+					all = append(all, g)
+				}
+				n.mu.Unlock()
+				for _, g := range all {
+					if a := g.applied.Load(); !g.removed && a > n.cfg.KeepEntries {
+						n.compact(g, a-n.cfg.KeepEntries)
+					}
+				}
 			}
 		}
 		for g := range dirty {
@@ -584,7 +685,15 @@ func (n *Node) run() {
 			}
 			delete(dirty, g)
 		}
+		if tick && !n.cfg.DisableQuiesce {
+			for p := range n.heard {
+				if _, ok := out[p]; !ok && now.Sub(n.sentAt[p]) >= n.cfg.LivenessInterval {
+					out[p] = nil // the liveness batch
+				}
+			}
+		}
 		for to, msgs := range out {
+			n.sentAt[to] = now
 			if n.sender != nil {
 				n.sender.Send(to, msgs)
 			}
@@ -592,19 +701,170 @@ func (n *Node) run() {
 	}
 }
 
+// liveness declares a peer dead when no batch came from it for the election timeout,
+// and alive again when one does. On a death the groups it led forget it and, if this
+// is the lowest-id live node, campaign; on either change the quiesced groups this node
+// leads wake. Loop goroutine only.
+func (n *Node) liveness(now time.Time, dirty map[*group]struct{}, out map[uint64][]*storagev1.RaftMessage) {
+	timeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.Tick
+	for p, h := range n.heard {
+		alive := now.Sub(time.Unix(0, h.Load())) < timeout
+		if alive == n.alive[p] {
+			continue
+		}
+		n.alive[p] = alive
+		n.log.Info("raft peer liveness changed", zap.Uint64("peer", p), zap.Bool("alive", alive))
+		campaign := !alive
+		for q, a := range n.alive {
+			if a && q < n.cfg.ID {
+				campaign = false
+			}
+		}
+		n.mu.Lock()
+		all := make([]*group, 0, len(n.groups))
+		for _, g := range n.groups {
+			all = append(all, g)
+		}
+		n.mu.Unlock()
+		for _, g := range all {
+			if g.removed {
+				continue
+			}
+			bs := g.rn.BasicStatus()
+			switch {
+			case !alive && bs.Lead == p:
+				n.wake(g, 0, out)
+				_ = g.rn.ForgetLeader()
+				if campaign {
+					_ = g.rn.Campaign()
+				}
+				dirty[g] = struct{}{}
+			case bs.RaftState == raft.StateLeader && g.quiesced:
+				n.wake(g, 0, out)
+				dirty[g] = struct{}{}
+			}
+		}
+	}
+}
+
+// maybeQuiesce quiesces g, before its tick (as CockroachDB does), if this node leads
+// it, it had no proposal for 2 election timeouts, and its log is durable, committed,
+// applied and matched by every live follower: each follower gets a last heartbeat
+// marked quiesce (a lagging dead one a plain heartbeat at its match index, as raft's
+// own would carry). Loop goroutine only.
+func (n *Node) maybeQuiesce(g *group, out map[uint64][]*storagev1.RaftMessage) bool {
+	if g.removed || !g.leading || g.idle < 2*n.cfg.ElectionTicks || g.rn.HasReady() {
+		return false
+	}
+	g.amu.Lock()
+	inflight := len(g.appends) > 0
+	g.amu.Unlock()
+	if inflight {
+		return false
+	}
+	st := g.rn.Status()
+	if st.RaftState != raft.StateLeader || st.LeadTransferee != raft.None || st.Applied != st.Commit {
+		return false
+	}
+	if last, _ := g.ms.LastIndex(); last != st.Commit {
+		return false
+	}
+	for id, pr := range st.Progress {
+		if pr.Match == st.Commit && (id == n.cfg.ID || pr.State == tracker.StateReplicate) {
+			continue
+		}
+		if id != n.cfg.ID && !n.alive[id] {
+			continue // caught up when its liveness returns: that wakes the group
+		}
+		return false
+	}
+	n.quiesce(g)
+	for id, pr := range st.Progress {
+		if id == n.cfg.ID {
+			continue
+		}
+		m := raftpb.Message{Type: raftpb.MsgHeartbeat, From: n.cfg.ID, To: id, Term: st.Term, Commit: min(pr.Match, st.Commit)}
+		b, err := m.Marshal()
+		if err != nil {
+			n.log.Error("raft message marshal", zap.Error(err))
+			continue
+		}
+		out[id] = append(out[id], &storagev1.RaftMessage{Group: g.id, Message: b, Quiesce: pr.Match >= st.Commit})
+	}
+	return true
+}
+
+func (n *Node) quiesce(g *group) {
+	if !g.quiesced {
+		g.quiesced = true
+		delete(n.ticking, g)
+		n.quiesced.Add(1)
+	}
+}
+
+// wake makes a quiesced g tick again. from is the node whose message woke it (0 for
+// none): a follower woken by a node other than its leader wakes the leader too (a
+// RaftMessage marked wake), so that it does not time out and campaign against a
+// leader that is alive but not ticking (CockroachDB proposes an empty command, which
+// raft forwards to the leader; proposal forwarding is off here). Loop goroutine only.
+func (n *Node) wake(g *group, from uint64, out map[uint64][]*storagev1.RaftMessage) {
+	if !g.quiesced {
+		return
+	}
+	g.quiesced = false
+	g.idle = 0
+	n.ticking[g] = struct{}{}
+	n.quiesced.Add(-1)
+	bs := g.rn.BasicStatus()
+	if from != 0 && bs.RaftState == raft.StateFollower && bs.Lead != raft.None && bs.Lead != from && bs.Lead != n.cfg.ID {
+		out[bs.Lead] = append(out[bs.Lead], &storagev1.RaftMessage{Group: g.id, Wake: true})
+	}
+}
+
 func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 	g := it.g
 	switch it.kind {
-	case itemRecv:
+	case itemAdd:
 		if !g.removed {
-			_ = g.rn.Step(it.m)
+			n.ticking[g] = struct{}{}
 		}
+	case itemWake:
+		if !g.removed {
+			n.wake(g, 0, out)
+		}
+	case itemRecv:
+		if g.removed {
+			return
+		}
+		if it.quiesce && it.m.Type == raftpb.MsgHeartbeat && !n.cfg.DisableQuiesce {
+			bs := g.rn.BasicStatus()
+			if bs.RaftState == raft.StateFollower && bs.Term == it.m.Term && bs.Commit == it.m.Commit && bs.Lead == it.m.From {
+				n.quiesce(g)
+				return
+			}
+			// Declined: a plain heartbeat, and the leader is asked to keep ticking.
+			n.wake(g, it.m.From, out)
+			_ = g.rn.Step(it.m)
+			out[it.m.From] = append(out[it.m.From], &storagev1.RaftMessage{Group: g.id, Wake: true})
+			return
+		}
+		if g.quiesced && g.leading && it.m.Type == raftpb.MsgHeartbeatResp {
+			// The answer to a heartbeat sent before the group quiesced (it may share
+			// a batch with the quiesce heartbeat); it wakes the group only if raft has
+			// something to send for it (see ready).
+			_ = g.rn.Step(it.m)
+			return
+		}
+		n.wake(g, it.m.From, out)
+		_ = g.rn.Step(it.m)
 	case itemPropose:
 		if g.rn.BasicStatus().RaftState != raft.StateLeader {
 			l := g.lead.Load()
 			it.p.finish(nil, &NotLeaderError{Group: g.id, Leader: l, Addr: n.cfg.Peers[l]})
 			return
 		}
+		n.wake(g, 0, out)
+		g.idle = 0
 		if err := g.rn.Propose(it.data); err != nil {
 			it.p.finish(nil, fmt.Errorf("%w: %v", ErrDropped, err))
 		}
@@ -644,6 +904,11 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 		n.mu.Unlock()
 	case itemRemove:
 		g.removed = true
+		if g.quiesced {
+			g.quiesced = false
+			n.quiesced.Add(-1)
+		}
+		delete(n.ticking, g)
 		n.failPending(g.id)
 	}
 }
@@ -700,6 +965,8 @@ func (n *Node) ready(g *group, out map[uint64][]*storagev1.RaftMessage) {
 			n.failPending(g.id)
 		}
 		g.leading = leading
+		g.idle = 0
+		n.wake(g, 0, out) // e.g. a quiesced leader deposed by a higher term
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		g.term.Store(rd.HardState.Term)
@@ -714,6 +981,13 @@ func (n *Node) ready(g *group, out map[uint64][]*storagev1.RaftMessage) {
 			g.qcond.Signal()
 			g.qmu.Unlock()
 		default:
+			// A quiesced group that has something to send is not idle (a leader's
+			// append after a late response, say): it ticks again. A heartbeat's answer
+			// is not such a thing: a follower quiesced by a heartbeat that shared a
+			// batch with a plain one still answers that one.
+			if m.Type != raftpb.MsgHeartbeatResp {
+				n.wake(g, 0, out)
+			}
 			n.route(g, m, out)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,7 +56,8 @@ type member struct {
 	n    *Node
 	tr   *Transport
 	srv  *grpc.Server
-	sm   *logSM
+	sm   *logSM // of c.group
+	sms  map[uint64]*logSM
 	live bool
 }
 
@@ -73,6 +75,12 @@ type cluster struct {
 	// srvOpts and dialOpts are the gRPC security of every node (mTLS or none).
 	srvOpts  []grpc.ServerOption
 	dialOpts []grpc.DialOption
+
+	// groups are every group of every node (c.group first); tune adjusts each node's
+	// Config; batches and msgs count, per sending node, what its gate let through.
+	groups        []uint64
+	tune          func(*Config)
+	batches, msgs map[uint64]*atomic.Uint64
 }
 
 // gate is a member's Sender: it drops what a cut forbids.
@@ -86,11 +94,15 @@ func (g gate) Send(to uint64, msgs []*storagev1.RaftMessage) {
 	if g.c.isCut(g.from, to) {
 		return
 	}
+	g.c.batches[g.from].Add(1)
+	g.c.msgs[g.from].Add(uint64(len(msgs)))
 	g.tr.Send(to, msgs)
 }
 
 func newCluster(t *testing.T, sec ...func(*cluster)) *cluster {
-	c := &cluster{t: t, peers: map[uint64]string{}, m: map[uint64]*member{}, group: GroupID("test.log", 7), cuts: map[[2]uint64]bool{}}
+	c := &cluster{t: t, peers: map[uint64]string{}, m: map[uint64]*member{}, group: GroupID("test.log", 7), cuts: map[[2]uint64]bool{},
+		batches: map[uint64]*atomic.Uint64{}, msgs: map[uint64]*atomic.Uint64{}}
+	c.groups = []uint64{c.group}
 	for _, f := range sec {
 		f(c)
 	}
@@ -102,6 +114,7 @@ func newCluster(t *testing.T, sec ...func(*cluster)) *cluster {
 		c.peers[id] = lis.Addr().String()
 		_ = lis.Close()
 		c.m[id] = &member{id: id, dir: t.TempDir()}
+		c.batches[id], c.msgs[id] = new(atomic.Uint64), new(atomic.Uint64)
 	}
 	for id := range c.m {
 		c.start(id)
@@ -125,16 +138,24 @@ func (c *cluster) start(id uint64) {
 		t.Fatal(err)
 	}
 	// A small MemoryStorage window, so compaction runs under every test.
-	n, err := New(Config{ID: id, Peers: c.peers, Tick: 10 * time.Millisecond, KeepEntries: 10, CompactTicks: 5}, w, rp, nil)
+	cfg := Config{ID: id, Peers: c.peers, Tick: 10 * time.Millisecond, KeepEntries: 10, CompactTicks: 5}
+	if c.tune != nil {
+		c.tune(&cfg)
+	}
+	n, err := New(cfg, w, rp, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := NewTransport(id, c.peers, n, c.dialOpts, nil)
 	n.SetSender(gate{c: c, from: id, tr: tr})
-	m.sm = &logSM{}
-	if err := n.AddGroup(c.group, m.sm, 0); err != nil {
-		t.Fatal(err)
+	m.sms = map[uint64]*logSM{}
+	for _, g := range c.groups {
+		m.sms[g] = &logSM{}
+		if err := n.AddGroup(g, m.sms[g], 0); err != nil {
+			t.Fatal(err)
+		}
 	}
+	m.sm = m.sms[c.group]
 	var lis net.Listener
 	for i := 0; ; i++ {
 		lis, err = net.Listen("tcp", c.peers[id])
@@ -185,6 +206,12 @@ func (c *cluster) isCut(a, b uint64) bool {
 // among them, and returns it.
 func (c *cluster) waitLeader(not ...uint64) uint64 {
 	c.t.Helper()
+	return c.waitLeaderOf(c.group, not...)
+}
+
+// waitLeaderOf is waitLeader for group g.
+func (c *cluster) waitLeaderOf(g uint64, not ...uint64) uint64 {
+	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		agreed := uint64(0)
@@ -193,7 +220,7 @@ func (c *cluster) waitLeader(not ...uint64) uint64 {
 			if !m.live || slices.Contains(not, id) {
 				continue
 			}
-			l, _, _, err := m.n.Leader(c.group)
+			l, _, _, err := m.n.Leader(g)
 			if err != nil || l == 0 || slices.Contains(not, l) || !c.m[l].live || agreed != 0 && l != agreed {
 				ok = false
 				break
@@ -205,14 +232,18 @@ func (c *cluster) waitLeader(not ...uint64) uint64 {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.t.Fatal("no leader agreed within 10 s")
+	c.t.Fatalf("no leader of group %d agreed within 10 s", g)
 	return 0
 }
 
 func (c *cluster) propose(id uint64, v string) (int, error) {
+	return c.proposeTo(id, c.group, v)
+}
+
+func (c *cluster) proposeTo(id, g uint64, v string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := c.m[id].n.Propose(ctx, c.group, []byte(v))
+	res, err := c.m[id].n.Propose(ctx, g, []byte(v))
 	if err != nil {
 		return 0, err
 	}
@@ -222,11 +253,17 @@ func (c *cluster) propose(id uint64, v string) (int, error) {
 // waitValues waits until every given member applied exactly want, in order.
 func (c *cluster) waitValues(want []string, ids ...uint64) {
 	c.t.Helper()
+	c.waitValuesOf(c.group, want, ids...)
+}
+
+// waitValuesOf is waitValues for group g.
+func (c *cluster) waitValuesOf(g uint64, want []string, ids ...uint64) {
+	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		bad := ""
 		for _, id := range ids {
-			got := c.m[id].sm.values()
+			got := c.m[id].sms[g].values()
 			if len(got) != len(want) {
 				bad = fmt.Sprintf("node %d applied %d values, want %d", id, len(got), len(want))
 				break

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
@@ -45,6 +46,9 @@ type Transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	conns  []*grpc.ClientConn
+
+	// requests and messages count what was sent to peers.
+	requests, messages atomic.Uint64
 }
 
 type link struct {
@@ -110,7 +114,14 @@ func (t *Transport) Close() {
 	}
 }
 
-// Send queues a batch for node to (Sender).
+// Stats are the ExchangeRequests (network round trips' worth of packets) and raft
+// messages this transport sent to its peers since it was made.
+func (t *Transport) Stats() (requests, messages uint64) {
+	return t.requests.Load(), t.messages.Load()
+}
+
+// Send queues a batch for node to (Sender); an empty batch is sent as an
+// ExchangeRequest without messages (the node's liveness heartbeat).
 func (t *Transport) Send(to uint64, msgs []*storagev1.RaftMessage) {
 	l := t.links[to]
 	if l == nil {
@@ -232,8 +243,8 @@ func (t *Transport) recv(from uint64, recv func() (*storagev1.ExchangeRequest, e
 	}
 }
 
-// sendLoop sends l's queued batches, merged into requests of at most maxRequestBytes,
-// until ctx ends or a send fails.
+// sendLoop sends l's queued batches, merged into requests of at most maxRequestBytes
+// (queued empty batches alone make one empty request), until ctx ends or a send fails.
 func (t *Transport) sendLoop(ctx context.Context, l *link, send func(*storagev1.ExchangeRequest) error) error {
 	for {
 		select {
@@ -247,12 +258,14 @@ func (t *Transport) sendLoop(ctx context.Context, l *link, send func(*storagev1.
 		l.mu.Unlock()
 		req := &storagev1.ExchangeRequest{From: t.id, To: l.peer}
 		size := 0
+		sent := false
 		for _, b := range q {
 			for _, m := range b {
 				if size > 0 && size+len(m.Message) > maxRequestBytes {
-					if err := send(req); err != nil {
+					if err := t.send(send, req); err != nil {
 						return err
 					}
+					sent = true
 					req = &storagev1.ExchangeRequest{From: t.id, To: l.peer}
 					size = 0
 				}
@@ -260,10 +273,19 @@ func (t *Transport) sendLoop(ctx context.Context, l *link, send func(*storagev1.
 				size += len(m.Message) + 16
 			}
 		}
-		if len(req.Messages) > 0 {
-			if err := send(req); err != nil {
+		if len(req.Messages) > 0 || !sent && len(q) > 0 {
+			if err := t.send(send, req); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+func (t *Transport) send(send func(*storagev1.ExchangeRequest) error, req *storagev1.ExchangeRequest) error {
+	if err := send(req); err != nil {
+		return err
+	}
+	t.requests.Add(1)
+	t.messages.Add(uint64(len(req.Messages)))
+	return nil
 }

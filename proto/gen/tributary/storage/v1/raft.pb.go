@@ -28,7 +28,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ExchangeRequest is one batch of Raft messages from one node to another.
+// ExchangeRequest is one batch of Raft messages from one node to another. A batch
+// without messages is the sender's liveness heartbeat.
 type ExchangeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// from is the sending node id (Raft id, non-zero).
@@ -99,7 +100,21 @@ type RaftMessage struct {
 	// group is the Raft group id (the channel's group, agreed by every replica).
 	Group uint64 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
 	// message is a raftpb.Message (go.etcd.io/raft/v3/raftpb) in its protobuf encoding.
-	Message       []byte `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message []byte `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// quiesce marks the leader's last heartbeat of an idle group (message is a
+	// MsgHeartbeat): a follower whose term, commit index and leader match it stops ticking
+	// the group without stepping it; any other follower steps it as a plain heartbeat
+	// and answers wake. Idle groups then send nothing: a node's liveness is
+	// the node pair's own batches, an empty ExchangeRequest at least once per liveness
+	// interval (250 ms by default), and a node silent for the election timeout is dead:
+	// the groups it led wake and elect.
+	Quiesce bool `protobuf:"varint,3,opt,name=quiesce,proto3" json:"quiesce,omitempty"`
+	// wake asks the receiver (the group's leader, as the sender knows it) to resume
+	// ticking the group, quiesced or not; message is empty. A follower sends it when a
+	// message from a node other than the leader woke it, or when it declined a quiesce
+	// heartbeat, so that the leader does not stay quiet while the follower ticks towards
+	// an election.
+	Wake          bool `protobuf:"varint,4,opt,name=wake,proto3" json:"wake,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -148,6 +163,20 @@ func (x *RaftMessage) GetMessage() []byte {
 	return nil
 }
 
+func (x *RaftMessage) GetQuiesce() bool {
+	if x != nil {
+		return x.Quiesce
+	}
+	return false
+}
+
+func (x *RaftMessage) GetWake() bool {
+	if x != nil {
+		return x.Wake
+	}
+	return false
+}
+
 var File_tributary_storage_v1_raft_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_raft_proto_rawDesc = "" +
@@ -156,10 +185,12 @@ const file_tributary_storage_v1_raft_proto_rawDesc = "" +
 	"\x0fExchangeRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12=\n" +
-	"\bmessages\x18\x03 \x03(\v2!.tributary.storage.v1.RaftMessageR\bmessages\"=\n" +
+	"\bmessages\x18\x03 \x03(\v2!.tributary.storage.v1.RaftMessageR\bmessages\"k\n" +
 	"\vRaftMessage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage2t\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\x12\x18\n" +
+	"\aquiesce\x18\x03 \x01(\bR\aquiesce\x12\x12\n" +
+	"\x04wake\x18\x04 \x01(\bR\x04wake2t\n" +
 	"\x14RaftTransportService\x12\\\n" +
 	"\bExchange\x12%.tributary.storage.v1.ExchangeRequest\x1a%.tributary.storage.v1.ExchangeRequest(\x010\x01BIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
 
