@@ -64,7 +64,7 @@ type member struct {
 // cluster is three storage nodes (WAL + Node + Transport + gRPC server) on loopback
 // in this process; cut drops every message between two nodes, both ways.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	peers map[uint64]string
 	m     map[uint64]*member
 	group uint64
@@ -99,7 +99,7 @@ func (g gate) Send(to uint64, msgs []*storagev1.RaftMessage) {
 	g.tr.Send(to, msgs)
 }
 
-func newCluster(t *testing.T, sec ...func(*cluster)) *cluster {
+func newCluster(t testing.TB, sec ...func(*cluster)) *cluster {
 	c := &cluster{t: t, peers: map[uint64]string{}, m: map[uint64]*member{}, group: GroupID("test.log", 7), cuts: map[[2]uint64]bool{},
 		batches: map[uint64]*atomic.Uint64{}, msgs: map[uint64]*atomic.Uint64{}}
 	c.groups = []uint64{c.group}
