@@ -198,3 +198,94 @@ func TestShareGroupMembership(t *testing.T) {
 		t.Errorf("describe deleted group: %+v, want GROUP_ID_NOT_FOUND", d[group])
 	}
 }
+
+// TestShareGroupConfigs sets and reads KIP-932 group configs (ConfigResource GROUP)
+// through IncrementalAlterConfigs and DescribeConfigs: defaults until set, GROUP_CONFIG
+// once set, back to the default on DELETE; unknown names, out-of-range values and
+// APPEND are INVALID_CONFIG, an empty group name INVALID_REQUEST, and validate_only
+// stores nothing.
+func TestShareGroupConfigs(t *testing.T) {
+	s := sharedStack(t)
+	cl := newClient(t, s.KafkaAddrs)
+	ctx := ctxT(t, time.Minute)
+	group := topicName("sgcfg")
+	str := func(v string) *string { return &v }
+	alter := func(group string, validateOnly bool, cfgs ...kmsg.IncrementalAlterConfigsRequestResourceConfig) *kmsg.IncrementalAlterConfigsResponseResource {
+		t.Helper()
+		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+		req.ValidateOnly = validateOnly
+		r := kmsg.NewIncrementalAlterConfigsRequestResource()
+		r.ResourceType, r.ResourceName, r.Configs = kmsg.ConfigResourceTypeGroupConfig, group, cfgs
+		req.Resources = append(req.Resources, r)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatalf("IncrementalAlterConfigs: %v", err)
+		}
+		return &resp.Resources[0]
+	}
+	op := func(name string, o kmsg.IncrementalAlterConfigOp, v *string) kmsg.IncrementalAlterConfigsRequestResourceConfig {
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name, c.Op, c.Value = name, o, v
+		return c
+	}
+	describe := func() map[string]kmsg.DescribeConfigsResponseResourceConfig {
+		t.Helper()
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+		req.Resources = append(req.Resources, r)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil || resp.Resources[0].ErrorCode != 0 {
+			t.Fatalf("DescribeConfigs: %+v %v", resp, err)
+		}
+		out := map[string]kmsg.DescribeConfigsResponseResourceConfig{}
+		for _, c := range resp.Resources[0].Configs {
+			out[c.Name] = c
+		}
+		return out
+	}
+	d := describe()
+	for name, def := range map[string]string{"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
+		"share.record.lock.duration.ms": "30000", "share.delivery.count.limit": "5"} {
+		if c, ok := d[name]; !ok || c.Value == nil || *c.Value != def || c.Source != kmsg.ConfigSourceDefaultConfig {
+			t.Errorf("default %s: %+v, want %s DEFAULT_CONFIG", name, c, def)
+		}
+	}
+	if r := alter(group, true, op("share.auto.offset.reset", kmsg.IncrementalAlterConfigOpSet, str("earliest"))); r.ErrorCode != 0 {
+		t.Fatalf("validate only: %+v", r)
+	}
+	if c := describe()["share.auto.offset.reset"]; *c.Value != "latest" {
+		t.Errorf("validate_only stored %s", *c.Value)
+	}
+	if r := alter(group, false, op("share.auto.offset.reset", kmsg.IncrementalAlterConfigOpSet, str("earliest")),
+		op("share.record.lock.duration.ms", kmsg.IncrementalAlterConfigOpSet, str("15000"))); r.ErrorCode != 0 {
+		t.Fatalf("set: %+v", r)
+	}
+	d = describe()
+	if c := d["share.auto.offset.reset"]; *c.Value != "earliest" || c.Source != kmsg.ConfigSourceGroupConfig {
+		t.Errorf("after set: %+v", c)
+	}
+	if c := d["share.record.lock.duration.ms"]; *c.Value != "15000" || c.Source != kmsg.ConfigSourceGroupConfig {
+		t.Errorf("after set: %+v", c)
+	}
+	for _, bad := range []kmsg.IncrementalAlterConfigsRequestResourceConfig{
+		op("share.no.such.config", kmsg.IncrementalAlterConfigOpSet, str("1")),
+		op("share.delivery.count.limit", kmsg.IncrementalAlterConfigOpSet, str("1")),
+		op("share.record.lock.duration.ms", kmsg.IncrementalAlterConfigOpSet, str("soon")),
+		op("share.auto.offset.reset", kmsg.IncrementalAlterConfigOpSet, str("by_duration:yesterday")),
+		op("share.isolation.level", kmsg.IncrementalAlterConfigOpAppend, str("read_committed")),
+	} {
+		if r := alter(group, false, bad); r.ErrorCode != kerr.InvalidConfig.Code {
+			t.Errorf("%s %v: %v, want INVALID_CONFIG", bad.Name, bad.Value, kerr.ErrorForCode(r.ErrorCode))
+		}
+	}
+	if r := alter("", false, op("share.delivery.count.limit", kmsg.IncrementalAlterConfigOpSet, str("3"))); r.ErrorCode != kerr.InvalidRequest.Code {
+		t.Errorf("empty group name: %v, want INVALID_REQUEST", kerr.ErrorForCode(r.ErrorCode))
+	}
+	if r := alter(group, false, op("share.auto.offset.reset", kmsg.IncrementalAlterConfigOpDelete, nil)); r.ErrorCode != 0 {
+		t.Fatalf("delete: %+v", r)
+	}
+	if c := describe()["share.auto.offset.reset"]; *c.Value != "latest" || c.Source != kmsg.ConfigSourceDefaultConfig {
+		t.Errorf("after delete: %+v", c)
+	}
+}

@@ -169,6 +169,21 @@ func TestShareGroupsServed(t *testing.T) {
 		t.Errorf("delete a share group with members: code %d, want NON_EMPTY_GROUP", code)
 	}
 
+	// Group configs: storage-core's share partitions read them with GetShareGroupConfig.
+	alt, err := share2.AlterGroupConfigs(ctx, &coordinatorv1.AlterGroupConfigsRequest{Groups: []*coordinatorv1.GroupAlteration{{GroupId: "sg",
+		Alterations: []*coordinatorv1.ConfigAlteration{
+			{Name: "share.auto.offset.reset", Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: "by_duration:PT1M"},
+			{Name: "share.delivery.count.limit", Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: "3"},
+		}}}})
+	if err != nil || alt.GetResults()[0].GetErrorCode() != 0 {
+		t.Fatalf("AlterGroupConfigs: %v %v", alt, err)
+	}
+	cfg, err := share1.GetShareGroupConfig(ctx, &coordinatorv1.GetShareGroupConfigRequest{GroupId: "sg"})
+	if err != nil || cfg.GetAutoOffsetReset() != "by_duration:pt1m" || cfg.GetAutoOffsetResetDurationMs() != 60000 ||
+		cfg.GetDeliveryCountLimit() != 3 || cfg.GetRecordLockDurationMs() != 0 || cfg.GetIsolationLevel() != "" {
+		t.Errorf("GetShareGroupConfig: %v %v", cfg, err)
+	}
+
 	// a leaves; b and c stop heartbeating: the sweep removes them once their
 	// sessions end, and the empty group can be deleted.
 	if resp := beat(share2, "sg", "a", -1); resp.GetErrorCode() != 0 || resp.GetMemberEpoch() != -1 {
@@ -193,5 +208,8 @@ func TestShareGroupsServed(t *testing.T) {
 	}
 	if resp := beat(share1, "sg", "b", epochs["b"]); resp.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
 		t.Errorf("heartbeat to the deleted group: code %d, want GROUP_ID_NOT_FOUND", resp.GetErrorCode())
+	}
+	if cfg, err := share1.GetShareGroupConfig(ctx, &coordinatorv1.GetShareGroupConfigRequest{GroupId: "sg"}); err != nil || cfg.GetDeliveryCountLimit() != 0 {
+		t.Errorf("configs of the deleted group: %v %v, want none", cfg, err)
 	}
 }

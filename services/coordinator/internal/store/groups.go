@@ -186,10 +186,14 @@ func (t *GroupTx) InsertEmptyShareGroup(ctx context.Context, id string) error {
 	return nil
 }
 
-// DeleteGroup removes group id; its members and offsets go with it (ON DELETE CASCADE).
+// DeleteGroup removes group id; its members and offsets go with it (ON DELETE CASCADE),
+// and so do its configs (Kafka's DeleteGroups removes them too).
 func (t *GroupTx) DeleteGroup(ctx context.Context, id string) error {
 	if _, err := t.tx.Exec(ctx, `DELETE FROM consumer_groups WHERE group_id = $1`, id); err != nil {
 		return fmt.Errorf("delete group: %w", err)
+	}
+	if _, err := t.tx.Exec(ctx, `DELETE FROM group_configs WHERE group_id = $1`, id); err != nil {
+		return fmt.Errorf("delete group configs: %w", err)
 	}
 	return nil
 }

@@ -10,17 +10,24 @@ package handler
 //   - Broker resources (type 4, name "" or a live node id): a small fixed set of
 //     read-only broker configs with their defaults (DEFAULT_CONFIG / STATIC_BROKER_CONFIG).
 //     Another name: INVALID_REQUEST.
+//   - Group resources (type 32, KIP-848/KIP-932 group configs): the coordinator's
+//     DescribeGroupConfigs, one call for all of them: share.auto.offset.reset,
+//     share.delivery.count.limit, share.isolation.level, share.record.lock.duration.ms
+//     with GROUP_CONFIG (8) when set on the group, else DEFAULT_CONFIG; the group needs
+//     not exist. An empty name: INVALID_REQUEST.
 //   - Other resource types (broker loggers, ...): INVALID_REQUEST.
 //   - Synonyms (v1+) list the entry itself when asked; documentation (v3+) when asked.
 //   - Coordinator outage: REQUEST_TIMED_OUT.
 //   - With the authorizer on: DESCRIBE_CONFIGS on the topic (else
-//     TOPIC_AUTHORIZATION_FAILED) or on the cluster for broker resources (else
-//     CLUSTER_AUTHORIZATION_FAILED).
+//     TOPIC_AUTHORIZATION_FAILED), on the cluster for broker resources (else
+//     CLUSTER_AUTHORIZATION_FAILED), on the group for group resources (else
+//     GROUP_AUTHORIZATION_FAILED).
 //
 // KIPs: KIP-133, KIP-226 (synonyms, v1), KIP-569 (types and docs, v3), KIP-482 (v4).
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -73,7 +80,7 @@ func (h *Handler) handleDescribeConfigs(ctx context.Context, r *Request) (kmsg.R
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
 
 	resp.Resources = make([]kmsg.DescribeConfigsResponseResource, len(req.Resources))
-	var topicIdx []int
+	var topicIdx, groupIdx []int
 	x := h.access(ctx, r)
 	for i, res := range req.Resources {
 		rr := kmsg.NewDescribeConfigsResponseResource()
@@ -85,6 +92,10 @@ func (h *Handler) handleDescribeConfigs(ctx context.Context, r *Request) (kmsg.R
 			continue
 		case res.ResourceType == resourceBroker && !x.cluster(kafkaacl.OpDescribeConfigs):
 			rr.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+			resp.Resources[i] = rr
+			continue
+		case res.ResourceType == resourceGroup && !x.group(kafkaacl.OpDescribeConfigs, res.ResourceName):
+			rr.ErrorCode = kerr.GroupAuthorizationFailed.Code
 			resp.Resources[i] = rr
 			continue
 		}
@@ -109,12 +120,15 @@ func (h *Handler) handleDescribeConfigs(ctx context.Context, r *Request) (kmsg.R
 				}
 				rr.Configs = append(rr.Configs, describeEntry(req, bc.name, bc.value, bc.source, true, false, bc.typ, bc.doc))
 			}
+		case resourceGroup:
+			groupIdx = append(groupIdx, i)
 		default:
 			rr.ErrorCode = kerr.InvalidRequest.Code
-			rr.ErrorMessage = strPtr("only topic and broker resources are described")
+			rr.ErrorMessage = strPtr("only topic, broker and group resources are described")
 		}
 		resp.Resources[i] = rr
 	}
+	h.describeGroupConfigs(ctx, req, resp, groupIdx)
 	forEach(len(topicIdx), func(k int) {
 		i := topicIdx[k]
 		res := req.Resources[i]
@@ -145,6 +159,49 @@ func (h *Handler) handleDescribeConfigs(ctx context.Context, r *Request) (kmsg.R
 		rr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 	})
 	return resp, nil
+}
+
+// describeGroupConfigs fills the group resources of resp at idx from one
+// DescribeGroupConfigs call (REQUEST_TIMED_OUT on each when the coordinator cannot be
+// asked).
+func (h *Handler) describeGroupConfigs(ctx context.Context, req *kmsg.DescribeConfigsRequest, resp *kmsg.DescribeConfigsResponse, idx []int) {
+	if len(idx) == 0 {
+		return
+	}
+	var ids []string
+	for _, i := range idx {
+		ids = append(ids, req.Resources[i].ResourceName)
+	}
+	var (
+		out *coordinatorv1.DescribeGroupConfigsResponse
+		err = errors.New("no coordinator connection")
+	)
+	if h.shares != nil {
+		cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+		out, err = h.shares.DescribeGroupConfigs(cctx, &coordinatorv1.DescribeGroupConfigsRequest{GroupIds: ids})
+		cancel()
+	}
+	for k, i := range idx {
+		rr := &resp.Resources[i]
+		if err != nil || k >= len(out.GetGroups()) {
+			rr.ErrorCode, rr.ErrorMessage = kerr.RequestTimedOut.Code, errMessage(err)
+			continue
+		}
+		g := out.GetGroups()[k]
+		rr.ErrorCode = int16(g.GetErrorCode())
+		rr.ErrorMessage = strPtr(g.GetErrorMessage())
+		want := wanted(req.Resources[i].ConfigNames)
+		for _, e := range g.GetEntries() {
+			if want != nil && !want[e.GetName()] {
+				continue
+			}
+			src := sourceDefault
+			if e.GetSource() == coordinatorv1.ConfigSource_CONFIG_SOURCE_GROUP {
+				src = kmsg.ConfigSourceGroupConfig
+			}
+			rr.Configs = append(rr.Configs, describeEntry(req, e.GetName(), e.GetValue(), src, false, false, kmsg.ConfigType(e.GetType()), e.GetDocumentation()))
+		}
+	}
 }
 
 func wanted(names []string) map[string]bool {

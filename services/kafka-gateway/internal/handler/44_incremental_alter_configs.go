@@ -8,7 +8,12 @@ package handler
 // that, per resource as Kafka's ConfigAdminManager does (checks shared with
 // AlterConfigs, configalter.go): a resource given twice, a config named twice, or a SET,
 // APPEND or SUBTRACT with a null value is INVALID_REQUEST; broker configs are read-only
-// here (INVALID_REQUEST), other resource types INVALID_REQUEST; an empty topic name
+// here (INVALID_REQUEST); group resources (type 32) go to the coordinator's
+// AlterGroupConfigs (SET and DELETE of share.auto.offset.reset, share.isolation.level,
+// share.record.lock.duration.ms 15000..60000, share.delivery.count.limit 2..10; unknown
+// names, bad values, APPEND and SUBTRACT INVALID_CONFIG; an empty name INVALID_REQUEST;
+// ALTER_CONFIGS on the group, else GROUP_AUTHORIZATION_FAILED); other resource types
+// INVALID_REQUEST; an empty topic name
 // INVALID_REQUEST, an invalid one INVALID_TOPIC_EXCEPTION. validate_only is passed
 // through. Altered topics leave the metadata cache at once. Coordinator outage:
 // REQUEST_TIMED_OUT.

@@ -21,4 +21,5 @@ func KafkaClusterID(clusterID string) string {
 const (
 	resourceTopic  = kmsg.ConfigResourceType(2)
 	resourceBroker = kmsg.ConfigResourceType(4)
+	resourceGroup  = kmsg.ConfigResourceType(32)
 )

@@ -48,10 +48,13 @@ type resourceKey struct {
 //     or, for a broker resource, on the cluster (CLUSTER_AUTHORIZATION_FAILED);
 //   - a refused null value: INVALID_REQUEST naming the configs;
 //   - a broker resource: INVALID_REQUEST (broker configs are read-only here);
+//   - a group resource (only when groups is set: IncrementalAlterConfigs) without
+//     ALTER_CONFIGS on the group: GROUP_AUTHORIZATION_FAILED; otherwise it passes (the
+//     coordinator checks names and values);
 //   - another non-topic type: INVALID_REQUEST;
 //   - an empty topic name (Kafka's default topic resource): INVALID_REQUEST;
 //   - an invalid topic name: INVALID_TOPIC_EXCEPTION.
-func checkAlterResources(x *access, rs []configResource) ([]int16, []*string) {
+func checkAlterResources(x *access, rs []configResource, groups bool) ([]int16, []*string) {
 	count := make(map[resourceKey]int, len(rs))
 	for _, r := range rs {
 		count[resourceKey{r.typ, r.name}]++
@@ -74,6 +77,11 @@ func checkAlterResources(x *access, rs []configResource) ([]int16, []*string) {
 			msg = "Null value not supported for : " + strings.Join(r.nulls, ", ")
 		case r.typ == resourceBroker:
 			msg = "broker configs are read-only"
+		case groups && r.typ == resourceGroup && !x.group(kafkaacl.OpAlterConfigs, r.name):
+			codes[i] = kerr.GroupAuthorizationFailed.Code
+			continue
+		case groups && r.typ == resourceGroup:
+			continue
 		case r.typ != resourceTopic:
 			msg = "Unknown resource type " + strconv.Itoa(int(r.typ)) + "; only topic configs can be altered"
 		case r.name == "":
@@ -101,19 +109,29 @@ func hasDuplicate(names []string) bool {
 }
 
 // alterConfigs is the common path of AlterConfigs and IncrementalAlterConfigs: it
-// applies checkAlterResources to rs, sends the resources that pass to the coordinator in
-// one AlterTopicConfigs call (validateOnly and replace as given) and returns per resource
-// of rs the final error code (0 for success) and message.
+// applies checkAlterResources to rs, sends the topic resources that pass to the
+// coordinator in one AlterTopicConfigs call (validateOnly and replace as given) and,
+// IncrementalAlterConfigs only (not replace), the group resources in one
+// AlterGroupConfigs call, and returns per resource of rs the final error code (0 for
+// success) and message.
 func (h *Handler) alterConfigs(ctx context.Context, x *access, rs []configResource, validateOnly, replace bool) ([]int16, []*string) {
-	codes, msgs := checkAlterResources(x, rs)
+	codes, msgs := checkAlterResources(x, rs, !replace)
 	areq := &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: validateOnly, Replace: replace}
-	idx := map[string]int{}
+	greq := &coordinatorv1.AlterGroupConfigsRequest{ValidateOnly: validateOnly}
+	idx, gidx := map[string]int{}, map[string]int{}
 	for i, r := range rs {
-		if codes[i] != 0 {
-			continue
+		switch {
+		case codes[i] != 0:
+		case r.typ == resourceGroup:
+			greq.Groups = append(greq.Groups, &coordinatorv1.GroupAlteration{GroupId: r.name, Alterations: r.alterations})
+			gidx[r.name] = i
+		default:
+			areq.Topics = append(areq.Topics, &coordinatorv1.TopicAlteration{Name: r.name, Alterations: r.alterations})
+			idx[r.name] = i
 		}
-		areq.Topics = append(areq.Topics, &coordinatorv1.TopicAlteration{Name: r.name, Alterations: r.alterations})
-		idx[r.name] = i
+	}
+	if len(greq.Groups) > 0 {
+		h.alterGroupConfigs(ctx, greq, gidx, func(i int, code int16, msg *string) { codes[i], msgs[i] = code, msg })
 	}
 	h.alterTopicConfigs(ctx, areq, func(name string, code int16, msg *string) {
 		if i, ok := idx[name]; ok {
@@ -147,5 +165,34 @@ func (h *Handler) alterTopicConfigs(ctx context.Context, areq *coordinatorv1.Alt
 	}
 	for _, res := range out.GetResults() {
 		set(res.GetName(), int16(res.GetErrorCode()), strPtr(res.GetErrorMessage()))
+	}
+}
+
+// alterGroupConfigs sends greq to the coordinator's share group service and reports
+// each group's outcome through set(index in rs, code, message); gidx maps group ids to
+// those indexes. No coordinator connection, or an outage: REQUEST_TIMED_OUT (or the
+// code controlCode gives) on every group.
+func (h *Handler) alterGroupConfigs(ctx context.Context, greq *coordinatorv1.AlterGroupConfigsRequest, gidx map[string]int, set func(i int, code int16, msg *string)) {
+	if h.shares == nil {
+		for _, g := range greq.GetGroups() {
+			set(gidx[g.GetGroupId()], kerr.RequestTimedOut.Code, nil)
+		}
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, coordTimeout)
+	defer cancel()
+	out, err := h.shares.AlterGroupConfigs(cctx, greq)
+	if err != nil {
+		code := controlCode(err)
+		h.log.Warn("coordinator AlterGroupConfigs failed", zap.Error(err))
+		for _, g := range greq.GetGroups() {
+			set(gidx[g.GetGroupId()], code, errMessage(err))
+		}
+		return
+	}
+	for _, r := range out.GetResults() {
+		if i, ok := gidx[r.GetGroupId()]; ok {
+			set(i, int16(r.GetErrorCode()), strPtr(r.GetErrorMessage()))
+		}
 	}
 }

@@ -37,6 +37,8 @@ const (
 	ConfigSource_CONFIG_SOURCE_TOPIC ConfigSource = 1
 	// Default (Kafka DEFAULT_CONFIG, 5).
 	ConfigSource_CONFIG_SOURCE_DEFAULT ConfigSource = 2
+	// Set on the group (Kafka GROUP_CONFIG, 8).
+	ConfigSource_CONFIG_SOURCE_GROUP ConfigSource = 3
 )
 
 // Enum value maps for ConfigSource.
@@ -45,11 +47,13 @@ var (
 		0: "CONFIG_SOURCE_UNSPECIFIED",
 		1: "CONFIG_SOURCE_TOPIC",
 		2: "CONFIG_SOURCE_DEFAULT",
+		3: "CONFIG_SOURCE_GROUP",
 	}
 	ConfigSource_value = map[string]int32{
 		"CONFIG_SOURCE_UNSPECIFIED": 0,
 		"CONFIG_SOURCE_TOPIC":       1,
 		"CONFIG_SOURCE_DEFAULT":     2,
+		"CONFIG_SOURCE_GROUP":       3,
 	}
 )
 
@@ -1561,11 +1565,12 @@ const file_tributary_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch*a\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch*z\n" +
 	"\fConfigSource\x12\x1d\n" +
 	"\x19CONFIG_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CONFIG_SOURCE_TOPIC\x10\x01\x12\x19\n" +
-	"\x15CONFIG_SOURCE_DEFAULT\x10\x02*\xfb\x01\n" +
+	"\x15CONFIG_SOURCE_DEFAULT\x10\x02\x12\x17\n" +
+	"\x13CONFIG_SOURCE_GROUP\x10\x03*\xfb\x01\n" +
 	"\n" +
 	"ConfigType\x12\x1b\n" +
 	"\x17CONFIG_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -517,11 +517,513 @@ func (x *DescribeShareGroupsResponse) GetGroups() []*ShareGroupDescription {
 	return nil
 }
 
+type DescribeGroupConfigsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	GroupIds []string               `protobuf:"bytes,1,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	// Only these config names (all when empty).
+	ConfigNames   []string `protobuf:"bytes,2,rep,name=config_names,json=configNames,proto3" json:"config_names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeGroupConfigsRequest) Reset() {
+	*x = DescribeGroupConfigsRequest{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeGroupConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeGroupConfigsRequest) ProtoMessage() {}
+
+func (x *DescribeGroupConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeGroupConfigsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeGroupConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DescribeGroupConfigsRequest) GetGroupIds() []string {
+	if x != nil {
+		return x.GroupIds
+	}
+	return nil
+}
+
+func (x *DescribeGroupConfigsRequest) GetConfigNames() []string {
+	if x != nil {
+		return x.ConfigNames
+	}
+	return nil
+}
+
+type GroupConfigs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	ErrorCode     int32                  `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Entries       []*ConfigEntry         `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupConfigs) Reset() {
+	*x = GroupConfigs{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupConfigs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupConfigs) ProtoMessage() {}
+
+func (x *GroupConfigs) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupConfigs.ProtoReflect.Descriptor instead.
+func (*GroupConfigs) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GroupConfigs) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *GroupConfigs) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *GroupConfigs) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *GroupConfigs) GetEntries() []*ConfigEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type DescribeGroupConfigsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*GroupConfigs        `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeGroupConfigsResponse) Reset() {
+	*x = DescribeGroupConfigsResponse{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeGroupConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeGroupConfigsResponse) ProtoMessage() {}
+
+func (x *DescribeGroupConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeGroupConfigsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeGroupConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DescribeGroupConfigsResponse) GetGroups() []*GroupConfigs {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type GroupAlteration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Alterations   []*ConfigAlteration    `protobuf:"bytes,2,rep,name=alterations,proto3" json:"alterations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupAlteration) Reset() {
+	*x = GroupAlteration{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupAlteration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupAlteration) ProtoMessage() {}
+
+func (x *GroupAlteration) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupAlteration.ProtoReflect.Descriptor instead.
+func (*GroupAlteration) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GroupAlteration) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *GroupAlteration) GetAlterations() []*ConfigAlteration {
+	if x != nil {
+		return x.Alterations
+	}
+	return nil
+}
+
+type AlterGroupConfigsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*GroupAlteration     `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	ValidateOnly  bool                   `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterGroupConfigsRequest) Reset() {
+	*x = AlterGroupConfigsRequest{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterGroupConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterGroupConfigsRequest) ProtoMessage() {}
+
+func (x *AlterGroupConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterGroupConfigsRequest.ProtoReflect.Descriptor instead.
+func (*AlterGroupConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AlterGroupConfigsRequest) GetGroups() []*GroupAlteration {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *AlterGroupConfigsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type GroupConfigResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// 0, 40 INVALID_CONFIG (unknown name, bad value, APPEND/SUBTRACT), 42 INVALID_REQUEST
+	// (empty group id, an unspecified op).
+	ErrorCode     int32  `protobuf:"varint,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupConfigResult) Reset() {
+	*x = GroupConfigResult{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupConfigResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupConfigResult) ProtoMessage() {}
+
+func (x *GroupConfigResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupConfigResult.ProtoReflect.Descriptor instead.
+func (*GroupConfigResult) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GroupConfigResult) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *GroupConfigResult) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *GroupConfigResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type AlterGroupConfigsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*GroupConfigResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterGroupConfigsResponse) Reset() {
+	*x = AlterGroupConfigsResponse{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterGroupConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterGroupConfigsResponse) ProtoMessage() {}
+
+func (x *AlterGroupConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterGroupConfigsResponse.ProtoReflect.Descriptor instead.
+func (*AlterGroupConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AlterGroupConfigsResponse) GetResults() []*GroupConfigResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type GetShareGroupConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetShareGroupConfigRequest) Reset() {
+	*x = GetShareGroupConfigRequest{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetShareGroupConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetShareGroupConfigRequest) ProtoMessage() {}
+
+func (x *GetShareGroupConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetShareGroupConfigRequest.ProtoReflect.Descriptor instead.
+func (*GetShareGroupConfigRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetShareGroupConfigRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+type GetShareGroupConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// share.auto.offset.reset: "latest", "earliest" or "by_duration:<ISO-8601
+	// duration>"; empty when not set on the group.
+	AutoOffsetReset string `protobuf:"bytes,1,opt,name=auto_offset_reset,json=autoOffsetReset,proto3" json:"auto_offset_reset,omitempty"`
+	// share.record.lock.duration.ms (15000..60000); 0 when not set.
+	RecordLockDurationMs int32 `protobuf:"varint,2,opt,name=record_lock_duration_ms,json=recordLockDurationMs,proto3" json:"record_lock_duration_ms,omitempty"`
+	// share.delivery.count.limit (2..10); 0 when not set.
+	DeliveryCountLimit int32 `protobuf:"varint,3,opt,name=delivery_count_limit,json=deliveryCountLimit,proto3" json:"delivery_count_limit,omitempty"`
+	// share.isolation.level: "read_committed" or "read_uncommitted"; empty when not set.
+	IsolationLevel string `protobuf:"bytes,4,opt,name=isolation_level,json=isolationLevel,proto3" json:"isolation_level,omitempty"`
+	// With auto_offset_reset "by_duration:<d>": d in milliseconds (start at the first
+	// record no older than now - d).
+	AutoOffsetResetDurationMs int64 `protobuf:"varint,5,opt,name=auto_offset_reset_duration_ms,json=autoOffsetResetDurationMs,proto3" json:"auto_offset_reset_duration_ms,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *GetShareGroupConfigResponse) Reset() {
+	*x = GetShareGroupConfigResponse{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetShareGroupConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetShareGroupConfigResponse) ProtoMessage() {}
+
+func (x *GetShareGroupConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetShareGroupConfigResponse.ProtoReflect.Descriptor instead.
+func (*GetShareGroupConfigResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetShareGroupConfigResponse) GetAutoOffsetReset() string {
+	if x != nil {
+		return x.AutoOffsetReset
+	}
+	return ""
+}
+
+func (x *GetShareGroupConfigResponse) GetRecordLockDurationMs() int32 {
+	if x != nil {
+		return x.RecordLockDurationMs
+	}
+	return 0
+}
+
+func (x *GetShareGroupConfigResponse) GetDeliveryCountLimit() int32 {
+	if x != nil {
+		return x.DeliveryCountLimit
+	}
+	return 0
+}
+
+func (x *GetShareGroupConfigResponse) GetIsolationLevel() string {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return ""
+}
+
+func (x *GetShareGroupConfigResponse) GetAutoOffsetResetDurationMs() int64 {
+	if x != nil {
+		return x.AutoOffsetResetDurationMs
+	}
+	return 0
+}
+
 var File_tributary_coordinator_v1_share_group_proto protoreflect.FileDescriptor
 
 const file_tributary_coordinator_v1_share_group_proto_rawDesc = "" +
 	"\n" +
-	"*tributary/coordinator/v1/share_group.proto\x12\x18tributary.coordinator.v1\x1a-tributary/coordinator/v1/consumer_group.proto\"\xd2\x02\n" +
+	"*tributary/coordinator/v1/share_group.proto\x12\x18tributary.coordinator.v1\x1a-tributary/coordinator/v1/consumer_group.proto\x1a*tributary/coordinator/v1/coordinator.proto\"\xd2\x02\n" +
 	"\x1aShareGroupHeartbeatRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
@@ -572,10 +1074,45 @@ const file_tributary_coordinator_v1_share_group_proto_rawDesc = "" +
 	"\rassignor_name\x18\a \x01(\tR\fassignorName\x12O\n" +
 	"\amembers\x18\b \x03(\v25.tributary.coordinator.v1.ShareGroupMemberDescriptionR\amembers\"f\n" +
 	"\x1bDescribeShareGroupsResponse\x12G\n" +
-	"\x06groups\x18\x01 \x03(\v2/.tributary.coordinator.v1.ShareGroupDescriptionR\x06groups2\x9d\x02\n" +
+	"\x06groups\x18\x01 \x03(\v2/.tributary.coordinator.v1.ShareGroupDescriptionR\x06groups\"]\n" +
+	"\x1bDescribeGroupConfigsRequest\x12\x1b\n" +
+	"\tgroup_ids\x18\x01 \x03(\tR\bgroupIds\x12!\n" +
+	"\fconfig_names\x18\x02 \x03(\tR\vconfigNames\"\xae\x01\n" +
+	"\fGroupConfigs\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12?\n" +
+	"\aentries\x18\x04 \x03(\v2%.tributary.coordinator.v1.ConfigEntryR\aentries\"^\n" +
+	"\x1cDescribeGroupConfigsResponse\x12>\n" +
+	"\x06groups\x18\x01 \x03(\v2&.tributary.coordinator.v1.GroupConfigsR\x06groups\"z\n" +
+	"\x0fGroupAlteration\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12L\n" +
+	"\valterations\x18\x02 \x03(\v2*.tributary.coordinator.v1.ConfigAlterationR\valterations\"\x82\x01\n" +
+	"\x18AlterGroupConfigsRequest\x12A\n" +
+	"\x06groups\x18\x01 \x03(\v2).tributary.coordinator.v1.GroupAlterationR\x06groups\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"r\n" +
+	"\x11GroupConfigResult\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"b\n" +
+	"\x19AlterGroupConfigsResponse\x12E\n" +
+	"\aresults\x18\x01 \x03(\v2+.tributary.coordinator.v1.GroupConfigResultR\aresults\"7\n" +
+	"\x1aGetShareGroupConfigRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\x9d\x02\n" +
+	"\x1bGetShareGroupConfigResponse\x12*\n" +
+	"\x11auto_offset_reset\x18\x01 \x01(\tR\x0fautoOffsetReset\x125\n" +
+	"\x17record_lock_duration_ms\x18\x02 \x01(\x05R\x14recordLockDurationMs\x120\n" +
+	"\x14delivery_count_limit\x18\x03 \x01(\x05R\x12deliveryCountLimit\x12'\n" +
+	"\x0fisolation_level\x18\x04 \x01(\tR\x0eisolationLevel\x12@\n" +
+	"\x1dauto_offset_reset_duration_ms\x18\x05 \x01(\x03R\x19autoOffsetResetDurationMs2\xa8\x05\n" +
 	"\x11ShareGroupService\x12\x82\x01\n" +
 	"\x13ShareGroupHeartbeat\x124.tributary.coordinator.v1.ShareGroupHeartbeatRequest\x1a5.tributary.coordinator.v1.ShareGroupHeartbeatResponse\x12\x82\x01\n" +
-	"\x13DescribeShareGroups\x124.tributary.coordinator.v1.DescribeShareGroupsRequest\x1a5.tributary.coordinator.v1.DescribeShareGroupsResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x13DescribeShareGroups\x124.tributary.coordinator.v1.DescribeShareGroupsRequest\x1a5.tributary.coordinator.v1.DescribeShareGroupsResponse\x12\x85\x01\n" +
+	"\x14DescribeGroupConfigs\x125.tributary.coordinator.v1.DescribeGroupConfigsRequest\x1a6.tributary.coordinator.v1.DescribeGroupConfigsResponse\x12|\n" +
+	"\x11AlterGroupConfigs\x122.tributary.coordinator.v1.AlterGroupConfigsRequest\x1a3.tributary.coordinator.v1.AlterGroupConfigsResponse\x12\x82\x01\n" +
+	"\x13GetShareGroupConfig\x124.tributary.coordinator.v1.GetShareGroupConfigRequest\x1a5.tributary.coordinator.v1.GetShareGroupConfigResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_tributary_coordinator_v1_share_group_proto_rawDescOnce sync.Once
@@ -589,30 +1126,52 @@ func file_tributary_coordinator_v1_share_group_proto_rawDescGZIP() []byte {
 	return file_tributary_coordinator_v1_share_group_proto_rawDescData
 }
 
-var file_tributary_coordinator_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_tributary_coordinator_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tributary_coordinator_v1_share_group_proto_goTypes = []any{
-	(*ShareGroupHeartbeatRequest)(nil),  // 0: tributary.coordinator.v1.ShareGroupHeartbeatRequest
-	(*ShareGroupHeartbeatResponse)(nil), // 1: tributary.coordinator.v1.ShareGroupHeartbeatResponse
-	(*DescribeShareGroupsRequest)(nil),  // 2: tributary.coordinator.v1.DescribeShareGroupsRequest
-	(*ShareGroupMemberDescription)(nil), // 3: tributary.coordinator.v1.ShareGroupMemberDescription
-	(*ShareGroupDescription)(nil),       // 4: tributary.coordinator.v1.ShareGroupDescription
-	(*DescribeShareGroupsResponse)(nil), // 5: tributary.coordinator.v1.DescribeShareGroupsResponse
-	(*TopicPartitions)(nil),             // 6: tributary.coordinator.v1.TopicPartitions
+	(*ShareGroupHeartbeatRequest)(nil),   // 0: tributary.coordinator.v1.ShareGroupHeartbeatRequest
+	(*ShareGroupHeartbeatResponse)(nil),  // 1: tributary.coordinator.v1.ShareGroupHeartbeatResponse
+	(*DescribeShareGroupsRequest)(nil),   // 2: tributary.coordinator.v1.DescribeShareGroupsRequest
+	(*ShareGroupMemberDescription)(nil),  // 3: tributary.coordinator.v1.ShareGroupMemberDescription
+	(*ShareGroupDescription)(nil),        // 4: tributary.coordinator.v1.ShareGroupDescription
+	(*DescribeShareGroupsResponse)(nil),  // 5: tributary.coordinator.v1.DescribeShareGroupsResponse
+	(*DescribeGroupConfigsRequest)(nil),  // 6: tributary.coordinator.v1.DescribeGroupConfigsRequest
+	(*GroupConfigs)(nil),                 // 7: tributary.coordinator.v1.GroupConfigs
+	(*DescribeGroupConfigsResponse)(nil), // 8: tributary.coordinator.v1.DescribeGroupConfigsResponse
+	(*GroupAlteration)(nil),              // 9: tributary.coordinator.v1.GroupAlteration
+	(*AlterGroupConfigsRequest)(nil),     // 10: tributary.coordinator.v1.AlterGroupConfigsRequest
+	(*GroupConfigResult)(nil),            // 11: tributary.coordinator.v1.GroupConfigResult
+	(*AlterGroupConfigsResponse)(nil),    // 12: tributary.coordinator.v1.AlterGroupConfigsResponse
+	(*GetShareGroupConfigRequest)(nil),   // 13: tributary.coordinator.v1.GetShareGroupConfigRequest
+	(*GetShareGroupConfigResponse)(nil),  // 14: tributary.coordinator.v1.GetShareGroupConfigResponse
+	(*TopicPartitions)(nil),              // 15: tributary.coordinator.v1.TopicPartitions
+	(*ConfigEntry)(nil),                  // 16: tributary.coordinator.v1.ConfigEntry
+	(*ConfigAlteration)(nil),             // 17: tributary.coordinator.v1.ConfigAlteration
 }
 var file_tributary_coordinator_v1_share_group_proto_depIdxs = []int32{
-	6, // 0: tributary.coordinator.v1.ShareGroupHeartbeatResponse.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
-	6, // 1: tributary.coordinator.v1.ShareGroupMemberDescription.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
-	3, // 2: tributary.coordinator.v1.ShareGroupDescription.members:type_name -> tributary.coordinator.v1.ShareGroupMemberDescription
-	4, // 3: tributary.coordinator.v1.DescribeShareGroupsResponse.groups:type_name -> tributary.coordinator.v1.ShareGroupDescription
-	0, // 4: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> tributary.coordinator.v1.ShareGroupHeartbeatRequest
-	2, // 5: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:input_type -> tributary.coordinator.v1.DescribeShareGroupsRequest
-	1, // 6: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> tributary.coordinator.v1.ShareGroupHeartbeatResponse
-	5, // 7: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:output_type -> tributary.coordinator.v1.DescribeShareGroupsResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	15, // 0: tributary.coordinator.v1.ShareGroupHeartbeatResponse.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	15, // 1: tributary.coordinator.v1.ShareGroupMemberDescription.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	3,  // 2: tributary.coordinator.v1.ShareGroupDescription.members:type_name -> tributary.coordinator.v1.ShareGroupMemberDescription
+	4,  // 3: tributary.coordinator.v1.DescribeShareGroupsResponse.groups:type_name -> tributary.coordinator.v1.ShareGroupDescription
+	16, // 4: tributary.coordinator.v1.GroupConfigs.entries:type_name -> tributary.coordinator.v1.ConfigEntry
+	7,  // 5: tributary.coordinator.v1.DescribeGroupConfigsResponse.groups:type_name -> tributary.coordinator.v1.GroupConfigs
+	17, // 6: tributary.coordinator.v1.GroupAlteration.alterations:type_name -> tributary.coordinator.v1.ConfigAlteration
+	9,  // 7: tributary.coordinator.v1.AlterGroupConfigsRequest.groups:type_name -> tributary.coordinator.v1.GroupAlteration
+	11, // 8: tributary.coordinator.v1.AlterGroupConfigsResponse.results:type_name -> tributary.coordinator.v1.GroupConfigResult
+	0,  // 9: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> tributary.coordinator.v1.ShareGroupHeartbeatRequest
+	2,  // 10: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:input_type -> tributary.coordinator.v1.DescribeShareGroupsRequest
+	6,  // 11: tributary.coordinator.v1.ShareGroupService.DescribeGroupConfigs:input_type -> tributary.coordinator.v1.DescribeGroupConfigsRequest
+	10, // 12: tributary.coordinator.v1.ShareGroupService.AlterGroupConfigs:input_type -> tributary.coordinator.v1.AlterGroupConfigsRequest
+	13, // 13: tributary.coordinator.v1.ShareGroupService.GetShareGroupConfig:input_type -> tributary.coordinator.v1.GetShareGroupConfigRequest
+	1,  // 14: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> tributary.coordinator.v1.ShareGroupHeartbeatResponse
+	5,  // 15: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:output_type -> tributary.coordinator.v1.DescribeShareGroupsResponse
+	8,  // 16: tributary.coordinator.v1.ShareGroupService.DescribeGroupConfigs:output_type -> tributary.coordinator.v1.DescribeGroupConfigsResponse
+	12, // 17: tributary.coordinator.v1.ShareGroupService.AlterGroupConfigs:output_type -> tributary.coordinator.v1.AlterGroupConfigsResponse
+	14, // 18: tributary.coordinator.v1.ShareGroupService.GetShareGroupConfig:output_type -> tributary.coordinator.v1.GetShareGroupConfigResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tributary_coordinator_v1_share_group_proto_init() }
@@ -621,6 +1180,7 @@ func file_tributary_coordinator_v1_share_group_proto_init() {
 		return
 	}
 	file_tributary_coordinator_v1_consumer_group_proto_init()
+	file_tributary_coordinator_v1_coordinator_proto_init()
 	file_tributary_coordinator_v1_share_group_proto_msgTypes[0].OneofWrappers = []any{}
 	file_tributary_coordinator_v1_share_group_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
@@ -629,7 +1189,7 @@ func file_tributary_coordinator_v1_share_group_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_coordinator_v1_share_group_proto_rawDesc), len(file_tributary_coordinator_v1_share_group_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

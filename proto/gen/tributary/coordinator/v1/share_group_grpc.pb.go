@@ -36,8 +36,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ShareGroupService_ShareGroupHeartbeat_FullMethodName = "/tributary.coordinator.v1.ShareGroupService/ShareGroupHeartbeat"
-	ShareGroupService_DescribeShareGroups_FullMethodName = "/tributary.coordinator.v1.ShareGroupService/DescribeShareGroups"
+	ShareGroupService_ShareGroupHeartbeat_FullMethodName  = "/tributary.coordinator.v1.ShareGroupService/ShareGroupHeartbeat"
+	ShareGroupService_DescribeShareGroups_FullMethodName  = "/tributary.coordinator.v1.ShareGroupService/DescribeShareGroups"
+	ShareGroupService_DescribeGroupConfigs_FullMethodName = "/tributary.coordinator.v1.ShareGroupService/DescribeGroupConfigs"
+	ShareGroupService_AlterGroupConfigs_FullMethodName    = "/tributary.coordinator.v1.ShareGroupService/AlterGroupConfigs"
+	ShareGroupService_GetShareGroupConfig_FullMethodName  = "/tributary.coordinator.v1.ShareGroupService/GetShareGroupConfig"
 )
 
 // ShareGroupServiceClient is the client API for ShareGroupService service.
@@ -50,6 +53,16 @@ type ShareGroupServiceClient interface {
 	// DescribeShareGroups describes share groups (GROUP_ID_NOT_FOUND for a missing group
 	// or one of another type).
 	DescribeShareGroups(ctx context.Context, in *DescribeShareGroupsRequest, opts ...grpc.CallOption) (*DescribeShareGroupsResponse, error)
+	// DescribeGroupConfigs describes Kafka group configs (ConfigResource type GROUP, 32):
+	// each known config with its value and source (set on the group, or the default). A
+	// group needs not exist.
+	DescribeGroupConfigs(ctx context.Context, in *DescribeGroupConfigsRequest, opts ...grpc.CallOption) (*DescribeGroupConfigsResponse, error)
+	// AlterGroupConfigs sets and deletes group configs (IncrementalAlterConfigs SET and
+	// DELETE; APPEND and SUBTRACT are INVALID_CONFIG, as are unknown names and bad values).
+	AlterGroupConfigs(ctx context.Context, in *AlterGroupConfigsRequest, opts ...grpc.CallOption) (*AlterGroupConfigsResponse, error)
+	// GetShareGroupConfig is what a share partition of the group needs (storage-core's
+	// share state, through kafka-gateway): the group's own settings, unset ones zero.
+	GetShareGroupConfig(ctx context.Context, in *GetShareGroupConfigRequest, opts ...grpc.CallOption) (*GetShareGroupConfigResponse, error)
 }
 
 type shareGroupServiceClient struct {
@@ -80,6 +93,36 @@ func (c *shareGroupServiceClient) DescribeShareGroups(ctx context.Context, in *D
 	return out, nil
 }
 
+func (c *shareGroupServiceClient) DescribeGroupConfigs(ctx context.Context, in *DescribeGroupConfigsRequest, opts ...grpc.CallOption) (*DescribeGroupConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeGroupConfigsResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_DescribeGroupConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shareGroupServiceClient) AlterGroupConfigs(ctx context.Context, in *AlterGroupConfigsRequest, opts ...grpc.CallOption) (*AlterGroupConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterGroupConfigsResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_AlterGroupConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shareGroupServiceClient) GetShareGroupConfig(ctx context.Context, in *GetShareGroupConfigRequest, opts ...grpc.CallOption) (*GetShareGroupConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetShareGroupConfigResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_GetShareGroupConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ShareGroupServiceServer is the server API for ShareGroupService service.
 // All implementations must embed UnimplementedShareGroupServiceServer
 // for forward compatibility.
@@ -90,6 +133,16 @@ type ShareGroupServiceServer interface {
 	// DescribeShareGroups describes share groups (GROUP_ID_NOT_FOUND for a missing group
 	// or one of another type).
 	DescribeShareGroups(context.Context, *DescribeShareGroupsRequest) (*DescribeShareGroupsResponse, error)
+	// DescribeGroupConfigs describes Kafka group configs (ConfigResource type GROUP, 32):
+	// each known config with its value and source (set on the group, or the default). A
+	// group needs not exist.
+	DescribeGroupConfigs(context.Context, *DescribeGroupConfigsRequest) (*DescribeGroupConfigsResponse, error)
+	// AlterGroupConfigs sets and deletes group configs (IncrementalAlterConfigs SET and
+	// DELETE; APPEND and SUBTRACT are INVALID_CONFIG, as are unknown names and bad values).
+	AlterGroupConfigs(context.Context, *AlterGroupConfigsRequest) (*AlterGroupConfigsResponse, error)
+	// GetShareGroupConfig is what a share partition of the group needs (storage-core's
+	// share state, through kafka-gateway): the group's own settings, unset ones zero.
+	GetShareGroupConfig(context.Context, *GetShareGroupConfigRequest) (*GetShareGroupConfigResponse, error)
 	mustEmbedUnimplementedShareGroupServiceServer()
 }
 
@@ -105,6 +158,15 @@ func (UnimplementedShareGroupServiceServer) ShareGroupHeartbeat(context.Context,
 }
 func (UnimplementedShareGroupServiceServer) DescribeShareGroups(context.Context, *DescribeShareGroupsRequest) (*DescribeShareGroupsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeShareGroups not implemented")
+}
+func (UnimplementedShareGroupServiceServer) DescribeGroupConfigs(context.Context, *DescribeGroupConfigsRequest) (*DescribeGroupConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeGroupConfigs not implemented")
+}
+func (UnimplementedShareGroupServiceServer) AlterGroupConfigs(context.Context, *AlterGroupConfigsRequest) (*AlterGroupConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterGroupConfigs not implemented")
+}
+func (UnimplementedShareGroupServiceServer) GetShareGroupConfig(context.Context, *GetShareGroupConfigRequest) (*GetShareGroupConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetShareGroupConfig not implemented")
 }
 func (UnimplementedShareGroupServiceServer) mustEmbedUnimplementedShareGroupServiceServer() {}
 func (UnimplementedShareGroupServiceServer) testEmbeddedByValue()                           {}
@@ -163,6 +225,60 @@ func _ShareGroupService_DescribeShareGroups_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShareGroupService_DescribeGroupConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeGroupConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).DescribeGroupConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_DescribeGroupConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).DescribeGroupConfigs(ctx, req.(*DescribeGroupConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShareGroupService_AlterGroupConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterGroupConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).AlterGroupConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_AlterGroupConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).AlterGroupConfigs(ctx, req.(*AlterGroupConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShareGroupService_GetShareGroupConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetShareGroupConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).GetShareGroupConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_GetShareGroupConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).GetShareGroupConfig(ctx, req.(*GetShareGroupConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ShareGroupService_ServiceDesc is the grpc.ServiceDesc for ShareGroupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -177,6 +293,18 @@ var ShareGroupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeShareGroups",
 			Handler:    _ShareGroupService_DescribeShareGroups_Handler,
+		},
+		{
+			MethodName: "DescribeGroupConfigs",
+			Handler:    _ShareGroupService_DescribeGroupConfigs_Handler,
+		},
+		{
+			MethodName: "AlterGroupConfigs",
+			Handler:    _ShareGroupService_AlterGroupConfigs_Handler,
+		},
+		{
+			MethodName: "GetShareGroupConfig",
+			Handler:    _ShareGroupService_GetShareGroupConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
