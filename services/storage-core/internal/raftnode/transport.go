@@ -128,6 +128,12 @@ func (t *Transport) Send(to uint64, msgs []*storagev1.RaftMessage) {
 		return
 	}
 	l.mu.Lock()
+	if len(msgs) == 0 && len(l.q) > 0 {
+		// A liveness batch behind queued ones says nothing they do not: while the
+		// peer's stream is down, liveness alone never fills the queue.
+		l.mu.Unlock()
+		return
+	}
 	dropped := false
 	if len(l.q) >= maxQueued {
 		n := copy(l.q, l.q[1:])
