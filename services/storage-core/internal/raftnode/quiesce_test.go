@@ -251,3 +251,50 @@ func TestPartitionedQuiescedFollowerCatchesUp(t *testing.T) {
 		t.Fatalf("follower applied %q", got)
 	}
 }
+
+// TestRestartedFollowerKeepsQuiescedLeaders: a node restarted from its WAL ticks its
+// groups from the start, with no leader known, and pre-votes for those whose leader
+// it does not hear from; the quiesced followers refuse (CheckQuorum's lease) and wake
+// their leaders (RaftMessage.wake), which take it back. No group led by another node
+// changes leader or term, and every group quiesces again on all three.
+func TestRestartedFollowerKeepsQuiescedLeaders(t *testing.T) {
+	c := newCluster(t, withGroups(20), quiesceTuning)
+	type lt struct{ lead, term uint64 }
+	before := map[uint64]lt{}
+	for _, g := range c.groups {
+		l := c.waitLeaderOf(g)
+		_, _, term, _ := c.m[l].n.Leader(g)
+		before[g] = lt{l, term}
+	}
+	c.waitQuiesced(1, 2, 3)
+	counts := map[uint64]int{}
+	for _, v := range before {
+		counts[v.lead]++
+	}
+	// The node leading the fewest groups restarts; the others keep theirs.
+	f := uint64(1)
+	for id := uint64(2); id <= 3; id++ {
+		if counts[id] < counts[f] {
+			f = id
+		}
+	}
+	c.stop(f)
+	c.start(f)
+	c.waitQuiesced(1, 2, 3)
+	kept := 0
+	for _, g := range c.groups {
+		if before[g].lead == f {
+			continue
+		}
+		kept++
+		for id := uint64(1); id <= 3; id++ {
+			l, _, term, _ := c.m[id].n.Leader(g)
+			if l != before[g].lead || term != before[g].term {
+				t.Fatalf("group %d on node %d: leader %d term %d after node %d restarted, want %d term %d", g, id, l, term, f, before[g].lead, before[g].term)
+			}
+		}
+	}
+	if kept == 0 {
+		t.Fatal("every group was led by the restarted node: the test proves nothing")
+	}
+}
