@@ -254,10 +254,14 @@ func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 }
 
 // OnACLCheck: a publish (write) to topic, or a subscription to a filter or delivery
-// of a topic (read), within the user's rules.
+// of a topic (read), within the user's rules; a delivery pace dropped (a stalled
+// subscriber past its queue bytes) is refused.
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if cl.Net.Inline {
 		return true
+	}
+	if !write && !h.l.pace.deliverable(cl) {
+		return false
 	}
 	lg := h.user(string(cl.Properties.Username))
 	if lg == nil {
@@ -336,4 +340,23 @@ func covers(rule, f string) bool {
 		}
 	}
 	return len(rl) == len(fl)
+}
+
+// allowHook lets every client in when no login is configured; its ACL check refuses
+// only the deliveries pace dropped (a stalled subscriber past its queue bytes).
+type allowHook struct {
+	mqtt.HookBase
+	l *listener
+}
+
+func (h *allowHook) ID() string { return "tributary-allow" }
+
+func (h *allowHook) Provides(b byte) bool {
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+}
+
+func (h *allowHook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+
+func (h *allowHook) OnACLCheck(cl *mqtt.Client, _ string, write bool) bool {
+	return write || cl.Net.Inline || h.l.pace.deliverable(cl)
 }

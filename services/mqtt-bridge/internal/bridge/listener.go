@@ -16,7 +16,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +64,14 @@ type listener struct {
 func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_ *listener, err error) {
 	l := &listener{b: b, cfg: c, routes: routes, slots: make(chan struct{}, c.QueueSize), log: b.log.With(zap.String("listener", c.Addr))}
 	l.pace.l = l
+	l.pace.sessionBytes.Store(config.DefaultQueueBytesSession)
+	if c.QueueBytes.Session > 0 {
+		l.pace.sessionBytes.Store(c.QueueBytes.Session)
+	}
+	l.pace.totalBytes.Store(config.DefaultQueueBytesTotal)
+	if c.QueueBytes.Total > 0 {
+		l.pace.totalBytes.Store(c.QueueBytes.Total)
+	}
 	l.pace.stall.Store(int64(config.DefaultStallTimeout))
 	if c.StallTimeout > 0 {
 		l.pace.stall.Store(int64(c.StallTimeout))
@@ -137,7 +144,7 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 		if err := l.srv.AddHook(h, nil); err != nil {
 			return nil, err
 		}
-	} else if err := l.srv.AddHook(new(auth.AllowHook), nil); err != nil {
+	} else if err := l.srv.AddHook(&allowHook{l: l}, nil); err != nil {
 		return nil, err
 	}
 	if err := l.srv.AddHook(&storeHook{l: l}, nil); err != nil {
@@ -198,11 +205,19 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	info := l.srv.Info
 	l.dropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "tributary_mqtt_listener_dropped_total",
-		Help: "listener: messages not delivered to a subscriber that stalled (its queue of " + strconv.Itoa(subscriberHardQueue) + " unacknowledged QoS 1/2 messages, or " + strconv.Itoa(subscriberWritesPending) + " unwritten packets, was full).",
+		Help: "listener: messages not delivered to a subscriber that stalled (its queue of " + strconv.Itoa(subscriberHardQueue) + " unacknowledged QoS 1/2 messages, or its queue-bytes, or " + strconv.Itoa(subscriberWritesPending) + " unwritten packets, was full).",
 	}, func() float64 {
-		return float64(atomic.LoadInt64(&info.MessagesDropped) + atomic.LoadInt64(&info.InflightDropped))
+		return float64(atomic.LoadInt64(&info.MessagesDropped) + atomic.LoadInt64(&info.InflightDropped) + l.pace.bytesDropped.Load())
 	})
 	b.reg.MustRegister(l.dropped)
+	b.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "tributary_mqtt_listener_queue_bytes_dropped_total",
+		Help: "listener: QoS 1/2 messages not delivered to a stalled subscriber because it held its listener.queue-bytes (session, or of the total); also in dropped_total.",
+	}, func() float64 { return float64(l.pace.bytesDropped.Load()) }))
+	b.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tributary_mqtt_listener_queued_bytes",
+		Help: "listener: payload and topic bytes of the QoS 1/2 messages sent to subscribers and not acknowledged now (at most about listener.queue-bytes.total).",
+	}, func() float64 { return float64(l.pace.queuedBytes.Load()) }))
 	b.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tributary_mqtt_listener_connections",
 		Help: "listener: clients connected now (at most listener.max-connections).",
@@ -358,7 +373,8 @@ func (h *storeHook) ID() string { return "tributary-store" }
 
 func (h *storeHook) Provides(b byte) bool {
 	return b == mqtt.OnPublish || b == mqtt.OnPacketRead || b == mqtt.OnPacketEncode || b == mqtt.OnConnect || b == mqtt.OnDisconnect ||
-		b == mqtt.OnQosComplete || b == mqtt.OnQosPublish || b == mqtt.OnSessionEstablish || b == mqtt.OnSessionEstablished
+		b == mqtt.OnQosComplete || b == mqtt.OnQosPublish || b == mqtt.OnQosDropped || b == mqtt.OnSubscribe || b == mqtt.OnSubscribed ||
+		b == mqtt.OnSessionEstablish || b == mqtt.OnSessionEstablished
 }
 
 // OnConnect hands the connection from the CONNECT guard to the library, and applies
@@ -409,12 +425,39 @@ func (h *storeHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 // OnQosPublish tells pace that the library holds a message for the client now.
 func (h *storeHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
 	if pk.FixedHeader.Type == packets.Publish {
-		h.l.pace.queued(cl)
+		h.l.pace.queued(cl, &pk)
 	}
 }
 
-// OnQosComplete tells pace that the client acknowledged a delivery.
-func (h *storeHook) OnQosComplete(cl *mqtt.Client, _ packets.Packet) { h.l.pace.acked(cl) }
+// OnQosComplete tells pace that the client acknowledged a delivery. The library also
+// calls it for the client's own QoS 1 publishes (with the PUBACK it built, which has
+// a creation time; a PUBACK read from the client has none) and QoS 2 ones (PUBREL):
+// those release no queue bytes.
+func (h *storeHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	h.l.pace.acked(cl)
+	if pk.FixedHeader.Type == packets.Puback && pk.Created == 0 || pk.FixedHeader.Type == packets.Pubcomp {
+		h.l.pace.completed(cl, pk.PacketID)
+	}
+}
+
+// OnQosDropped releases the queue bytes of a delivery the library gave up (the
+// subscriber refused it in its PUBREC, or it expired).
+func (h *storeHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type != packets.Pubrel {
+		h.l.pace.completed(cl, pk.PacketID)
+	}
+}
+
+// OnSubscribe and OnSubscribed mark the client while the library checks its
+// SUBSCRIBE's filters, so that the check does not use up a drop (pace.deliverable).
+func (h *storeHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	h.l.pace.subscribing(cl, true)
+	return pk
+}
+
+func (h *storeHook) OnSubscribed(cl *mqtt.Client, _ packets.Packet, _ []byte) {
+	h.l.pace.subscribing(cl, false)
+}
 
 // OnPacketEncode advertises the listener's Maximum Packet Size and Topic Alias
 // Maximum in a successful MQTT 5 CONNACK, so that a client knows the limits it is held

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"go.uber.org/zap"
 )
 
@@ -39,6 +40,14 @@ const paceWait = time.Millisecond
 // the library queues only for writing, up to subscriberWritesPending).
 type pace struct {
 	l *listener
+	// sessionBytes and totalBytes are listener.queue-bytes: the message bytes (payload
+	// and topic) one subscriber, and all of them together, may hold sent and not
+	// acknowledged before publishers wait (or, for a stalled subscriber, its new QoS
+	// 1/2 messages are dropped). queuedBytes is what all of them hold now; bytesDropped
+	// counts the messages dropped for that bound.
+	sessionBytes, totalBytes atomic.Int64
+	queuedBytes              atomic.Int64
+	bytesDropped             atomic.Int64
 	// stall is the listener's subscriber-stall-timeout: how long a subscriber holding
 	// a full queue may go without acknowledging anything before it is taken for
 	// stalled; publishers then stop waiting for it, and what it cannot hold is
@@ -60,6 +69,51 @@ type subscriberPace struct {
 	// admittedAt is when the last one was (unix ns).
 	admitted   atomic.Int32
 	admittedAt atomic.Int64
+	// bytes is what it holds (payload and topic bytes of the QoS 1/2 messages sent
+	// and not acknowledged), sizes each one's by packet identifier.
+	bytes   atomic.Int64
+	sizesMu sync.Mutex
+	sizes   map[uint16]int64
+	// drops is how many deliveries to it to refuse (messages admit dropped for it
+	// past its queue bytes; the library's ACL check consumes them), droppedAt when the
+	// last was added (unix ns). subscribing is set while its SUBSCRIBE's filters are
+	// checked, which must not consume them.
+	drops       atomic.Int32
+	droppedAt   atomic.Int64
+	subscribing atomic.Bool
+}
+
+// holdBytes records that the library holds msgBytes more for s under packet identifier
+// id (a resend replaces what id held).
+func (p *pace) holdBytes(s *subscriberPace, id uint16, msgBytes int64) {
+	s.sizesMu.Lock()
+	if s.sizes == nil {
+		s.sizes = map[uint16]int64{}
+	}
+	old := s.sizes[id]
+	s.sizes[id] = msgBytes
+	s.sizesMu.Unlock()
+	s.bytes.Add(msgBytes - old)
+	p.queuedBytes.Add(msgBytes - old)
+}
+
+// releaseBytes records that s acknowledged (or was dropped) the message of id.
+func (p *pace) releaseBytes(s *subscriberPace, id uint16) {
+	s.sizesMu.Lock()
+	n, ok := s.sizes[id]
+	delete(s.sizes, id)
+	s.sizesMu.Unlock()
+	if ok {
+		s.bytes.Add(-n)
+		p.queuedBytes.Add(-n)
+	}
+}
+
+// overBytes reports whether s holds its queue bytes, or all subscribers together
+// the total and s holds some of them.
+func (p *pace) overBytes(s *subscriberPace) bool {
+	b := s.bytes.Load()
+	return b >= p.sessionBytes.Load() || b > 0 && p.queuedBytes.Load() >= p.totalBytes.Load()
 }
 
 func (p *pace) of(cl *mqtt.Client) *subscriberPace {
@@ -80,7 +134,12 @@ func (p *pace) acked(cl *mqtt.Client) {
 // forget drops cl (disconnected), logging what was dropped for it.
 func (p *pace) forget(cl *mqtt.Client) {
 	if s, ok := p.clients.LoadAndDelete(cl); ok {
-		if n := s.(*subscriberPace).dropped.Load(); n > 0 {
+		sp := s.(*subscriberPace)
+		sp.sizesMu.Lock()
+		p.queuedBytes.Add(-sp.bytes.Swap(0))
+		sp.sizes = nil
+		sp.sizesMu.Unlock()
+		if n := sp.dropped.Load(); n > 0 {
 			p.l.log.Warn("subscriber disconnected; messages were dropped for it", zap.String("client", cl.ID), zap.Int64("dropped", n))
 		}
 	}
@@ -102,7 +161,10 @@ func (p *pace) hold(ctx context.Context, topic string, qos byte, origin *mqtt.Cl
 // at qos by origin) has room for one more message (fewer than
 // subscriberQueue, or its MQTT 5 Receive Maximum, held or admitted), or is stalled;
 // if so, the message is admitted: counted for each of them until the library holds
-// it. A stalled one whose queue is at subscriberHardQueue is counted as dropping it.
+// it. A subscriber holding its queue bytes (sessionBytes, or some of totalBytes when
+// all together hold that) has no room either. A stalled one whose queue is at
+// subscriberHardQueue, or past its queue bytes, is counted as dropping it (and for
+// the bytes, deliverable refuses the library's delivery).
 //
 // The library's own Receive Maximum handling (its send quota) is off (see
 // storeHook.OnSessionEstablished): admit keeps a subscriber within its Receive
@@ -118,6 +180,7 @@ func (p *pace) admit(topic string, qos byte, origin *mqtt.Client) bool {
 	}
 	now := time.Now().UnixNano()
 	var taken []*subscriberPace
+	var drops []stalledDrop
 	ok := true
 	for id, sub := range subs.Subscriptions {
 		if sub.Qos == 0 {
@@ -133,7 +196,8 @@ func (p *pace) admit(topic string, qos byte, origin *mqtt.Client) bool {
 		}
 		s := p.of(cl)
 		n := int32(cl.State.Inflight.Len())
-		if s.reserve(n, limit, now) {
+		full := p.overBytes(s)
+		if !full && s.reserve(n, limit, now) {
 			if s.fullSince.Load() != 0 {
 				s.fullSince.Store(0)
 			}
@@ -149,16 +213,65 @@ func (p *pace) admit(topic string, qos byte, origin *mqtt.Client) bool {
 			ok = false
 			break
 		}
-		if n >= subscriberHardQueue {
-			p.dropped(cl, s)
+		// Stalled: past its queue bytes the message is dropped for it here (the
+		// library's ACL check refuses the delivery); past subscriberHardQueue the
+		// library drops it itself.
+		if full || n >= subscriberHardQueue {
+			drops = append(drops, stalledDrop{cl, s, full})
 		}
 	}
 	if !ok {
 		for _, s := range taken {
 			s.delivered()
 		}
+		return false
 	}
-	return ok
+	for _, d := range drops {
+		if d.bytes {
+			d.s.droppedAt.Store(now)
+			d.s.drops.Add(1)
+			p.bytesDropped.Add(1)
+		}
+		p.dropped(d.cl, d.s)
+	}
+	return true
+}
+
+// stalledDrop is a message admit drops for a stalled subscriber, by its queue bytes
+// or (bytes false) by its message count.
+type stalledDrop struct {
+	cl    *mqtt.Client
+	s     *subscriberPace
+	bytes bool
+}
+
+// deliverable is pace's part of the listener's read ACL check of a delivery to cl:
+// false (using one up) while admit dropped messages for it past its queue bytes that
+// the library has not tried to deliver yet; a SUBSCRIBE's own check never uses one.
+func (p *pace) deliverable(cl *mqtt.Client) bool {
+	v, ok := p.clients.Load(cl)
+	if !ok {
+		return true
+	}
+	s := v.(*subscriberPace)
+	if s.subscribing.Load() {
+		return true
+	}
+	for {
+		d := s.drops.Load()
+		if d <= 0 {
+			return true
+		}
+		// A drop the library never came to (the subscriber went away meanwhile)
+		// must not take a later message.
+		if time.Now().UnixNano()-s.droppedAt.Load() > int64(admitStale) {
+			s.drops.CompareAndSwap(d, 0)
+			return true
+		}
+		if s.drops.CompareAndSwap(d, d-1) {
+			return false
+		}
+	}
 }
 
 // admitStale is how long an admission may wait for the library to hold its message:
@@ -194,10 +307,27 @@ func (s *subscriberPace) delivered() {
 	}
 }
 
-// queued records that the library holds one more QoS 1/2 message for cl.
-func (p *pace) queued(cl *mqtt.Client) {
+// queued records that the library holds one more QoS 1/2 message for cl, pk (its
+// packet identifier and bytes).
+func (p *pace) queued(cl *mqtt.Client, pk *packets.Packet) {
+	if s, ok := p.clients.Load(cl); ok && !cl.Closed() {
+		sp := s.(*subscriberPace)
+		sp.delivered()
+		p.holdBytes(sp, pk.PacketID, int64(len(pk.Payload)+len(pk.TopicName)))
+	}
+}
+
+// completed records that cl acknowledged (or refused) the message of id.
+func (p *pace) completed(cl *mqtt.Client, id uint16) {
 	if s, ok := p.clients.Load(cl); ok {
-		s.(*subscriberPace).delivered()
+		p.releaseBytes(s.(*subscriberPace), id)
+	}
+}
+
+// subscribing marks cl while the library checks its SUBSCRIBE's filters.
+func (p *pace) subscribing(cl *mqtt.Client, on bool) {
+	if s, ok := p.clients.Load(cl); ok {
+		s.(*subscriberPace).subscribing.Store(on)
 	}
 }
 
@@ -206,7 +336,8 @@ func (p *pace) queued(cl *mqtt.Client) {
 func (p *pace) dropped(cl *mqtt.Client, s *subscriberPace) {
 	n := s.dropped.Add(1)
 	if l := s.logged.Load(); (l == 0 || n-l >= 1000) && s.logged.CompareAndSwap(l, n) {
-		p.l.log.Warn("subscriber stalled (its queue is full and it acknowledged nothing for the stall timeout); messages to it are dropped",
-			zap.String("client", cl.ID), zap.Int("queue", cl.State.Inflight.Len()), zap.Int64("dropped", n), zap.Duration("stall_timeout", time.Duration(p.stall.Load())))
+		p.l.log.Warn("subscriber stalled (its queue or queue bytes are full and it acknowledged nothing for the stall timeout); messages to it are dropped",
+			zap.String("client", cl.ID), zap.Int("queue", cl.State.Inflight.Len()), zap.Int64("queued_bytes", s.bytes.Load()),
+			zap.Int64("dropped", n), zap.Duration("stall_timeout", time.Duration(p.stall.Load())))
 	}
 }

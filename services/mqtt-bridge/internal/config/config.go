@@ -26,7 +26,11 @@ const (
 	DefaultMaxKeepAlive     = 65535 * time.Second
 	DefaultConnectTimeout   = 10 * time.Second
 	DefaultStallTimeout     = 5 * time.Second
-	DefaultKeepAlive        = 30
+	// DefaultQueueBytesSession and DefaultQueueBytesTotal bound the QoS 1/2 message
+	// bytes queued for listener subscribers, per session and over all of them.
+	DefaultQueueBytesSession = 16 << 20
+	DefaultQueueBytesTotal   = 1 << 30
+	DefaultKeepAlive         = 30
 	// Listener is the source name of the embedded broker in mqtt-to-kafka mappings.
 	Listener = "listener"
 )
@@ -119,6 +123,9 @@ type ListenerConfig struct {
 	// before it is stalled: publishers stop waiting for it and what it cannot hold is
 	// dropped for it (see the README's Metrics).
 	StallTimeout time.Duration `yaml:"subscriber-stall-timeout"`
+	// QueueBytes bounds the bytes of QoS 1/2 messages sent to subscribers and not yet
+	// acknowledged, as Mosquitto's max_queued_bytes.
+	QueueBytes QueueBytesConfig `yaml:"queue-bytes"`
 	// Retained is where the listener keeps its retained messages.
 	Retained RetainedConfig `yaml:"retained"`
 	// Events publishes client events on $events/client/<client id>/<event>.
@@ -140,6 +147,16 @@ type ListenerConfig struct {
 	// the user its certificate's CN names, without a password (a CONNECT user name,
 	// when given, must be that CN).
 	CertificateLogin bool `yaml:"certificate-login"`
+}
+
+// QueueBytesConfig is `listener.queue-bytes`: payload and topic bytes of the QoS 1/2
+// messages held for subscribers (sent, not acknowledged). While a subscriber holds
+// Session bytes, or all of them together Total, publishers of messages it gets wait
+// (back-pressure, as for the message count); a subscriber stalled past its bound
+// (subscriber-stall-timeout) has new QoS 1/2 messages dropped, counted and logged.
+type QueueBytesConfig struct {
+	Session int64 `yaml:"session"`
+	Total   int64 `yaml:"total"`
 }
 
 // Retained message stores of the listener.

@@ -334,8 +334,9 @@ func TestBackendTLS(t *testing.T) {
 	}
 }
 
-// Listener limits: defaults when unset; a negative one, or a keep alive or session
-// expiry that is not whole seconds or past what MQTT can carry, is refused by name.
+// Listener limits: defaults when unset; a negative one, a keep alive or session
+// expiry that is not whole seconds or past what MQTT can carry, or queue bytes per
+// session over the total, is refused by name.
 func TestListenerLimits(t *testing.T) {
 	base := "listener: {addr: \"127.0.0.1:0\"%s}\nmqtt-to-kafka:\n  - {id: d, mqtt-topic-filters: [\"d/#\"], kafka-topic: d}\n"
 	cfg, ps := Load([]byte(fmt.Sprintf(base, "")), noEnv)
@@ -344,8 +345,13 @@ func TestListenerLimits(t *testing.T) {
 	}
 	l := cfg.Listener
 	if l.MaxConnections != DefaultMaxConnections || l.MaxSessionExpiry != DefaultMaxSessionExpiry || l.MaxKeepAlive != DefaultMaxKeepAlive ||
-		l.ConnectTimeout != DefaultConnectTimeout || l.StallTimeout != DefaultStallTimeout {
+		l.ConnectTimeout != DefaultConnectTimeout || l.StallTimeout != DefaultStallTimeout ||
+		l.QueueBytes.Session != DefaultQueueBytesSession || l.QueueBytes.Total != DefaultQueueBytesTotal {
 		t.Errorf("defaults not applied: %+v", l)
+	}
+	if cfg, ps := Load([]byte(fmt.Sprintf(base, ", queue-bytes: {session: 1024}")), noEnv); ps.Err() != nil ||
+		cfg.Listener.QueueBytes.Session != 1024 || cfg.Listener.QueueBytes.Total != DefaultQueueBytesTotal {
+		t.Errorf("queue-bytes.session alone: %+v %v", cfg.Listener.QueueBytes, ps.Err())
 	}
 	for _, c := range []struct{ set, key string }{
 		{", max-connections: -1", "listener.max-connections"},
@@ -354,6 +360,10 @@ func TestListenerLimits(t *testing.T) {
 		{", max-session-expiry: 2000000h", "listener.max-session-expiry"},
 		{", connect-timeout: -1s", "listener.connect-timeout"},
 		{", subscriber-stall-timeout: -1s", "listener.subscriber-stall-timeout"},
+		{", queue-bytes: {session: -1}", "listener.queue-bytes"},
+		{", queue-bytes: {total: -5}", "listener.queue-bytes"},
+		{", queue-bytes: {session: 2048, total: 1024}", "listener.queue-bytes.session: must be at most total"},
+		{", queue-bytes: {sesion: 2048}", `did you mean "session"`},
 	} {
 		_, ps := Load([]byte(fmt.Sprintf(base, c.set)), noEnv)
 		if err := ps.Err(); err == nil || !strings.Contains(err.Error(), c.key) {

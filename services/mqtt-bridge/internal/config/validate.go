@@ -95,6 +95,12 @@ func (l *loader) defaults(c *Config) {
 		if c.Listener.MaxConnections == 0 {
 			c.Listener.MaxConnections = DefaultMaxConnections
 		}
+		if c.Listener.QueueBytes.Session == 0 {
+			c.Listener.QueueBytes.Session = DefaultQueueBytesSession
+		}
+		if c.Listener.QueueBytes.Total == 0 {
+			c.Listener.QueueBytes.Total = DefaultQueueBytesTotal
+		}
 		c.Listener.Retained.Store = c.Listener.RetainedStore()
 		if r := &c.Listener.Retained; r.Store == RetainedKafka && r.Topic == "" {
 			r.Topic = DefaultRetainedTopic
@@ -213,6 +219,11 @@ func (l *loader) validate(c *Config) {
 		}
 		if c.Listener.MaxConnections < 0 {
 			l.add("listener.max-connections", "must be positive")
+		}
+		if q := c.Listener.QueueBytes; q.Session < 0 || q.Total < 0 {
+			l.add("listener.queue-bytes", "session and total must be positive")
+		} else if q.Session > q.Total {
+			l.add("listener.queue-bytes.session", "must be at most total (%d)", q.Total)
 		}
 		for _, d := range []struct {
 			key string
