@@ -70,10 +70,14 @@ type subscriberPace struct {
 	admitted   atomic.Int32
 	admittedAt atomic.Int64
 	// bytes is what it holds (payload and topic bytes of the QoS 1/2 messages sent
-	// and not acknowledged), sizes each one's by packet identifier.
+	// and not acknowledged), sizes each one's by packet identifier; gone once forget
+	// released them (a late holdBytes adds nothing then). A message the library takes
+	// back without a hook (its write queue full) stays counted until its packet
+	// identifier is used again or the subscriber disconnects.
 	bytes   atomic.Int64
 	sizesMu sync.Mutex
 	sizes   map[uint16]int64
+	gone    bool
 	// drops is how many deliveries to it to refuse (messages admit dropped for it
 	// past its queue bytes; the library's ACL check consumes them), droppedAt when the
 	// last was added (unix ns). subscribing is set while its SUBSCRIBE's filters are
@@ -87,6 +91,10 @@ type subscriberPace struct {
 // id (a resend replaces what id held).
 func (p *pace) holdBytes(s *subscriberPace, id uint16, msgBytes int64) {
 	s.sizesMu.Lock()
+	if s.gone {
+		s.sizesMu.Unlock()
+		return
+	}
 	if s.sizes == nil {
 		s.sizes = map[uint16]int64{}
 	}
@@ -137,7 +145,7 @@ func (p *pace) forget(cl *mqtt.Client) {
 		sp := s.(*subscriberPace)
 		sp.sizesMu.Lock()
 		p.queuedBytes.Add(-sp.bytes.Swap(0))
-		sp.sizes = nil
+		sp.sizes, sp.gone = nil, true
 		sp.sizesMu.Unlock()
 		if n := sp.dropped.Load(); n > 0 {
 			p.l.log.Warn("subscriber disconnected; messages were dropped for it", zap.String("client", cl.ID), zap.Int64("dropped", n))

@@ -155,6 +155,7 @@ func TestPaceBytes(t *testing.T) {
 	p.l = &listener{log: zap.NewNop()}
 	p.clients.Store(cl, other)
 	p.forget(cl)
+	p.holdBytes(other, 2, 10) // a delivery racing the disconnect
 	if p.queuedBytes.Load() != 40 {
 		t.Fatalf("after a disconnect: %d queued, want 40", p.queuedBytes.Load())
 	}
