@@ -240,14 +240,32 @@ func TestSecureStack(t *testing.T) {
 		t.Fatalf("Pull over TLS: %v %v, want the one message", resp, err)
 	}
 
-	// mqtt-bridge presents its certificate to both backends: a QoS 1 publish on its
-	// listener is acknowledged once stored, and reaches Kafka.
+	// MQTT listener logins on the secured coordinator: the admin API needs admin
+	// (a read-only token is refused the put and the hash), the CLI dials it over TLS
+	// with the admin token.
+	for m, body := range map[string]string{"PutMqttUser": `{"username": "eve", "password": "eve-pw"}`, "GetMqttUser": `{"username": "eve"}`} {
+		out, ok := grpcurl(t, bin, append(tlsArgs, "-H", reader, "-d", body, s.CoordinatorAddr, "tributary.coordinator.v1.MqttUserService/"+m)...)
+		if ok || !strings.Contains(out, "PermissionDenied") {
+			t.Errorf("read-only token %s: succeeded=%v, want PermissionDenied in:\n%s", m, ok, out)
+		}
+	}
+	cli := exec.Command(s.Bin(stack.Coordinator), "mqtt-users", "--addr", s.CoordinatorAddr, "--coordinator-tls-ca", f("ca.pem"),
+		"--token-file", f("admin.token"), "put", "eve", "--password-stdin", "--publish", "dev/#")
+	cli.Stdin = strings.NewReader("eve-pw\n")
+	if out, err := cli.CombinedOutput(); err != nil || !strings.Contains(string(out), `"username":"eve"`) {
+		t.Fatalf("coordinator mqtt-users put eve with the admin token: %v\n%s", err, out)
+	}
+
+	// mqtt-bridge presents its certificate to both backends: eve, kept by the
+	// coordinator, logs in; her QoS 1 publish on its listener is acknowledged once
+	// stored, and reaches Kafka.
 	lis := stack.FreeAddr()
 	mtopic := topicName("secure-mqtt")
 	startBridge(t, s, "mqtt-bridge-secure", fmt.Sprintf(`
 id: secure
 listener:
   addr: %[1]s
+  coordinator-logins: true
 storage-tls: {ca-file: %[2]s, cert-file: %[3]s, key-file: %[4]s}
 coordinator-tls: {ca-file: %[2]s, cert-file: %[3]s, key-file: %[4]s}
 mqtt-to-kafka:
@@ -255,11 +273,13 @@ mqtt-to-kafka:
     mqtt-topic-filters: ["dev/#"]
     kafka-topic: %[5]s
 `, lis, f("ca.pem"), f("mqtt-bridge.pem"), f("mqtt-bridge-key.pem"), mtopic))
-	mc, err := pahoConnect(ctx, lis, "secure-dev", "")
-	if err != nil {
-		t.Fatalf("connect to the bridge: %v", err)
+	if _, code := mqttLogin(t, lis, "secure-mallory", "eve", "wrong"); code != 0x86 {
+		t.Errorf("eve with a wrong password: CONNACK %#x, want 0x86", code)
 	}
-	defer mc.Disconnect(&paho.Disconnect{})
+	mc, code := mqttLogin(t, lis, "secure-dev", "eve", "eve-pw")
+	if code != 0 {
+		t.Fatalf("eve on the secured bridge: CONNACK %#x", code)
+	}
 	pr, err := mc.Publish(ctx, &paho.Publish{Topic: "dev/1", QoS: 1, Payload: []byte("from mqtt")})
 	if err != nil || pr.ReasonCode != 0 {
 		t.Fatalf("QoS 1 publish through the secured bridge: %v %+v", err, pr)
