@@ -21,10 +21,11 @@
 // and matched by every live follower, sends each follower one last MsgHeartbeat marked
 // quiesce and stops ticking the group; a follower whose term, commit index and leader
 // match the marked heartbeat stops ticking it too, without stepping it (otherwise it
-// steps it as a plain heartbeat, whose response wakes the leader). Any proposal or
-// other message wakes a quiesced group (a follower woken by a node other than its
-// leader wakes the leader with a MsgHeartbeatResp, so it does not campaign against a
-// leader that is alive but quiet). Idle groups send nothing; instead every node sends
+// steps it as a plain heartbeat and asks the leader to keep ticking: RaftMessage.wake).
+// Any proposal or other message wakes a quiesced group (a heartbeat's answer to a
+// quiesced leader only if raft then has something to send); a follower woken by a
+// node other than its leader wakes the leader too (wake), so it does not campaign
+// against a leader that is alive but quiet. Idle groups send nothing; instead every node sends
 // every peer a batch at least once per LivenessInterval (an empty one when it has
 // nothing else), and a peer no batch came from for the election timeout is dead: the
 // groups it led forget it (raft's ForgetLeader, so PreVote and CheckQuorum's lease do
