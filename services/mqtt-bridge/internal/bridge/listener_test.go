@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -114,12 +115,17 @@ func (f *fakeBackend) stored(ch string) []*storagev1.AppendRecord {
 	return append([]*storagev1.AppendRecord(nil), f.records[ch]...)
 }
 
-func startBackend(t *testing.T) (*fakeBackend, string) {
+// startBackend serves a fake storage-core and coordinator (and what register adds
+// to the same server).
+func startBackend(t *testing.T, register ...func(*grpc.Server)) (*fakeBackend, string) {
 	t.Helper()
 	f := &fakeBackend{records: map[string][]*storagev1.AppendRecord{}, batches: map[string]bool{}}
 	srv := grpcx.NewServer(zap.NewNop())
 	storagev1.RegisterStorageServiceServer(srv, f)
 	coordinatorv1.RegisterCoordinatorServiceServer(srv, f)
+	for _, r := range register {
+		r(srv)
+	}
 	grpcx.RegisterStandard(srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -145,6 +151,12 @@ mqtt-to-kafka:
     max-record-bytes: 64
     headers: [mqtt-clientid]
 ` + strings.Join(extra, "\n")
+	return startBridgeYAML(t, backend, src)
+}
+
+// startBridgeYAML runs a bridge with config src, its backends at backend.
+func startBridgeYAML(t *testing.T, backend, src string) *Bridge {
+	t.Helper()
 	cfg, ps := config.Load([]byte(src), func(k string) (string, bool) {
 		switch k {
 		case "TRIBUTARY_MQTT_STORAGE_ADDR", "TRIBUTARY_MQTT_COORDINATOR_ADDR":
