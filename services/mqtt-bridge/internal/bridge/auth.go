@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -56,10 +57,14 @@ type authHook struct {
 	// connected holds the login of each client it logged in.
 	remote    *remoteLogins
 	connected sync.Map // *mqtt.Client → *login
+	// verifying bounds the password hashes checked at once (each up to
+	// passhash.MaxArgon2Memory of memory and a core for its time): CONNECTs past it
+	// wait their turn rather than all hashing together.
+	verifying chan struct{}
 }
 
 func newAuthHook(l *listener, c config.ListenerConfig, remote *remoteLogins) (*authHook, error) {
-	h := &authHook{l: l, cfg: c, remote: remote}
+	h := &authHook{l: l, cfg: c, remote: remote, verifying: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 	if err := h.load(); err != nil {
 		return nil, err
 	}
@@ -193,8 +198,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 		}
 		remote = lg != nil
 	}
-	if lg == nil || lg.hash == nil || !pk.Connect.PasswordFlag ||
-		!lg.hash.Verify(pk.Connect.Password) {
+	if lg == nil || lg.hash == nil || !pk.Connect.PasswordFlag || !h.verify(lg.hash, pk.Connect.Password) {
 		h.l.log.Info("CONNECT with a bad user name or password refused", zap.String("client", cl.ID), zap.ByteString("username", pk.Connect.Username))
 		return false
 	}
@@ -203,6 +207,13 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	}
 	code = 0
 	return true
+}
+
+// verify checks password against hash, in one of the verifying slots.
+func (h *authHook) verify(hash *passhash.Hash, password []byte) bool {
+	h.verifying <- struct{}{}
+	defer func() { <-h.verifying }()
+	return hash.Verify(password)
 }
 
 // certificateUser is the CN of the client's verified certificate, when
