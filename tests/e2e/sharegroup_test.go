@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -287,5 +288,116 @@ func TestShareGroupConfigs(t *testing.T) {
 	}
 	if c := describe()["share.auto.offset.reset"]; *c.Value != "latest" || c.Source != kmsg.ConfigSourceDefaultConfig {
 		t.Errorf("after delete: %+v", c)
+	}
+}
+
+// TestShareGroupOffsetsAdmin drives the share group offsets admin with kadm against
+// storage-core's share partitions: AlterShareGroupOffsets creates the group and sets a
+// start offset, DescribeShareGroupOffsets reads it back (named and all partitions; -1
+// for a partition without state), a group with a member refuses both alter and delete
+// (NON_EMPTY_GROUP), DeleteShareGroupOffsets drops the state, and DeleteGroups of the
+// empty share group removes what is left.
+func TestShareGroupOffsetsAdmin(t *testing.T) {
+	s := sharedStack(t)
+	cl := newClient(t, s.KafkaAddrs)
+	adm := kadm.NewClient(cl)
+	topic, group := topicName("shoff"), topicName("shoffg")
+	createTopic(t, adm, topic, 2, nil)
+	ctx := ctxT(t, 2*time.Minute)
+	producer := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for i := range 20 {
+		if err := producer.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte(fmt.Sprint(i))}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	set := kadm.Offsets{}
+	set.Add(kadm.Offset{Topic: topic, Partition: 0, At: 8})
+	alt, err := adm.AlterShareGroupOffsets(ctx, group, set)
+	if err != nil || !alt.Ok() {
+		t.Fatalf("AlterShareGroupOffsets: %v %v", alt, err)
+	}
+	startOffsets := func() map[int32]int64 {
+		t.Helper()
+		d, err := adm.DescribeShareGroupOffsets(ctx, group)
+		if err != nil || d[group].Err != nil {
+			t.Fatalf("DescribeShareGroupOffsets: %v %v", d, err)
+		}
+		out := map[int32]int64{}
+		for p, o := range d[group].Offsets[topic] {
+			if o.Err != nil {
+				t.Errorf("partition %d: %v", p, o.Err)
+			}
+			out[p] = o.StartOffset
+		}
+		return out
+	}
+	if got := startOffsets(); got[0] != 8 || len(got) != 1 {
+		t.Errorf("start offsets after alter: %v, want partition 0 at 8 only", got)
+	}
+	named := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+	rg := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+	rg.GroupID = group
+	rt := kmsg.NewDescribeShareGroupOffsetsRequestGroupTopic()
+	rt.Topic, rt.Partitions = topic, []int32{0, 1}
+	rg.Topics = append(rg.Topics, rt)
+	named.Groups = append(named.Groups, rg)
+	if resp, err := named.RequestWith(ctx, cl); err != nil || len(resp.Groups) != 1 || len(resp.Groups[0].Topics) != 1 {
+		t.Errorf("describe named: %+v %v", resp, err)
+	} else if ps := resp.Groups[0].Topics[0].Partitions; ps[0].StartOffset != 8 || ps[0].Lag != 12 || ps[1].StartOffset != -1 || ps[1].Lag != -1 {
+		t.Errorf("describe named partitions: %+v, want 8 (lag 12) and -1", ps)
+	}
+
+	// A member joins: the offsets may not change.
+	req := kmsg.NewPtrShareGroupHeartbeatRequest()
+	req.GroupID, req.MemberID, req.SubscribedTopicNames = group, uuidString(), []string{topic}
+	hb, err := req.RequestWith(ctx, cl)
+	if err != nil || hb.ErrorCode != 0 {
+		t.Fatalf("join: %+v %v", hb, err)
+	}
+	if _, err := adm.AlterShareGroupOffsets(ctx, group, set); !errors.Is(err, kerr.NonEmptyGroup) {
+		if alt, _ := adm.AlterShareGroupOffsets(ctx, group, set); !errors.Is(alt.Error(), kerr.NonEmptyGroup) {
+			t.Errorf("alter with a member: %v / %v, want NON_EMPTY_GROUP", err, alt)
+		}
+	}
+	if del, err := adm.DeleteShareGroupOffsets(ctx, group, topic); !errors.Is(err, kerr.NonEmptyGroup) && !errors.Is(del.Error(), kerr.NonEmptyGroup) {
+		t.Errorf("delete with a member: %v / %v, want NON_EMPTY_GROUP", err, del)
+	}
+	req.MemberEpoch = -1
+	req.SubscribedTopicNames = nil
+	if hb, err := req.RequestWith(ctx, cl); err != nil || hb.ErrorCode != 0 {
+		t.Fatalf("leave: %+v %v", hb, err)
+	}
+
+	if del, err := adm.DeleteShareGroupOffsets(ctx, group, topic, topicName("nosuch")); err != nil {
+		t.Fatalf("DeleteShareGroupOffsets: %v", err)
+	} else if del[topic] != nil || len(del) != 2 {
+		t.Errorf("DeleteShareGroupOffsets: %v, want %s deleted and the missing topic UNKNOWN_TOPIC_OR_PARTITION", del, topic)
+	}
+	if got := startOffsets(); len(got) != 0 {
+		t.Errorf("start offsets after delete: %v, want none", got)
+	}
+	if _, err := adm.DeleteShareGroupOffsets(ctx, topicName("nogroup"), topic); !errors.Is(err, kerr.GroupIDNotFound) {
+		t.Errorf("delete offsets of a missing group: %v, want GROUP_ID_NOT_FOUND", err)
+	}
+
+	// DeleteGroups of an empty share group takes its share state with it.
+	if alt, err := adm.AlterShareGroupOffsets(ctx, group, set); err != nil || !alt.Ok() {
+		t.Fatalf("alter again: %v %v", alt, err)
+	}
+	if r, err := adm.DeleteGroup(ctx, group); err != nil || r.Err != nil {
+		t.Fatalf("DeleteGroups: %+v %v", r, err)
+	}
+	// The same id as a new share group (a member joins and leaves) has no state left
+	// (describe-all lists what storage-core still holds).
+	req.MemberEpoch, req.SubscribedTopicNames = 0, []string{topic}
+	if hb, err := req.RequestWith(ctx, cl); err != nil || hb.ErrorCode != 0 {
+		t.Fatalf("join the new group: %+v %v", hb, err)
+	}
+	req.MemberEpoch, req.SubscribedTopicNames = -1, nil
+	if hb, err := req.RequestWith(ctx, cl); err != nil || hb.ErrorCode != 0 {
+		t.Fatalf("leave the new group: %+v %v", hb, err)
+	}
+	if got := startOffsets(); len(got) != 0 {
+		t.Errorf("start offsets of the deleted group: %v, want none", got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
@@ -76,15 +77,19 @@ type ShareCoordinator struct {
 
 	cfg ShareConfig
 	c   *Coordinator // its store, clock, log and topic listing
+	// partitions is storage-core's ShareService (the share-partition state); nil
+	// answers the offsets admin UNAVAILABLE.
+	partitions storagev1.ShareServiceClient
 }
 
-// NewShare builds the share group coordinator beside consumer group coordinator c.
-func NewShare(cfg ShareConfig, c *Coordinator) (*ShareCoordinator, error) {
+// NewShare builds the share group coordinator beside consumer group coordinator c;
+// partitions is storage-core's share service (may be nil in tests).
+func NewShare(cfg ShareConfig, c *Coordinator, partitions storagev1.ShareServiceClient) (*ShareCoordinator, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &ShareCoordinator{cfg: cfg, c: c}, nil
+	return &ShareCoordinator{cfg: cfg, c: c, partitions: partitions}, nil
 }
 
 // shareKind stores share groups (KIP-932); no other group type becomes one.

@@ -13,7 +13,7 @@ import (
 
 func newShareTest(t *testing.T) *ShareCoordinator {
 	t.Helper()
-	s, err := NewShare(ShareConfig{SessionTimeout: 10 * time.Second, HeartbeatInterval: time.Second, MaxSize: 4}, newTest(t))
+	s, err := NewShare(ShareConfig{SessionTimeout: 10 * time.Second, HeartbeatInterval: time.Second, MaxSize: 4}, newTest(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,10 @@ type Coordinator struct {
 	// lockHeld is 1 for each sweep lock this replica holds.
 	lockHeld *prometheus.GaugeVec
 
+	// deleteShareState removes a share group's storage-core state before DeleteGroups
+	// deletes the group (SetShareStateDeleter; nil: nothing to remove).
+	deleteShareState func(ctx context.Context, group string) error
+
 	started atomic.Bool
 	closed  atomic.Bool
 	// closing is closed by Close: waiting calls return ErrClosed at once.
@@ -159,6 +163,13 @@ func (c *Coordinator) Ready(ctx context.Context) error {
 		return fmt.Errorf("%w: nats disconnected", ErrNotReady)
 	}
 	return c.store.Ping(ctx)
+}
+
+// SetShareStateDeleter sets what DeleteGroups calls, under the group row lock, before it
+// deletes an empty share group (KIP-932: its share partitions in storage-core). Call it
+// before Start.
+func (c *Coordinator) SetShareStateDeleter(f func(ctx context.Context, group string) error) {
+	c.deleteShareState = f
 }
 
 // HoldsSweepLock reports whether this replica currently runs the group sweeps (and

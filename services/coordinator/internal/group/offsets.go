@@ -461,6 +461,12 @@ func (c *Coordinator) DeleteGroups(ctx context.Context, req *coordinatorv1.Delet
 			case g.State != StateEmpty || len(g.active()) > 0:
 				dg.ErrorCode = codeNonEmptyGroup
 				return errSkip
+			case g.Type == store.GroupTypeShare && c.deleteShareState != nil:
+				// KIP-932: the share partitions go first, under the row lock, so
+				// no member joins meanwhile; a failure keeps the group.
+				if err := c.deleteShareState(ctx, id); err != nil {
+					return err
+				}
 			}
 			g.deleted = true
 			g.touch()

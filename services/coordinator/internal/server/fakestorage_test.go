@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +36,7 @@ type fakeStorage struct {
 
 	srv    *grpc.Server
 	addr   string
+	shares *fakeShares
 	queues *fakeQueues
 }
 
@@ -164,6 +167,8 @@ func startFakeStorage(t *testing.T) *fakeStorage {
 	storagev1.RegisterStorageServiceServer(f.srv, f)
 	f.queues = &fakeQueues{queues: map[string]*storagev1.CreateQueueRequest{}}
 	storagev1.RegisterQueueServiceServer(f.srv, f.queues)
+	f.shares = &fakeShares{spsos: map[string]map[sharePart]int64{}}
+	storagev1.RegisterShareServiceServer(f.srv, f.shares)
 	grpcx.RegisterStandard(f.srv)
 	go func() { _ = f.srv.Serve(ln) }()
 	t.Cleanup(f.srv.Stop)
@@ -307,4 +312,79 @@ func (f *fakeStorage) setConfig(name string, c *storagev1.ChannelConfig) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.channels[name] = c
+}
+
+type sharePart struct {
+	topic string
+	p     int32
+}
+
+// fakeShares is storage-core's ShareService reduced to the share-partition start
+// offsets the coordinator's offsets admin reads and writes.
+type fakeShares struct {
+	storagev1.UnimplementedShareServiceServer
+
+	mu    sync.Mutex
+	spsos map[string]map[sharePart]int64 // group -> partition -> start offset
+}
+
+func (f *fakeShares) state(group string, topic string, p int32) *storagev1.SharePartitionState {
+	st := &storagev1.SharePartitionState{Topic: topic, Partition: p, StartOffset: -1, Lag: -1}
+	if o, ok := f.spsos[group][sharePart{topic, p}]; ok {
+		st.StartOffset, st.Lag = o, 0
+	}
+	return st
+}
+
+func (f *fakeShares) ListSharePartitions(_ context.Context, req *storagev1.ListSharePartitionsRequest) (*storagev1.ListSharePartitionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &storagev1.ListSharePartitionsResponse{}
+	for k := range f.spsos[req.GetGroupId()] {
+		resp.Partitions = append(resp.Partitions, f.state(req.GetGroupId(), k.topic, k.p))
+	}
+	slices.SortFunc(resp.Partitions, func(a, b *storagev1.SharePartitionState) int {
+		return cmp.Or(strings.Compare(a.GetTopic(), b.GetTopic()), cmp.Compare(a.GetPartition(), b.GetPartition()))
+	})
+	return resp, nil
+}
+
+func (f *fakeShares) DescribeSharePartitions(_ context.Context, req *storagev1.DescribeSharePartitionsRequest) (*storagev1.DescribeSharePartitionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &storagev1.DescribeSharePartitionsResponse{}
+	for _, p := range req.GetPartitions() {
+		resp.Partitions = append(resp.Partitions, f.state(req.GetGroupId(), p.GetTopic(), p.GetPartition()))
+	}
+	return resp, nil
+}
+
+func (f *fakeShares) AlterSharePartitions(_ context.Context, req *storagev1.AlterSharePartitionsRequest) (*storagev1.AlterSharePartitionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &storagev1.AlterSharePartitionsResponse{}
+	for _, p := range req.GetPartitions() {
+		if p.GetStartOffset() < 0 {
+			resp.Partitions = append(resp.Partitions, &storagev1.SharePartitionState{Topic: p.GetTopic(), Partition: p.GetPartition(),
+				Error: storagev1.ShareError_SHARE_ERROR_INVALID_REQUEST, StartOffset: -1, Lag: -1})
+			continue
+		}
+		if f.spsos[req.GetGroupId()] == nil {
+			f.spsos[req.GetGroupId()] = map[sharePart]int64{}
+		}
+		f.spsos[req.GetGroupId()][sharePart{p.GetTopic(), p.GetPartition()}] = p.GetStartOffset()
+		resp.Partitions = append(resp.Partitions, f.state(req.GetGroupId(), p.GetTopic(), p.GetPartition()))
+	}
+	return resp, nil
+}
+
+func (f *fakeShares) DeleteSharePartitions(_ context.Context, req *storagev1.DeleteSharePartitionsRequest) (*storagev1.DeleteSharePartitionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &storagev1.DeleteSharePartitionsResponse{}
+	for _, p := range req.GetPartitions() {
+		delete(f.spsos[req.GetGroupId()], sharePart{p.GetTopic(), p.GetPartition()})
+		resp.Partitions = append(resp.Partitions, &storagev1.SharePartitionState{Topic: p.GetTopic(), Partition: p.GetPartition(), StartOffset: -1, Lag: -1})
+	}
+	return resp, nil
 }

@@ -137,12 +137,13 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	}
 	coordinatorv1.RegisterConsumerGroupServiceServer(s.grpc, consumerGroups)
 	s.groups.AddSweep("consumer-groups", 0, consumerGroups.Sweep)
-	shareGroups, err := consumergroup.NewShare(cfg.ShareGroups, consumerGroups)
+	shareGroups, err := consumergroup.NewShare(cfg.ShareGroups, consumerGroups, storagev1.NewShareServiceClient(s.storageConn))
 	if err != nil {
 		return nil, err
 	}
 	coordinatorv1.RegisterShareGroupServiceServer(s.grpc, shareGroups)
 	s.groups.AddSweep("share-groups", 0, shareGroups.Sweep)
+	s.groups.SetShareStateDeleter(shareGroups.DeleteShareState)
 	s.txns = txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout, IDExpiration: cfg.TransactionalIDExpiration}, txn.Deps{
 		Store: s.store, Markers: txn.StorageMarkers(s.storage), NextProducerID: s.handler.NextProducerID,
 		Log: log.Named("txn"), Now: cfg.Now,

@@ -199,12 +199,68 @@ func TestShareGroupsServed(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Offsets admin, now that the group is empty (with members it is NON_EMPTY_GROUP,
+	// checked by the e2e test): alter, describe, delete one topic, describe all.
+	if res := createOne(t, r1.client, "other", 1, nil); res.GetErrorCode() != 0 {
+		t.Fatalf("create topic: %v", res)
+	}
+	alterOff, err := share1.AlterShareGroupOffsets(ctx, &coordinatorv1.AlterShareGroupOffsetsRequest{GroupId: "sg", Topics: []*coordinatorv1.ShareOffsetsAlterTopic{
+		{Name: "orders", Partitions: []*coordinatorv1.ShareOffsetsAlterPartition{{Partition: 0, StartOffset: 5}, {Partition: 2, StartOffset: 7}, {Partition: 9, StartOffset: 1}, {Partition: 1, StartOffset: -3}}},
+		{Name: "other", Partitions: []*coordinatorv1.ShareOffsetsAlterPartition{{Partition: 0, StartOffset: 1}}},
+		{Name: "nosuch", Partitions: []*coordinatorv1.ShareOffsetsAlterPartition{{Partition: 0, StartOffset: 1}}},
+	}})
+	if err != nil || alterOff.GetErrorCode() != 0 {
+		t.Fatalf("AlterShareGroupOffsets: %v %v", alterOff, err)
+	}
+	wantCodes := [][]int32{{0, 0, int32(kerr.UnknownTopicOrPartition.Code), int32(kerr.InvalidRequest.Code)}, {0}, {int32(kerr.UnknownTopicOrPartition.Code)}}
+	for i, tr := range alterOff.GetTopics() {
+		for j, p := range tr.GetPartitions() {
+			if p.GetErrorCode() != wantCodes[i][j] {
+				t.Errorf("alter %s/%d: code %d, want %d", tr.GetName(), p.GetPartition(), p.GetErrorCode(), wantCodes[i][j])
+			}
+		}
+	}
+	descOff, err := share2.DescribeShareGroupOffsets(ctx, &coordinatorv1.DescribeShareGroupOffsetsRequest{GroupId: "sg",
+		Topics: []*coordinatorv1.ShareOffsetsTopic{{Name: "orders", Partitions: []int32{0, 1, 2, 7}}, {Name: "nosuch", Partitions: []int32{0}}}})
+	if err != nil || descOff.GetErrorCode() != 0 {
+		t.Fatalf("DescribeShareGroupOffsets: %v %v", descOff, err)
+	}
+	var got []int64
+	for _, tr := range descOff.GetTopics() {
+		for _, p := range tr.GetPartitions() {
+			got = append(got, p.GetStartOffset())
+		}
+	}
+	if fmt.Sprint(got) != "[5 -1 7 -1 -1]" || len(descOff.GetTopics()[0].GetTopicId()) != 16 {
+		t.Errorf("described start offsets %v (topics %v), want [5 -1 7 -1 -1]", got, descOff.GetTopics())
+	}
+	delOff, err := share1.DeleteShareGroupOffsets(ctx, &coordinatorv1.DeleteShareGroupOffsetsRequest{GroupId: "sg", Topics: []string{"orders", "nosuch"}})
+	if err != nil || delOff.GetErrorCode() != 0 || delOff.GetTopics()[0].GetErrorCode() != 0 || delOff.GetTopics()[1].GetErrorCode() != int32(kerr.UnknownTopicOrPartition.Code) {
+		t.Fatalf("DeleteShareGroupOffsets: %v %v", delOff, err)
+	}
+	all, err := share2.DescribeShareGroupOffsets(ctx, &coordinatorv1.DescribeShareGroupOffsetsRequest{GroupId: "sg", AllTopics: true})
+	if err != nil || len(all.GetTopics()) != 1 || all.GetTopics()[0].GetName() != "other" || all.GetTopics()[0].GetPartitions()[0].GetStartOffset() != 1 {
+		t.Errorf("describe all after deleting orders: %v %v", all, err)
+	}
+	for _, id := range []string{"classic", "kip848"} {
+		if r, err := share1.AlterShareGroupOffsets(ctx, &coordinatorv1.AlterShareGroupOffsetsRequest{GroupId: id}); err != nil || r.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
+			t.Errorf("alter offsets of %s: %v %v, want GROUP_ID_NOT_FOUND", id, r, err)
+		}
+	}
+	if r, err := share1.DeleteShareGroupOffsets(ctx, &coordinatorv1.DeleteShareGroupOffsetsRequest{GroupId: "nogroup", Topics: []string{"orders"}}); err != nil || r.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
+		t.Errorf("delete offsets of a missing group: %v %v, want GROUP_ID_NOT_FOUND", r, err)
+	}
+
 	del, err = groups.DeleteGroups(ctx, &coordinatorv1.DeleteGroupsRequest{GroupIds: []string{"sg"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if code := del.GetResults()[0].GetErrorCode(); code != 0 {
 		t.Errorf("delete the empty share group: code %d", code)
+	}
+	if left := e.storage.shares.spsos["sg"]; len(left) != 0 {
+		t.Errorf("share state left after DeleteGroups: %v", left)
 	}
 	if resp := beat(share1, "sg", "b", epochs["b"]); resp.GetErrorCode() != int32(kerr.GroupIDNotFound.Code) {
 		t.Errorf("heartbeat to the deleted group: code %d, want GROUP_ID_NOT_FOUND", resp.GetErrorCode())

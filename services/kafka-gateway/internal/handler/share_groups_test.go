@@ -59,4 +59,19 @@ func TestShareGroupsDisabled(t *testing.T) {
 	if g := on.do(t, d, 1).(*kmsg.ShareGroupDescribeResponse).Groups; len(g) != 1 || g[0].ErrorCode != kerr.CoordinatorNotAvailable.Code {
 		t.Errorf("describe without a coordinator: %+v", g)
 	}
+	dso := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+	dso.Groups = []kmsg.DescribeShareGroupOffsetsRequestGroup{{GroupID: "g"}}
+	if g := on.do(t, dso, 1).(*kmsg.DescribeShareGroupOffsetsResponse).Groups; len(g) != 1 || g[0].ErrorCode != kerr.CoordinatorNotAvailable.Code {
+		t.Errorf("describe offsets without a coordinator: %+v", g)
+	}
+	aso := kmsg.NewPtrAlterShareGroupOffsetsRequest()
+	aso.GroupID = "g"
+	if r := on.do(t, aso, 0).(*kmsg.AlterShareGroupOffsetsResponse); r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+		t.Errorf("alter offsets without a coordinator: %+v", r)
+	}
+	del := kmsg.NewPtrDeleteShareGroupOffsetsRequest()
+	del.GroupID = "g"
+	if r := on.do(t, del, 0).(*kmsg.DeleteShareGroupOffsetsResponse); r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+		t.Errorf("delete offsets without a coordinator: %+v", r)
+	}
 }

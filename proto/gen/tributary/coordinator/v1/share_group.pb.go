@@ -1019,6 +1019,668 @@ func (x *GetShareGroupConfigResponse) GetAutoOffsetResetDurationMs() int64 {
 	return 0
 }
 
+type ShareOffsetsTopic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Partitions    []int32                `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareOffsetsTopic) Reset() {
+	*x = ShareOffsetsTopic{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareOffsetsTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareOffsetsTopic) ProtoMessage() {}
+
+func (x *ShareOffsetsTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareOffsetsTopic.ProtoReflect.Descriptor instead.
+func (*ShareOffsetsTopic) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ShareOffsetsTopic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShareOffsetsTopic) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type DescribeShareGroupOffsetsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// Every partition the group has state for; topics is ignored.
+	AllTopics     bool                 `protobuf:"varint,2,opt,name=all_topics,json=allTopics,proto3" json:"all_topics,omitempty"`
+	Topics        []*ShareOffsetsTopic `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeShareGroupOffsetsRequest) Reset() {
+	*x = DescribeShareGroupOffsetsRequest{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeShareGroupOffsetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeShareGroupOffsetsRequest) ProtoMessage() {}
+
+func (x *DescribeShareGroupOffsetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeShareGroupOffsetsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeShareGroupOffsetsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DescribeShareGroupOffsetsRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *DescribeShareGroupOffsetsRequest) GetAllTopics() bool {
+	if x != nil {
+		return x.AllTopics
+	}
+	return false
+}
+
+func (x *DescribeShareGroupOffsetsRequest) GetTopics() []*ShareOffsetsTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type ShareOffsetsPartitionResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// -1 without state (Describe only).
+	StartOffset int64 `protobuf:"varint,2,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
+	Lag         int64 `protobuf:"varint,3,opt,name=lag,proto3" json:"lag,omitempty"`
+	// 0, 3 UNKNOWN_TOPIC_OR_PARTITION, 42 INVALID_REQUEST, 56 KAFKA_STORAGE_ERROR.
+	ErrorCode     int32  `protobuf:"varint,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,5,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareOffsetsPartitionResult) Reset() {
+	*x = ShareOffsetsPartitionResult{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareOffsetsPartitionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareOffsetsPartitionResult) ProtoMessage() {}
+
+func (x *ShareOffsetsPartitionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareOffsetsPartitionResult.ProtoReflect.Descriptor instead.
+func (*ShareOffsetsPartitionResult) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ShareOffsetsPartitionResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ShareOffsetsPartitionResult) GetStartOffset() int64 {
+	if x != nil {
+		return x.StartOffset
+	}
+	return 0
+}
+
+func (x *ShareOffsetsPartitionResult) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *ShareOffsetsPartitionResult) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ShareOffsetsPartitionResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type ShareOffsetsTopicResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// 16 bytes; empty for an unknown topic.
+	TopicId []byte `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	// DeleteShareGroupOffsets: 3 UNKNOWN_TOPIC_OR_PARTITION, 56 KAFKA_STORAGE_ERROR.
+	ErrorCode     int32                          `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                         `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Partitions    []*ShareOffsetsPartitionResult `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareOffsetsTopicResult) Reset() {
+	*x = ShareOffsetsTopicResult{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareOffsetsTopicResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareOffsetsTopicResult) ProtoMessage() {}
+
+func (x *ShareOffsetsTopicResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareOffsetsTopicResult.ProtoReflect.Descriptor instead.
+func (*ShareOffsetsTopicResult) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ShareOffsetsTopicResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShareOffsetsTopicResult) GetTopicId() []byte {
+	if x != nil {
+		return x.TopicId
+	}
+	return nil
+}
+
+func (x *ShareOffsetsTopicResult) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ShareOffsetsTopicResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *ShareOffsetsTopicResult) GetPartitions() []*ShareOffsetsPartitionResult {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type DescribeShareGroupOffsetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 69 GROUP_ID_NOT_FOUND for a group of another type.
+	ErrorCode     int32                      `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                     `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Topics        []*ShareOffsetsTopicResult `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeShareGroupOffsetsResponse) Reset() {
+	*x = DescribeShareGroupOffsetsResponse{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeShareGroupOffsetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeShareGroupOffsetsResponse) ProtoMessage() {}
+
+func (x *DescribeShareGroupOffsetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeShareGroupOffsetsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeShareGroupOffsetsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DescribeShareGroupOffsetsResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *DescribeShareGroupOffsetsResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *DescribeShareGroupOffsetsResponse) GetTopics() []*ShareOffsetsTopicResult {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type ShareOffsetsAlterPartition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	StartOffset   int64                  `protobuf:"varint,2,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareOffsetsAlterPartition) Reset() {
+	*x = ShareOffsetsAlterPartition{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareOffsetsAlterPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareOffsetsAlterPartition) ProtoMessage() {}
+
+func (x *ShareOffsetsAlterPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareOffsetsAlterPartition.ProtoReflect.Descriptor instead.
+func (*ShareOffsetsAlterPartition) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ShareOffsetsAlterPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ShareOffsetsAlterPartition) GetStartOffset() int64 {
+	if x != nil {
+		return x.StartOffset
+	}
+	return 0
+}
+
+type ShareOffsetsAlterTopic struct {
+	state         protoimpl.MessageState        `protogen:"open.v1"`
+	Name          string                        `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Partitions    []*ShareOffsetsAlterPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareOffsetsAlterTopic) Reset() {
+	*x = ShareOffsetsAlterTopic{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareOffsetsAlterTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareOffsetsAlterTopic) ProtoMessage() {}
+
+func (x *ShareOffsetsAlterTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareOffsetsAlterTopic.ProtoReflect.Descriptor instead.
+func (*ShareOffsetsAlterTopic) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ShareOffsetsAlterTopic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShareOffsetsAlterTopic) GetPartitions() []*ShareOffsetsAlterPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type AlterShareGroupOffsetsRequest struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	GroupId       string                    `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Topics        []*ShareOffsetsAlterTopic `protobuf:"bytes,2,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterShareGroupOffsetsRequest) Reset() {
+	*x = AlterShareGroupOffsetsRequest{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterShareGroupOffsetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterShareGroupOffsetsRequest) ProtoMessage() {}
+
+func (x *AlterShareGroupOffsetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterShareGroupOffsetsRequest.ProtoReflect.Descriptor instead.
+func (*AlterShareGroupOffsetsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AlterShareGroupOffsetsRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *AlterShareGroupOffsetsRequest) GetTopics() []*ShareOffsetsAlterTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type AlterShareGroupOffsetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 68 NON_EMPTY_GROUP, 69 GROUP_ID_NOT_FOUND (a group of another type), 24
+	// INVALID_GROUP_ID.
+	ErrorCode     int32                      `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                     `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Topics        []*ShareOffsetsTopicResult `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterShareGroupOffsetsResponse) Reset() {
+	*x = AlterShareGroupOffsetsResponse{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterShareGroupOffsetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterShareGroupOffsetsResponse) ProtoMessage() {}
+
+func (x *AlterShareGroupOffsetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterShareGroupOffsetsResponse.ProtoReflect.Descriptor instead.
+func (*AlterShareGroupOffsetsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AlterShareGroupOffsetsResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *AlterShareGroupOffsetsResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *AlterShareGroupOffsetsResponse) GetTopics() []*ShareOffsetsTopicResult {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type DeleteShareGroupOffsetsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Topics        []string               `protobuf:"bytes,2,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteShareGroupOffsetsRequest) Reset() {
+	*x = DeleteShareGroupOffsetsRequest{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteShareGroupOffsetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteShareGroupOffsetsRequest) ProtoMessage() {}
+
+func (x *DeleteShareGroupOffsetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteShareGroupOffsetsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteShareGroupOffsetsRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteShareGroupOffsetsRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *DeleteShareGroupOffsetsRequest) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type DeleteShareGroupOffsetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 68 NON_EMPTY_GROUP, 69 GROUP_ID_NOT_FOUND (missing, or of another type), 24
+	// INVALID_GROUP_ID.
+	ErrorCode     int32                      `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                     `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	Topics        []*ShareOffsetsTopicResult `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteShareGroupOffsetsResponse) Reset() {
+	*x = DeleteShareGroupOffsetsResponse{}
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteShareGroupOffsetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteShareGroupOffsetsResponse) ProtoMessage() {}
+
+func (x *DeleteShareGroupOffsetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_share_group_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteShareGroupOffsetsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteShareGroupOffsetsResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_share_group_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DeleteShareGroupOffsetsResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *DeleteShareGroupOffsetsResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *DeleteShareGroupOffsetsResponse) GetTopics() []*ShareOffsetsTopicResult {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
 var File_tributary_coordinator_v1_share_group_proto protoreflect.FileDescriptor
 
 const file_tributary_coordinator_v1_share_group_proto_rawDesc = "" +
@@ -1106,13 +1768,71 @@ const file_tributary_coordinator_v1_share_group_proto_rawDesc = "" +
 	"\x17record_lock_duration_ms\x18\x02 \x01(\x05R\x14recordLockDurationMs\x120\n" +
 	"\x14delivery_count_limit\x18\x03 \x01(\x05R\x12deliveryCountLimit\x12'\n" +
 	"\x0fisolation_level\x18\x04 \x01(\tR\x0eisolationLevel\x12@\n" +
-	"\x1dauto_offset_reset_duration_ms\x18\x05 \x01(\x03R\x19autoOffsetResetDurationMs2\xa8\x05\n" +
+	"\x1dauto_offset_reset_duration_ms\x18\x05 \x01(\x03R\x19autoOffsetResetDurationMs\"G\n" +
+	"\x11ShareOffsetsTopic\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\x05R\n" +
+	"partitions\"\xa1\x01\n" +
+	" DescribeShareGroupOffsetsRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1d\n" +
+	"\n" +
+	"all_topics\x18\x02 \x01(\bR\tallTopics\x12C\n" +
+	"\x06topics\x18\x03 \x03(\v2+.tributary.coordinator.v1.ShareOffsetsTopicR\x06topics\"\xb4\x01\n" +
+	"\x1bShareOffsetsPartitionResult\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
+	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\x12\x10\n" +
+	"\x03lag\x18\x03 \x01(\x03R\x03lag\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x04 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\"\xe3\x01\n" +
+	"\x17ShareOffsetsTopicResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\btopic_id\x18\x02 \x01(\fR\atopicId\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\x12U\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\v25.tributary.coordinator.v1.ShareOffsetsPartitionResultR\n" +
+	"partitions\"\xb2\x01\n" +
+	"!DescribeShareGroupOffsetsResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12I\n" +
+	"\x06topics\x18\x03 \x03(\v21.tributary.coordinator.v1.ShareOffsetsTopicResultR\x06topics\"]\n" +
+	"\x1aShareOffsetsAlterPartition\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
+	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\"\x82\x01\n" +
+	"\x16ShareOffsetsAlterTopic\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12T\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v24.tributary.coordinator.v1.ShareOffsetsAlterPartitionR\n" +
+	"partitions\"\x84\x01\n" +
+	"\x1dAlterShareGroupOffsetsRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12H\n" +
+	"\x06topics\x18\x02 \x03(\v20.tributary.coordinator.v1.ShareOffsetsAlterTopicR\x06topics\"\xaf\x01\n" +
+	"\x1eAlterShareGroupOffsetsResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12I\n" +
+	"\x06topics\x18\x03 \x03(\v21.tributary.coordinator.v1.ShareOffsetsTopicResultR\x06topics\"S\n" +
+	"\x1eDeleteShareGroupOffsetsRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x16\n" +
+	"\x06topics\x18\x02 \x03(\tR\x06topics\"\xb0\x01\n" +
+	"\x1fDeleteShareGroupOffsetsResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12I\n" +
+	"\x06topics\x18\x03 \x03(\v21.tributary.coordinator.v1.ShareOffsetsTopicResultR\x06topics2\xde\b\n" +
 	"\x11ShareGroupService\x12\x82\x01\n" +
 	"\x13ShareGroupHeartbeat\x124.tributary.coordinator.v1.ShareGroupHeartbeatRequest\x1a5.tributary.coordinator.v1.ShareGroupHeartbeatResponse\x12\x82\x01\n" +
 	"\x13DescribeShareGroups\x124.tributary.coordinator.v1.DescribeShareGroupsRequest\x1a5.tributary.coordinator.v1.DescribeShareGroupsResponse\x12\x85\x01\n" +
 	"\x14DescribeGroupConfigs\x125.tributary.coordinator.v1.DescribeGroupConfigsRequest\x1a6.tributary.coordinator.v1.DescribeGroupConfigsResponse\x12|\n" +
 	"\x11AlterGroupConfigs\x122.tributary.coordinator.v1.AlterGroupConfigsRequest\x1a3.tributary.coordinator.v1.AlterGroupConfigsResponse\x12\x82\x01\n" +
-	"\x13GetShareGroupConfig\x124.tributary.coordinator.v1.GetShareGroupConfigRequest\x1a5.tributary.coordinator.v1.GetShareGroupConfigResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x13GetShareGroupConfig\x124.tributary.coordinator.v1.GetShareGroupConfigRequest\x1a5.tributary.coordinator.v1.GetShareGroupConfigResponse\x12\x94\x01\n" +
+	"\x19DescribeShareGroupOffsets\x12:.tributary.coordinator.v1.DescribeShareGroupOffsetsRequest\x1a;.tributary.coordinator.v1.DescribeShareGroupOffsetsResponse\x12\x8b\x01\n" +
+	"\x16AlterShareGroupOffsets\x127.tributary.coordinator.v1.AlterShareGroupOffsetsRequest\x1a8.tributary.coordinator.v1.AlterShareGroupOffsetsResponse\x12\x8e\x01\n" +
+	"\x17DeleteShareGroupOffsets\x128.tributary.coordinator.v1.DeleteShareGroupOffsetsRequest\x1a9.tributary.coordinator.v1.DeleteShareGroupOffsetsResponseBQZOgithub.com/tributary/tributary/proto/gen/tributary/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_tributary_coordinator_v1_share_group_proto_rawDescOnce sync.Once
@@ -1126,52 +1846,76 @@ func file_tributary_coordinator_v1_share_group_proto_rawDescGZIP() []byte {
 	return file_tributary_coordinator_v1_share_group_proto_rawDescData
 }
 
-var file_tributary_coordinator_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tributary_coordinator_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_tributary_coordinator_v1_share_group_proto_goTypes = []any{
-	(*ShareGroupHeartbeatRequest)(nil),   // 0: tributary.coordinator.v1.ShareGroupHeartbeatRequest
-	(*ShareGroupHeartbeatResponse)(nil),  // 1: tributary.coordinator.v1.ShareGroupHeartbeatResponse
-	(*DescribeShareGroupsRequest)(nil),   // 2: tributary.coordinator.v1.DescribeShareGroupsRequest
-	(*ShareGroupMemberDescription)(nil),  // 3: tributary.coordinator.v1.ShareGroupMemberDescription
-	(*ShareGroupDescription)(nil),        // 4: tributary.coordinator.v1.ShareGroupDescription
-	(*DescribeShareGroupsResponse)(nil),  // 5: tributary.coordinator.v1.DescribeShareGroupsResponse
-	(*DescribeGroupConfigsRequest)(nil),  // 6: tributary.coordinator.v1.DescribeGroupConfigsRequest
-	(*GroupConfigs)(nil),                 // 7: tributary.coordinator.v1.GroupConfigs
-	(*DescribeGroupConfigsResponse)(nil), // 8: tributary.coordinator.v1.DescribeGroupConfigsResponse
-	(*GroupAlteration)(nil),              // 9: tributary.coordinator.v1.GroupAlteration
-	(*AlterGroupConfigsRequest)(nil),     // 10: tributary.coordinator.v1.AlterGroupConfigsRequest
-	(*GroupConfigResult)(nil),            // 11: tributary.coordinator.v1.GroupConfigResult
-	(*AlterGroupConfigsResponse)(nil),    // 12: tributary.coordinator.v1.AlterGroupConfigsResponse
-	(*GetShareGroupConfigRequest)(nil),   // 13: tributary.coordinator.v1.GetShareGroupConfigRequest
-	(*GetShareGroupConfigResponse)(nil),  // 14: tributary.coordinator.v1.GetShareGroupConfigResponse
-	(*TopicPartitions)(nil),              // 15: tributary.coordinator.v1.TopicPartitions
-	(*ConfigEntry)(nil),                  // 16: tributary.coordinator.v1.ConfigEntry
-	(*ConfigAlteration)(nil),             // 17: tributary.coordinator.v1.ConfigAlteration
+	(*ShareGroupHeartbeatRequest)(nil),        // 0: tributary.coordinator.v1.ShareGroupHeartbeatRequest
+	(*ShareGroupHeartbeatResponse)(nil),       // 1: tributary.coordinator.v1.ShareGroupHeartbeatResponse
+	(*DescribeShareGroupsRequest)(nil),        // 2: tributary.coordinator.v1.DescribeShareGroupsRequest
+	(*ShareGroupMemberDescription)(nil),       // 3: tributary.coordinator.v1.ShareGroupMemberDescription
+	(*ShareGroupDescription)(nil),             // 4: tributary.coordinator.v1.ShareGroupDescription
+	(*DescribeShareGroupsResponse)(nil),       // 5: tributary.coordinator.v1.DescribeShareGroupsResponse
+	(*DescribeGroupConfigsRequest)(nil),       // 6: tributary.coordinator.v1.DescribeGroupConfigsRequest
+	(*GroupConfigs)(nil),                      // 7: tributary.coordinator.v1.GroupConfigs
+	(*DescribeGroupConfigsResponse)(nil),      // 8: tributary.coordinator.v1.DescribeGroupConfigsResponse
+	(*GroupAlteration)(nil),                   // 9: tributary.coordinator.v1.GroupAlteration
+	(*AlterGroupConfigsRequest)(nil),          // 10: tributary.coordinator.v1.AlterGroupConfigsRequest
+	(*GroupConfigResult)(nil),                 // 11: tributary.coordinator.v1.GroupConfigResult
+	(*AlterGroupConfigsResponse)(nil),         // 12: tributary.coordinator.v1.AlterGroupConfigsResponse
+	(*GetShareGroupConfigRequest)(nil),        // 13: tributary.coordinator.v1.GetShareGroupConfigRequest
+	(*GetShareGroupConfigResponse)(nil),       // 14: tributary.coordinator.v1.GetShareGroupConfigResponse
+	(*ShareOffsetsTopic)(nil),                 // 15: tributary.coordinator.v1.ShareOffsetsTopic
+	(*DescribeShareGroupOffsetsRequest)(nil),  // 16: tributary.coordinator.v1.DescribeShareGroupOffsetsRequest
+	(*ShareOffsetsPartitionResult)(nil),       // 17: tributary.coordinator.v1.ShareOffsetsPartitionResult
+	(*ShareOffsetsTopicResult)(nil),           // 18: tributary.coordinator.v1.ShareOffsetsTopicResult
+	(*DescribeShareGroupOffsetsResponse)(nil), // 19: tributary.coordinator.v1.DescribeShareGroupOffsetsResponse
+	(*ShareOffsetsAlterPartition)(nil),        // 20: tributary.coordinator.v1.ShareOffsetsAlterPartition
+	(*ShareOffsetsAlterTopic)(nil),            // 21: tributary.coordinator.v1.ShareOffsetsAlterTopic
+	(*AlterShareGroupOffsetsRequest)(nil),     // 22: tributary.coordinator.v1.AlterShareGroupOffsetsRequest
+	(*AlterShareGroupOffsetsResponse)(nil),    // 23: tributary.coordinator.v1.AlterShareGroupOffsetsResponse
+	(*DeleteShareGroupOffsetsRequest)(nil),    // 24: tributary.coordinator.v1.DeleteShareGroupOffsetsRequest
+	(*DeleteShareGroupOffsetsResponse)(nil),   // 25: tributary.coordinator.v1.DeleteShareGroupOffsetsResponse
+	(*TopicPartitions)(nil),                   // 26: tributary.coordinator.v1.TopicPartitions
+	(*ConfigEntry)(nil),                       // 27: tributary.coordinator.v1.ConfigEntry
+	(*ConfigAlteration)(nil),                  // 28: tributary.coordinator.v1.ConfigAlteration
 }
 var file_tributary_coordinator_v1_share_group_proto_depIdxs = []int32{
-	15, // 0: tributary.coordinator.v1.ShareGroupHeartbeatResponse.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
-	15, // 1: tributary.coordinator.v1.ShareGroupMemberDescription.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	26, // 0: tributary.coordinator.v1.ShareGroupHeartbeatResponse.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	26, // 1: tributary.coordinator.v1.ShareGroupMemberDescription.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
 	3,  // 2: tributary.coordinator.v1.ShareGroupDescription.members:type_name -> tributary.coordinator.v1.ShareGroupMemberDescription
 	4,  // 3: tributary.coordinator.v1.DescribeShareGroupsResponse.groups:type_name -> tributary.coordinator.v1.ShareGroupDescription
-	16, // 4: tributary.coordinator.v1.GroupConfigs.entries:type_name -> tributary.coordinator.v1.ConfigEntry
+	27, // 4: tributary.coordinator.v1.GroupConfigs.entries:type_name -> tributary.coordinator.v1.ConfigEntry
 	7,  // 5: tributary.coordinator.v1.DescribeGroupConfigsResponse.groups:type_name -> tributary.coordinator.v1.GroupConfigs
-	17, // 6: tributary.coordinator.v1.GroupAlteration.alterations:type_name -> tributary.coordinator.v1.ConfigAlteration
+	28, // 6: tributary.coordinator.v1.GroupAlteration.alterations:type_name -> tributary.coordinator.v1.ConfigAlteration
 	9,  // 7: tributary.coordinator.v1.AlterGroupConfigsRequest.groups:type_name -> tributary.coordinator.v1.GroupAlteration
 	11, // 8: tributary.coordinator.v1.AlterGroupConfigsResponse.results:type_name -> tributary.coordinator.v1.GroupConfigResult
-	0,  // 9: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> tributary.coordinator.v1.ShareGroupHeartbeatRequest
-	2,  // 10: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:input_type -> tributary.coordinator.v1.DescribeShareGroupsRequest
-	6,  // 11: tributary.coordinator.v1.ShareGroupService.DescribeGroupConfigs:input_type -> tributary.coordinator.v1.DescribeGroupConfigsRequest
-	10, // 12: tributary.coordinator.v1.ShareGroupService.AlterGroupConfigs:input_type -> tributary.coordinator.v1.AlterGroupConfigsRequest
-	13, // 13: tributary.coordinator.v1.ShareGroupService.GetShareGroupConfig:input_type -> tributary.coordinator.v1.GetShareGroupConfigRequest
-	1,  // 14: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> tributary.coordinator.v1.ShareGroupHeartbeatResponse
-	5,  // 15: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:output_type -> tributary.coordinator.v1.DescribeShareGroupsResponse
-	8,  // 16: tributary.coordinator.v1.ShareGroupService.DescribeGroupConfigs:output_type -> tributary.coordinator.v1.DescribeGroupConfigsResponse
-	12, // 17: tributary.coordinator.v1.ShareGroupService.AlterGroupConfigs:output_type -> tributary.coordinator.v1.AlterGroupConfigsResponse
-	14, // 18: tributary.coordinator.v1.ShareGroupService.GetShareGroupConfig:output_type -> tributary.coordinator.v1.GetShareGroupConfigResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	15, // 9: tributary.coordinator.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> tributary.coordinator.v1.ShareOffsetsTopic
+	17, // 10: tributary.coordinator.v1.ShareOffsetsTopicResult.partitions:type_name -> tributary.coordinator.v1.ShareOffsetsPartitionResult
+	18, // 11: tributary.coordinator.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> tributary.coordinator.v1.ShareOffsetsTopicResult
+	20, // 12: tributary.coordinator.v1.ShareOffsetsAlterTopic.partitions:type_name -> tributary.coordinator.v1.ShareOffsetsAlterPartition
+	21, // 13: tributary.coordinator.v1.AlterShareGroupOffsetsRequest.topics:type_name -> tributary.coordinator.v1.ShareOffsetsAlterTopic
+	18, // 14: tributary.coordinator.v1.AlterShareGroupOffsetsResponse.topics:type_name -> tributary.coordinator.v1.ShareOffsetsTopicResult
+	18, // 15: tributary.coordinator.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> tributary.coordinator.v1.ShareOffsetsTopicResult
+	0,  // 16: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> tributary.coordinator.v1.ShareGroupHeartbeatRequest
+	2,  // 17: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:input_type -> tributary.coordinator.v1.DescribeShareGroupsRequest
+	6,  // 18: tributary.coordinator.v1.ShareGroupService.DescribeGroupConfigs:input_type -> tributary.coordinator.v1.DescribeGroupConfigsRequest
+	10, // 19: tributary.coordinator.v1.ShareGroupService.AlterGroupConfigs:input_type -> tributary.coordinator.v1.AlterGroupConfigsRequest
+	13, // 20: tributary.coordinator.v1.ShareGroupService.GetShareGroupConfig:input_type -> tributary.coordinator.v1.GetShareGroupConfigRequest
+	16, // 21: tributary.coordinator.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> tributary.coordinator.v1.DescribeShareGroupOffsetsRequest
+	22, // 22: tributary.coordinator.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> tributary.coordinator.v1.AlterShareGroupOffsetsRequest
+	24, // 23: tributary.coordinator.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> tributary.coordinator.v1.DeleteShareGroupOffsetsRequest
+	1,  // 24: tributary.coordinator.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> tributary.coordinator.v1.ShareGroupHeartbeatResponse
+	5,  // 25: tributary.coordinator.v1.ShareGroupService.DescribeShareGroups:output_type -> tributary.coordinator.v1.DescribeShareGroupsResponse
+	8,  // 26: tributary.coordinator.v1.ShareGroupService.DescribeGroupConfigs:output_type -> tributary.coordinator.v1.DescribeGroupConfigsResponse
+	12, // 27: tributary.coordinator.v1.ShareGroupService.AlterGroupConfigs:output_type -> tributary.coordinator.v1.AlterGroupConfigsResponse
+	14, // 28: tributary.coordinator.v1.ShareGroupService.GetShareGroupConfig:output_type -> tributary.coordinator.v1.GetShareGroupConfigResponse
+	19, // 29: tributary.coordinator.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> tributary.coordinator.v1.DescribeShareGroupOffsetsResponse
+	23, // 30: tributary.coordinator.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> tributary.coordinator.v1.AlterShareGroupOffsetsResponse
+	25, // 31: tributary.coordinator.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> tributary.coordinator.v1.DeleteShareGroupOffsetsResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_tributary_coordinator_v1_share_group_proto_init() }
@@ -1189,7 +1933,7 @@ func file_tributary_coordinator_v1_share_group_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_coordinator_v1_share_group_proto_rawDesc), len(file_tributary_coordinator_v1_share_group_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

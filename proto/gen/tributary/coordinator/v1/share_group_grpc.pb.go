@@ -36,11 +36,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ShareGroupService_ShareGroupHeartbeat_FullMethodName  = "/tributary.coordinator.v1.ShareGroupService/ShareGroupHeartbeat"
-	ShareGroupService_DescribeShareGroups_FullMethodName  = "/tributary.coordinator.v1.ShareGroupService/DescribeShareGroups"
-	ShareGroupService_DescribeGroupConfigs_FullMethodName = "/tributary.coordinator.v1.ShareGroupService/DescribeGroupConfigs"
-	ShareGroupService_AlterGroupConfigs_FullMethodName    = "/tributary.coordinator.v1.ShareGroupService/AlterGroupConfigs"
-	ShareGroupService_GetShareGroupConfig_FullMethodName  = "/tributary.coordinator.v1.ShareGroupService/GetShareGroupConfig"
+	ShareGroupService_ShareGroupHeartbeat_FullMethodName       = "/tributary.coordinator.v1.ShareGroupService/ShareGroupHeartbeat"
+	ShareGroupService_DescribeShareGroups_FullMethodName       = "/tributary.coordinator.v1.ShareGroupService/DescribeShareGroups"
+	ShareGroupService_DescribeGroupConfigs_FullMethodName      = "/tributary.coordinator.v1.ShareGroupService/DescribeGroupConfigs"
+	ShareGroupService_AlterGroupConfigs_FullMethodName         = "/tributary.coordinator.v1.ShareGroupService/AlterGroupConfigs"
+	ShareGroupService_GetShareGroupConfig_FullMethodName       = "/tributary.coordinator.v1.ShareGroupService/GetShareGroupConfig"
+	ShareGroupService_DescribeShareGroupOffsets_FullMethodName = "/tributary.coordinator.v1.ShareGroupService/DescribeShareGroupOffsets"
+	ShareGroupService_AlterShareGroupOffsets_FullMethodName    = "/tributary.coordinator.v1.ShareGroupService/AlterShareGroupOffsets"
+	ShareGroupService_DeleteShareGroupOffsets_FullMethodName   = "/tributary.coordinator.v1.ShareGroupService/DeleteShareGroupOffsets"
 )
 
 // ShareGroupServiceClient is the client API for ShareGroupService service.
@@ -63,6 +66,16 @@ type ShareGroupServiceClient interface {
 	// GetShareGroupConfig is what a share partition of the group needs (storage-core's
 	// share state, through kafka-gateway): the group's own settings, unset ones zero.
 	GetShareGroupConfig(ctx context.Context, in *GetShareGroupConfigRequest, opts ...grpc.CallOption) (*GetShareGroupConfigResponse, error)
+	// DescribeShareGroupOffsets reports the share-partition start offset and lag of the
+	// group's partitions (storage-core's share state): -1 for a partition without state,
+	// a missing group or topic.
+	DescribeShareGroupOffsets(ctx context.Context, in *DescribeShareGroupOffsetsRequest, opts ...grpc.CallOption) (*DescribeShareGroupOffsetsResponse, error)
+	// AlterShareGroupOffsets sets start offsets of an empty share group (created when
+	// missing), under the group row lock so no member joins meanwhile.
+	AlterShareGroupOffsets(ctx context.Context, in *AlterShareGroupOffsetsRequest, opts ...grpc.CallOption) (*AlterShareGroupOffsetsResponse, error)
+	// DeleteShareGroupOffsets deletes the share state of whole topics of an empty share
+	// group; their next consumer starts from share.auto.offset.reset.
+	DeleteShareGroupOffsets(ctx context.Context, in *DeleteShareGroupOffsetsRequest, opts ...grpc.CallOption) (*DeleteShareGroupOffsetsResponse, error)
 }
 
 type shareGroupServiceClient struct {
@@ -123,6 +136,36 @@ func (c *shareGroupServiceClient) GetShareGroupConfig(ctx context.Context, in *G
 	return out, nil
 }
 
+func (c *shareGroupServiceClient) DescribeShareGroupOffsets(ctx context.Context, in *DescribeShareGroupOffsetsRequest, opts ...grpc.CallOption) (*DescribeShareGroupOffsetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeShareGroupOffsetsResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_DescribeShareGroupOffsets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shareGroupServiceClient) AlterShareGroupOffsets(ctx context.Context, in *AlterShareGroupOffsetsRequest, opts ...grpc.CallOption) (*AlterShareGroupOffsetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterShareGroupOffsetsResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_AlterShareGroupOffsets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shareGroupServiceClient) DeleteShareGroupOffsets(ctx context.Context, in *DeleteShareGroupOffsetsRequest, opts ...grpc.CallOption) (*DeleteShareGroupOffsetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteShareGroupOffsetsResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_DeleteShareGroupOffsets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ShareGroupServiceServer is the server API for ShareGroupService service.
 // All implementations must embed UnimplementedShareGroupServiceServer
 // for forward compatibility.
@@ -143,6 +186,16 @@ type ShareGroupServiceServer interface {
 	// GetShareGroupConfig is what a share partition of the group needs (storage-core's
 	// share state, through kafka-gateway): the group's own settings, unset ones zero.
 	GetShareGroupConfig(context.Context, *GetShareGroupConfigRequest) (*GetShareGroupConfigResponse, error)
+	// DescribeShareGroupOffsets reports the share-partition start offset and lag of the
+	// group's partitions (storage-core's share state): -1 for a partition without state,
+	// a missing group or topic.
+	DescribeShareGroupOffsets(context.Context, *DescribeShareGroupOffsetsRequest) (*DescribeShareGroupOffsetsResponse, error)
+	// AlterShareGroupOffsets sets start offsets of an empty share group (created when
+	// missing), under the group row lock so no member joins meanwhile.
+	AlterShareGroupOffsets(context.Context, *AlterShareGroupOffsetsRequest) (*AlterShareGroupOffsetsResponse, error)
+	// DeleteShareGroupOffsets deletes the share state of whole topics of an empty share
+	// group; their next consumer starts from share.auto.offset.reset.
+	DeleteShareGroupOffsets(context.Context, *DeleteShareGroupOffsetsRequest) (*DeleteShareGroupOffsetsResponse, error)
 	mustEmbedUnimplementedShareGroupServiceServer()
 }
 
@@ -167,6 +220,15 @@ func (UnimplementedShareGroupServiceServer) AlterGroupConfigs(context.Context, *
 }
 func (UnimplementedShareGroupServiceServer) GetShareGroupConfig(context.Context, *GetShareGroupConfigRequest) (*GetShareGroupConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetShareGroupConfig not implemented")
+}
+func (UnimplementedShareGroupServiceServer) DescribeShareGroupOffsets(context.Context, *DescribeShareGroupOffsetsRequest) (*DescribeShareGroupOffsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeShareGroupOffsets not implemented")
+}
+func (UnimplementedShareGroupServiceServer) AlterShareGroupOffsets(context.Context, *AlterShareGroupOffsetsRequest) (*AlterShareGroupOffsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterShareGroupOffsets not implemented")
+}
+func (UnimplementedShareGroupServiceServer) DeleteShareGroupOffsets(context.Context, *DeleteShareGroupOffsetsRequest) (*DeleteShareGroupOffsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteShareGroupOffsets not implemented")
 }
 func (UnimplementedShareGroupServiceServer) mustEmbedUnimplementedShareGroupServiceServer() {}
 func (UnimplementedShareGroupServiceServer) testEmbeddedByValue()                           {}
@@ -279,6 +341,60 @@ func _ShareGroupService_GetShareGroupConfig_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShareGroupService_DescribeShareGroupOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeShareGroupOffsetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).DescribeShareGroupOffsets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_DescribeShareGroupOffsets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).DescribeShareGroupOffsets(ctx, req.(*DescribeShareGroupOffsetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShareGroupService_AlterShareGroupOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterShareGroupOffsetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).AlterShareGroupOffsets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_AlterShareGroupOffsets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).AlterShareGroupOffsets(ctx, req.(*AlterShareGroupOffsetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShareGroupService_DeleteShareGroupOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteShareGroupOffsetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).DeleteShareGroupOffsets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_DeleteShareGroupOffsets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).DeleteShareGroupOffsets(ctx, req.(*DeleteShareGroupOffsetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ShareGroupService_ServiceDesc is the grpc.ServiceDesc for ShareGroupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -305,6 +421,18 @@ var ShareGroupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetShareGroupConfig",
 			Handler:    _ShareGroupService_GetShareGroupConfig_Handler,
+		},
+		{
+			MethodName: "DescribeShareGroupOffsets",
+			Handler:    _ShareGroupService_DescribeShareGroupOffsets_Handler,
+		},
+		{
+			MethodName: "AlterShareGroupOffsets",
+			Handler:    _ShareGroupService_AlterShareGroupOffsets_Handler,
+		},
+		{
+			MethodName: "DeleteShareGroupOffsets",
+			Handler:    _ShareGroupService_DeleteShareGroupOffsets_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
