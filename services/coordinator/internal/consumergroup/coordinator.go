@@ -300,12 +300,14 @@ func (c *Coordinator) topics(ctx context.Context) ([]topicInfo, error) {
 // revoke partitions within their rebalance timeout, and moves every group it touches
 // to a new target assignment. The group coordinator runs it under its NATS sweep lock.
 func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
-	return c.sweep(ctx, now, consumerKind, c.store.DueConsumerGroups, c.expire)
+	return c.sweep(ctx, now, consumerKind, c.store.DueConsumerGroups, func(_ string, d *doc, topics []topicInfo, now time.Time) []string {
+		return c.expire(d, topics, now)
+	})
 }
 
 // sweep runs expire on every group of kind k that due names, each under its row lock.
 func (c *Coordinator) sweep(ctx context.Context, now time.Time, k docKind, due func(context.Context, time.Time) ([]string, error),
-	expire func(d *doc, topics []topicInfo, now time.Time) []string) error {
+	expire func(id string, d *doc, topics []topicInfo, now time.Time) []string) error {
 	ids, err := due(ctx, now)
 	if err != nil || len(ids) == 0 {
 		return err
@@ -319,7 +321,7 @@ func (c *Coordinator) sweep(ctx context.Context, now time.Time, k docKind, due f
 			if d == nil {
 				return false, nil
 			}
-			gone := expire(d, topics, now)
+			gone := expire(id, d, topics, now)
 			for _, m := range gone {
 				c.log.Info("group member expired", zap.String("group_type", k.groupType), zap.String("group", id),
 					zap.String("member", m), zap.Int32("group_epoch", d.GroupEpoch))

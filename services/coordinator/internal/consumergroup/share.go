@@ -154,7 +154,32 @@ func (s *ShareCoordinator) ShareGroupHeartbeat(ctx context.Context, req *coordin
 	if err != nil {
 		return nil, rpcerr.Status(err)
 	}
+	if req.GetMemberEpoch() == epochLeave && out.GetErrorCode() == 0 {
+		s.release(ctx, id, []string{req.GetMemberId()})
+	}
 	return out, nil
+}
+
+// release hands back to the group the records members acquired (storage-core's
+// ReleaseMember over all the group's partitions), once they left or their session
+// ended, as Kafka releases a departed member's acquisitions. Best effort: a failure is
+// logged, and the acquisition locks expire anyway.
+func (s *ShareCoordinator) release(ctx context.Context, group string, members []string) {
+	if s.partitions == nil {
+		return
+	}
+	for _, m := range members {
+		cctx, cancel := context.WithTimeout(ctx, shareStorageTimeout)
+		out, err := s.partitions.ReleaseMember(cctx, &storagev1.ReleaseMemberRequest{GroupId: group, MemberId: m})
+		cancel()
+		if err != nil {
+			s.c.log.Warn("release share group member's records failed", zap.String("group", group), zap.String("member", m), zap.Error(err))
+			continue
+		}
+		if out.GetReleased() > 0 {
+			s.c.log.Info("released share group member's records", zap.String("group", group), zap.String("member", m), zap.Int64("records", out.GetReleased()))
+		}
+	}
 }
 
 // validateShare checks a heartbeat as Kafka's throwIfShareGroupHeartbeatRequestIsInvalid
@@ -294,7 +319,18 @@ func (s *ShareCoordinator) expire(d *doc, topics []topicInfo, now time.Time) []s
 // touches to a new target assignment. The group coordinator runs it under its NATS
 // sweep lock, beside the consumer group sweep.
 func (s *ShareCoordinator) Sweep(ctx context.Context, now time.Time) error {
-	return s.c.sweep(ctx, now, shareKind, s.c.store.DueShareGroups, s.expire)
+	gone := map[string][]string{}
+	err := s.c.sweep(ctx, now, shareKind, s.c.store.DueShareGroups, func(id string, d *doc, topics []topicInfo, now time.Time) []string {
+		ids := s.expire(d, topics, now)
+		gone[id] = ids
+		return ids
+	})
+	// After the removals committed (a group whose commit failed keeps its members,
+	// and their records come back to them at worst as expired locks do).
+	for g, ms := range gone {
+		s.release(ctx, g, ms)
+	}
+	return err
 }
 
 // DescribeShareGroups implements Kafka's ShareGroupDescribe.

@@ -326,6 +326,23 @@ type fakeShares struct {
 
 	mu    sync.Mutex
 	spsos map[string]map[sharePart]int64 // group -> partition -> start offset
+	// released are the ReleaseMember calls, "group/member".
+	released []string
+}
+
+func (f *fakeShares) ReleaseMember(_ context.Context, req *storagev1.ReleaseMemberRequest) (*storagev1.ReleaseMemberResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, req.GetGroupId()+"/"+req.GetMemberId())
+	return &storagev1.ReleaseMemberResponse{}, nil
+}
+
+func (f *fakeShares) releasedMembers() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Clone(f.released)
+	slices.Sort(out)
+	return out
 }
 
 func (f *fakeShares) state(group string, topic string, p int32) *storagev1.SharePartitionState {

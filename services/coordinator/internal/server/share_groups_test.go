@@ -199,6 +199,14 @@ func TestShareGroupsServed(t *testing.T) {
 		}
 		return nil
 	})
+	// Their acquired records go back to the group: the one that left and the two
+	// whose sessions ended.
+	waitFor(t, "records of a, b and c released", func() error {
+		if got := e.storage.shares.releasedMembers(); fmt.Sprint(got) != "[sg/a sg/b sg/c]" {
+			return fmt.Errorf("released %v", got)
+		}
+		return nil
+	})
 
 	// Offsets admin, now that the group is empty (with members it is NON_EMPTY_GROUP,
 	// checked by the e2e test): alter, describe, delete one topic, describe all.
