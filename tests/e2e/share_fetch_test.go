@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -492,5 +494,254 @@ func TestShareThreeMembersExactlyOnce(t *testing.T) {
 	sort.Strings(dup)
 	if len(missing) > 0 || len(dup) > 0 || total != len(want) {
 		t.Fatalf("%d acquisitions for %d records: missing %d (%v), delivered twice %d (%v)", total, len(want), len(missing), first(missing, 5), len(dup), first(dup, 5))
+	}
+}
+
+// freezer dials connections that it can freeze all at once: reads and writes then
+// block until the connection is closed or the freezer killed (kill: they fail, as a
+// dead host's sockets eventually do), as with a host that died without closing its
+// sockets (no FIN, no more heartbeats, no acknowledgements).
+type freezer struct {
+	once, killOnce sync.Once
+	frozen, dead   chan struct{}
+}
+
+func newFreezer() *freezer { return &freezer{frozen: make(chan struct{}), dead: make(chan struct{})} }
+
+func (f *freezer) freeze() { f.once.Do(func() { close(f.frozen) }) }
+
+func (f *freezer) kill() {
+	f.freeze()
+	f.killOnce.Do(func() { close(f.dead) })
+}
+
+func (f *freezer) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	return &frozenConn{Conn: c, f: f, closed: make(chan struct{})}, nil
+}
+
+type frozenConn struct {
+	net.Conn
+	f      *freezer
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *frozenConn) block() error {
+	select {
+	case <-c.f.frozen:
+		select {
+		case <-c.closed:
+		case <-c.f.dead:
+		}
+		return net.ErrClosed
+	default:
+		return nil
+	}
+}
+
+func (c *frozenConn) Read(b []byte) (int, error) {
+	if err := c.block(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	if err == nil {
+		err = c.block() // frozen while the read waited: the bytes never arrive
+		if err != nil {
+			n = 0
+		}
+	}
+	return n, err
+}
+
+func (c *frozenConn) Write(b []byte) (int, error) {
+	if err := c.block(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *frozenConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// shareEvent is what a kgo share consumer saw of one record.
+type shareEvent struct {
+	member string
+	value  string
+	count  int32
+	ack    kgo.AckStatus
+}
+
+// TestShareConsumersKgo: three kgo share consumers of one share group over three
+// partitions. Records named "-rel" are released the first time a consumer sees them
+// and come back at once with the delivery count one higher; "-rej" records are
+// rejected and never come back; every other record is accepted. One consumer takes
+// its first records and dies without a word (its connections frozen): after its
+// locks expire and the group reassigns its partition, the others get those records
+// with delivery count 2. Overall every record but the rejected is accepted exactly
+// once.
+func TestShareConsumersKgo(t *testing.T) {
+	testenv.Require(t)
+	s, err := stack.Start(ctxT(t, 2*time.Minute), stack.Options{
+		GatewayFlags:     []string{"--group-share-record-lock-duration-ms=2000", "--share-auto-offset-reset=earliest"},
+		CoordinatorFlags: []string{"--group-share-session-timeout=6s", "--group-share-heartbeat-interval=1s"},
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", s.LogTails(80))
+		}
+		_ = s.Close()
+	})
+	pcl := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(pcl)
+	topic, group := topicName("sharekgo"), topicName("sgrp")
+	createTopic(t, adm, topic, 3, nil)
+	var want []string
+	var recs []*kgo.Record
+	for p := int32(0); p < 3; p++ {
+		for i := 0; i < 40; i++ {
+			v := fmt.Sprintf("p%d-%d", p, i)
+			switch i % 10 {
+			case 3:
+				v += "-rel"
+			case 7:
+				v += "-rej"
+			}
+			want = append(want, v)
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: []byte(v)})
+		}
+	}
+	if err := pcl.ProduceSync(ctxT(t, 30*time.Second), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var events []shareEvent
+	accepted := map[string]int{}
+	released := map[string]bool{}
+	rejects := 0
+	victimHeld := map[string]bool{}
+	for _, v := range want {
+		if strings.HasSuffix(v, "-rej") {
+			rejects++
+		}
+	}
+	done := func() bool { return len(accepted) == len(want)-rejects }
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	fz := newFreezer()
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("c%d", i)
+		opts := []kgo.Opt{kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.ShareMaxRecords(5)}
+		victim := i == 2
+		if victim {
+			opts = append(opts, kgo.Dialer(fz.dial))
+		}
+		cl := newClient(t, s.KafkaAddrs, opts...)
+		if victim {
+			t.Cleanup(fz.kill) // before the client's Close (cleanups run last first)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				fs := cl.PollRecords(ctx, 5)
+				for _, e := range fs.Errors() {
+					if ctx.Err() == nil {
+						t.Logf("%s: fetch error %v", name, e)
+					}
+				}
+				got := fs.Records()
+				mu.Lock()
+				if victim && len(got) > 0 {
+					for _, r := range got {
+						victimHeld[string(r.Value)] = true
+						events = append(events, shareEvent{name, string(r.Value), r.DeliveryCount(), 0})
+					}
+					mu.Unlock()
+					fz.freeze() // dies holding them: no ack, no heartbeat, no close
+					return
+				}
+				for _, r := range got {
+					v := string(r.Value)
+					st := kgo.AckAccept
+					switch {
+					case strings.HasSuffix(v, "-rej"):
+						st = kgo.AckReject
+					case strings.HasSuffix(v, "-rel") && !released[v]:
+						st = kgo.AckRelease
+						released[v] = true
+					}
+					if st == kgo.AckAccept {
+						accepted[v]++
+					}
+					events = append(events, shareEvent{name, v, r.DeliveryCount(), st})
+					r.Ack(st)
+				}
+				finished := done()
+				mu.Unlock()
+				if finished {
+					if err := cl.FlushAcks(ctx); err != nil && ctx.Err() == nil {
+						t.Errorf("%s: FlushAcks: %v", name, err)
+					}
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(victimHeld) == 0 {
+		t.Fatalf("the victim never got a record; events %v", events)
+	}
+	// Per value: the delivery counts seen, in order.
+	seen := map[string][]shareEvent{}
+	for _, e := range events {
+		seen[e.value] = append(seen[e.value], e)
+	}
+	for _, v := range want {
+		es := seen[v]
+		switch {
+		case strings.HasSuffix(v, "-rej"):
+			if n := len(es); n == 0 || es[n-1].ack != kgo.AckReject {
+				t.Errorf("%s: %+v, want delivered until rejected once", v, es)
+			}
+			for _, e := range es[:max(len(es)-1, 0)] {
+				if e.ack == kgo.AckReject {
+					t.Errorf("%s: delivered again after its reject: %+v", v, es)
+				}
+			}
+		case accepted[v] != 1:
+			t.Errorf("%s accepted %d times: %+v", v, accepted[v], es)
+		}
+		for i := 1; i < len(es); i++ {
+			if es[i].count != es[i-1].count+1 {
+				t.Errorf("%s: delivery counts %+v, want each redelivery one higher", v, es)
+			}
+		}
+		if victimHeld[v] && (len(es) < 2 || es[1].count != 2) {
+			t.Errorf("%s held by the dead consumer: %+v, want redelivered with count 2", v, es)
+		}
+		if strings.HasSuffix(v, "-rel") {
+			if len(es) < 2 || es[len(es)-2].ack != kgo.AckRelease || es[len(es)-1].ack != kgo.AckAccept {
+				t.Errorf("%s: %+v, want released then redelivered and accepted", v, es)
+			}
+		}
+	}
+	if !done() {
+		t.Fatalf("accepted %d of %d records before the deadline", len(accepted), len(want)-rejects)
 	}
 }
