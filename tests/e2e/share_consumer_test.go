@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary/tributary/libs/channel"
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
 // TestShareConsumers3x3 runs three kgo share consumers (kgo.ShareGroup) in one share
@@ -177,6 +181,140 @@ func waitUntil(t *testing.T, ctx context.Context, what string, cond func() error
 		case <-ctx.Done():
 			t.Fatalf("%s: %v", what, err)
 		case <-tick.C:
+		}
+	}
+}
+
+// TestGroupTypesReadOneTopic has a classic group, a KIP-848 group and a share group of
+// two share consumers read one 2-partition topic at the same time, beside a native
+// storage-core reader of kafka.<topic> and kafka.<topic>~1: each group sees every
+// record (the share group once across its members, each accepted), and the native
+// reader sees the same records.
+func TestGroupTypesReadOneTopic(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	topic := topicName("kinds")
+	classic, next, share := topicName("kclassic"), topicName("k848"), topicName("kshare")
+	const n = 600
+	createTopic(t, adm, topic, 2, nil)
+	ctx := ctxT(t, 3*time.Minute)
+	producer := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, "r%d", i)})
+	}
+	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	want := map[[2]int64]string{}
+	for _, r := range recs {
+		want[[2]int64{int64(r.Partition), r.Offset}] = string(r.Value)
+	}
+	// The share group starts at the log start: its start offsets set while it is empty.
+	start := kadm.Offsets{}
+	start.Add(kadm.Offset{Topic: topic, Partition: 0, At: 0})
+	start.Add(kadm.Offset{Topic: topic, Partition: 1, At: 0})
+	if res, err := adm.AlterShareGroupOffsets(ctx, share, start); err != nil || !res.Ok() {
+		t.Fatalf("AlterShareGroupOffsets: %v %v", res, err)
+	}
+
+	type seen struct {
+		mu   sync.Mutex
+		recs map[[2]int64][]string
+	}
+	readers := map[string]*seen{}
+	for _, name := range []string{"classic", "848", "share", "native"} {
+		readers[name] = &seen{recs: map[[2]int64][]string{}}
+	}
+	add := func(name string, p int32, off int64, v []byte) {
+		r := readers[name]
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		k := [2]int64{int64(p), off}
+		r.recs[k] = append(r.recs[k], string(v))
+	}
+	pollCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	poll := func(name string, cl *kgo.Client, ack bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for pollCtx.Err() == nil {
+				for _, r := range cl.PollFetches(pollCtx).Records() {
+					add(name, r.Partition, r.Offset, r.Value)
+					if ack {
+						r.Ack(kgo.AckAccept)
+					}
+				}
+			}
+		}()
+	}
+	atStart := kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())
+	poll("classic", newClient(t, s.KafkaAddrs, kgo.ConsumerGroup(classic), kgo.ConsumeTopics(topic), atStart), false)
+	poll("848", newClient(t, s.KafkaAddrs, kgo.ConsumerGroup(next), kgo.ConsumeTopics(topic), kgo.ServerSideBalancer(), atStart), false)
+	shares := []*kgo.Client{
+		newClient(t, s.KafkaAddrs, kgo.ShareGroup(share), kgo.ConsumeTopics(topic)),
+		newClient(t, s.KafkaAddrs, kgo.ShareGroup(share), kgo.ConsumeTopics(topic)),
+	}
+	for _, cl := range shares {
+		poll("share", cl, true)
+	}
+	st := storageClient(t, s.StorageAddr)
+	for p := range int32(2) {
+		stream, err := st.Subscribe(pollCtx, &storagev1.SubscribeRequest{Channel: channel.KafkaPartition(topic, p), Start: &storagev1.SubscribeRequest_First{First: true}})
+		if err != nil {
+			t.Fatalf("Subscribe: %v", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				msg, err := stream.Recv()
+				if err != nil {
+					return
+				}
+				for _, r := range msg.Records {
+					add("native", p, r.Sequence-1, r.Value)
+				}
+			}
+		}()
+	}
+	waitUntil(t, ctx, "every reader has every record", func() error {
+		for name, r := range readers {
+			r.mu.Lock()
+			got := len(r.recs)
+			r.mu.Unlock()
+			if got < n {
+				return fmt.Errorf("%s has %d of %d records", name, got, n)
+			}
+		}
+		return nil
+	})
+	for _, cl := range shares {
+		if err := cl.FlushAcks(ctx); err != nil {
+			t.Fatalf("FlushAcks: %v", err)
+		}
+	}
+	stop()
+	wg.Wait()
+	for name, r := range readers {
+		for k, vs := range r.recs {
+			if want[k] == "" || vs[0] != want[k] {
+				t.Errorf("%s: partition %d offset %d read %q, want %q", name, k[0], k[1], vs, want[k])
+			}
+			if name == "share" && len(vs) != 1 {
+				t.Errorf("share group: partition %d offset %d delivered %d times", k[0], k[1], len(vs))
+			}
+		}
+	}
+	offs, err := adm.DescribeShareGroupOffsets(ctx, share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, end := range map[int32]int64{0: int64(n / 2), 1: int64(n / 2)} {
+		if o := offs[share].Offsets[topic][p]; o.StartOffset != end || o.Lag != 0 {
+			t.Errorf("share partition %d: start offset %d lag %d, want %d and 0 (every record accepted)", p, o.StartOffset, o.Lag, end)
 		}
 	}
 }
