@@ -15,6 +15,12 @@ package handler
 // while none is available. Each partition's records come as one uncompressed batch at
 // their offsets with AcquiredRecords ranges (delivery counts). A partition never
 // fetched by the group starts at share.auto.offset.reset (latest by default). The
+// group's share.auto.offset.reset, share.record.lock.duration.ms and
+// share.delivery.count.limit (GROUP configs, read from the coordinator when the
+// session opens; COORDINATOR_NOT_AVAILABLE when it cannot be asked) override the
+// broker's group.share.* settings; a delivery count limit applies to partitions the
+// group starts after it is set. share.isolation.level read_committed is not served
+// yet (records are acquired up to the high watermark). The
 // member id must be 1..36 bytes (INVALID_REQUEST), as Kafka checks; membership itself
 // is not checked here, as in Kafka. An unknown topic id is UNKNOWN_TOPIC_ID, a
 // partition outside the topic UNKNOWN_TOPIC_OR_PARTITION. v2: IsRenewAck requests
@@ -45,8 +51,7 @@ func init() {
 func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.ShareFetchRequest)
 	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
-	lockMs := h.cfg.Share.lockMs()
-	resp.AcquisitionLockTimeoutMillis = lockMs
+	resp.AcquisitionLockTimeoutMillis = h.cfg.Share.lockMs()
 	group, member := derefString(req.GroupID), derefString(req.MemberID)
 	x := h.access(ctx, r)
 	renew := req.Version >= 2 && req.IsRenewAck
@@ -109,11 +114,21 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil
 	}
-	chk := shares.advance(key, req.ShareSessionEpoch, add, forget, false)
+	var cfg groupShareConfig
+	if req.ShareSessionEpoch == 0 {
+		var err error
+		if cfg, err = h.groupShareConfig(ctx, group); err != nil {
+			resp.ErrorCode = h.groupCode("ShareFetch", err)
+			return resp, nil
+		}
+	}
+	chk := shares.advance(key, req.ShareSessionEpoch, add, forget, false, cfg)
 	if chk.code != 0 {
 		resp.ErrorCode = chk.code
 		return resp, nil
 	}
+	lockMs := chk.cfg.lockMs
+	resp.AcquisitionLockTimeoutMillis = lockMs
 
 	out := newShareFetchOut(resp)
 	// Acknowledgements first.
@@ -186,10 +201,6 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 	if h.drainCtx.Err() != nil {
 		wait = 0
 	}
-	reset := storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_LATEST
-	if h.cfg.Share.AutoOffsetResetEarliest {
-		reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST
-	}
 	fctx, cancel := context.WithTimeout(ctx, wait+shareCallTimeout)
 	defer cancel()
 	stop := context.AfterFunc(h.drainCtx, cancel)
@@ -198,7 +209,7 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 		GroupId: group, MemberId: member, Partitions: fetch,
 		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: int64(max(req.MaxBytes, 0)),
 		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
-		AutoOffsetReset: reset, DeliveryCountLimit: h.cfg.Share.DeliveryCountLimit,
+		AutoOffsetReset: chk.cfg.reset, ByDurationMs: chk.cfg.byDurationMs, DeliveryCountLimit: chk.cfg.limit,
 	})
 	for k, sp := range at {
 		if err != nil {

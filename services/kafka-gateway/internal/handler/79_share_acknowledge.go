@@ -37,8 +37,7 @@ func init() {
 func (h *Handler) handleShareAcknowledge(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.ShareAcknowledgeRequest)
 	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
-	lockMs := h.cfg.Share.lockMs()
-	resp.AcquisitionLockTimeoutMillis = lockMs
+	resp.AcquisitionLockTimeoutMillis = h.cfg.Share.lockMs()
 	group, member := derefString(req.GroupID), derefString(req.MemberID)
 	x := h.access(ctx, r)
 	renew := req.Version >= 2 && req.IsRenewAck
@@ -58,11 +57,13 @@ func (h *Handler) handleShareAcknowledge(ctx context.Context, r *Request) (kmsg.
 		return resp, nil
 	}
 	key := shareKey{group, member}
-	chk := shares.advance(key, req.ShareSessionEpoch, nil, nil, true)
+	chk := shares.advance(key, req.ShareSessionEpoch, nil, nil, true, groupShareConfig{})
 	if chk.code != 0 {
 		resp.ErrorCode = chk.code
 		return resp, nil
 	}
+	lockMs := chk.cfg.lockMs
+	resp.AcquisitionLockTimeoutMillis = lockMs
 
 	type entry struct {
 		ti, pi int

@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -69,6 +71,53 @@ type shareKey struct{ group, member string }
 type shareSession struct {
 	epoch int32 // the epoch the next request must carry
 	parts map[sharePart]struct{}
+	cfg   groupShareConfig // the group's settings, read when the session opened
+}
+
+// groupShareConfig is what ShareFetch passes storage-core for a group: the group's
+// own settings (KIP-932 group configs, coordinator GetShareGroupConfig) over the
+// broker's (ShareConfig).
+type groupShareConfig struct {
+	lockMs       int32
+	limit        int32
+	reset        storagev1.ShareAutoOffsetReset
+	byDurationMs int64
+}
+
+// groupShareConfig reads group's share settings from the coordinator, the broker's
+// standing in for those the group does not set (all of them without a coordinator
+// connection: unit tests). An error means the coordinator could not be asked.
+func (h *Handler) groupShareConfig(ctx context.Context, group string) (groupShareConfig, error) {
+	c := groupShareConfig{lockMs: h.cfg.Share.lockMs(), limit: h.cfg.Share.DeliveryCountLimit,
+		reset: storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_LATEST}
+	if h.cfg.Share.AutoOffsetResetEarliest {
+		c.reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST
+	}
+	if h.shares == nil {
+		return c, nil
+	}
+	cctx, cancel := groupCtx(ctx, groupCallTimeout)
+	defer cancel()
+	gc, err := h.shares.GetShareGroupConfig(cctx, &coordinatorv1.GetShareGroupConfigRequest{GroupId: group})
+	if err != nil {
+		return c, err
+	}
+	if gc.GetRecordLockDurationMs() > 0 {
+		c.lockMs = gc.GetRecordLockDurationMs()
+	}
+	if gc.GetDeliveryCountLimit() > 0 {
+		c.limit = gc.GetDeliveryCountLimit()
+	}
+	switch r := gc.GetAutoOffsetReset(); {
+	case r == "latest":
+		c.reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_LATEST
+	case r == "earliest":
+		c.reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST
+	case strings.HasPrefix(r, "by_duration:") && gc.GetAutoOffsetResetDurationMs() > 0:
+		c.reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION
+		c.byDurationMs = gc.GetAutoOffsetResetDurationMs()
+	}
+	return c, nil
 }
 
 // shareSessions are a connection's share sessions (Session.share).
@@ -80,15 +129,16 @@ type shareSessions struct {
 // shareSessionCheck is the outcome of opening, moving or closing a share session.
 type shareSessionCheck struct {
 	code  int16
-	parts []sharePart // the session's partitions after the request (sorted)
+	cfg   groupShareConfig // the session's
+	parts []sharePart      // the session's partitions after the request (sorted)
 	added map[sharePart]bool
 }
 
 // advance validates epoch for (group, member) and moves the session: 0 opens it with
-// add (replacing one open already), -1 closes it, n must be its current epoch. add and
+// add (replacing one open already) and the group's settings cfg, -1 closes it, n must be its current epoch. add and
 // forget change the partitions of an open session. ackOnly requests (ShareAcknowledge)
 // cannot open one.
-func (s *shareSessions) advance(k shareKey, epoch int32, add, forget []sharePart, ackOnly bool) shareSessionCheck {
+func (s *shareSessions) advance(k shareKey, epoch int32, add, forget []sharePart, ackOnly bool, cfg groupShareConfig) shareSessionCheck {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
@@ -101,7 +151,7 @@ func (s *shareSessions) advance(k shareKey, epoch int32, add, forget []sharePart
 		out.code = kerr.InvalidShareSessionEpoch.Code
 		return out
 	case epoch == 0:
-		ss = &shareSession{parts: map[sharePart]struct{}{}}
+		ss = &shareSession{parts: map[sharePart]struct{}{}, cfg: cfg}
 		s.m[k] = ss
 	case ss == nil:
 		out.code = kerr.ShareSessionNotFound.Code
@@ -127,6 +177,7 @@ func (s *shareSessions) advance(k shareKey, epoch int32, add, forget []sharePart
 			ss.epoch = 1 // wraps past MaxInt32 to 1, as Kafka's nextEpoch
 		}
 	}
+	out.cfg = ss.cfg
 	for p := range ss.parts {
 		out.parts = append(out.parts, p)
 	}
