@@ -16,11 +16,12 @@ import (
 // franzGoTests are franz-go's own integration tests run against our stack: its group
 // tests with their KIP-848 variants, the broker-side regex test, TestIssue523
 // (a regex consumer whose topic is deleted stops asking for it), and the KIP-932 share
-// group offsets admin (TestShareGroupOffsetsAdmin).
+// group tests (TestShareGroupOffsetsAdmin, TestShareGroup, TestShareGroupETL,
+// TestShareGroupAckOnClose, TestConsumeRegexShareSkipsInternal).
 // TestPauseIssueOct2023 goes first: it is not parallel and makes the suite's admin
 // client probe ApiVersions, which TestGroupSimple's 848 variant reads before it would
 // itself.
-const franzGoTests = `^(TestPauseIssueOct2023|TestGroupSimple|TestGroupETL|Test848RegexBrokerResolves|TestIssue523|TestShareGroupOffsetsAdmin)$`
+const franzGoTests = `^(TestPauseIssueOct2023|TestGroupSimple|TestGroupETL|Test848RegexBrokerResolves|TestIssue523|TestShareGroupOffsetsAdmin|TestShareGroup|TestShareGroupETL|TestShareGroupAckOnClose|TestConsumeRegexShareSkipsInternal)$`
 
 // franzGoMustPass are the results that must be PASS (a skip means KIP-848 was not
 // detected and fails the run).
@@ -29,7 +30,8 @@ var franzGoMustPass = []string{
 	"TestGroupETL/range/848", "TestGroupETL/sticky/848", "TestGroupETL/sticky/848/static",
 	"TestGroupETL/range", "TestGroupETL/cooperative-sticky", "TestGroupETL/cooperative-sticky/static",
 	"Test848RegexBrokerResolves", "TestIssue523/roundrobin", "TestIssue523/sticky",
-	"TestShareGroupOffsetsAdmin",
+	"TestShareGroupOffsetsAdmin", "TestShareGroup", "TestShareGroupETL", "TestShareGroupAckOnClose",
+	"TestConsumeRegexShareSkipsInternal",
 }
 
 // TestFranzGoSuite runs franz-go's integration tests (pkg/kgo, at the franz-go
