@@ -44,6 +44,8 @@ var storageCodes = map[storagev1.ErrorCode]int16{
 	storagev1.ErrorCode_ERROR_CODE_UNSUPPORTED_COMPRESSION: kerr.UnsupportedCompressionType.Code,
 	storagev1.ErrorCode_ERROR_CODE_UNKNOWN_PRODUCER_ID:     kerr.UnknownProducerID.Code,
 	storagev1.ErrorCode_ERROR_CODE_INVALID_TXN_STATE:       kerr.InvalidTxnState.Code,
+	storagev1.ErrorCode_ERROR_CODE_NOT_LEADER:              kerr.NotLeaderForPartition.Code,
+	storagev1.ErrorCode_ERROR_CODE_NOT_ENOUGH_REPLICAS:     kerr.NotEnoughReplicas.Code,
 }
 
 // storageCode maps a storage-core ErrorCode to a Kafka error code. An unknown (newer)

@@ -55,9 +55,10 @@ var errorTable = []struct {
 	{store.ErrOutOfRange, storagev1.ErrorCode_ERROR_CODE_SEQUENCE_OUT_OF_RANGE, codes.OutOfRange},
 	{store.ErrInvalidArgument, storagev1.ErrorCode_ERROR_CODE_INVALID_RECORD, codes.InvalidArgument},
 	{store.ErrStorage, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
-	// Raft mode: a per-channel answer has no leader address yet (gateway routing, step 6).
-	{store.ErrNotLeader, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.FailedPrecondition},
-	{store.ErrNotReplicated, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Unavailable},
+	// Raft mode: a per-channel NOT_LEADER carries the leader (setLeader); a single-channel
+	// call gets the leader trailers (leader.go).
+	{store.ErrNotLeader, storagev1.ErrorCode_ERROR_CODE_NOT_LEADER, codes.FailedPrecondition},
+	{store.ErrNotReplicated, storagev1.ErrorCode_ERROR_CODE_NOT_ENOUGH_REPLICAS, codes.Unavailable},
 	{store.ErrInternal, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Internal},
 	{context.Canceled, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.Canceled},
 	{context.DeadlineExceeded, storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE, codes.DeadlineExceeded},

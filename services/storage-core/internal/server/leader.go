@@ -41,6 +41,16 @@ func notLeader(err error) (error, bool) {
 	return notLeaderStatus{st: status.New(codes.FailedPrecondition, err.Error()), nle: nle}, true
 }
 
+// leaderOf is the leader's node id and address named by a not-leader err (0, "" when
+// none is known or err is another error), for per-channel NOT_LEADER results.
+func leaderOf(err error) (uint64, string) {
+	var nle *raftnode.NotLeaderError
+	if !errors.As(err, &nle) {
+		return 0, ""
+	}
+	return nle.Leader, nle.Addr
+}
+
 func leaderMD(err error) metadata.MD {
 	var nle *raftnode.NotLeaderError
 	if err == nil || !errors.As(err, &nle) {

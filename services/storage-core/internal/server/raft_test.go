@@ -20,7 +20,8 @@ import (
 // TestRaftModeLeaderTrailer: three storage-core servers in raft mode (--node-id,
 // --peers) on loopback. A call that writes on a node which does not lead answers
 // FAILED_PRECONDITION with the leader's address in the trailers; the same call sent
-// there succeeds. AppendBatches (an idempotent batch, then its retry) and a pipelined
+// there succeeds. AppendBatches on a follower answers the per-channel NOT_LEADER with
+// the leader's id and address. AppendBatches (an idempotent batch, then its retry) and a pipelined
 // AppendStream work on the leader, and every node then serves every record.
 func TestRaftModeLeaderTrailer(t *testing.T) {
 	addrs := make([]string, 3)
@@ -119,7 +120,7 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 		t.Fatalf("%d appends were redirected, want 2 (the followers)", followed)
 	}
 	// The Kafka path (AppendBatches, an idempotent producer's batch) on the leader;
-	// on a follower the per-channel answer is a storage failure (routing is step 6).
+	// on a follower the per-channel answer is NOT_LEADER naming the leader.
 	for _, a := range addrs {
 		r, err := clients[a].AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "kafka.raft", Batches: kafkaBatch(t, 5, 0, 0, "v-batch"), SingleBatch: true}}})
 		if err != nil {
@@ -130,8 +131,8 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 			if res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED || res.GetFirstSequence() != 4 {
 				t.Fatalf("AppendBatches on the leader: %v", res)
 			}
-		} else if res.GetError() != storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE || !strings.Contains(res.GetErrorMessage(), "not the leader") {
-			t.Fatalf("AppendBatches on follower %s: %v", a, res)
+		} else if res.GetError() != storagev1.ErrorCode_ERROR_CODE_NOT_LEADER || res.GetLeaderAddress() != leader || addrs[res.GetLeaderId()-1] != leader {
+			t.Fatalf("AppendBatches on follower %s: %v (leader %s)", a, res, leader)
 		}
 	}
 	r, err := clients[leader].AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "kafka.raft", Batches: kafkaBatch(t, 5, 0, 0, "v-batch"), SingleBatch: true}}})

@@ -649,6 +649,9 @@ func (a *chanAppend) result(s *service) *storagev1.ChannelAppendResult {
 		if re := (*store.RecordError)(nil); errors.As(err, &re) {
 			r.RecordErrorIndex = &re.Index
 		}
+		if r.Error == storagev1.ErrorCode_ERROR_CODE_NOT_LEADER {
+			r.LeaderId, r.LeaderAddress = leaderOf(err)
+		}
 		if r.Error == storagev1.ErrorCode_ERROR_CODE_STORAGE_FAILURE {
 			s.log.Warn("append failed", zap.String("channel", a.cb.Channel), zap.Error(err))
 		}

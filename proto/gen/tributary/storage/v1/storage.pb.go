@@ -57,6 +57,17 @@ const (
 	// INVALID_TXN_STATE (48): a non-transactional batch of a producer whose transaction
 	// on the channel is open.
 	ErrorCode_ERROR_CODE_INVALID_TXN_STATE ErrorCode = 13
+	// NOT_LEADER_OR_FOLLOWER (6), retriable: raft mode (--node-id/--peers), this node does
+	// not lead the channel's Raft group; nothing was written. The result's leader_id and
+	// leader_address name the leader (0 and "" while an election is under way): call
+	// there. Single-channel calls answer FAILED_PRECONDITION with the trailers
+	// tributary-leader (address) and tributary-leader-id instead.
+	ErrorCode_ERROR_CODE_NOT_LEADER ErrorCode = 14
+	// NOT_ENOUGH_REPLICAS (19), retriable: raft mode, the append was not committed on a
+	// majority within the propose timeout (no quorum, or leadership lost meanwhile); its
+	// outcome is unknown (an idempotent retry is safe). Single-channel calls answer
+	// UNAVAILABLE.
+	ErrorCode_ERROR_CODE_NOT_ENOUGH_REPLICAS ErrorCode = 15
 )
 
 // Enum value maps for ErrorCode.
@@ -76,6 +87,8 @@ var (
 		11: "ERROR_CODE_UNSUPPORTED_COMPRESSION",
 		12: "ERROR_CODE_UNKNOWN_PRODUCER_ID",
 		13: "ERROR_CODE_INVALID_TXN_STATE",
+		14: "ERROR_CODE_NOT_LEADER",
+		15: "ERROR_CODE_NOT_ENOUGH_REPLICAS",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":             0,
@@ -92,6 +105,8 @@ var (
 		"ERROR_CODE_UNSUPPORTED_COMPRESSION": 11,
 		"ERROR_CODE_UNKNOWN_PRODUCER_ID":     12,
 		"ERROR_CODE_INVALID_TXN_STATE":       13,
+		"ERROR_CODE_NOT_LEADER":              14,
+		"ERROR_CODE_NOT_ENOUGH_REPLICAS":     15,
 	}
 )
 
@@ -2279,8 +2294,12 @@ type ChannelAppendResult struct {
 	// INVALID_RECORD for one record (e.g. a null key on a compacted channel): its index
 	// in its batch (Kafka ProduceResponse record_errors batch_index).
 	RecordErrorIndex *int32 `protobuf:"varint,7,opt,name=record_error_index,json=recordErrorIndex,proto3,oneof" json:"record_error_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// NOT_LEADER only: the leader's storage node id and gRPC address as this node knows
+	// them (0 and "" while an election is under way).
+	LeaderId      uint64 `protobuf:"varint,8,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddress string `protobuf:"bytes,9,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChannelAppendResult) Reset() {
@@ -2360,6 +2379,20 @@ func (x *ChannelAppendResult) GetRecordErrorIndex() int32 {
 		return *x.RecordErrorIndex
 	}
 	return 0
+}
+
+func (x *ChannelAppendResult) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *ChannelAppendResult) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
 }
 
 type AppendBatchesResponse struct {
@@ -3506,7 +3539,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\fsingle_batch\x18\x03 \x01(\bR\vsingleBatch\x12#\n" +
 	"\rvalidate_only\x18\x04 \x01(\bR\fvalidateOnly\"X\n" +
 	"\x14AppendBatchesRequest\x12@\n" +
-	"\bchannels\x18\x01 \x03(\v2$.tributary.storage.v1.ChannelBatchesR\bchannels\"\xd7\x02\n" +
+	"\bchannels\x18\x01 \x03(\v2$.tributary.storage.v1.ChannelBatchesR\bchannels\"\x9b\x03\n" +
 	"\x13ChannelAppendResult\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x125\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x1f.tributary.storage.v1.ErrorCodeR\x05error\x12#\n" +
@@ -3514,7 +3547,9 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0efirst_sequence\x18\x04 \x01(\x03R\rfirstSequence\x12+\n" +
 	"\x12log_append_time_ms\x18\x05 \x01(\x03R\x0flogAppendTimeMs\x12,\n" +
 	"\x12log_start_sequence\x18\x06 \x01(\x03R\x10logStartSequence\x121\n" +
-	"\x12record_error_index\x18\a \x01(\x05H\x00R\x10recordErrorIndex\x88\x01\x01B\x15\n" +
+	"\x12record_error_index\x18\a \x01(\x05H\x00R\x10recordErrorIndex\x88\x01\x01\x12\x1b\n" +
+	"\tleader_id\x18\b \x01(\x04R\bleaderId\x12%\n" +
+	"\x0eleader_address\x18\t \x01(\tR\rleaderAddressB\x15\n" +
 	"\x13_record_error_index\"\\\n" +
 	"\x15AppendBatchesResponse\x12C\n" +
 	"\aresults\x18\x01 \x03(\v2).tributary.storage.v1.ChannelAppendResultR\aresults\"g\n" +
@@ -3583,7 +3618,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12A\n" +
 	"\tproducers\x18\x04 \x03(\v2#.tributary.storage.v1.ProducerStateR\tproducers\"]\n" +
 	"\x19DescribeProducersResponse\x12@\n" +
-	"\aresults\x18\x01 \x03(\v2&.tributary.storage.v1.ChannelProducersR\aresults*\xea\x03\n" +
+	"\aresults\x18\x01 \x03(\v2&.tributary.storage.v1.ChannelProducersR\aresults*\xa9\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cERROR_CODE_CHANNEL_NOT_FOUND\x10\x01\x12\x1c\n" +
@@ -3599,7 +3634,9 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x12&\n" +
 	"\"ERROR_CODE_UNSUPPORTED_COMPRESSION\x10\v\x12\"\n" +
 	"\x1eERROR_CODE_UNKNOWN_PRODUCER_ID\x10\f\x12 \n" +
-	"\x1cERROR_CODE_INVALID_TXN_STATE\x10\r*\x89\x01\n" +
+	"\x1cERROR_CODE_INVALID_TXN_STATE\x10\r\x12\x19\n" +
+	"\x15ERROR_CODE_NOT_LEADER\x10\x0e\x12\"\n" +
+	"\x1eERROR_CODE_NOT_ENOUGH_REPLICAS\x10\x0f*\x89\x01\n" +
 	"\rCleanupPolicy\x12\x1e\n" +
 	"\x1aCLEANUP_POLICY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CLEANUP_POLICY_DELETE\x10\x01\x12\x1a\n" +
