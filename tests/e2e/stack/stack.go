@@ -37,6 +37,12 @@ type Options struct {
 	// id). Default 1. The gateways and storage-core use the first one; the others
 	// compete for the sweep locks.
 	Coordinators int
+	// StorageNodes is the number of storage-core processes. 0 or 1: one, as always.
+	// More: a cluster in raft mode (--node-id 1..N, --peers), named "storage-core-1",
+	// ... (Stack.Storages), each with its own data directory under DataDir; the
+	// coordinators and kafka-gateways get every address (--storage-addr a,b,c), the
+	// pubsub-gateways the first. Fsync is not passed to them (raft mode has its own WAL).
+	StorageNodes int
 	// Fsync is storage-core's --fsync: "always" (default) or "interval=<dur>".
 	Fsync string
 	// DataDir reuses a storage data directory; empty = a temp dir removed at Close.
@@ -64,7 +70,8 @@ type Options struct {
 
 // Stack is a running set of processes.
 type Stack struct {
-	// StorageAddr is storage-core's gRPC address, CoordinatorAddr the coordinator's.
+	// StorageAddr is storage-core's gRPC address (with Options.StorageNodes > 1 every
+	// node's, comma-separated), CoordinatorAddr the coordinator's.
 	StorageAddr, CoordinatorAddr string
 	// KafkaAddrs lists each gateway's Kafka listener, by node id.
 	KafkaAddrs []string
@@ -78,7 +85,10 @@ type Stack struct {
 	// PostgresURL is the coordinator's --postgres-url (the stack's own database).
 	PostgresURL string
 
-	Storage     *Proc
+	Storage *Proc
+	// Storages holds every storage-core process: Storage alone, or the nodes of a raft
+	// cluster (Options.StorageNodes), Storage being the first.
+	Storages    []*Proc
 	Coordinator *Proc
 	// Coordinators holds every coordinator replica: Coordinator ("coordinator"), then
 	// "coordinator-1", ... (Options.Coordinators).
@@ -168,14 +178,40 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	storageGRPC, storageHTTP := freeAddr(), freeAddr()
 	coordGRPC, coordHTTP := freeAddr(), freeAddr()
 	s.StorageAddr, s.CoordinatorAddr = storageGRPC, coordGRPC
-	s.Storage = &Proc{
-		Name: StorageCore, HTTPAddr: storageHTTP, LogPath: filepath.Join(s.LogDir, StorageCore+".log"),
-		bin: filepath.Join(bin, StorageCore),
-		args: append([]string{
-			"--grpc-addr", storageGRPC, "--http-addr", storageHTTP,
-			"--data-dir", s.DataDir, "--fsync", opts.Fsync, "--log-level", opts.LogLevel,
-		}, opts.StorageFlags...),
+	if opts.StorageNodes <= 1 {
+		s.Storage = &Proc{
+			Name: StorageCore, HTTPAddr: storageHTTP, LogPath: filepath.Join(s.LogDir, StorageCore+".log"),
+			bin: filepath.Join(bin, StorageCore),
+			args: append([]string{
+				"--grpc-addr", storageGRPC, "--http-addr", storageHTTP,
+				"--data-dir", s.DataDir, "--fsync", opts.Fsync, "--log-level", opts.LogLevel,
+			}, opts.StorageFlags...),
+		}
+		s.Storages = []*Proc{s.Storage}
+	} else {
+		addrs := make([]string, opts.StorageNodes)
+		peers := make([]string, opts.StorageNodes)
+		for i := range addrs {
+			addrs[i] = freeAddr()
+			peers[i] = fmt.Sprintf("%d=%s", i+1, addrs[i])
+		}
+		s.StorageAddr = strings.Join(addrs, ",")
+		for i, a := range addrs {
+			name := fmt.Sprintf("%s-%d", StorageCore, i+1)
+			httpAddr := freeAddr()
+			s.Storages = append(s.Storages, &Proc{
+				Name: name, HTTPAddr: httpAddr, LogPath: filepath.Join(s.LogDir, name+".log"),
+				bin: filepath.Join(bin, StorageCore),
+				args: append([]string{
+					"--grpc-addr", a, "--http-addr", httpAddr,
+					"--data-dir", filepath.Join(s.DataDir, name), "--log-level", opts.LogLevel,
+					fmt.Sprintf("--node-id=%d", i+1), "--peers=" + strings.Join(peers, ","),
+				}, opts.StorageFlags...),
+			})
+		}
+		s.Storage = s.Storages[0]
 	}
+	firstStorage := strings.Split(s.StorageAddr, ",")[0]
 	for i := 0; i < opts.Coordinators; i++ {
 		name, grpcAddr, httpAddr := Coordinator, coordGRPC, coordHTTP
 		if i > 0 {
@@ -186,7 +222,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			bin: filepath.Join(bin, Coordinator),
 			args: append([]string{
 				"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-				"--postgres-url", s.PostgresURL, "--storage-addr", storageGRPC,
+				"--postgres-url", s.PostgresURL, "--storage-addr", s.StorageAddr,
 				"--nats-url", testenv.NATSURL(), "--cluster-id", s.ClusterID, "--log-level", opts.LogLevel,
 			}, opts.CoordinatorFlags...),
 		})
@@ -207,7 +243,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 		args := []string{
 			"--listen", listen, "--advertised-addr", listen, "--http-addr", httpAddr,
-			"--node-id", strconv.Itoa(i), "--storage-addr", storageGRPC,
+			"--node-id", strconv.Itoa(i), "--storage-addr", s.StorageAddr,
 			"--coordinator-addr", coordGRPC, "--nats-url", testenv.NATSURL(),
 			"--cluster-id", s.ClusterID, "--log-level", opts.LogLevel,
 		}
@@ -229,7 +265,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			bin: filepath.Join(bin, PubSubGateway),
 			args: append([]string{
 				"--grpc-addr", listen, "--http-addr", httpAddr,
-				"--storage-addr", storageGRPC, "--coordinator-addr", coordGRPC,
+				"--storage-addr", firstStorage, "--coordinator-addr", coordGRPC,
 				"--nats-url", testenv.NATSURL(), "--cluster-id", s.ClusterID,
 				"--log-level", opts.LogLevel,
 			}, opts.PubSubFlags...),
@@ -244,7 +280,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 
 // Procs lists every process in start order.
 func (s *Stack) Procs() []*Proc {
-	return append(append(append(append([]*Proc{s.Storage}, s.Coordinators...), s.Gateways...), s.PubSub...), s.Bridges...)
+	return append(append(append(append(append([]*Proc(nil), s.Storages...), s.Coordinators...), s.Gateways...), s.PubSub...), s.Bridges...)
 }
 
 // Proc finds a process by name ("storage-core", "coordinator", "kafka-gateway-1").
@@ -260,7 +296,20 @@ func (s *Stack) Proc(name string) (*Proc, error) {
 // StartAll starts every process that is not running, in dependency order, and waits
 // until each is ready.
 func (s *Stack) StartAll(ctx context.Context) error {
-	for _, p := range append([]*Proc{s.Storage}, s.Coordinators...) {
+	// Storage nodes start together: a raft node's groups need a majority.
+	for _, p := range s.Storages {
+		if !p.Running() {
+			if err := p.start(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range s.Storages {
+		if err := s.ready(ctx, p); err != nil {
+			return err
+		}
+	}
+	for _, p := range s.Coordinators {
 		if err := s.startProc(ctx, p); err != nil {
 			return err
 		}
@@ -306,7 +355,7 @@ func (s *Stack) StartMQTTBridge(ctx context.Context, name, configYAML string) (*
 		args: []string{"-C", path, "--log-level", s.opts.LogLevel},
 		env: []string{
 			"TRIBUTARY_MQTT_HTTP_ADDR=" + httpAddr,
-			"TRIBUTARY_MQTT_STORAGE_ADDR=" + s.StorageAddr,
+			"TRIBUTARY_MQTT_STORAGE_ADDR=" + strings.Split(s.StorageAddr, ",")[0],
 			"TRIBUTARY_MQTT_COORDINATOR_ADDR=" + s.CoordinatorAddr,
 			"TRIBUTARY_MQTT_NATS_URL=" + testenv.NATSURL(),
 			"TRIBUTARY_MQTT_CLUSTER_ID=" + s.ClusterID,

@@ -42,7 +42,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "listen address of /metrics, /healthz and /readyz")
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", cfg.PostgresURL, "Postgres URL of the coordinator database (created when missing)")
 	urlFile := fs.String("postgres-url-file", "", "file holding the Postgres URL (overrides --postgres-url)")
-	fs.StringVar(&cfg.StorageAddr, "storage-addr", cfg.StorageAddr, "storage-core gRPC address")
+	fs.StringVar(&cfg.StorageAddr, "storage-addr", cfg.StorageAddr, "storage-core gRPC address; several, comma-separated, are the nodes of a storage-core cluster in raft mode (calls follow the leaders)")
 	fs.StringVar(&cfg.NATSURL, "nats-url", cfg.NATSURL, "NATS server URL")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", cfg.ClusterID, "cluster id; NATS subjects start with tributary.<cluster-id>.")
 	fs.DurationVar(&cfg.TransactionMaxTimeout, "transaction-max-timeout", cfg.TransactionMaxTimeout,

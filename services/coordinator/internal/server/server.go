@@ -56,13 +56,17 @@ type Server struct {
 
 	store       *store.Store
 	storageConn *grpc.ClientConn
-	storage     storagev1.StorageServiceClient
-	nc          *nats.Conn
-	metrics     *metrics
-	groups      *group.Coordinator
-	txns        *txn.Coordinator
-	handler     *handler.Handler
-	pubsub      *pubsub.Registry
+	// storageLeaders routes to a storage-core cluster (several --storage-addr); nil
+	// for one address. storageConns are the configured nodes' connections.
+	storageLeaders *grpcx.LeaderConn
+	storageConns   []*grpc.ClientConn
+	storage        storagev1.StorageServiceClient
+	nc             *nats.Conn
+	metrics        *metrics
+	groups         *group.Coordinator
+	txns           *txn.Coordinator
+	handler        *handler.Handler
+	pubsub         *pubsub.Registry
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -98,10 +102,23 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: storage-core: %v", ErrInvalidConfig, err)
 	}
-	if s.storageConn, err = grpcx.Dial(cfg.StorageAddr, storageSec...); err != nil {
-		return nil, err
+	var storageCC grpc.ClientConnInterface
+	if addrs := grpcx.SplitAddrs(cfg.StorageAddr); len(addrs) > 1 {
+		// A storage-core cluster (raft mode): creates and deletes go to the metadata
+		// group's leader, other calls to their channel's (grpcx.LeaderConn).
+		if s.storageLeaders, err = grpcx.NewLeaderConn(addrs, storageReadMethod, storageSec...); err != nil {
+			return nil, err
+		}
+		s.storageConns = s.storageLeaders.Conns()
+		storageCC = s.storageLeaders
+	} else {
+		if s.storageConn, err = grpcx.Dial(cfg.StorageAddr, storageSec...); err != nil {
+			return nil, err
+		}
+		s.storageConns = []*grpc.ClientConn{s.storageConn}
+		storageCC = s.storageConn
 	}
-	s.storage = storagev1.NewStorageServiceClient(s.storageConn)
+	s.storage = storagev1.NewStorageServiceClient(storageCC)
 	if s.nc, err = s.connectNATS(); err != nil {
 		return nil, err
 	}
@@ -151,7 +168,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.handler.SetTransactions(s.txns)
 	coordinatorv1.RegisterTransactionCoordinatorServiceServer(s.grpc, txn.NewServer(s.txns))
 	s.groups.AddSweepLock(txn.SweepLock, s.txns.Sweep)
-	queues := storagev1.NewQueueServiceClient(s.storageConn)
+	queues := storagev1.NewQueueServiceClient(storageCC)
 	registry := pubsub.New(s.store, s.storage, queues, log.Named("pubsub"), cfg.Now)
 	s.pubsub = registry
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
@@ -227,8 +244,28 @@ func (s *Server) natsReady(context.Context) error {
 	return nil
 }
 
+// storageReady: storage-core answers SERVING (with several addresses: one of them,
+// which names the leaders of the rest).
 func (s *Server) storageReady(ctx context.Context) error {
-	return grpcx.HealthCheck{Conn: s.storageConn, Addr: s.cfg.StorageAddr, NotServing: ErrStorageNotServing}.Check(ctx)
+	if len(s.storageConns) == 1 {
+		return grpcx.HealthCheck{Conn: s.storageConn, Addr: s.cfg.StorageAddr, NotServing: ErrStorageNotServing}.Check(ctx)
+	}
+	addrs := grpcx.SplitAddrs(s.cfg.StorageAddr)
+	var errs []error
+	for i, cc := range s.storageConns {
+		err := grpcx.HealthCheck{Conn: cc, Addr: addrs[i], NotServing: ErrStorageNotServing}.Check(ctx)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// storageReadMethod: the storage-core calls resent to another node when one does not
+// answer (reads).
+func storageReadMethod(method string) bool {
+	return method == storagev1.StorageService_GetChannel_FullMethodName || method == storagev1.StorageService_ListChannels_FullMethodName
 }
 
 // TopicChanged announces a topic change on NATS and refreshes the topics gauge.
@@ -394,6 +431,9 @@ func (s *Server) prepare(ctx context.Context) {
 func (s *Server) closeClients() {
 	if s.nc != nil {
 		s.nc.Close()
+	}
+	if s.storageLeaders != nil {
+		s.storageLeaders.Close()
 	}
 	if s.storageConn != nil {
 		_ = s.storageConn.Close()

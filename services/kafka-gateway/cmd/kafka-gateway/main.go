@@ -36,7 +36,7 @@ func run() error {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7421", "HTTP address for /metrics, /healthz, /readyz")
 	fs.IntVar(&nodeID, "node-id", 0, "Kafka broker id of this replica (unique per replica; -1 derives one from the advertised address)")
 	fs.StringVar(&cfg.Rack, "rack", "", "broker rack announced in Metadata (optional)")
-	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address")
+	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address; several, comma-separated (host:port,host:port,...), are the nodes of a storage-core cluster in raft mode: each partition's calls go to its leader")
 	fs.StringVar(&cfg.CoordinatorAddr, "coordinator-addr", "127.0.0.1:7410", "coordinator gRPC address")
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL (replica announcements, topic change notices); empty = none")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "tributary", "cluster id (prefixes NATS subjects, derives the Kafka cluster id)")

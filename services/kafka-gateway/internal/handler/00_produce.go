@@ -313,7 +313,8 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 // storeBatches writes channels to storage-core. With a Turn (held by the caller, already
 // waited for) the request goes on the connection's AppendStream and the Turn is
 // finished as soon as it is sent, so the connection's next produce can be sent while
-// this one waits for its fsync; without one it is a unary AppendBatches. connCtx is the
+// this one waits for its fsync; without one, or with a Router, it is a unary
+// AppendBatches. connCtx is the
 // connection's context (the stream's lifetime), ctx bounds this request.
 //
 // The stream sends the batches by reference (appendWire): until the answer arrives
@@ -321,7 +322,9 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 // marked in use and is not recycled.
 func (h *Handler) storeBatches(connCtx, ctx context.Context, r *Request, channels []*storagev1.ChannelBatches) ([]*storagev1.ChannelAppendResult, error) {
 	turn := r.Turn
-	if turn == nil || turn.stream == nil {
+	if turn == nil || turn.stream == nil || h.routed {
+		// A Router (several storage nodes) appends unary: the caller finishes the Turn
+		// after the answer, so the connection's batches reach the leaders in order.
 		// Unary: the codec copies the message before the call returns.
 		out, err := h.storage.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: channels})
 		return out.GetResults(), err

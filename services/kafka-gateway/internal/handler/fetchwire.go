@@ -45,10 +45,13 @@ func (c storageClient) fetchOwned(ctx context.Context, in *storagev1.FetchReques
 }
 
 // fetchOwned calls storage's Fetch; with the gateway's storageClient the answer's
-// batches are views of the returned buffer (see storageClient.fetchOwned), with any
-// other client (tests) the buffer is nil.
+// batches are views of the returned buffer (see storageClient.fetchOwned; a Router's
+// when every channel is on one node), with any other client (tests) the buffer is nil.
 func fetchOwned(ctx context.Context, storage storagev1.StorageServiceClient, in *storagev1.FetchRequest) (*storagev1.FetchResponse, *fetchBuf, error) {
-	if c, ok := storage.(storageClient); ok {
+	switch c := storage.(type) {
+	case storageClient:
+		return c.fetchOwned(ctx, in)
+	case *Router:
 		return c.fetchOwned(ctx, in)
 	}
 	out, err := storage.Fetch(ctx, in)

@@ -92,7 +92,9 @@ type Config struct {
 	// Rack is the broker rack announced in Metadata (optional).
 	Rack string
 	// StorageAddr and CoordinatorAddr are the gRPC addresses of storage-core and the
-	// coordinator; ignored when Storage / Coordinator are set.
+	// coordinator; ignored when Storage / Coordinator are set. StorageAddr may list
+	// several comma-separated addresses: the nodes of a storage-core cluster in raft
+	// mode, routed to by a handler.Router (one address: one connection, as before).
 	StorageAddr     string
 	CoordinatorAddr string
 	// StorageSecurity and CoordinatorSecurity are how they are dialed (TLS, client

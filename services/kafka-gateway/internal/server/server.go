@@ -45,6 +45,7 @@ type Server struct {
 	members *cluster.Membership
 	remote  *sasl.Remote // SCRAM credentials of the coordinator; nil without one
 	grpc    []*grpc.ClientConn
+	leaders *grpcx.LeaderConn // several storage-core addresses; nil for one
 
 	natsMu  sync.Mutex
 	natsErr error
@@ -75,16 +76,30 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("storage-core: %w", err)
 		}
-		cc, err := grpcx.Dial(cfg.StorageAddr, append(grpcx.BulkDialOptions(), sec...)...)
-		if err != nil {
-			return nil, err
+		if addrs := grpcx.SplitAddrs(cfg.StorageAddr); len(addrs) > 1 {
+			// A storage-core cluster (raft mode): route to each channel's leader.
+			lc, err := grpcx.NewLeaderConn(addrs, handler.RouterRetry, append(grpcx.BulkDialOptions(), sec...)...)
+			if err != nil {
+				return nil, err
+			}
+			s.leaders = lc
+			storage = handler.NewRouter(lc)
+			if share == nil {
+				share = storagev1.NewShareServiceClient(lc)
+			}
+			s.http.AddReadyCheck("storage-core", anyServing(lc.Conns(), addrs))
+		} else {
+			cc, err := grpcx.Dial(cfg.StorageAddr, append(grpcx.BulkDialOptions(), sec...)...)
+			if err != nil {
+				return nil, err
+			}
+			s.grpc = append(s.grpc, cc)
+			storage = handler.NewStorageClient(cc)
+			if share == nil {
+				share = storagev1.NewShareServiceClient(cc)
+			}
+			s.httpCheck("storage-core", cc)
 		}
-		s.grpc = append(s.grpc, cc)
-		storage = handler.NewStorageClient(cc)
-		if share == nil {
-			share = storagev1.NewShareServiceClient(cc)
-		}
-		s.httpCheck("storage-core", cc)
 	}
 	if coord == nil {
 		sec, err := cfg.CoordinatorSecurity.DialOptions()
@@ -314,6 +329,26 @@ func (s *Server) closeGRPC() {
 		_ = cc.Close()
 	}
 	s.grpc = nil
+	if s.leaders != nil {
+		s.leaders.Close()
+		s.leaders = nil
+	}
+}
+
+// anyServing is the readiness check of a storage-core cluster: ready while one node
+// answers SERVING (it names the leaders of the rest); else every node's error.
+func anyServing(conns []*grpc.ClientConn, addrs []string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var errs []error
+		for i, cc := range conns {
+			err := grpcx.HealthCheck{Conn: cc, Addr: addrs[i]}.Check(ctx)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
 }
 
 // Run serves until ctx ends, then closes every connection and returns.

@@ -22,7 +22,8 @@ import (
 // FAILED_PRECONDITION with the leader's address in the trailers; the same call sent
 // there succeeds. AppendBatches on a follower answers the per-channel NOT_LEADER with
 // the leader's id and address. AppendBatches (an idempotent batch, then its retry) and a pipelined
-// AppendStream work on the leader, and every node then serves every record.
+// AppendStream work on the leader, and every node then serves every record and names
+// the leader and its term in GetChannel.
 func TestRaftModeLeaderTrailer(t *testing.T) {
 	addrs := make([]string, 3)
 	for i := range addrs {
@@ -182,6 +183,11 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 				t.Fatalf("node %s: %v %v", a, r, err)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+		// Every node has applied entries of the leader's term: it names the leader.
+		g, err := clients[a].GetChannel(ctx, &storagev1.GetChannelRequest{Name: "kafka.raft"})
+		if ch := g.GetChannel(); err != nil || ch.GetLeaderAddress() != leader || addrs[ch.GetLeaderId()-1] != leader || ch.GetLeaderTerm() < 2 {
+			t.Fatalf("GetChannel on %s: %v %v (leader %s)", a, ch, err, leader)
 		}
 	}
 }

@@ -35,8 +35,10 @@ const (
 
 type service struct {
 	storagev1.UnimplementedStorageServiceServer
-	st  *store.Store
-	log *zap.Logger
+	st *store.Store
+	// raft: the store runs in raft mode (GetChannel names the leader).
+	raft bool
+	log  *zap.Logger
 	// qm is the queue engine: DeleteChannel of a queue deletes it through qm.
 	qm *queue.Manager
 
@@ -47,7 +49,7 @@ type service struct {
 }
 
 func newService(st *store.Store, log *zap.Logger, reg prometheus.Registerer) *service {
-	s := &service{st: st, log: log, done: make(chan struct{}),
+	s := &service{st: st, raft: st.RaftTransport() != nil, log: log, done: make(chan struct{}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tributary_storage_calls_total", Help: "gRPC calls by method and outcome (ok or error code)."},
 			[]string{"method", "outcome"}),
@@ -146,7 +148,13 @@ func (s *service) GetChannel(_ context.Context, req *storagev1.GetChannelRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &storagev1.GetChannelResponse{Channel: describe(l)}, nil
+	ch := describe(l)
+	if s.raft {
+		if id, addr, term, err := s.st.RaftLeader(req.Name); err == nil {
+			ch.LeaderId, ch.LeaderAddress, ch.LeaderTerm = id, addr, term
+		}
+	}
+	return &storagev1.GetChannelResponse{Channel: ch}, nil
 }
 
 func (s *service) ListChannels(_ context.Context, req *storagev1.ListChannelsRequest) (_ *storagev1.ListChannelsResponse, err error) {

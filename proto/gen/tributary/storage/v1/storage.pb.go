@@ -517,8 +517,14 @@ type Channel struct {
 	// stable offset, numerically (as high_watermark is the Kafka high watermark). Equal to
 	// high_watermark when no transaction is ongoing; never below log_start_sequence - 1.
 	LastStableSequence int64 `protobuf:"varint,9,opt,name=last_stable_sequence,json=lastStableSequence,proto3" json:"last_stable_sequence,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Raft mode (--node-id/--peers), GetChannel only: the channel's Raft group leader as
+	// the answering node knows it (node id, 0 while an election is under way, and gRPC
+	// address) and its term (the Kafka leader epoch). Unset with one node.
+	LeaderId      uint64 `protobuf:"varint,10,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderAddress string `protobuf:"bytes,11,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	LeaderTerm    uint64 `protobuf:"varint,12,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Channel) Reset() {
@@ -610,6 +616,27 @@ func (x *Channel) GetSegmentCount() int32 {
 func (x *Channel) GetLastStableSequence() int64 {
 	if x != nil {
 		return x.LastStableSequence
+	}
+	return 0
+}
+
+func (x *Channel) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *Channel) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
+func (x *Channel) GetLeaderTerm() uint64 {
+	if x != nil {
+		return x.LeaderTerm
 	}
 	return 0
 }
@@ -3415,7 +3442,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	" \x01(\x01R\x16minCleanableDirtyRatio\x121\n" +
 	"\x15min_compaction_lag_ms\x18\v \x01(\x03R\x12minCompactionLagMs\x121\n" +
 	"\x15max_compaction_lag_ms\x18\f \x01(\x03R\x12maxCompactionLagMs\x12.\n" +
-	"\x13delete_retention_ms\x18\r \x01(\x03R\x11deleteRetentionMs\"\xfb\x02\n" +
+	"\x13delete_retention_ms\x18\r \x01(\x03R\x11deleteRetentionMs\"\xe0\x03\n" +
 	"\aChannel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
@@ -3427,7 +3454,12 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"created_ms\x18\a \x01(\x03R\tcreatedMs\x12#\n" +
 	"\rsegment_count\x18\b \x01(\x05R\fsegmentCount\x120\n" +
-	"\x14last_stable_sequence\x18\t \x01(\x03R\x12lastStableSequence\"\xc2\x01\n" +
+	"\x14last_stable_sequence\x18\t \x01(\x03R\x12lastStableSequence\x12\x1b\n" +
+	"\tleader_id\x18\n" +
+	" \x01(\x04R\bleaderId\x12%\n" +
+	"\x0eleader_address\x18\v \x01(\tR\rleaderAddress\x12\x1f\n" +
+	"\vleader_term\x18\f \x01(\x04R\n" +
+	"leaderTerm\"\xc2\x01\n" +
 	"\x14CreateChannelRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
