@@ -5,7 +5,7 @@
 // in-memory kfake, side by side in one run, printing both figures and the ratio (the
 // issue's bar: >= 1x kfake).
 //
-// Run from tests/e2e: go run ./cmd/sharebench [-records 60000] [-rounds 2]
+// Run from tests/e2e: go run ./cmd/sharebench [-records 60000] [-rounds 2] [-profile PREFIX]
 // It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
 // TRIBUTARY_TEST_NATS_URL); TRIBUTARY_BIN_DIR reuses prebuilt binaries.
 package main
@@ -34,6 +34,8 @@ import (
 	"github.com/tributary/tributary/tests/e2e/testenv"
 )
 
+var profile string
+
 const (
 	partitions = 6
 	consumers  = 3
@@ -43,6 +45,7 @@ const (
 func main() {
 	records := flag.Int("records", 60000, "records produced and then consumed per round")
 	rounds := flag.Int("rounds", 2, "rounds per target (the best is reported)")
+	flag.StringVar(&profile, "profile", "", "write 3 s CPU profiles of kafka-gateway and storage-core taken during the first Tributary round's consume to PREFIX-{gateway,storage}.pprof")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,7 +76,19 @@ func run(ctx context.Context, records, rounds int) error {
 			name  string
 			addrs []string
 		}{{"tributary", s.KafkaAddrs}, {"kfake", fk.ListenAddrs()}} {
-			rate, err := round(ctx, tg.addrs, records)
+			var onConsume func()
+			if profile != "" && r == 0 && tg.name == "tributary" {
+				onConsume = func() {
+					for n, p := range map[string]*stack.Proc{"gateway": s.Gateways[0], "storage": s.Storage} {
+						go func() {
+							if err := stack.FetchProfile("http://"+p.HTTPAddr+"/debug/pprof/profile?seconds=3", profile+"-"+n+".pprof"); err != nil {
+								fmt.Fprintf(os.Stderr, "profile of %s: %v\n", n, err)
+							}
+						}()
+					}
+				}
+			}
+			rate, err := round(ctx, tg.addrs, records, onConsume)
 			if err != nil {
 				return fmt.Errorf("%s: %w", tg.name, err)
 			}
@@ -94,7 +109,7 @@ func name(prefix string) string {
 
 // round produces records to a new topic, then times 3 share consumers of a new group
 // until each record was accepted once; it returns records per second.
-func round(ctx context.Context, addrs []string, records int) (float64, error) {
+func round(ctx context.Context, addrs []string, records int, onConsume func()) (float64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return 0, err
@@ -127,6 +142,9 @@ func round(ctx context.Context, addrs []string, records int) (float64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	start := time.Now()
+	if onConsume != nil {
+		onConsume()
+	}
 	var wg sync.WaitGroup
 	var end atomic.Int64
 	for i := 0; i < consumers; i++ {
