@@ -6,6 +6,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
+
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"google.golang.org/grpc"
@@ -21,6 +27,7 @@ type routeNode struct {
 	addr   string
 	leader string
 	leads  map[string]bool
+	code   storagev1.ErrorCode // when set, every append's answer
 	mu     sync.Mutex
 	calls  map[string]int // per channel: appends received
 }
@@ -32,7 +39,9 @@ func (n *routeNode) AppendBatches(_ context.Context, in *storagev1.AppendBatches
 	for _, c := range in.GetChannels() {
 		n.calls[c.GetChannel()]++
 		r := &storagev1.ChannelAppendResult{Channel: c.GetChannel(), FirstSequence: 1}
-		if !n.leads[c.GetChannel()] {
+		if n.code != 0 {
+			r = &storagev1.ChannelAppendResult{Channel: c.GetChannel(), Error: n.code}
+		} else if !n.leads[c.GetChannel()] {
 			r = &storagev1.ChannelAppendResult{Channel: c.GetChannel(), Error: storagev1.ErrorCode_ERROR_CODE_NOT_LEADER, LeaderAddress: n.leader}
 		}
 		out.Results = append(out.Results, r)
@@ -133,5 +142,46 @@ func TestRouterFollowsLeaders(t *testing.T) {
 		if res.GetError() != storagev1.ErrorCode_ERROR_CODE_UNSPECIFIED || string(res.GetBatches()) == nodes[1].addr || res.GetHighWatermark() != 3 {
 			t.Fatalf("fetch result %d: %v", i, res)
 		}
+	}
+}
+
+// TestRouterProduceCodes: Produce through a Router gets the Kafka code of each
+// raft-mode refusal: success on the leader; NOT_LEADER_OR_FOLLOWER (6) while no node
+// names a leader (an election) and while no node answers; NOT_ENOUGH_REPLICAS (19)
+// when the leader could not reach a majority.
+func TestRouterProduceCodes(t *testing.T) {
+	nodes, srvs := startRouteNodes(t, 2)
+	lc, err := grpcx.NewLeaderConn([]string{nodes[0].addr, nodes[1].addr}, RouterRetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Close)
+	st := fake.NewStorage()
+	co := fake.NewCoordinator(st)
+	brokers := []Broker{{NodeID: 1, Host: "127.0.0.1", Port: 9092}}
+	e := &env{h: New(Config{NodeID: 1, ClusterID: "unit", AutoCreateTopics: true, DefaultPartitions: 1},
+		Deps{Storage: NewRouter(lc), Coordinator: co, Brokers: func() []Broker { return brokers }, Log: zaptest.NewLogger(t)}), st: st, co: co}
+	e.createTopic(t, "t", 1, nil)
+	produce := func() int16 {
+		t.Helper()
+		return e.do(t, produceReq("t", 0, fake.Batch("v")), 9).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	nodes[1].leads["kafka.t"] = true
+	nodes[0].leader = nodes[1].addr
+	if got := produce(); got != 0 {
+		t.Fatalf("produce via the leader: code %d", got)
+	}
+	nodes[1].leads["kafka.t"] = false // an election: nobody names a leader
+	if got := produce(); got != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("produce during an election: code %d, want NOT_LEADER_OR_FOLLOWER", got)
+	}
+	nodes[0].code, nodes[1].code = storagev1.ErrorCode_ERROR_CODE_NOT_ENOUGH_REPLICAS, storagev1.ErrorCode_ERROR_CODE_NOT_ENOUGH_REPLICAS
+	if got := produce(); got != kerr.NotEnoughReplicas.Code {
+		t.Fatalf("produce without a majority: code %d, want NOT_ENOUGH_REPLICAS", got)
+	}
+	srvs[0].Stop()
+	srvs[1].Stop()
+	if got := produce(); got != kerr.NotLeaderForPartition.Code {
+		t.Fatalf("produce with every node down: code %d, want NOT_LEADER_OR_FOLLOWER", got)
 	}
 }
