@@ -9,7 +9,13 @@
 // latency (EndTransaction after Flush) p50/p99 of both targets. With -sasl-ssl (on by
 // default) the throughput cases also run over the same stack's SASL_SSL listener (TLS
 // 1.3 with a throwaway CA, SCRAM-SHA-512), in the same rounds as PLAINTEXT, and the
-// SASL_SSL / PLAINTEXT ratio is printed beside the bar (>= 0.70x, issue 19).
+// SASL_SSL / PLAINTEXT ratio is printed beside the bar (>= 0.70x, issue 19). A
+// share-group case (-share-records) pre-produces that many records to 6 partitions
+// and has 3 kgo share consumers of one share group (KIP-932) accept each, until every
+// record is accepted and committed (checked: each share partition's start offset at
+// its high watermark, and nothing redelivered to a later consumer); it prints
+// accepted records/s and MiB/s of both targets, the ratio (the bar: >= 1x, issue 17)
+// and the duplicate deliveries.
 //
 // Run from tests/e2e: go run ./cmd/kafkabench [-duration 5s] [-rate 20000]
 // It needs the test Postgres and NATS (TRIBUTARY_TEST_POSTGRES_URL,
@@ -68,6 +74,8 @@ type config struct {
 	profileSecs int
 	fanGroups   int
 	fanRecords  int
+	// shareRecords is the share-group case's record count (0: no share case).
+	shareRecords int
 }
 
 // target is a Kafka endpoint under test.
@@ -267,7 +275,8 @@ func main() {
 	flag.BoolVar(&cfg.saslSSL, "sasl-ssl", true, "also run the throughput cases over the same stack's SASL_SSL listener (TLS 1.3, SCRAM-SHA-512) and print their ratio to PLAINTEXT (the bar: >= 0.70x)")
 	flag.IntVar(&cfg.fanGroups, "fanout-groups", 4, "consumer groups of the fan-out case, reading one 6-partition topic while it is produced (0: no fan-out case)")
 	flag.IntVar(&cfg.fanRecords, "fanout-records", 300_000, "records produced in the fan-out case (the same load on every target)")
-	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the first round of each tributary consume case into this directory (client, gateway, storage)")
+	flag.IntVar(&cfg.shareRecords, "share-records", 200_000, "records of the share-group case (6 partitions, 3 share consumers accepting each; 0: no share case)")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the first round of each tributary consume case and share case into this directory (client, gateway, storage, coordinator)")
 	flag.IntVar(&cfg.profileSecs, "profile-seconds", 5, "length of the gateway and storage profiles of -profile, in seconds (the client's covers the consume)")
 	txnProds := flag.String("txn-producers", "16,4,64", "concurrent transactional producers (one transactional id each), comma separated: one transactional case per count, the same load on every target; the first is the bar's (see tests/e2e/README.md)")
 	flag.Parse()
@@ -318,7 +327,8 @@ func run(cfg config) error {
 				fmt.Fprintln(os.Stderr, "close stack:", err)
 			}
 		}()
-		procs := []proc{{"gateway", s.Gateways[0].Pid(), s.Gateways[0].HTTPAddr}, {"storage", s.Storage.Pid(), s.Storage.HTTPAddr}}
+		procs := []proc{{"gateway", s.Gateways[0].Pid(), s.Gateways[0].HTTPAddr}, {"storage", s.Storage.Pid(), s.Storage.HTTPAddr},
+			{"coord", s.Coordinator.Pid(), s.Coordinator.HTTPAddr}}
 		targets = append(targets, target{name: "tributary", procs: procs, fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
 		if cfg.saslSSL {
 			targets = append(targets, target{name: "sasl_ssl", opts: secure, throughputOnly: true, procs: procs,
@@ -411,6 +421,21 @@ func run(cfg config) error {
 				}
 				fanRuns[i] = append(fanRuns[i], r)
 				fmt.Printf("  round %d %-9s fan-out, %d groups: %9.0f rec/s in total, produce %9.0f rec/s\n", round+1, tg.name, cfg.fanGroups, r.total.perSec(), r.produce.perSec())
+			}
+		}
+	}
+	var shareRuns [][]shareResult // [full target][round]
+	if cfg.shareRecords > 0 {
+		shareRuns = make([][]shareResult, len(full))
+		for round := 0; round < cfg.rounds; round++ {
+			for i, tg := range full {
+				r, err := share(ctx, cfg, tg, shareProfile(cfg, tg, round))
+				if err != nil {
+					return fmt.Errorf("%s share group: %w", tg.name, err)
+				}
+				shareRuns[i] = append(shareRuns[i], r)
+				fmt.Printf("  round %d %-9s share group, %d consumers: %9.0f accepted rec/s (first record after %v), %d duplicate deliveries, %d redelivered\n",
+					round+1, tg.name, shareConsumers, r.consume.perSec(), r.joined.Round(time.Millisecond), r.dups, r.redelivered)
 			}
 		}
 	}
@@ -536,6 +561,58 @@ func run(cfg config) error {
 				total += d
 			}
 			fmt.Printf("%s, total %.1f µs\n", line, perRecord(total, fan[i].total.records))
+		}
+	}
+	if len(shareRuns) > 0 {
+		sh := make([]shareResult, len(shareRuns))
+		for i := range shareRuns {
+			sh[i] = medianShare(shareRuns[i])
+		}
+		line := fmt.Sprintf("%-24s", "share group, accepted")
+		for _, r := range sh {
+			line += fmt.Sprintf(" %14.0f", r.consume.perSec())
+		}
+		if bothFull {
+			line += fmt.Sprintf(" %7.2fx   (%.1f vs %.1f MiB/s; %d records, 6 partitions, %d share consumers accepting each; the bar: >= 1x)",
+				sh[0].consume.perSec()/sh[1].consume.perSec(), sh[0].consume.perSec()*mib, sh[1].consume.perSec()*mib, sh[0].consume.records, shareConsumers)
+		} else {
+			line += fmt.Sprintf("   (%.1f MiB/s)", sh[0].consume.perSec()*mib)
+		}
+		fmt.Println(line)
+		for _, q := range []struct {
+			name string
+			f    func(shareResult) string
+		}{{"first record after", func(r shareResult) string { return r.joined.Round(time.Millisecond).String() }},
+			{"duplicate deliveries", func(r shareResult) string { return strconv.FormatInt(r.dups, 10) }},
+			{"delivery count > 1", func(r shareResult) string { return strconv.FormatInt(r.redelivered, 10) }}} {
+			line := fmt.Sprintf("%-24s", "  "+q.name)
+			for _, r := range sh {
+				line += fmt.Sprintf(" %14s", q.f(r))
+			}
+			fmt.Println(line)
+		}
+		total := func(rs [][]shareResult, f func(shareResult) int64) (n int64) {
+			for _, t := range rs {
+				for _, r := range t {
+					n += f(r)
+				}
+			}
+			return n
+		}
+		fmt.Printf("  every round: each share partition's start offset at its high watermark after the acks, nothing redelivered after; duplicate deliveries over all rounds: %d\n",
+			total(shareRuns, func(r shareResult) int64 { return r.dups }))
+		for i, tg := range full {
+			line := fmt.Sprintf("  CPU per record accepted %-9s", tg.name)
+			var total time.Duration
+			for j, d := range sh[i].consume.cpu {
+				name := "client"
+				if j > 0 {
+					name = tg.procs[j-1].name
+				}
+				line += fmt.Sprintf(" %s %.1f", name, perRecord(d, sh[i].consume.records))
+				total += d
+			}
+			fmt.Printf("%s, total %.1f µs (the consumers' whole run, join included)\n", line, perRecord(total, sh[i].consume.records))
 		}
 	}
 	for k, runs := range txnRuns {
