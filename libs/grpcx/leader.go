@@ -133,6 +133,14 @@ func (c *LeaderConn) Pick(key string) (string, *grpc.ClientConn) {
 	return a, c.nodes[a]
 }
 
+// Cached reports whether a leader of key is known.
+func (c *LeaderConn) Cached(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.leaders[key]
+	return ok
+}
+
 // Learn records addr as key's leader (dialing it when it is new). Errors: the dial's.
 func (c *LeaderConn) Learn(key, addr string) error {
 	c.mu.Lock()

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -24,8 +25,10 @@ import (
 //     retries), NOT_ENOUGH_REPLICAS stays (Kafka NOT_ENOUGH_REPLICAS); a node that does
 //     not answer (UNAVAILABLE) makes its channels NOT_LEADER and is skipped by the
 //     next call (outcome unknown: idempotent producers make the retry safe).
-//   - Fetch: followers serve what they applied (committed records), so a node that
-//     does not answer is the only re-route: its channels are sent to the next node.
+//   - Fetch and LookupSequence: a channel whose leader is not cached is resolved first
+//     (GetChannel on the default node names it), so reads go to the leader; a node
+//     that does not answer makes its channels be read from the next node (followers
+//     serve what they applied: committed records).
 //
 // AppendStream is not used through a Router: produce requests of one connection are
 // unary AppendBatches, each sent once the previous one is answered (the connection's
@@ -184,6 +187,35 @@ func failedAppend(ch string, err error) *storagev1.ChannelAppendResult {
 	return &storagev1.ChannelAppendResult{Channel: ch, Error: code, ErrorMessage: err.Error(), LogAppendTimeMs: -1}
 }
 
+// resolveTimeout bounds the GetChannel that finds a channel's leader.
+const resolveTimeout = 2 * time.Second
+
+// resolve learns the leaders of the channels among names that have none cached, from
+// GetChannel on the default node (raft mode names the leader as that node knows it),
+// so reads go to the leader rather than to a follower that may lag (and answer
+// OUT_OF_RANGE for an offset the leader has). A channel without a known leader (an
+// election, an error) keeps going to the default node.
+func (r *Router) resolve(ctx context.Context, names []string) {
+	for _, ch := range names {
+		if r.lc.Cached(ch) {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+		_, cc := r.lc.Pick("")
+		out, err := storagev1.NewStorageServiceClient(cc).GetChannel(cctx, &storagev1.GetChannelRequest{Name: ch})
+		cancel()
+		if l := out.GetChannel().GetLeaderAddress(); err == nil && l != "" {
+			_ = r.lc.Learn(ch, l)
+		}
+	}
+}
+
+// LookupSequence (ListOffsets) goes to the channel's leader, resolved when unknown.
+func (r *Router) LookupSequence(ctx context.Context, in *storagev1.LookupSequenceRequest, opts ...grpc.CallOption) (*storagev1.LookupSequenceResponse, error) {
+	r.resolve(ctx, []string{in.GetChannel()})
+	return r.StorageServiceClient.LookupSequence(ctx, in, opts...)
+}
+
 // Fetch is fetchOwned with the batches left to the garbage collector.
 func (r *Router) Fetch(ctx context.Context, in *storagev1.FetchRequest, opts ...grpc.CallOption) (*storagev1.FetchResponse, error) {
 	out, _, err := r.fetchOwned(ctx, in, opts...)
@@ -199,6 +231,11 @@ func (r *Router) Fetch(ctx context.Context, in *storagev1.FetchRequest, opts ...
 func (r *Router) fetchOwned(ctx context.Context, in *storagev1.FetchRequest, opts ...grpc.CallOption) (*storagev1.FetchResponse, *fetchBuf, error) {
 	chs := in.GetChannels()
 	name := func(i int) string { return chs[i].GetChannel() }
+	names := make([]string, len(chs))
+	for i := range chs {
+		names[i] = name(i)
+	}
+	r.resolve(ctx, names)
 	results := make([]*storagev1.FetchChannelResult, len(chs))
 	var only []int
 	var lastErr error

@@ -57,6 +57,10 @@ func (n *routeNode) LookupSequence(ctx context.Context, in *storagev1.LookupSequ
 	return &storagev1.LookupSequenceResponse{Sequence: 7}, nil
 }
 
+func (n *routeNode) GetChannel(_ context.Context, in *storagev1.GetChannelRequest) (*storagev1.GetChannelResponse, error) {
+	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: in.GetName(), LeaderAddress: n.leader}}, nil
+}
+
 func (n *routeNode) Fetch(_ context.Context, in *storagev1.FetchRequest) (*storagev1.FetchResponse, error) {
 	out := &storagev1.FetchResponse{}
 	for _, c := range in.GetChannels() {
@@ -87,7 +91,8 @@ func startRouteNodes(t *testing.T, k int) ([]*routeNode, []*grpc.Server) {
 // with both, sent through the Router (default node 1), gets both appended: b at once,
 // a resent to node 2 after node 1's NOT_LEADER; the next call sends a straight to node 2
 // (cached). LookupSequence follows the trailer. With node 2 stopped, the append of a is
-// NOT_LEADER (retriable) and a Fetch of a is read from another node.
+// NOT_LEADER (retriable) and a Fetch of a is read from another node. A Fetch of a
+// channel with no cached leader goes to the one GetChannel names.
 func TestRouterFollowsLeaders(t *testing.T) {
 	nodes, srvs := startRouteNodes(t, 3)
 	for _, n := range nodes {
@@ -129,12 +134,18 @@ func TestRouterFollowsLeaders(t *testing.T) {
 		t.Fatalf("lookup of c: %v %v", ls, err)
 	}
 
+	// A read of a channel whose leader is not cached goes to the leader GetChannel names.
+	f, err := r.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "d"}}})
+	if err != nil || string(f.GetResults()[0].GetBatches()) != nodes[1].addr {
+		t.Fatalf("fetch of d: %v %v, want it served by node 2", f, err)
+	}
+
 	srvs[1].Stop()
 	out, err := r.AppendBatches(ctx, &storagev1.AppendBatchesRequest{Channels: []*storagev1.ChannelBatches{{Channel: "a"}}})
 	if err != nil || out.GetResults()[0].GetError() != storagev1.ErrorCode_ERROR_CODE_NOT_LEADER {
 		t.Fatalf("append of a with its leader down: %v %v, want NOT_LEADER", out, err)
 	}
-	f, err := r.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "a"}, {Channel: "b"}}})
+	f, err = r.Fetch(ctx, &storagev1.FetchRequest{Channels: []*storagev1.FetchChannel{{Channel: "a"}, {Channel: "b"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
