@@ -131,11 +131,12 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 	resp.AcquisitionLockTimeoutMillis = lockMs
 
 	out := newShareFetchOut(resp)
-	// Acknowledgements first.
+	// Acknowledgements: checked here, applied by storage-core before it acquires
+	// (in the same ShareFetch call when there is something to fetch).
+	var acks []*storagev1.SharePartitionAcks
+	var ackAt []sharePart
 	if len(ackParts) > 0 {
 		refs, codes := h.shareRefs(ctx, ackParts)
-		var acks []*storagev1.SharePartitionAcks
-		var at []int
 		for i, sp := range ackParts {
 			switch {
 			case codes[i] != 0:
@@ -146,29 +147,37 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 				out.part(sp).AcknowledgeErrorCode = kerr.InvalidRequest.Code
 			default:
 				acks = append(acks, &storagev1.SharePartitionAcks{Topic: refs[i].Topic, Partition: refs[i].Partition, Batches: ackBatches[i]})
-				at = append(at, i)
-			}
-		}
-		if len(acks) > 0 {
-			cctx, cancel := context.WithTimeout(ctx, shareCallTimeout)
-			ar, err := h.share.ShareAcknowledge(cctx, &storagev1.ShareAcknowledgeRequest{GroupId: group, MemberId: member, Acknowledgements: acks, LockDurationMs: lockMs})
-			cancel()
-			for k, i := range at {
-				p := out.part(ackParts[i])
-				switch {
-				case err != nil:
-					p.AcknowledgeErrorCode = dataCode(err)
-				case k < len(ar.GetResults()):
-					p.AcknowledgeErrorCode = shareError(ar.GetResults()[k].GetError())
-				}
+				ackAt = append(ackAt, sp)
 			}
 		}
 	}
+	ackResults := func(rs []*storagev1.ShareAckResult, err error) {
+		for k, sp := range ackAt {
+			p := out.part(sp)
+			switch {
+			case err != nil:
+				p.AcknowledgeErrorCode = dataCode(err)
+			case k < len(rs):
+				p.AcknowledgeErrorCode = shareError(rs[k].GetError())
+			}
+		}
+	}
+	acknowledgeOnly := func() {
+		if len(acks) == 0 {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, shareCallTimeout)
+		defer cancel()
+		ar, err := h.share.ShareAcknowledge(cctx, &storagev1.ShareAcknowledgeRequest{GroupId: group, MemberId: member, Acknowledgements: acks, LockDurationMs: lockMs})
+		ackResults(ar.GetResults(), err)
+	}
 	if req.ShareSessionEpoch == -1 {
+		acknowledgeOnly()
 		h.releaseSession(ctx, key, chk.parts) // closed: chk.parts are the session's last
 		return resp, nil
 	}
 	if renew {
+		acknowledgeOnly()
 		return resp, nil
 	}
 
@@ -191,6 +200,7 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 		}
 	}
 	if len(fetch) == 0 {
+		acknowledgeOnly()
 		return resp, nil
 	}
 	maxRecords := req.MaxRecords
@@ -206,11 +216,12 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 	stop := context.AfterFunc(h.drainCtx, cancel)
 	defer stop()
 	fr, err := h.share.ShareFetch(fctx, &storagev1.ShareFetchRequest{
-		GroupId: group, MemberId: member, Partitions: fetch,
+		GroupId: group, MemberId: member, Partitions: fetch, Acknowledgements: acks,
 		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: int64(max(req.MaxBytes, 0)),
 		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
 		AutoOffsetReset: chk.cfg.reset, ByDurationMs: chk.cfg.byDurationMs, DeliveryCountLimit: chk.cfg.limit,
 	})
+	ackResults(fr.GetAckResults(), err)
 	for k, sp := range at {
 		if err != nil {
 			out.part(sp).ErrorCode = dataCode(err)

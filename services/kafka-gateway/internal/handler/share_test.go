@@ -154,6 +154,9 @@ func (f *fakeShare) ShareFetch(_ context.Context, in *storagev1.ShareFetchReques
 	defer f.mu.Unlock()
 	f.fetches = append(f.fetches, in)
 	out := &storagev1.ShareFetchResponse{}
+	for _, a := range in.Acknowledgements {
+		out.AckResults = append(out.AckResults, &storagev1.ShareAckResult{Topic: a.Topic, Partition: a.Partition, Error: f.ackErr})
+	}
 	for _, p := range in.Partitions {
 		out.Partitions = append(out.Partitions, &storagev1.SharePartitionRecords{Topic: p.Topic, Partition: p.Partition,
 			Records: []*storagev1.ShareAcquiredRecord{{DeliveryCount: 1, Record: &storagev1.Record{Sequence: 1, Value: []byte("v")}}}})
@@ -263,10 +266,11 @@ func TestShareFetchHandler(t *testing.T) {
 	if byPart[9].ErrorCode != kerr.UnknownTopicOrPartition.Code || len(byPart[0].AcquiredRecords) != 1 || len(byPart[1].Records) == 0 {
 		t.Fatalf("partitions %+v", byPart)
 	}
-	// Epoch 1 with an ack storage refuses: INVALID_RECORD_STATE on that partition.
+	// Epoch 1 with an ack storage refuses: INVALID_RECORD_STATE on that partition. The
+	// acknowledgements ride on the storage ShareFetch.
 	fs.ackErr = storagev1.ShareError_SHARE_ERROR_INVALID_RECORD_STATE
 	resp = do(fetch("m", 1, []int32{0}, []int64{0, 0, 1}), 1).(*kmsg.ShareFetchResponse)
-	if resp.ErrorCode != 0 || len(fs.acks) != 1 {
+	if resp.ErrorCode != 0 || len(fs.fetches) != 2 || len(fs.fetches[1].Acknowledgements) != 1 || len(fs.acks) != 0 {
 		t.Fatalf("epoch 1: %+v", resp)
 	}
 	for _, p := range resp.Topics[0].Partitions {
@@ -281,14 +285,16 @@ func TestShareFetchHandler(t *testing.T) {
 			t.Fatalf("malformed batch: %v", kerr.ErrorForCode(p.AcknowledgeErrorCode))
 		}
 	}
-	if len(fs.acks) != 1 {
+	if len(fs.fetches) != 3 || len(fs.fetches[2].Acknowledgements) != 0 || len(fs.acks) != 0 {
 		t.Fatalf("malformed batch reached storage")
 	}
-	// Close: the session's partitions are released.
-	ack := kmsg.NewPtrShareAcknowledgeRequest()
-	ack.GroupID, ack.MemberID, ack.ShareSessionEpoch = kmsg.StringPtr("g"), kmsg.StringPtr("m"), -1
-	if r := do(ack, 1).(*kmsg.ShareAcknowledgeResponse); r.ErrorCode != 0 || len(fs.releases) != 1 || len(fs.releases[0].Partitions) != 2 {
-		t.Fatalf("close: %+v, releases %+v", r, fs.releases)
+	// Close with a final acknowledgement: applied alone (nothing is fetched), then the
+	// session's partitions are released.
+	fs.ackErr = 0
+	final := fetch("m", -1, []int32{0}, []int64{0, 0, 1})
+	final.Topics[0].Partitions = final.Topics[0].Partitions[:1]
+	if r := do(final, 1).(*kmsg.ShareFetchResponse); r.ErrorCode != 0 || len(fs.acks) != 1 || len(fs.fetches) != 3 || len(fs.releases) != 1 || len(fs.releases[0].Partitions) != 2 {
+		t.Fatalf("close: %+v, acks %d, releases %+v", r, len(fs.acks), fs.releases)
 	}
 	// A connection closing releases what its open sessions hold.
 	do(fetch("m2", 0, []int32{1}, nil), 1)
