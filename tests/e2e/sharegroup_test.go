@@ -401,3 +401,96 @@ func TestShareGroupOffsetsAdmin(t *testing.T) {
 		t.Errorf("start offsets of the deleted group: %v, want none", got)
 	}
 }
+
+// TestShareGroupBadInput sends the share group APIs what a broken or hostile client
+// might: every answer is Kafka's error code, and the connection stays usable.
+func TestShareGroupBadInput(t *testing.T) {
+	s := sharedStack(t)
+	cl := newClient(t, s.KafkaAddrs)
+	adm := kadm.NewClient(cl)
+	topic := topicName("shbad")
+	createTopic(t, adm, topic, 1, nil)
+	ctx := ctxT(t, time.Minute)
+	blank := "  "
+
+	hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+	hb.GroupID, hb.MemberID, hb.MemberEpoch, hb.SubscribedTopicNames = "", uuidString(), 0, []string{topic}
+	for _, mod := range []func(r *kmsg.ShareGroupHeartbeatRequest){
+		func(r *kmsg.ShareGroupHeartbeatRequest) {},                                     // empty group id
+		func(r *kmsg.ShareGroupHeartbeatRequest) { r.GroupID, r.RackID = "g", &blank },  // blank rack
+		func(r *kmsg.ShareGroupHeartbeatRequest) { r.GroupID, r.MemberEpoch = "g", -7 }, // epoch below -1
+		func(r *kmsg.ShareGroupHeartbeatRequest) { r.GroupID, r.MemberID = "g", blank }, // blank member id
+	} {
+		r := *hb
+		mod(&r)
+		if resp, err := r.RequestWith(ctx, cl); err != nil || resp.ErrorCode != kerr.InvalidRequest.Code {
+			t.Errorf("heartbeat %+v: %+v %v, want INVALID_REQUEST", r, resp, err)
+		}
+	}
+	// Subscribing to topics that do not exist (or cannot) is allowed: no assignment.
+	hb.GroupID, hb.SubscribedTopicNames = topicName("shbadg"), []string{"no-such-topic", "bad~name", ""}
+	if resp, err := hb.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 || resp.Assignment == nil || len(resp.Assignment.TopicPartitions) != 0 {
+		t.Errorf("join to missing topics: %+v %v, want success and an empty assignment", resp, err)
+	}
+
+	d := kmsg.NewPtrShareGroupDescribeRequest()
+	d.GroupIDs = []string{"", hb.GroupID, hb.GroupID}
+	if resp, err := d.RequestWith(ctx, cl); err != nil || len(resp.Groups) != 3 || resp.Groups[0].ErrorCode != kerr.InvalidGroupID.Code ||
+		resp.Groups[1].ErrorCode != 0 || resp.Groups[2].ErrorCode != 0 {
+		t.Errorf("describe with an empty id and a duplicate: %+v %v", resp, err)
+	}
+
+	dso := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+	rg := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+	rt := kmsg.NewDescribeShareGroupOffsetsRequestGroupTopic()
+	rt.Topic, rt.Partitions = topic, []int32{-1, 0, 1 << 30}
+	rg.GroupID, rg.Topics = hb.GroupID, []kmsg.DescribeShareGroupOffsetsRequestGroupTopic{rt}
+	empty := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+	dso.Groups = []kmsg.DescribeShareGroupOffsetsRequestGroup{rg, empty}
+	if resp, err := dso.RequestWith(ctx, cl); err != nil || len(resp.Groups) != 2 || resp.Groups[1].ErrorCode != kerr.InvalidGroupID.Code {
+		t.Errorf("describe offsets: %+v %v", resp, err)
+	} else {
+		for _, p := range resp.Groups[0].Topics[0].Partitions {
+			if p.ErrorCode != 0 || p.StartOffset != -1 {
+				t.Errorf("describe offsets of partition %d: %+v, want -1 without error", p.Partition, p)
+			}
+		}
+	}
+
+	aso := kmsg.NewPtrAlterShareGroupOffsetsRequest()
+	aso.GroupID = topicName("shbadalter")
+	at := kmsg.NewAlterShareGroupOffsetsRequestTopic()
+	at.Topic = topic
+	for _, p := range []struct {
+		p   int32
+		off int64
+	}{{-1, 0}, {5, 0}, {0, -5}} {
+		ap := kmsg.NewAlterShareGroupOffsetsRequestTopicPartition()
+		ap.Partition, ap.StartOffset = p.p, p.off
+		at.Partitions = append(at.Partitions, ap)
+	}
+	aso.Topics = []kmsg.AlterShareGroupOffsetsRequestTopic{at}
+	if resp, err := aso.RequestWith(ctx, cl); err != nil || resp.ErrorCode != 0 || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 3 {
+		t.Errorf("alter offsets: %+v %v", resp, err)
+	} else {
+		want := []int16{kerr.UnknownTopicOrPartition.Code, kerr.UnknownTopicOrPartition.Code, kerr.InvalidRequest.Code}
+		for i, p := range resp.Topics[0].Partitions {
+			if p.ErrorCode != want[i] {
+				t.Errorf("alter partition %d: %v, want %v", p.Partition, kerr.ErrorForCode(p.ErrorCode), kerr.ErrorForCode(want[i]))
+			}
+		}
+	}
+	aso.GroupID = ""
+	if resp, err := aso.RequestWith(ctx, cl); err != nil || resp.ErrorCode != kerr.InvalidGroupID.Code {
+		t.Errorf("alter offsets of an empty group id: %+v %v", resp, err)
+	}
+	del := kmsg.NewPtrDeleteShareGroupOffsetsRequest()
+	del.GroupID = ""
+	if resp, err := del.RequestWith(ctx, cl); err != nil || resp.ErrorCode != kerr.InvalidGroupID.Code {
+		t.Errorf("delete offsets of an empty group id: %+v %v", resp, err)
+	}
+	// The connection still answers.
+	if _, err := adm.ListGroupsByType(ctx, []string{"share"}); err != nil {
+		t.Errorf("ListGroups after the bad input: %v", err)
+	}
+}
