@@ -76,6 +76,8 @@ type config struct {
 	fanRecords  int
 	// shareRecords is the share-group case's record count (0: no share case).
 	shareRecords int
+	// shareStartFirst sets the share group's start offsets before the produce.
+	shareStartFirst bool
 }
 
 // target is a Kafka endpoint under test.
@@ -276,6 +278,7 @@ func main() {
 	flag.IntVar(&cfg.fanGroups, "fanout-groups", 4, "consumer groups of the fan-out case, reading one 6-partition topic while it is produced (0: no fan-out case)")
 	flag.IntVar(&cfg.fanRecords, "fanout-records", 300_000, "records produced in the fan-out case (the same load on every target)")
 	flag.IntVar(&cfg.shareRecords, "share-records", 200_000, "records of the share-group case (6 partitions, 3 share consumers accepting each; 0: no share case)")
+	flag.BoolVar(&cfg.shareStartFirst, "share-start-first", false, "in the share-group case, set the group's start offsets before the produce rather than after (storage-core's share queue then copies the records from the partition log while they are produced, not during the consume)")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the first round of each tributary consume case and share case into this directory (client, gateway, storage, coordinator)")
 	flag.IntVar(&cfg.profileSecs, "profile-seconds", 5, "length of the gateway and storage profiles of -profile, in seconds (the client's covers the consume)")
 	txnProds := flag.String("txn-producers", "16,4,64", "concurrent transactional producers (one transactional id each), comma separated: one transactional case per count, the same load on every target; the first is the bar's (see tests/e2e/README.md)")

@@ -39,14 +39,16 @@ func medianShare(rs []shareResult) shareResult {
 
 // share pre-produces cfg.shareRecords records (rounded down to a multiple of 6, record
 // i to partition i % 6) to a fresh 6-partition topic, sets a fresh share group's start
-// offsets to 0 (AlterShareGroupOffsets while it is empty), then has 3 kgo share
+// offsets to 0 (AlterShareGroupOffsets while it is empty; with cfg.shareStartFirst
+// before the produce, so a target that copies records into share state does it while
+// they are produced, as for a running group), then has 3 kgo share
 // consumers of that group read it, accepting each record (Record.Ack(AckAccept)) until
 // every record was delivered, and flush their acknowledgements. It fails unless every
 // acknowledgement succeeded (ShareAckCallback), every share partition's start offset
 // is then at its high watermark with lag 0 (DescribeShareGroupOffsets: every record
 // accepted and committed), and a fresh consumer of the group, after the three left, is
-// delivered nothing but a sentinel record produced after them. Duplicate deliveries are counted, not
-// failed. With profile set, CPU profiles of the consume go to profile-*.pprof.
+// delivered nothing but a sentinel record produced after them. Duplicate deliveries
+// are counted, not failed. With profile set, CPU profiles of the consume go to profile-*.pprof.
 func share(ctx context.Context, cfg config, tg target, profile string) (shareResult, error) {
 	var out shareResult
 	addrs, closeFn, err := tg.fresh()
@@ -65,6 +67,28 @@ func share(ctx context.Context, cfg config, tg target, profile string) (shareRes
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	acl, err := tg.client(addrs)
+	if err != nil {
+		return out, err
+	}
+	defer acl.Close()
+	adm := kadm.NewClient(acl)
+	group := topic + "-share"
+	startAt := kadm.Offsets{}
+	for p := range int32(shareParts) {
+		startAt.Add(kadm.Offset{Topic: topic, Partition: p, At: 0})
+	}
+	setStart := func() error {
+		if res, err := adm.AlterShareGroupOffsets(cctx, group, startAt); err != nil || !res.Ok() {
+			return fmt.Errorf("AlterShareGroupOffsets: %v %v", res, err)
+		}
+		return nil
+	}
+	if cfg.shareStartFirst {
+		if err := setStart(); err != nil {
+			return out, err
+		}
+	}
 
 	pcl, err := tg.client(addrs, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProduceRequestTimeout(30*time.Second),
@@ -96,20 +120,10 @@ func share(ctx context.Context, cfg config, tg target, profile string) (shareRes
 	if err != nil {
 		return out, fmt.Errorf("produce: %w", err)
 	}
-
-	acl, err := tg.client(addrs)
-	if err != nil {
-		return out, err
-	}
-	defer acl.Close()
-	adm := kadm.NewClient(acl)
-	group := topic + "-share"
-	startAt := kadm.Offsets{}
-	for p := range int32(shareParts) {
-		startAt.Add(kadm.Offset{Topic: topic, Partition: p, At: 0})
-	}
-	if res, err := adm.AlterShareGroupOffsets(cctx, group, startAt); err != nil || !res.Ok() {
-		return out, fmt.Errorf("AlterShareGroupOffsets: %v %v", res, err)
+	if !cfg.shareStartFirst {
+		if err := setStart(); err != nil {
+			return out, err
+		}
 	}
 
 	// seen[p][o] counts the deliveries of partition p's offset o.
