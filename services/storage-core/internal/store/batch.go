@@ -46,6 +46,9 @@ const (
 	attrTimestampType   = 0x08 // 1 = LogAppendTime
 	attrTransactional   = 0x10
 	attrControl         = 0x20
+	// attrDeleteHorizon marks a batch whose base timestamp is its delete horizon, set
+	// by the log cleaner (KIP-534; Kafka DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK).
+	attrDeleteHorizon = 0x40
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -19,7 +19,7 @@ import (
 
 // The log cleaner compacts channels whose cleanup policy includes "compact", as Kafka's
 // LogCleaner does (Cleaner.scala; KIP-58 min.compaction.lag.ms, KIP-354
-// max.compaction.lag.ms):
+// max.compaction.lag.ms, KIP-534 delete horizons, KIP-98 transactions):
 //
 //   - Only closed segments below the active one, the last stable offset (no open
 //     transaction is touched) and, in WAL mode, the last checkpoint are cleanable; of
@@ -28,22 +28,37 @@ import (
 //     "cleaner-offset", the first offset not yet taken into a pass; the log start when
 //     missing). A pass runs when dirty bytes / cleanable bytes reach
 //     min_cleanable_dirty_ratio, when the first dirty segment is older than
-//     max_compaction_lag_ms, or when a kept tombstone has passed delete_retention_ms.
+//     max_compaction_lag_ms, or when a delete horizon kept by the last pass has passed.
 //   - A pass reads the dirty section into a map key -> newest offset, bounded by the
 //     dedupe buffer (keys and ~48 bytes per entry): when it is full the pass ends the
-//     map there and the rest stays dirty for the next pass. Then every cleanable
-//     segment below the map's end is rewritten, oldest first: a record is kept unless
-//     the map holds a newer offset of its key; a tombstone (null value) that is the
-//     newest of its key goes once its timestamp is more than delete_retention_ms old;
-//     a batch of an aborted transaction goes; transaction markers are kept; the last
-//     batch of each producer still in the producer state is kept, as a header of no
-//     records when all its records went (as Kafka), so the idempotence state can be
-//     rebuilt from the log.
+//     map there and the rest stays dirty for the next pass; aborted and control batches
+//     are not mapped. Then every cleanable segment below the map's end is rewritten,
+//     oldest first, batch by batch (cleanBatch):
+//     a record is kept unless the map holds a newer offset of its key;
+//     a batch of an aborted transaction goes;
+//     a tombstone (null value) that is the newest of its key is kept by the first pass
+//     that sees it, which sets its batch's delete horizon (now + delete_retention_ms,
+//     the delete-horizon attribute and the horizon as base timestamp, the record
+//     timestamps unchanged), and goes in a pass at or after the horizon;
+//     a transaction marker stays while a batch of its transaction was seen in the pass
+//     (records of the transaction remain, or were removed by this very pass); once a
+//     pass sees none it gets a delete horizon the same way, and a pass after the
+//     horizon removes it (txnCleaner, Kafka's CleanedTransactionMetadata);
+//     the last batch of each producer still in the producer state is kept, as a header
+//     of no records when all its records went, and so are the markers of a producer's
+//     current epoch when it has no batch in its state (as Kafka), so the idempotence
+//     state can be rebuilt from the log.
+//   - The aborted-transactions index follows what is left: when a pass reaches an ABORT
+//     marker and saw no batch of its transaction, the entry is removed (dropAborted:
+//     in memory and in the active segment's producer snapshot) before the segment
+//     holding the marker is swapped, so no entry outlives its marker — a read_committed
+//     Kafka consumer given an aborted range with no marker to end it would drop the
+//     producer's later committed records.
 //   - Offsets never change: a rewritten batch keeps its base offset, last offset delta,
-//     producer fields and its records' offset and timestamp deltas (gaps, as Kafka); it
-//     is stored uncompressed with a new CRC. An emptied batch is dropped (but see the
-//     producers' last batches); a segment
-//     keeps its base offset and name even when emptied. The log start is unchanged.
+//     max timestamp, producer fields and its records' offset deltas and timestamps
+//     (gaps, as Kafka); it is stored uncompressed with a new CRC. An emptied batch is
+//     dropped (but see the producers' last batches); a segment keeps its base offset and
+//     name even when emptied. The log start is unchanged.
 //   - A segment is swapped crash-safely (swapSegment): the new file is written and
 //     fsynced under a ".clean" name, the old index files are removed, the new file is
 //     renamed over the old, the directory fsynced, the new index files written. A crash
@@ -97,7 +112,8 @@ type cleanerLog struct {
 	busy atomic.Bool
 	// firstDirty is 1 + the cleaner checkpoint; 0 until read from the file.
 	firstDirty atomic.Int64
-	// tombstoneDue is the earliest time (ms) a kept tombstone may go; 0 none known.
+	// tombstoneDue is the earliest delete horizon (ms) the last pass kept (a tombstone
+	// or marker may go then); 0 none known.
 	tombstoneDue atomic.Int64
 }
 
@@ -347,17 +363,32 @@ func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
 	}
 	tombDue = 0
 
-	// The producers' last batches, kept whole.
+	// The producers' last batches, kept (as headers when emptied); a producer with no
+	// batch left in its state keeps the markers of its current epoch (Kafka
+	// Cleaner.isBatchLastRecordOfProducer).
 	l.mu.Lock()
 	lastOf := make(map[int64]int64, len(l.prods))
+	epochOf := make(map[int64]int16, len(l.prods))
 	for pid, p := range l.prods {
 		if p.n > 0 {
 			lastOf[pid] = p.batches[p.n-1].baseOffset
+		} else {
+			epochOf[pid] = p.epoch
 		}
 	}
 	l.mu.Unlock()
 
-	horizon := now - cfg.DeleteRetentionMs
+	isLast := func(h *batchHeader) bool {
+		if h.ProducerID < 0 {
+			return false
+		}
+		if off, ok := lastOf[h.ProducerID]; ok {
+			return off == h.BaseOffset
+		}
+		e, ok := epochOf[h.ProducerID]
+		return ok && h.Attributes&attrControl != 0 && e == h.ProducerEpoch
+	}
+	txns := newTxnCleaner(l.abortedEntries(l.logStart.Load(), upper))
 	var read, written int64
 	for _, s := range segs {
 		if s.base >= mapEnd {
@@ -367,46 +398,34 @@ func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
 		changed := false
 		err := c.scanSegment(s, func(h *batchHeader, frame []byte) (bool, error) {
 			read += int64(len(frame))
-			switch {
-			case h.Attributes&attrControl != 0 || h.BaseOffset >= mapEnd:
-				out = append(out, frame...)
-				return true, nil
-			case h.Attributes&attrTransactional != 0 && isAborted(aborted, h):
-				changed = true
-				return true, nil
-			}
-			last := h.ProducerID >= 0 && lastOf[h.ProducerID] == h.BaseOffset
-			nb, kept, total, err := filterBatch(frame, h, last, func(off int64, key, value []byte, ts int64) bool {
-				newest, ok := keys[string(key)]
-				if ok && newest > off && off < mapEnd {
-					return false
-				}
-				if value == nil && off < mapEnd {
-					if ts < horizon {
-						return false
-					}
-					if due := ts + cfg.DeleteRetentionMs + 1; tombDue == 0 || due < tombDue {
-						tombDue = due
-					}
-				}
-				return true
+			nb, keep, err := cleanBatch(frame, h, cleanCtx{
+				keys: keys, mapEnd: mapEnd, now: now, retentionMs: cfg.DeleteRetentionMs, txns: txns, due: &tombDue,
+				last: isLast(h),
 			})
-			if err != nil {
-				return false, err
-			}
 			switch {
-			case kept == total:
-				out = append(out, frame...)
+			case err != nil:
+				return false, err
+			case !keep:
+				changed = true
 			case nb != nil:
 				out = append(out, nb...)
 				changed = true
 			default:
-				changed = true
+				out = append(out, frame...)
 			}
 			return true, nil
 		})
 		if err != nil {
 			return err
+		}
+		// The index entries of aborted transactions with no record left go before any
+		// of their markers may (a read_committed consumer given an aborted range with
+		// no marker to end it would drop the producer's later records).
+		if len(txns.drop) > 0 {
+			if err := l.dropAborted(txns.drop); err != nil {
+				return err
+			}
+			txns.drop = txns.drop[:0]
 		}
 		if !changed {
 			continue
@@ -429,6 +448,178 @@ func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
 	l.log.Debug("log cleaner pass", zap.Int64("first_dirty", first), zap.Int64("map_end", mapEnd), zap.Int("keys", len(keys)),
 		zap.Int64("read_bytes", read), zap.Int64("written_bytes", written), zap.Duration("took", time.Since(start)))
 	return nil
+}
+
+// txnCleaner follows the transactions of a pass over the cleanable segments, oldest
+// first, as Kafka's CleanedTransactionMetadata: it says which batches belong to an
+// aborted transaction (removed) and which markers no longer have a record of their
+// transaction in the log (removable after their delete horizon), and collects the
+// aborted-index entries of transactions with no record left (drop).
+type txnCleaner struct {
+	aborted   []abortedTxn // not yet reached, by first offset
+	ongoing   map[int64]*abortedRun
+	committed map[int64]bool // producers with a batch of their committed transaction seen
+	drop      []abortedTxn
+}
+
+type abortedRun struct {
+	a        abortedTxn
+	observed bool // a batch of the transaction is still in the log
+}
+
+func newTxnCleaner(aborted []abortedTxn) *txnCleaner {
+	return &txnCleaner{aborted: aborted, ongoing: map[int64]*abortedRun{}, committed: map[int64]bool{}}
+}
+
+func (t *txnCleaner) reach(off int64) {
+	for len(t.aborted) > 0 && t.aborted[0].first <= off {
+		a := t.aborted[0]
+		t.aborted = t.aborted[1:]
+		if _, ok := t.ongoing[a.pid]; !ok {
+			t.ongoing[a.pid] = &abortedRun{a: a}
+		}
+	}
+}
+
+// onBatch reports whether the data batch h belongs to an aborted transaction.
+func (t *txnCleaner) onBatch(h *batchHeader) bool {
+	t.reach(h.LastOffset())
+	if h.Attributes&attrTransactional == 0 {
+		return false
+	}
+	if r, ok := t.ongoing[h.ProducerID]; ok {
+		r.observed = true
+		return true
+	}
+	t.committed[h.ProducerID] = true
+	return false
+}
+
+// onMarker reports whether the control batch frame may be removed: no batch of its
+// transaction was seen in this pass (so none is left), or it is emptied or unknown.
+func (t *txnCleaner) onMarker(h *batchHeader, frame []byte) bool {
+	t.reach(h.LastOffset())
+	if h.RecordCount == 0 {
+		return true
+	}
+	ci, ok := parseControl(frame)
+	if !ok {
+		return false
+	}
+	if !ci.commit {
+		r, ok := t.ongoing[h.ProducerID]
+		delete(t.ongoing, h.ProducerID)
+		if ok && r.observed {
+			return false
+		}
+		if ok {
+			t.drop = append(t.drop, r.a)
+		}
+		return true
+	}
+	seen := t.committed[h.ProducerID]
+	delete(t.committed, h.ProducerID)
+	return !seen
+}
+
+// cleanCtx is what cleanBatch needs of its pass.
+type cleanCtx struct {
+	keys        map[string]int64 // key -> newest offset below mapEnd
+	mapEnd      int64
+	now         int64 // ms
+	retentionMs int64 // delete_retention_ms
+	txns        *txnCleaner
+	due         *int64 // earliest delete horizon kept (ms), 0 none; updated
+	last        bool   // the producer's last batch (or a marker of its epoch): kept
+}
+
+// deleteHorizon returns the batch's delete horizon (ms) and whether it has one.
+func deleteHorizon(h *batchHeader) (int64, bool) {
+	if h.Attributes&attrDeleteHorizon == 0 {
+		return 0, false
+	}
+	return h.BaseTimestamp, true
+}
+
+func (c *cleanCtx) keepDue(horizon int64) {
+	if *c.due == 0 || horizon < *c.due {
+		*c.due = horizon
+	}
+}
+
+// cleanBatch decides one batch of a pass, as Kafka's Cleaner.cleanInto filter
+// (KIP-534): it returns keep false to drop the batch, else the rewritten frame (nil:
+// unchanged). A data batch of an aborted transaction goes; a record goes when the key
+// map holds a newer offset of its key; a tombstone that is the newest of its key is
+// kept, and its batch gets a delete horizon (now + delete_retention_ms) on the first
+// pass that keeps it; a pass at or after the horizon removes it. A marker whose
+// transaction has no record left gets a delete horizon the same way and goes on a pass
+// at or after it. The producer's last batch stays, as a header of no records when all
+// its records went, and so does a marker of its epoch when it has no batch left.
+func cleanBatch(frame []byte, h *batchHeader, c cleanCtx) ([]byte, bool, error) {
+	horizon, hasHorizon := deleteHorizon(h)
+	if h.Attributes&attrControl != 0 {
+		if !c.txns.onMarker(h, frame) || c.last {
+			return nil, true, nil
+		}
+		if !hasHorizon {
+			c.keepDue(c.now + c.retentionMs)
+			nb, _, _, err := rebuildBatch(frame, h, nil, true, c.now+c.retentionMs)
+			return nb, true, err
+		}
+		if c.now >= horizon {
+			return nil, false, nil
+		}
+		c.keepDue(horizon)
+		return nil, true, nil
+	}
+	if c.txns.onBatch(h) {
+		if !c.last {
+			return nil, false, nil
+		}
+		if h.RecordCount == 0 {
+			return nil, true, nil
+		}
+		nb, _, _, err := rebuildBatch(frame, h, func(int64, []byte, []byte) bool { return false }, true, noHorizon)
+		return nb, true, err
+	}
+	tombs := false
+	nb, kept, total, err := rebuildBatch(frame, h, func(off int64, key, value []byte) bool {
+		if off >= c.mapEnd {
+			tombs = tombs || value == nil
+			return true
+		}
+		if newest, ok := c.keys[string(key)]; ok && newest > off {
+			return false
+		}
+		if value == nil {
+			if hasHorizon && c.now >= horizon {
+				return false
+			}
+			tombs = true
+		}
+		return true
+	}, c.last, noHorizon)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case kept == 0 && !c.last:
+		return nil, false, nil
+	case tombs && hasHorizon:
+		c.keepDue(horizon)
+	case tombs:
+		// The first pass keeping a tombstone of this batch sets its delete horizon.
+		c.keepDue(c.now + c.retentionMs)
+		src, sh := frame, h
+		if kept < total {
+			src = nb
+			nh := parseHeader(nb)
+			sh = &nh
+		}
+		nb, _, _, err = rebuildBatch(src, sh, nil, true, c.now+c.retentionMs)
+		return nb, true, err
+	}
+	return nb, true, nil
 }
 
 // scanSegment calls fn with every frame of the sealed segment s, oldest first, until fn
@@ -549,36 +740,60 @@ func recordFields(body []byte, h *batchHeader) (int64, []byte, []byte, int64, er
 	return h.BaseOffset + od, key, value, ts, nil
 }
 
-// filterBatch rebuilds a stored frame with the records keep accepts, uncompressed, with
-// the same base offset, last offset delta, timestamps and producer fields and a new
-// CRC. It returns the new frame (nil when all records are kept, or none and not
-// retain), and the counts. With retain a batch of no records is kept as a header (a
-// producer's last batch: Kafka keeps it so the producer state survives).
-func filterBatch(frame []byte, h *batchHeader, retain bool, keep func(off int64, key, value []byte, ts int64) bool) ([]byte, int, int, error) {
+// noHorizon leaves a rebuilt batch's delete horizon as it was.
+const noHorizon = math.MinInt64
+
+// rebuildBatch rebuilds a stored frame with the records keep accepts (all when keep is
+// nil), uncompressed, with the same base offset, last offset delta, max timestamp and
+// producer fields and a new CRC. With horizon other than noHorizon the batch gets that
+// delete horizon: the delete-horizon attribute, the horizon as base timestamp, and
+// every record's timestamp delta rewritten so its timestamp is unchanged (Kafka
+// MemoryRecordsBuilder with deleteHorizonMs). It returns the new frame, nil when it
+// is unchanged (all kept, no horizon to set) or empty and not retainEmpty, and the
+// kept and total record counts. With retainEmpty a batch of no records is kept as a
+// header (a producer's last batch: Kafka keeps it so the producer state survives).
+func rebuildBatch(frame []byte, h *batchHeader, keep func(off int64, key, value []byte) bool, retainEmpty bool, horizon int64) ([]byte, int, int, error) {
 	recs, err := recordsSection(frame, h)
 	if err != nil {
 		return nil, 0, 0, err
+	}
+	base := h.BaseTimestamp
+	if horizon != noHorizon {
+		base = horizon
 	}
 	var body []byte
 	kept, total := 0, 0
 	for len(recs) > 0 && total < int(h.RecordCount) {
 		l, k := binary.Varint(recs)
-		if k <= 0 || l < 0 || int64(len(recs)-k) < l {
+		if k <= 0 || l < 1 || int64(len(recs)-k) < l {
 			return nil, 0, 0, fmt.Errorf("%w: record length at offset %d", ErrDataLoss, h.BaseOffset)
 		}
-		whole := recs[:k+int(l)]
-		off, key, value, ts, err := recordFields(recs[k:k+int(l)], h)
+		rec := recs[k : k+int(l)]
+		off, key, value, _, err := recordFields(rec, h)
 		if err != nil {
 			return nil, 0, 0, err
 		}
 		total++
-		if keep(off, key, value, ts) {
+		if keep == nil || keep(off, key, value) {
 			kept++
-			body = append(body, whole...)
+			if horizon == noHorizon {
+				body = append(body, recs[:k+int(l)]...)
+			} else {
+				tsDelta, n := binary.Varint(rec[1:])
+				if n <= 0 {
+					return nil, 0, 0, fmt.Errorf("%w: record timestamp at offset %d", ErrDataLoss, h.BaseOffset)
+				}
+				nd := binary.AppendVarint(nil, h.BaseTimestamp+tsDelta-base)
+				rest := rec[1+n:]
+				body = binary.AppendVarint(body, int64(1+len(nd)+len(rest)))
+				body = append(body, rec[0])
+				body = append(body, nd...)
+				body = append(body, rest...)
+			}
 		}
 		recs = recs[k+int(l):]
 	}
-	if kept == total || kept == 0 && !retain {
+	if kept == total && horizon == noHorizon || kept == 0 && !retainEmpty {
 		return nil, kept, total, nil
 	}
 	out := make([]byte, batchHeaderLen, batchHeaderLen+len(body))
@@ -586,6 +801,10 @@ func filterBatch(frame []byte, h *batchHeader, retain bool, keep func(off int64,
 	out = append(out, body...)
 	binary.BigEndian.PutUint32(out[offBatchLength:], uint32(len(out)-batchLengthField))
 	attrs := binary.BigEndian.Uint16(out[offAttributes:]) &^ uint16(attrCompressionMask)
+	if horizon != noHorizon {
+		attrs |= attrDeleteHorizon
+		binary.BigEndian.PutUint64(out[offBaseTS:], uint64(base))
+	}
 	binary.BigEndian.PutUint16(out[offAttributes:], attrs)
 	binary.BigEndian.PutUint32(out[offRecordCount:], uint32(kept))
 	binary.BigEndian.PutUint32(out[offCRC:], crc32.Checksum(out[offAttributes:], castagnoli))

@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CleanerWrittenBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tributary_storage_cleaner_written_bytes_total", Help: "Bytes of cleaned segments the log cleaner wrote."}),
 		CleanerRemovedBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tributary_storage_cleaner_removed_bytes_total", Help: "Bytes the log cleaner removed (superseded records, old tombstones, aborted batches)."}),
+			Name: "tributary_storage_cleaner_removed_bytes_total", Help: "Bytes the log cleaner removed (superseded records, tombstones and markers past their delete horizon, aborted batches)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Appends, m.AppendBytes, m.AppendErrors, m.Fsyncs, m.FsyncSeconds, m.GroupCommitSize, m.TailTruncations, m.RetentionDeleted, m.WALFsyncs, m.WALFsyncSeconds,

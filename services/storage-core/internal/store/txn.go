@@ -230,6 +230,67 @@ func (l *Log) abortedSpans(from, upper int64) map[int64][][2]int64 {
 	return out
 }
 
+// abortedEntries returns copies of the aborted entries whose marker is at or after
+// from and whose first offset is below upper, by first offset (the log cleaner's
+// Kafka collectAbortedTransactions).
+func (l *Log) abortedEntries(from, upper int64) []abortedTxn {
+	t := l.txn.Load()
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	var out []abortedTxn
+	for i := sort.Search(len(t.aborted), func(i int) bool { return t.aborted[i].last >= from }); i < len(t.aborted); i++ {
+		if a := t.aborted[i]; a.first < upper {
+			out = append(out, a)
+		}
+	}
+	t.mu.Unlock()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].first < out[j].first })
+	return out
+}
+
+// dropAborted removes the aborted entries drop (matched by producer and marker offset)
+// from the index and from the producer snapshot of the active segment, so a restart
+// does not bring them back; the log cleaner calls it once no record of those
+// transactions is left, before it may remove their markers. Caller holds no lock.
+func (l *Log) dropAborted(drop []abortedTxn) error {
+	gone := make(map[[2]int64]bool, len(drop))
+	for _, a := range drop {
+		gone[[2]int64{a.pid, a.last}] = true
+	}
+	filter := func(t *txnState) {
+		t.mu.Lock()
+		k := 0
+		for _, a := range t.aborted {
+			if !gone[[2]int64{a.pid, a.last}] {
+				t.aborted[k] = a
+				k++
+			}
+		}
+		t.aborted = t.aborted[:k]
+		t.mu.Unlock()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if t := l.txn.Load(); t != nil {
+		filter(t)
+	}
+	base := l.active.base
+	ps, t, ok := readSnapshot(l.dir, base)
+	if !ok || t == nil {
+		return nil
+	}
+	filter(t)
+	if err := writeFileAtomic(l.dir, snapshotName(base), encodeSnapshot(ps, t, l.logStart.Load())); err != nil {
+		return fmt.Errorf("%w: rewrite producer snapshot: %v", ErrStorage, err)
+	}
+	return nil
+}
+
 // TxnMarker is one transaction marker to write (WriteTxnMarker).
 type TxnMarker struct {
 	ProducerID       int64
