@@ -19,11 +19,13 @@ import (
 // TestRaftKafkaLeaderKill: three storage-core processes in raft mode, a coordinator
 // and a kafka-gateway given all three addresses (--storage-addr a,b,c). The topic is
 // created through the coordinator (CreateChannel goes to the metadata group's leader).
-// A kgo idempotent producer (acks=all) writes N unique values while the partition's
-// leader storage-core node is SIGKILLed and later restarted; the gateway re-routes to
-// the new leader (NOT_LEADER_OR_FOLLOWER to the client meanwhile). Verdict: every
-// produce is acknowledged, and a kgo consumer reads every acknowledged value exactly
-// once, in produce order, at the offset it was acknowledged with.
+// A kgo idempotent producer (acks=all) writes N unique values over 3 partitions (whose
+// leaders are usually on different nodes, so Produce requests are split by the Router)
+// while partition 0's leader storage-core node is SIGKILLed and later restarted; the
+// gateway re-routes to the new leaders (NOT_LEADER_OR_FOLLOWER to the client
+// meanwhile). Verdict: every produce is acknowledged, and a kgo consumer reads every
+// acknowledged value exactly once, in produce order per partition, at the offset it
+// was acknowledged with; each partition's end offset is its count.
 func TestRaftKafkaLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three storage-core processes")
@@ -51,11 +53,14 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		clients[addr] = storagev1.NewStorageServiceClient(cc)
 	}
 	topic := topicName("raft-route")
+	// Three partitions: their groups elect leaders independently, so one Produce
+	// request usually spans several storage nodes (the Router splits it).
+	const partitions = 3
 	// Before the first election the metadata group has no leader: the create fails and
 	// is retried, as a client would.
 	adm := newAdmin(t, s.KafkaAddrs)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		_, err := adm.CreateTopic(ctxT(t, 10*time.Second), 1, -1, nil, topic)
+		_, err := adm.CreateTopic(ctxT(t, 10*time.Second), partitions, -1, nil, topic)
 		if err == nil {
 			break
 		}
@@ -64,11 +69,11 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	waitTopic(t, adm, topic, 1)
+	waitTopic(t, adm, topic, partitions)
 
-	// leader asks the running nodes which node leads the partition's group.
-	leader := func() *stack.Proc {
-		for {
+	// leader asks the running nodes which node leads channel ch's group.
+	leader := func(ch string) *stack.Proc {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 			for _, p := range s.Storages {
 				if !p.Running() {
 					continue
@@ -77,7 +82,7 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 					if storages[addr] != p {
 						continue
 					}
-					r, err := c.GetChannel(ctxT(t, 2*time.Second), &storagev1.GetChannelRequest{Name: "kafka." + topic})
+					r, err := c.GetChannel(ctxT(t, 2*time.Second), &storagev1.GetChannelRequest{Name: ch})
 					if l := r.GetChannel().GetLeaderAddress(); err == nil && l != "" && storages[l].Running() {
 						return storages[l]
 					}
@@ -85,6 +90,8 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		t.Fatalf("no running node names a leader of %s", ch)
+		return nil
 	}
 
 	const n = 3000
@@ -122,8 +129,12 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		if i == killAt {
 			// Records are in flight (buffered up to 100): kill the leader under them.
 			killOnce.Do(func() {
-				p := leader()
-				t.Logf("after %d produced: SIGKILL of the leader %s", i, p.Name)
+				p := leader("kafka." + topic)
+				names := []string{p.Name}
+				for q := 1; q < partitions; q++ {
+					names = append(names, leader(fmt.Sprintf("kafka.%s~%d", topic, q)).Name)
+				}
+				t.Logf("after %d produced: partition leaders %v; SIGKILL of partition 0's leader %s", i, names, p.Name)
 				if err := s.Kill(p.Name, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
@@ -131,7 +142,7 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 			})
 		}
 		v := fmt.Sprintf("v-%05d", i)
-		producer.Produce(pctx, &kgo.Record{Value: []byte(v)}, func(r *kgo.Record, err error) {
+		producer.Produce(pctx, &kgo.Record{Value: []byte(v), Partition: int32(i % partitions)}, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -156,6 +167,12 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 
 	consumer := newClient(t, s.KafkaAddrs, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	cctx := ctxT(t, 30*time.Second)
+	// Per partition, values in produce order (i, i+3, ...), each at its acknowledged
+	// offset, each once.
+	next := make([]int, partitions)
+	for p := range next {
+		next[p] = p
+	}
 	got := 0
 	for got < n {
 		fs := consumer.PollFetches(cctx)
@@ -164,19 +181,23 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		}
 		fs.EachError(func(_ string, _ int32, err error) { t.Logf("fetch error (retried): %v", err) })
 		fs.EachRecord(func(r *kgo.Record) {
-			want := fmt.Sprintf("v-%05d", got)
+			p := r.Partition
+			want := fmt.Sprintf("v-%05d", next[p])
 			if string(r.Value) != want || r.Offset != acked[want] {
-				t.Fatalf("record %d: %q at offset %d, want %q at its acknowledged offset %d", got, r.Value, r.Offset, want, acked[want])
+				t.Fatalf("partition %d record %d: %q at offset %d, want %q at its acknowledged offset %d", p, got, r.Value, r.Offset, want, acked[want])
 			}
+			next[p] += partitions
 			got++
 		})
 	}
-	// Nothing after the last value: the end offset is the last acknowledged one + 1.
+	// Nothing after the last value: each end offset is its count of values.
 	ends, err := newAdmin(t, s.KafkaAddrs).ListEndOffsets(ctxT(t, 10*time.Second), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o, ok := ends.Lookup(topic, 0); !ok || o.Err != nil || o.Offset != int64(n) {
-		t.Fatalf("end offset %+v, want %d", o, n)
+	for p := int32(0); p < partitions; p++ {
+		if o, ok := ends.Lookup(topic, p); !ok || o.Err != nil || o.Offset != int64(n/partitions) {
+			t.Fatalf("partition %d end offset %+v, want %d", p, o, n/partitions)
+		}
 	}
 }
