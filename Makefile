@@ -55,6 +55,7 @@ bench: ## Kafka (share groups included), consumer-group, Pub/Sub and MQTT benchm
 	$(GO) run ./tests/e2e/cmd/groupbench
 	$(GO) run ./tests/e2e/cmd/pubsubbench
 	$(GO) run ./tests/e2e/cmd/mqttbench
+	$(GO) run ./tests/e2e/cmd/compactbench
 
 .PHONY: proto
 proto: tools ## Regenerate Go code from proto/ (checked in)
