@@ -18,9 +18,11 @@ import (
 // group over a 3-partition topic: once the three are members with one partition each
 // (ShareGroupDescribe) and the share partitions started (DescribeShareGroupOffsets
 // start offset 0), 3,000 records are produced; every record is delivered exactly once
-// over the three consumers with delivery count 1, each partition's records go to one
-// consumer, and after the consumers flush their acceptances every share partition's
-// start offset is at its high watermark with lag 0 (each record accepted once).
+// over the three consumers with delivery count 1, and after the consumers flush their
+// acceptances every share partition's start offset is at its high watermark with lag 0
+// (each record accepted once). Which consumer gets a partition's records is not
+// checked: a ShareFetch long poll a consumer sent before its assignment moved may
+// still acquire records of the partition it gave up, as in Kafka.
 func TestShareConsumers3x3(t *testing.T) {
 	s := sharedStack(t)
 	adm := newAdmin(t, s.KafkaAddrs)
@@ -135,22 +137,12 @@ func TestShareConsumers3x3(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	owners := map[int64]map[int]bool{}
 	for k, ds := range delivered {
 		if len(ds) != 1 || ds[0].count != 1 {
 			t.Errorf("partition %d offset %d delivered %v, want once with delivery count 1", k[0], k[1], ds)
 		}
 		if k[1] < 0 || k[1] >= perPartition {
 			t.Errorf("partition %d offset %d outside the %d produced", k[0], k[1], perPartition)
-		}
-		if owners[k[0]] == nil {
-			owners[k[0]] = map[int]bool{}
-		}
-		owners[k[0]][ds[0].consumer] = true
-	}
-	for p, o := range owners {
-		if len(o) != 1 {
-			t.Errorf("partition %d delivered to consumers %v, want one", p, o)
 		}
 	}
 	for _, err := range ackErrs {
