@@ -247,7 +247,8 @@ func TestShareGroupConfigs(t *testing.T) {
 	}
 	d := describe()
 	for name, def := range map[string]string{"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted",
-		"share.record.lock.duration.ms": "30000", "share.delivery.count.limit": "5"} {
+		"share.record.lock.duration.ms": "30000", "share.delivery.count.limit": "5", "share.session.timeout.ms": "45000",
+		"share.heartbeat.interval.ms": "5000"} {
 		if c, ok := d[name]; !ok || c.Value == nil || *c.Value != def || c.Source != kmsg.ConfigSourceDefaultConfig {
 			t.Errorf("default %s: %+v, want %s DEFAULT_CONFIG", name, c, def)
 		}

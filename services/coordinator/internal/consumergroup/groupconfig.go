@@ -1,10 +1,12 @@
 package consumergroup
 
 // Kafka group configs (ConfigResource type GROUP): the share group ones of KIP-932's
-// GroupConfig that storage-core's share partitions use. Values are checked as Kafka's
-// GroupConfig checks them, with the broker's default bounds
-// (group.share.min/max.record.lock.duration.ms 15000/60000,
-// group.share.min/max.delivery.count.limit 2/10).
+// GroupConfig, those storage-core's share partitions use and the members' session
+// timeout and heartbeat interval. Values are checked as Kafka's GroupConfig checks
+// them, with the broker's default bounds (group.share.min/max.record.lock.duration.ms
+// 15000/60000, group.share.min/max.delivery.count.limit 2/10,
+// group.share.min/max.session.timeout.ms 45000/60000,
+// group.share.min/max.heartbeat.interval.ms 5000/15000).
 
 import (
 	"context"
@@ -28,6 +30,8 @@ const (
 	ConfigShareIsolationLevel     = "share.isolation.level"
 	ConfigShareRecordLockDuration = "share.record.lock.duration.ms"
 	ConfigShareDeliveryCountLimit = "share.delivery.count.limit"
+	ConfigShareSessionTimeout     = "share.session.timeout.ms"
+	ConfigShareHeartbeatInterval  = "share.heartbeat.interval.ms"
 )
 
 // groupConfigDef is one known group config: its default, type and check.
@@ -50,6 +54,10 @@ var groupConfigDefs = []groupConfigDef{
 			}
 			return ""
 		}},
+	{ConfigShareHeartbeatInterval, "5000", "The heartbeat interval given to the members, in milliseconds.",
+		coordinatorv1.ConfigType_CONFIG_TYPE_INT, intBetween(ConfigShareHeartbeatInterval, 5000, 15000)},
+	{ConfigShareSessionTimeout, "45000", "The timeout to detect client failures when using the share group protocol, in milliseconds.",
+		coordinatorv1.ConfigType_CONFIG_TYPE_INT, intBetween(ConfigShareSessionTimeout, 45000, 60000)},
 	{ConfigShareRecordLockDuration, "30000", "The record acquisition lock duration in milliseconds for share groups.",
 		coordinatorv1.ConfigType_CONFIG_TYPE_INT, intBetween(ConfigShareRecordLockDuration, 15000, 60000)},
 }
@@ -124,6 +132,18 @@ func parseISODuration(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// groupConfigDefault is d's value when the group does not set it: the broker's session
+// timeout and heartbeat interval, Kafka's defaults for the others.
+func (s *ShareCoordinator) groupConfigDefault(d groupConfigDef) string {
+	switch d.name {
+	case ConfigShareSessionTimeout:
+		return strconv.FormatInt(s.cfg.SessionTimeout.Milliseconds(), 10)
+	case ConfigShareHeartbeatInterval:
+		return strconv.FormatInt(s.cfg.HeartbeatInterval.Milliseconds(), 10)
+	}
+	return d.def
+}
+
 // DescribeGroupConfigs implements DescribeConfigs for GROUP resources.
 func (s *ShareCoordinator) DescribeGroupConfigs(ctx context.Context, req *coordinatorv1.DescribeGroupConfigsRequest) (*coordinatorv1.DescribeGroupConfigsResponse, error) {
 	resp := &coordinatorv1.DescribeGroupConfigsResponse{}
@@ -142,7 +162,7 @@ func (s *ShareCoordinator) DescribeGroupConfigs(ctx context.Context, req *coordi
 			if len(req.GetConfigNames()) > 0 && !slices.Contains(req.GetConfigNames(), d.name) {
 				continue
 			}
-			e := &coordinatorv1.ConfigEntry{Name: d.name, Value: d.def, Source: coordinatorv1.ConfigSource_CONFIG_SOURCE_DEFAULT, Type: d.typ, Documentation: d.doc}
+			e := &coordinatorv1.ConfigEntry{Name: d.name, Value: s.groupConfigDefault(d), Source: coordinatorv1.ConfigSource_CONFIG_SOURCE_DEFAULT, Type: d.typ, Documentation: d.doc}
 			if v, ok := set[d.name]; ok {
 				e.Value, e.Source = v, coordinatorv1.ConfigSource_CONFIG_SOURCE_GROUP
 			}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,7 +112,7 @@ func shareState(d *doc) string {
 
 // ShareGroupHeartbeat implements Kafka's ShareGroupHeartbeat (KIP-932).
 func (s *ShareCoordinator) ShareGroupHeartbeat(ctx context.Context, req *coordinatorv1.ShareGroupHeartbeatRequest) (*coordinatorv1.ShareGroupHeartbeatResponse, error) {
-	resp := &coordinatorv1.ShareGroupHeartbeatResponse{HeartbeatIntervalMs: int32(s.cfg.HeartbeatInterval / time.Millisecond)}
+	resp := &coordinatorv1.ShareGroupHeartbeatResponse{}
 	answer := func(o outcome, d *doc) *coordinatorv1.ShareGroupHeartbeatResponse {
 		resp.ErrorCode, resp.ErrorMessage = int32(o.code), o.msg
 		if o.code != 0 {
@@ -132,13 +133,18 @@ func (s *ShareCoordinator) ShareGroupHeartbeat(ctx context.Context, req *coordin
 		return nil, rpcerr.Status(err)
 	}
 	id := req.GetGroupId()
+	session, interval, err := s.timeouts(ctx, id)
+	if err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	resp.HeartbeatIntervalMs = int32(interval / time.Millisecond)
 	var out *coordinatorv1.ShareGroupHeartbeatResponse
 	err = s.c.lockDoc(ctx, shareKind, id, req.GetMemberEpoch() == epochJoin, func(d *doc, now time.Time) (bool, error) {
 		if d == nil {
 			out = answer(fail(kerr.GroupIDNotFound, "Group %s is not a share group.", id), nil)
 			return false, nil
 		}
-		o, changed := s.heartbeat(d, req, topics, now)
+		o, changed := s.heartbeat(d, req, topics, now, session)
 		out = answer(o, d)
 		if ce := s.c.log.Check(zap.DebugLevel, "share group heartbeat"); ce != nil {
 			fields := []zap.Field{zap.String("group", id), zap.String("member", req.GetMemberId()),
@@ -204,10 +210,28 @@ func validateShare(req *coordinatorv1.ShareGroupHeartbeatRequest) *outcome {
 	return nil
 }
 
+// timeouts are group id's session timeout and heartbeat interval: its
+// share.session.timeout.ms and share.heartbeat.interval.ms group configs when set,
+// else the broker's (--group-share-session-timeout, --group-share-heartbeat-interval).
+func (s *ShareCoordinator) timeouts(ctx context.Context, id string) (time.Duration, time.Duration, error) {
+	set, err := s.c.store.GroupConfigs(ctx, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	session, interval := s.cfg.SessionTimeout, s.cfg.HeartbeatInterval
+	if ms, err := strconv.Atoi(set[ConfigShareSessionTimeout]); err == nil && ms > 0 {
+		session = time.Duration(ms) * time.Millisecond
+	}
+	if ms, err := strconv.Atoi(set[ConfigShareHeartbeatInterval]); err == nil && ms > 0 {
+		interval = time.Duration(ms) * time.Millisecond
+	}
+	return session, interval, nil
+}
+
 // heartbeat applies one valid heartbeat to share group d (Kafka's shareGroupHeartbeat)
-// and reports whether d changed (a successful heartbeat always does: it extends the
-// member's session).
-func (s *ShareCoordinator) heartbeat(d *doc, req *coordinatorv1.ShareGroupHeartbeatRequest, topics []topicInfo, now time.Time) (outcome, bool) {
+// with session timeout session, and reports whether d changed (a successful heartbeat
+// always does: it extends the member's session).
+func (s *ShareCoordinator) heartbeat(d *doc, req *coordinatorv1.ShareGroupHeartbeatRequest, topics []topicInfo, now time.Time, session time.Duration) (outcome, bool) {
 	id, e := req.GetMemberId(), req.GetMemberEpoch()
 	m := d.Members[id]
 	if e == epochLeave {
@@ -250,7 +274,7 @@ func (s *ShareCoordinator) heartbeat(d *doc, req *coordinatorv1.ShareGroupHeartb
 			m.Topics, bump = names, true
 		}
 	}
-	m.SessionDeadline = now.Add(s.cfg.SessionTimeout)
+	m.SessionDeadline = now.Add(session)
 	if s.c.refreshTopics(d, topics) {
 		bump = true
 	}

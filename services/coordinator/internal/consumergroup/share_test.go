@@ -138,7 +138,7 @@ func TestShareHeartbeatAssignsAll(t *testing.T) {
 	}
 	for _, id := range []string{"m0", "m1", "m2"} {
 		clients[id] = &cl{}
-		o, changed := s.heartbeat(d, shareJoin(id, "a", "b"), topics, now)
+		o, changed := s.heartbeat(d, shareJoin(id, "a", "b"), topics, now, s.cfg.SessionTimeout)
 		if !changed || !o.sendAll {
 			t.Fatalf("join %s: changed %v sent %v", id, changed, o.sendAll)
 		}
@@ -148,11 +148,11 @@ func TestShareHeartbeatAssignsAll(t *testing.T) {
 	ids := []string{"m0", "m1", "m2"}
 	for range 20 {
 		id := ids[rng.IntN(len(ids))]
-		o, _ := s.heartbeat(d, shareBeat(id, clients[id].epoch), topics, now)
+		o, _ := s.heartbeat(d, shareBeat(id, clients[id].epoch), topics, now, s.cfg.SessionTimeout)
 		apply(id, o)
 	}
 	for _, id := range ids {
-		o, _ := s.heartbeat(d, shareBeat(id, clients[id].epoch), topics, now)
+		o, _ := s.heartbeat(d, shareBeat(id, clients[id].epoch), topics, now, s.cfg.SessionTimeout)
 		apply(id, o)
 	}
 	check := func(ids []string) {
@@ -185,7 +185,7 @@ func TestShareHeartbeatAssignsAll(t *testing.T) {
 	// m1 leaves: the others take its partition at their next heartbeat (check sees
 	// all three partitions of a owned again).
 	epoch := d.GroupEpoch
-	if o, _ := s.heartbeat(d, shareBeat("m1", -1), topics, now); o.code != 0 || o.epoch != -1 {
+	if o, _ := s.heartbeat(d, shareBeat("m1", -1), topics, now, s.cfg.SessionTimeout); o.code != 0 || o.epoch != -1 {
 		t.Fatalf("leave: %+v", o)
 	}
 	if d.GroupEpoch != epoch+1 || d.Members["m1"] != nil {
@@ -193,25 +193,25 @@ func TestShareHeartbeatAssignsAll(t *testing.T) {
 	}
 	ids = []string{"m0", "m2"}
 	for _, id := range ids {
-		o, _ := s.heartbeat(d, shareBeat(id, clients[id].epoch), topics, now)
+		o, _ := s.heartbeat(d, shareBeat(id, clients[id].epoch), topics, now, s.cfg.SessionTimeout)
 		apply(id, o)
 	}
 	check(ids)
 
 	// m2's session ends; m0 alone gets everything.
 	later := now.Add(5 * time.Second)
-	o, _ := s.heartbeat(d, shareBeat("m0", clients["m0"].epoch), topics, later)
+	o, _ := s.heartbeat(d, shareBeat("m0", clients["m0"].epoch), topics, later, s.cfg.SessionTimeout)
 	apply("m0", o)
 	if gone := s.expire(d, topics, now.Add(11*time.Second)); len(gone) != 1 || gone[0] != "m2" {
 		t.Fatalf("expired %v, want [m2]", gone)
 	}
-	o, _ = s.heartbeat(d, shareBeat("m0", clients["m0"].epoch), topics, now.Add(11*time.Second))
+	o, _ = s.heartbeat(d, shareBeat("m0", clients["m0"].epoch), topics, now.Add(11*time.Second), s.cfg.SessionTimeout)
 	apply("m0", o)
 	if got := clients["m0"].owns[topicID(1)]; len(got) != 3 {
 		t.Errorf("m0 alone owns %v of a, want all 3", got)
 	}
 	// The expired member is unknown now.
-	if o, _ := s.heartbeat(d, shareBeat("m2", clients["m2"].epoch), topics, now.Add(11*time.Second)); o.code != kerr.UnknownMemberID.Code {
+	if o, _ := s.heartbeat(d, shareBeat("m2", clients["m2"].epoch), topics, now.Add(11*time.Second), s.cfg.SessionTimeout); o.code != kerr.UnknownMemberID.Code {
 		t.Errorf("expired member heartbeat: code %d, want UNKNOWN_MEMBER_ID", o.code)
 	}
 	if gone := s.expire(d, topics, now.Add(time.Hour)); len(gone) != 1 || shareState(d) != groupEmpty {
@@ -227,56 +227,56 @@ func TestShareHeartbeatEpochs(t *testing.T) {
 	d := newDoc()
 	topics := []topicInfo{{Name: "a", ID: topicID(1), Partitions: 2}}
 	now := time.Unix(1000, 0)
-	o, _ := s.heartbeat(d, shareJoin("x", "a"), topics, now)
+	o, _ := s.heartbeat(d, shareJoin("x", "a"), topics, now, s.cfg.SessionTimeout)
 	if o.code != 0 || o.epoch != 1 {
 		t.Fatalf("join: %+v", o)
 	}
 	// y joins: the group epoch moves to 2; x moves there at its heartbeat.
-	if o, _ := s.heartbeat(d, shareJoin("y", "a"), topics, now); o.code != 0 || o.epoch != 2 {
+	if o, _ := s.heartbeat(d, shareJoin("y", "a"), topics, now, s.cfg.SessionTimeout); o.code != 0 || o.epoch != 2 {
 		t.Fatalf("join y: %+v", o)
 	}
-	o, _ = s.heartbeat(d, shareBeat("x", 1), topics, now)
+	o, _ = s.heartbeat(d, shareBeat("x", 1), topics, now, s.cfg.SessionTimeout)
 	if o.code != 0 || o.epoch != 2 || !o.sendAll {
 		t.Fatalf("x at 1: %+v", o)
 	}
 	// Its answer was lost: epoch 1 still works, the assignment is unchanged.
-	if o, _ := s.heartbeat(d, shareBeat("x", 1), topics, now); o.code != 0 || o.epoch != 2 {
+	if o, _ := s.heartbeat(d, shareBeat("x", 1), topics, now, s.cfg.SessionTimeout); o.code != 0 || o.epoch != 2 {
 		t.Fatalf("x at previous epoch: %+v", o)
 	}
 	for _, e := range []int32{3, 7} {
-		if o, changed := s.heartbeat(d, shareBeat("x", e), topics, now); o.code != kerr.FencedMemberEpoch.Code || changed {
+		if o, changed := s.heartbeat(d, shareBeat("x", e), topics, now, s.cfg.SessionTimeout); o.code != kerr.FencedMemberEpoch.Code || changed {
 			t.Errorf("x at %d: code %d changed %v, want FENCED_MEMBER_EPOCH", e, o.code, changed)
 		}
 	}
 	// z joins (epoch 3) and x moves to 3: epoch 1 is now two behind.
-	s.heartbeat(d, shareJoin("z", "a"), topics, now)
-	if o, _ := s.heartbeat(d, shareBeat("x", 2), topics, now); o.code != 0 || o.epoch != 3 {
+	s.heartbeat(d, shareJoin("z", "a"), topics, now, s.cfg.SessionTimeout)
+	if o, _ := s.heartbeat(d, shareBeat("x", 2), topics, now, s.cfg.SessionTimeout); o.code != 0 || o.epoch != 3 {
 		t.Fatalf("x at 2: %+v", o)
 	}
-	if o, _ := s.heartbeat(d, shareBeat("x", 1), topics, now); o.code != kerr.FencedMemberEpoch.Code {
+	if o, _ := s.heartbeat(d, shareBeat("x", 1), topics, now, s.cfg.SessionTimeout); o.code != kerr.FencedMemberEpoch.Code {
 		t.Errorf("x at 1 after two moves: code %d, want FENCED_MEMBER_EPOCH", o.code)
 	}
-	if o, _ := s.heartbeat(d, shareBeat("nobody", 3), topics, now); o.code != kerr.UnknownMemberID.Code {
+	if o, _ := s.heartbeat(d, shareBeat("nobody", 3), topics, now, s.cfg.SessionTimeout); o.code != kerr.UnknownMemberID.Code {
 		t.Errorf("unknown member: code %d", o.code)
 	}
-	if o, _ := s.heartbeat(d, shareBeat("nobody", -1), topics, now); o.code != kerr.UnknownMemberID.Code {
+	if o, _ := s.heartbeat(d, shareBeat("nobody", -1), topics, now, s.cfg.SessionTimeout); o.code != kerr.UnknownMemberID.Code {
 		t.Errorf("unknown member leaving: code %d", o.code)
 	}
 	// A fenced member rejoins under its id: it keeps its place and gets its assignment.
 	epoch := d.GroupEpoch
-	o, _ = s.heartbeat(d, shareJoin("x", "a"), topics, now)
+	o, _ = s.heartbeat(d, shareJoin("x", "a"), topics, now, s.cfg.SessionTimeout)
 	if o.code != 0 || o.epoch != 3 || !o.sendAll || d.GroupEpoch != epoch {
 		t.Errorf("rejoin: %+v, group epoch %d (was %d)", o, d.GroupEpoch, epoch)
 	}
 	// A subscription change moves the group epoch.
 	topics = append(topics, topicInfo{Name: "b", ID: topicID(2), Partitions: 1})
-	o, _ = s.heartbeat(d, shareJoin("x", "a", "b"), topics, now)
+	o, _ = s.heartbeat(d, shareJoin("x", "a", "b"), topics, now, s.cfg.SessionTimeout)
 	if o.code != 0 || o.epoch != epoch+1 || len(o.member.Assigned[topicID(2)]) != 1 {
 		t.Errorf("subscribe to b: %+v", o)
 	}
 	// The group is full at 4 members (MaxSize).
-	s.heartbeat(d, shareJoin("w", "a"), topics, now)
-	if o, _ := s.heartbeat(d, shareJoin("v", "a"), topics, now); o.code != kerr.GroupMaxSizeReached.Code {
+	s.heartbeat(d, shareJoin("w", "a"), topics, now, s.cfg.SessionTimeout)
+	if o, _ := s.heartbeat(d, shareJoin("v", "a"), topics, now, s.cfg.SessionTimeout); o.code != kerr.GroupMaxSizeReached.Code {
 		t.Errorf("fifth member: code %d, want GROUP_MAX_SIZE_REACHED", o.code)
 	}
 }

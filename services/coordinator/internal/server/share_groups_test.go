@@ -184,6 +184,22 @@ func TestShareGroupsServed(t *testing.T) {
 		t.Errorf("GetShareGroupConfig: %v %v", cfg, err)
 	}
 
+	// A group's own heartbeat interval reaches its members; unset, the broker's shows.
+	if alt, err := share2.AlterGroupConfigs(ctx, &coordinatorv1.AlterGroupConfigsRequest{Groups: []*coordinatorv1.GroupAlteration{{GroupId: "sg2",
+		Alterations: []*coordinatorv1.ConfigAlteration{{Name: "share.heartbeat.interval.ms", Op: coordinatorv1.AlterOp_ALTER_OP_SET, Value: "7000"}}}}}); err != nil || alt.GetResults()[0].GetErrorCode() != 0 {
+		t.Fatalf("AlterGroupConfigs sg2: %v %v", alt, err)
+	}
+	if resp := beat(share1, "sg2", "x", 0, "orders"); resp.GetErrorCode() != 0 || resp.GetHeartbeatIntervalMs() != 7000 {
+		t.Errorf("heartbeat interval of sg2: %v, want 7000", resp)
+	}
+	if resp := beat(share1, "sg2", "x", -1); resp.GetErrorCode() != 0 {
+		t.Fatalf("leave sg2: %v", resp)
+	}
+	dc, err := share1.DescribeGroupConfigs(ctx, &coordinatorv1.DescribeGroupConfigsRequest{GroupIds: []string{"sg2"}, ConfigNames: []string{"share.session.timeout.ms"}})
+	if err != nil || len(dc.GetGroups()[0].GetEntries()) != 1 || dc.GetGroups()[0].GetEntries()[0].GetValue() != "2000" {
+		t.Errorf("session timeout default of sg2: %v %v, want the broker's 2000", dc, err)
+	}
+
 	// a leaves; b and c stop heartbeating: the sweep removes them once their
 	// sessions end, and the empty group can be deleted.
 	if resp := beat(share2, "sg", "a", -1); resp.GetErrorCode() != 0 || resp.GetMemberEpoch() != -1 {
@@ -199,10 +215,10 @@ func TestShareGroupsServed(t *testing.T) {
 		}
 		return nil
 	})
-	// Their acquired records go back to the group: the one that left and the two
-	// whose sessions ended.
-	waitFor(t, "records of a, b and c released", func() error {
-		if got := e.storage.shares.releasedMembers(); fmt.Sprint(got) != "[sg/a sg/b sg/c]" {
+	// Their acquired records go back to the group: the ones that left (a, and x of
+	// sg2) and the two whose sessions ended.
+	waitFor(t, "records of a, b, c and x released", func() error {
+		if got := e.storage.shares.releasedMembers(); fmt.Sprint(got) != "[sg/a sg/b sg/c sg2/x]" {
 			return fmt.Errorf("released %v", got)
 		}
 		return nil

@@ -12,8 +12,9 @@ package handler
 //     Another name: INVALID_REQUEST.
 //   - Group resources (type 32, KIP-848/KIP-932 group configs): the coordinator's
 //     DescribeGroupConfigs, one call for all of them: share.auto.offset.reset,
-//     share.delivery.count.limit, share.isolation.level, share.record.lock.duration.ms
-//     with GROUP_CONFIG (8) when set on the group, else DEFAULT_CONFIG; the group needs
+//     share.delivery.count.limit, share.isolation.level, share.record.lock.duration.ms,
+//     share.session.timeout.ms, share.heartbeat.interval.ms with GROUP_CONFIG (8) when
+//     set on the group, else DEFAULT_CONFIG (the broker's value); the group needs
 //     not exist. An empty name: INVALID_REQUEST.
 //   - Other resource types (broker loggers, ...): INVALID_REQUEST.
 //   - Synonyms (v1+) list the entry itself when asked; documentation (v3+) when asked.

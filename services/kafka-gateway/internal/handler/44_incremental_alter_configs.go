@@ -10,7 +10,8 @@ package handler
 // APPEND or SUBTRACT with a null value is INVALID_REQUEST; broker configs are read-only
 // here (INVALID_REQUEST); group resources (type 32) go to the coordinator's
 // AlterGroupConfigs (SET and DELETE of share.auto.offset.reset, share.isolation.level,
-// share.record.lock.duration.ms 15000..60000, share.delivery.count.limit 2..10; unknown
+// share.record.lock.duration.ms 15000..60000, share.delivery.count.limit 2..10,
+// share.session.timeout.ms 45000..60000, share.heartbeat.interval.ms 5000..15000; unknown
 // names, bad values, APPEND and SUBTRACT INVALID_CONFIG; an empty name INVALID_REQUEST;
 // ALTER_CONFIGS on the group, else GROUP_AUTHORIZATION_FAILED); other resource types
 // INVALID_REQUEST; an empty topic name
