@@ -131,7 +131,7 @@ func TestCompactionTransactions(t *testing.T) {
 		return ""
 	}
 	n := 0
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		unc := readCompactTxnView(t, s.KafkaAddrs, plain, topic, false, &n)
 		com := readCompactTxnView(t, s.KafkaAddrs, plain, topic, true, &n)
@@ -140,7 +140,7 @@ func TestCompactionTransactions(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not cleaned after 90 s: read_uncommitted: %s (%d markers); read_committed: %s (%d markers)", du, unc.markers, dc, com.markers)
+			t.Fatalf("not cleaned after 120 s: read_uncommitted: %s (%d markers); read_committed: %s (%d markers)", du, unc.markers, dc, com.markers)
 		}
 		time.Sleep(1100 * time.Millisecond)
 	}
