@@ -15,12 +15,14 @@ package handler
 // while none is available. Each partition's records come as one uncompressed batch at
 // their offsets with AcquiredRecords ranges (delivery counts). A partition never
 // fetched by the group starts at share.auto.offset.reset (latest by default). The
-// group's share.auto.offset.reset, share.record.lock.duration.ms and
-// share.delivery.count.limit (GROUP configs, read from the coordinator when the
-// session opens; COORDINATOR_NOT_AVAILABLE when it cannot be asked) override the
-// broker's group.share.* settings; a delivery count limit applies to partitions the
-// group starts after it is set. share.isolation.level read_committed is not served
-// yet (records are acquired up to the high watermark). The
+// group's share.auto.offset.reset, share.record.lock.duration.ms,
+// share.delivery.count.limit and share.isolation.level (GROUP configs, read from the
+// coordinator when the session opens; COORDINATOR_NOT_AVAILABLE when it cannot be
+// asked) override the broker's group.share.* settings; a delivery count limit applies
+// to partitions the group starts after it is set. At read_committed only records
+// below the partition's last stable offset are acquired and aborted transactions'
+// records never (archived, as Kafka's SharePartition does); control records are
+// never delivered at either level (their offsets lie outside AcquiredRecords). The
 // member id must be 1..36 bytes (INVALID_REQUEST), as Kafka checks; membership itself
 // is not checked here, as in Kafka. An unknown topic id is UNKNOWN_TOPIC_ID, a
 // partition outside the topic UNKNOWN_TOPIC_OR_PARTITION. v2: IsRenewAck requests
@@ -220,6 +222,7 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: int64(max(req.MaxBytes, 0)),
 		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
 		AutoOffsetReset: chk.cfg.reset, ByDurationMs: chk.cfg.byDurationMs, DeliveryCountLimit: chk.cfg.limit,
+		IsolationLevel: chk.cfg.isolation,
 	})
 	ackResults(fr.GetAckResults(), err)
 	for k, sp := range at {

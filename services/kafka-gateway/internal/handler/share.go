@@ -82,6 +82,9 @@ type groupShareConfig struct {
 	limit        int32
 	reset        storagev1.ShareAutoOffsetReset
 	byDurationMs int64
+	// isolation is share.isolation.level (read_uncommitted unless the group sets
+	// read_committed).
+	isolation storagev1.IsolationLevel
 }
 
 // groupShareConfig reads group's share settings from the coordinator, the broker's
@@ -116,6 +119,9 @@ func (h *Handler) groupShareConfig(ctx context.Context, group string) (groupShar
 	case strings.HasPrefix(r, "by_duration:") && gc.GetAutoOffsetResetDurationMs() > 0:
 		c.reset = storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION
 		c.byDurationMs = gc.GetAutoOffsetResetDurationMs()
+	}
+	if gc.GetIsolationLevel() == "read_committed" {
+		c.isolation = storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 	}
 	return c, nil
 }

@@ -31,6 +31,9 @@ type binding struct {
 	start      int64
 	srcCreated int64        // the source log's creation time (0: not recorded)
 	cursor     atomic.Int64 // next source sequence to look at
+	// committed: copy at isolation read_committed (Binding.ReadCommitted); set again
+	// by a share fetch (Queue.SetShareIsolation).
+	committed atomic.Bool
 
 	// appended holds a copied chunk as the queue log's records, for loadAppended
 	// (pump goroutine only).
@@ -153,7 +156,12 @@ func (b *binding) run(stop <-chan struct{}) {
 			b.rewind(channel.OffsetToSequence(hw))
 			continue
 		}
-		if off >= src.HighWatermark() {
+		committed := b.committed.Load()
+		end := src.HighWatermark()
+		if committed {
+			end = src.LastStable()
+		}
+		if off >= end {
 			b.checkpoint(false)
 			t := time.NewTimer(pumpRetry) // also notices a deleted and recreated source
 			select {
@@ -167,7 +175,11 @@ func (b *binding) run(stop <-chan struct{}) {
 			t.Stop()
 			continue
 		}
-		recs, next, err := src.ReadRecords(off, pumpReadRecords, pumpReadBytes)
+		read := src.ReadRecords
+		if committed {
+			read = src.ReadCommitted
+		}
+		recs, next, err := read(off, pumpReadRecords, pumpReadBytes)
 		if err != nil {
 			if errors.Is(err, store.ErrOutOfRange) {
 				continue

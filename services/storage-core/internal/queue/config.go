@@ -147,4 +147,8 @@ type Binding struct {
 	// binding does not follow (Pub/Sub: a subscription outlives its deleted topic but
 	// never receives from a new topic of that name).
 	SourceCreatedMs int64 `json:"source_created_ms,omitempty"`
+	// ReadCommitted copies only records below the source's last stable offset and
+	// none of aborted transactions (a Kafka share partition at
+	// share.isolation.level=read_committed). Control records are never copied.
+	ReadCommitted bool `json:"read_committed,omitempty"`
 }

@@ -478,7 +478,9 @@ func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
 				zap.String("source", bm.Source), zap.Error(err))
 			f = matchNone{}
 		}
-		q.bindings = append(q.bindings, &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence, srcCreated: bm.SourceCreatedMs})
+		b := &binding{q: q, source: bm.Source, filterExpr: bm.Filter, filter: f, start: bm.StartSequence, srcCreated: bm.SourceCreatedMs}
+		b.committed.Store(bm.ReadCommitted)
+		q.bindings = append(q.bindings, b)
 	}
 	return q
 }

@@ -26,7 +26,13 @@ import (
 //   - a message released or whose lock expired after ArchiveAfter deliveries is
 //     archived (acked, copied nowhere): group.share.delivery.count.limit;
 //   - the share-partition start offset (SPSO) is the source offset of the window's
-//     first unacked message, or the binding's cursor when everything copied is done.
+//     first unacked message, or the binding's cursor when everything copied is done;
+//   - control records (transaction markers) are never copied, so never acquired; at
+//     share.isolation.level=read_committed the binding copies only below the log's
+//     last stable offset and skips aborted transactions' records (Kafka archives
+//     them: the SPSO moves past them). The level is the binding's ReadCommitted,
+//     set again by every share fetch (SetShareIsolation); records copied before a
+//     change keep the level they were copied at.
 //
 // Kafka acknowledges by source offset. The binding copies its source's records in
 // order, once, so along the window the source sequences of the messages grow: an
@@ -59,8 +65,11 @@ const (
 	shareRetentionMs = 100 * 365 * 24 * 3600 * 1000
 )
 
-// ShareReset is share.auto.offset.reset: where a new share partition starts.
+// ShareReset is share.auto.offset.reset: where a new share partition starts; and
+// share.isolation.level it starts with.
 type ShareReset struct {
+	// ReadCommitted: share.isolation.level=read_committed (Binding.ReadCommitted).
+	ReadCommitted bool
 	// Earliest: the log start; else the high watermark (latest), unless ByDurationMs.
 	Earliest bool
 	// ByDurationMs > 0: the first record with a timestamp at or after now - it.
@@ -101,7 +110,7 @@ func (m *Manager) SharePartition(group, topic string, partition int32, create bo
 	case reset.Earliest:
 		start = channel.OffsetToSequence(l.LogStart())
 	}
-	q, _, err = m.create(name, shareConfig(deliveryLimit), []Binding{{Source: src, StartSequence: start}}, true)
+	q, _, err = m.create(name, shareConfig(deliveryLimit), []Binding{{Source: src, StartSequence: start, ReadCommitted: reset.ReadCommitted}}, true)
 	return q, err
 }
 
@@ -128,17 +137,20 @@ func (m *Manager) ShareAlter(group, topic string, partition int32, startOffset i
 	if err != nil {
 		return 0, err
 	}
-	limit := int32(0)
+	limit, committed := int32(0), false
 	if q, err := m.get(name); err == nil {
 		q.mu.Lock()
 		limit = q.meta.Config.ArchiveAfter
+		if len(q.bindings) == 1 {
+			committed = q.bindings[0].committed.Load()
+		}
 		q.mu.Unlock()
 	}
 	if err := m.delete(name, true); err != nil {
 		return 0, err
 	}
 	off := min(max(startOffset, l.LogStart()), l.HighWatermark())
-	if _, _, err := m.create(name, shareConfig(limit), []Binding{{Source: src, StartSequence: channel.OffsetToSequence(off)}}, true); err != nil {
+	if _, _, err := m.create(name, shareConfig(limit), []Binding{{Source: src, StartSequence: channel.OffsetToSequence(off), ReadCommitted: committed}}, true); err != nil {
 		return 0, err
 	}
 	return off, nil
@@ -178,6 +190,18 @@ func (m *Manager) ShareList(group string) []SharePartitionID {
 		return int(a.Partition) - int(b.Partition)
 	})
 	return out
+}
+
+// SetShareIsolation sets the share partition's isolation level for the records its
+// binding copies from now on (share.isolation.level; the group config may change
+// while the partition exists). Kept in memory: after a restart the level the
+// partition was created with applies until the next share fetch sets it again.
+func (q *Queue) SetShareIsolation(readCommitted bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, b := range q.bindings {
+		b.committed.Store(readCommitted)
+	}
 }
 
 // ShareState returns the share partition's start offset and lag: the records from the

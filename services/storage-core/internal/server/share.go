@@ -109,7 +109,8 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 		return nil, status.Errorf(codes.InvalidArgument, "delivery_count_limit %d outside [2, 10]", req.DeliveryCountLimit)
 	}
 	resp := &storagev1.ShareFetchResponse{AckResults: ss.acknowledge(req.GroupId, req.MemberId, req.Acknowledgements, lockMs)}
-	reset := queue.ShareReset{Earliest: req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST}
+	reset := queue.ShareReset{Earliest: req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST,
+		ReadCommitted: req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED}
 	if req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION {
 		reset.ByDurationMs = max(req.ByDurationMs, 1)
 	}
@@ -124,6 +125,7 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 			pr.Error, pr.Message = shareError(err)
 			continue
 		}
+		q.SetShareIsolation(reset.ReadCommitted)
 		qs = append(qs, q)
 		idx = append(idx, i)
 	}

@@ -483,8 +483,14 @@ type ShareFetchRequest struct {
 	// Deliveries after which a record released or whose lock expired is archived,
 	// 2..10 (group.share.delivery.count.limit); 0 = 5.
 	DeliveryCountLimit int32 `protobuf:"varint,11,opt,name=delivery_count_limit,json=deliveryCountLimit,proto3" json:"delivery_count_limit,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// share.isolation.level (KIP-932): at READ_COMMITTED only records below the
+	// partition's last stable offset are acquired and records of aborted transactions
+	// never are (archived: the start offset moves past them). Control records
+	// (transaction markers) are never acquired at either level. Applies to the
+	// records the partition takes from its log from this fetch on.
+	IsolationLevel IsolationLevel `protobuf:"varint,12,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ShareFetchRequest) Reset() {
@@ -592,6 +598,13 @@ func (x *ShareFetchRequest) GetDeliveryCountLimit() int32 {
 		return x.DeliveryCountLimit
 	}
 	return 0
+}
+
+func (x *ShareFetchRequest) GetIsolationLevel() IsolationLevel {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
 // ShareAcquiredRecord is one acquired record: the source log's record (its sequence
@@ -1549,7 +1562,7 @@ const file_tributary_storage_v1_share_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
 	"\x05error\x18\x03 \x01(\x0e2 .tributary.storage.v1.ShareErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x9b\x04\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xea\x04\n" +
 	"\x11ShareFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12T\n" +
@@ -1565,7 +1578,8 @@ const file_tributary_storage_v1_share_proto_rawDesc = "" +
 	"\x11auto_offset_reset\x18\t \x01(\x0e2*.tributary.storage.v1.ShareAutoOffsetResetR\x0fautoOffsetReset\x12$\n" +
 	"\x0eby_duration_ms\x18\n" +
 	" \x01(\x03R\fbyDurationMs\x120\n" +
-	"\x14delivery_count_limit\x18\v \x01(\x05R\x12deliveryCountLimit\"r\n" +
+	"\x14delivery_count_limit\x18\v \x01(\x05R\x12deliveryCountLimit\x12M\n" +
+	"\x0fisolation_level\x18\f \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\"r\n" +
 	"\x13ShareAcquiredRecord\x124\n" +
 	"\x06record\x18\x01 \x01(\v2\x1c.tributary.storage.v1.RecordR\x06record\x12%\n" +
 	"\x0edelivery_count\x18\x02 \x01(\x05R\rdeliveryCount\"\xe2\x01\n" +
@@ -1708,7 +1722,8 @@ var file_tributary_storage_v1_share_proto_goTypes = []any{
 	(*AlterSharePartitionsResponse)(nil),    // 22: tributary.storage.v1.AlterSharePartitionsResponse
 	(*DeleteSharePartitionsRequest)(nil),    // 23: tributary.storage.v1.DeleteSharePartitionsRequest
 	(*DeleteSharePartitionsResponse)(nil),   // 24: tributary.storage.v1.DeleteSharePartitionsResponse
-	(*Record)(nil),                          // 25: tributary.storage.v1.Record
+	(IsolationLevel)(0),                     // 25: tributary.storage.v1.IsolationLevel
+	(*Record)(nil),                          // 26: tributary.storage.v1.Record
 }
 var file_tributary_storage_v1_share_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ShareAckBatch.types:type_name -> tributary.storage.v1.ShareAcknowledgeType
@@ -1717,41 +1732,42 @@ var file_tributary_storage_v1_share_proto_depIdxs = []int32{
 	5,  // 3: tributary.storage.v1.ShareFetchRequest.acknowledgements:type_name -> tributary.storage.v1.SharePartitionAcks
 	3,  // 4: tributary.storage.v1.ShareFetchRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
 	2,  // 5: tributary.storage.v1.ShareFetchRequest.auto_offset_reset:type_name -> tributary.storage.v1.ShareAutoOffsetReset
-	25, // 6: tributary.storage.v1.ShareAcquiredRecord.record:type_name -> tributary.storage.v1.Record
-	0,  // 7: tributary.storage.v1.SharePartitionRecords.error:type_name -> tributary.storage.v1.ShareError
-	8,  // 8: tributary.storage.v1.SharePartitionRecords.records:type_name -> tributary.storage.v1.ShareAcquiredRecord
-	6,  // 9: tributary.storage.v1.ShareFetchResponse.ack_results:type_name -> tributary.storage.v1.ShareAckResult
-	9,  // 10: tributary.storage.v1.ShareFetchResponse.partitions:type_name -> tributary.storage.v1.SharePartitionRecords
-	5,  // 11: tributary.storage.v1.ShareAcknowledgeRequest.acknowledgements:type_name -> tributary.storage.v1.SharePartitionAcks
-	6,  // 12: tributary.storage.v1.ShareAcknowledgeResponse.results:type_name -> tributary.storage.v1.ShareAckResult
-	3,  // 13: tributary.storage.v1.ReleaseMemberRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
-	3,  // 14: tributary.storage.v1.DescribeSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
-	0,  // 15: tributary.storage.v1.SharePartitionState.error:type_name -> tributary.storage.v1.ShareError
-	16, // 16: tributary.storage.v1.DescribeSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	16, // 17: tributary.storage.v1.ListSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	20, // 18: tributary.storage.v1.AlterSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionOffset
-	16, // 19: tributary.storage.v1.AlterSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	3,  // 20: tributary.storage.v1.DeleteSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
-	16, // 21: tributary.storage.v1.DeleteSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	7,  // 22: tributary.storage.v1.ShareService.ShareFetch:input_type -> tributary.storage.v1.ShareFetchRequest
-	11, // 23: tributary.storage.v1.ShareService.ShareAcknowledge:input_type -> tributary.storage.v1.ShareAcknowledgeRequest
-	13, // 24: tributary.storage.v1.ShareService.ReleaseMember:input_type -> tributary.storage.v1.ReleaseMemberRequest
-	15, // 25: tributary.storage.v1.ShareService.DescribeSharePartitions:input_type -> tributary.storage.v1.DescribeSharePartitionsRequest
-	18, // 26: tributary.storage.v1.ShareService.ListSharePartitions:input_type -> tributary.storage.v1.ListSharePartitionsRequest
-	21, // 27: tributary.storage.v1.ShareService.AlterSharePartitions:input_type -> tributary.storage.v1.AlterSharePartitionsRequest
-	23, // 28: tributary.storage.v1.ShareService.DeleteSharePartitions:input_type -> tributary.storage.v1.DeleteSharePartitionsRequest
-	10, // 29: tributary.storage.v1.ShareService.ShareFetch:output_type -> tributary.storage.v1.ShareFetchResponse
-	12, // 30: tributary.storage.v1.ShareService.ShareAcknowledge:output_type -> tributary.storage.v1.ShareAcknowledgeResponse
-	14, // 31: tributary.storage.v1.ShareService.ReleaseMember:output_type -> tributary.storage.v1.ReleaseMemberResponse
-	17, // 32: tributary.storage.v1.ShareService.DescribeSharePartitions:output_type -> tributary.storage.v1.DescribeSharePartitionsResponse
-	19, // 33: tributary.storage.v1.ShareService.ListSharePartitions:output_type -> tributary.storage.v1.ListSharePartitionsResponse
-	22, // 34: tributary.storage.v1.ShareService.AlterSharePartitions:output_type -> tributary.storage.v1.AlterSharePartitionsResponse
-	24, // 35: tributary.storage.v1.ShareService.DeleteSharePartitions:output_type -> tributary.storage.v1.DeleteSharePartitionsResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	25, // 6: tributary.storage.v1.ShareFetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	26, // 7: tributary.storage.v1.ShareAcquiredRecord.record:type_name -> tributary.storage.v1.Record
+	0,  // 8: tributary.storage.v1.SharePartitionRecords.error:type_name -> tributary.storage.v1.ShareError
+	8,  // 9: tributary.storage.v1.SharePartitionRecords.records:type_name -> tributary.storage.v1.ShareAcquiredRecord
+	6,  // 10: tributary.storage.v1.ShareFetchResponse.ack_results:type_name -> tributary.storage.v1.ShareAckResult
+	9,  // 11: tributary.storage.v1.ShareFetchResponse.partitions:type_name -> tributary.storage.v1.SharePartitionRecords
+	5,  // 12: tributary.storage.v1.ShareAcknowledgeRequest.acknowledgements:type_name -> tributary.storage.v1.SharePartitionAcks
+	6,  // 13: tributary.storage.v1.ShareAcknowledgeResponse.results:type_name -> tributary.storage.v1.ShareAckResult
+	3,  // 14: tributary.storage.v1.ReleaseMemberRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
+	3,  // 15: tributary.storage.v1.DescribeSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
+	0,  // 16: tributary.storage.v1.SharePartitionState.error:type_name -> tributary.storage.v1.ShareError
+	16, // 17: tributary.storage.v1.DescribeSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	16, // 18: tributary.storage.v1.ListSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	20, // 19: tributary.storage.v1.AlterSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionOffset
+	16, // 20: tributary.storage.v1.AlterSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	3,  // 21: tributary.storage.v1.DeleteSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
+	16, // 22: tributary.storage.v1.DeleteSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	7,  // 23: tributary.storage.v1.ShareService.ShareFetch:input_type -> tributary.storage.v1.ShareFetchRequest
+	11, // 24: tributary.storage.v1.ShareService.ShareAcknowledge:input_type -> tributary.storage.v1.ShareAcknowledgeRequest
+	13, // 25: tributary.storage.v1.ShareService.ReleaseMember:input_type -> tributary.storage.v1.ReleaseMemberRequest
+	15, // 26: tributary.storage.v1.ShareService.DescribeSharePartitions:input_type -> tributary.storage.v1.DescribeSharePartitionsRequest
+	18, // 27: tributary.storage.v1.ShareService.ListSharePartitions:input_type -> tributary.storage.v1.ListSharePartitionsRequest
+	21, // 28: tributary.storage.v1.ShareService.AlterSharePartitions:input_type -> tributary.storage.v1.AlterSharePartitionsRequest
+	23, // 29: tributary.storage.v1.ShareService.DeleteSharePartitions:input_type -> tributary.storage.v1.DeleteSharePartitionsRequest
+	10, // 30: tributary.storage.v1.ShareService.ShareFetch:output_type -> tributary.storage.v1.ShareFetchResponse
+	12, // 31: tributary.storage.v1.ShareService.ShareAcknowledge:output_type -> tributary.storage.v1.ShareAcknowledgeResponse
+	14, // 32: tributary.storage.v1.ShareService.ReleaseMember:output_type -> tributary.storage.v1.ReleaseMemberResponse
+	17, // 33: tributary.storage.v1.ShareService.DescribeSharePartitions:output_type -> tributary.storage.v1.DescribeSharePartitionsResponse
+	19, // 34: tributary.storage.v1.ShareService.ListSharePartitions:output_type -> tributary.storage.v1.ListSharePartitionsResponse
+	22, // 35: tributary.storage.v1.ShareService.AlterSharePartitions:output_type -> tributary.storage.v1.AlterSharePartitionsResponse
+	24, // 36: tributary.storage.v1.ShareService.DeleteSharePartitions:output_type -> tributary.storage.v1.DeleteSharePartitionsResponse
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_share_proto_init() }
