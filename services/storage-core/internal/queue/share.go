@@ -265,6 +265,11 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 	recs, errs = make([][]ShareRecord, len(qs)), make([]error, len(qs))
 	end := time.Now().Add(a.Wait)
 	cases := make([]reflect.SelectCase, 0, len(qs)+3)
+	type pendingOp struct {
+		i  int
+		op *dbOp
+	}
+	var ops []pendingOp
 	for {
 		total, size := 0, int64(0)
 		cases = cases[:0]
@@ -280,10 +285,13 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 				break
 			}
 			q.tryFill()
-			out, ch, ev, err := q.shareAcquire(now, a.Member, a.MaxRecords-total, max(a.MaxBytes-size, 0), a.LockMs)
+			out, ch, ev, op, err := q.shareAcquire(now, a.Member, a.MaxRecords-total, max(a.MaxBytes-size, 0), a.LockMs)
 			if err != nil {
 				errs[i] = err
 				continue
+			}
+			if op != nil {
+				ops = append(ops, pendingOp{i, op})
 			}
 			for _, r := range out {
 				size += int64(len(r.Record.Key) + len(r.Record.Value))
@@ -295,6 +303,14 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 				next = ev
 			}
 		}
+		// Every partition's delivery counts were queued before the first wait: one
+		// commit (one fdatasync) makes them all durable; records go out only then.
+		for _, p := range ops {
+			if err := p.op.wait(); err != nil {
+				errs[p.i], recs[p.i] = err, nil
+			}
+		}
+		ops = ops[:0]
 		remaining := time.Until(end)
 		if total > 0 || remaining <= 0 || len(cases) == 0 {
 			return recs, errs, nil
@@ -319,14 +335,15 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 }
 
 // shareAcquire leases up to maxMsgs available messages to member for lockMs, without
-// waiting; the delivery counts are durable when it returns. It also returns the
-// queue's change channel and the next time (ms) a lock ends or a backoff passes (0:
-// none), for a waiting ShareFetch.
-func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lockMs int64) ([]ShareRecord, <-chan struct{}, int64, error) {
+// waiting; the delivery counts are durable once the returned op is (nil: nothing to
+// commit), and no record may be handed out before. It also returns the queue's change
+// channel and the next time (ms) a lock ends or a backoff passes (0: none), for a
+// waiting ShareFetch.
+func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lockMs int64) ([]ShareRecord, <-chan struct{}, int64, *dbOp, error) {
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
-		return nil, nil, 0, err
+		return nil, nil, 0, nil, err
 	}
 	out, dl, next, _, op := q.leaseLocked(now, maxMsgs, maxBytes, lockMs, false)
 	recs := make([]ShareRecord, len(out))
@@ -345,10 +362,7 @@ func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lo
 	if len(dl) > 0 {
 		q.deadLetter(dl)
 	}
-	if err := op.wait(); err != nil {
-		return nil, nil, 0, err
-	}
-	return recs, ch, next, nil
+	return recs, ch, next, op, nil
 }
 
 // ShareAckBatch acknowledges the source offsets First..Last (inclusive): all with
@@ -402,8 +416,20 @@ func (q *Queue) srcIndexLocked(seq int64) int {
 // now. Durable before it returns. Errors also: ErrInvalidArgument (CheckShareAcks),
 // ErrNotFound, ErrState.
 func (q *Queue) ShareAck(member string, bs []ShareAckBatch, renewMs int64) error {
-	if err := CheckShareAcks(bs, true); err != nil {
+	wait, err := q.ShareAckStart(member, bs, renewMs)
+	if err != nil {
 		return err
+	}
+	return wait()
+}
+
+// ShareAckStart is ShareAck without waiting for durability: the acknowledgements are
+// applied in memory and their commit queued; wait returns once it is durable (or its
+// ErrState), and only then may the acknowledgement be answered. Acknowledgements of
+// several partitions started before the first wait share one commit.
+func (q *Queue) ShareAckStart(member string, bs []ShareAckBatch, renewMs int64) (wait func() error, err error) {
+	if err := CheckShareAcks(bs, true); err != nil {
+		return nil, err
 	}
 	if renewMs < MinShareLockMs || renewMs > MaxShareLockMs {
 		renewMs = 30_000
@@ -415,7 +441,7 @@ func (q *Queue) ShareAck(member string, bs []ShareAckBatch, renewMs int64) error
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
-		return err
+		return nil, err
 	}
 	now := q.m.nowMs()
 	var acts []act
@@ -432,14 +458,14 @@ func (q *Queue) ShareAck(member string, bs []ShareAckBatch, renewMs int64) error
 					continue
 				}
 				q.mu.Unlock()
-				return fmt.Errorf("%w: offset %d", ErrInvalidRecordState, channel.SequenceToOffset(m.srcSeq))
+				return nil, fmt.Errorf("%w: offset %d", ErrInvalidRecordState, channel.SequenceToOffset(m.srcSeq))
 			}
 			acts = append(acts, act{m, t})
 			found = true
 		}
 		if !found && slices.ContainsFunc(b.Types, func(t uint8) bool { return t != ShareGap }) {
 			q.mu.Unlock()
-			return fmt.Errorf("%w: offsets %d..%d", ErrInvalidRecordState, b.First, b.Last)
+			return nil, fmt.Errorf("%w: offsets %d..%d", ErrInvalidRecordState, b.First, b.Last)
 		}
 	}
 	var acked, dl []*msg
@@ -476,10 +502,12 @@ func (q *Queue) ShareAck(member string, bs []ShareAckBatch, renewMs int64) error
 	if len(dl) > 0 {
 		q.deadLetter(dl)
 	}
-	if err := ackOp.wait(); err != nil {
-		return err
-	}
-	return nackOp.wait()
+	return func() error {
+		if err := ackOp.wait(); err != nil {
+			return err
+		}
+		return nackOp.wait()
+	}, nil
 }
 
 // ShareRelease releases every message member holds (a closed share session, a member

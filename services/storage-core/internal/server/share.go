@@ -70,19 +70,35 @@ func shareAckBatches(bs []*storagev1.ShareAckBatch) []queue.ShareAckBatch {
 }
 
 // acknowledge applies each partition's acknowledgements (all or nothing per
-// partition).
+// partition), durable when it returns.
 func (ss *shareService) acknowledge(group, member string, acks []*storagev1.SharePartitionAcks, lockMs int64) []*storagev1.ShareAckResult {
+	return ss.acknowledgeStart(group, member, acks, lockMs)()
+}
+
+// acknowledgeStart applies each partition's acknowledgements in memory and queues
+// their commits; finish waits until they are durable and returns the results. Every
+// commit queued before the first wait (also a ShareFetch's acquisitions) shares one
+// fdatasync.
+func (ss *shareService) acknowledgeStart(group, member string, acks []*storagev1.SharePartitionAcks, lockMs int64) (finish func() []*storagev1.ShareAckResult) {
 	out := make([]*storagev1.ShareAckResult, len(acks))
+	waits := make([]func() error, len(acks))
 	for i, a := range acks {
-		res := &storagev1.ShareAckResult{Topic: a.GetTopic(), Partition: a.GetPartition()}
+		out[i] = &storagev1.ShareAckResult{Topic: a.GetTopic(), Partition: a.GetPartition()}
 		q, err := ss.qm.SharePartition(group, a.GetTopic(), a.GetPartition(), false, queue.ShareReset{}, 0)
 		if err == nil {
-			err = q.ShareAck(member, shareAckBatches(a.GetBatches()), lockMs)
+			waits[i], err = q.ShareAckStart(member, shareAckBatches(a.GetBatches()), lockMs)
 		}
-		res.Error, res.Message = shareError(err)
-		out[i] = res
+		out[i].Error, out[i].Message = shareError(err)
 	}
-	return out
+	return func() []*storagev1.ShareAckResult {
+		// A result is answered only once its acknowledgements are durable.
+		for i, wait := range waits {
+			if wait != nil {
+				out[i].Error, out[i].Message = shareError(wait())
+			}
+		}
+		return out
+	}
 }
 
 func shareLockMs(ms int32) int64 {
@@ -108,7 +124,11 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	case req.DeliveryCountLimit != 0 && (req.DeliveryCountLimit < 2 || req.DeliveryCountLimit > 10):
 		return nil, status.Errorf(codes.InvalidArgument, "delivery_count_limit %d outside [2, 10]", req.DeliveryCountLimit)
 	}
-	resp := &storagev1.ShareFetchResponse{AckResults: ss.acknowledge(req.GroupId, req.MemberId, req.Acknowledgements, lockMs)}
+	// The acknowledgements apply before acquiring; their commit is shared with the
+	// acquisitions' and waited for before the answer.
+	acked := ss.acknowledgeStart(req.GroupId, req.MemberId, req.Acknowledgements, lockMs)
+	resp := &storagev1.ShareFetchResponse{}
+	defer func() { resp.AckResults = acked() }()
 	reset := queue.ShareReset{Earliest: req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST,
 		ReadCommitted: req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED}
 	if req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION {
