@@ -5,20 +5,12 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/services/storage-core/internal/raftnode"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-)
-
-// LeaderTrailer is the trailing metadata key of a FAILED_PRECONDITION answer from a
-// node that does not lead the channel's Raft group (raft mode, --node-id/--peers): its
-// value is the leader's gRPC address ("" while an election is under way), for the
-// caller to call there instead. LeaderIDTrailer carries the leader's node id.
-const (
-	LeaderTrailer   = "tributary-leader"
-	LeaderIDTrailer = "tributary-leader-id"
 )
 
 // notLeaderStatus is the gRPC status of a call refused because this node is not the
@@ -51,6 +43,8 @@ func leaderOf(err error) (uint64, string) {
 	return nle.Leader, nle.Addr
 }
 
+// leaderMD is the grpcx.LeaderTrailer/LeaderIDTrailer trailer of a not-leader err
+// (nil for any other error): the leader's gRPC address and node id ("" when unknown).
 func leaderMD(err error) metadata.MD {
 	var nle *raftnode.NotLeaderError
 	if err == nil || !errors.As(err, &nle) {
@@ -60,7 +54,7 @@ func leaderMD(err error) metadata.MD {
 	if nle.Leader != 0 {
 		id = strconv.FormatUint(nle.Leader, 10)
 	}
-	return metadata.Pairs(LeaderTrailer, nle.Addr, LeaderIDTrailer, id)
+	return metadata.Pairs(grpcx.LeaderTrailer, nle.Addr, grpcx.LeaderIDTrailer, id)
 }
 
 // leaderUnary and leaderStream set the leader trailers on a not-leader answer.

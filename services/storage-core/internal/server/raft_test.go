@@ -68,9 +68,9 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 			if status.Code(err) != codes.FailedPrecondition {
 				return err
 			}
-			leader := tr.Get(LeaderTrailer)
+			leader := tr.Get(grpcx.LeaderTrailer)
 			if len(leader) != 1 {
-				t.Fatalf("not-leader answer without the %s trailer: %v (trailer %v)", LeaderTrailer, err, tr)
+				t.Fatalf("not-leader answer without the %s trailer: %v (trailer %v)", grpcx.LeaderTrailer, err, tr)
 			}
 			if leader[0] != "" {
 				if _, ok := clients[leader[0]]; !ok {
@@ -104,7 +104,7 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 		err := call(a, func(c storagev1.StorageServiceClient, opt grpc.CallOption) error {
 			var tr metadata.MD
 			r, err := c.Append(ctx, &storagev1.AppendRequest{Channel: "kafka.raft", Records: []*storagev1.AppendRecord{{Value: []byte("v-" + a)}}}, opt, grpc.Trailer(&tr))
-			if status.Code(err) == codes.FailedPrecondition && tr.Get(LeaderTrailer)[0] != "" {
+			if status.Code(err) == codes.FailedPrecondition && tr.Get(grpcx.LeaderTrailer)[0] != "" {
 				followed++
 			}
 			seq = r.GetFirstSequence()
