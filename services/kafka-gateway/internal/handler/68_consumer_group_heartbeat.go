@@ -25,7 +25,6 @@ package handler
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/kafkaacl"
@@ -40,18 +39,8 @@ func (h *Handler) handleConsumerGroupHeartbeat(ctx context.Context, r *Request) 
 	req := r.Body.(*kmsg.ConsumerGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
 	x := h.access(ctx, r)
-	if !x.group(kafkaacl.OpRead, req.Group) {
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		return resp, nil
-	}
-	for _, t := range req.SubscribedTopicNames {
-		if !x.topic(kafkaacl.OpDescribe, t) {
-			resp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			return resp, nil
-		}
-	}
-	if h.consumers == nil {
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+	if code := x.groupCall(kafkaacl.OpRead, req.Group, req.SubscribedTopicNames, h.consumers != nil); code != 0 {
+		resp.ErrorCode = code
 		return resp, nil
 	}
 	creq := &coordinatorv1.ConsumerGroupHeartbeatRequest{

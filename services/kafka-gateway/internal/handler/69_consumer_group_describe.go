@@ -37,12 +37,7 @@ func (h *Handler) handleConsumerGroupDescribe(ctx context.Context, r *Request) (
 	req := r.Body.(*kmsg.ConsumerGroupDescribeRequest)
 	resp := req.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
 	x := h.access(ctx, r)
-	var ids []string
-	for _, id := range req.Groups {
-		if x.group(kafkaacl.OpDescribe, id) {
-			ids = append(ids, id)
-		}
-	}
+	ids := x.groups(kafkaacl.OpDescribe, req.Groups)
 	byID := map[string]*coordinatorv1.ConsumerGroupDescription{}
 	code := kerr.CoordinatorNotAvailable.Code
 	if h.consumers != nil && len(ids) > 0 {

@@ -24,7 +24,6 @@ package handler
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/kafkaacl"
@@ -39,18 +38,8 @@ func (h *Handler) handleShareGroupHeartbeat(ctx context.Context, r *Request) (km
 	req := r.Body.(*kmsg.ShareGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
 	x := h.access(ctx, r)
-	if !x.group(kafkaacl.OpRead, req.GroupID) {
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		return resp, nil
-	}
-	for _, t := range req.SubscribedTopicNames {
-		if !x.topic(kafkaacl.OpDescribe, t) {
-			resp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			return resp, nil
-		}
-	}
-	if h.shares == nil {
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+	if code := x.groupCall(kafkaacl.OpRead, req.GroupID, req.SubscribedTopicNames, h.shares != nil); code != 0 {
+		resp.ErrorCode = code
 		return resp, nil
 	}
 	creq := &coordinatorv1.ShareGroupHeartbeatRequest{

@@ -32,12 +32,7 @@ func (h *Handler) handleShareGroupDescribe(ctx context.Context, r *Request) (kms
 	req := r.Body.(*kmsg.ShareGroupDescribeRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupDescribeResponse)
 	x := h.access(ctx, r)
-	var ids []string
-	for _, id := range req.GroupIDs {
-		if x.group(kafkaacl.OpDescribe, id) {
-			ids = append(ids, id)
-		}
-	}
+	ids := x.groups(kafkaacl.OpDescribe, req.GroupIDs)
 	byID := map[string]*coordinatorv1.ShareGroupDescription{}
 	code := kerr.CoordinatorNotAvailable.Code
 	if h.shares != nil && len(ids) > 0 {

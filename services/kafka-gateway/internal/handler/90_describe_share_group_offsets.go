@@ -45,8 +45,8 @@ func (h *Handler) handleDescribeShareGroupOffsets(ctx context.Context, r *Reques
 	for _, rg := range req.Groups {
 		g := kmsg.NewDescribeShareGroupOffsetsResponseGroup()
 		g.GroupID = rg.GroupID
-		if !x.group(kafkaacl.OpDescribe, rg.GroupID) {
-			g.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		if code := x.groupCall(kafkaacl.OpDescribe, rg.GroupID, nil, h.shares != nil); code != 0 {
+			g.ErrorCode = code
 			resp.Groups = append(resp.Groups, g)
 			continue
 		}
@@ -65,12 +65,7 @@ func (h *Handler) handleDescribeShareGroupOffsets(ctx context.Context, r *Reques
 			creq.Topics = append(creq.Topics, &coordinatorv1.ShareOffsetsTopic{Name: t.Topic, Partitions: t.Partitions})
 		}
 		out := &coordinatorv1.DescribeShareGroupOffsetsResponse{}
-		switch {
-		case h.shares == nil:
-			g.ErrorCode = kerr.CoordinatorNotAvailable.Code
-			resp.Groups = append(resp.Groups, g)
-			continue
-		case creq.AllTopics || len(creq.Topics) > 0:
+		if creq.AllTopics || len(creq.Topics) > 0 {
 			cctx, cancel := groupCtx(ctx, groupCallTimeout)
 			var err error
 			out, err = h.shares.DescribeShareGroupOffsets(cctx, creq)

@@ -36,8 +36,8 @@ func (h *Handler) handleAlterShareGroupOffsets(ctx context.Context, r *Request) 
 	req := r.Body.(*kmsg.AlterShareGroupOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterShareGroupOffsetsResponse)
 	x := h.access(ctx, r)
-	if !x.group(kafkaacl.OpRead, req.GroupID) {
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+	if code := x.groupCall(kafkaacl.OpRead, req.GroupID, nil, h.shares != nil); code != 0 {
+		resp.ErrorCode = code
 		return resp, nil
 	}
 	creq := &coordinatorv1.AlterShareGroupOffsetsRequest{GroupId: req.GroupID}
@@ -59,10 +59,6 @@ func (h *Handler) handleAlterShareGroupOffsets(ctx context.Context, r *Request) 
 			ct.Partitions = append(ct.Partitions, &coordinatorv1.ShareOffsetsAlterPartition{Partition: p.Partition, StartOffset: p.StartOffset})
 		}
 		creq.Topics = append(creq.Topics, ct)
-	}
-	if h.shares == nil {
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		return resp, nil
 	}
 	cctx, cancel := groupCtx(ctx, groupCallTimeout)
 	defer cancel()

@@ -33,8 +33,8 @@ func (h *Handler) handleDeleteShareGroupOffsets(ctx context.Context, r *Request)
 	req := r.Body.(*kmsg.DeleteShareGroupOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteShareGroupOffsetsResponse)
 	x := h.access(ctx, r)
-	if !x.group(kafkaacl.OpDelete, req.GroupID) {
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+	if code := x.groupCall(kafkaacl.OpDelete, req.GroupID, nil, h.shares != nil); code != 0 {
+		resp.ErrorCode = code
 		return resp, nil
 	}
 	creq := &coordinatorv1.DeleteShareGroupOffsetsRequest{GroupId: req.GroupID}
@@ -47,10 +47,6 @@ func (h *Handler) handleDeleteShareGroupOffsets(ctx context.Context, r *Request)
 			continue
 		}
 		creq.Topics = append(creq.Topics, t.Topic)
-	}
-	if h.shares == nil {
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		return resp, nil
 	}
 	cctx, cancel := groupCtx(ctx, groupCallTimeout)
 	defer cancel()

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/kafkaacl"
@@ -210,6 +211,38 @@ func (x *access) topic(op kafkaacl.Operation, name string) bool {
 
 func (x *access) group(op kafkaacl.Operation, name string) bool {
 	return x.allowed(op, kafkaacl.ResourceGroup, name)
+}
+
+// groupCall is the error code a group API answers before it calls the coordinator, 0
+// to go on: GROUP_AUTHORIZATION_FAILED without op on group, TOPIC_AUTHORIZATION_FAILED
+// without DESCRIBE on one of topics (a heartbeat's subscribed topic names; nil for
+// none), COORDINATOR_NOT_AVAILABLE when the coordinator client is missing (up false),
+// checked in that order (as Kafka: authorization before availability).
+func (x *access) groupCall(op kafkaacl.Operation, group string, topics []string, up bool) int16 {
+	if !x.group(op, group) {
+		return kerr.GroupAuthorizationFailed.Code
+	}
+	for _, t := range topics {
+		if !x.topic(kafkaacl.OpDescribe, t) {
+			return kerr.TopicAuthorizationFailed.Code
+		}
+	}
+	if !up {
+		return kerr.CoordinatorNotAvailable.Code
+	}
+	return 0
+}
+
+// groups is the ids the request may do op on, in order (the groups a describe asks
+// the coordinator about; nil when none).
+func (x *access) groups(op kafkaacl.Operation, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if x.group(op, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (x *access) cluster(op kafkaacl.Operation) bool {
