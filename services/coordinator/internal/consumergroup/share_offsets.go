@@ -154,28 +154,7 @@ func (s *ShareCoordinator) DescribeShareGroupOffsets(ctx context.Context, req *c
 func (s *ShareCoordinator) AlterShareGroupOffsets(ctx context.Context, req *coordinatorv1.AlterShareGroupOffsetsRequest) (*coordinatorv1.AlterShareGroupOffsetsResponse, error) {
 	resp := &coordinatorv1.AlterShareGroupOffsetsResponse{}
 	id := req.GetGroupId()
-	if id == "" {
-		resp.ErrorCode, resp.ErrorMessage = int32(kerr.InvalidGroupID.Code), "GroupId can't be empty."
-		return resp, nil
-	}
-	part, err := s.partitionsClient()
-	if err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	topics, err := s.c.topics(ctx)
-	if err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	byName := topicsByName(topics)
-	err = s.c.lockDoc(ctx, shareKind, id, true, func(d *doc, _ time.Time) (bool, error) {
-		switch {
-		case d == nil:
-			resp.ErrorCode, resp.ErrorMessage = int32(kerr.GroupIDNotFound.Code), fmt.Sprintf("Group %s is not a share group.", id)
-			return false, nil
-		case len(d.Members) > 0:
-			resp.ErrorCode, resp.ErrorMessage = int32(kerr.NonEmptyGroup.Code), "The group has active members."
-			return false, nil
-		}
+	code, msg, err := s.inEmptyShareGroup(ctx, id, true, "Group %s is not a share group.", func(part storagev1.ShareServiceClient, byName map[string]topicInfo) (bool, error) {
 		sreq := &storagev1.AlterSharePartitionsRequest{GroupId: id}
 		var asked []*coordinatorv1.ShareOffsetsPartitionResult
 		for _, rt := range req.GetTopics() {
@@ -215,6 +194,7 @@ func (s *ShareCoordinator) AlterShareGroupOffsets(ctx context.Context, req *coor
 	if err != nil {
 		return nil, rpcerr.Status(err)
 	}
+	resp.ErrorCode, resp.ErrorMessage = code, msg
 	return resp, nil
 }
 
@@ -223,28 +203,7 @@ func (s *ShareCoordinator) AlterShareGroupOffsets(ctx context.Context, req *coor
 func (s *ShareCoordinator) DeleteShareGroupOffsets(ctx context.Context, req *coordinatorv1.DeleteShareGroupOffsetsRequest) (*coordinatorv1.DeleteShareGroupOffsetsResponse, error) {
 	resp := &coordinatorv1.DeleteShareGroupOffsetsResponse{}
 	id := req.GetGroupId()
-	if id == "" {
-		resp.ErrorCode, resp.ErrorMessage = int32(kerr.InvalidGroupID.Code), "GroupId can't be empty."
-		return resp, nil
-	}
-	part, err := s.partitionsClient()
-	if err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	topics, err := s.c.topics(ctx)
-	if err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	byName := topicsByName(topics)
-	err = s.c.lockDoc(ctx, shareKind, id, false, func(d *doc, _ time.Time) (bool, error) {
-		switch {
-		case d == nil:
-			resp.ErrorCode, resp.ErrorMessage = int32(kerr.GroupIDNotFound.Code), fmt.Sprintf("Group %s not found.", id)
-			return false, nil
-		case len(d.Members) > 0:
-			resp.ErrorCode, resp.ErrorMessage = int32(kerr.NonEmptyGroup.Code), "The group has active members."
-			return false, nil
-		}
+	code, msg, err := s.inEmptyShareGroup(ctx, id, false, "Group %s not found.", func(part storagev1.ShareServiceClient, byName map[string]topicInfo) (bool, error) {
 		for _, name := range req.GetTopics() {
 			tr := &coordinatorv1.ShareOffsetsTopicResult{Name: name}
 			resp.Topics = append(resp.Topics, tr)
@@ -269,7 +228,44 @@ func (s *ShareCoordinator) DeleteShareGroupOffsets(ctx context.Context, req *coo
 	if err != nil {
 		return nil, rpcerr.Status(err)
 	}
+	resp.ErrorCode, resp.ErrorMessage = code, msg
 	return resp, nil
+}
+
+// inEmptyShareGroup runs fn, with storage-core's share service and the topics by
+// name, under the row lock of share group id (created Empty first when create, as
+// Kafka's AlterShareGroupOffsets does) when that group exists and has no members;
+// fn's bool says whether to save the row. Otherwise it returns the Kafka code and
+// message to answer: INVALID_GROUP_ID for an empty id, GROUP_ID_NOT_FOUND
+// (notFound, formatted with the id) for no share group, NON_EMPTY_GROUP when it has
+// members. err is a storage-core or Postgres failure (or fn's), for rpcerr.Status.
+func (s *ShareCoordinator) inEmptyShareGroup(ctx context.Context, id string, create bool, notFound string, fn func(part storagev1.ShareServiceClient, byName map[string]topicInfo) (bool, error)) (int32, string, error) {
+	if id == "" {
+		return int32(kerr.InvalidGroupID.Code), "GroupId can't be empty.", nil
+	}
+	part, err := s.partitionsClient()
+	if err != nil {
+		return 0, "", err
+	}
+	topics, err := s.c.topics(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	byName := topicsByName(topics)
+	var code int32
+	var msg string
+	err = s.c.lockDoc(ctx, shareKind, id, create, func(d *doc, _ time.Time) (bool, error) {
+		switch {
+		case d == nil:
+			code, msg = int32(kerr.GroupIDNotFound.Code), fmt.Sprintf(notFound, id)
+			return false, nil
+		case len(d.Members) > 0:
+			code, msg = int32(kerr.NonEmptyGroup.Code), "The group has active members."
+			return false, nil
+		}
+		return fn(part, byName)
+	})
+	return code, msg, err
 }
 
 // deletePartitions deletes the share state sreq names and returns the first
