@@ -37,18 +37,11 @@ func (h *Handler) handleConsumerGroupDescribe(ctx context.Context, r *Request) (
 	req := r.Body.(*kmsg.ConsumerGroupDescribeRequest)
 	resp := req.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
 	x := h.access(ctx, r)
-	ids := x.groups(kafkaacl.OpDescribe, req.Groups)
-	byID := map[string]*coordinatorv1.ConsumerGroupDescription{}
-	code := kerr.CoordinatorNotAvailable.Code
-	if h.consumers != nil && len(ids) > 0 {
-		cctx, cancel := groupCtx(ctx, groupCallTimeout)
-		out, err := h.consumers.DescribeConsumerGroups(cctx, &coordinatorv1.DescribeConsumerGroupsRequest{GroupIds: ids})
-		cancel()
-		code = h.groupCode("ConsumerGroupDescribe", err)
-		for _, g := range out.GetGroups() {
-			byID[g.GetGroupId()] = g
-		}
-	}
+	byID, code := describeGroups(ctx, h, "ConsumerGroupDescribe", x.groups(kafkaacl.OpDescribe, req.Groups), h.consumers != nil,
+		func(ctx context.Context, ids []string) ([]*coordinatorv1.ConsumerGroupDescription, error) {
+			out, err := h.consumers.DescribeConsumerGroups(ctx, &coordinatorv1.DescribeConsumerGroupsRequest{GroupIds: ids})
+			return out.GetGroups(), err
+		})
 	for _, id := range req.Groups {
 		rg := kmsg.NewConsumerGroupDescribeResponseGroup()
 		rg.Group = id

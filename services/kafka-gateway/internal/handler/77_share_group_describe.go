@@ -32,18 +32,11 @@ func (h *Handler) handleShareGroupDescribe(ctx context.Context, r *Request) (kms
 	req := r.Body.(*kmsg.ShareGroupDescribeRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupDescribeResponse)
 	x := h.access(ctx, r)
-	ids := x.groups(kafkaacl.OpDescribe, req.GroupIDs)
-	byID := map[string]*coordinatorv1.ShareGroupDescription{}
-	code := kerr.CoordinatorNotAvailable.Code
-	if h.shares != nil && len(ids) > 0 {
-		cctx, cancel := groupCtx(ctx, groupCallTimeout)
-		out, err := h.shares.DescribeShareGroups(cctx, &coordinatorv1.DescribeShareGroupsRequest{GroupIds: ids})
-		cancel()
-		code = h.groupCode("ShareGroupDescribe", err)
-		for _, g := range out.GetGroups() {
-			byID[g.GetGroupId()] = g
-		}
-	}
+	byID, code := describeGroups(ctx, h, "ShareGroupDescribe", x.groups(kafkaacl.OpDescribe, req.GroupIDs), h.shares != nil,
+		func(ctx context.Context, ids []string) ([]*coordinatorv1.ShareGroupDescription, error) {
+			out, err := h.shares.DescribeShareGroups(ctx, &coordinatorv1.DescribeShareGroupsRequest{GroupIds: ids})
+			return out.GetGroups(), err
+		})
 	for _, id := range req.GroupIDs {
 		rg := kmsg.NewShareGroupDescribeResponseGroup()
 		rg.GroupID = id

@@ -95,3 +95,23 @@ func (unavailableGroups) OffsetDelete(context.Context, *coordinatorv1.OffsetDele
 func (unavailableGroups) GetCommittedOffsets(context.Context, *coordinatorv1.GetCommittedOffsetsRequest, ...grpc.CallOption) (*coordinatorv1.GetCommittedOffsetsResponse, error) {
 	return nil, status503()
 }
+
+// describeGroups asks the coordinator (call; up false when its client is missing)
+// about the group ids a describe may see and returns the descriptions by group id
+// and the error code of an id without one: COORDINATOR_NOT_AVAILABLE when nothing
+// was asked, else the call's (groupCode; 0 on success). Shared by
+// ConsumerGroupDescribe and ShareGroupDescribe.
+func describeGroups[G interface{ GetGroupId() string }](ctx context.Context, h *Handler, api string, ids []string, up bool, call func(ctx context.Context, ids []string) ([]G, error)) (map[string]G, int16) {
+	byID := map[string]G{}
+	code := kerr.CoordinatorNotAvailable.Code
+	if up && len(ids) > 0 {
+		cctx, cancel := groupCtx(ctx, groupCallTimeout)
+		gs, err := call(cctx, ids)
+		cancel()
+		code = h.groupCode(api, err)
+		for _, g := range gs {
+			byID[g.GetGroupId()] = g
+		}
+	}
+	return byID, code
+}
