@@ -205,6 +205,10 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 		acknowledgeOnly()
 		return resp, nil
 	}
+	maxBytes := int64(req.MaxBytes)
+	if maxBytes <= 0 || maxBytes > shareMaxBytes {
+		maxBytes = shareMaxBytes
+	}
 	maxRecords := req.MaxRecords
 	if maxRecords <= 0 {
 		maxRecords = defaultShareMaxRecords
@@ -219,7 +223,7 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 	defer stop()
 	fr, err := h.share.ShareFetch(fctx, &storagev1.ShareFetchRequest{
 		GroupId: group, MemberId: member, Partitions: fetch, Acknowledgements: acks,
-		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: int64(max(req.MaxBytes, 0)),
+		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: maxBytes,
 		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
 		AutoOffsetReset: chk.cfg.reset, ByDurationMs: chk.cfg.byDurationMs, DeliveryCountLimit: chk.cfg.limit,
 		IsolationLevel: chk.cfg.isolation,

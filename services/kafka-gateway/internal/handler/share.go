@@ -54,6 +54,10 @@ const (
 	defaultShareMaxRecords = 500
 	maxShareRecords        = 10_000
 	maxShareMemberIDLen    = 36
+	// shareMaxBytes caps a ShareFetch answer's record bytes, as Kafka's broker caps a
+	// fetch with fetch.max.bytes (default 52428800): a request's MaxBytes of 0 or
+	// less, or above it, gets the cap.
+	shareMaxBytes = 50 << 20
 	// maxShareWait bounds a ShareFetch long poll.
 	maxShareWait = 60 * time.Second
 	// shareCallTimeout bounds the storage calls that are not long polls.

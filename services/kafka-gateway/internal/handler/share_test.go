@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"slices"
@@ -261,6 +262,37 @@ func TestShareFetchHandler(t *testing.T) {
 	if len(sf.Partitions) != 2 || sf.LockDurationMs != 7000 || sf.DeliveryCountLimit != 4 || sf.MaxRecords != 10 || sf.GroupId != "g" || sf.MemberId != "m" {
 		t.Fatalf("storage ShareFetch %+v", sf)
 	}
+	// The request's MaxBytes (kmsg's default, MaxInt32) is capped as Kafka's
+	// fetch.max.bytes caps it; so are 0 and negative values, which storage would
+	// otherwise read as no limit.
+	other := func(r *kmsg.ShareFetchRequest) kmsg.Response { // on its own connection
+		t.Helper()
+		r.SetVersion(1)
+		resp, err := h.Handle(context.Background(), &Request{Body: r, Session: NewSession(false, AnonymousPrincipal)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i, mb := range []int32{0, -1, 1 << 30} {
+		r := fetch(fmt.Sprintf("cap%d", i), 0, []int32{0}, nil)
+		r.MaxBytes = mb
+		if code(other(r)) != 0 {
+			t.Fatalf("MaxBytes %d refused", mb)
+		}
+		if got := fs.fetches[len(fs.fetches)-1].MaxBytes; got != shareMaxBytes {
+			t.Fatalf("MaxBytes %d reached storage as %d, want %d", mb, got, shareMaxBytes)
+		}
+	}
+	if sf.MaxBytes != shareMaxBytes {
+		t.Fatalf("default MaxBytes reached storage as %d, want %d", sf.MaxBytes, shareMaxBytes)
+	}
+	r := fetch("small", 0, []int32{0}, nil)
+	r.MaxBytes = 4096
+	if other(r); fs.fetches[len(fs.fetches)-1].MaxBytes != 4096 {
+		t.Fatalf("MaxBytes 4096 reached storage as %d", fs.fetches[len(fs.fetches)-1].MaxBytes)
+	}
+	fs.fetches = fs.fetches[:1]
 	byPart := map[int32]kmsg.ShareFetchResponseTopicPartition{}
 	for _, p := range resp.Topics[0].Partitions {
 		byPart[p.Partition] = p

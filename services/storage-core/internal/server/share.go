@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
@@ -26,7 +27,21 @@ const (
 	maxShareRecords     = 10_000
 	defaultShareLockMs  = 30_000
 	maxShareMemberIDLen = 36
+	// maxShareFetchBytes bounds the record bytes one ShareFetch acquires when max_bytes
+	// is 0 (no limit) or larger: a quarter of the bus's message limit, so the answer
+	// always fits in one gRPC message. Records acquired for an answer that cannot be
+	// sent would have their delivery counts raised without ever being delivered.
+	maxShareFetchBytes = grpcx.MaxMessageBytes / 4
 )
+
+// shareFetchBytes is the byte limit of a ShareFetch: max_bytes, or maxShareFetchBytes
+// when that is 0 or larger.
+func shareFetchBytes(maxBytes int64) int64 {
+	if maxBytes <= 0 || maxBytes > maxShareFetchBytes {
+		return maxShareFetchBytes
+	}
+	return maxBytes
+}
 
 // shareError maps a per-partition error to its ShareError.
 func shareError(err error) (storagev1.ShareError, string) {
@@ -155,7 +170,7 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	wctx, cancel := ss.s.waitCtx(ctx)
 	defer cancel()
 	recs, errs, err := ss.qm.ShareFetch(wctx, qs, queue.ShareFetchArgs{
-		Member: req.MemberId, MaxRecords: int(req.MaxRecords), MaxBytes: req.MaxBytes, LockMs: lockMs,
+		Member: req.MemberId, MaxRecords: int(req.MaxRecords), MaxBytes: shareFetchBytes(req.MaxBytes), LockMs: lockMs,
 		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait),
 	})
 	if err != nil {

@@ -470,8 +470,9 @@ type ShareFetchRequest struct {
 	// Records acquired over all partitions, 1..10000 (Kafka MaxRecords; the client's
 	// max.poll.records).
 	MaxRecords int32 `protobuf:"varint,5,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
-	// Stop acquiring once this many bytes of record data were acquired (0 = no limit);
-	// at least one record when one is available.
+	// Stop acquiring once this many bytes of record data were acquired; 0, or more than
+	// 64 MiB, is 64 MiB, so the answer fits in one message of the bus; at least one
+	// record when one is available.
 	MaxBytes int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// Acquisition lock, 1000..3600000 (group.share.record.lock.duration.ms).
 	LockDurationMs int32 `protobuf:"varint,7,opt,name=lock_duration_ms,json=lockDurationMs,proto3" json:"lock_duration_ms,omitempty"`
