@@ -207,6 +207,16 @@ func RequestKey(req any) string {
 	return ""
 }
 
+// requestKeyCtx carries the routing key of WithRequestKey.
+type requestKeyCtx struct{}
+
+// WithRequestKey routes a LeaderConn call made with the returned context to the leader
+// of channel key, for requests that name no single channel themselves (one element of
+// a batched request, such as a WriteTxnMarkers of one marker).
+func WithRequestKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, requestKeyCtx{}, key)
+}
+
 // metaKey is the key of storage-core's creates and deletes, which its metadata group
 // orders: they go to that group's leader, not to the channel's.
 const metaKey = ""
@@ -214,6 +224,9 @@ const metaKey = ""
 // Invoke sends a unary call to the leader of the channel req names (see LeaderConn).
 func (c *LeaderConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	key := RequestKey(args)
+	if k, ok := ctx.Value(requestKeyCtx{}).(string); ok {
+		key = k
+	}
 	if strings.HasSuffix(method, "/CreateChannel") || strings.HasSuffix(method, "/DeleteChannel") {
 		key = metaKey
 	}

@@ -12,6 +12,7 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -31,68 +32,11 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		t.Skip("starts three storage-core processes")
 	}
 	ctx := context.Background()
-	s, err := stack.Start(ctx, stack.Options{StorageNodes: 3, LogLevel: "warn"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(s.LogTails(40))
-		}
-		_ = s.Close()
-	})
-	storages := map[string]*stack.Proc{}
-	clients := map[string]storagev1.StorageServiceClient{}
-	for i, addr := range strings.Split(s.StorageAddr, ",") {
-		storages[addr] = s.Storages[i]
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cc.Close() })
-		clients[addr] = storagev1.NewStorageServiceClient(cc)
-	}
 	topic := topicName("raft-route")
 	// Three partitions: their groups elect leaders independently, so one Produce
 	// request usually spans several storage nodes (the Router splits it).
 	const partitions = 3
-	// Before the first election the metadata group has no leader: the create fails and
-	// is retried, as a client would.
-	adm := newAdmin(t, s.KafkaAddrs)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		_, err := adm.CreateTopic(ctxT(t, 10*time.Second), partitions, -1, nil, topic)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CreateTopics %s: %v", topic, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	waitTopic(t, adm, topic, partitions)
-
-	// leader asks the running nodes which node leads channel ch's group.
-	leader := func(ch string) *stack.Proc {
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-			for _, p := range s.Storages {
-				if !p.Running() {
-					continue
-				}
-				for addr, c := range clients {
-					if storages[addr] != p {
-						continue
-					}
-					r, err := c.GetChannel(ctxT(t, 2*time.Second), &storagev1.GetChannelRequest{Name: ch})
-					if l := r.GetChannel().GetLeaderAddress(); err == nil && l != "" && storages[l].Running() {
-						return storages[l]
-					}
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("no running node names a leader of %s", ch)
-		return nil
-	}
+	s, leader := startRaftStack(t, topic, partitions)
 
 	const n = 3000
 	producer := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic), kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -199,5 +143,190 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		if o, ok := ends.Lookup(topic, p); !ok || o.Err != nil || o.Offset != int64(n/partitions) {
 			t.Fatalf("partition %d end offset %+v, want %d", p, o, n/partitions)
 		}
+	}
+}
+
+// startRaftStack starts three storage-core processes in raft mode, a coordinator and
+// a kafka-gateway given all three addresses, and creates topic with partitions
+// through kadm (retried until the metadata group has a leader). leader asks the
+// running nodes which node leads a channel's group.
+func startRaftStack(t *testing.T, topic string, partitions int32) (s *stack.Stack, leader func(ch string) *stack.Proc) {
+	t.Helper()
+	s, err := stack.Start(context.Background(), stack.Options{StorageNodes: 3, LogLevel: "warn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(s.LogTails(40))
+		}
+		_ = s.Close()
+	})
+	storages := map[string]*stack.Proc{}
+	clients := map[string]storagev1.StorageServiceClient{}
+	for i, addr := range strings.Split(s.StorageAddr, ",") {
+		storages[addr] = s.Storages[i]
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		clients[addr] = storagev1.NewStorageServiceClient(cc)
+	}
+	// Before the first election the metadata group has no leader: the create fails and
+	// is retried, as a client would.
+	adm := newAdmin(t, s.KafkaAddrs)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err := adm.CreateTopic(ctxT(t, 10*time.Second), partitions, -1, nil, topic)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CreateTopics %s: %v", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitTopic(t, adm, topic, partitions)
+	leader = func(ch string) *stack.Proc {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			for _, p := range s.Storages {
+				if !p.Running() {
+					continue
+				}
+				for addr, c := range clients {
+					if storages[addr] != p {
+						continue
+					}
+					r, err := c.GetChannel(ctxT(t, 2*time.Second), &storagev1.GetChannelRequest{Name: ch})
+					if l := r.GetChannel().GetLeaderAddress(); err == nil && l != "" && storages[l].Running() {
+						return storages[l]
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("no running node names a leader of %s", ch)
+		return nil
+	}
+	return s, leader
+}
+
+// TestRaftKafkaTransactions: transactions on a raft-mode storage cluster. A kgo
+// transactional producer writes three transactions over 3 partitions (whose groups
+// are led by different nodes, so markers go to several leaders): commit, abort, and
+// — after partition 0's leader is SIGKILLed — commit again. A read_committed consumer
+// sees exactly the committed values, a read_uncommitted one all of them, neither a
+// control record, and each partition's last stable offset reaches its high watermark
+// (the markers were written on the new leaders too). The gateway leaves share groups
+// out of ApiVersions: their queues are not replicated in raft mode.
+func TestRaftKafkaTransactions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three storage-core processes")
+	}
+	topic := topicName("raft-txn")
+	const partitions, perTxn = 3, 30
+	s, leader := startRaftStack(t, topic, partitions)
+	tx := newClient(t, s.KafkaAddrs, kgo.TransactionalID(topicName("raft-txn-id")), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(60*time.Second))
+	var committed, all []string
+	run := func(n int, commit bool) {
+		t.Helper()
+		ctx := ctxT(t, 60*time.Second)
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatalf("BeginTransaction %d: %v", n, err)
+		}
+		var vals []string
+		for i := 0; i < perTxn; i++ {
+			v := fmt.Sprintf("t%d-%02d", n, i)
+			if err := tx.ProduceSync(ctx, &kgo.Record{Value: []byte(v), Partition: int32(i % partitions)}).FirstErr(); err != nil {
+				t.Fatalf("produce %s: %v", v, err)
+			}
+			vals = append(vals, v)
+		}
+		if err := tx.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatalf("EndTransaction %d (commit %v): %v", n, commit, err)
+		}
+		all = append(all, vals...)
+		if commit {
+			committed = append(committed, vals...)
+		}
+	}
+	run(1, true)
+	run(2, false)
+	victim := leader("kafka." + topic)
+	t.Logf("SIGKILL of partition 0's leader %s", victim.Name)
+	if err := s.Kill(victim.Name, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	run(3, true)
+	if err := s.Restart(context.Background(), victim.Name); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func(level kgo.IsolationLevel, want []string) {
+		t.Helper()
+		c := newClient(t, s.KafkaAddrs, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchIsolationLevel(level))
+		ctx := ctxT(t, 30*time.Second)
+		got := map[string]int{}
+		for n := 0; n < len(want); {
+			fs := c.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				t.Fatalf("read %d of %d (%v): %v", n, len(want), got, err)
+			}
+			fs.EachError(func(_ string, _ int32, err error) { t.Logf("fetch error (retried): %v", err) })
+			fs.EachRecord(func(r *kgo.Record) {
+				got[string(r.Value)]++
+				n++
+			})
+		}
+		// Nothing else arrives: an aborted or control record would come after these.
+		quiet, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		c.PollFetches(quiet).EachRecord(func(r *kgo.Record) { got[string(r.Value)]++ })
+		if len(got) != len(want) {
+			t.Fatalf("read %d distinct values, want %d: %v", len(got), len(want), got)
+		}
+		for _, v := range want {
+			if got[v] != 1 {
+				t.Fatalf("value %s read %d times, want once", v, got[v])
+			}
+		}
+	}
+	av, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctxT(t, 10*time.Second), tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range av.ApiKeys {
+		if k.ApiKey == int16(kmsg.ShareFetch) || k.ApiKey == int16(kmsg.ShareGroupHeartbeat) {
+			t.Fatalf("ApiVersions advertises key %d in raft mode", k.ApiKey)
+		}
+	}
+	for _, f := range av.FinalizedFeatures {
+		if f.Name == "share.version" && f.MaxVersionLevel > 0 {
+			t.Fatalf("share.version %d finalized in raft mode", f.MaxVersionLevel)
+		}
+	}
+
+	read(kgo.ReadCommitted(), committed)
+	read(kgo.ReadUncommitted(), all)
+
+	adm := newAdmin(t, s.KafkaAddrs)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		stable, err1 := adm.ListCommittedOffsets(ctxT(t, 10*time.Second), topic)
+		ends, err2 := adm.ListEndOffsets(ctxT(t, 10*time.Second), topic)
+		same := err1 == nil && err2 == nil
+		for p := int32(0); same && p < partitions; p++ {
+			so, ok1 := stable.Lookup(topic, p)
+			eo, ok2 := ends.Lookup(topic, p)
+			same = ok1 && ok2 && so.Err == nil && eo.Err == nil && so.Offset == eo.Offset
+		}
+		if same {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last stable offsets %v never reached the high watermarks %v (%v %v)", stable, ends, err1, err2)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

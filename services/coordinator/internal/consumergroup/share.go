@@ -84,7 +84,8 @@ type ShareCoordinator struct {
 }
 
 // NewShare builds the share group coordinator beside consumer group coordinator c;
-// partitions is storage-core's share service (may be nil in tests).
+// partitions is storage-core's share service (nil in tests and with a raft-mode
+// storage cluster, whose queues are not replicated yet).
 func NewShare(cfg ShareConfig, c *Coordinator, partitions storagev1.ShareServiceClient) (*ShareCoordinator, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

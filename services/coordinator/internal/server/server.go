@@ -154,7 +154,14 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	}
 	coordinatorv1.RegisterConsumerGroupServiceServer(s.grpc, consumerGroups)
 	s.groups.AddSweep("consumer-groups", 0, consumerGroups.Sweep)
-	shareGroups, err := consumergroup.NewShare(cfg.ShareGroups, consumerGroups, storagev1.NewShareServiceClient(s.storageConn))
+	// Share partitions are storage-core queues, which raft mode does not replicate yet
+	// (issue 16): with a storage cluster the share coordinator has no partition store
+	// (its partition calls answer errNoShareStorage instead of reaching a refusal).
+	var sharePartitions storagev1.ShareServiceClient
+	if s.storageLeaders == nil {
+		sharePartitions = storagev1.NewShareServiceClient(s.storageConn)
+	}
+	shareGroups, err := consumergroup.NewShare(cfg.ShareGroups, consumerGroups, sharePartitions)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +169,7 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.groups.AddSweep("share-groups", 0, shareGroups.Sweep)
 	s.groups.SetShareStateDeleter(shareGroups.DeleteShareState)
 	s.txns = txn.New(txn.Config{MaxTimeout: cfg.TransactionMaxTimeout, IDExpiration: cfg.TransactionalIDExpiration}, txn.Deps{
-		Store: s.store, Markers: txn.StorageMarkers(s.storage), NextProducerID: s.handler.NextProducerID,
+		Store: s.store, Markers: txn.StorageMarkers(s.storage, s.storageLeaders != nil), NextProducerID: s.handler.NextProducerID,
 		Log: log.Named("txn"), Now: cfg.Now,
 	})
 	s.handler.SetTransactions(s.txns)

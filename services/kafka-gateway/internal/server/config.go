@@ -120,7 +120,8 @@ type Config struct {
 	// allow.everyone.if.no.acl.found); the zero value is off.
 	Authorizer handler.AuthorizerConfig
 	// DisableShareGroups is group.share.enable=false: the KIP-932 share group APIs are
-	// neither advertised nor served (on by default).
+	// neither advertised nor served (on by default). Several storage addresses (raft
+	// mode, whose storage-core does not replicate queues yet) turn them off too.
 	DisableShareGroups bool
 
 	// ShareSettings holds the broker-level share group settings (Kafka group.share.*).

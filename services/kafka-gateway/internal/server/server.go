@@ -71,6 +71,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	storage, coord, groups, txns, acls, creds := cfg.Storage, cfg.Coordinator, cfg.Groups, cfg.Txns, cfg.Acls, cfg.CredentialService
 	consumerGroups, shareGroups := cfg.ConsumerGroups, cfg.ShareGroups
 	share := cfg.Share
+	disableShare := cfg.DisableShareGroups
 	if storage == nil {
 		sec, err := cfg.StorageSecurity.DialOptions()
 		if err != nil {
@@ -84,8 +85,12 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 			}
 			s.leaders = lc
 			storage = handler.NewRouter(lc)
-			if share == nil {
-				share = storagev1.NewShareServiceClient(lc)
+			if !disableShare {
+				// Share partitions are storage-core queues, which raft mode does not
+				// replicate yet (issue 16): advertising share.version would let share
+				// consumers join and then fetch nothing.
+				log.Warn("share groups off: storage-core in raft mode does not replicate the queues they are kept in")
+				disableShare = true
 			}
 			s.http.AddReadyCheck("storage-core", anyServing(lc.Conns(), addrs))
 		} else {
@@ -190,7 +195,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		DefaultPartitions:    cfg.DefaultPartitions,
 		Authorizer:           cfg.Authorizer,
 		ConnectionsMaxReauth: cfg.ConnectionsMaxReauth,
-		DisableShareGroups:   cfg.DisableShareGroups,
+		DisableShareGroups:   disableShare,
 		Share:                cfg.ShareSettings,
 	}, handler.Deps{
 		Acls:        acls,

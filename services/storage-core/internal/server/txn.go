@@ -20,6 +20,8 @@ const maxTxnMarkers = 10000
 // Kafka error codes of WriteTxnMarkers results (storage.proto TxnMarkerResult).
 const (
 	kafkaUnknownTopicOrPartition  = 3
+	kafkaNotLeaderOrFollower      = 6
+	kafkaNotEnoughReplicas        = 19
 	kafkaTopicAuthorizationFailed = 29
 	kafkaInvalidRequest           = 42
 	kafkaInvalidProducerEpoch     = 47
@@ -37,13 +39,19 @@ func markerCode(err error) int32 {
 		return kafkaInvalidProducerEpoch
 	case errors.Is(err, store.ErrInvalidArgument):
 		return kafkaInvalidRequest
+	case errors.Is(err, store.ErrNotLeader):
+		return kafkaNotLeaderOrFollower
+	case errors.Is(err, store.ErrNotReplicated):
+		return kafkaNotEnoughReplicas
 	}
 	return kafkaStorageError
 }
 
 // WriteTxnMarkers writes each marker's control batch (write phases in request order,
 // so markers of one channel land in that order), then waits for their durability,
-// each channel's concurrently, and answers per marker.
+// each channel's concurrently, and answers per marker. In raft mode a request of one
+// marker this node does not lead fails as a whole with the leader's FAILED_PRECONDITION
+// (and trailers), so that grpcx.LeaderConn follows it as for Append.
 func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMarkersRequest) (_ *storagev1.WriteTxnMarkersResponse, err error) {
 	defer func() { s.count("WriteTxnMarkers", err) }()
 	if n := len(req.Markers); n < 1 || n > maxTxnMarkers {
@@ -68,6 +76,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 			Commit: m.Commit, CoordinatorEpoch: m.CoordinatorEpoch,
 		})
 	}
+	waitErrs := make([]error, len(pend))
 	var wg sync.WaitGroup
 	for i, p := range pend {
 		if p == nil {
@@ -78,6 +87,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 			defer wg.Done()
 			r := resp.Results[i]
 			res, err := p.Wait()
+			waitErrs[i] = err
 			switch {
 			case err != nil:
 				r.ErrorCode, r.ErrorMessage = markerCode(err), err.Error()
@@ -90,6 +100,11 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 		}()
 	}
 	wg.Wait()
+	if len(pend) == 1 {
+		if st, ok := notLeader(waitErrs[0]); ok {
+			return nil, st
+		}
+	}
 	return resp, nil
 }
 

@@ -28,19 +28,20 @@ import (
 //	57 recordCount          int32
 //	61 records...
 const (
-	batchHeaderLen   = 61
-	batchLengthField = 12 // bytes before and including batchLength
-	offBatchLength   = 8
-	offMagic         = 16
-	offCRC           = 17
-	offAttributes    = 21
-	offLastDelta     = 23
-	offBaseTS        = 27
-	offMaxTS         = 35
-	offProducerID    = 43
-	offProducerEpoch = 51
-	offBaseSequence  = 53
-	offRecordCount   = 57
+	batchHeaderLen          = 61
+	batchLengthField        = 12 // bytes before and including batchLength
+	offBatchLength          = 8
+	offPartitionLeaderEpoch = 12
+	offMagic                = 16
+	offCRC                  = 17
+	offAttributes           = 21
+	offLastDelta            = 23
+	offBaseTS               = 27
+	offMaxTS                = 35
+	offProducerID           = 43
+	offProducerEpoch        = 51
+	offBaseSequence         = 53
+	offRecordCount          = 57
 
 	attrCompressionMask = 0x07
 	attrTimestampType   = 0x08 // 1 = LogAppendTime

@@ -32,7 +32,8 @@ import (
 // The node WAL (<data-dir>/raft-wal) holds every group's entries and is not truncated
 // yet, and the channels directory is derived state: it is emptied at start and rebuilt
 // by applying the WAL's committed entries again (snapshots and checkpoints are step 4).
-// Not replicated yet, so refused in raft mode: queues, transaction markers,
+// Transaction markers are entries of the channel's group, written at apply.
+// Not replicated yet, so refused in raft mode: queues,
 // DeleteRecords and channel config changes; retention does not run (it would diverge
 // by clock).
 
@@ -68,6 +69,11 @@ const (
 	// cmdRaftBatches: a log append (flags, leader clock, unstamped frames).
 	cmdRaftBatches = 2
 	flagSingle     = 1
+	// cmdRaftMarker: a transaction marker (flags, leader clock, producer id, producer
+	// epoch, coordinator epoch), written by each replica at apply.
+	cmdRaftMarker = 3
+	flagCommit    = 1
+	raftMarkerLen = 1 + 1 + 8 + 8 + 2 + 4
 )
 
 type raftState struct {
@@ -337,6 +343,22 @@ func (l *Log) raftBeginAppend(b []byte, o AppendOptions) *PendingAppend {
 	return &PendingAppend{l: l, raft: l.st.raft.node.Begin(l.wal.group, payload)}
 }
 
+// raftBeginMarker proposes transaction marker m; Wait waits for its apply, where the
+// producer's epoch is checked and the marker written (or found a duplicate) on every
+// replica alike.
+func (l *Log) raftBeginMarker(m TxnMarker) *PendingAppend {
+	payload := make([]byte, raftMarkerLen)
+	payload[0] = cmdRaftMarker
+	if m.Commit {
+		payload[1] = flagCommit
+	}
+	binary.BigEndian.PutUint64(payload[2:], uint64(l.st.nowMs()))
+	binary.BigEndian.PutUint64(payload[10:], uint64(m.ProducerID))
+	binary.BigEndian.PutUint16(payload[18:], uint16(m.ProducerEpoch))
+	binary.BigEndian.PutUint32(payload[20:], uint32(m.CoordinatorEpoch))
+	return &PendingAppend{l: l, raft: l.st.raft.node.Begin(l.wal.group, payload)}
+}
+
 func (p *PendingAppend) raftWait() (AppendResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.l.st.raft.opts.ProposeTimeout)
 	defer cancel()
@@ -356,6 +378,16 @@ type logSM struct{ l *Log }
 
 func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	l := m.l
+	if len(payload) == raftMarkerLen && payload[0] == cmdRaftMarker {
+		mk := TxnMarker{
+			Commit:           payload[1]&flagCommit != 0,
+			ProducerID:       int64(binary.BigEndian.Uint64(payload[10:])),
+			ProducerEpoch:    int16(binary.BigEndian.Uint16(payload[18:])),
+			CoordinatorEpoch: int32(binary.BigEndian.Uint32(payload[20:])),
+		}
+		res, _, err := l.beginTxnMarker(mk, int64(binary.BigEndian.Uint64(payload[2:])), uint32(term))
+		return res, err
+	}
 	if len(payload) < 10 || payload[0] != cmdRaftBatches {
 		l.log.Error("unknown raft entry skipped", zap.Uint64("index", index))
 		return nil, fmt.Errorf("%w: entry %d", ErrInternal, index)
@@ -368,7 +400,7 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 		if err != nil {
 			break // checkBatches reports it
 		}
-		binary.BigEndian.PutUint32(b[p+12:], uint32(term)) // partitionLeaderEpoch
+		binary.BigEndian.PutUint32(b[p+offPartitionLeaderEpoch:], uint32(term))
 		p += n
 	}
 	hdrs, err := l.checkBatches(b, o, nil)

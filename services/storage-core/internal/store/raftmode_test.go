@@ -335,3 +335,81 @@ func BenchmarkRaftAppend(b *testing.B) {
 		run(b, l)
 	})
 }
+
+// TestRaftModeTxnMarkers: in raft mode a transaction marker is an entry of the
+// channel's group: a follower refuses it with ErrNotLeader, the leader's is written
+// by every replica at the same offset (the term in its partitionLeaderEpoch), each
+// replica's LSO and aborted index move alike, a retried marker is a duplicate, and a
+// stale epoch is ErrInvalidProducerEpoch; a restarted node rebuilds the same
+// transaction state from its WAL.
+func TestRaftModeTxnMarkers(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.txn")
+	lead := c.leader(group)
+	ll, err := c.st[lead].Get("raft.txn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, ll, kbatch(t, batchOpt{pid: 5, epoch: 2, seq: 0, txn: true}, "t0", "t1")) // 0-1
+	mustAppend(t, ll, kbatch(t, batchOpt{}, "plain2"))                                      // 2
+	c.sameBytes("raft.txn", 3)
+	for id, s := range c.st {
+		l, _ := s.Get("raft.txn")
+		if got := l.LastStable(); got != 0 {
+			t.Fatalf("node %d LSO %d with the transaction open, want 0", id, got)
+		}
+		if id == lead {
+			continue
+		}
+		if _, err := l.WriteTxnMarker(TxnMarker{ProducerID: 5, ProducerEpoch: 2}); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("marker on follower %d: %v, want ErrNotLeader", id, err)
+		}
+	}
+	if _, err := ll.WriteTxnMarker(TxnMarker{ProducerID: 5, ProducerEpoch: 1}); !errors.Is(err, ErrInvalidProducerEpoch) {
+		t.Fatalf("stale marker: %v, want ErrInvalidProducerEpoch", err)
+	}
+	if r := mustMarker(t, ll, TxnMarker{ProducerID: 5, ProducerEpoch: 2, CoordinatorEpoch: 0}); r.Duplicate || r.BaseOffset != 3 {
+		t.Fatalf("abort marker %+v, want offset 3", r)
+	}
+	if r := mustMarker(t, ll, TxnMarker{ProducerID: 5, ProducerEpoch: 2}); !r.Duplicate {
+		t.Fatalf("retried marker %+v, want a duplicate", r)
+	}
+	raw := c.sameBytes("raft.txn", 4)
+	_, _, term, _ := c.st[lead].raft.node.Leader(group)
+	if e := epochs(raw); uint64(e[len(e)-1]) != term {
+		t.Fatalf("marker partitionLeaderEpoch %d, want term %d", e[len(e)-1], term)
+	}
+	check := func() {
+		t.Helper()
+		c.eventually(func() error {
+			for id, s := range c.st {
+				l, err := s.Get("raft.txn")
+				if err != nil {
+					return err
+				}
+				if got := l.LastStable(); got != 4 {
+					return fmt.Errorf("node %d LSO %d, want 4", id, got)
+				}
+				ab := l.AbortedTxns(0, 4)
+				if len(ab) != 1 || ab[0].ProducerID != 5 || ab[0].FirstOffset != 0 {
+					return fmt.Errorf("node %d aborted index %+v, want producer 5 from 0", id, ab)
+				}
+				if got := committedValues(t, l, 0); len(got) != 1 || got[0] != "plain2" {
+					return fmt.Errorf("node %d read_committed %v, want [plain2]", id, got)
+				}
+			}
+			return nil
+		})
+	}
+	check()
+	var follower uint64
+	for id := range c.st {
+		if id != lead {
+			follower = id
+		}
+	}
+	c.stop(follower)
+	c.start(follower)
+	c.sameBytes("raft.txn", 4)
+	check()
+}

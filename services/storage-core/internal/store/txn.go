@@ -376,20 +376,27 @@ func (l *Log) WriteTxnMarker(m TxnMarker) (AppendResult, error) {
 // producer refused (which would leave its transaction in Prepare* for good). Errors: ErrInvalidProducerEpoch (epoch older than the producer's),
 // ErrInvalidArgument (producer id < 0 or epoch < 0), ErrStorage, ErrNotFound,
 // ErrClosed.
+//
+// In raft mode the marker is proposed to the channel's group and written by every
+// replica when it applies the entry (raftBeginMarker), so the leader and its followers
+// end the transaction at the same offset; errors are then also raft mode's
+// (ErrNotLeader, ErrNoQuorum).
 func (l *Log) BeginTxnMarker(m TxnMarker) *PendingAppend {
-	if err := l.st.raftRefuse("a transaction marker"); err != nil {
-		return &PendingAppend{l: l, err: err}
+	if m.ProducerID < 0 || m.ProducerEpoch < 0 {
+		return &PendingAppend{l: l, err: fmt.Errorf("%w: producer id %d epoch %d", ErrInvalidArgument, m.ProducerID, m.ProducerEpoch)}
 	}
-	res, target, err := l.beginTxnMarker(m)
+	if l.st.raft != nil {
+		return l.raftBeginMarker(m)
+	}
+	res, target, err := l.beginTxnMarker(m, l.st.nowMs(), 0)
 	return &PendingAppend{l: l, res: res, target: target, err: err}
 }
 
-func (l *Log) beginTxnMarker(m TxnMarker) (AppendResult, int64, error) {
-	if m.ProducerID < 0 || m.ProducerEpoch < 0 {
-		return AppendResult{}, 0, fmt.Errorf("%w: producer id %d epoch %d", ErrInvalidArgument, m.ProducerID, m.ProducerEpoch)
-	}
-	now := l.st.nowMs()
+// beginTxnMarker writes m's control batch at time now (ms), with partitionLeaderEpoch
+// leaderEpoch (raft mode: the term of the entry; 0 otherwise).
+func (l *Log) beginTxnMarker(m TxnMarker, now int64, leaderEpoch uint32) (AppendResult, int64, error) {
 	b := encodeMarker(m, now)
+	binary.BigEndian.PutUint32(b[offPartitionLeaderEpoch:], leaderEpoch)
 	h := parseHeader(b)
 	l.mu.Lock()
 	defer l.mu.Unlock()

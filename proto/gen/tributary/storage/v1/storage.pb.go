@@ -3052,7 +3052,9 @@ type TxnMarkerResult struct {
 	// name), 29 TOPIC_AUTHORIZATION_FAILED (a reserved "_" channel or a queue's log),
 	// 42 INVALID_REQUEST (producer id or epoch out of range), 47 INVALID_PRODUCER_EPOCH,
 	// 52 TRANSACTION_COORDINATOR_FENCED, 56 KAFKA_STORAGE_ERROR (disk failure or
-	// shutdown: retry).
+	// shutdown: retry); raft mode: 6 NOT_LEADER_OR_FOLLOWER (this node does not lead the
+	// channel: send the marker alone, and the call's FAILED_PRECONDITION names the
+	// leader as for Append), 19 NOT_ENOUGH_REPLICAS (not committed in time: retry).
 	ErrorCode    int32  `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	ErrorMessage string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// Sequence of the control record written; 0 when nothing was written: the producer
