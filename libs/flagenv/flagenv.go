@@ -5,6 +5,7 @@
 package flagenv
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -50,4 +51,15 @@ func ReadSecret(path string) (string, error) {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// Exit ends command name after its run returned err: exit status 0 for nil or
+// flag.ErrHelp (-h or --help printed the usage), otherwise "name: err" on standard
+// error and status 1.
+func Exit(name string, err error) {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	os.Exit(1)
 }

@@ -148,11 +148,26 @@ mqtt-to-kafka:
 		t.Errorf("SUBACK %v, want [0x87 1]", sa.Reasons)
 	}
 
-	// A password changed through the API while the bridge runs: her next CONNECT.
-	mqttUsersCLI(t, s, "alice-pw-2\n", "put", "alice", "--password-stdin", "--publish", "dev/%u/#", "--subscribe", "dev/%u/#")
+	// A password changed through the CLI while the bridge runs applies to her next
+	// CONNECT; the put names no rules, so hers are kept (a password change must not
+	// open every topic to her).
+	out = mqttUsersCLI(t, s, "alice-pw-2\n", "put", "alice", "--password-stdin")
+	if !strings.Contains(out, `"publish":["dev/%u/#"]`) || !strings.Contains(out, `"subscribe":["dev/%u/#"]`) {
+		t.Errorf("password change without rules dropped alice's rules: %s", out)
+	}
 	t.Logf("old password refused at CONNECT %d after the change", untilConnack(t, lis, "alice", "alice-pw", 0x86))
-	if _, code := mqttLogin(t, lis, "c-alice-new", "alice", "alice-pw-2"); code != 0 {
-		t.Errorf("alice's new password: CONNACK %#x, want 0", code)
+	alice2, code := mqttLogin(t, lis, "c-alice-new", "alice", "alice-pw-2")
+	if code != 0 {
+		t.Fatalf("alice's new password: CONNACK %#x, want 0", code)
+	}
+	if resp, err := alice2.Publish(ctx, &paho.Publish{QoS: 1, Topic: "dev/bob/y", Payload: []byte("dev/bob/y")}); resp == nil || resp.ReasonCode != 0x87 {
+		t.Errorf("alice's publish to dev/bob/y after the password change: %+v %v, want PUBACK 0x87", resp, err)
+	}
+	_ = alice2.Disconnect(&paho.Disconnect{})
+	// --scheme hashes a new password: alone it is refused, not silently ignored.
+	bad := exec.Command(s.Bin(stack.Coordinator), "mqtt-users", "--addr", s.CoordinatorAddr, "put", "alice", "--scheme", "bcrypt")
+	if b, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(b), "--scheme") {
+		t.Errorf("put --scheme without a password: %v\n%s", err, b)
 	}
 	mqttUsersCLI(t, s, "", "delete", "dave")
 	t.Logf("deleted dave refused at CONNECT %d after the deletion", untilConnack(t, lis, "dave", "dave-pw", 0x86))

@@ -29,10 +29,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "coordinator:", err)
-		os.Exit(1)
-	}
+	flagenv.Exit("coordinator", run(os.Args[1:]))
 }
 
 func run(args []string) error {
@@ -66,6 +63,10 @@ func run(args []string) error {
 	grpcx.RegisterServerFlags(fs, &cfg.Security)
 	clientSec := grpcx.RegisterClientFlags(fs, "storage")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: coordinator [flags]   (runs the coordinator)\n       coordinator mqtt-users ...   (manages MQTT listener logins of a running one; mqtt-users --help)\nflags:\n")
+		fs.PrintDefaults()
+	}
 	if err := flagenv.Parse(fs, "coordinator", args); err != nil {
 		return err
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/tributary/tributary/libs/flagenv"
 	"github.com/tributary/tributary/libs/grpcx"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // cliTimeout bounds one command's call.
@@ -29,12 +31,16 @@ const Usage = `usage: coordinator mqtt-users [flags] put USER [--password-stdin 
        coordinator mqtt-users [flags] get USER      (prints the hash)
        coordinator mqtt-users [flags] list
 flags: --addr host:port (127.0.0.1:7410), --coordinator-tls-ca, --tls-client-cert, --tls-client-key, --token-file
---publish and --subscribe may repeat; one given empty (--publish=) allows no topic, none given every topic.
-On put, without a password or hash an existing user keeps its password.`
+--publish and --subscribe may repeat; one given empty (--publish=) allows no topic; --publish-any and
+--subscribe-any allow every topic (a new user given neither gets every topic).
+On put, an existing user keeps its password without a password or hash, and its publish and subscribe
+rules unless new ones are given. --scheme needs a password.`
 
-// rulesFlag is a repeatable filter flag that knows whether it was given.
+// rulesFlag is a repeatable filter flag that knows whether it was given; any is its
+// --publish-any / --subscribe-any (every topic).
 type rulesFlag struct {
 	set     bool
+	any     bool
 	filters []string
 }
 
@@ -48,9 +54,14 @@ func (r *rulesFlag) Set(v string) error {
 	return nil
 }
 
-func (r *rulesFlag) rules() *coordinatorv1.MqttTopicRules {
-	if !r.set {
+// rules are the rules to put: old (the user's current rules, nil for every topic or
+// a new user) unless the flag was given.
+func (r *rulesFlag) rules(old *coordinatorv1.MqttTopicRules) *coordinatorv1.MqttTopicRules {
+	switch {
+	case r.any:
 		return nil
+	case !r.set:
+		return old
 	}
 	return &coordinatorv1.MqttTopicRules{Filters: r.filters}
 }
@@ -69,11 +80,17 @@ func Main(args []string, stdin io.Reader, stdout io.Writer) error {
 	var pub, sub rulesFlag
 	fs.Var(&pub, "publish", "put: a filter the user may publish to (repeat; %u user name, %c client id)")
 	fs.Var(&sub, "subscribe", "put: a filter the user may subscribe within (repeat)")
+	fs.BoolVar(&pub.any, "publish-any", false, "put: the user may publish to every topic")
+	fs.BoolVar(&sub.any, "subscribe-any", false, "put: the user may subscribe to every topic")
 	// Flags may come before or after the verb and user: parse, take the positional
 	// words, parse the rest again.
 	var words []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				_, err = fmt.Fprintln(stdout, Usage)
+				return err
+			}
 			return fmt.Errorf("%w\n%s", err, Usage)
 		}
 		if fs.NArg() == 0 {
@@ -116,7 +133,6 @@ func Main(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	switch verb {
 	case "put":
-		req := &coordinatorv1.PutMqttUserRequest{Username: rest[0], Scheme: *scheme, Publish: pub.rules(), Subscribe: sub.rules()}
 		n := 0
 		for _, given := range []bool{*pwStdin, *pwFile != "", *pwHash != ""} {
 			if given {
@@ -126,6 +142,25 @@ func Main(args []string, stdin io.Reader, stdout io.Writer) error {
 		if n > 1 {
 			return errors.New("put: give one of --password-stdin, --password-file, --password-hash")
 		}
+		if *scheme != "" && (n == 0 || *pwHash != "") {
+			return errors.New("put: --scheme hashes a new password: give --password-stdin or --password-file with it")
+		}
+		if (pub.any && pub.set) || (sub.any && sub.set) {
+			return errors.New("put: --publish-any (--subscribe-any) and --publish (--subscribe) exclude each other")
+		}
+		var old *coordinatorv1.MqttUser
+		if (!pub.set && !pub.any) || (!sub.set && !sub.any) {
+			// Rules not given are kept: read the user's current ones.
+			resp, err := c.GetMqttUser(ctx, &coordinatorv1.GetMqttUserRequest{Username: rest[0]})
+			switch {
+			case err == nil:
+				old = resp.GetUser()
+			case status.Code(err) != codes.NotFound:
+				return statusErr(err)
+			}
+		}
+		req := &coordinatorv1.PutMqttUserRequest{Username: rest[0], Scheme: *scheme,
+			Publish: pub.rules(old.GetPublish()), Subscribe: sub.rules(old.GetSubscribe())}
 		switch {
 		case *pwStdin:
 			pw, err := firstLine(stdin)
@@ -144,22 +179,22 @@ func Main(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 		resp, err := c.PutMqttUser(ctx, req)
 		if err != nil {
-			return err
+			return statusErr(err)
 		}
 		return show(resp.GetUser())
 	case "delete":
 		_, err := c.DeleteMqttUser(ctx, &coordinatorv1.DeleteMqttUserRequest{Username: rest[0]})
-		return err
+		return statusErr(err)
 	case "get":
 		resp, err := c.GetMqttUser(ctx, &coordinatorv1.GetMqttUserRequest{Username: rest[0]})
 		if err != nil {
-			return err
+			return statusErr(err)
 		}
 		return show(resp.GetUser())
 	case "list":
 		resp, err := c.ListMqttUsers(ctx, &coordinatorv1.ListMqttUsersRequest{})
 		if err != nil {
-			return err
+			return statusErr(err)
 		}
 		for _, u := range resp.GetUsers() {
 			if err := show(u); err != nil {
@@ -193,6 +228,20 @@ func cliUser(m *coordinatorv1.MqttUser) userJSON {
 	return userJSON{Username: m.GetUsername(), Scheme: m.GetScheme(), PasswordHash: m.GetPasswordHash(),
 		Publish: rules(m.GetPublish()), Subscribe: rules(m.GetSubscribe()),
 		UpdatedAt: time.UnixMilli(m.GetUpdatedAtMs()).UTC().Format(time.RFC3339)}
+}
+
+// statusErr is a call's error as the command prints it: the status message and, for
+// an unusual code, the code; never the "rpc error" wrapping.
+func statusErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition:
+		return errors.New(st.Message())
+	}
+	return fmt.Errorf("%s (%s)", st.Message(), st.Code())
 }
 
 // firstLine is r's first line without its line end.

@@ -21,10 +21,7 @@ import (
 
 func main() {
 	obs.TuneDataPathGC()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "kafka-gateway:", err)
-		os.Exit(1)
-	}
+	flagenv.Exit("kafka-gateway", run())
 }
 
 func run() error {

@@ -31,6 +31,9 @@ var errCheckFailed = errors.New("config has errors")
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
 		if !errors.Is(err, errCheckFailed) {
 			fmt.Fprintln(os.Stderr, "mqtt-bridge:", err)
 		}

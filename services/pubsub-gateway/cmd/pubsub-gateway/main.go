@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,10 +20,7 @@ import (
 
 func main() {
 	obs.TuneDataPathGC()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "pubsub-gateway:", err)
-		os.Exit(1)
-	}
+	flagenv.Exit("pubsub-gateway", run())
 }
 
 func run() error {

@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,10 +18,7 @@ import (
 
 func main() {
 	obs.TuneDataPathGC()
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "storage-core:", err)
-		os.Exit(1)
-	}
+	flagenv.Exit("storage-core", run())
 }
 
 func run() error {
