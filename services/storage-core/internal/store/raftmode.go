@@ -203,14 +203,32 @@ func (s *Store) RaftLeader(name string) (uint64, string, uint64, error) {
 	return id, addr, term, nil
 }
 
-// raftErr maps raftnode errors to the store's.
-func raftErr(err error) error {
+// notLeaderError is ErrNotLeader for what (a channel, or the metadata group), worded
+// for clients: the channel's name and the leader's node and address, not raft's group
+// id; it unwraps to ErrNotLeader and the *raftnode.NotLeaderError.
+type notLeaderError struct {
+	what string
+	nle  *raftnode.NotLeaderError
+}
+
+func (e *notLeaderError) Error() string {
+	if e.nle.Leader == 0 {
+		return fmt.Sprintf("%s: %s has no leader yet (an election is under way, or fewer than a majority of nodes are up)", ErrNotLeader, e.what)
+	}
+	return fmt.Sprintf("%s: %s is led by node %d at %s", ErrNotLeader, e.what, e.nle.Leader, e.nle.Addr)
+}
+
+func (e *notLeaderError) Unwrap() []error { return []error{ErrNotLeader, e.nle} }
+
+// raftErr maps raftnode errors of a call on what (a channel's name, or "the metadata
+// group") to the store's.
+func raftErr(err error, what string) error {
 	var nle *raftnode.NotLeaderError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &nle):
-		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		return &notLeaderError{what: what, nle: nle}
 	case errors.Is(err, raftnode.ErrTimeout), errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrDropped):
 		return fmt.Errorf("%w: %w", ErrNotReplicated, err)
 	case errors.Is(err, raftnode.ErrClosed):
@@ -226,7 +244,7 @@ func (r *raftState) propose(group uint64, payload []byte) (any, error) {
 	defer cancel()
 	res, err := r.node.Propose(ctx, group, payload)
 	if err != nil {
-		return nil, raftErr(err)
+		return nil, raftErr(err, "the metadata group")
 	}
 	return res, nil
 }
@@ -364,7 +382,7 @@ func (p *PendingAppend) raftWait() (AppendResult, error) {
 	defer cancel()
 	res, err := p.raft.Wait(ctx)
 	if err != nil {
-		return AppendResult{}, raftErr(err)
+		return AppendResult{}, raftErr(err, "channel "+p.l.name)
 	}
 	r := res.(AppendResult)
 	if !r.Duplicate {

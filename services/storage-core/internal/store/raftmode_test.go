@@ -218,8 +218,13 @@ func TestRaftModeReplicates(t *testing.T) {
 		if id == l1 {
 			continue
 		}
-		if _, err := c.appendOn(id, "raft.log", "x", nil); !errors.Is(err, ErrNotLeader) {
+		_, err := c.appendOn(id, "raft.log", "x", nil)
+		var nle *raftnode.NotLeaderError
+		if !errors.Is(err, ErrNotLeader) || !errors.As(err, &nle) {
 			t.Fatalf("append on follower %d: %v, want ErrNotLeader", id, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "channel raft.log") || strings.Contains(msg, "raftnode") || strings.Contains(msg, "group") {
+			t.Fatalf("follower %d's refusal %q should name the channel, not raft internals", id, msg)
 		}
 	}
 	prod := &Producer{ID: 7, Epoch: 0}
