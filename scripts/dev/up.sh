@@ -157,7 +157,7 @@ if [[ -n ${CERTS:-} ]]; then
   Kafka SASL_SSL          127.0.0.1:9093     user admin, password in $CERTS/kafka-admin.password:
                           kcat -b 127.0.0.1:9093 -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-512 \\
                             -X sasl.username=admin -X sasl.password=\$(cat $CERTS/kafka-admin.password) -X ssl.ca.location=$CERTS/ca.pem -L"
-  pubsub="Pub/Sub over TLS        127.0.0.1:8085     CA $CERTS/ca.pem (PUBSUB_EMULATOR_HOST clients speak plaintext and are refused)"
+  pubsub="Pub/Sub over TLS        127.0.0.1:8085     CA $CERTS/ca.pem (PUBSUB_EMULATOR_HOST clients speak plaintext: they get no answer and time out)"
   grpc="127.0.0.1:7400     TLS; a client certificate or a bearer token is required (the coordinator's too):
                           bin/tools/grpcurl -cacert $CERTS/ca.pem -cert $CERTS/admin.pem -key $CERTS/admin-key.pem 127.0.0.1:7400 list
                           bin/tools/grpcurl -cacert $CERTS/ca.pem -H \"authorization: Bearer \$(cat $CERTS/reader.token)\" ..."
