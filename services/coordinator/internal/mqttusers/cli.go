@@ -231,17 +231,25 @@ func cliUser(m *coordinatorv1.MqttUser) userJSON {
 }
 
 // statusErr is a call's error as the command prints it: the status message and, for
-// an unusual code, the code; never the "rpc error" wrapping.
+// an unusual code, the code; never gRPC's "rpc error: code = ..." wrapping. The status
+// stays readable with status.Code.
 func statusErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	st := status.Convert(err)
-	switch st.Code() {
+	return cliStatus{st: status.Convert(err)}
+}
+
+type cliStatus struct{ st *status.Status }
+
+func (e cliStatus) GRPCStatus() *status.Status { return e.st }
+
+func (e cliStatus) Error() string {
+	switch e.st.Code() {
 	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition:
-		return errors.New(st.Message())
+		return e.st.Message()
 	}
-	return fmt.Errorf("%s (%s)", st.Message(), st.Code())
+	return fmt.Sprintf("%s (%s)", e.st.Message(), e.st.Code())
 }
 
 // firstLine is r's first line without its line end.

@@ -160,7 +160,29 @@ func TestMqttUsers(t *testing.T) {
 		!strings.Contains(lines[2], `"publish":["d/%u/#"]`) || !strings.Contains(lines[2], `"subscribe":[]`) || strings.Contains(out.String(), "$argon2id") {
 		t.Fatalf("cli list:\n%s", out.String())
 	}
-	if err := mqttusers.Main([]string{"--addr", r.srv.GRPCAddr(), "delete", "nobody"}, nil, &out); status.Code(err) != codes.NotFound {
+	if err := mqttusers.Main([]string{"--addr", r.srv.GRPCAddr(), "delete", "nobody"}, nil, &out); status.Code(err) != codes.NotFound || strings.Contains(err.Error(), "rpc error") {
 		t.Fatalf("cli delete of nobody: %v", err)
+	}
+	// A password change keeps the rules not given; --publish-any drops the publish rule.
+	for _, c := range []struct {
+		args      []string
+		pub, subs string
+	}{
+		{[]string{"put", "dave", "--password-stdin"}, `"publish":["d/%u/#"]`, `"subscribe":[]`},
+		{[]string{"put", "dave", "--publish-any"}, "", `"subscribe":[]`},
+	} {
+		out.Reset()
+		if err := mqttusers.Main(append([]string{"--addr", r.srv.GRPCAddr()}, c.args...), strings.NewReader("dave-pw-2\n"), &out); err != nil {
+			t.Fatalf("cli %v: %v", c.args, err)
+		}
+		if got := out.String(); !strings.Contains(got, c.subs) || (c.pub != "" && !strings.Contains(got, c.pub)) || (c.pub == "" && strings.Contains(got, `"publish"`)) {
+			t.Fatalf("cli %v: %s", c.args, got)
+		}
+	}
+	if h := hashOf("dave"); !h.Verify([]byte("dave-pw-2")) {
+		t.Fatal("dave's changed password does not verify")
+	}
+	if err := mqttusers.Main([]string{"--addr", r.srv.GRPCAddr(), "put", "dave", "--scheme", "bcrypt"}, nil, &out); err == nil {
+		t.Fatal("cli put --scheme without a password succeeded")
 	}
 }
