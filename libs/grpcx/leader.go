@@ -30,8 +30,9 @@ var ErrNoNodes = errors.New("no storage-core addresses")
 // LeaderConn is a grpc.ClientConnInterface over the nodes of a storage-core cluster in
 // raft mode (issue 16). It keeps one connection per node (the configured ones, and any
 // leader address a node names), and sends each unary call to the leader of the
-// channel the request names (GetChannel()/GetName(); CreateChannel and DeleteChannel,
-// which storage-core's metadata group orders, and calls naming none key on ""), as
+// channel the request names (GetChannel()/GetName(); CreateChannel, DeleteChannel and
+// UpdateChannelConfig, which storage-core's metadata group orders, and calls naming
+// none key on ""), as
 // last learned:
 //   - a FAILED_PRECONDITION answer carrying LeaderTrailer with an address is followed:
 //     the leader is remembered for the channel and the call is sent there (at most
@@ -217,8 +218,9 @@ func WithRequestKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, requestKeyCtx{}, key)
 }
 
-// metaKey is the key of storage-core's creates and deletes, which its metadata group
-// orders: they go to that group's leader, not to the channel's.
+// metaKey is the key of storage-core's creates, deletes and channel config changes,
+// which its metadata group orders: they go to that group's leader, not to the
+// channel's.
 const metaKey = ""
 
 // Invoke sends a unary call to the leader of the channel req names (see LeaderConn).
@@ -227,7 +229,7 @@ func (c *LeaderConn) Invoke(ctx context.Context, method string, args, reply any,
 	if k, ok := ctx.Value(requestKeyCtx{}).(string); ok {
 		key = k
 	}
-	if strings.HasSuffix(method, "/CreateChannel") || strings.HasSuffix(method, "/DeleteChannel") {
+	if strings.HasSuffix(method, "/CreateChannel") || strings.HasSuffix(method, "/DeleteChannel") || strings.HasSuffix(method, "/UpdateChannelConfig") {
 		key = metaKey
 	}
 	tries := 0

@@ -194,44 +194,7 @@ func (s *service) UpdateChannelConfig(_ context.Context, req *storagev1.UpdateCh
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	in := configFromProto(req.Config)
-	c := in
-	if len(req.UpdateMask) > 0 {
-		c = l.Config()
-		for _, f := range req.UpdateMask {
-			switch f {
-			case "retention_ms":
-				c.RetentionMs = in.RetentionMs
-			case "retention_bytes":
-				c.RetentionBytes = in.RetentionBytes
-			case "max_message_bytes":
-				c.MaxMessageBytes = in.MaxMessageBytes
-			case "segment_bytes":
-				c.SegmentBytes = in.SegmentBytes
-			case "cleanup_policy":
-				c.CleanupPolicy = in.CleanupPolicy
-			case "timestamp_type":
-				c.TimestampType = in.TimestampType
-			case "segment_ms":
-				c.SegmentMs = in.SegmentMs
-			case "timestamp_before_max_ms":
-				c.TimestampBeforeMaxMs = in.TimestampBeforeMaxMs
-			case "timestamp_after_max_ms":
-				c.TimestampAfterMaxMs = in.TimestampAfterMaxMs
-			case "min_cleanable_dirty_ratio":
-				c.MinCleanableDirtyRatio = in.MinCleanableDirtyRatio
-			case "min_compaction_lag_ms":
-				c.MinCompactionLagMs = in.MinCompactionLagMs
-			case "max_compaction_lag_ms":
-				c.MaxCompactionLagMs = in.MaxCompactionLagMs
-			case "delete_retention_ms":
-				c.DeleteRetentionMs = in.DeleteRetentionMs
-			default:
-				return nil, status.Errorf(codes.InvalidArgument, "update_mask: unknown field %q", f)
-			}
-		}
-	}
-	if err := l.UpdateConfig(c); err != nil {
+	if err := l.UpdateConfigFields(configFromProto(req.Config), req.UpdateMask); err != nil {
 		return nil, toStatus(err)
 	}
 	return &storagev1.UpdateChannelConfigResponse{Channel: describe(l)}, nil

@@ -1194,14 +1194,33 @@ func (l *Log) enforceRetention(nowMs int64) {
 	l.log.Info("retention deleted segments", zap.Int("segments", len(victims)), zap.Int64("log_start", newStart))
 }
 
-// UpdateConfig replaces the stored config and persists it.
-func (l *Log) UpdateConfig(c ChannelConfig) error {
-	if err := l.st.raftRefuse("a channel config change"); err != nil {
+// UpdateConfig replaces the stored config and persists it (UpdateConfigFields with
+// no mask).
+func (l *Log) UpdateConfig(c ChannelConfig) error { return l.UpdateConfigFields(c, nil) }
+
+// UpdateConfigFields sets the fields of the stored config that mask names (their JSON
+// names, as storage.proto's UpdateChannelConfigRequest.update_mask; none: all of in)
+// to in's values and persists the result. In raft mode the change is an entry of the
+// metadata group, merged and applied by every replica in its order with creates and
+// deletes. Errors: ErrInvalidArgument (an unknown mask field, a value out of range),
+// ErrNotFound, ErrStorage; raft mode: ErrNotLeader (not the metadata group's leader),
+// ErrNotReplicated.
+func (l *Log) UpdateConfigFields(in ChannelConfig, mask []string) error {
+	c, err := MergeConfig(l.Config(), in, mask)
+	if err != nil {
 		return err
 	}
 	if err := c.validate(l.st.minSegmentBytes()); err != nil {
 		return err
 	}
+	if l.st.raft != nil {
+		return l.st.raftUpdateConfig(l.name, in, mask)
+	}
+	return l.setConfig(c)
+}
+
+// setConfig replaces the stored config with c (validated) and persists it.
+func (l *Log) setConfig(c ChannelConfig) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.raw

@@ -61,6 +61,52 @@ type ChannelConfig struct {
 	DeleteRetentionMs      int64   `json:"delete_retention_ms,omitempty"`
 }
 
+// MergeConfig returns base with the fields mask names (their JSON names: retention_ms,
+// retention_bytes, max_message_bytes, segment_bytes, cleanup_policy, timestamp_type,
+// segment_ms, timestamp_before_max_ms, timestamp_after_max_ms,
+// min_cleanable_dirty_ratio, min_compaction_lag_ms, max_compaction_lag_ms,
+// delete_retention_ms) taken from in; an empty mask returns in. Errors:
+// ErrInvalidArgument (an unknown field).
+func MergeConfig(base, in ChannelConfig, mask []string) (ChannelConfig, error) {
+	if len(mask) == 0 {
+		return in, nil
+	}
+	c := base
+	for _, f := range mask {
+		switch f {
+		case "retention_ms":
+			c.RetentionMs = in.RetentionMs
+		case "retention_bytes":
+			c.RetentionBytes = in.RetentionBytes
+		case "max_message_bytes":
+			c.MaxMessageBytes = in.MaxMessageBytes
+		case "segment_bytes":
+			c.SegmentBytes = in.SegmentBytes
+		case "cleanup_policy":
+			c.CleanupPolicy = in.CleanupPolicy
+		case "timestamp_type":
+			c.TimestampType = in.TimestampType
+		case "segment_ms":
+			c.SegmentMs = in.SegmentMs
+		case "timestamp_before_max_ms":
+			c.TimestampBeforeMaxMs = in.TimestampBeforeMaxMs
+		case "timestamp_after_max_ms":
+			c.TimestampAfterMaxMs = in.TimestampAfterMaxMs
+		case "min_cleanable_dirty_ratio":
+			c.MinCleanableDirtyRatio = in.MinCleanableDirtyRatio
+		case "min_compaction_lag_ms":
+			c.MinCompactionLagMs = in.MinCompactionLagMs
+		case "max_compaction_lag_ms":
+			c.MaxCompactionLagMs = in.MaxCompactionLagMs
+		case "delete_retention_ms":
+			c.DeleteRetentionMs = in.DeleteRetentionMs
+		default:
+			return ChannelConfig{}, fmt.Errorf("%w: update_mask: unknown field %q", ErrInvalidArgument, f)
+		}
+	}
+	return c, nil
+}
+
 // Compacted reports whether the channel's cleanup policy includes compaction.
 func (c ChannelConfig) Compacted() bool {
 	return c.CleanupPolicy == CleanupCompact || c.CleanupPolicy == CleanupCompactDelete

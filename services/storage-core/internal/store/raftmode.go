@@ -33,9 +33,9 @@ import (
 // yet, and the channels directory is derived state: it is emptied at start and rebuilt
 // by applying the WAL's committed entries again (snapshots and checkpoints are step 4).
 // Transaction markers are entries of the channel's group, written at apply.
-// Not replicated yet, so refused in raft mode: queues,
-// DeleteRecords and channel config changes; retention does not run (it would diverge
-// by clock).
+// Channel config changes are entries of the metadata group. Not replicated yet, so
+// refused in raft mode: queues and DeleteRecords; retention does not run (it would
+// diverge by clock).
 
 // Errors of raft mode.
 var (
@@ -251,10 +251,11 @@ func (r *raftState) propose(group uint64, payload []byte) (any, error) {
 
 // metaCmd is an entry of the metadata group.
 type metaCmd struct {
-	Op          string        `json:"op"` // "create" | "delete"
+	Op          string        `json:"op"` // "create" | "delete" | "config"
 	Name        string        `json:"name"`
 	Kind        Kind          `json:"kind,omitempty"`
 	Config      ChannelConfig `json:"config"`
+	Mask        []string      `json:"mask,omitempty"` // "config": MergeConfig's mask
 	IfNotExists bool          `json:"if_not_exists,omitempty"`
 	IfExists    bool          `json:"if_exists,omitempty"`
 	NowMs       int64         `json:"now_ms"` // the leader's clock: the creation time
@@ -291,7 +292,20 @@ func (s *Store) raftDelete(name string, ifExists bool) error {
 	return err
 }
 
-// metaSM applies the metadata group's entries: creates and deletes, on every node.
+// raftUpdateConfig proposes a config change of channel name to the metadata group:
+// each replica merges it into the config it holds at that point of the group's order
+// (so concurrent masked updates of different fields both land) and persists it.
+func (s *Store) raftUpdateConfig(name string, in ChannelConfig, mask []string) error {
+	b, err := json.Marshal(metaCmd{Op: "config", Name: name, Config: in, Mask: mask, NowMs: s.nowMs()})
+	if err != nil {
+		return err
+	}
+	_, err = s.raft.propose(metaGroup, b)
+	return err
+}
+
+// metaSM applies the metadata group's entries: creates, deletes and config changes,
+// on every node.
 type metaSM struct{ s *Store }
 
 func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
@@ -325,6 +339,21 @@ func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
 			s.raft.node.RemoveGroup(l.wal.group)
 		}
 		return nil, nil
+	case "config":
+		s.mu.RLock()
+		l := s.logs[c.Name]
+		s.mu.RUnlock()
+		if l == nil {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, c.Name)
+		}
+		cfg, err := MergeConfig(l.Config(), c.Config, c.Mask)
+		if err != nil {
+			return nil, err
+		}
+		if err := cfg.validate(s.minSegmentBytes()); err != nil {
+			return nil, err
+		}
+		return nil, l.setConfig(cfg)
 	}
 	return nil, fmt.Errorf("%w: metadata op %q", ErrInternal, c.Op)
 }

@@ -418,3 +418,58 @@ func TestRaftModeTxnMarkers(t *testing.T) {
 	c.sameBytes("raft.txn", 4)
 	check()
 }
+
+// TestRaftModeConfigChange: a channel config change is an entry of the metadata group:
+// refused on a follower of that group (ErrNotLeader), applied on every replica by its
+// leader, a masked change keeps the other fields, a bad mask or value is
+// ErrInvalidArgument, and a restarted node rebuilds the config from its WAL.
+func TestRaftModeConfigChange(t *testing.T) {
+	c := newRaftCluster(t)
+	c.create("raft.cfg")
+	meta := c.leader(metaGroup)
+	for id, s := range c.st {
+		if id == meta {
+			continue
+		}
+		l, _ := s.Get("raft.cfg")
+		if err := l.UpdateConfig(ChannelConfig{RetentionMs: 1}); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("config change on follower %d: %v, want ErrNotLeader", id, err)
+		}
+	}
+	lm, _ := c.st[meta].Get("raft.cfg")
+	if err := lm.UpdateConfig(ChannelConfig{RetentionMs: 60000, MaxMessageBytes: 2048}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lm.UpdateConfigFields(ChannelConfig{RetentionMs: 120000, MaxMessageBytes: 1}, []string{"retention_ms"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lm.UpdateConfigFields(ChannelConfig{}, []string{"bogus"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("unknown mask field: %v, want ErrInvalidArgument", err)
+	}
+	if err := lm.UpdateConfig(ChannelConfig{RetentionMs: -2}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("retention_ms -2: %v, want ErrInvalidArgument", err)
+	}
+	want := ChannelConfig{RetentionMs: 120000, MaxMessageBytes: 2048}
+	same := func() error {
+		for id, s := range c.st {
+			l, err := s.Get("raft.cfg")
+			if err != nil {
+				return err
+			}
+			if got := l.Config(); got != want {
+				return fmt.Errorf("node %d config %+v, want %+v", id, got, want)
+			}
+		}
+		return nil
+	}
+	c.eventually(same)
+	var follower uint64
+	for id := range c.st {
+		if id != meta {
+			follower = id
+		}
+	}
+	c.stop(follower)
+	c.start(follower)
+	c.eventually(same)
+}
