@@ -26,7 +26,8 @@ import (
 // gateway re-routes to the new leaders (NOT_LEADER_OR_FOLLOWER to the client
 // meanwhile). Verdict: every produce is acknowledged, and a kgo consumer reads every
 // acknowledged value exactly once, in produce order per partition, at the offset it
-// was acknowledged with; each partition's end offset is its count.
+// was acknowledged with; each partition's end offset is its count; partition 0's
+// leader epoch (Metadata: the Raft term) is larger after the kill than before.
 func TestRaftKafkaLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three storage-core processes")
@@ -69,6 +70,7 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 	}()
 	pctx := ctxT(t, 60*time.Second)
 	var killOnce sync.Once
+	var epochBefore int32
 	for i := 0; i < n; i++ {
 		if i == killAt {
 			// Records are in flight (buffered up to 100): kill the leader under them.
@@ -78,7 +80,8 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 				for q := 1; q < partitions; q++ {
 					names = append(names, leader(fmt.Sprintf("kafka.%s~%d", topic, q)).Name)
 				}
-				t.Logf("after %d produced: partition leaders %v; SIGKILL of partition 0's leader %s", i, names, p.Name)
+				epochBefore = partitionEpoch(t, s.KafkaAddrs, topic, 0)
+				t.Logf("after %d produced: partition leaders %v (partition 0 leader epoch %d); SIGKILL of partition 0's leader %s", i, names, epochBefore, p.Name)
 				if err := s.Kill(p.Name, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
@@ -134,6 +137,10 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 			got++
 		})
 	}
+	// Partition 0 has a new leader, elected in a later Raft term: its leader epoch grew.
+	if after := partitionEpoch(t, s.KafkaAddrs, topic, 0); epochBefore <= 0 || after <= epochBefore {
+		t.Fatalf("partition 0 leader epoch %d before its leader was killed, %d after; want a positive one that grew", epochBefore, after)
+	}
 	// Nothing after the last value: each end offset is its count of values.
 	ends, err := newAdmin(t, s.KafkaAddrs).ListEndOffsets(ctxT(t, 10*time.Second), topic)
 	if err != nil {
@@ -144,6 +151,20 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 			t.Fatalf("partition %d end offset %+v, want %d", p, o, n/partitions)
 		}
 	}
+}
+
+// partitionEpoch is the leader epoch Metadata reports for partition p of topic.
+func partitionEpoch(t *testing.T, addrs []string, topic string, p int32) int32 {
+	t.Helper()
+	md, err := newAdmin(t, addrs).Metadata(ctxT(t, 10*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, ok := md.Topics[topic].Partitions[p]
+	if !ok {
+		t.Fatalf("metadata of %s has no partition %d", topic, p)
+	}
+	return pd.LeaderEpoch
 }
 
 // startRaftStack starts three storage-core processes in raft mode, a coordinator and

@@ -322,7 +322,7 @@ func (h *Handler) handleProduce(ctx context.Context, r *Request) (kmsg.Response,
 // marked in use and is not recycled.
 func (h *Handler) storeBatches(connCtx, ctx context.Context, r *Request, channels []*storagev1.ChannelBatches) ([]*storagev1.ChannelAppendResult, error) {
 	turn := r.Turn
-	if turn == nil || turn.stream == nil || h.routed {
+	if turn == nil || turn.stream == nil || h.router != nil {
 		// A Router (several storage nodes) appends unary: the caller finishes the Turn
 		// after the answer, so the connection's batches reach the leaders in order.
 		// Unary: the codec copies the message before the call returns.

@@ -116,8 +116,12 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 			// parse a null record set ("invalid MessageSetSize -1").
 			rp.RecordBatches = []byte{}
 			var epochErr int16
-			if req.Version >= 9 {
+			switch {
+			case req.Version < 9:
+			case h.router == nil:
 				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
+			case topicCode == 0 && p.Partition >= 0 && p.Partition < channel.MaxPartitions:
+				epochErr = h.router.epochCode(ctx, channel.KafkaPartition(name, p.Partition), p.CurrentLeaderEpoch)
 			}
 			switch {
 			case topicCode != 0:

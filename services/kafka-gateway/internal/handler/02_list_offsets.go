@@ -88,8 +88,12 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 			rp.Partition = p.Partition
 			rp.Timestamp, rp.Offset, rp.LeaderEpoch = -1, -1, -1
 			var epochErr int16
-			if req.Version >= 4 {
+			switch {
+			case req.Version < 4:
+			case h.router == nil:
 				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
+			case authorized && valid && p.Partition >= 0 && p.Partition < channel.MaxPartitions:
+				epochErr = h.router.epochCode(ctx, channel.KafkaPartition(t.Topic, p.Partition), p.CurrentLeaderEpoch)
 			}
 			switch {
 			case !authorized:
@@ -137,7 +141,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 			return
 		}
 		j.rp.Offset = channel.SequenceToOffset(out.GetSequence())
-		j.rp.LeaderEpoch = 0
+		j.rp.LeaderEpoch = h.leaderEpoch(j.ch)
 		if j.ts >= 0 || j.ts == -3 {
 			j.rp.Timestamp = out.GetTimestampMs()
 		}

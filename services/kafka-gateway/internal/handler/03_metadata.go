@@ -8,7 +8,7 @@ package handler
 //     is derived from --cluster-id (stable across replicas and restarts).
 //   - Partition leaders are spread deterministically over the sorted live brokers:
 //     leader = brokers[(fnv32a(topic) + partition) % n]; replicas = isr = [leader],
-//     leader epoch 0. Any replica serves any partition, so leader placement only spreads
+//     leader epoch 0 (with several storage nodes: the partition's Raft term, epochs.go). Any replica serves any partition, so leader placement only spreads
 //     load and never causes NOT_LEADER_OR_FOLLOWER.
 //   - Topic ids (v10+) are the coordinator's UUIDs; topics may be asked by id (v10+),
 //     an unknown id is UNKNOWN_TOPIC_ID.
@@ -95,7 +95,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 		sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
 		for _, ti := range topics {
 			if x.topic(kafkaacl.OpDescribe, ti.Name) {
-				resp.Topics = append(resp.Topics, describe(h.metadataTopic(ti, brokers)))
+				resp.Topics = append(resp.Topics, describe(h.metadataTopic(ctx, req.Version, ti, brokers)))
 			}
 		}
 		return resp, nil
@@ -132,7 +132,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 				mt.TopicID = t.TopicID
 				mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			default:
-				mt = describe(h.metadataTopic(ti, brokers))
+				mt = describe(h.metadataTopic(ctx, req.Version, ti, brokers))
 			}
 		case !x.topic(kafkaacl.OpDescribe, *t.Topic):
 			mt = kmsg.NewMetadataResponseTopic()
@@ -143,9 +143,9 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 			mt.Topic = t.Topic
 			mt.ErrorCode = kerr.InvalidTopicException.Code
 		case h.internalTopic(*t.Topic, [16]byte{}) != nil:
-			mt = describe(h.metadataTopic(h.internalTopic(*t.Topic, [16]byte{}), brokers))
+			mt = describe(h.metadataTopic(ctx, req.Version, h.internalTopic(*t.Topic, [16]byte{}), brokers))
 		case infos[*t.Topic] != nil:
-			mt = describe(h.metadataTopic(infos[*t.Topic], brokers))
+			mt = describe(h.metadataTopic(ctx, req.Version, infos[*t.Topic], brokers))
 		default:
 			mt = kmsg.NewMetadataResponseTopic()
 			mt.Topic = t.Topic
@@ -159,18 +159,31 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	return resp, nil
 }
 
-// metadataTopic describes one topic with its partitions led by brokers.
-func (h *Handler) metadataTopic(ti *topicInfo, brokers []Broker) kmsg.MetadataResponseTopic {
+// metadataTopic describes one topic with its partitions led by brokers. Leader epochs
+// (v7+) are 0 with one storage node; with a Router each partition's Raft term, asked
+// of storage-core now (one GetChannel per partition; -1 where none answered).
+func (h *Handler) metadataTopic(ctx context.Context, version int16, ti *topicInfo, brokers []Broker) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := ti.Name
 	mt.Topic = &name
 	mt.TopicID = ti.ID
 	mt.IsInternal = ti.Internal
+	var epochs []int32
+	if h.router != nil && version >= 7 && !ti.Internal {
+		chs := make([]string, ti.Partitions)
+		for p := range chs {
+			chs[p] = channel.KafkaPartition(ti.Name, int32(p))
+		}
+		epochs = h.router.leaderEpochs(ctx, chs)
+	}
 	for p := int32(0); p < ti.Partitions; p++ {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = p
 		mp.Leader = leaderFor(ti.Name, p, brokers)
 		mp.LeaderEpoch = 0
+		if epochs != nil {
+			mp.LeaderEpoch = epochs[p]
+		}
 		mp.Replicas = []int32{mp.Leader}
 		mp.ISR = []int32{mp.Leader}
 		mp.OfflineReplicas = []int32{}

@@ -2,8 +2,14 @@ package handler
 
 // OffsetForLeaderEpoch (API key 23), versions 2-4.
 //
-// Every partition has leader epoch 0 forever (one durable copy, any replica serves it).
-// Behaviour, per partition: a requested epoch of 0 or more returns epoch 0 and end
+// With one storage node every partition has leader epoch 0 forever (one durable copy,
+// any replica serves it). With several (raft mode, epochs.go) the leader epoch is the
+// term of the channel's Raft group: current_leader_epoch is checked against it
+// (FENCED_LEADER_EPOCH below, UNKNOWN_LEADER_EPOCH above), a requested epoch up to the
+// term is answered with that epoch and the high watermark as its end offset (the end
+// of an earlier epoch is not indexed; committed records are never truncated in raft
+// mode, so a larger end offset never makes a client truncate), one above the term or
+// below 0 with epoch -1 / offset -1 (UNDEFINED). Behaviour with one node, per partition: a requested epoch of 0 or more returns epoch 0 and end
 // offset = the high watermark (storage-core GetChannel); a current_leader_epoch above 0
 // is UNKNOWN_LEADER_EPOCH (the client knows an epoch we never handed out), one below 0
 // other than -1 (not given) is FENCED_LEADER_EPOCH (leaderEpochCode, shared with
@@ -35,8 +41,9 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 	resp := req.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
 
 	type job struct {
-		rp *kmsg.OffsetForLeaderEpochResponseTopicPartition
-		ch string
+		rp                 *kmsg.OffsetForLeaderEpochResponseTopicPartition
+		ch                 string
+		requested, current int32
 	}
 	var jobs []job
 	for _, t := range req.Topics {
@@ -59,11 +66,11 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case leaderEpochCode(p.CurrentLeaderEpoch) != 0:
+			case h.router == nil && leaderEpochCode(p.CurrentLeaderEpoch) != 0:
 				rp.ErrorCode = leaderEpochCode(p.CurrentLeaderEpoch)
-			case p.LeaderEpoch < 0:
+			case p.LeaderEpoch < 0 && h.router == nil:
 			default:
-				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition)})
+				jobs = append(jobs, job{rp: rp, ch: channel.KafkaPartition(t.Topic, p.Partition), requested: p.LeaderEpoch, current: p.CurrentLeaderEpoch})
 			}
 		}
 	}
@@ -76,7 +83,21 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 			j.rp.ErrorCode = dataCode(err)
 			return
 		}
-		j.rp.LeaderEpoch = 0
+		if h.router == nil {
+			j.rp.LeaderEpoch = 0
+			j.rp.EndOffset = out.GetChannel().GetHighWatermark()
+			return
+		}
+		h.router.learnChannel(j.ch, out.GetChannel())
+		if code := h.router.epochCode(ctx, j.ch, j.current); code != 0 {
+			j.rp.ErrorCode = code
+			return
+		}
+		term, ok := h.router.epoch(j.ch)
+		if !ok || j.requested < 0 || j.requested > term {
+			return // UNDEFINED, as Kafka answers an epoch it never had
+		}
+		j.rp.LeaderEpoch = j.requested
 		j.rp.EndOffset = out.GetChannel().GetHighWatermark()
 	})
 	return resp, nil

@@ -164,8 +164,9 @@ func (r *Request) BodyInUse() bool { return r.bodyInUse.Load() }
 type Handler struct {
 	cfg     Config
 	storage storagev1.StorageServiceClient
-	// routed: storage is a Router (several storage nodes); produce appends are unary.
-	routed bool
+	// router is storage as a Router (several storage nodes: produce appends are unary,
+	// leader epochs are Raft terms); nil with one storage node.
+	router *Router
 	// share serves share groups' data path (ShareFetch, ShareAcknowledge); nil answers
 	// them COORDINATOR_NOT_AVAILABLE.
 	share  storagev1.ShareServiceClient
@@ -266,7 +267,7 @@ func New(cfg Config, deps Deps) *Handler {
 		drain:        drain,
 		cfg:          cfg,
 		storage:      deps.Storage,
-		routed:       isRouter(deps.Storage),
+		router:       asRouter(deps.Storage),
 		share:        deps.Share,
 		coord:        deps.Coordinator,
 		groups:       groupsOrUnavailable(deps.Groups),

@@ -42,7 +42,8 @@ func forEach(n int, fn func(i int)) {
 }
 
 // leaderEpochCode checks a request's current_leader_epoch against the partition's leader
-// epoch, which is 0 forever here (Metadata reports 0). -1 means "not given" and is never
+// epoch with one storage node, which is 0 forever (Metadata reports 0; with several,
+// Router.epochCode checks against the Raft term). -1 means "not given" and is never
 // checked; otherwise, as Kafka's Partition.checkCurrentLeaderEpoch: an epoch above ours
 // is UNKNOWN_LEADER_EPOCH (the client knows an epoch we have not reached), one below it
 // is FENCED_LEADER_EPOCH (the client's metadata is stale).

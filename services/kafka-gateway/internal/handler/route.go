@@ -35,19 +35,25 @@ import (
 // Turn), which keeps idempotent batches in order across a change of leader. One
 // storage-core address does not build a Router (the gateway's single connection and
 // its AppendStream, exactly as before).
+//
+// The Router also keeps each channel's Kafka leader epoch, the term of its Raft group
+// (KIP-320; epochs.go), as last learned from GetChannel.
 type Router struct {
 	storagev1.StorageServiceClient // unary calls through lc; streams on the default node
 	lc                             *grpcx.LeaderConn
+	emu                            sync.RWMutex
+	epochs                         map[string]int32 // channel → leader epoch
 }
 
 // NewRouter routes over lc.
 func NewRouter(lc *grpcx.LeaderConn) *Router {
-	return &Router{StorageServiceClient: storagev1.NewStorageServiceClient(lc), lc: lc}
+	return &Router{StorageServiceClient: storagev1.NewStorageServiceClient(lc), lc: lc, epochs: map[string]int32{}}
 }
 
-func isRouter(c storagev1.StorageServiceClient) bool {
-	_, ok := c.(*Router)
-	return ok
+// asRouter is c as a Router, or nil.
+func asRouter(c storagev1.StorageServiceClient) *Router {
+	r, _ := c.(*Router)
+	return r
 }
 
 // RouterRetry reports whether a StorageService method may be resent to another node
@@ -204,8 +210,8 @@ func (r *Router) resolve(ctx context.Context, names []string) {
 		_, cc := r.lc.Pick("")
 		out, err := storagev1.NewStorageServiceClient(cc).GetChannel(cctx, &storagev1.GetChannelRequest{Name: ch})
 		cancel()
-		if l := out.GetChannel().GetLeaderAddress(); err == nil && l != "" {
-			_ = r.lc.Learn(ch, l)
+		if err == nil {
+			r.learnChannel(ch, out.GetChannel())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -28,6 +29,7 @@ type routeNode struct {
 	leader string
 	leads  map[string]bool
 	code   storagev1.ErrorCode // when set, every append's answer
+	term   atomic.Uint64       // GetChannel's leader_term
 	mu     sync.Mutex
 	calls  map[string]int // per channel: appends received
 }
@@ -54,11 +56,11 @@ func (n *routeNode) LookupSequence(ctx context.Context, in *storagev1.LookupSequ
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(grpcx.LeaderTrailer, n.leader))
 		return nil, status.Error(codes.FailedPrecondition, "not the leader")
 	}
-	return &storagev1.LookupSequenceResponse{Sequence: 7}, nil
+	return &storagev1.LookupSequenceResponse{Sequence: 7, Found: true}, nil
 }
 
 func (n *routeNode) GetChannel(_ context.Context, in *storagev1.GetChannelRequest) (*storagev1.GetChannelResponse, error) {
-	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: in.GetName(), LeaderAddress: n.leader}}, nil
+	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: in.GetName(), LeaderAddress: n.leader, LeaderTerm: n.term.Load(), HighWatermark: 3}}, nil
 }
 
 func (n *routeNode) Fetch(_ context.Context, in *storagev1.FetchRequest) (*storagev1.FetchResponse, error) {
@@ -194,5 +196,107 @@ func TestRouterProduceCodes(t *testing.T) {
 	srvs[1].Stop()
 	if got := produce(); got != kerr.NotLeaderForPartition.Code {
 		t.Fatalf("produce with every node down: code %d, want NOT_LEADER_OR_FOLLOWER", got)
+	}
+}
+
+// TestRouterLeaderEpochs: through a Router the Kafka leader epoch is the channel's Raft
+// term (GetChannel leader_term): Metadata v12 reports it per partition, and after an
+// election (a larger term) a larger one; Fetch v12 and ListOffsets v7 read with the
+// current epoch or -1, get FENCED_LEADER_EPOCH with the epoch before the election and
+// UNKNOWN_LEADER_EPOCH with one no node has reached; ListOffsets answers the term;
+// OffsetForLeaderEpoch answers a requested epoch up to the term with the high
+// watermark, one above it UNDEFINED, and checks current_leader_epoch too.
+func TestRouterLeaderEpochs(t *testing.T) {
+	nodes, _ := startRouteNodes(t, 1)
+	n := nodes[0]
+	n.leader = n.addr
+	n.leads["kafka.ep"] = true
+	n.term.Store(4)
+	lc, err := grpcx.NewLeaderConn([]string{n.addr}, RouterRetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Close)
+	st := fake.NewStorage()
+	co := fake.NewCoordinator(st)
+	brokers := []Broker{{NodeID: 1, Host: "127.0.0.1", Port: 9092}}
+	e := &env{h: New(Config{NodeID: 1, ClusterID: "unit", AutoCreateTopics: true, DefaultPartitions: 1},
+		Deps{Storage: NewRouter(lc), Coordinator: co, Brokers: func() []Broker { return brokers }, Log: zaptest.NewLogger(t)}), st: st, co: co}
+	e.createTopic(t, "ep", 1, nil)
+	metaEpoch := func() int32 {
+		t.Helper()
+		return e.do(t, metadataReq("ep"), 12).(*kmsg.MetadataResponse).Topics[0].Partitions[0].LeaderEpoch
+	}
+	fetch := func(epoch int32) int16 {
+		t.Helper()
+		req := fetchReq("ep", [16]byte{}, 0, 0)
+		req.Topics[0].Partitions[0].CurrentLeaderEpoch = epoch
+		return e.do(t, req, 12).(*kmsg.FetchResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	listOffsets := func(epoch int32) kmsg.ListOffsetsResponseTopicPartition {
+		t.Helper()
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = "ep"
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = 0, epoch, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		return e.do(t, req, 7).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+	}
+	forEpoch := func(current, requested int32) kmsg.OffsetForLeaderEpochResponseTopicPartition {
+		t.Helper()
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "ep"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, current, requested
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		return e.do(t, req, 4).(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0]
+	}
+	if got := metaEpoch(); got != 4 {
+		t.Fatalf("Metadata leader epoch %d, want the term 4", got)
+	}
+	for _, ep := range []int32{-1, 4} {
+		if got := fetch(ep); got != 0 {
+			t.Fatalf("fetch with epoch %d: %s", ep, code(got))
+		}
+		if p := listOffsets(ep); p.ErrorCode != 0 || p.LeaderEpoch != 4 {
+			t.Fatalf("ListOffsets with epoch %d: %s, leader epoch %d, want 4", ep, code(p.ErrorCode), p.LeaderEpoch)
+		}
+	}
+	if p := forEpoch(4, 2); p.ErrorCode != 0 || p.LeaderEpoch != 2 || p.EndOffset != 3 {
+		t.Fatalf("OffsetForLeaderEpoch of epoch 2: %+v, want epoch 2 end offset 3", p)
+	}
+	if p := forEpoch(-1, 5); p.ErrorCode != 0 || p.LeaderEpoch != -1 || p.EndOffset != -1 {
+		t.Fatalf("OffsetForLeaderEpoch of epoch 5 (above the term): %+v, want UNDEFINED", p)
+	}
+
+	n.term.Store(6) // an election
+	if got := fetch(4); got != 0 {
+		t.Fatalf("fetch with epoch 4 before the gateway learned of term 6: %s, want none (not known yet)", code(got))
+	}
+	if got := metaEpoch(); got != 6 {
+		t.Fatalf("Metadata leader epoch after the election %d, want 6", got)
+	}
+	for _, c := range []struct {
+		epoch int32
+		want  *kerr.Error
+	}{{4, kerr.FencedLeaderEpoch}, {-5, kerr.FencedLeaderEpoch}, {9, kerr.UnknownLeaderEpoch}} {
+		if got := fetch(c.epoch); got != c.want.Code {
+			t.Fatalf("fetch with epoch %d: %s, want %s", c.epoch, code(got), c.want.Message)
+		}
+		if p := listOffsets(c.epoch); p.ErrorCode != c.want.Code {
+			t.Fatalf("ListOffsets with epoch %d: %s, want %s", c.epoch, code(p.ErrorCode), c.want.Message)
+		}
+		if p := forEpoch(c.epoch, 4); p.ErrorCode != c.want.Code {
+			t.Fatalf("OffsetForLeaderEpoch with current epoch %d: %s, want %s", c.epoch, code(p.ErrorCode), c.want.Message)
+		}
+	}
+	n.term.Store(9) // a client that saw term 9 first: the gateway asks again
+	if got := fetch(9); got != 0 {
+		t.Fatalf("fetch with epoch 9 after term 9: %s", code(got))
 	}
 }
