@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -55,6 +56,19 @@ type LeaderConn struct {
 	order   []string // the configured nodes, in order
 	next    int      // index in order of the default node
 	leaders map[string]string
+}
+
+// StorageReads reports whether a StorageService method may be resent to another
+// storage-core node after UNAVAILABLE (NewLeaderConn's retry): the reads, which any
+// node serves from what it applied.
+func StorageReads(method string) bool {
+	switch method {
+	case storagev1.StorageService_GetChannel_FullMethodName, storagev1.StorageService_ListChannels_FullMethodName,
+		storagev1.StorageService_Read_FullMethodName, storagev1.StorageService_LookupSequence_FullMethodName,
+		storagev1.StorageService_Fetch_FullMethodName, storagev1.StorageService_DescribeProducers_FullMethodName:
+		return true
+	}
+	return false
 }
 
 // MaxHops bounds how many not-leader answers one call follows.
@@ -108,6 +122,29 @@ func (c *LeaderConn) Conns() []*grpc.ClientConn {
 		out[i] = c.nodes[a]
 	}
 	return out
+}
+
+// AnyServing is the health check of a storage-core cluster: nil while one configured
+// node answers SERVING (it names the leaders of the rest); else every node's error,
+// each node checked as h with its connection and address.
+func (c *LeaderConn) AnyServing(ctx context.Context, h HealthCheck) error {
+	c.mu.Lock()
+	addrs := append([]string(nil), c.order...)
+	conns := make([]*grpc.ClientConn, len(addrs))
+	for i, a := range addrs {
+		conns[i] = c.nodes[a]
+	}
+	c.mu.Unlock()
+	var errs []error
+	for i, cc := range conns {
+		h.Conn, h.Addr = cc, addrs[i]
+		err := h.Check(ctx)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Close closes every connection.

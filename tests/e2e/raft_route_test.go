@@ -173,7 +173,13 @@ func partitionEpoch(t *testing.T, addrs []string, topic string, p int32) int32 {
 // running nodes which node leads a channel's group.
 func startRaftStack(t *testing.T, topic string, partitions int32) (s *stack.Stack, leader func(ch string) *stack.Proc) {
 	t.Helper()
-	s, err := stack.Start(context.Background(), stack.Options{StorageNodes: 3, LogLevel: "warn"})
+	return startRaftStackWith(t, stack.Options{StorageNodes: 3, LogLevel: "warn"}, topic, partitions)
+}
+
+// startRaftStackWith is startRaftStack with opts (StorageNodes set by the caller).
+func startRaftStackWith(t *testing.T, opts stack.Options, topic string, partitions int32) (s *stack.Stack, leader func(ch string) *stack.Proc) {
+	t.Helper()
+	s, err := stack.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,7 +211,6 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		}
 		s.Storage = s.Storages[0]
 	}
-	firstStorage := strings.Split(s.StorageAddr, ",")[0]
 	for i := 0; i < opts.Coordinators; i++ {
 		name, grpcAddr, httpAddr := Coordinator, coordGRPC, coordHTTP
 		if i > 0 {
@@ -265,7 +264,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 			bin: filepath.Join(bin, PubSubGateway),
 			args: append([]string{
 				"--grpc-addr", listen, "--http-addr", httpAddr,
-				"--storage-addr", firstStorage, "--coordinator-addr", coordGRPC,
+				"--storage-addr", s.StorageAddr, "--coordinator-addr", coordGRPC,
 				"--nats-url", testenv.NATSURL(), "--cluster-id", s.ClusterID,
 				"--log-level", opts.LogLevel,
 			}, opts.PubSubFlags...),
@@ -355,7 +354,7 @@ func (s *Stack) StartMQTTBridge(ctx context.Context, name, configYAML string) (*
 		args: []string{"-C", path, "--log-level", s.opts.LogLevel},
 		env: []string{
 			"TRIBUTARY_MQTT_HTTP_ADDR=" + httpAddr,
-			"TRIBUTARY_MQTT_STORAGE_ADDR=" + strings.Split(s.StorageAddr, ",")[0],
+			"TRIBUTARY_MQTT_STORAGE_ADDR=" + s.StorageAddr,
 			"TRIBUTARY_MQTT_COORDINATOR_ADDR=" + s.CoordinatorAddr,
 			"TRIBUTARY_MQTT_NATS_URL=" + testenv.NATSURL(),
 			"TRIBUTARY_MQTT_CLUSTER_ID=" + s.ClusterID,

@@ -56,18 +56,6 @@ func asRouter(c storagev1.StorageServiceClient) *Router {
 	return r
 }
 
-// RouterRetry reports whether a StorageService method may be resent to another node
-// after UNAVAILABLE: the reads.
-func RouterRetry(method string) bool {
-	switch method {
-	case storagev1.StorageService_GetChannel_FullMethodName, storagev1.StorageService_ListChannels_FullMethodName,
-		storagev1.StorageService_Read_FullMethodName, storagev1.StorageService_LookupSequence_FullMethodName,
-		storagev1.StorageService_Fetch_FullMethodName, storagev1.StorageService_DescribeProducers_FullMethodName:
-		return true
-	}
-	return false
-}
-
 // routeGroup is the channels of one multi-channel call that go to one node.
 type routeGroup struct {
 	addr string

@@ -103,7 +103,7 @@ func TestRouterFollowsLeaders(t *testing.T) {
 	nodes[1].leads["a"] = true
 	nodes[0].leads["b"] = true
 	nodes[0].leader = nodes[1].addr // for a; b is node 1's own
-	lc, err := grpcx.NewLeaderConn([]string{nodes[0].addr, nodes[1].addr, nodes[2].addr}, RouterRetry)
+	lc, err := grpcx.NewLeaderConn([]string{nodes[0].addr, nodes[1].addr, nodes[2].addr}, grpcx.StorageReads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestRouterFollowsLeaders(t *testing.T) {
 // when the leader could not reach a majority.
 func TestRouterProduceCodes(t *testing.T) {
 	nodes, srvs := startRouteNodes(t, 2)
-	lc, err := grpcx.NewLeaderConn([]string{nodes[0].addr, nodes[1].addr}, RouterRetry)
+	lc, err := grpcx.NewLeaderConn([]string{nodes[0].addr, nodes[1].addr}, grpcx.StorageReads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestRouterLeaderEpochs(t *testing.T) {
 	n.leader = n.addr
 	n.leads["kafka.ep"] = true
 	n.term.Store(4)
-	lc, err := grpcx.NewLeaderConn([]string{n.addr}, RouterRetry)
+	lc, err := grpcx.NewLeaderConn([]string{n.addr}, grpcx.StorageReads)
 	if err != nil {
 		t.Fatal(err)
 	}

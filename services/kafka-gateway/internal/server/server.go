@@ -79,7 +79,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		}
 		if addrs := grpcx.SplitAddrs(cfg.StorageAddr); len(addrs) > 1 {
 			// A storage-core cluster (raft mode): route to each channel's leader.
-			lc, err := grpcx.NewLeaderConn(addrs, handler.RouterRetry, append(grpcx.BulkDialOptions(), sec...)...)
+			lc, err := grpcx.NewLeaderConn(addrs, grpcx.StorageReads, append(grpcx.BulkDialOptions(), sec...)...)
 			if err != nil {
 				return nil, err
 			}
@@ -92,7 +92,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 				log.Warn("share groups off: storage-core in raft mode does not replicate the queues they are kept in")
 				disableShare = true
 			}
-			s.http.AddReadyCheck("storage-core", anyServing(lc.Conns(), addrs))
+			s.http.AddReadyCheck("storage-core", func(ctx context.Context) error { return lc.AnyServing(ctx, grpcx.HealthCheck{}) })
 		} else {
 			cc, err := grpcx.Dial(cfg.StorageAddr, append(grpcx.BulkDialOptions(), sec...)...)
 			if err != nil {
@@ -337,22 +337,6 @@ func (s *Server) closeGRPC() {
 	if s.leaders != nil {
 		s.leaders.Close()
 		s.leaders = nil
-	}
-}
-
-// anyServing is the readiness check of a storage-core cluster: ready while one node
-// answers SERVING (it names the leaders of the rest); else every node's error.
-func anyServing(conns []*grpc.ClientConn, addrs []string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		var errs []error
-		for i, cc := range conns {
-			err := grpcx.HealthCheck{Conn: cc, Addr: addrs[i]}.Check(ctx)
-			if err == nil {
-				return nil
-			}
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
 	}
 }
 

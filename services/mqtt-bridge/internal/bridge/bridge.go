@@ -36,7 +36,10 @@ type Bridge struct {
 	// mqttUsers is the coordinator's MqttUserService (listener.coordinator-logins).
 	mqttUsers coordinatorv1.MqttUserServiceClient
 	conns     []*grpc.ClientConn
-	store     *store
+	// leaders is the storage-core cluster's connection when storage-addr lists several
+	// nodes (else storage-core is the first of conns).
+	leaders *grpcx.LeaderConn
+	store   *store
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -62,22 +65,41 @@ func New(cfg *config.Config, log *zap.Logger) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator-tls: %w", err)
 	}
-	sc, err := grpcx.Dial(cfg.StorageAddr, storageSec...)
-	if err != nil {
-		return nil, err
+	var storage grpc.ClientConnInterface
+	var sc *grpc.ClientConn
+	if addrs := grpcx.SplitAddrs(cfg.StorageAddr); len(addrs) > 1 {
+		// A storage-core cluster (raft mode): each call goes to its channel's leader.
+		if b.leaders, err = grpcx.NewLeaderConn(addrs, grpcx.StorageReads, storageSec...); err != nil {
+			return nil, err
+		}
+		storage = b.leaders
+	} else {
+		if sc, err = grpcx.Dial(cfg.StorageAddr, storageSec...); err != nil {
+			return nil, err
+		}
+		storage = sc
+		b.conns = append(b.conns, sc)
 	}
 	cc, err := grpcx.Dial(cfg.CoordinatorAddr, coordSec...)
 	if err != nil {
-		_ = sc.Close()
+		b.close()
 		return nil, err
 	}
-	b.conns = []*grpc.ClientConn{sc, cc}
-	b.storage = storagev1.NewStorageServiceClient(sc)
+	b.conns = append(b.conns, cc)
+	b.storage = storagev1.NewStorageServiceClient(storage)
 	b.coord = coordinatorv1.NewCoordinatorServiceClient(cc)
 	b.groups = coordinatorv1.NewGroupCoordinatorServiceClient(cc)
 	b.mqttUsers = coordinatorv1.NewMqttUserServiceClient(cc)
 	b.store = newStore(b.ctx, b.storage, b.coord, cfg.StoreTimeout, log)
-	b.healthCheck("storage-core", sc)
+	if b.leaders != nil {
+		// A cluster is ready while one node serves (it names the leaders of the rest).
+		leaders := b.leaders
+		b.http.AddReadyCheck("storage-core", func(ctx context.Context) error {
+			return leaders.AnyServing(ctx, grpcx.HealthCheck{Timeout: 2 * time.Second})
+		})
+	} else {
+		b.healthCheck("storage-core", sc)
+	}
 	b.healthCheck("coordinator", cc)
 
 	bySource := map[string][]*mapping.Route{}
@@ -215,6 +237,10 @@ func (b *Bridge) close() {
 		_ = c.Close()
 	}
 	b.conns = nil
+	if b.leaders != nil {
+		b.leaders.Close()
+		b.leaders = nil
+	}
 }
 
 // backendSecurity is how a backend is dialed: plaintext unless t names a CA or a

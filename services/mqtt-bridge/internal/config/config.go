@@ -39,8 +39,11 @@ const (
 type Config struct {
 	// ID names this bridge (default consumer groups are tributary-<mapping id>-group;
 	// upstream client ids default to tributary-<id>-<cluster>).
-	ID              string `yaml:"id"`
-	HTTPAddr        string `yaml:"http-addr"`
+	ID       string `yaml:"id"`
+	HTTPAddr string `yaml:"http-addr"`
+	// StorageAddr is storage-core's gRPC address; several, comma-separated, are the
+	// nodes of a storage-core cluster in raft mode, each call sent to its channel's
+	// leader (grpcx.LeaderConn).
 	StorageAddr     string `yaml:"storage-addr"`
 	CoordinatorAddr string `yaml:"coordinator-addr"`
 	// StorageTLS and CoordinatorTLS, when ca-file or cert-file is set, dial those

@@ -28,7 +28,7 @@ func run() error {
 	var cfg server.Config
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:8085", "Pub/Sub gRPC listener (host:port; port 0 picks one)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7431", "HTTP address for /metrics, /healthz, /readyz")
-	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address")
+	fs.StringVar(&cfg.StorageAddr, "storage-addr", "127.0.0.1:7400", "storage-core gRPC address; several, comma-separated (host:port,host:port,...), are the nodes of a storage-core cluster in raft mode: each call goes to its channel's leader")
 	fs.StringVar(&cfg.CoordinatorAddr, "coordinator-addr", "127.0.0.1:7410", "coordinator gRPC address")
 	fs.StringVar(&cfg.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL (lease wake-ups between replicas and from the coordinator's sweep); empty = none, streams poll")
 	fs.StringVar(&cfg.ClusterID, "cluster-id", "tributary", "cluster id (prefixes NATS subjects)")

@@ -24,7 +24,9 @@ type Config struct {
 	// HTTPAddr serves /metrics, /healthz, /readyz ("" = disabled).
 	HTTPAddr string
 	// StorageAddr and CoordinatorAddr are the gRPC addresses of storage-core and the
-	// coordinator.
+	// coordinator. StorageAddr may list several, comma-separated: the nodes of a
+	// storage-core cluster in raft mode, each call sent to its channel's leader
+	// (grpcx.LeaderConn); one address is one connection, as before.
 	StorageAddr     string
 	CoordinatorAddr string
 	// StorageSecurity and CoordinatorSecurity are how they are dialed (TLS, client

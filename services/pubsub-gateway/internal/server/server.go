@@ -54,7 +54,9 @@ type Server struct {
 	log *zap.Logger
 
 	storageConn, coordConn *grpc.ClientConn
-	bus                    *natsBus // nil without --nats-url
+	// storageLeaders replaces storageConn when StorageAddr lists several nodes.
+	storageLeaders *grpcx.LeaderConn
+	bus            *natsBus // nil without --nats-url
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -93,8 +95,19 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: coordinator: %v", ErrConfig, err)
 	}
-	if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, append(append(storageSec, grpcx.BulkDialOptions()...), mark)...); err != nil {
-		return nil, err
+	storageOpts := append(append(storageSec, grpcx.BulkDialOptions()...), mark)
+	var storage grpc.ClientConnInterface
+	if addrs := grpcx.SplitAddrs(cfg.StorageAddr); len(addrs) > 1 {
+		// A storage-core cluster (raft mode): each call goes to its channel's leader.
+		if srv.storageLeaders, err = grpcx.NewLeaderConn(addrs, grpcx.StorageReads, storageOpts...); err != nil {
+			return nil, err
+		}
+		storage = srv.storageLeaders
+	} else {
+		if srv.storageConn, err = grpcx.Dial(cfg.StorageAddr, storageOpts...); err != nil {
+			return nil, err
+		}
+		storage = srv.storageConn
 	}
 	if srv.coordConn, err = grpcx.Dial(cfg.CoordinatorAddr, append(coordSec, mark)...); err != nil {
 		return nil, err
@@ -140,9 +153,9 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	svc := handler.New(handler.Deps{
 		Registry:    coordinatorv1.NewPubSubRegistryServiceClient(srv.coordConn),
 		Schemas:     coordinatorv1.NewPubSubSchemaServiceClient(srv.coordConn),
-		Storage:     storagev1.NewStorageServiceClient(srv.storageConn),
-		Queues:      storagev1.NewQueueServiceClient(srv.storageConn),
-		StorageConn: srv.storageConn,
+		Storage:     storagev1.NewStorageServiceClient(storage),
+		Queues:      storagev1.NewQueueServiceClient(storage),
+		StorageConn: storage,
 		// srv.grpc is a grpcx server, whose codec takes the streams' own encoding.
 		EncodeStreams: true,
 		Log:           log.Named("handler"),
@@ -197,15 +210,15 @@ func (s *Server) backendsReady(context.Context) error {
 // check asks storage-core and the coordinator for the health of the services the
 // gateway uses.
 func (s *Server) check(ctx context.Context) error {
-	for _, b := range []grpcx.HealthCheck{
-		{Conn: s.storageConn, Addr: s.cfg.StorageAddr, Timeout: 2 * time.Second, NotServing: ErrNotServing},
-		{Conn: s.coordConn, Addr: s.cfg.CoordinatorAddr, Timeout: 2 * time.Second, NotServing: ErrNotServing},
-	} {
-		if err := b.Check(ctx); err != nil {
+	if s.storageLeaders != nil {
+		// A cluster is ready while one node serves (it names the leaders of the rest).
+		if err := s.storageLeaders.AnyServing(ctx, grpcx.HealthCheck{Timeout: 2 * time.Second, NotServing: ErrNotServing}); err != nil {
 			return err
 		}
+	} else if err := (grpcx.HealthCheck{Conn: s.storageConn, Addr: s.cfg.StorageAddr, Timeout: 2 * time.Second, NotServing: ErrNotServing}).Check(ctx); err != nil {
+		return err
 	}
-	return nil
+	return grpcx.HealthCheck{Conn: s.coordConn, Addr: s.cfg.CoordinatorAddr, Timeout: 2 * time.Second, NotServing: ErrNotServing}.Check(ctx)
 }
 
 func (s *Server) watchReady(ctx context.Context) {
@@ -275,6 +288,9 @@ func (s *Server) closeClients() {
 	}
 	if s.storageConn != nil {
 		_ = s.storageConn.Close()
+	}
+	if s.storageLeaders != nil {
+		s.storageLeaders.Close()
 	}
 	if s.coordConn != nil {
 		_ = s.coordConn.Close()
