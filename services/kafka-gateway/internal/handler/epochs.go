@@ -10,11 +10,12 @@ package handler
 // new leader sees a larger epoch. The Router keeps the term each channel had when it
 // last asked (GetChannel: Metadata asks for every partition it lists, and a read of a
 // channel without a cached leader asks once); a current_leader_epoch is checked
-// against it as Kafka's Partition.checkCurrentLeaderEpoch does: -1 is not checked, a
-// smaller one is FENCED_LEADER_EPOCH (the client's metadata is stale), a larger one is
-// asked again of storage-core and, still larger, UNKNOWN_LEADER_EPOCH (the client knows
-// an epoch this gateway has not seen). A term storage-core cannot name (no answer) is
-// not checked.
+// against it as Kafka's Partition.checkCurrentLeaderEpoch does: -1 is not checked, one
+// that differs from the cached term is asked again of storage-core (another gateway
+// may have handed out a newer term, or a re-created channel an older one), and then a
+// smaller one is FENCED_LEADER_EPOCH (the client's metadata is stale), a larger one
+// UNKNOWN_LEADER_EPOCH (the client knows an epoch storage-core has not reached here).
+// A term storage-core cannot name (no answer) is not checked.
 
 import (
 	"context"
@@ -89,7 +90,7 @@ func (r *Router) epochCode(ctx context.Context, ch string, current int32) int16 
 		return 0
 	}
 	e, ok := r.epoch(ch)
-	if !ok || current > e {
+	if !ok || current != e {
 		if e, ok = r.refreshEpoch(ctx, ch); !ok {
 			return 0
 		}

@@ -203,9 +203,11 @@ func TestRouterProduceCodes(t *testing.T) {
 // term (GetChannel leader_term): Metadata v12 reports it per partition, and after an
 // election (a larger term) a larger one; Fetch v12 and ListOffsets v7 read with the
 // current epoch or -1, get FENCED_LEADER_EPOCH with the epoch before the election and
-// UNKNOWN_LEADER_EPOCH with one no node has reached; ListOffsets answers the term;
-// OffsetForLeaderEpoch answers a requested epoch up to the term with the high
-// watermark, one above it UNDEFINED, and checks current_leader_epoch too.
+// UNKNOWN_LEADER_EPOCH with one no node has reached (an epoch other than the cached
+// one is asked again, so a re-created channel's smaller term reads); ListOffsets
+// answers the term; OffsetForLeaderEpoch answers a requested epoch up to the term
+// with the high watermark, one above it UNDEFINED, and checks current_leader_epoch
+// too.
 func TestRouterLeaderEpochs(t *testing.T) {
 	nodes, _ := startRouteNodes(t, 1)
 	n := nodes[0]
@@ -298,5 +300,9 @@ func TestRouterLeaderEpochs(t *testing.T) {
 	n.term.Store(9) // a client that saw term 9 first: the gateway asks again
 	if got := fetch(9); got != 0 {
 		t.Fatalf("fetch with epoch 9 after term 9: %s", code(got))
+	}
+	n.term.Store(2) // the channel re-created: its new group's term is smaller
+	if got := fetch(2); got != 0 {
+		t.Fatalf("fetch with epoch 2 of the re-created channel: %s, want none (the term asked again)", code(got))
 	}
 }
