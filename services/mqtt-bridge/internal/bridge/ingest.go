@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -35,7 +34,7 @@ type target struct {
 // route is counted and left out of that route; tooLarge[i] reports it for message i.
 func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]*mapping.Route, at []time.Time) (groups []*target, tooLarge []bool, err error) {
 	tooLarge = make([]bool, len(msgs))
-	byKey := map[string]*target{}
+	var byKey map[groupKey]*target // once there are more than scanGroups
 	now := time.Now().UnixMilli()
 	for i, m := range msgs {
 		for _, r := range routes[i] {
@@ -50,12 +49,30 @@ func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]
 				b.log.Warn("message too large for mapping", zap.String("mapping", r.Cfg.ID), zap.String("topic", m.Topic), zap.Int("bytes", rec.Size), zap.Int("max_record_bytes", r.Cfg.MaxRecordBytes))
 				continue
 			}
-			k := r.Cfg.ID + "\x00" + strconv.Itoa(int(rec.Partition))
-			g := byKey[k]
+			k := groupKey{r, rec.Partition}
+			var g *target
+			if byKey != nil {
+				g = byKey[k]
+			} else {
+				for _, o := range groups {
+					if o.route == r && o.partition == rec.Partition {
+						g = o
+						break
+					}
+				}
+			}
 			if g == nil {
 				g = &target{topic: rec.Topic, partition: rec.Partition, route: r}
-				byKey[k] = g
 				groups = append(groups, g)
+				switch {
+				case byKey != nil:
+					byKey[k] = g
+				case len(groups) > scanGroups:
+					byKey = make(map[groupKey]*target, 2*len(groups))
+					for _, o := range groups {
+						byKey[groupKey{o.route, o.partition}] = o
+					}
+				}
 			}
 			g.recs = append(g.recs, &storagev1.AppendRecord{TimestampMs: now, Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
 			g.received = append(g.received, at[i])
@@ -63,6 +80,17 @@ func (b *Bridge) build(ctx context.Context, msgs []*mapping.Message, routes [][]
 	}
 	return groups, tooLarge, nil
 }
+
+// groupKey names a group of build: a mapping's partition.
+type groupKey struct {
+	route     *mapping.Route
+	partition int32
+}
+
+// scanGroups is how many groups build looks through before it indexes them: one
+// message (the listener stores each on its own) makes a group per mapping taking it,
+// and a map made for every message cost more than the scan.
+const scanGroups = 8
 
 // appendGroups appends every group not yet done, concurrently, and marks the ones
 // that became durable. A group whose earlier append is in doubt is not appended again:
@@ -83,7 +111,7 @@ func (b *Bridge) queueGroups(ctx context.Context, groups []*target) (wait func()
 		if g.done || g.pending != nil {
 			continue
 		}
-		b.m.sent.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+		b.m.mapping(g.route.Cfg.ID).sent.Add(float64(len(g.recs)))
 		reqs[i], errs[i] = b.store.enqueue(ctx, g.topic, g.partition, g.recs, g.origin)
 	}
 	return func() error {
@@ -119,18 +147,18 @@ func (b *Bridge) afterDoubt(ctx context.Context, g *target) error {
 	stored := g.pending.Stored
 	g.pending = nil
 	if stored {
-		b.m.deduplicated.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+		b.m.mapping(g.route.Cfg.ID).deduplicated.Add(float64(len(g.recs)))
 		b.stored(g)
 		return nil
 	}
-	b.m.sent.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+	b.m.mapping(g.route.Cfg.ID).sent.Add(float64(len(g.recs)))
 	return b.finish(g, b.store.append(ctx, g.topic, g.partition, g.recs, g.origin))
 }
 
 // finish records the outcome err of g's append and returns it.
 func (b *Bridge) finish(g *target, err error) error {
 	if err != nil {
-		b.m.failed.WithLabelValues(g.route.Cfg.ID).Add(float64(len(g.recs)))
+		b.m.mapping(g.route.Cfg.ID).failed.Add(float64(len(g.recs)))
 		if d := (*inDoubtError)(nil); errors.As(err, &d) {
 			g.pending = d.out
 		}
@@ -143,14 +171,14 @@ func (b *Bridge) finish(g *target, err error) error {
 // stored marks g durable and counts it.
 func (b *Bridge) stored(g *target) {
 	g.done = true
-	id := g.route.Cfg.ID
-	b.m.stored.WithLabelValues(id).Add(float64(len(g.recs)))
+	mm := b.m.mapping(g.route.Cfg.ID)
+	mm.stored.Add(float64(len(g.recs)))
 	now := time.Now()
 	var sum float64
 	for _, t := range g.received {
 		sum += now.Sub(t).Seconds()
 	}
-	b.m.storeLatency.WithLabelValues(id).Add(sum)
+	mm.storeLatency.Add(sum)
 }
 
 // inDoubtGroups reports whether a group of groups has an append in doubt.

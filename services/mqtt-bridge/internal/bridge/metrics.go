@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -11,6 +13,30 @@ type metrics struct {
 	polled, published, invalid     *prometheus.CounterVec
 	refused, deduplicated          *prometheus.CounterVec
 	held                           prometheus.Gauge
+	// byMapping caches each mapping's children of the counters a record moves on the
+	// way to storage (mapping id → *mappingMetrics): looking a child up by its label
+	// (hashing, a lock) for every message cost more than counting it.
+	byMapping sync.Map
+}
+
+// mappingMetrics are one mqtt-to-kafka mapping's store counters.
+type mappingMetrics struct {
+	sent, stored, failed, deduplicated, storeLatency prometheus.Counter
+}
+
+// mapping returns the store counters of mapping id.
+func (m *metrics) mapping(id string) *mappingMetrics {
+	if mm, ok := m.byMapping.Load(id); ok {
+		return mm.(*mappingMetrics)
+	}
+	mm, _ := m.byMapping.LoadOrStore(id, &mappingMetrics{
+		sent:         m.sent.WithLabelValues(id),
+		stored:       m.stored.WithLabelValues(id),
+		failed:       m.failed.WithLabelValues(id),
+		deduplicated: m.deduplicated.WithLabelValues(id),
+		storeLatency: m.storeLatency.WithLabelValues(id),
+	})
+	return mm.(*mappingMetrics)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

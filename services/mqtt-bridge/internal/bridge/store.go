@@ -112,9 +112,11 @@ type store struct {
 	// before it is sent, and its outcome.
 	sessions batchJournal
 
-	mu      sync.Mutex
-	topics  map[string]topicInfo
-	writers map[string]chan *appendReq
+	mu     sync.Mutex
+	topics map[string]topicInfo
+	// writers holds each topic partition's queue of appends, served by its own
+	// goroutine (write).
+	writers map[partitionKey]chan *appendReq
 	ctx     context.Context
 	wg      sync.WaitGroup
 	// producers holds the slots' producer ids once InitProducerId answered.
@@ -188,7 +190,7 @@ type slotState struct {
 }
 
 func newStore(ctx context.Context, s storagev1.StorageServiceClient, c coordinatorv1.CoordinatorServiceClient, timeout time.Duration, log *zap.Logger) *store {
-	st := &store{storage: s, coord: c, timeout: timeout, log: log, topics: map[string]topicInfo{}, writers: map[string]chan *appendReq{}, ctx: ctx, appending: make(chan struct{}, maxAppends)}
+	st := &store{storage: s, coord: c, timeout: timeout, log: log, topics: map[string]topicInfo{}, writers: map[partitionKey]chan *appendReq{}, ctx: ctx, appending: make(chan struct{}, maxAppends)}
 	st.wg.Add(1)
 	go st.initProducers()
 	return st
@@ -251,6 +253,11 @@ func (s *store) partitions(ctx context.Context, topic string, create int32) (int
 func (s *store) batchLimit(topic string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.batchLimitLocked(topic)
+}
+
+// batchLimitLocked is batchLimit, s.mu held.
+func (s *store) batchLimitLocked(topic string) int {
 	if ti, ok := s.topics[topic]; ok && ti.maxMessageBytes > 0 {
 		return ti.maxMessageBytes
 	}
@@ -309,8 +316,8 @@ func (s *store) append(ctx context.Context, topic string, p int32, recs []*stora
 // for it before, so that records queued one after the other are stored in that order)
 // and returns the request to await; ctx's error if it ended before there was room.
 func (s *store) enqueue(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin) (*appendReq, error) {
-	req := &appendReq{ctx: ctx, recs: recs, limit: s.batchLimit(topic), origin: o, done: make(chan error, 1)}
-	w := s.writer(channel.KafkaPartition(topic, p))
+	w, limit := s.writer(topic, p)
+	req := &appendReq{ctx: ctx, recs: recs, limit: limit, origin: o, done: make(chan error, 1)}
 	select {
 	case w <- req:
 		return req, nil
@@ -337,17 +344,27 @@ func (s *store) await(ctx context.Context, req *appendReq) error {
 	}
 }
 
-func (s *store) writer(name string) chan *appendReq {
+// partitionKey names a topic partition.
+type partitionKey struct {
+	topic     string
+	partition int32
+}
+
+// writer returns the append queue of topic partition p, starting its goroutine on
+// first use, and the topic's batch limit (bytes). Looked up for every message: keyed
+// by topic and partition, it builds no channel name but the first time.
+func (s *store) writer(topic string, p int32) (w chan *appendReq, limit int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w, ok := s.writers[name]
+	k := partitionKey{topic, p}
+	w, ok := s.writers[k]
 	if !ok {
 		w = make(chan *appendReq, 256)
-		s.writers[name] = w
+		s.writers[k] = w
 		s.wg.Add(1)
-		go s.write(name, w)
+		go s.write(channel.KafkaPartition(topic, p), w)
 	}
-	return w
+	return w, s.batchLimitLocked(topic)
 }
 
 func (s *store) write(name string, w chan *appendReq) {

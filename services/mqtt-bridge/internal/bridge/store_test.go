@@ -210,7 +210,7 @@ func TestStoreBoundsBatchBytes(t *testing.T) {
 			for range queued {
 				go func() { errs <- s.append(context.Background(), tc.topic, 0, big(), nil) }()
 			}
-			w := s.writer(channel.KafkaPartition(tc.topic, 0))
+			w, _ := s.writer(tc.topic, 0)
 			deadline := time.Now().Add(5 * time.Second)
 			for len(w) < queued {
 				if time.Now().After(deadline) {
