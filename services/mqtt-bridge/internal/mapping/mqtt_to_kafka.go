@@ -61,12 +61,20 @@ type Route struct {
 	Cfg     config.MQTTToKafka
 	filters []string
 	key     *template.Template
-	rr      atomic.Uint32
+	// want is the set of headers.Names, made once rather than for every message.
+	want map[string]bool
+	rr   atomic.Uint32
 }
 
 // NewRoute compiles a validated mapping.
 func NewRoute(c config.MQTTToKafka) (*Route, error) {
 	r := &Route{Cfg: c, filters: c.Filters}
+	if len(c.Headers.Names) > 0 {
+		r.want = make(map[string]bool, len(c.Headers.Names))
+		for _, n := range c.Headers.Names {
+			r.want[n] = true
+		}
+	}
 	switch c.Key {
 	case config.KeyTopic, config.KeyClientID, config.KeyNone:
 	default:
@@ -139,18 +147,22 @@ func (r *Route) headers(m *Message) []*storagev1.Header {
 	switch {
 	case h.All:
 		out = MetadataHeaders(m)
-	case len(h.Names) > 0:
-		want := map[string]bool{}
-		for _, n := range h.Names {
-			want[n] = true
-		}
-		out = appendHeaders(nil, m, func(n string) bool { return want[n] }, want[config.UserProperties])
+	case r.want != nil:
+		out = appendHeaders(nil, m, func(n string) bool { return r.want[n] }, r.want[config.UserProperties])
 	}
 	for _, f := range h.Fixed {
 		out = append(out, &storagev1.Header{Key: f.Name, Value: []byte(f.Value)})
 	}
 	return out
 }
+
+// Header values every record of a QoS or retain flag shares (read only: a record's
+// headers are only ever marshalled), so that they are not made for every message.
+var (
+	qosValues   = [3][]byte{[]byte("0"), []byte("1"), []byte("2")}
+	retainTrue  = []byte("true")
+	retainFalse = []byte("false")
+)
 
 func appendHeaders(out []*storagev1.Header, m *Message, want func(string) bool, users bool) []*storagev1.Header {
 	add := func(k string, v []byte) {
@@ -159,8 +171,12 @@ func appendHeaders(out []*storagev1.Header, m *Message, want func(string) bool, 
 		}
 	}
 	add(config.HeaderTopic, []byte(m.Topic))
-	add(config.HeaderQoS, []byte{'0' + m.QoS})
-	add(config.HeaderRetain, []byte(strconv.FormatBool(m.Retain)))
+	add(config.HeaderQoS, qosValues[min(m.QoS, 2)])
+	retain := retainFalse
+	if m.Retain {
+		retain = retainTrue
+	}
+	add(config.HeaderRetain, retain)
 	if m.ClientID != "" {
 		add(config.HeaderClientID, []byte(m.ClientID))
 	}
