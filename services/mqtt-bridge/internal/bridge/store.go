@@ -130,6 +130,9 @@ type topicInfo struct {
 	// maxMessageBytes is the topic's max.message.bytes (defaultMaxMessageBytes unless set).
 	maxMessageBytes int
 	at              time.Time
+	// refreshing is set while one caller asks the coordinator again for a count past
+	// topicRefresh; the others keep using this one meanwhile.
+	refreshing bool
 }
 
 // States of an appendReq: queued until the writer sends it or its caller gives up.
@@ -227,13 +230,26 @@ func (s *store) initProducers() {
 func (s *store) partitions(ctx context.Context, topic string, create int32) (int32, error) {
 	s.mu.Lock()
 	ti, ok := s.topics[topic]
-	s.mu.Unlock()
-	if ok && time.Since(ti.at) < topicRefresh {
+	if ok && (ti.refreshing || time.Since(ti.at) < topicRefresh) {
+		s.mu.Unlock()
 		return ti.partitions, nil
 	}
+	if ok {
+		// One refresh at a time: every publish arriving meanwhile would otherwise wait
+		// for a GetTopics of its own.
+		ti.refreshing = true
+		s.topics[topic] = ti
+	}
+	s.mu.Unlock()
 	t, err := s.fetchTopic(ctx, topic, create)
 	if err != nil {
 		if ok {
+			s.mu.Lock()
+			if cur, still := s.topics[topic]; still {
+				cur.refreshing = false
+				s.topics[topic] = cur
+			}
+			s.mu.Unlock()
 			return ti.partitions, nil // keep using the last known count
 		}
 		return 0, err

@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,5 +286,75 @@ func TestAppendRounds(t *testing.T) {
 	}
 	if n := len(appendRounds([]*target{small}, func(string) int { return defaultMaxMessageBytes })); n != 1 {
 		t.Fatalf("a small group took %d rounds, want 1", n)
+	}
+}
+
+// slowTopics answers GetTopics with three partitions once release is closed, counting
+// the calls.
+type slowTopics struct {
+	fixedProducers
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (c *slowTopics) GetTopics(ctx context.Context, req *coordinatorv1.GetTopicsRequest, _ ...grpc.CallOption) (*coordinatorv1.GetTopicsResponse, error) {
+	c.calls.Add(1)
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &coordinatorv1.GetTopicsResponse{Topics: []*coordinatorv1.Topic{{Name: req.GetNames()[0], Partitions: 3}}}, nil
+}
+
+// A partition count past topicRefresh is asked for again by one caller only: the
+// publishes arriving meanwhile use the count known, without waiting for the
+// coordinator, and the next ones get the new count.
+func TestStalePartitionCountRefreshedOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	coord := &slowTopics{release: make(chan struct{})}
+	s := newStore(ctx, &countingStorage{}, coord, 5*time.Second, zap.NewNop())
+	t.Cleanup(func() { cancel(); s.wait() })
+	s.mu.Lock()
+	s.topics["t"] = topicInfo{partitions: 1, maxMessageBytes: defaultMaxMessageBytes, at: time.Now().Add(-2 * topicRefresh)}
+	s.mu.Unlock()
+
+	refreshed := make(chan int32)
+	go func() {
+		n, _ := s.partitions(ctx, "t", 1)
+		refreshed <- n
+	}()
+	for coord.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	during := make(chan error, 50)
+	for range 50 {
+		go func() {
+			n, err := s.partitions(ctx, "t", 1)
+			if err == nil && n != 1 {
+				err = fmt.Errorf("%d partitions, want the known 1", n)
+			}
+			during <- err
+		}()
+	}
+	for range 50 {
+		select {
+		case err := <-during:
+			if err != nil {
+				t.Fatalf("during the refresh: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("a publish during the refresh waited for the coordinator")
+		}
+	}
+	if n := coord.calls.Load(); n != 1 {
+		t.Fatalf("GetTopics called %d times during one refresh, want 1", n)
+	}
+	close(coord.release)
+	if n := <-refreshed; n != 3 {
+		t.Fatalf("refreshing caller got %d partitions, want 3", n)
+	}
+	if n, err := s.partitions(ctx, "t", 1); err != nil || n != 3 {
+		t.Fatalf("after the refresh: partitions = %d, %v; want 3", n, err)
 	}
 }
