@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -801,7 +800,7 @@ func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code
 func fromMochi(cl *mqtt.Client, pk packets.Packet) *mapping.Message {
 	m := &mapping.Message{
 		Topic: pk.TopicName, Payload: pk.Payload, QoS: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain,
-		ClientID: cl.ID, Username: string(bytes.Clone(cl.Properties.Username)),
+		ClientID: cl.ID, Username: string(cl.Properties.Username),
 	}
 	p := pk.Properties
 	m.ContentType = p.ContentType
