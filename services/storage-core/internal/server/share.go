@@ -178,6 +178,11 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	}
 	for k, i := range idx {
 		pr := resp.Partitions[i]
+		if errors.Is(errs[k], queue.ErrNotFound) {
+			// The state was deleted under the wait (DeleteShareGroupOffsets): nothing
+			// was acquired, so the partition answers empty, as Kafka's does.
+			continue
+		}
 		if errs[k] != nil {
 			pr.Error, pr.Message = shareError(errs[k])
 			continue
