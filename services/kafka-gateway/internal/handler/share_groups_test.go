@@ -3,9 +3,11 @@ package handler
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -53,6 +55,11 @@ func TestShareGroupsDisabled(t *testing.T) {
 	hb := on.do(t, req, 1).(*kmsg.ShareGroupHeartbeatResponse)
 	if hb.ErrorCode != kerr.CoordinatorNotAvailable.Code {
 		t.Errorf("heartbeat without a coordinator: code %d", hb.ErrorCode)
+	}
+	long := *req
+	long.GroupID = strings.Repeat("g", channel.MaxShareGroupIDLen+1)
+	if hb := on.do(t, &long, 1).(*kmsg.ShareGroupHeartbeatResponse); hb.ErrorCode != kerr.InvalidRequest.Code {
+		t.Errorf("heartbeat with a %d-byte group id: code %d, want INVALID_REQUEST (ShareFetch could never serve it)", len(long.GroupID), hb.ErrorCode)
 	}
 	d := kmsg.NewPtrShareGroupDescribeRequest()
 	d.GroupIDs = []string{"g"}
