@@ -13,6 +13,8 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
 	"github.com/tributary/tributary/tests/e2e/testenv"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestRaftPubSubPublishFollowsLeader: a pubsub-gateway given the three addresses of a
@@ -34,11 +36,23 @@ func TestRaftPubSubPublishFollowsLeader(t *testing.T) {
 	lead := leadElsewhere(t, s, leader, ch)
 	const n = 50
 	for i := 0; i < n; i++ {
-		resp, err := pub.Publish(ctxT(t, 20*time.Second), &pubsubpb.PublishRequest{
-			Topic: topicPath(id), Messages: []*pubsubpb.PubsubMessage{{Data: []byte(fmt.Sprintf("m-%02d", i))}},
-		})
-		if err != nil || len(resp.GetMessageIds()) != 1 {
-			t.Fatalf("publish %d with %s leading: %v %v", i, lead.Name, resp, err)
+		// UNAVAILABLE is retried, as Google's client libraries retry Publish: the
+		// gateway's connection to the restarted first node may still be broken
+		// ("connection refused": the call reached no node), and it then picks another.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := pub.Publish(ctxT(t, 20*time.Second), &pubsubpb.PublishRequest{
+				Topic: topicPath(id), Messages: []*pubsubpb.PubsubMessage{{Data: []byte(fmt.Sprintf("m-%02d", i))}},
+			})
+			if status.Code(err) == codes.Unavailable && time.Now().Before(deadline) {
+				t.Logf("publish %d: %v (retried)", i, err)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if err != nil || len(resp.GetMessageIds()) != 1 {
+				t.Fatalf("publish %d with %s leading: %v %v", i, lead.Name, resp, err)
+			}
+			break
 		}
 	}
 	var leadAddr string
