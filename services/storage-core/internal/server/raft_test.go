@@ -23,7 +23,9 @@ import (
 // there succeeds. AppendBatches on a follower answers the per-channel NOT_LEADER with
 // the leader's id and address. AppendBatches (an idempotent batch, then its retry) and a pipelined
 // AppendStream work on the leader, and every node then serves every record and names
-// the leader and its term in GetChannel.
+// the leader and its term in GetChannel. A transaction marker for a channel that does
+// not exist is redirected by the metadata group's followers and answered
+// UNKNOWN_TOPIC_OR_PARTITION by its leader.
 func TestRaftModeLeaderTrailer(t *testing.T) {
 	addrs := make([]string, 3)
 	for i := range addrs {
@@ -97,6 +99,29 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create via %s: %v", a, err)
 		}
+	}
+	// A marker for a channel a node does not hold is answered
+	// UNKNOWN_TOPIC_OR_PARTITION only by the metadata group's leader, after it confirmed
+	// the absence: a follower redirects there (it may merely lag behind a create).
+	redirected := 0
+	for _, a := range addrs {
+		var res *storagev1.TxnMarkerResult
+		err := call(a, func(c storagev1.StorageServiceClient, opt grpc.CallOption) error {
+			r, err := c.WriteTxnMarkers(ctx, &storagev1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{{Channel: "kafka.nosuch", ProducerId: 1, Commit: true}}}, opt)
+			if status.Code(err) == codes.FailedPrecondition {
+				redirected++
+			}
+			if err == nil && len(r.GetResults()) == 1 {
+				res = r.GetResults()[0]
+			}
+			return err
+		})
+		if err != nil || res.GetErrorCode() != 3 {
+			t.Fatalf("marker for an absent channel via %s: %v %v, want code 3", a, res, err)
+		}
+	}
+	if redirected != 2 {
+		t.Fatalf("%d absent-channel markers were redirected, want 2 (the metadata group's followers)", redirected)
 	}
 	leader := ""
 	for _, a := range addrs {

@@ -78,9 +78,15 @@ func (s *service) channelFor(name string) (*store.Log, error) {
 }
 
 // writableChannelFor is channelFor for calls that change a log: a queue's log is
-// refused (ErrQueueChannel); its bindings write it.
+// refused (ErrQueueChannel); its bindings write it. In raft mode a channel this node
+// does not hold is confirmed absent with the metadata group first
+// (store.GetConfirmed), so a write reaching a lagging replica is redirected rather than
+// told the channel does not exist.
 func (s *service) writableChannelFor(name string) (*store.Log, error) {
-	l, err := s.channelFor(name)
+	if err := channel.Validate(name); err != nil {
+		return nil, err
+	}
+	l, err := s.st.GetConfirmed(name)
 	if err == nil && l.Kind() == store.KindQueue {
 		return nil, fmt.Errorf("%w: %s is written by its bindings only (QueueService)", ErrQueueChannel, name)
 	}

@@ -51,7 +51,11 @@ func markerCode(err error) int32 {
 // so markers of one channel land in that order), then waits for their durability,
 // each channel's concurrently, and answers per marker. In raft mode a request of one
 // marker this node does not lead fails as a whole with the leader's FAILED_PRECONDITION
-// (and trailers), so that grpcx.LeaderConn follows it as for Append.
+// (and trailers), so that grpcx.LeaderConn follows it as for Append; so does one for a
+// channel this node does not hold when it does not lead the metadata group, which alone
+// can tell a channel not yet applied here from one that does not exist (per-marker
+// UNKNOWN_TOPIC_OR_PARTITION comes only from it). In a request of several markers
+// these are per-marker NOT_LEADER_OR_FOLLOWER.
 func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMarkersRequest) (_ *storagev1.WriteTxnMarkersResponse, err error) {
 	defer func() { s.count("WriteTxnMarkers", err) }()
 	if n := len(req.Markers); n < 1 || n > maxTxnMarkers {
@@ -59,6 +63,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 	}
 	resp := &storagev1.WriteTxnMarkersResponse{Results: make([]*storagev1.TxnMarkerResult, len(req.Markers))}
 	pend := make([]*store.PendingAppend, len(req.Markers))
+	errs := make([]error, len(req.Markers))
 	for i, m := range req.Markers {
 		r := &storagev1.TxnMarkerResult{Channel: m.Channel, ProducerId: m.ProducerId}
 		resp.Results[i] = r
@@ -68,6 +73,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 		}
 		l, err := s.writableChannelFor(m.Channel)
 		if err != nil {
+			errs[i] = err
 			r.ErrorCode, r.ErrorMessage = markerCode(err), err.Error()
 			continue
 		}
@@ -76,7 +82,6 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 			Commit: m.Commit, CoordinatorEpoch: m.CoordinatorEpoch,
 		})
 	}
-	waitErrs := make([]error, len(pend))
 	var wg sync.WaitGroup
 	for i, p := range pend {
 		if p == nil {
@@ -87,7 +92,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 			defer wg.Done()
 			r := resp.Results[i]
 			res, err := p.Wait()
-			waitErrs[i] = err
+			errs[i] = err
 			switch {
 			case err != nil:
 				r.ErrorCode, r.ErrorMessage = markerCode(err), err.Error()
@@ -101,7 +106,7 @@ func (s *service) WriteTxnMarkers(_ context.Context, req *storagev1.WriteTxnMark
 	}
 	wg.Wait()
 	if len(pend) == 1 {
-		if st, ok := notLeader(waitErrs[0]); ok {
+		if st, ok := notLeader(errs[0]); ok {
 			return nil, st
 		}
 	}

@@ -251,7 +251,7 @@ func (r *raftState) propose(group uint64, payload []byte) (any, error) {
 
 // metaCmd is an entry of the metadata group.
 type metaCmd struct {
-	Op          string        `json:"op"` // "create" | "delete" | "config"
+	Op          string        `json:"op"` // "create" | "delete" | "config" | "barrier"
 	Name        string        `json:"name"`
 	Kind        Kind          `json:"kind,omitempty"`
 	Config      ChannelConfig `json:"config"`
@@ -290,6 +290,29 @@ func (s *Store) raftDelete(name string, ifExists bool) error {
 	}
 	_, err = s.raft.propose(metaGroup, b)
 	return err
+}
+
+// GetConfirmed is Get, except that in raft mode a channel this node does not hold is
+// first confirmed absent through the metadata group: this node (which must lead the
+// group) commits and applies a no-op entry, so every create committed before the call
+// is applied here too, then looks again. A lagging replica thus never answers
+// "no such channel" for one the cluster has. Errors: those of Get; in raft mode also
+// ErrNotLeader (this node does not lead the metadata group; the error names the
+// leader, for grpcx.LeaderConn to follow), ErrNotReplicated (no quorum within the
+// propose timeout) and ErrClosed.
+func (s *Store) GetConfirmed(name string) (*Log, error) {
+	l, err := s.Get(name)
+	if s.raft == nil || !errors.Is(err, ErrNotFound) {
+		return l, err
+	}
+	b, err := json.Marshal(metaCmd{Op: "barrier", NowMs: s.nowMs()})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.raft.propose(metaGroup, b); err != nil {
+		return nil, err
+	}
+	return s.Get(name)
 }
 
 // raftUpdateConfig proposes a config change of channel name to the metadata group:
@@ -354,6 +377,9 @@ func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
 			return nil, err
 		}
 		return nil, l.setConfig(cfg)
+	case "barrier":
+		// Changes nothing: its apply means every earlier entry is applied here.
+		return nil, nil
 	}
 	return nil, fmt.Errorf("%w: metadata op %q", ErrInternal, c.Op)
 }

@@ -473,3 +473,39 @@ func TestRaftModeConfigChange(t *testing.T) {
 	c.start(follower)
 	c.eventually(same)
 }
+
+// TestRaftModeGetConfirmed: a replica cut off from its peers has not applied a channel
+// the metadata group created: Get says ErrNotFound, but GetConfirmed, which writes act
+// on, answers ErrNotLeader (the metadata group's leader alone can tell). On that leader
+// GetConfirmed finds the channel, and answers ErrNotFound only for one that does not
+// exist.
+func TestRaftModeGetConfirmed(t *testing.T) {
+	c := newRaftCluster(t)
+	c.create("raft.before")
+	meta := c.leader(metaGroup)
+	var lagging uint64
+	for id := range c.st {
+		if id != meta {
+			lagging = id
+		}
+	}
+	c.srv[lagging].Stop() // the others' messages no longer reach it
+	if _, _, err := c.st[meta].Create("raft.lag", ChannelConfig{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st[lagging].Get("raft.lag"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get on the cut-off replica: %v, want ErrNotFound (the case under test)", err)
+	}
+	if _, err := c.st[lagging].GetConfirmed("raft.lag"); !errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetConfirmed on the cut-off replica: %v, want ErrNotLeader", err)
+	}
+	if _, err := c.st[lagging].GetConfirmed("raft.before"); err != nil {
+		t.Fatalf("GetConfirmed of a channel the replica holds: %v", err)
+	}
+	if l, err := c.st[meta].GetConfirmed("raft.lag"); err != nil || l.Name() != "raft.lag" {
+		t.Fatalf("GetConfirmed on the metadata leader: %v", err)
+	}
+	if _, err := c.st[meta].GetConfirmed("raft.none"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetConfirmed of an absent channel on the metadata leader: %v, want ErrNotFound", err)
+	}
+}
