@@ -44,7 +44,9 @@ const (
 	codeUnknownServerError       = -1
 	codeNone                     = 0
 	codeUnknownTopicOrPartition  = 3
+	codeNotLeaderOrFollower      = 6
 	codeOffsetMetadataTooLarge   = 12
+	codeNotEnoughReplicas        = 19
 	codeIllegalGeneration        = 22
 	codeInvalidGroupID           = 24
 	codeUnknownMemberID          = 25
@@ -366,7 +368,9 @@ func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func(
 				switch code {
 				case codeNone:
 				case codeUnknownTopicOrPartition:
-					// The partition is gone (topic deleted): nothing to mark.
+					// The partition is gone (topic deleted): nothing to mark. In raft
+					// mode only the metadata group's leader answers this, after
+					// confirming it, never a replica lagging behind the create.
 				case codeInvalidProducerEpoch:
 					// The log knows a newer epoch of the producer: a later marker was
 					// written already, so this transaction ended there.

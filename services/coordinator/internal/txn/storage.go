@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/tributary/tributary/libs/grpcx"
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // coordinatorEpoch is the coordinator epoch written into every marker. Any replica
@@ -61,21 +64,35 @@ func (s storageMarkers) write(ctx context.Context, req *storagev1.WriteTxnMarker
 	return codes, nil
 }
 
+// maxMarkerCalls bounds the marker calls of one transaction in flight at once (each is
+// a Raft proposal on its channel's leader).
+const maxMarkerCalls = 16
+
+// markerRetries is how many times writeEach resends one marker whose answer is
+// retriable (no leader yet, no quorum, node unreachable) before the transaction's
+// finish fails and is redone by a later sweep; markerBackoff is the first pause
+// between tries, doubled each time.
+const (
+	markerRetries = 4
+	markerBackoff = 50 * time.Millisecond
+)
+
 // writeEach writes every marker in a call of its own (routed to its channel's leader),
-// concurrently; the first call error fails the whole.
+// at most maxMarkerCalls at once. A marker answered NOT_LEADER_OR_FOLLOWER or
+// NOT_ENOUGH_REPLICAS, or whose call is UNAVAILABLE, is resent (markers are idempotent)
+// up to markerRetries times, so one election does not redo the whole set; the first
+// call error left fails the whole.
 func (s storageMarkers) writeEach(ctx context.Context, markers []*storagev1.TxnMarker) ([]int16, error) {
 	codes := make([]int16, len(markers))
 	errs := make([]error, len(markers))
+	sem := make(chan struct{}, maxMarkerCalls)
 	var wg sync.WaitGroup
 	for i, m := range markers {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
-			c, err := s.write(ctx, &storagev1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{m}})
-			if err == nil {
-				codes[i] = c[0]
-			}
-			errs[i] = err
+			defer func() { <-sem; wg.Done() }()
+			codes[i], errs[i] = s.writeOne(ctx, m)
 		}()
 	}
 	wg.Wait()
@@ -83,4 +100,29 @@ func (s storageMarkers) writeEach(ctx context.Context, markers []*storagev1.TxnM
 		return nil, err
 	}
 	return codes, nil
+}
+
+// writeOne writes marker m in a call of its own, resending it on retriable answers.
+func (s storageMarkers) writeOne(ctx context.Context, m *storagev1.TxnMarker) (int16, error) {
+	pause := markerBackoff
+	for try := 0; ; try++ {
+		c, err := s.write(ctx, &storagev1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{m}})
+		retriable := status.Code(err) == codes.Unavailable ||
+			(err == nil && (c[0] == codeNotLeaderOrFollower || c[0] == codeNotEnoughReplicas))
+		if !retriable || try == markerRetries {
+			if err != nil {
+				return 0, err
+			}
+			return c[0], nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return 0, err
+			}
+			return c[0], nil
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
 }
