@@ -11,7 +11,10 @@ package handler
 // INVALID_RECORD_STATE when an offset is not acquired by the member (lock expired,
 // another member's, never acquired, already acknowledged), INVALID_REQUEST for
 // malformed batches (offsets out of order, type count, unknown type), UNKNOWN_TOPIC_ID
-// and UNKNOWN_TOPIC_OR_PARTITION for unknown partitions. Types: 0 gap, 1 accept, 2
+// for a topic id no topic has (a deleted topic's included) and
+// UNKNOWN_TOPIC_OR_PARTITION for a partition outside the topic or one the group holds
+// no share state for (never fetched, or deleted by DeleteShareGroupOffsets), as
+// Kafka's SharePartitionManager answers an acknowledgement without a share partition. Types: 0 gap, 1 accept, 2
 // release (redelivered at once, delivery count kept), 3 reject (never redelivered), 4
 // renew (v2 with IsRenewAck only: the lock runs again). The member id must be 1..36
 // bytes (INVALID_REQUEST).

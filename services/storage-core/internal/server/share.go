@@ -43,15 +43,20 @@ func shareFetchBytes(maxBytes int64) int64 {
 	return maxBytes
 }
 
-// shareError maps a per-partition error to its ShareError.
+// shareError maps a per-partition error to its ShareError. A share partition without
+// state (queue.ErrNotFound: never started, or deleted by DeleteShareGroupOffsets or
+// DeleteGroups) is UNKNOWN_PARTITION, as Kafka's SharePartitionManager answers
+// UNKNOWN_TOPIC_OR_PARTITION for an acknowledgement to a share partition it does not
+// hold; INVALID_RECORD_STATE is only for offsets existing state does not let the
+// member acknowledge.
 func shareError(err error) (storagev1.ShareError, string) {
 	switch {
 	case err == nil:
 		return storagev1.ShareError_SHARE_ERROR_UNSPECIFIED, ""
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, channel.ErrInvalidTopic), errors.Is(err, channel.ErrInvalidPartition),
-		errors.Is(err, queue.ErrNotQueue):
+		errors.Is(err, queue.ErrNotQueue), errors.Is(err, queue.ErrNotFound):
 		return storagev1.ShareError_SHARE_ERROR_UNKNOWN_PARTITION, err.Error()
-	case errors.Is(err, queue.ErrInvalidRecordState), errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, queue.ErrInvalidRecordState):
 		return storagev1.ShareError_SHARE_ERROR_INVALID_RECORD_STATE, err.Error()
 	case errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, channel.ErrInvalidName):
 		return storagev1.ShareError_SHARE_ERROR_INVALID_REQUEST, err.Error()

@@ -66,3 +66,75 @@ func TestShareFetchStateDeletedMidWait(t *testing.T) {
 		t.Fatalf("fetch cut short by delete after %v: error %v (%s), %d records; want empty, no error", time.Since(start), p.Error, p.Message, len(p.Records))
 	}
 }
+
+// TestShareAcknowledgeStateDeleted: acknowledgements for a share partition whose state
+// is gone (DeleteShareGroupOffsets, or never created) answer UNKNOWN_PARTITION, as
+// Kafka's SharePartitionManager answers UNKNOWN_TOPIC_OR_PARTITION for a partition it
+// holds no share partition for; INVALID_RECORD_STATE is only for offsets the member
+// does not hold in existing state. Alone (ShareAcknowledge) and piggybacked
+// (ShareFetch), whose fetch then starts the state afresh.
+func TestShareAcknowledgeStateDeleted(t *testing.T) {
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc, err := grpcx.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cc.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	for _, p := range []int32{0, 1} {
+		if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: channel.KafkaPartition("orders", p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p0 := []*storagev1.SharePartitionRef{{Topic: "orders", Partition: 0}}
+	if _, err := shc.ShareFetch(ctx, &storagev1.ShareFetchRequest{GroupId: "g", MemberId: "m", MaxRecords: 10, Partitions: p0,
+		AutoOffsetReset: storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Append(ctx, &storagev1.AppendRequest{Channel: channel.KafkaPartition("orders", 0), Records: []*storagev1.AppendRecord{{Value: []byte("a")}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := shc.ShareFetch(ctx, &storagev1.ShareFetchRequest{GroupId: "g", MemberId: "m", MaxRecords: 10, WaitMs: 5000, Partitions: p0})
+	if err != nil || len(f.Partitions[0].Records) != 1 {
+		t.Fatalf("fetch: %v %v", err, f)
+	}
+	// Existing state, an offset the member does not hold: INVALID_RECORD_STATE.
+	accept := func(p int32, off int64) []*storagev1.SharePartitionAcks {
+		return []*storagev1.SharePartitionAcks{{Topic: "orders", Partition: p, Batches: []*storagev1.ShareAckBatch{{FirstOffset: off, LastOffset: off,
+			Types: []storagev1.ShareAcknowledgeType{storagev1.ShareAcknowledgeType_SHARE_ACKNOWLEDGE_TYPE_ACCEPT}}}}}
+	}
+	a, err := shc.ShareAcknowledge(ctx, &storagev1.ShareAcknowledgeRequest{GroupId: "g", MemberId: "other", Acknowledgements: accept(0, 0)})
+	if err != nil || a.Results[0].Error != storagev1.ShareError_SHARE_ERROR_INVALID_RECORD_STATE {
+		t.Fatalf("another member's record: %v %v", err, a)
+	}
+	if d, err := shc.DeleteSharePartitions(ctx, &storagev1.DeleteSharePartitionsRequest{GroupId: "g", Partitions: p0}); err != nil || d.Partitions[0].Error != 0 {
+		t.Fatalf("delete: %v %v", err, d)
+	}
+	// The member's record, its state deleted since; and a partition never started.
+	for _, p := range []int32{0, 1} {
+		a, err := shc.ShareAcknowledge(ctx, &storagev1.ShareAcknowledgeRequest{GroupId: "g", MemberId: "m", Acknowledgements: accept(p, 0)})
+		if err != nil || len(a.Results) != 1 || a.Results[0].Error != storagev1.ShareError_SHARE_ERROR_UNKNOWN_PARTITION {
+			t.Fatalf("ShareAcknowledge on partition %d without state: %v %v, want UNKNOWN_PARTITION", p, err, a)
+		}
+	}
+	f, err = shc.ShareFetch(ctx, &storagev1.ShareFetchRequest{GroupId: "g", MemberId: "m", MaxRecords: 10, WaitMs: 5000, Partitions: p0, Acknowledgements: accept(0, 0),
+		AutoOffsetReset: storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST})
+	if err != nil || len(f.AckResults) != 1 || f.AckResults[0].Error != storagev1.ShareError_SHARE_ERROR_UNKNOWN_PARTITION {
+		t.Fatalf("piggybacked ack without state: %v %v, want UNKNOWN_PARTITION", err, f)
+	}
+	if p := f.Partitions[0]; p.Error != 0 || len(p.Records) != 1 || p.Records[0].DeliveryCount != 1 {
+		t.Fatalf("fetch after the delete: %v, want the record afresh (delivery count 1)", p)
+	}
+}

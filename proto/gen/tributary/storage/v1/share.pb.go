@@ -40,7 +40,8 @@ type ShareError int32
 
 const (
 	ShareError_SHARE_ERROR_UNSPECIFIED ShareError = 0 // success
-	// UNKNOWN_TOPIC_OR_PARTITION (3): the partition has no log.
+	// UNKNOWN_TOPIC_OR_PARTITION (3): the partition has no log, or (acknowledgements)
+	// the group has no share state for it (never started, or deleted).
 	ShareError_SHARE_ERROR_UNKNOWN_PARTITION ShareError = 1
 	// INVALID_RECORD_STATE (121): an acknowledged offset is not acquired by the member
 	// (never acquired, lock expired, acquired by another member, already done).
