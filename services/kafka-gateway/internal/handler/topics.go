@@ -38,17 +38,82 @@ type cacheEntry struct {
 
 // topicCache keeps GetTopics answers for ttl. invalidate bumps a generation so that an
 // answer fetched before an invalidation is not stored after it.
+//
+// Topic ids that name no topic are cheap to ask about again (ShareFetch and
+// ShareAcknowledge name partitions by id on every request, Fetch v13+ too): such an id
+// is remembered missing for missTTL, and while a full listing is younger than
+// listEvery (and nothing was invalidated since) an id absent from it is missing
+// without listing again, so unknown ids cost at most one full listing per listEvery.
 type topicCache struct {
-	ttl time.Duration
+	ttl       time.Duration
+	missTTL   time.Duration
+	listEvery time.Duration
 
 	mu     sync.Mutex
 	gen    uint64
 	byName map[string]cacheEntry
 	byID   map[[16]byte]string
+	// missing holds ids a lookup found no topic for, with when it looked.
+	missing map[[16]byte]time.Time
+	// listedAt is when the last full listing was stored, at generation listedGen.
+	listedAt  time.Time
+	listedGen uint64
+
+	// listMu serializes the full listings topicByID makes, so that concurrent misses
+	// share one.
+	listMu sync.Mutex
 }
 
+// Bounds of the unknown topic id cache.
+const (
+	topicIDMissTTL   = 2 * time.Second
+	topicIDListEvery = time.Second
+	maxMissingIDs    = 10_000
+)
+
 func newTopicCache(ttl time.Duration) *topicCache {
-	return &topicCache{ttl: ttl, byName: map[string]cacheEntry{}, byID: map[[16]byte]string{}}
+	return &topicCache{ttl: ttl, missTTL: min(topicIDMissTTL, ttl), listEvery: min(topicIDListEvery, ttl/2),
+		byName: map[string]cacheEntry{}, byID: map[[16]byte]string{}, missing: map[[16]byte]time.Time{}}
+}
+
+// knownMissing says whether id was found to name no topic less than missTTL ago, or is
+// absent from a full listing younger than listEvery with nothing invalidated since
+// (that listing stored every topic, so a topic with id would be cached).
+func (c *topicCache) knownMissing(id [16]byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.missing[id]; ok && time.Since(at) < c.missTTL {
+		return true
+	}
+	if c.listedGen == c.gen && !c.listedAt.IsZero() && time.Since(c.listedAt) < c.listEvery {
+		if _, cached := c.byID[id]; !cached {
+			c.markMissingLocked(id)
+			return true
+		}
+	}
+	return false
+}
+
+// markMissing records that id names no topic.
+func (c *topicCache) markMissing(id [16]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.markMissingLocked(id)
+}
+
+func (c *topicCache) markMissingLocked(id [16]byte) {
+	if len(c.missing) >= maxMissingIDs {
+		now := time.Now()
+		for k, at := range c.missing {
+			if now.Sub(at) >= c.missTTL {
+				delete(c.missing, k)
+			}
+		}
+		if len(c.missing) >= maxMissingIDs {
+			c.missing = map[[16]byte]time.Time{}
+		}
+	}
+	c.missing[id] = time.Now()
 }
 
 func (c *topicCache) generation() uint64 {
@@ -121,6 +186,17 @@ func (c *topicCache) put(gen uint64, infos ...*topicInfo) {
 		}
 		c.byName[ti.Name] = cacheEntry{info: ti, at: now}
 		c.byID[ti.ID] = ti.Name
+		delete(c.missing, ti.ID)
+	}
+}
+
+// putAll stores a full listing fetched at generation gen: every topic there is.
+func (c *topicCache) putAll(gen uint64, infos []*topicInfo) {
+	c.put(gen, infos...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen == c.gen {
+		c.listedAt, c.listedGen = time.Now(), gen
 	}
 }
 
@@ -128,6 +204,8 @@ func (c *topicCache) invalidate(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
+	// A topic changed (created elsewhere, say): ids found missing may name it now.
+	c.missing = map[[16]byte]time.Time{}
 	if name == "" {
 		c.byName = map[string]cacheEntry{}
 		c.byID = map[[16]byte]string{}
@@ -211,17 +289,30 @@ func (h *Handler) allTopics(ctx context.Context) ([]*topicInfo, error) {
 		}
 		out = append(out, topicFromProto(t))
 	}
-	h.topics.put(gen, out...)
+	h.topics.putAll(gen, out)
 	return out, nil
 }
 
-// topicByID resolves a topic id (Fetch v13+, Metadata v10+, DeleteTopics v6+). It
-// returns nil, nil when no topic has that id.
+// topicByID resolves a topic id (Fetch v13+, Metadata v10+, DeleteTopics v6+,
+// ShareFetch, ShareAcknowledge). It returns nil, nil when no topic has that id. An id
+// that is not cached costs a full topic listing, but one that names no topic does
+// not again for a while (topicCache.knownMissing), and concurrent misses share one
+// listing.
 func (h *Handler) topicByID(ctx context.Context, id [16]byte) (*topicInfo, error) {
-	if n, ok := h.topics.nameForID(id); ok {
-		if ti, ok := h.topics.get(n); ok {
-			return ti, nil
-		}
+	if ti, ok := h.topicByIDCached(id); ok {
+		return ti, nil
+	}
+	if h.topics.knownMissing(id) {
+		return nil, nil
+	}
+	h.topics.listMu.Lock()
+	defer h.topics.listMu.Unlock()
+	// Another caller may have listed while this one waited.
+	if ti, ok := h.topicByIDCached(id); ok {
+		return ti, nil
+	}
+	if h.topics.knownMissing(id) {
+		return nil, nil
 	}
 	all, err := h.allTopics(ctx)
 	if err != nil {
@@ -235,7 +326,18 @@ func (h *Handler) topicByID(ctx context.Context, id [16]byte) (*topicInfo, error
 			return ti, nil
 		}
 	}
+	h.topics.markMissing(id)
 	return nil, nil
+}
+
+// topicByIDCached is the fresh cache entry of the topic with id, if any.
+func (h *Handler) topicByIDCached(id [16]byte) (*topicInfo, bool) {
+	if n, ok := h.topics.nameForID(id); ok {
+		if ti, ok := h.topics.get(n); ok && ti.ID == id {
+			return ti, true
+		}
+	}
+	return nil, false
 }
 
 // resolveTopics returns the registered topics among names, creating missing ones with
