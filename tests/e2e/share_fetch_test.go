@@ -53,7 +53,67 @@ type shareMember struct {
 	topic  [16]byte
 }
 
+// newShareMember joins group as member (ShareGroupHeartbeat, subscribed to the topic
+// with topicID, or to a topic that does not exist when no topic has it) and keeps
+// heartbeating until the test ends: the gateway serves ShareFetch to members only.
 func newShareMember(t *testing.T, addrs []string, group, member string, topicID [16]byte) *shareMember {
+	t.Helper()
+	m := newShareStranger(t, addrs, group, member, topicID)
+	md := kmsg.NewPtrMetadataRequest()
+	mdr, err := md.RequestWith(ctxT(t, 10*time.Second), m.cl)
+	if err != nil {
+		t.Fatalf("Metadata: %v", err)
+	}
+	subscribed := topicName("nosuchtopic")
+	for _, mt := range mdr.Topics {
+		if mt.TopicID == topicID && mt.Topic != nil {
+			subscribed = *mt.Topic
+		}
+	}
+	heartbeat := func(ctx context.Context, epoch int32) (int32, error) {
+		req := kmsg.NewPtrShareGroupHeartbeatRequest()
+		req.GroupID, req.MemberID, req.MemberEpoch = group, member, epoch
+		if epoch == 0 {
+			req.SubscribedTopicNames = []string{subscribed}
+		}
+		resp, err := req.RequestWith(ctx, m.cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return resp.MemberEpoch, nil
+	}
+	epoch, err := heartbeat(ctxT(t, 10*time.Second), 0)
+	if err != nil {
+		t.Fatalf("member %s joining share group %s: %v", member, group, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+			if e, err := heartbeat(hctx, epoch); err == nil {
+				epoch = e
+			}
+			hcancel()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
+}
+
+// newShareStranger is a share consumer that never joins the group.
+func newShareStranger(t *testing.T, addrs []string, group, member string, topicID [16]byte) *shareMember {
 	return &shareMember{t: t, cl: newClient(t, addrs), group: group, member: member, topic: topicID}
 }
 
@@ -325,6 +385,14 @@ func TestShareFetchAcknowledge(t *testing.T) {
 	resp := c.fetch([]int32{0}, nil, 0)
 	if len(resp.Topics) != 1 || resp.Topics[0].Partitions[0].ErrorCode != kerr.UnknownTopicID.Code {
 		t.Fatalf("unknown topic id: %+v", resp.Topics)
+	}
+	// A member id the group does not have, in this group and in one that does not
+	// exist: refused before any share state is made.
+	for _, g := range []string{group, topicName("nosuchgroup")} {
+		x := newShareStranger(t, s.KafkaAddrs, g, "stranger", tid)
+		if resp := x.request(x.fetchReq([]int32{0, 1}, nil, 0)).(*kmsg.ShareFetchResponse); resp.ErrorCode != kerr.UnknownMemberID.Code {
+			t.Fatalf("ShareFetch from a non-member of %s: %v, want UNKNOWN_MEMBER_ID", g, kerr.ErrorForCode(resp.ErrorCode))
+		}
 	}
 	d := newShareMember(t, s.KafkaAddrs, group, "member-d", tid)
 	resp = d.fetch([]int32{7}, nil, 0)

@@ -73,6 +73,14 @@ func (h *Handler) handleShareGroupHeartbeat(ctx context.Context, r *Request) (km
 	if msg := out.GetErrorMessage(); msg != "" {
 		resp.ErrorMessage = &msg
 	}
+	// What ShareFetch trusts (share_members.go): a member is in the group after a
+	// heartbeat that succeeded, out of it after leaving or being unknown.
+	switch {
+	case resp.ErrorCode == kerr.UnknownMemberID.Code, resp.ErrorCode == 0 && req.MemberEpoch == -1:
+		h.members.left(req.GroupID, req.MemberID)
+	case resp.ErrorCode == 0:
+		h.members.joined(req.GroupID, out.GetMemberId())
+	}
 	if resp.ErrorCode != 0 {
 		return resp, nil
 	}

@@ -23,9 +23,17 @@ package handler
 // below the partition's last stable offset are acquired and aborted transactions'
 // records never (archived, as Kafka's SharePartition does); control records are
 // never delivered at either level (their offsets lie outside AcquiredRecords). The
-// member id must be 1..36 bytes (INVALID_REQUEST), as Kafka checks; membership itself
-// is not checked here, as in Kafka. An unknown topic id is UNKNOWN_TOPIC_ID, a
-// partition outside the topic UNKNOWN_TOPIC_OR_PARTITION. v2: IsRenewAck requests
+// member id must be 1..36 bytes (INVALID_REQUEST), as Kafka checks. A request that
+// would acquire (any epoch but -1, not a renew) from a member id the share group does
+// not have (never joined, left, or no such share group) is UNKNOWN_MEMBER_ID before
+// anything else is done, so that it starts no share state nothing would delete (Kafka
+// refuses such partitions one by one, its share state being initialized only by the
+// group coordinator's assignment; here state starts at the first fetch). Membership is
+// cached (share_members.go); the coordinator unreachable for a member never seen is
+// COORDINATOR_NOT_AVAILABLE. An unknown topic id is UNKNOWN_TOPIC_ID, a partition
+// outside the topic UNKNOWN_TOPIC_OR_PARTITION. A piggybacked acknowledgement for a
+// partition the group holds no share state for (deleted by DeleteShareGroupOffsets)
+// is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers. v2: IsRenewAck requests
 // carry only acknowledgements (RENEW allowed) and zero fetch limits, else
 // INVALID_REQUEST; ShareAcquireMode record_limit is what every acquisition does
 // (never more than MaxRecords).
@@ -115,6 +123,17 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 	if shares == nil {
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil
+	}
+	// Only a member of the share group acquires records (and so starts share state);
+	// closing a session (acks and release) and renewing locks need not be one.
+	if req.ShareSessionEpoch != -1 && !renew {
+		if code, msg := h.shareMemberCheck(ctx, group, member); code != 0 {
+			resp.ErrorCode = code
+			if msg != "" {
+				resp.ErrorMessage = &msg
+			}
+			return resp, nil
+		}
 	}
 	var cfg groupShareConfig
 	if req.ShareSessionEpoch == 0 {

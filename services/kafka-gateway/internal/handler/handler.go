@@ -189,6 +189,8 @@ type Handler struct {
 	credsChanged func(user string)
 	// shares is nil without a coordinator connection (unit tests).
 	shares coordinatorv1.ShareGroupServiceClient
+	// members caches share group members for ShareFetch (share_members.go).
+	members *shareMembers
 
 	// drainCtx ends when the server starts shutting down (Drain): long polls return.
 	drainCtx context.Context
@@ -273,6 +275,7 @@ func New(cfg Config, deps Deps) *Handler {
 		groups:       groupsOrUnavailable(deps.Groups),
 		consumers:    deps.Consumers,
 		shares:       deps.Shares,
+		members:      newShareMembers(),
 		txns:         txnsOrUnavailable(deps.Txns),
 		brokers:      brokers,
 		log:          log,
