@@ -781,7 +781,11 @@ func (m *Manager) delete(name string, ifExists bool) error {
 // DeleteChannel deletes a channel of any kind (StorageService.DeleteChannel): a queue
 // (or a queue log left without state) as Delete does, a log through the store, under
 // adminMu, so a queue being created under that name meanwhile is never cut from its
-// log.
+// log. A Kafka partition's log takes every share group's share-partition state of it
+// along (deleteSharePartitionsOf), as Kafka drops a deleted topic's share state: those
+// queues are named by topic name, and a topic re-created with that name would
+// otherwise inherit them (their cursors past the new log's offsets, old records in
+// flight).
 func (m *Manager) DeleteChannel(name string, ifExists bool) error {
 	if err := channel.Validate(name); err != nil {
 		return err
@@ -792,8 +796,30 @@ func (m *Manager) DeleteChannel(name string, ifExists bool) error {
 		m.adminMu.Unlock()
 		return m.Delete(name, ifExists)
 	}
-	defer m.adminMu.Unlock()
-	return m.st.Delete(name, ifExists)
+	err = m.st.Delete(name, ifExists)
+	m.adminMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return m.deleteSharePartitionsOf(name)
+}
+
+// deleteSharePartitionsOf deletes the share-partition queues (every group's) of the
+// Kafka partition whose log log was. Called once the log is gone, so none can be
+// created for it meanwhile (creating one needs its log) and none is left behind.
+func (m *Manager) deleteSharePartitionsOf(log string) error {
+	topic, partition, ok := channel.ParseKafka(log)
+	if !ok {
+		return nil
+	}
+	for _, q := range m.list() {
+		if _, t, p, ok := channel.ParseKafkaSharePartition(q.name); ok && t == topic && p == partition {
+			if err := m.delete(q.name, true); err != nil {
+				return fmt.Errorf("delete share state %s of deleted %s: %w", q.name, log, err)
+			}
+		}
+	}
+	return nil
 }
 
 // dropState removes a queue's meta and state from the state file, and the snapshots

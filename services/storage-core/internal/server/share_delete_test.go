@@ -138,3 +138,97 @@ func TestShareAcknowledgeStateDeleted(t *testing.T) {
 		t.Fatalf("fetch after the delete: %v, want the record afresh (delivery count 1)", p)
 	}
 }
+
+// TestSharePartitionGoesWithTopic: deleting a Kafka partition's log (DeleteTopics)
+// deletes every group's share state of that partition, as Kafka's share coordinator
+// drops a deleted topic's share state; a topic re-created with the same name starts
+// its share partitions afresh (share.auto.offset.reset, delivery count 1) instead of
+// inheriting the old topic's start offset and in-flight records.
+func TestSharePartitionGoesWithTopic(t *testing.T) {
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc, err := grpcx.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cc.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	create := func(topic string, p int32) {
+		t.Helper()
+		if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: channel.KafkaPartition(topic, p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendValues := func(topic string, p int32, vs ...string) {
+		t.Helper()
+		var recs []*storagev1.AppendRecord
+		for _, v := range vs {
+			recs = append(recs, &storagev1.AppendRecord{Value: []byte(v)})
+		}
+		if _, err := sc.Append(ctx, &storagev1.AppendRequest{Channel: channel.KafkaPartition(topic, p), Records: recs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(group string, p int32) *storagev1.SharePartitionRecords {
+		t.Helper()
+		f, err := shc.ShareFetch(ctx, &storagev1.ShareFetchRequest{GroupId: group, MemberId: "m", MaxRecords: 10, WaitMs: 3000,
+			Partitions:      []*storagev1.SharePartitionRef{{Topic: "orders", Partition: p}},
+			AutoOffsetReset: storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Partitions[0]
+	}
+	for _, p := range []int32{0, 1} {
+		create("orders", p)
+		create("other", p)
+	}
+	appendValues("orders", 0, "old0", "old1", "old2")
+	appendValues("orders", 1, "keep")
+	for _, g := range []string{"g1", "g2"} {
+		if r := fetch(g, 0); len(r.Records) != 3 { // held, in flight
+			t.Fatalf("%s before the delete: %v", g, r)
+		}
+	}
+	if r := fetch("g1", 1); len(r.Records) != 1 {
+		t.Fatalf("partition 1: %v", r)
+	}
+	if _, err := sc.DeleteChannel(ctx, &storagev1.DeleteChannelRequest{Name: channel.KafkaPartition("orders", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"g1", "g2"} {
+		l, err := shc.ListSharePartitions(ctx, &storagev1.ListSharePartitionsRequest{GroupId: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range l.GetPartitions() {
+			if p.GetTopic() == "orders" && p.GetPartition() == 0 {
+				t.Fatalf("group %s still has share state of the deleted partition: %v", g, l)
+			}
+		}
+	}
+	// The other partition's share state stays (its log was not deleted).
+	if l, err := shc.ListSharePartitions(ctx, &storagev1.ListSharePartitionsRequest{GroupId: "g1"}); err != nil || len(l.GetPartitions()) != 1 {
+		t.Fatalf("g1's share state after deleting partition 0: %v %v, want partition 1 only", l, err)
+	}
+	// Re-created: new records from offset 0, each delivered once, none of the old.
+	create("orders", 0)
+	appendValues("orders", 0, "new0")
+	for _, g := range []string{"g1", "g2"} {
+		r := fetch(g, 0)
+		if r.Error != 0 || len(r.Records) != 1 || string(r.Records[0].Record.Value) != "new0" || r.Records[0].Record.Sequence != 1 || r.Records[0].DeliveryCount != 1 {
+			t.Fatalf("%s after the topic was re-created: %v, want new0 at offset 0, delivery count 1", g, r)
+		}
+	}
+}
