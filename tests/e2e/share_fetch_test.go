@@ -51,6 +51,8 @@ type shareMember struct {
 	member string
 	epoch  int32
 	topic  [16]byte
+	// stop ends the heartbeats (newShareMember) and waits for them to end.
+	stop func()
 }
 
 // newShareMember joins group as member (ShareGroupHeartbeat, subscribed to the topic
@@ -108,8 +110,26 @@ func newShareMember(t *testing.T, addrs []string, group, member string, topicID 
 			hcancel()
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	m.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(m.stop)
 	return m
+}
+
+// leave stops the heartbeats and leaves the group (member epoch -1); the share session
+// stays open.
+func (m *shareMember) leave() {
+	m.t.Helper()
+	m.stop()
+	req := kmsg.NewPtrShareGroupHeartbeatRequest()
+	req.GroupID, req.MemberID, req.MemberEpoch = m.group, m.member, -1
+	resp, err := req.RequestWith(ctxT(m.t, 10*time.Second), m.cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		m.t.Fatalf("member %s leaving %s: %v", m.member, m.group, err)
+	}
 }
 
 // newShareStranger is a share consumer that never joins the group.
@@ -811,5 +831,92 @@ func TestShareConsumersKgo(t *testing.T) {
 	}
 	if !done() {
 		t.Fatalf("accepted %d of %d records before the deadline", len(accepted), len(want)-rejects)
+	}
+}
+
+// TestShareStateDeletedAndTopicRecreated: acknowledgements for share state deleted by
+// DeleteShareGroupOffsets answer UNKNOWN_TOPIC_OR_PARTITION (ShareAcknowledge and
+// piggybacked on the closing ShareFetch), and for a deleted topic UNKNOWN_TOPIC_ID, as
+// Kafka answers; a topic deleted and created again with the same name starts its
+// share partitions afresh: the new topic's records from offset 0, delivery count 1,
+// none of the old topic's.
+func TestShareStateDeletedAndTopicRecreated(t *testing.T) {
+	s := shareStack(t)
+	pcl := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(pcl)
+	topic, group, other := topicName("sharedel"), topicName("sgrp"), topicName("sgrp2")
+	createTopic(t, adm, topic, 1, nil)
+	tid := topicID(t, adm, topic)
+	produceValues(t, pcl, topic, 0, "old0", "old1", "old2")
+
+	a := newShareMember(t, s.KafkaAddrs, group, "member-a", tid)
+	if got, _ := records(t, a.fetch([]int32{0}, nil, 5000)); len(got) != 3 {
+		t.Fatalf("a acquired %+v", got)
+	}
+	c := newShareMember(t, s.KafkaAddrs, other, "member-c", tid)
+	if got, _ := records(t, c.fetch([]int32{0}, nil, 5000)); len(got) != 3 {
+		t.Fatalf("c acquired %+v", got)
+	}
+	// a leaves (its records released); with the group empty its share state of the
+	// topic is deleted; a's acknowledgements on its still open session find none.
+	a.leave()
+	if res, err := adm.DeleteShareGroupOffsets(ctxT(t, 10*time.Second), group, topic); err != nil || res[topic] != nil {
+		t.Fatalf("DeleteShareGroupOffsets: %v %v", res, err)
+	}
+	if code, parts := a.acknowledge([]ack{{0, 0, 1}}); code != 0 || parts[0] != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("ShareAcknowledge on deleted share state: %v %v, want UNKNOWN_TOPIC_OR_PARTITION", kerr.ErrorForCode(code), parts)
+	}
+	a.epoch = -1
+	if _, codes := records(t, a.fetch(nil, []ack{{0, 1, 1}}, 0)); codes[0] != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("closing ShareFetch's acknowledgement on deleted share state: %v, want UNKNOWN_TOPIC_OR_PARTITION", kerr.ErrorForCode(codes[0]))
+	}
+
+	// The topic deleted (c holding its records in the other group) and created again.
+	if _, err := adm.DeleteTopics(ctxT(t, 20*time.Second), topic); err != nil {
+		t.Fatal(err)
+	}
+	if code, parts := c.acknowledge([]ack{{0, 0, 1}}); code != 0 || parts[0] != kerr.UnknownTopicID.Code {
+		t.Fatalf("ShareAcknowledge on a deleted topic: %v %v, want UNKNOWN_TOPIC_ID", kerr.ErrorForCode(code), parts)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := adm.CreateTopic(ctxT(t, 20*time.Second), 1, -1, nil, topic)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("re-creating %s: %v", topic, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitTopic(t, adm, topic, 1)
+	// kadm's Metadata may answer from the client's cache: ask the gateway itself.
+	var nid [16]byte
+	for end := time.Now().Add(10 * time.Second); ; {
+		req := kmsg.NewPtrMetadataRequest()
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctxT(t, 10*time.Second), pcl.Broker(0))
+		if err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0 && resp.Topics[0].TopicID != tid {
+			nid = resp.Topics[0].TopicID
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("metadata of the re-created topic: %+v %v; want a new topic id", resp, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	produceValues(t, pcl, topic, 0, "new0")
+	for _, g := range []string{other, group} {
+		m := newShareMember(t, s.KafkaAddrs, g, "fresh", nid)
+		var got []acquired
+		for end := time.Now().Add(10 * time.Second); len(got) == 0 && time.Now().Before(end); {
+			rs, _ := records(t, m.fetch([]int32{0}, nil, 2000))
+			got = append(got, rs...)
+		}
+		if len(got) != 1 || got[0].offset != 0 || got[0].value != "new0" || got[0].count != 1 {
+			t.Fatalf("group %s on the re-created topic acquired %+v; want new0 at offset 0, delivery count 1", g, got)
+		}
 	}
 }
