@@ -59,6 +59,8 @@ type shareGroupMembers struct {
 	listedAt time.Time
 	// listing is closed when the list read under way ends (nil: none).
 	listing chan struct{}
+	// listFailed says the last read could not ask the coordinator.
+	listFailed bool
 }
 
 func newShareMembers() *shareMembers {
@@ -132,6 +134,15 @@ func (s *shareMembers) check(ctx context.Context, group, member string, list fun
 			s.mu.Unlock()
 			return 0, ""
 		}
+		if attempt > 0 && g.listFailed {
+			// The read waited for could not ask the coordinator.
+			_, known := g.until[member]
+			s.mu.Unlock()
+			if known {
+				return 0, ""
+			}
+			return kerr.CoordinatorNotAvailable.Code, ""
+		}
 		if attempt > 0 || !g.listedAt.IsZero() && now.Sub(g.listedAt) < s.refresh {
 			// A member list younger than refresh (or the one just waited for) does
 			// not have it.
@@ -157,6 +168,7 @@ func (s *shareMembers) check(ctx context.Context, group, member string, list fun
 		s.mu.Lock()
 		g.listing = nil
 		close(ch)
+		g.listFailed = err != nil
 		if err != nil {
 			_, known := g.until[member]
 			s.mu.Unlock()

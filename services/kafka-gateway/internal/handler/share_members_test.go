@@ -24,6 +24,7 @@ type fakeShareGroups struct {
 	groups    map[string]map[string]bool
 	describes int
 	down      bool
+	delay     time.Duration // each DescribeShareGroups takes this long
 }
 
 func (f *fakeShareGroups) add(group, member string) {
@@ -62,6 +63,10 @@ func (f *fakeShareGroups) ShareGroupHeartbeat(_ context.Context, in *coordinator
 }
 
 func (f *fakeShareGroups) DescribeShareGroups(_ context.Context, in *coordinatorv1.DescribeShareGroupsRequest, _ ...grpc.CallOption) (*coordinatorv1.DescribeShareGroupsResponse, error) {
+	f.mu.Lock()
+	delay := f.delay
+	f.mu.Unlock()
+	time.Sleep(delay)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.describes++
@@ -243,5 +248,35 @@ func TestShareFetchNonMember(t *testing.T) {
 	e.h.members.mu.Unlock()
 	if r := fetch(other, "m2", 20); r.ErrorCode != 0 {
 		t.Fatalf("known member, coordinator down: %v", kerr.ErrorForCode(r.ErrorCode))
+	}
+	// Unknown members arriving together while the coordinator is away: the ones
+	// that waited for another's failed read are not told UNKNOWN_MEMBER_ID either.
+	sg.mu.Lock()
+	sg.delay = 100 * time.Millisecond
+	sg.mu.Unlock()
+	e.h.members.mu.Lock()
+	e.h.members.groups["g"].listedAt = time.Time{}
+	e.h.members.mu.Unlock()
+	codes := make(chan int16, 10)
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			req := shareFetchReq(fmt.Sprintf("later-%d", i), 0, parts, false)
+			req.SetVersion(1)
+			resp, err := e.h.Handle(context.Background(), &Request{Body: req, Session: NewSession(false, AnonymousPrincipal)})
+			if err != nil {
+				codes <- -1
+				return
+			}
+			codes <- resp.(*kmsg.ShareFetchResponse).ErrorCode
+		}(i)
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != kerr.CoordinatorNotAvailable.Code {
+			t.Fatalf("unknown member while the coordinator is away: %v, want COORDINATOR_NOT_AVAILABLE", kerr.ErrorForCode(c))
+		}
 	}
 }
