@@ -10,6 +10,7 @@ import (
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -19,7 +20,8 @@ import (
 // creating the partitions' channels natively first (default config); the Kafka
 // CreateTopics with configs, as the client's retry, then adopts them, and the
 // coordinator's UpdateChannelConfig goes through the metadata group, so every node
-// holds the topic's config. An IncrementalAlterConfigs reaches every node too.
+// holds the topic's config. An IncrementalAlterConfigs reaches every node too, and so
+// does a DeleteRecords.
 func TestRaftKafkaTopicConfigs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three storage-core processes")
@@ -103,6 +105,46 @@ func TestRaftKafkaTopicConfigs(t *testing.T) {
 		t.Fatalf("IncrementalAlterConfigs: %v %v", err, r.Err)
 	}
 	everyNode(7200000, 524288)
+
+	// DeleteRecords is an entry of the partition's group: every node moves its log
+	// start, and a consumer from the start begins there.
+	pr := newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for i := 0; i < 10; i++ {
+		if err := pr.ProduceSync(ctxT(t, 20*time.Second), &kgo.Record{Value: []byte(fmt.Sprintf("d%d", i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del, err := adm.DeleteRecords(ctxT(t, 20*time.Second), kadm.Offsets{topic: {0: {At: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := del.Lookup(topic, 0); !ok || r.Err != nil || r.LowWatermark != 4 {
+		t.Fatalf("DeleteRecords: %+v", r)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var last error
+		for a, c := range nodes {
+			r, err := c.GetChannel(ctxT(t, 5*time.Second), &storagev1.GetChannelRequest{Name: channel.KafkaPartition(topic, 0)})
+			if got := r.GetChannel().GetLogStartSequence(); err != nil || got != 5 {
+				last = fmt.Errorf("node %s log start sequence %d (%v), want 5 (offset 4)", a, got, err)
+			}
+		}
+		if last == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(last)
+		}
+	}
+	starts, err := adm.ListStartOffsets(ctxT(t, 10*time.Second), topic)
+	if o, ok := starts.Lookup(topic, 0); err != nil || !ok || o.Offset != 4 {
+		t.Fatalf("ListOffsets earliest after DeleteRecords: %+v %v", o, err)
+	}
+	c := newClient(t, s.KafkaAddrs, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	fs := c.PollFetches(ctxT(t, 20*time.Second))
+	if recs := fs.Records(); len(recs) == 0 || recs[0].Offset != 4 || string(recs[0].Value) != "d4" {
+		t.Fatalf("first record read from the start after DeleteRecords: %v (errors %v)", recs, fs.Errors())
+	}
 }
 
 func configValue(cs []kadm.Config, name string) string {

@@ -1097,11 +1097,18 @@ func scanFrames(s *segment, pos, end, limit int64, fn func(*batchHeader, []byte)
 // call. As Kafka's UnifiedLog.maybeIncrementLogStartOffset, the log start only moves
 // forward: before below it changes nothing and returns it (a repeated or stale
 // DeleteRecords is not an error). Errors: ErrOutOfRange (before past the high
-// watermark, or negative other than -1).
+// watermark, or negative other than -1). In raft mode the move is an entry of the
+// channel's group, applied by every replica at the same point of the log
+// (raftDeleteRecords); errors are then also ErrNotLeader and ErrNotReplicated.
 func (l *Log) DeleteRecords(before int64) (int64, error) {
-	if err := l.st.raftRefuse("DeleteRecords"); err != nil {
-		return l.logStart.Load(), err
+	if l.st.raft != nil {
+		return l.raftDeleteRecords(before)
 	}
+	return l.deleteRecords(before)
+}
+
+// deleteRecords is DeleteRecords on this replica alone.
+func (l *Log) deleteRecords(before int64) (int64, error) {
 	l.mu.Lock()
 	hw := l.hw.Load().next
 	if before == -1 {
@@ -1144,30 +1151,17 @@ func (l *Log) enforceRetention(nowMs int64) {
 		l.mu.Unlock()
 		return
 	}
-	l.prods.expire(nowMs, func(pid int64) bool { _, ok := l.openTxn(pid); return ok })
+	// In raft mode only DeleteRecords' entries run this (at apply): what it changes
+	// must not depend on this replica's clock or segment sizes, so neither producer
+	// expiry nor time and size retention run here.
+	raft := l.st.raft != nil
+	if !raft {
+		l.prods.expire(nowMs, func(pid int64) bool { _, ok := l.openTxn(pid); return ok })
+	}
 	l.trimTxns(l.logStart.Load())
-	cfg := l.cfg.Load()
 	segs := l.segs // stable: only changed under mu
-	var total int64
-	for _, s := range segs {
-		total += s.size.Load()
-	}
 	start := l.logStart.Load()
-	k := 0
-	for ; k < len(segs)-1; k++ {
-		s := segs[k]
-		size := s.size.Load()
-		below := segs[k+1].base <= start
-		// Time and size retention apply to the delete policy (Kafka: not to a
-		// compact-only topic).
-		del := cfg.CleanupPolicy != CleanupCompact
-		expired := del && cfg.RetentionMs >= 0 && nowMs-s.maxTS.Load() > cfg.RetentionMs
-		tooBig := del && cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
-		if !below && !expired && !tooBig {
-			break
-		}
-		total -= size
-	}
+	k := l.retentionCutLocked(nowMs, !raft)
 	if k == 0 {
 		l.mu.Unlock()
 		return
@@ -1192,6 +1186,35 @@ func (l *Log) enforceRetention(nowMs int64) {
 		l.st.metrics.RetentionDeleted.Inc()
 	}
 	l.log.Info("retention deleted segments", zap.Int("segments", len(victims)), zap.Int64("log_start", newStart))
+}
+
+// retentionCutLocked is how many of the oldest segments retention deletes: those
+// wholly below the log start and, with timeAndSize, those older than retention_ms (by
+// their largest timestamp) or beyond retention_bytes (Kafka: the delete policy only,
+// not a compact-only topic). The active segment is never among them. Called with mu
+// held.
+func (l *Log) retentionCutLocked(nowMs int64, timeAndSize bool) int {
+	cfg := l.cfg.Load()
+	segs := l.segs
+	var total int64
+	for _, s := range segs {
+		total += s.size.Load()
+	}
+	start := l.logStart.Load()
+	del := timeAndSize && cfg.CleanupPolicy != CleanupCompact
+	k := 0
+	for ; k < len(segs)-1; k++ {
+		s := segs[k]
+		size := s.size.Load()
+		below := segs[k+1].base <= start
+		expired := del && cfg.RetentionMs >= 0 && nowMs-s.maxTS.Load() > cfg.RetentionMs
+		tooBig := del && cfg.RetentionBytes >= 0 && total-size >= cfg.RetentionBytes
+		if !below && !expired && !tooBig {
+			break
+		}
+		total -= size
+	}
+	return k
 }
 
 // UpdateConfig replaces the stored config and persists it (UpdateConfigFields with

@@ -74,6 +74,10 @@ const (
 	cmdRaftMarker = 3
 	flagCommit    = 1
 	raftMarkerLen = 1 + 1 + 8 + 8 + 2 + 4
+	// cmdRaftTrim: DeleteRecords (flags, leader clock, the new log start or -1 for the
+	// end of the log at apply), applied by each replica.
+	cmdRaftTrim = 4
+	raftTrimLen = 1 + 1 + 8 + 8
 )
 
 type raftState struct {
@@ -103,7 +107,6 @@ func prepareRaft(opts *Options) error {
 	if r.ProposeTimeout <= 0 {
 		r.ProposeTimeout = 10 * time.Second
 	}
-	opts.RetentionInterval = -1
 	return nil
 }
 
@@ -432,6 +435,53 @@ func (l *Log) raftBeginMarker(m TxnMarker) *PendingAppend {
 	return &PendingAppend{l: l, raft: l.st.raft.node.Begin(l.wal.group, payload)}
 }
 
+// raftDeleteRecords checks before against this node's log (the leader's) and
+// proposes it; every replica moves its log start when it applies the entry, where -1
+// is its end of log at that point, the same offset on each. It returns the log start
+// after the entry.
+func (l *Log) raftDeleteRecords(before int64) (int64, error) {
+	if hw := l.hw.Load().next; before < -1 || before > hw {
+		return l.logStart.Load(), fmt.Errorf("%w: %d outside [0, %d]", ErrOutOfRange, before, hw)
+	}
+	payload := make([]byte, raftTrimLen)
+	payload[0] = cmdRaftTrim
+	binary.BigEndian.PutUint64(payload[2:], uint64(l.st.nowMs()))
+	binary.BigEndian.PutUint64(payload[10:], uint64(before))
+	ctx, cancel := context.WithTimeout(context.Background(), l.st.raft.opts.ProposeTimeout)
+	defer cancel()
+	res, err := l.st.raft.node.Propose(ctx, l.wal.group, payload)
+	if err != nil {
+		return l.logStart.Load(), raftErr(err, "channel "+l.name)
+	}
+	return res.(int64), nil
+}
+
+// raftRetention, on the channel's leader, proposes as a DeleteRecords entry the log
+// start that time and size retention leave on this node's segments (the base of the
+// first segment they keep), so every replica drops the same records. Followers do
+// nothing; a failed proposal is logged and retried at the next run.
+func (l *Log) raftRetention(nowMs int64) {
+	r := l.st.raft
+	if leader, _, _, err := r.node.Leader(l.wal.group); err != nil || leader != r.opts.NodeID {
+		return
+	}
+	l.mu.Lock()
+	start := l.logStart.Load()
+	target := start
+	if !l.closed {
+		if k := l.retentionCutLocked(nowMs, true); k > 0 {
+			target = max(start, l.segs[k].base)
+		}
+	}
+	l.mu.Unlock()
+	if target <= start {
+		return
+	}
+	if _, err := l.raftDeleteRecords(target); err != nil {
+		l.log.Warn("retention: log start not replicated", zap.Int64("log_start", target), zap.Error(err))
+	}
+}
+
 func (p *PendingAppend) raftWait() (AppendResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.l.st.raft.opts.ProposeTimeout)
 	defer cancel()
@@ -460,6 +510,9 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 		}
 		res, _, err := l.beginTxnMarker(mk, int64(binary.BigEndian.Uint64(payload[2:])), uint32(term))
 		return res, err
+	}
+	if len(payload) == raftTrimLen && payload[0] == cmdRaftTrim {
+		return l.deleteRecords(int64(binary.BigEndian.Uint64(payload[10:])))
 	}
 	if len(payload) < 10 || payload[0] != cmdRaftBatches {
 		l.log.Error("unknown raft entry skipped", zap.Uint64("index", index))

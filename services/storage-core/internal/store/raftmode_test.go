@@ -49,7 +49,7 @@ func newRaftCluster(t testing.TB) *raftCluster {
 }
 
 func (c *raftCluster) start(id uint64) {
-	s, err := Open(c.dirs[id], Options{Raft: &RaftOptions{NodeID: id, Peers: c.peers, Tick: 10 * time.Millisecond, ProposeTimeout: 3 * time.Second}, RetentionInterval: -1}, zap.NewNop())
+	s, err := Open(c.dirs[id], Options{Raft: &RaftOptions{NodeID: id, Peers: c.peers, Tick: 10 * time.Millisecond, ProposeTimeout: 3 * time.Second}, RetentionInterval: -1, minSegmentBytes: 14}, zap.NewNop())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -508,4 +508,144 @@ func TestRaftModeGetConfirmed(t *testing.T) {
 	if _, err := c.st[meta].GetConfirmed("raft.none"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetConfirmed of an absent channel on the metadata leader: %v, want ErrNotFound", err)
 	}
+}
+
+// TestRaftModeDeleteRecords: DeleteRecords is an entry of the channel's group: refused
+// on a follower (ErrNotLeader), checked on the leader (ErrOutOfRange past the end),
+// and applied by every replica to the same log start, -1 meaning the end of the log
+// at that entry; a stale one changes nothing; a restarted replica rebuilds the log
+// start from its WAL; appends go on after it.
+func TestRaftModeDeleteRecords(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.trim")
+	lead := c.leader(group)
+	ll, err := c.st[lead].Get("raft.trim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		mustAppend(t, ll, kbatch(t, batchOpt{}, fmt.Sprintf("v%d", i)))
+	}
+	c.sameBytes("raft.trim", 5)
+	starts := func(want int64) {
+		t.Helper()
+		c.eventually(func() error {
+			for id, s := range c.st {
+				l, err := s.Get("raft.trim")
+				if err != nil {
+					return err
+				}
+				if got := l.LogStart(); got != want {
+					return fmt.Errorf("node %d log start %d, want %d", id, got, want)
+				}
+				if _, err := l.ReadRaw(want-1, 1<<20); want > 0 && !errors.Is(err, ErrOutOfRange) {
+					return fmt.Errorf("node %d read below the log start: %v, want ErrOutOfRange", id, err)
+				}
+			}
+			return nil
+		})
+	}
+	for id, s := range c.st {
+		if id == lead {
+			continue
+		}
+		l, _ := s.Get("raft.trim")
+		if _, err := l.DeleteRecords(2); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("DeleteRecords on follower %d: %v, want ErrNotLeader", id, err)
+		}
+	}
+	if _, err := ll.DeleteRecords(6); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("DeleteRecords past the end: %v, want ErrOutOfRange", err)
+	}
+	if got, err := ll.DeleteRecords(2); err != nil || got != 2 {
+		t.Fatalf("DeleteRecords(2): %d %v", got, err)
+	}
+	starts(2)
+	if got, err := ll.DeleteRecords(1); err != nil || got != 2 {
+		t.Fatalf("stale DeleteRecords(1): %d %v, want 2", got, err)
+	}
+	mustAppend(t, ll, kbatch(t, batchOpt{}, "v5"))
+	if got, err := ll.DeleteRecords(-1); err != nil || got != 6 {
+		t.Fatalf("DeleteRecords(-1): %d %v, want 6", got, err)
+	}
+	starts(6)
+	var follower uint64
+	for id := range c.st {
+		if id != lead {
+			follower = id
+		}
+	}
+	c.stop(follower)
+	c.start(follower)
+	starts(6)
+	if r := mustAppend(t, ll, kbatch(t, batchOpt{}, "v6")); r.BaseOffset != 6 {
+		t.Fatalf("append after DeleteRecords at %d, want 6", r.BaseOffset)
+	}
+	c.eventually(func() error {
+		var ref []byte
+		for id, s := range c.st {
+			l, _ := s.Get("raft.trim")
+			b, err := l.ReadRaw(6, 1<<20)
+			if err != nil || l.HighWatermark() != 7 || len(b) == 0 {
+				return fmt.Errorf("node %d: high watermark %d, %d bytes from 6, %v", id, l.HighWatermark(), len(b), err)
+			}
+			if ref != nil && !bytes.Equal(b, ref) {
+				t.Fatalf("node %d holds other bytes from offset 6", id)
+			}
+			ref = b
+		}
+		return nil
+	})
+}
+
+// TestRaftModeRetention: time and size retention run on a channel's leader only,
+// which proposes the log start its segments leave; every replica then drops the same
+// records, whatever its own segments.
+func TestRaftModeRetention(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.ret")
+	meta := c.leader(metaGroup)
+	ml, _ := c.st[meta].Get("raft.ret")
+	if err := ml.UpdateConfigFields(ChannelConfig{SegmentBytes: 200, RetentionBytes: 1, RetentionMs: -1}, []string{"segment_bytes", "retention_bytes", "retention_ms"}); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.ret")
+	c.eventually(func() error {
+		if got := ll.Config().SegmentBytes; got != 200 {
+			return fmt.Errorf("leader segment_bytes %d", got)
+		}
+		return nil
+	})
+	for i := 0; i < 10; i++ {
+		mustAppend(t, ll, kbatch(t, batchOpt{}, fmt.Sprintf("value-%02d", i)))
+	}
+	c.sameBytes("raft.ret", 10)
+	for id, s := range c.st {
+		if id != lead {
+			s.RunRetention()
+		}
+	}
+	for id, s := range c.st {
+		if l, _ := s.Get("raft.ret"); l.LogStart() != 0 {
+			t.Fatalf("node %d log start %d after a follower's retention, want 0", id, l.LogStart())
+		}
+	}
+	c.st[lead].RunRetention()
+	want := ll.LogStart()
+	if want == 0 || want > 10 {
+		t.Fatalf("leader log start %d after size retention, want 1..10", want)
+	}
+	c.eventually(func() error {
+		for id, s := range c.st {
+			l, _ := s.Get("raft.ret")
+			if got := l.LogStart(); got != want {
+				return fmt.Errorf("node %d log start %d, want %d", id, got, want)
+			}
+			if _, err := l.ReadRaw(want-1, 1<<20); !errors.Is(err, ErrOutOfRange) {
+				return fmt.Errorf("node %d read below the log start: %v", id, err)
+			}
+		}
+		return nil
+	})
 }

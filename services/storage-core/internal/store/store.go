@@ -266,10 +266,16 @@ func (s *Store) snapshot() []*Log {
 	return out
 }
 
-// RunRetention applies retention to every channel once.
+// RunRetention applies retention to every channel once. In raft mode it runs on each
+// channel's leader only, which proposes the log start its own segments' time and size
+// retention leave as a DeleteRecords entry (raftRetention).
 func (s *Store) RunRetention() {
 	now := s.nowMs()
 	for _, l := range s.snapshot() {
+		if s.raft != nil {
+			l.raftRetention(now)
+			continue
+		}
 		l.enforceRetention(now)
 	}
 }
