@@ -19,9 +19,10 @@ import (
 // missing from Metadata after 15 s). Between the delete and that, the deleted topic is
 // answered as Kafka answers it: absent from the all-topics Metadata,
 // UNKNOWN_TOPIC_OR_PARTITION by name, UNKNOWN_TOPIC_ID for a Fetch by its old id, and
-// UNKNOWN_TOPIC_OR_PARTITION for ListOffsets and OffsetCommit. Afterwards the group
-// holds no partition of it (classic: the member's assignment; KIP-848:
-// ConsumerGroupDescribe) and DeleteGroups succeeds once the member left. Classic
+// UNKNOWN_TOPIC_OR_PARTITION for ListOffsets and OffsetCommit, and a group's committed
+// offset of it is gone (OffsetFetch). Afterwards the group holds no partition of it
+// (classic: the member's assignment; KIP-848: ConsumerGroupDescribe) and DeleteGroups
+// succeeds once the member left. Classic
 // groups with the roundrobin and sticky balancers (TestIssue523's) and a KIP-848
 // group whose regex the coordinator resolves.
 func TestRegexConsumerTopicDeleted(t *testing.T) {
@@ -76,6 +77,28 @@ func TestRegexConsumerTopicDeleted(t *testing.T) {
 				t.Fatalf("first PollFetches: %d records, want 1", n)
 			}
 
+			// A simple (generation -1) commit of the topic, which its deletion removes.
+			simple := topicName("re523simple")
+			commitTo := func(offset int64) int16 {
+				t.Helper()
+				commit := kmsg.NewPtrOffsetCommitRequest()
+				commit.Group, commit.Generation = simple, -1
+				ct := kmsg.NewOffsetCommitRequestTopic()
+				ct.Topic = topic
+				cp := kmsg.NewOffsetCommitRequestTopicPartition()
+				cp.Offset = offset
+				ct.Partitions = append(ct.Partitions, cp)
+				commit.Topics = append(commit.Topics, ct)
+				cresp, err := commit.RequestWith(ctx, raw)
+				if err != nil || len(cresp.Topics) != 1 || len(cresp.Topics[0].Partitions) != 1 {
+					t.Fatalf("OffsetCommit: %v %+v", err, cresp)
+				}
+				return cresp.Topics[0].Partitions[0].ErrorCode
+			}
+			if code := commitTo(1); code != 0 {
+				t.Fatalf("OffsetCommit before the delete: %v", kerr.ErrorForCode(code))
+			}
+
 			if resp, err := adm.DeleteTopics(ctx, topic); err != nil || resp[topic].Err != nil {
 				t.Fatalf("DeleteTopics: %v %+v", err, resp)
 			}
@@ -118,16 +141,15 @@ func TestRegexConsumerTopicDeleted(t *testing.T) {
 					t.Errorf("ListOffsets of the deleted topic: %+v", o)
 				}
 			}
-			commit := kmsg.NewPtrOffsetCommitRequest()
-			commit.Group, commit.Generation = topicName("re523simple"), -1
-			ct := kmsg.NewOffsetCommitRequestTopic()
-			ct.Topic = topic
-			cp := kmsg.NewOffsetCommitRequestTopicPartition()
-			cp.Offset = 1
-			ct.Partitions = append(ct.Partitions, cp)
-			commit.Topics = append(commit.Topics, ct)
-			if cresp, err := commit.RequestWith(ctx, raw); err != nil || len(cresp.Topics) != 1 || cresp.Topics[0].Partitions[0].ErrorCode != kerr.UnknownTopicOrPartition.Code {
-				t.Errorf("OffsetCommit for the deleted topic: %v %+v", err, cresp)
+			if code := commitTo(2); code != kerr.UnknownTopicOrPartition.Code {
+				t.Errorf("OffsetCommit for the deleted topic: %v", kerr.ErrorForCode(code))
+			}
+			// The topic's committed offsets went with it, as Kafka's group coordinator
+			// deletes a deleted partition's offsets.
+			if fo, err := adm.FetchOffsets(ctx, simple); err != nil {
+				t.Errorf("OffsetFetch after the delete: %v", err)
+			} else if o, ok := fo.Lookup(topic, 0); ok && o.At >= 0 {
+				t.Errorf("group %s still has offset %d for the deleted topic", simple, o.At)
 			}
 
 			// TestIssue523's loop: the member stops asking for the deleted topic.

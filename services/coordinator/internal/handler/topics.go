@@ -117,7 +117,8 @@ func newTopicID() [16]byte {
 	}
 }
 
-// DeleteTopics unregisters topics by name or by id, then deletes their channels. A
+// DeleteTopics unregisters topics by name or by id (with the groups' committed offsets
+// of them, as Kafka deletes a deleted partition's offsets), then deletes their channels. A
 // missing name is UNKNOWN_TOPIC_OR_PARTITION (3); an unknown id UNKNOWN_TOPIC_ID (100);
 // a malformed id INVALID_REQUEST (42). Once the row is gone the topic is deleted; a
 // storage-core failure after that is logged (the channels are adopted if the topic is

@@ -320,6 +320,24 @@ func TestDeleteTopics(t *testing.T) {
 	r := start(t, e.cfg, true)
 	createOne(t, r.client, "byname", 2, nil)
 	byID := createOne(t, r.client, "byid", 3, nil)
+	createOne(t, r.client, "kept", 1, nil)
+	// Committed offsets of a topic go when it is deleted (Kafka's onPartitionsDeleted);
+	// those of other topics stay.
+	cc, err := grpc.NewClient(r.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	groups := coordinatorv1.NewGroupCoordinatorServiceClient(cc)
+	for _, g := range []string{"g1", "g2"} {
+		commit, err := groups.OffsetCommit(ctxT(t), &coordinatorv1.OffsetCommitRequest{GroupId: g, GenerationId: -1, Topics: []*coordinatorv1.OffsetCommitTopic{
+			{Name: "byname", Partitions: []*coordinatorv1.OffsetCommitPartition{{Partition: 0, CommittedOffset: 5, CommittedLeaderEpoch: -1}, {Partition: 1, CommittedOffset: 6, CommittedLeaderEpoch: -1}}},
+			{Name: "kept", Partitions: []*coordinatorv1.OffsetCommitPartition{{Partition: 0, CommittedOffset: 7, CommittedLeaderEpoch: -1}}},
+		}})
+		if err != nil || commit.GetTopics()[0].GetPartitions()[0].GetErrorCode() != 0 {
+			t.Fatalf("OffsetCommit %s: %v %v", g, err, commit)
+		}
+	}
 	resp, err := r.client.DeleteTopics(ctxT(t), &coordinatorv1.DeleteTopicsRequest{
 		Names:    []string{"byname", "missing"},
 		TopicIds: [][]byte{byID.GetTopic().GetTopicId(), make([]byte, 16), {1, 2, 3}},
@@ -337,12 +355,28 @@ func TestDeleteTopics(t *testing.T) {
 	if resp.GetResults()[2].GetName() != "byid" {
 		t.Fatalf("delete by id names %q", resp.GetResults()[2].GetName())
 	}
-	if n := e.storage.names(); len(n) != 0 {
-		t.Fatalf("channels left: %v", n)
+	if n := e.storage.names(); !slices.Equal(n, []string{"kafka.kept"}) {
+		t.Fatalf("channels left: %v, want [kafka.kept]", n)
 	}
 	all, err := r.client.GetTopics(ctxT(t), &coordinatorv1.GetTopicsRequest{All: true})
-	if err != nil || len(all.GetTopics()) != 0 {
+	if err != nil || len(all.GetTopics()) != 1 || all.GetTopics()[0].GetName() != "kept" {
 		t.Fatalf("topics left: %v %v", all, err)
+	}
+	createOne(t, r.client, "byname", 2, nil)
+	for _, g := range []string{"g1", "g2"} {
+		fetched, err := groups.OffsetFetch(ctxT(t), &coordinatorv1.OffsetFetchRequest{Groups: []*coordinatorv1.OffsetFetchGroup{{GroupId: g, AllTopics: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, ft := range fetched.GetGroups()[0].GetTopics() {
+			for _, fp := range ft.GetPartitions() {
+				left = append(left, fmt.Sprintf("%s/%d@%d", ft.GetName(), fp.GetPartition(), fp.GetCommittedOffset()))
+			}
+		}
+		if !slices.Equal(left, []string{"kept/0@7"}) {
+			t.Errorf("group %s offsets after deleting and re-creating byname: %v, want [kept/0@7]", g, left)
+		}
 	}
 	again := createOne(t, r.client, "byid", 1, nil)
 	if again.GetErrorCode() != 0 || string(again.GetTopic().GetTopicId()) == string(byID.GetTopic().GetTopicId()) {

@@ -124,12 +124,19 @@ func (l *Locked) Insert(ctx context.Context, t *Topic) error {
 }
 
 // Delete unregisters the topic named name; ErrTopicNotFound when it is not there.
+//
+// The groups' committed offsets of the topic go with it, in the same statement, as
+// Kafka's group coordinator deletes the offsets of deleted partitions
+// (onPartitionsDeleted): a topic created again under the name starts without them.
 func (l *Locked) Delete(ctx context.Context, name string) error {
-	tag, err := l.conn.Exec(ctx, "DELETE FROM topics WHERE name = $1", name)
+	var n int
+	err := l.conn.QueryRow(ctx, `WITH t AS (DELETE FROM topics WHERE name = $1 RETURNING name),
+		o AS (DELETE FROM consumer_group_offsets WHERE topic IN (SELECT name FROM t))
+		SELECT count(*) FROM t`, name).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return ErrTopicNotFound
 	}
 	return nil

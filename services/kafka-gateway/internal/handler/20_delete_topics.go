@@ -4,7 +4,8 @@ package handler
 //
 // Behaviour: topics are named (v1-5: names; v6+: name or topic id, KIP-516). Ids are
 // resolved to names through the metadata cache (refreshed on a miss); an unknown id is
-// UNKNOWN_TOPIC_ID. The coordinator deletes the topic and its channels in one call; an
+// UNKNOWN_TOPIC_ID. The coordinator deletes the topic, its channels and the groups'
+// committed offsets of it (as Kafka's group coordinator does) in one call; an
 // unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one INVALID_TOPIC_EXCEPTION.
 // Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
 // With the authorizer on, as Kafka 4's ControllerApis.deleteTopics: DELETE on the
