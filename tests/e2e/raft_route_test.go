@@ -11,6 +11,7 @@ import (
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc"
@@ -338,8 +339,14 @@ func TestRaftKafkaTransactions(t *testing.T) {
 	read(kgo.ReadCommitted(), committed)
 	read(kgo.ReadUncommitted(), all)
 
-	adm := newAdmin(t, s.KafkaAddrs)
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	waitStableAtEnd(t, newAdmin(t, s.KafkaAddrs), topic, partitions, 30*time.Second)
+}
+
+// waitStableAtEnd waits up to d for every partition's last stable offset to reach its
+// high watermark (every transaction's markers written), failing the test otherwise.
+func waitStableAtEnd(t *testing.T, adm *kadm.Client, topic string, partitions int32, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; {
 		stable, err1 := adm.ListCommittedOffsets(ctxT(t, 10*time.Second), topic)
 		ends, err2 := adm.ListEndOffsets(ctxT(t, 10*time.Second), topic)
 		same := err1 == nil && err2 == nil
@@ -349,7 +356,7 @@ func TestRaftKafkaTransactions(t *testing.T) {
 			same = ok1 && ok2 && so.Err == nil && eo.Err == nil && so.Offset == eo.Offset
 		}
 		if same {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("last stable offsets %v never reached the high watermarks %v (%v %v)", stable, ends, err1, err2)

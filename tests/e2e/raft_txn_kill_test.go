@@ -94,24 +94,7 @@ func TestRaftKafkaTransactionsUnderLeaderKills(t *testing.T) {
 		t.Fatalf("%d transactions ran with %d kills, want %d with at least 3", len(got), kills, txns)
 	}
 
-	adm := newAdmin(t, s.KafkaAddrs)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		stable, err1 := adm.ListCommittedOffsets(ctxT(t, 10*time.Second), topic)
-		ends, err2 := adm.ListEndOffsets(ctxT(t, 10*time.Second), topic)
-		same := err1 == nil && err2 == nil
-		for p := int32(0); same && p < partitions; p++ {
-			so, ok1 := stable.Lookup(topic, p)
-			eo, ok2 := ends.Lookup(topic, p)
-			same = ok1 && ok2 && so.Err == nil && eo.Err == nil && so.Offset == eo.Offset
-		}
-		if same {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("last stable offsets %v never reached the high watermarks %v (%v %v)", stable, ends, err1, err2)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitStableAtEnd(t, newAdmin(t, s.KafkaAddrs), topic, partitions, 60*time.Second)
 
 	c := newClient(t, s.KafkaAddrs, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
