@@ -125,6 +125,17 @@ func (c *raftCluster) create(name string) uint64 {
 	return group
 }
 
+// restartFollower stops and starts again a node other than lead.
+func (c *raftCluster) restartFollower(lead uint64) {
+	for id := range c.st {
+		if id != lead {
+			c.stop(id)
+			c.start(id)
+			return
+		}
+	}
+}
+
 func (c *raftCluster) eventually(f func() error) {
 	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -407,14 +418,7 @@ func TestRaftModeTxnMarkers(t *testing.T) {
 		})
 	}
 	check()
-	var follower uint64
-	for id := range c.st {
-		if id != lead {
-			follower = id
-		}
-	}
-	c.stop(follower)
-	c.start(follower)
+	c.restartFollower(lead)
 	c.sameBytes("raft.txn", 4)
 	check()
 }
@@ -569,14 +573,7 @@ func TestRaftModeDeleteRecords(t *testing.T) {
 		t.Fatalf("DeleteRecords(-1): %d %v, want 6", got, err)
 	}
 	starts(6)
-	var follower uint64
-	for id := range c.st {
-		if id != lead {
-			follower = id
-		}
-	}
-	c.stop(follower)
-	c.start(follower)
+	c.restartFollower(lead)
 	starts(6)
 	if r := mustAppend(t, ll, kbatch(t, batchOpt{}, "v6")); r.BaseOffset != 6 {
 		t.Fatalf("append after DeleteRecords at %d, want 6", r.BaseOffset)
