@@ -23,6 +23,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -43,6 +44,20 @@ func (r *Router) learnChannel(ch string, c *storagev1.Channel) {
 		r.emu.Lock()
 		r.epochs[ch] = kafkaEpoch(t)
 		r.emu.Unlock()
+	}
+}
+
+// forgetTopic drops what was learned of topic's partition channels (every topic's
+// when topic is ""): their epochs and cached leaders, so a deleted topic leaves
+// nothing behind and a re-created one is asked afresh.
+func (r *Router) forgetTopic(topic string) {
+	r.emu.Lock()
+	defer r.emu.Unlock()
+	for ch := range r.epochs {
+		if t, _, ok := channel.ParseKafka(ch); ok && (topic == "" || t == topic) {
+			delete(r.epochs, ch)
+			r.lc.Forget(ch)
+		}
 	}
 }
 

@@ -340,11 +340,15 @@ func (h *Handler) call(ctx context.Context, a api, r *Request) (resp kmsg.Respon
 	return a.fn(h, ctx, r)
 }
 
-// InvalidateTopic drops a topic from the metadata cache ("" drops everything). Called
-// on natsx.TopicsChangedSubject NATS messages.
+// InvalidateTopic drops a topic from the metadata cache ("" drops everything), and
+// with several storage nodes the leader epochs and leaders learned of its partitions.
+// Called on natsx.TopicsChangedSubject NATS messages.
 func (h *Handler) InvalidateTopic(name string) {
 	h.topics.invalidate(name)
 	h.ahead.clear()
+	if r := asRouter(h.storage); r != nil {
+		r.forgetTopic(name)
+	}
 }
 
 // liveBrokers returns the live brokers as seen from listener (Request.Listener): each

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"google.golang.org/grpc"
@@ -304,5 +305,18 @@ func TestRouterLeaderEpochs(t *testing.T) {
 	n.term.Store(2) // the channel re-created: its new group's term is smaller
 	if got := fetch(2); got != 0 {
 		t.Fatalf("fetch with epoch 2 of the re-created channel: %s, want none (the term asked again)", code(got))
+	}
+	// A topic change (NATS) drops what was learned of that topic's partitions only.
+	r, ch := asRouter(e.h.storage), channel.KafkaPartition("ep", 0)
+	e.h.InvalidateTopic("other")
+	if _, ok := r.epoch(ch); !ok {
+		t.Fatal("another topic's change dropped the epoch of ep")
+	}
+	e.h.InvalidateTopic("ep")
+	if e, ok := r.epoch(ch); ok {
+		t.Fatalf("epoch %d of ep kept after its topic changed", e)
+	}
+	if got := metaEpoch(); got != 2 {
+		t.Fatalf("Metadata leader epoch after the change %d, want 2 (asked again)", got)
 	}
 }
