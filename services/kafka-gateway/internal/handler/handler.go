@@ -346,8 +346,8 @@ func (h *Handler) call(ctx context.Context, a api, r *Request) (resp kmsg.Respon
 func (h *Handler) InvalidateTopic(name string) {
 	h.topics.invalidate(name)
 	h.ahead.clear()
-	if r := asRouter(h.storage); r != nil {
-		r.forgetTopic(name)
+	if h.router != nil {
+		h.router.forgetTopic(name)
 	}
 }
 
