@@ -67,7 +67,12 @@ import (
 //     the old or the new file whole.
 //
 // Channels with the delete policy are never looked at beyond a config check per pass.
-// The cleaner does not run in raft mode (replicas would have to clean alike).
+// In raft mode every replica cleans its own segments, as each Kafka replica runs its
+// own cleaner: the cleaned logs keep every offset, and what a pass removes (superseded
+// records, tombstones and markers past their horizons) depends on that replica's
+// segments and clock, so replicas may differ in what is still there to read, never in
+// what is at an offset. The Raft log under them is not cleaned, so a restarted replica
+// rebuilds its channels whole and cleans them again.
 
 // CleanerOptions sizes the node's log cleaner (Kafka log.cleaner.*).
 type CleanerOptions struct {
@@ -131,10 +136,6 @@ type cleaner struct {
 func (s *Store) startCleaner() {
 	o := s.opts.Cleaner.withDefaults()
 	if o.Threads < 0 {
-		return
-	}
-	if s.opts.Raft != nil {
-		s.log.Info("log cleaner off in raft mode: compacted channels are not compacted")
 		return
 	}
 	c := &cleaner{st: s, opts: o, ioStart: time.Now()}

@@ -49,7 +49,7 @@ func newRaftCluster(t testing.TB) *raftCluster {
 }
 
 func (c *raftCluster) start(id uint64) {
-	s, err := Open(c.dirs[id], Options{Raft: &RaftOptions{NodeID: id, Peers: c.peers, Tick: 10 * time.Millisecond, ProposeTimeout: 3 * time.Second}, RetentionInterval: -1, minSegmentBytes: 14}, zap.NewNop())
+	s, err := Open(c.dirs[id], Options{Raft: &RaftOptions{NodeID: id, Peers: c.peers, Tick: 10 * time.Millisecond, ProposeTimeout: 3 * time.Second}, RetentionInterval: -1, minSegmentBytes: 14, Cleaner: CleanerOptions{Threads: -1}}, zap.NewNop())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -125,15 +125,16 @@ func (c *raftCluster) create(name string) uint64 {
 	return group
 }
 
-// restartFollower stops and starts again a node other than lead.
-func (c *raftCluster) restartFollower(lead uint64) {
+// restartFollower stops and starts again a node other than lead and returns its id.
+func (c *raftCluster) restartFollower(lead uint64) uint64 {
 	for id := range c.st {
 		if id != lead {
 			c.stop(id)
 			c.start(id)
-			return
+			return id
 		}
 	}
+	return 0
 }
 
 func (c *raftCluster) eventually(f func() error) {
@@ -645,4 +646,65 @@ func TestRaftModeRetention(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRaftModeCompaction: a compacted channel on a raft cluster is cleaned by each
+// replica's cleaner: every node keeps exactly the newest record of each key below its
+// active segment, at the offsets the leader gave; appends go on after the clean, and a
+// restarted replica (rebuilt whole from its WAL) cleans to the same result.
+func TestRaftModeCompaction(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.compact")
+	ml, _ := c.st[c.leader(metaGroup)].Get("raft.compact")
+	if err := ml.UpdateConfigFields(ChannelConfig{CleanupPolicy: CleanupCompact, SegmentBytes: 8 << 10, MinCleanableDirtyRatio: -1},
+		[]string{"cleanup_policy", "segment_bytes", "min_cleanable_dirty_ratio"}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(func() error {
+		for id, s := range c.st {
+			if l, _ := s.Get("raft.compact"); !l.Config().Compacted() {
+				return fmt.Errorf("node %d not compacted yet", id)
+			}
+		}
+		return nil
+	})
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.compact")
+	clk := &clock{}
+	clk.ms.Store(time.Now().UnixMilli())
+	written := compactWorkload(t, ll, clk, 100, 8)
+	c.sameBytes("raft.compact", int64(len(written)))
+	// cleanAll runs every node's cleaner; each must run a pass (only: just that node).
+	cleanAll := func(only uint64) {
+		t.Helper()
+		for id, s := range c.st {
+			if n := s.RunCleaner(); n == 0 && (only == 0 || id == only) {
+				t.Fatalf("node %d ran no cleaner pass", id)
+			}
+			l, _ := s.Get("raft.compact")
+			checkCompacted(t, l, written, wantCompacted(written, l.activeBase(), false))
+		}
+	}
+	cleanAll(0)
+	r := mustAppend(t, ll, EncodeBatch([]NewRecord{{Key: []byte("key-0000"), Value: []byte("after")}}, clk.ms.Load()))
+	written[r.BaseOffset] = [2][]byte{[]byte("key-0000"), []byte("after")}
+	c.eventually(func() error {
+		for id, s := range c.st {
+			if l, _ := s.Get("raft.compact"); l.HighWatermark() != int64(len(written)) {
+				return fmt.Errorf("node %d high watermark %d, want %d", id, l.HighWatermark(), len(written))
+			}
+		}
+		return nil
+	})
+	restarted := c.restartFollower(lead)
+	c.eventually(func() error {
+		for id, s := range c.st {
+			l, err := s.Get("raft.compact")
+			if err != nil || l.HighWatermark() != int64(len(written)) {
+				return fmt.Errorf("node %d: %v", id, err)
+			}
+		}
+		return nil
+	})
+	cleanAll(restarted)
 }
