@@ -279,7 +279,7 @@ func main() {
 	flag.IntVar(&cfg.fanRecords, "fanout-records", 300_000, "records produced in the fan-out case (the same load on every target)")
 	flag.IntVar(&cfg.shareRecords, "share-records", 200_000, "records of the share-group case (6 partitions, 3 share consumers accepting each; 0: no share case)")
 	flag.BoolVar(&cfg.shareStartFirst, "share-start-first", false, "in the share-group case, set the group's start offsets before the produce rather than after (storage-core's share queue then copies the records from the partition log while they are produced, not during the consume)")
-	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the first round of each tributary consume case and share case into this directory (client, gateway, storage, coordinator)")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of the first round of each tributary consume case, share case and transactional case into this directory (client, gateway, storage, coordinator)")
 	flag.IntVar(&cfg.profileSecs, "profile-seconds", 5, "length of the gateway and storage profiles of -profile, in seconds (the client's covers the consume)")
 	txnProds := flag.String("txn-producers", "16,4,64", "concurrent transactional producers (one transactional id each), comma separated: one transactional case per count, the same load on every target; the first is the bar's (see tests/e2e/README.md)")
 	flag.Parse()
@@ -448,7 +448,11 @@ func run(cfg config) error {
 			runs := make([][]result, len(full))
 			for round := 0; round < cfg.rounds; round++ {
 				for i, tg := range full {
-					r, err := transactional(ctx, cfg, tg, prods)
+					prof := ""
+					if cfg.profileDir != "" && round == 0 && len(tg.procs) > 0 {
+						prof = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-txn-%d", tg.name, prods))
+					}
+					r, err := transactional(ctx, cfg, tg, prods, prof)
 					if err != nil {
 						return fmt.Errorf("%s transactional, %d producers: %w", tg.name, prods, err)
 					}
@@ -1054,7 +1058,10 @@ func latency(ctx context.Context, cfg config, tg target) (result, error) {
 // EndTransaction(TryCommit). The result counts committed records only; p50/p99 are
 // of the EndTransaction call (AddPartitions already done by the produce; EndTxn and
 // the markers).
-func transactional(ctx context.Context, cfg config, tg target, prods int) (result, error) {
+//
+// With profile set, CPU profiles of the client and of tg's processes (for
+// cfg.profileSecs from the start) are written under that prefix.
+func transactional(ctx context.Context, cfg config, tg target, prods int, profile string) (result, error) {
 	const parts = 6
 	addrs, closeFn, err := tg.fresh()
 	if err != nil {
@@ -1080,6 +1087,13 @@ func transactional(ctx context.Context, cfg config, tg target, prods int) (resul
 		if first == nil {
 			first = err
 		}
+	}
+	if profile != "" {
+		stopProfiles, err := startProfiles(profile, cfg.profileSecs, tg.procs)
+		if err != nil {
+			return result{}, err
+		}
+		defer stopProfiles()
 	}
 	start := time.Now()
 	end := start.Add(cfg.duration)
