@@ -447,6 +447,157 @@ func (s *Store) FinishTxn(ctx context.Context, id string, now func() time.Time, 
 	return nil
 }
 
+// FinishTxns is FinishTxn for several transactional ids in one Postgres transaction
+// (group commit of concurrent finishers): BEGIN and the rows read under their locks in
+// the first round trip, the rows locked in id order with SKIP LOCKED, so the call
+// never waits for another holder's lock (the ids it skips, and ids without a row, are
+// not passed to fn and are left to the caller) and, as it locks in one order, cannot
+// form a cycle with another such call or with a holder of one id. fn gets the locked
+// rows (sorted by id) and answers, per row, whether to save it (and whether it
+// committed); then the saved rows' ClearTxn statements and SaveTxn, and COMMIT, go in
+// the second round trip (synchronous_commit off, as FinishTxn). A row fn does not save
+// is left as it was. Without any row to save, or on an error, the transaction is rolled
+// back. ErrNotReady before the database is migrated.
+func (s *Store) FinishTxns(ctx context.Context, ids []string, now func() time.Time, fn func(ts []*Txn) (save, commit []bool, err error)) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	open := false
+	defer func() {
+		if open {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN`)
+	batch.Queue(`SET LOCAL synchronous_commit = off`)
+	batch.Queue(loadTxnsSQL, ids)
+	br := conn.SendBatch(ctx, batch)
+	open = true
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("begin: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("set synchronous_commit: %w", err)
+	}
+	ts, err := scanTxns(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("load transactions: %w", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	withGroups := make([]bool, len(ts))
+	for i, t := range ts {
+		withGroups[i] = len(t.Groups) > 0
+	}
+	save, commit, err := fn(ts)
+	if err != nil {
+		return err
+	}
+	if len(save) != len(ts) || len(commit) != len(ts) {
+		return fmt.Errorf("finish transactions: %d answers for %d rows", len(save), len(ts))
+	}
+	batch = &pgx.Batch{}
+	var saved []string
+	for i, t := range ts {
+		if !save[i] {
+			continue
+		}
+		queueClearTxn(batch, t.ID, commit[i], withGroups[i])
+		sql, args := saveTxnSQL(t, now())
+		batch.Queue(sql, args...)
+		saved = append(saved, t.ID)
+	}
+	if len(saved) == 0 {
+		return nil
+	}
+	batch.Queue(`COMMIT`)
+	n := batch.Len()
+	br = conn.SendBatch(ctx, batch)
+	defer func() { _ = br.Close() }()
+	for i := 0; i < n-1; i++ {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("finish transactions: %w", err)
+		}
+		if tag.Update() && tag.RowsAffected() != 1 {
+			return fmt.Errorf("save transaction: %w", ErrTxnNotFound)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	open = false
+	return nil
+}
+
+// loadTxnsSQL is FinishTxns' locked read ($1: the ids): loadTxnSQL's columns after
+// the id, for every row of $1 not locked by another transaction, locked in id order.
+var loadTxnsSQL = `SELECT t.transactional_id, t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch,
+		t.next_producer_id, t.state, t.timeout_ms, t.started_at, t.updated_at,
+		COALESCE((SELECT array_agg(p.topic ORDER BY p.topic, p.partition) FROM transaction_partitions p
+			WHERE p.transactional_id = t.transactional_id), '{}'),
+		COALESCE((SELECT array_agg(p.partition ORDER BY p.topic, p.partition) FROM transaction_partitions p
+			WHERE p.transactional_id = t.transactional_id), '{}'),
+		COALESCE((SELECT array_agg(g.group_id ORDER BY g.group_id) FROM transaction_groups g
+			WHERE g.transactional_id = t.transactional_id), '{}')
+	FROM transactions t WHERE t.transactional_id = ANY($1::text[])
+	ORDER BY t.transactional_id
+	FOR UPDATE OF t SKIP LOCKED`
+
+// scanTxns scans loadTxnsSQL's rows.
+func scanTxns(br pgx.BatchResults) ([]*Txn, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("load transactions: %w", err)
+	}
+	defer rows.Close()
+	var ts []*Txn
+	for rows.Next() {
+		t := &Txn{}
+		var (
+			started *time.Time
+			topics  []string
+			parts   []int32
+		)
+		if err := rows.Scan(&t.ID, &t.ProducerID, &t.ProducerEpoch, &t.LastProducerID, &t.LastProducerEpoch, &t.NextProducerID,
+			&t.State, &t.TimeoutMs, &started, &t.UpdatedAt, &topics, &parts, &t.Groups); err != nil {
+			return nil, fmt.Errorf("load transactions: %w", err)
+		}
+		if started != nil {
+			t.StartedAt = *started
+		}
+		if len(topics) != len(parts) {
+			return nil, fmt.Errorf("load transaction %q: %d topics for %d partitions", t.ID, len(topics), len(parts))
+		}
+		for i := range topics {
+			t.Partitions = append(t.Partitions, TxnPartition{Topic: topics[i], Partition: parts[i]})
+		}
+		if len(t.Groups) == 0 {
+			t.Groups = nil
+		}
+		ts = append(ts, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load transactions: %w", err)
+	}
+	return ts, nil
+}
+
 // OpenTxn is a transaction the sweep looks at.
 type OpenTxn struct {
 	ID        string

@@ -141,6 +141,11 @@ type Coordinator struct {
 	lastExpire time.Time  // last expiry pass of Sweep
 	// bg counts the finishes EndTxn left running after its answer.
 	bg sync.WaitGroup
+
+	fmu       sync.Mutex               // guards the fields below (finishbatch.go)
+	fqueue    []*finishReq             // finishes waiting for a runner
+	frunners  int                      // runFinishes running
+	finishing map[string]chan struct{} // transactional id -> done of its running finish
 }
 
 // Close waits for the finishes EndTxn left running after answering (each bounded by
@@ -236,6 +241,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs 
 	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
 		return codeInvalidTxnTimeout, -1, -1, nil
 	}
+	c.waitFinish(ctx, tid)
 	finish := false
 	err = c.inTxPID(ctx, func(tx pgx.Tx, freshPID func() (int64, error)) error {
 		code, pid, epoch, finish = codeNone, -1, -1, false
@@ -352,50 +358,74 @@ func (c *Coordinator) finishLocked(ctx context.Context, tid string, locked func(
 			return false, false, nil
 		}
 		commit := t.State == StatePrepareCommit
-		if len(t.Partitions) > 0 {
-			markers := make([]Marker, len(t.Partitions))
-			for i, p := range t.Partitions {
-				markers[i] = Marker{Topic: p.Topic, Partition: p.Partition, ProducerID: t.ProducerID,
-					ProducerEpoch: t.ProducerEpoch, Commit: commit}
-			}
+		if markers := markersOf(t); len(markers) > 0 {
 			mctx, cancel := context.WithTimeout(ctx, markerTimeout)
 			codes, err := c.markers.WriteMarkers(mctx, markers)
 			cancel()
 			if err != nil {
 				return false, false, fmt.Errorf("%w: %v", ErrMarkers, err)
 			}
-			for i, code := range codes {
-				switch code {
-				case codeNone:
-				case codeUnknownTopicOrPartition:
-					// The partition is gone (topic deleted): nothing to mark. In raft
-					// mode only the metadata group's leader answers this, after
-					// confirming it, never a replica lagging behind the create.
-				case codeInvalidProducerEpoch:
-					// The log knows a newer epoch of the producer: a later marker was
-					// written already, so this transaction ended there.
-					c.log.Warn("transaction marker older than the log's producer epoch",
-						zap.String("transactional_id", tid), zap.String("topic", markers[i].Topic),
-						zap.Int32("partition", markers[i].Partition))
-				default:
-					return false, false, fmt.Errorf("%w: %s-%d: kafka error %d", ErrMarkers, markers[i].Topic, markers[i].Partition, code)
-				}
+			if err := c.checkMarkerCodes(tid, markers, codes); err != nil {
+				return false, false, err
 			}
 		}
-		t.State, t.StartedAt = StateCompleteAbort, time.Time{}
-		if commit {
-			t.State = StateCompleteCommit
-		}
-		if t.NextProducerID >= 0 {
-			// Kafka's prepareComplete after an exhausted epoch: the producer goes on
-			// with the new producer id (Last* keep the id and epoch it ended with, so a
-			// retried end is recognised).
-			t.ProducerID, t.ProducerEpoch, t.NextProducerID = t.NextProducerID, 0, -1
-		}
+		complete(t)
 		state = t.State
 		return true, commit, nil
 	})
 	return state, err
+}
+
+// markersOf returns the markers of t's Prepare* transaction, one per partition.
+func markersOf(t *store.Txn) []Marker {
+	commit := t.State == StatePrepareCommit
+	markers := make([]Marker, len(t.Partitions))
+	for i, p := range t.Partitions {
+		markers[i] = Marker{Topic: p.Topic, Partition: p.Partition, ProducerID: t.ProducerID,
+			ProducerEpoch: t.ProducerEpoch, Commit: commit}
+	}
+	return markers
+}
+
+// checkMarkerCodes checks the codes WriteMarkers answered for tid's markers: nil when
+// every marker is written or needs none.
+func (c *Coordinator) checkMarkerCodes(tid string, markers []Marker, codes []int16) error {
+	if len(codes) != len(markers) {
+		return fmt.Errorf("%w: %d codes for %d markers", ErrMarkers, len(codes), len(markers))
+	}
+	for i, code := range codes {
+		switch code {
+		case codeNone:
+		case codeUnknownTopicOrPartition:
+			// The partition is gone (topic deleted): nothing to mark. In raft
+			// mode only the metadata group's leader answers this, after
+			// confirming it, never a replica lagging behind the create.
+		case codeInvalidProducerEpoch:
+			// The log knows a newer epoch of the producer: a later marker was
+			// written already, so this transaction ended there.
+			c.log.Warn("transaction marker older than the log's producer epoch",
+				zap.String("transactional_id", tid), zap.String("topic", markers[i].Topic),
+				zap.Int32("partition", markers[i].Partition))
+		default:
+			return fmt.Errorf("%w: %s-%d: kafka error %d", ErrMarkers, markers[i].Topic, markers[i].Partition, code)
+		}
+	}
+	return nil
+}
+
+// complete moves t from Prepare* (its markers written) to Complete*.
+func complete(t *store.Txn) {
+	commit := t.State == StatePrepareCommit
+	t.State, t.StartedAt = StateCompleteAbort, time.Time{}
+	if commit {
+		t.State = StateCompleteCommit
+	}
+	if t.NextProducerID >= 0 {
+		// Kafka's prepareComplete after an exhausted epoch: the producer goes on
+		// with the new producer id (Last* keep the id and epoch it ended with, so a
+		// retried end is recognised).
+		t.ProducerID, t.ProducerEpoch, t.NextProducerID = t.NextProducerID, 0, -1
+	}
 }
 
 // Partitions is the request of one transaction in AddPartitionsToTxn.
@@ -426,6 +456,7 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 		return fill(codeInvalidRequest), nil
 	}
 	if !req.VerifyOnly {
+		c.waitFinish(ctx, req.TransactionalID)
 		// The common case (known partitions, the current producer, a transaction that
 		// can take them) in one round trip; otherwise the locked path below answers.
 		added, err := c.store.QuickAddTxnPartitions(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Topics, c.now())
@@ -551,31 +582,6 @@ func (c *Coordinator) begin(ctx context.Context, tx pgx.Tx, t *store.Txn) error 
 	return store.SaveTxn(ctx, tx, t, now)
 }
 
-// finishAfterAnswer finishes tid's Prepare* transaction in the background and returns
-// once the finisher holds the row lock (or has failed to take it), so every later call
-// on the id, which takes the lock first, waits for the markers and meets Complete*
-// (Kafka answers EndTxn once the decision is durable too, and the producer's next
-// AddPartitionsToTxn meets the end). The finish outlives ctx's cancellation (not its
-// values), bounded by finishTimeout; Close waits for it.
-func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
-	locked := make(chan struct{})
-	done := make(chan struct{})
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		defer cancel()
-		defer close(done)
-		if _, err := c.finishLocked(bctx, tid, func() { close(locked) }); err != nil {
-			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
-		}
-	}()
-	select {
-	case <-locked:
-	case <-done:
-	}
-}
-
 func (c *Coordinator) finishQuietly(ctx context.Context, tid string) {
 	if _, err := c.finish(ctx, tid); err != nil {
 		c.log.Warn("could not finish transaction markers", zap.String("transactional_id", tid), zap.Error(err))
@@ -619,6 +625,7 @@ func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epo
 	if group == "" {
 		return codeInvalidGroupID, nil
 	}
+	c.waitFinish(ctx, tid)
 	code, finish := int16(codeNone), false
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := store.LockTxn(ctx, tx, tid)
@@ -686,6 +693,7 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 	if commit {
 		prepare, complete = StatePrepareCommit, StateCompleteCommit
 	}
+	c.waitFinish(ctx, tid)
 	// The common case (the current producer ends its Ongoing transaction, no consumer
 	// groups, no exhausted epoch) in one round trip; otherwise the locked path below.
 	ok, qpid, qepoch, err := c.store.QuickPrepareTxn(ctx, tid, pid, epoch, prepare, bump, c.now())
@@ -824,6 +832,7 @@ func (c *Coordinator) TxnOffsetCommit(ctx context.Context, req OffsetCommit) ([]
 		fill(codeInvalidGroupID)
 		return codes, nil
 	}
+	c.waitFinish(ctx, req.TransactionalID)
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		t, err := store.LockTxn(ctx, tx, req.TransactionalID)
 		if errors.Is(err, store.ErrTxnNotFound) {

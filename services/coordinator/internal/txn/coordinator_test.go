@@ -32,8 +32,12 @@ const envPostgres = "TRIBUTARY_TEST_POSTGRES_URL"
 type fakeMarkers struct {
 	mu      sync.Mutex
 	written []Marker
+	calls   []int // markers per call
 	fail    atomic.Bool
 	gate    chan struct{}
+	// code, when set, answers each marker's code; a marker with a code other than 0
+	// is not recorded as written.
+	code func(Marker) int16
 }
 
 var errStorageDown = errors.New("storage-core down")
@@ -47,8 +51,17 @@ func (f *fakeMarkers) WriteMarkers(_ context.Context, ms []Marker) ([]int16, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.written = append(f.written, ms...)
-	return make([]int16, len(ms)), nil
+	f.calls = append(f.calls, len(ms))
+	codes := make([]int16, len(ms))
+	for i, m := range ms {
+		if f.code != nil {
+			codes[i] = f.code(m)
+		}
+		if codes[i] == 0 {
+			f.written = append(f.written, m)
+		}
+	}
+	return codes, nil
 }
 
 func (f *fakeMarkers) take() []Marker {
@@ -793,18 +806,26 @@ func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
 		t.Fatal("EndTxn did not answer while its markers were being written")
 	}
 	// The next transaction's AddPartitions, sent before the markers are written, waits
-	// for them (the finisher holds the row lock) instead of meeting PrepareCommit, and
-	// then adds to the transaction the finisher left complete (its one-statement path
-	// waits on the lock although its snapshot shows PrepareCommit).
-	added := make(chan []int16, 1)
-	go func() {
-		codes, err := e.c.AddPartitions(ctx, Partitions{TransactionalID: "tx-bg", ProducerID: pid, ProducerEpoch: epoch,
+	// for them instead of meeting PrepareCommit, and then adds to the transaction the
+	// finisher left complete: on this coordinator it waits for its own finish without
+	// a connection; on another replica (same database) it waits for the finisher's row
+	// lock (its one-statement path waits on the lock although its snapshot shows
+	// PrepareCommit).
+	other := New(Config{}, Deps{Store: e.st, Markers: e.markers,
+		NextProducerID: func(context.Context) (int64, error) { return e.nextPID.Add(1), nil },
+		Log:            zaptest.NewLogger(t), Now: func() time.Time { return time.UnixMilli(e.now.Load()) }})
+	defer other.Close()
+	add := func(c *Coordinator, out chan<- []int16) {
+		codes, err := c.AddPartitions(ctx, Partitions{TransactionalID: "tx-bg", ProducerID: pid, ProducerEpoch: epoch,
 			Topics: []store.TxnPartition{tp("out", 1)}})
 		if err != nil {
 			codes = nil
 		}
-		added <- codes
-	}()
+		out <- codes
+	}
+	added, addedOther := make(chan []int16, 1), make(chan []int16, 1)
+	go add(e.c, added)
+	go add(other, addedOther)
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		var waiting int
 		if err := e.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
@@ -817,13 +838,25 @@ func TestEndTxnAnswersBeforeMarkersAndNextCallWaits(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			close(gate)
-			t.Fatal("AddPartitions did not wait for the finisher's row lock")
+			t.Fatal("the other replica's AddPartitions did not wait for the finisher's row lock")
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+	select {
+	case got := <-added:
+		close(gate)
+		t.Fatalf("AddPartitions answered %v while the markers were not written", got)
+	case got := <-addedOther:
+		close(gate)
+		t.Fatalf("the other replica's AddPartitions answered %v while the markers were not written", got)
+	case <-time.After(200 * time.Millisecond):
 	}
 	close(gate)
 	if got := <-added; !codesEqual(got, 0) {
 		t.Fatalf("AddPartitions after EndTxn = %v, want [0] (not CONCURRENT_TRANSACTIONS)", got)
+	}
+	if got := <-addedOther; !codesEqual(got, 0) {
+		t.Fatalf("the other replica's AddPartitions after EndTxn = %v, want [0] (not CONCURRENT_TRANSACTIONS)", got)
 	}
 	if ms := e.written(); len(ms) != 1 || !ms[0].Commit || ms[0].Partition != 0 {
 		t.Fatalf("markers %+v, want one COMMIT on out-0", ms)

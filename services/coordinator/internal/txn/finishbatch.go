@@ -1,0 +1,227 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/services/coordinator/internal/store"
+)
+
+// Group commit of the finishes EndTxn leaves running after its answer: the finishes
+// queued while finishers are busy go together, in one Postgres transaction
+// (store.FinishTxns: the rows locked in id order, skipping a row another holder has
+// locked) and one WriteMarkers call for all their markers, instead of a Postgres
+// transaction, a pooled connection held across the markers and a storage-core call
+// each. At most maxFinishRunners batches run at once; a batch takes at most
+// maxFinishBatch finishes. A finish whose row the batch could not lock is done on its
+// own (finishLocked, which waits for the lock), at once.
+const (
+	maxFinishRunners = 2
+	maxFinishBatch   = 64
+	// maxMarkersPerCall bounds one WriteMarkers call of a batch (storage-core takes
+	// at most 10,000 markers a call); a batch with more makes several calls.
+	maxMarkersPerCall = 4096
+)
+
+// finishReq is one queued finish.
+type finishReq struct {
+	tid    string
+	locked chan struct{} // closed once its row is locked for the finish (or it failed)
+	done   chan struct{} // closed once the finish has ended, written or not
+}
+
+// finishAfterAnswer finishes tid's Prepare* transaction in the background and returns
+// once the finisher holds the row lock (or has failed to take it), so every later call
+// on the id, which takes the lock first, waits for the markers and meets Complete*
+// (Kafka answers EndTxn once the decision is durable too, and the producer's next
+// AddPartitionsToTxn meets the end). Concurrent finishes are grouped (see above). The
+// finish outlives ctx's cancellation (not its values), bounded by finishTimeout; Close
+// waits for it. Until it ends, this coordinator's own later calls on tid wait for it
+// without a pooled connection (waitFinish) before they take the row lock.
+func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
+	r := &finishReq{tid: tid, locked: make(chan struct{}), done: make(chan struct{})}
+	c.fmu.Lock()
+	if c.finishing == nil {
+		c.finishing = map[string]chan struct{}{}
+	}
+	c.finishing[tid] = r.done
+	c.fqueue = append(c.fqueue, r)
+	start := c.frunners < maxFinishRunners
+	if start {
+		c.frunners++
+		c.bg.Add(1)
+	}
+	c.fmu.Unlock()
+	if start {
+		go c.runFinishes(context.WithoutCancel(ctx))
+	}
+	select {
+	case <-r.locked:
+	case <-r.done:
+	}
+}
+
+// waitFinish waits (without holding a connection) for this coordinator's running
+// finish of tid, if any, so that the call that follows does not hold a pooled
+// connection while it waits for the finisher's row lock. The row lock still orders
+// the calls: this only moves the wait out of Postgres.
+func (c *Coordinator) waitFinish(ctx context.Context, tid string) {
+	c.fmu.Lock()
+	done := c.finishing[tid]
+	c.fmu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// runFinishes runs batches of queued finishes until the queue is empty.
+func (c *Coordinator) runFinishes(ctx context.Context) {
+	defer c.bg.Done()
+	for {
+		c.fmu.Lock()
+		n := min(len(c.fqueue), maxFinishBatch)
+		if n == 0 {
+			c.frunners--
+			c.fmu.Unlock()
+			return
+		}
+		batch := append([]*finishReq(nil), c.fqueue[:n]...)
+		c.fqueue = append(c.fqueue[:0], c.fqueue[n:]...)
+		c.fmu.Unlock()
+		c.finishBatch(ctx, batch)
+	}
+}
+
+// ended closes r.done (r.locked too, when not yet) and forgets r's running finish.
+func (c *Coordinator) ended(r *finishReq, lockedClosed bool) {
+	if !lockedClosed {
+		close(r.locked)
+	}
+	c.fmu.Lock()
+	if c.finishing[r.tid] == r.done {
+		delete(c.finishing, r.tid)
+	}
+	c.fmu.Unlock()
+	close(r.done)
+}
+
+// finishBatch finishes a batch of queued finishes (see the top of this file).
+func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
+	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
+	defer cancel()
+	byID := make(map[string][]*finishReq, len(batch))
+	ids := make([]string, 0, len(batch))
+	for _, r := range batch {
+		if byID[r.tid] == nil {
+			ids = append(ids, r.tid)
+		}
+		byID[r.tid] = append(byID[r.tid], r)
+	}
+	lockedIDs := make(map[string]bool, len(ids))
+	err := c.store.FinishTxns(ctx, ids, c.now, func(ts []*store.Txn) ([]bool, []bool, error) {
+		for _, t := range ts {
+			lockedIDs[t.ID] = true
+			for _, r := range byID[t.ID] {
+				close(r.locked)
+			}
+		}
+		// Rows another holder has locked, or without a row: on their own, now.
+		for _, id := range ids {
+			if !lockedIDs[id] {
+				c.finishAlone(ctx, byID[id])
+				delete(byID, id)
+			}
+		}
+		return c.finishRows(ctx, ts)
+	})
+	if err != nil {
+		c.log.Warn("could not finish transaction markers", zap.Int("transactions", len(lockedIDs)), zap.Error(err))
+	}
+	for id, rs := range byID {
+		for _, r := range rs {
+			c.ended(r, lockedIDs[id])
+		}
+	}
+}
+
+// finishAlone finishes the requests of one id on their own (finishLocked), in the
+// background, bounded by finishTimeout (not by the batch's context).
+func (c *Coordinator) finishAlone(ctx context.Context, rs []*finishReq) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		defer cancel()
+		lockedClosed := false
+		_, err := c.finishLocked(ctx, rs[0].tid, func() {
+			for _, r := range rs {
+				close(r.locked)
+			}
+			lockedClosed = true
+		})
+		if err != nil {
+			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", rs[0].tid), zap.Error(err))
+		}
+		for _, r := range rs {
+			c.ended(r, lockedClosed)
+		}
+	}()
+}
+
+// finishRows writes the markers of the locked rows' Prepare* transactions (in as few
+// WriteMarkers calls as maxMarkersPerCall allows) and completes each whose markers are
+// all written; a row in another state, or with a marker not written, is left as it is.
+// It answers FinishTxns' save and commit per row; a failed call fails the whole batch
+// (every row stays Prepare*, finished later).
+func (c *Coordinator) finishRows(ctx context.Context, ts []*store.Txn) (save, commit []bool, err error) {
+	save, commit = make([]bool, len(ts)), make([]bool, len(ts))
+	type span struct{ row, from, to int }
+	var (
+		markers []Marker
+		spans   []span
+	)
+	for i, t := range ts {
+		if t.State != StatePrepareCommit && t.State != StatePrepareAbort {
+			continue
+		}
+		ms := markersOf(t)
+		spans = append(spans, span{i, len(markers), len(markers) + len(ms)})
+		markers = append(markers, ms...)
+	}
+	codes := make([]int16, 0, len(markers))
+	for from := 0; from < len(markers); {
+		to := min(from+maxMarkersPerCall, len(markers))
+		mctx, cancel := context.WithTimeout(ctx, markerTimeout)
+		cs, err := c.markers.WriteMarkers(mctx, markers[from:to])
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrMarkers, err)
+		}
+		if len(cs) != to-from {
+			return nil, nil, fmt.Errorf("%w: %d codes for %d markers", ErrMarkers, len(cs), to-from)
+		}
+		codes = append(codes, cs...)
+		from = to
+	}
+	for _, sp := range spans {
+		t := ts[sp.row]
+		if err := c.checkMarkerCodes(t.ID, markers[sp.from:sp.to], codes[sp.from:sp.to]); err != nil {
+			if !errors.Is(err, ErrMarkers) {
+				return nil, nil, err
+			}
+			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", t.ID), zap.Error(err))
+			continue
+		}
+		commit[sp.row] = t.State == StatePrepareCommit
+		complete(t)
+		save[sp.row] = true
+	}
+	return save, commit, nil
+}
