@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -95,6 +96,46 @@ type target struct {
 	// procs name the server processes whose CPU the throughput cases measure (this
 	// process, the client, is always measured; kfake runs inside it).
 	procs []proc
+	// pgDB is the target's Postgres database ("": none), whose backends' CPU the
+	// transactional case measures.
+	pgDB string
+}
+
+// postgresCPU returns the CPU time used so far by each Postgres backend connected to
+// db (by pid).
+func postgresCPU(ctx context.Context, db string) (map[int]time.Duration, error) {
+	conn, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1`, db)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		out[int(pid)] = stack.CPUTime(int(pid))
+	}
+	return out, nil
+}
+
+// postgresCPUSince sums the CPU time db's backends used since before (from
+// postgresCPU); a backend started since counts from 0, one ended since is missed.
+func postgresCPUSince(ctx context.Context, db string, before map[int]time.Duration) (time.Duration, error) {
+	now, err := postgresCPU(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for pid, d := range now {
+		sum += d - before[pid]
+	}
+	return sum, nil
 }
 
 // proc is a process whose CPU time is measured.
@@ -332,7 +373,8 @@ func run(cfg config) error {
 		}()
 		procs := []proc{{"gateway", s.Gateways[0].Pid(), s.Gateways[0].HTTPAddr}, {"storage", s.Storage.Pid(), s.Storage.HTTPAddr},
 			{"coord", s.Coordinator.Pid(), s.Coordinator.HTTPAddr}}
-		targets = append(targets, target{name: "tributary", procs: procs, fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
+		targets = append(targets, target{name: "tributary", procs: procs, pgDB: s.Database,
+			fresh: func() ([]string, func(), error) { return s.KafkaAddrs, func() {}, nil }})
 		if cfg.saslSSL {
 			targets = append(targets, target{name: "sasl_ssl", opts: secure, throughputOnly: true, procs: procs,
 				fresh: func() ([]string, func(), error) { return s.ListenerAddrs["SASL_SSL"], func() {}, nil }})
@@ -648,6 +690,30 @@ func run(cfg config) error {
 				line += fmt.Sprintf(" %14v", q.f(r).Round(10*time.Microsecond))
 			}
 			fmt.Println(line)
+		}
+		// CPU per committed transaction: the client's (with kfake when it is the
+		// target), then each server process's and, for our stack, its Postgres
+		// backends'.
+		for i, tg := range full {
+			x := txn[i]
+			txns := x.records / cfg.txnRecords
+			if txns == 0 {
+				continue
+			}
+			line := fmt.Sprintf("  CPU/txn (ms) %-9s", tg.name)
+			var total time.Duration
+			for j, d := range x.cpu {
+				name := "client"
+				switch {
+				case j > 0 && j <= len(tg.procs):
+					name = tg.procs[j-1].name
+				case j > len(tg.procs):
+					name = "postgres"
+				}
+				line += fmt.Sprintf(" %s %.2f", name, d.Seconds()*1e3/float64(txns))
+				total += d
+			}
+			fmt.Printf("%s, total %.2f\n", line, total.Seconds()*1e3/float64(txns))
 		}
 	}
 	if cfg.latencyDur <= 0 {
@@ -1095,6 +1161,13 @@ func transactional(ctx context.Context, cfg config, tg target, prods int, profil
 		}
 		defer stopProfiles()
 	}
+	var pg0 map[int]time.Duration
+	if tg.pgDB != "" {
+		if pg0, err = postgresCPU(ctx, tg.pgDB); err != nil {
+			return result{}, fmt.Errorf("postgres CPU: %w", err)
+		}
+	}
+	cpu0 := cpuNow(tg.procs)
 	start := time.Now()
 	end := start.Add(cfg.duration)
 	for p := 0; p < prods; p++ {
@@ -1148,6 +1221,14 @@ func transactional(ctx context.Context, cfg config, tg target, prods int, profil
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuSince(tg.procs, cpu0)
+	if tg.pgDB != "" {
+		d, err := postgresCPUSince(ctx, tg.pgDB, pg0)
+		if err != nil {
+			return result{}, fmt.Errorf("postgres CPU: %w", err)
+		}
+		cpu = append(cpu, d)
+	}
 	if first != nil {
 		return result{}, first
 	}
@@ -1158,7 +1239,7 @@ func transactional(ctx context.Context, cfg config, tg target, prods int, profil
 	sort.Slice(produced, func(i, j int) bool { return produced[i] < produced[j] })
 	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
 	return result{records: committed, elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1],
-		produce50: produced[len(produced)/2]}, nil
+		produce50: produced[len(produced)/2], cpu: cpu}, nil
 }
 
 // saslSSL adds a SASL_SSL listener to opts (a throwaway CA's certificate, one static
