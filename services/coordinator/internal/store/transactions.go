@@ -250,38 +250,6 @@ func (s *Store) QuickAddTxnPartitions(ctx context.Context, id string, pid int64,
 	return n == 1, nil
 }
 
-// QuickPrepareTxn is EndTxn's common case in one statement and one round trip (its
-// own Postgres transaction, committed synchronously, so the decision is durable when
-// it returns true): when the row has producer id pid at epoch epoch, is Ongoing, has
-// no consumer group in the transaction and no next producer id, and (with bump) its
-// epoch is not exhausted (below 32766, Kafka's isEpochExhausted), the state becomes
-// prepare (PrepareCommit or PrepareAbort) and, with bump (KIP-890), last_producer_* take
-// the current id and epoch and the epoch is incremented, as LockTxn + SaveTxn would.
-// It returns whether it wrote and the producer id and epoch after the write; false
-// changes nothing and leaves the answer to the locked path.
-func (s *Store) QuickPrepareTxn(ctx context.Context, id string, pid int64, epoch int32, prepare string, bump bool, now time.Time) (bool, int64, int32, error) {
-	if err := s.check(); err != nil {
-		return false, -1, -1, err
-	}
-	var newPID int64
-	var newEpoch int32
-	err := s.pool.QueryRow(ctx, `UPDATE transactions t SET state = $4, updated_at = $6,
-			last_producer_id = CASE WHEN $5 THEN t.producer_id ELSE t.last_producer_id END,
-			last_producer_epoch = CASE WHEN $5 THEN t.producer_epoch ELSE t.last_producer_epoch END,
-			producer_epoch = CASE WHEN $5 THEN t.producer_epoch + 1 ELSE t.producer_epoch END
-		WHERE t.transactional_id = $1 AND t.producer_id = $2 AND t.producer_epoch = $3 AND t.state = 'Ongoing'
-		  AND t.next_producer_id < 0 AND (NOT $5 OR t.producer_epoch < 32766)
-		  AND NOT EXISTS (SELECT 1 FROM transaction_groups g WHERE g.transactional_id = t.transactional_id)
-		RETURNING t.producer_id, t.producer_epoch`, id, pid, epoch, prepare, bump, now).Scan(&newPID, &newEpoch)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, -1, -1, nil
-	}
-	if err != nil {
-		return false, -1, -1, fmt.Errorf("prepare transaction: %w", err)
-	}
-	return true, newPID, newEpoch, nil
-}
-
 // AddTxnPartitions adds partitions to a transaction (present ones are kept).
 func AddTxnPartitions(ctx context.Context, tx pgx.Tx, id string, parts []TxnPartition) error {
 	if len(parts) == 0 {
@@ -447,27 +415,66 @@ func (s *Store) FinishTxn(ctx context.Context, id string, now func() time.Time, 
 	return nil
 }
 
+// Decision is an EndTxn decision FinishTxns stores before it locks its rows: under
+// these conditions (the row has producer id ProducerID at epoch
+// ProducerEpoch, is Ongoing, has no consumer group and no next producer id, and with
+// Bump its epoch is not exhausted) the state becomes Prepare and, with Bump, the epoch
+// is bumped, as EndTxn's locked path would.
+type Decision struct {
+	ID            string
+	ProducerID    int64
+	ProducerEpoch int32
+	Prepare       string
+	Bump          bool
+}
+
+// Decided is the outcome of one Decision: whether it was stored (durably) and the
+// producer id and epoch after it.
+type Decided struct {
+	OK            bool
+	ProducerID    int64
+	ProducerEpoch int32
+}
+
 // FinishTxns is FinishTxn for several transactional ids in one Postgres transaction
-// (group commit of concurrent finishers): BEGIN and the rows read under their locks in
-// the first round trip, the rows locked in id order with SKIP LOCKED, so the call
-// never waits for another holder's lock (the ids it skips, and ids without a row, are
-// not passed to fn and are left to the caller) and, as it locks in one order, cannot
-// form a cycle with another such call or with a holder of one id. fn gets the locked
-// rows (sorted by id) and answers, per row, whether to save it (and whether it
-// committed); then the saved rows' ClearTxn statements and SaveTxn, and COMMIT, go in
-// the second round trip (synchronous_commit off, as FinishTxn). A row fn does not save
-// is left as it was. Without any row to save, or on an error, the transaction is rolled
-// back. ErrNotReady before the database is migrated.
-func (s *Store) FinishTxns(ctx context.Context, ids []string, now func() time.Time, fn func(ts []*Txn) (save, commit []bool, err error)) error {
+// (group commit of concurrent finishers), after storing decisions (EndTxn's, in a
+// Postgres transaction of their own, committed synchronously) in the same round trip.
+//
+// The first round trip stores ds (their rows locked in id order with SKIP LOCKED: a
+// row another holder has locked is not decided here), commits them, then BEGINs and
+// reads the rows of ids in Prepare* (the only ones a finish changes) under their
+// locks, again in id order with SKIP LOCKED, so the
+// call never waits for another holder's lock and, as it locks in one order, cannot
+// form a cycle with another such call or with a holder of one id (the ids it skips,
+// and ids without a row, are not passed to fn and are left to the caller). decided
+// (when ds is not empty) is called once with one Decided per decision, in order, as
+// soon as they are durable, or with the error that kept them from being stored (then
+// none was). fn gets the locked rows (sorted by id) and answers, per row, whether to
+// save it (and whether it committed); then the saved rows' ClearTxn statements and
+// SaveTxn, and COMMIT, go in the second round trip (synchronous_commit off, as
+// FinishTxn). A row fn does not save is left as it was. Without any row to save, or on
+// an error, that transaction is rolled back. ErrNotReady before the database is
+// migrated.
+func (s *Store) FinishTxns(ctx context.Context, ds []Decision, ids []string, now func() time.Time, decided func([]Decided, error), fn func(ts []*Txn) (save, commit []bool, err error)) error {
+	decide := func(out []Decided, err error) {
+		if decided != nil && len(ds) > 0 {
+			decided(out, err)
+			decided = nil
+		}
+	}
+	defer decide(nil, errors.New("finish transactions: decisions not stored"))
 	if err := s.check(); err != nil {
+		decide(nil, err)
 		return err
 	}
-	if len(ids) == 0 {
+	if len(ids) == 0 && len(ds) == 0 {
 		return nil
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire connection: %w", err)
+		err = fmt.Errorf("acquire connection: %w", err)
+		decide(nil, err)
+		return err
 	}
 	defer conn.Release()
 	open := false
@@ -477,11 +484,30 @@ func (s *Store) FinishTxns(ctx context.Context, ids []string, now func() time.Ti
 		}
 	}()
 	batch := &pgx.Batch{}
+	if len(ds) > 0 {
+		n := len(ds)
+		dids, pids, epochs, prepares, bumps := make([]string, n), make([]int64, n), make([]int32, n), make([]string, n), make([]bool, n)
+		for i, d := range ds {
+			dids[i], pids[i], epochs[i], prepares[i], bumps[i] = d.ID, d.ProducerID, d.ProducerEpoch, d.Prepare, d.Bump
+		}
+		batch.Queue(`BEGIN`)
+		batch.Queue(decideTxnsSQL, dids, pids, epochs, prepares, bumps, now())
+		batch.Queue(`COMMIT`)
+	}
 	batch.Queue(`BEGIN`)
 	batch.Queue(`SET LOCAL synchronous_commit = off`)
 	batch.Queue(loadTxnsSQL, ids)
 	br := conn.SendBatch(ctx, batch)
 	open = true
+	if len(ds) > 0 {
+		out, err := readDecided(br, ds)
+		if err != nil {
+			_ = br.Close()
+			decide(nil, err)
+			return err
+		}
+		decide(out, nil)
+	}
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return fmt.Errorf("begin: %w", err)
@@ -509,7 +535,7 @@ func (s *Store) FinishTxns(ctx context.Context, ids []string, now func() time.Ti
 		return fmt.Errorf("finish transactions: %d answers for %d rows", len(save), len(ts))
 	}
 	batch = &pgx.Batch{}
-	var saved []string
+	saved := 0
 	for i, t := range ts {
 		if !save[i] {
 			continue
@@ -517,9 +543,9 @@ func (s *Store) FinishTxns(ctx context.Context, ids []string, now func() time.Ti
 		queueClearTxn(batch, t.ID, commit[i], withGroups[i])
 		sql, args := saveTxnSQL(t, now())
 		batch.Queue(sql, args...)
-		saved = append(saved, t.ID)
+		saved++
 	}
-	if len(saved) == 0 {
+	if saved == 0 {
 		return nil
 	}
 	batch.Queue(`COMMIT`)
@@ -545,8 +571,68 @@ func (s *Store) FinishTxns(ctx context.Context, ids []string, now func() time.Ti
 	return nil
 }
 
+// decideTxnsSQL stores FinishTxns' decisions ($1..$5: ids, producer ids, epochs,
+// Prepare states, bumps; $6: now), EndTxn's common case for several rows in one statement, each
+// locked first (in id order, skipping a row another holder has locked), and returns
+// the decided rows' ids, producer ids and epochs.
+const decideTxnsSQL = `WITH d AS (
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[]) AS d(id, pid, epoch, prepare, bump)
+	), lk AS (
+		SELECT t.transactional_id FROM transactions t WHERE t.transactional_id = ANY($1::text[])
+		ORDER BY t.transactional_id FOR UPDATE SKIP LOCKED
+	)
+	UPDATE transactions t SET state = d.prepare, updated_at = $6,
+		last_producer_id = CASE WHEN d.bump THEN t.producer_id ELSE t.last_producer_id END,
+		last_producer_epoch = CASE WHEN d.bump THEN t.producer_epoch ELSE t.last_producer_epoch END,
+		producer_epoch = CASE WHEN d.bump THEN t.producer_epoch + 1 ELSE t.producer_epoch END
+	FROM d, lk
+	WHERE t.transactional_id = lk.transactional_id AND d.id = lk.transactional_id
+	  AND t.producer_id = d.pid AND t.producer_epoch = d.epoch AND t.state = 'Ongoing'
+	  AND t.next_producer_id < 0 AND (NOT d.bump OR t.producer_epoch < 32766)
+	  AND NOT EXISTS (SELECT 1 FROM transaction_groups g WHERE g.transactional_id = t.transactional_id)
+	RETURNING t.transactional_id, t.producer_id, t.producer_epoch`
+
+// readDecided reads the BEGIN, decideTxnsSQL and COMMIT results of FinishTxns' first
+// round trip: one Decided per decision of ds, stored once COMMIT has answered.
+func readDecided(br pgx.BatchResults, ds []Decision) ([]Decided, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("decide transactions: %w", err)
+	}
+	got := make(map[string]Decided, len(ds))
+	for rows.Next() {
+		var (
+			id string
+			d  Decided
+		)
+		if err := rows.Scan(&id, &d.ProducerID, &d.ProducerEpoch); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("decide transactions: %w", err)
+		}
+		d.OK = true
+		got[id] = d
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("decide transactions: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("commit decisions: %w", err)
+	}
+	out := make([]Decided, len(ds))
+	for i, d := range ds {
+		out[i] = got[d.ID]
+		delete(got, d.ID) // an id decided once answers its first decision only
+	}
+	return out, nil
+}
+
 // loadTxnsSQL is FinishTxns' locked read ($1: the ids): loadTxnSQL's columns after
-// the id, for every row of $1 not locked by another transaction, locked in id order.
+// the id, for every row of $1 in Prepare* not locked by another transaction, locked in
+// id order.
 var loadTxnsSQL = `SELECT t.transactional_id, t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch,
 		t.next_producer_id, t.state, t.timeout_ms, t.started_at, t.updated_at,
 		COALESCE((SELECT array_agg(p.topic ORDER BY p.topic, p.partition) FROM transaction_partitions p
@@ -555,7 +641,7 @@ var loadTxnsSQL = `SELECT t.transactional_id, t.producer_id, t.producer_epoch, t
 			WHERE p.transactional_id = t.transactional_id), '{}'),
 		COALESCE((SELECT array_agg(g.group_id ORDER BY g.group_id) FROM transaction_groups g
 			WHERE g.transactional_id = t.transactional_id), '{}')
-	FROM transactions t WHERE t.transactional_id = ANY($1::text[])
+	FROM transactions t WHERE t.transactional_id = ANY($1::text[]) AND t.state IN ('PrepareCommit', 'PrepareAbort')
 	ORDER BY t.transactional_id
 	FOR UPDATE OF t SKIP LOCKED`
 

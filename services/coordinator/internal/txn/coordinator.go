@@ -695,14 +695,15 @@ func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch i
 	}
 	c.waitFinish(ctx, tid)
 	// The common case (the current producer ends its Ongoing transaction, no consumer
-	// groups, no exhausted epoch) in one round trip; otherwise the locked path below.
-	ok, qpid, qepoch, err := c.store.QuickPrepareTxn(ctx, tid, pid, epoch, prepare, bump, c.now())
+	// groups, no exhausted epoch) is decided by the finish batches, several EndTxns in
+	// one statement and one synchronous commit, in the round trip that locks their
+	// rows for the finish; otherwise the locked path below.
+	d, err := c.decideAndFinish(ctx, store.Decision{ID: tid, ProducerID: pid, ProducerEpoch: epoch, Prepare: prepare, Bump: bump})
 	if err != nil {
 		return 0, -1, -1, err
 	}
-	if ok {
-		c.finishAfterAnswer(ctx, tid)
-		return codeNone, qpid, qepoch, nil
+	if d.OK {
+		return codeNone, d.ProducerID, d.ProducerEpoch, nil
 	}
 	err = c.inTxPID(ctx, func(tx pgx.Tx, freshPID func() (int64, error)) error {
 		newPID, newEpoch, finish, retry, groups, code = pid, epoch, false, false, false, codeNone

@@ -28,9 +28,15 @@ const (
 
 // finishReq is one queued finish.
 type finishReq struct {
-	tid    string
-	locked chan struct{} // closed once its row is locked for the finish (or it failed)
-	done   chan struct{} // closed once the finish has ended, written or not
+	tid string
+	// decide, when set, is EndTxn's decision, stored by the batch first (in the same
+	// round trip); res and err are its outcome, set before decided is closed.
+	decide  *store.Decision
+	decided chan struct{}
+	res     store.Decided
+	err     error
+	locked  chan struct{} // closed once its row is locked for the finish (or it failed)
+	done    chan struct{} // closed once the finish has ended, written or not
 }
 
 // finishAfterAnswer finishes tid's Prepare* transaction in the background and returns
@@ -43,6 +49,40 @@ type finishReq struct {
 // without a pooled connection (waitFinish) before they take the row lock.
 func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
 	r := &finishReq{tid: tid, locked: make(chan struct{}), done: make(chan struct{})}
+	c.enqueueFinish(ctx, r)
+	select {
+	case <-r.locked:
+	case <-r.done:
+	}
+}
+
+// decideAndFinish is EndTxn's common case through the batches: the decision d is
+// stored by the next batch (with the others queued with it, in one synchronous
+// Postgres commit, in the round trip that then locks the rows to finish) and, when it
+// was stored, the transaction is finished as by finishAfterAnswer. It returns the
+// decision's outcome once durable and the row locked for the finish; not OK changes
+// nothing and leaves the answer to EndTxn's locked path.
+func (c *Coordinator) decideAndFinish(ctx context.Context, d store.Decision) (store.Decided, error) {
+	r := &finishReq{tid: d.ID, decide: &d, decided: make(chan struct{}), locked: make(chan struct{}), done: make(chan struct{})}
+	c.enqueueFinish(ctx, r)
+	select {
+	case <-r.decided:
+	case <-ctx.Done():
+		return store.Decided{}, ctx.Err()
+	}
+	if r.err != nil || !r.res.OK {
+		return r.res, r.err
+	}
+	select {
+	case <-r.locked:
+	case <-r.done:
+	}
+	return r.res, nil
+}
+
+// enqueueFinish queues r and starts a runner when fewer than maxFinishRunners run.
+func (c *Coordinator) enqueueFinish(ctx context.Context, r *finishReq) {
+	tid := r.tid
 	c.fmu.Lock()
 	if c.finishing == nil {
 		c.finishing = map[string]chan struct{}{}
@@ -57,10 +97,6 @@ func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
 	c.fmu.Unlock()
 	if start {
 		go c.runFinishes(context.WithoutCancel(ctx))
-	}
-	select {
-	case <-r.locked:
-	case <-r.done:
 	}
 }
 
@@ -112,29 +148,70 @@ func (c *Coordinator) ended(r *finishReq, lockedClosed bool) {
 	close(r.done)
 }
 
-// finishBatch finishes a batch of queued finishes (see the top of this file).
+// finishBatch stores the batch's decisions and finishes its transactions (see the
+// top of this file).
 func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 	ctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	defer cancel()
 	byID := make(map[string][]*finishReq, len(batch))
 	ids := make([]string, 0, len(batch))
+	var (
+		ds     []store.Decision
+		dreqs  []*finishReq
+		undone []*finishReq // decisions not stored, ended once answered
+	)
+	decidedID := map[string]bool{}
 	for _, r := range batch {
-		if byID[r.tid] == nil {
+		if r.decide != nil {
+			if decidedID[r.tid] {
+				// One decision per id in a batch (a retried EndTxn): this one goes
+				// the locked path, which recognises the retry.
+				close(r.decided)
+				undone = append(undone, r)
+				continue
+			}
+			decidedID[r.tid] = true
+			ds = append(ds, *r.decide)
+			dreqs = append(dreqs, r)
+		}
+		if _, ok := byID[r.tid]; !ok {
 			ids = append(ids, r.tid)
 		}
 		byID[r.tid] = append(byID[r.tid], r)
 	}
+	decided := func(out []store.Decided, err error) {
+		for i, r := range dreqs {
+			if err == nil {
+				r.res = out[i]
+			}
+			r.err = err
+			if err != nil || !r.res.OK {
+				// Not decided here: nothing to finish for it (its EndTxn takes the
+				// locked path, which finishes what it decides).
+				rs := byID[r.tid][:0]
+				for _, o := range byID[r.tid] {
+					if o != r {
+						rs = append(rs, o)
+					}
+				}
+				byID[r.tid] = rs
+				undone = append(undone, r)
+			}
+			close(r.decided)
+		}
+	}
 	lockedIDs := make(map[string]bool, len(ids))
-	err := c.store.FinishTxns(ctx, ids, c.now, func(ts []*store.Txn) ([]bool, []bool, error) {
+	err := c.store.FinishTxns(ctx, ds, ids, c.now, decided, func(ts []*store.Txn) ([]bool, []bool, error) {
 		for _, t := range ts {
 			lockedIDs[t.ID] = true
 			for _, r := range byID[t.ID] {
 				close(r.locked)
 			}
 		}
-		// Rows another holder has locked, or without a row: on their own, now.
+		// Rows another holder has locked (or that left Prepare* meanwhile): on their
+		// own, now.
 		for _, id := range ids {
-			if !lockedIDs[id] {
+			if !lockedIDs[id] && len(byID[id]) > 0 {
 				c.finishAlone(ctx, byID[id])
 				delete(byID, id)
 			}
@@ -148,6 +225,9 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 		for _, r := range rs {
 			c.ended(r, lockedIDs[id])
 		}
+	}
+	for _, r := range undone {
+		c.ended(r, false)
 	}
 }
 

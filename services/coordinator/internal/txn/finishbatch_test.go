@@ -183,3 +183,53 @@ func TestFinishBatchSkipsLockedRowAndFailedMarkers(t *testing.T) {
 		t.Fatalf("markers written per producer %v (a=%d b=%d c=%d)", got, pids["tx-a"], pids["tx-b"], pids["tx-c"])
 	}
 }
+
+// TestEndTxnOnRowLockedElsewhere: an EndTxn whose row another holder has locked is not
+// decided by the batch (which never waits for a lock) but by the locked path, once
+// the lock is free: it answers then, not before, and its markers are written.
+func TestEndTxnOnRowLockedElsewhere(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-held", 60000)
+	if got := e.add("tx-held", pid, epoch, tp("out", 0)); !codesEqual(got, 0) {
+		t.Fatalf("AddPartitions = %v", got)
+	}
+	holder, err := e.st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM transactions WHERE transactional_id = 'tx-held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan int16, 1)
+	go func() {
+		code, _, _, err := e.c.EndTxn(ctx, "tx-held", pid, epoch, true, false)
+		if err != nil {
+			code = -100
+		}
+		ended <- code
+	}()
+	select {
+	case code := <-ended:
+		t.Fatalf("EndTxn answered %d while another transaction holds its row", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-ended:
+		if code != 0 {
+			t.Fatalf("EndTxn = %d, want 0", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("EndTxn did not answer once the row lock was free")
+	}
+	if ms := e.written(); len(ms) != 1 || !ms[0].Commit {
+		t.Fatalf("markers %+v, want one COMMIT", ms)
+	}
+	if st := e.state("tx-held"); st.State != StateCompleteCommit {
+		t.Fatalf("state %s, want CompleteCommit", st.State)
+	}
+}
