@@ -942,7 +942,8 @@ func memberCode(ctx context.Context, tx pgx.Tx, req OffsetCommit) (int16, error)
 // Sweep aborts the Ongoing transactions older than their timeout, with the epoch
 // bumped so the producer that opened them is fenced, and finishes the markers of
 // Prepare* transactions left behind (a coordinator that died between the decision and
-// the last marker). Run by the one replica holding the sweep lock.
+// the last marker; not those whose finish runs in this process). Run by the one
+// replica holding the sweep lock.
 //
 // Once a minute it also deletes the transactional ids unused for IDExpiration.
 func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
@@ -976,6 +977,12 @@ func (c *Coordinator) Sweep(ctx context.Context, now time.Time) error {
 				firstErr = err
 			}
 		default:
+			if c.finishRunning(o.ID) {
+				// Its finish runs in this process: taking the row lock here would only
+				// hold up that finish (its batch skips a locked row) and the
+				// producer's next transaction.
+				continue
+			}
 			if _, err := c.finish(ctx, o.ID); err != nil && firstErr == nil {
 				firstErr = err
 			}

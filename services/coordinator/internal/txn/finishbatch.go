@@ -117,6 +117,13 @@ func (c *Coordinator) waitFinish(ctx context.Context, tid string) {
 	}
 }
 
+// finishRunning reports whether a finish of tid runs (or is queued) in this process.
+func (c *Coordinator) finishRunning(tid string) bool {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	return c.finishing[tid] != nil
+}
+
 // runFinishes runs batches of queued finishes until the queue is empty.
 func (c *Coordinator) runFinishes(ctx context.Context) {
 	defer c.bg.Done()

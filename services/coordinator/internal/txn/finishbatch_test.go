@@ -233,3 +233,40 @@ func TestEndTxnOnRowLockedElsewhere(t *testing.T) {
 		t.Fatalf("state %s, want CompleteCommit", st.State)
 	}
 }
+
+// TestSweepLeavesARunningFinish: the sweep does not take the row lock of a Prepare*
+// transaction whose finish runs in this process (it would only hold that finish and
+// the producer's next call up); the finish writes the markers once.
+func TestSweepLeavesARunningFinish(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-sweep", 60000)
+	if got := e.add("tx-sweep", pid, epoch, tp("out", 0)); !codesEqual(got, 0) {
+		t.Fatalf("AddPartitions = %v", got)
+	}
+	gate := make(chan struct{})
+	e.markers.gate = gate
+	if code, _, _, err := e.c.EndTxn(ctx, "tx-sweep", pid, epoch, true, false); err != nil || code != 0 {
+		close(gate)
+		t.Fatalf("EndTxn = %d, %v", code, err)
+	}
+	swept := make(chan error, 1)
+	go func() { swept <- e.c.Sweep(ctx, time.UnixMilli(e.now.Load())) }()
+	select {
+	case err := <-swept:
+		if err != nil {
+			close(gate)
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(gate)
+		t.Fatal("the sweep waited for the running finish's row lock")
+	}
+	close(gate)
+	if ms := e.written(); len(ms) != 1 || !ms[0].Commit {
+		t.Fatalf("markers %+v, want one COMMIT", ms)
+	}
+	if st := e.state("tx-sweep"); st.State != StateCompleteCommit {
+		t.Fatalf("state %s, want CompleteCommit", st.State)
+	}
+}
