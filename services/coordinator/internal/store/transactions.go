@@ -213,21 +213,37 @@ func (s *Store) QuickAddTxnPartitions(ctx context.Context, id string, pid int64,
 	for i, p := range parts {
 		topics[i], nums[i] = p.Topic, p.Partition
 	}
-	var n int
+	var n, locked int
 	// lk waits for the row lock whatever the state its snapshot shows (a finisher
 	// holds it while it writes the previous transaction's markers) and returns the row
 	// as that finisher left it; the UPDATE then checks that latest state, not the
 	// statement's snapshot. The partitions already in the transaction are read from the
 	// snapshot: when stale (the row became Ongoing after the snapshot) they can only
 	// make the statement write nothing and leave the answer to the locked path.
-	err := s.pool.QueryRow(ctx, `WITH req AS (
+	err := s.pool.QueryRow(ctx, quickAddSQL(false), id, pid, epoch, topics, nums, now).Scan(&n, &locked)
+	if err != nil {
+		return false, fmt.Errorf("add transaction partitions: %w", err)
+	}
+	return n == 1, nil
+}
+
+// quickAddSQL is QuickAddTxnPartitions' statement ($1 id, $2 producer id, $3 epoch,
+// $4 topics, $5 partitions, $6 now), answering the rows written (0 or 1) and the rows
+// locked (0: no such row, or with skipLocked a row another transaction has locked,
+// which is then left alone and not waited for).
+func quickAddSQL(skipLocked bool) string {
+	lock := ""
+	if skipLocked {
+		lock = " SKIP LOCKED"
+	}
+	return `WITH req AS (
 			SELECT u.topic, u.partition FROM unnest($4::text[], $5::integer[]) AS u(topic, partition)
 		), known AS (
 			SELECT count(*) = cardinality($4::text[]) AS ok FROM req
 			JOIN topics tp ON tp.name = req.topic AND req.partition >= 0 AND req.partition < tp.partitions
 		), lk AS (
 			SELECT transactional_id, producer_id, producer_epoch, state FROM transactions
-			WHERE transactional_id = $1 FOR UPDATE
+			WHERE transactional_id = $1 FOR UPDATE` + lock + `
 		), upd AS (
 			UPDATE transactions t SET state = 'Ongoing', updated_at = $6,
 				started_at = CASE WHEN lk.state = 'Ongoing' THEN t.started_at ELSE $6 END
@@ -243,11 +259,86 @@ func (s *Store) QuickAddTxnPartitions(ctx context.Context, id string, pid int64,
 			SELECT upd.transactional_id, req.topic, req.partition FROM upd, req
 			ON CONFLICT DO NOTHING
 		)
-		SELECT count(*) FROM upd`, id, pid, epoch, topics, nums, now).Scan(&n)
-	if err != nil {
-		return false, fmt.Errorf("add transaction partitions: %w", err)
+		SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM lk)`
+}
+
+// TxnAdd is one AddPartitionsToTxn of QuickAddTxnPartitionsBatch.
+type TxnAdd struct {
+	ID            string
+	ProducerID    int64
+	ProducerEpoch int32
+	Partitions    []TxnPartition
+}
+
+// TxnAdded is the outcome of one TxnAdd: Added as QuickAddTxnPartitions' answer;
+// Skipped when the row was not looked at (another transaction has it locked, or there
+// is no row), so the add is still to be done.
+type TxnAdded struct {
+	Added   bool
+	Skipped bool
+}
+
+// QuickAddTxnPartitionsBatch is QuickAddTxnPartitions for several adds in one Postgres
+// transaction and one round trip (group commit: one synchronous COMMIT), except that
+// a row another transaction has locked is not waited for (SKIP LOCKED; that add
+// writes nothing and answers Skipped, for the caller to redo alone), so the batch
+// never waits for a lock. It answers per add, in order; on an error nothing is
+// written.
+func (s *Store) QuickAddTxnPartitionsBatch(ctx context.Context, adds []TxnAdd, now time.Time) ([]TxnAdded, error) {
+	if err := s.check(); err != nil {
+		return nil, err
 	}
-	return n == 1, nil
+	out := make([]TxnAdded, len(adds))
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN`)
+	sql := quickAddSQL(true)
+	for _, a := range adds {
+		if len(a.Partitions) == 0 {
+			continue // nothing to add: false, as QuickAddTxnPartitions
+		}
+		topics := make([]string, len(a.Partitions))
+		nums := make([]int32, len(a.Partitions))
+		for i, p := range a.Partitions {
+			topics[i], nums[i] = p.Topic, p.Partition
+		}
+		batch.Queue(sql, a.ID, a.ProducerID, a.ProducerEpoch, topics, nums, now)
+	}
+	batch.Queue(`COMMIT`)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	open := false
+	defer func() {
+		if open {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	br := conn.SendBatch(ctx, batch)
+	open = true
+	defer func() { _ = br.Close() }()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	for i, a := range adds {
+		if len(a.Partitions) == 0 {
+			continue
+		}
+		var n, locked int
+		if err := br.QueryRow().Scan(&n, &locked); err != nil {
+			return nil, fmt.Errorf("add transaction partitions: %w", err)
+		}
+		out[i] = TxnAdded{Added: n == 1, Skipped: locked == 0}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	open = false
+	return out, nil
 }
 
 // AddTxnPartitions adds partitions to a transaction (present ones are kept).

@@ -84,6 +84,8 @@ const (
 	MaxTransactionalIDBytes = 1024
 	// markerTimeout bounds one WriteMarkers call.
 	markerTimeout = 30 * time.Second
+	// coordCallTimeout bounds one batch of adds (its Postgres round trip).
+	coordCallTimeout = markerTimeout
 	// finishTimeout bounds a finish left running after EndTxn's answer (its Postgres
 	// calls and markers); one cut short is redone by the next call or the sweep.
 	finishTimeout = 2 * markerTimeout
@@ -146,6 +148,10 @@ type Coordinator struct {
 	fqueue    []*finishReq             // finishes waiting for a runner
 	frunners  int                      // runFinishes running
 	finishing map[string]chan struct{} // transactional id -> done of its running finish
+
+	amu      sync.Mutex // guards the fields below (addbatch.go)
+	aqueue   []*addReq  // adds waiting for a runner
+	arunners int        // runAdds running
 }
 
 // Close waits for the finishes EndTxn left running after answering (each bounded by
@@ -458,10 +464,19 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 	if !req.VerifyOnly {
 		c.waitFinish(ctx, req.TransactionalID)
 		// The common case (known partitions, the current producer, a transaction that
-		// can take them) in one round trip; otherwise the locked path below answers.
-		added, err := c.store.QuickAddTxnPartitions(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Topics, c.now())
+		// can take them) in one statement, batched with concurrent adds (addbatch.go);
+		// one the batch skipped (a row locked elsewhere) alone, its statement waiting
+		// for the lock; otherwise the locked path below answers.
+		res, err := c.quickAddBatched(ctx, store.TxnAdd{ID: req.TransactionalID, ProducerID: req.ProducerID,
+			ProducerEpoch: req.ProducerEpoch, Partitions: req.Topics})
 		if err != nil {
 			return nil, err
+		}
+		added := res.Added
+		if !added && res.Skipped {
+			if added, err = c.store.QuickAddTxnPartitions(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Topics, c.now()); err != nil {
+				return nil, err
+			}
 		}
 		if added {
 			return fill(codeNone), nil

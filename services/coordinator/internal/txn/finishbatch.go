@@ -163,9 +163,8 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 	byID := make(map[string][]*finishReq, len(batch))
 	ids := make([]string, 0, len(batch))
 	var (
-		ds     []store.Decision
-		dreqs  []*finishReq
-		undone []*finishReq // decisions not stored, ended once answered
+		ds    []store.Decision
+		dreqs []*finishReq
 	)
 	decidedID := map[string]bool{}
 	for _, r := range batch {
@@ -174,7 +173,7 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 				// One decision per id in a batch (a retried EndTxn): this one goes
 				// the locked path, which recognises the retry.
 				close(r.decided)
-				undone = append(undone, r)
+				c.ended(r, false)
 				continue
 			}
 			decidedID[r.tid] = true
@@ -202,7 +201,9 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 					}
 				}
 				byID[r.tid] = rs
-				undone = append(undone, r)
+				// Ended before its EndTxn goes on, so that nothing (the sweep, a
+				// later call's waitFinish) takes this for a running finish.
+				c.ended(r, false)
 			}
 			close(r.decided)
 		}
@@ -232,9 +233,6 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 		for _, r := range rs {
 			c.ended(r, lockedIDs[id])
 		}
-	}
-	for _, r := range undone {
-		c.ended(r, false)
 	}
 }
 
