@@ -64,8 +64,9 @@ func (s storageMarkers) write(ctx context.Context, req *storagev1.WriteTxnMarker
 	return codes, nil
 }
 
-// maxMarkerCalls bounds the marker calls of one transaction in flight at once (each is
-// a Raft proposal on its channel's leader).
+// maxMarkerCalls bounds the marker calls of one WriteMarkers in flight at once (one
+// transaction's markers, or a finish batch's of several; each is a Raft proposal on
+// its channel's leader).
 const maxMarkerCalls = 16
 
 // markerRetries is how many times writeEach resends one marker whose answer is
