@@ -183,8 +183,9 @@ type result struct {
 	cpu []time.Duration
 	// gc is, in the latency case, the garbage collection pauses of the same processes.
 	gc []gcStat
-	// fsync50 and fsync99 are, in the latency case, storage-core's fsync latency
-	// quantiles (bucket upper bounds; -1 above the last) over fsyncs fsyncs.
+	// fsync50 and fsync99 are, in the latency and transactional cases (fsync50
+	// only), storage-core's fsync latency quantiles (bucket upper bounds; -1 above
+	// the last) over fsyncs fsyncs.
 	fsync50, fsync99 time.Duration
 	fsyncs           int
 }
@@ -714,6 +715,9 @@ func run(cfg config) error {
 				total += d
 			}
 			fmt.Printf("%s, total %.2f\n", line, total.Seconds()*1e3/float64(txns))
+			if x.fsyncs > 0 {
+				fmt.Printf("  storage fsyncs/txn %-9s %.1f (p50 <= %v)\n", tg.name, float64(x.fsyncs)/float64(txns), x.fsync50)
+			}
 		}
 	}
 	if cfg.latencyDur <= 0 {
@@ -1168,6 +1172,7 @@ func transactional(ctx context.Context, cfg config, tg target, prods int, profil
 		}
 	}
 	cpu0 := cpuNow(tg.procs)
+	fs0 := fsyncNow(tg.procs)
 	start := time.Now()
 	end := start.Add(cfg.duration)
 	for p := 0; p < prods; p++ {
@@ -1222,6 +1227,8 @@ func transactional(ctx context.Context, cfg config, tg target, prods int, profil
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu := cpuSince(tg.procs, cpu0)
+	fs := fsyncNow(tg.procs)
+	fsync50, fsyncs := fs.quantileSince(fs0, 0.50)
 	if tg.pgDB != "" {
 		d, err := postgresCPUSince(ctx, tg.pgDB, pg0)
 		if err != nil {
@@ -1239,7 +1246,7 @@ func transactional(ctx context.Context, cfg config, tg target, prods int, profil
 	sort.Slice(produced, func(i, j int) bool { return produced[i] < produced[j] })
 	q := func(f float64) time.Duration { return lats[int(f*float64(len(lats)-1))] }
 	return result{records: committed, elapsed: elapsed, p50: q(0.50), p99: q(0.99), p999: q(0.999), max: lats[len(lats)-1],
-		produce50: produced[len(produced)/2], cpu: cpu}, nil
+		produce50: produced[len(produced)/2], cpu: cpu, fsync50: fsync50, fsyncs: fsyncs}, nil
 }
 
 // saslSSL adds a SASL_SSL listener to opts (a throwaway CA's certificate, one static
