@@ -92,6 +92,11 @@ type raftState struct {
 	// until it is applied again).
 	cmu     sync.Mutex
 	commits map[uint64]uint64
+	// bmu guards the barrier batcher (barrier): whether a barrier proposal is under
+	// way and the callers waiting for the next one.
+	bmu      sync.Mutex
+	bRunning bool
+	bWaiting []chan error
 }
 
 // prepareRaft checks raft mode's options and fills their defaults (before the data
@@ -308,14 +313,58 @@ func (s *Store) GetConfirmed(name string) (*Log, error) {
 	if s.raft == nil || !errors.Is(err, ErrNotFound) {
 		return l, err
 	}
-	b, err := json.Marshal(metaCmd{Op: "barrier", NowMs: s.nowMs()})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.raft.propose(metaGroup, b); err != nil {
+	if err := s.raft.barrier(); err != nil {
 		return nil, err
 	}
 	return s.Get(name)
+}
+
+// barrier commits and applies a no-op entry of the metadata group proposed after the
+// call began (so every entry committed before the call is applied here when it
+// returns). Concurrent callers share one proposal: at most one is under way, and the
+// callers that arrive meanwhile wait for the next, which one proposal serves for all
+// of them; a flood of writes naming absent channels thus costs one entry per commit
+// round, not one per write. A caller waits at most the propose timeout.
+func (r *raftState) barrier() error {
+	ch := make(chan error, 1)
+	r.bmu.Lock()
+	r.bWaiting = append(r.bWaiting, ch)
+	if !r.bRunning {
+		r.bRunning = true
+		go r.runBarriers()
+	}
+	r.bmu.Unlock()
+	t := time.NewTimer(r.opts.ProposeTimeout)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w: %w", ErrNotReplicated, raftnode.ErrTimeout)
+	}
+}
+
+// runBarriers proposes one barrier for every batch of waiting callers until none is
+// left.
+func (r *raftState) runBarriers() {
+	for {
+		r.bmu.Lock()
+		batch := r.bWaiting
+		r.bWaiting = nil
+		if len(batch) == 0 {
+			r.bRunning = false
+			r.bmu.Unlock()
+			return
+		}
+		r.bmu.Unlock()
+		b, err := json.Marshal(metaCmd{Op: "barrier", NowMs: r.s.nowMs()})
+		if err == nil {
+			_, err = r.propose(metaGroup, b)
+		}
+		for _, ch := range batch {
+			ch <- err
+		}
+	}
 }
 
 // raftUpdateConfig proposes a config change of channel name to the metadata group:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ type raftCluster struct {
 	dirs  map[uint64]string
 	st    map[uint64]*Store
 	srv   map[uint64]*grpc.Server
+	mu    sync.Mutex // held by tests that stop and start nodes under concurrent users
 }
 
 func newRaftCluster(t testing.TB) *raftCluster {

@@ -1,0 +1,211 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestRaftHostileDeleteRecordsRace: DeleteRecords(-1) and DeleteRecords(n) race
+// appends on the leader while the leader is stopped mid-way; the survivors and the
+// restarted old leader end at one log start with identical bytes above it.
+func TestRaftHostileDeleteRecordsRace(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.race")
+	lead := c.leader(group)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var appended atomic.Int64
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				id := c.leaderNoFail(group)
+				s := c.getStore(id)
+				if s == nil {
+					continue
+				}
+				l, err := s.Get("raft.race")
+				if err != nil {
+					continue
+				}
+				if _, err := l.AppendBatches(kbatch(t, batchOpt{}, fmt.Sprintf("w%d-%d", w, i))); err == nil {
+					appended.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			id := c.leaderNoFail(group)
+			s := c.getStore(id)
+			if s == nil {
+				continue
+			}
+			l, err := s.Get("raft.race")
+			if err != nil {
+				continue
+			}
+			before := int64(-1)
+			if i%2 == 1 {
+				before = l.HighWatermark() - 1
+			}
+			_, _ = l.DeleteRecords(before)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	c.mu.Lock()
+	c.stop(lead)
+	c.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	c.mu.Lock()
+	c.start(lead)
+	c.mu.Unlock()
+	time.Sleep(500 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d appends", appended.Load())
+	// Every node: same high watermark, same log start, same bytes from it.
+	c.eventually(func() error {
+		var hw, start int64 = -1, -1
+		var ref []byte
+		for id, s := range c.st {
+			l, err := s.Get("raft.race")
+			if err != nil {
+				return err
+			}
+			if hw >= 0 && (l.HighWatermark() != hw || l.LogStart() != start) {
+				return fmt.Errorf("node %d hw %d start %d; another node hw %d start %d", id, l.HighWatermark(), l.LogStart(), hw, start)
+			}
+			hw, start = l.HighWatermark(), l.LogStart()
+			b, err := l.ReadRaw(start, 64<<20)
+			if err != nil && !(errors.Is(err, ErrOutOfRange) && start == hw) {
+				return fmt.Errorf("node %d read from %d: %v", id, start, err)
+			}
+			if ref != nil && !bytes.Equal(b, ref) {
+				return fmt.Errorf("node %d bytes differ from another's", id)
+			}
+			ref = b
+		}
+		return nil
+	})
+	// A restart of every node in turn rebuilds the same log start.
+	var want int64
+	for _, s := range c.st {
+		l, _ := s.Get("raft.race")
+		want = l.LogStart()
+	}
+	for id := uint64(1); id <= 3; id++ {
+		c.stop(id)
+		c.start(id)
+		c.eventually(func() error {
+			l, err := c.st[id].Get("raft.race")
+			if err != nil {
+				return err
+			}
+			if l.LogStart() != want {
+				return fmt.Errorf("restarted node %d log start %d, want %d", id, l.LogStart(), want)
+			}
+			return nil
+		})
+	}
+}
+
+// TestRaftHostileBarrierFlood: writes naming channels that do not exist each cost
+// the metadata leader a barrier entry; count them, and how appends to a real
+// channel fare meanwhile.
+func TestRaftHostileBarrierFlood(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.real")
+	meta := c.leader(metaGroup)
+	ms := c.st[meta]
+	hs0, _ := ms.raft.w.HardState(metaGroup)
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.real")
+	appends := func(d time.Duration) int {
+		n := 0
+		for end := time.Now().Add(d); time.Now().Before(end); n++ {
+			mustAppend(t, ll, kbatch(t, batchOpt{}, "x"))
+		}
+		return n
+	}
+	quiet := appends(time.Second)
+	var stop atomic.Bool
+	var calls atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				if _, err := ms.GetConfirmed(fmt.Sprintf("kafka.nosuch-%d-%d", w, i)); !errors.Is(err, ErrNotFound) {
+					t.Errorf("GetConfirmed: %v", err)
+					return
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	flooded := appends(time.Second)
+	stop.Store(true)
+	wg.Wait()
+	hs1, _ := ms.raft.w.HardState(metaGroup)
+	t.Logf("appends/s quiet %d, flooded %d; %d GetConfirmed calls added %d metadata entries", quiet, flooded, calls.Load(), hs1.Commit-hs0.Commit)
+	if entries := hs1.Commit - hs0.Commit; entries > uint64(calls.Load())/4+10 {
+		t.Errorf("%d absent-channel lookups wrote %d metadata entries: one per lookup", calls.Load(), entries)
+	}
+}
+
+// TestRaftHostileGetConfirmedNoQuorum: with the metadata leader cut off from both
+// peers, GetConfirmed of an absent channel ends within the propose timeout with a
+// clear error.
+func TestRaftHostileGetConfirmedNoQuorum(t *testing.T) {
+	c := newRaftCluster(t)
+	c.create("raft.q")
+	meta := c.leader(metaGroup)
+	for id := range c.st {
+		if id != meta {
+			c.stop(id)
+		}
+	}
+	t0 := time.Now()
+	_, err := c.st[meta].GetConfirmed("raft.absent")
+	d := time.Since(t0)
+	t.Logf("GetConfirmed without quorum: %v after %v", err, d)
+	if !errors.Is(err, ErrNotReplicated) && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("GetConfirmed without quorum: %v, want ErrNotReplicated or ErrNotLeader", err)
+	}
+	if d > 4*time.Second {
+		t.Fatalf("GetConfirmed took %v, propose timeout 3s", d)
+	}
+	if l, err := c.st[meta].GetConfirmed("raft.q"); err != nil || l == nil {
+		t.Fatalf("GetConfirmed of a held channel without quorum: %v", err)
+	}
+}
+
+// leaderNoFail is the leader of group as a live node knows it (0: none), safe
+// against concurrent stop and start under c.mu.
+func (c *raftCluster) leaderNoFail(group uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.st {
+		if l, _, _, err := s.raft.node.Leader(group); err == nil && l != 0 && c.st[l] != nil {
+			return l
+		}
+	}
+	return 0
+}
+
+func (c *raftCluster) getStore(id uint64) *Store {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st[id]
+}
