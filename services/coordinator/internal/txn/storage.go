@@ -22,7 +22,8 @@ const coordinatorEpoch = 0
 // StorageMarkers writes markers through storage-core's WriteTxnMarkers: one call for
 // all the partitions of a transaction, channel names from libs/channel. With routed
 // (a storage-core cluster in raft mode behind a grpcx.LeaderConn) it sends one call per
-// marker, concurrently, each routed to its channel's leader.
+// marker, concurrently, each routed to its channel's leader and resent on retriable
+// answers (writeEach), a transaction of one marker included.
 func StorageMarkers(c storagev1.StorageServiceClient, routed bool) MarkerWriter {
 	return storageMarkers{c: c, routed: routed}
 }
@@ -38,7 +39,9 @@ func (s storageMarkers) WriteMarkers(ctx context.Context, ms []Marker) ([]int16,
 		req.Markers[i] = &storagev1.TxnMarker{Channel: channel.KafkaPartition(m.Topic, m.Partition),
 			ProducerId: m.ProducerID, ProducerEpoch: m.ProducerEpoch, Commit: m.Commit, CoordinatorEpoch: coordinatorEpoch}
 	}
-	if s.routed && len(ms) > 1 {
+	if s.routed {
+		// One marker too: a transaction of one partition is the common case, and
+		// an election under it must be resent like any other marker's.
 		return s.writeEach(ctx, req.Markers)
 	}
 	return s.write(ctx, req)

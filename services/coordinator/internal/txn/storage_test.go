@@ -101,4 +101,15 @@ func TestRoutedMarkers(t *testing.T) {
 	if f.calls[channel.KafkaPartition("t", 1)] != markerRetries+1 {
 		t.Fatalf("unavailable marker sent %d times, want %d", f.calls[channel.KafkaPartition("t", 1)], markerRetries+1)
 	}
+
+	// A transaction of one partition (the common case) is resent alike: an election
+	// under it must not leave the transaction to the next sweep.
+	f.script = map[string][]int32{channel.KafkaPartition("t", 0): {-100, codeNotLeaderOrFollower, codeNotEnoughReplicas}}
+	f.calls = map[string]int{}
+	if got, err := w.WriteMarkers(context.Background(), ms[:1]); err != nil || len(got) != 1 || got[0] != codeNone {
+		t.Fatalf("one marker through an election: %v %v, want [0]", got, err)
+	}
+	if n := f.calls[channel.KafkaPartition("t", 0)]; n != 4 {
+		t.Fatalf("the one marker sent %d times, want 4", n)
+	}
 }
