@@ -209,3 +209,133 @@ func (c *raftCluster) getStore(id uint64) *Store {
 	defer c.mu.Unlock()
 	return c.st[id]
 }
+
+// TestRaftHostileCompactedTxnFailover: a compacted channel with committed and aborted
+// transactions on a raft cluster. Only the leader cleans; then it stops, the new
+// leader takes more transactions and cleans, and the old one comes back (rebuilt
+// from its WAL, uncleaned). Every node agrees on the high watermark, the LSO and, in
+// its read_committed view, on the newest value of every key; what a node's view holds
+// at an offset is what the uncleaned view held there.
+func TestRaftHostileCompactedTxnFailover(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.ctxn")
+	ml, _ := c.st[c.leader(metaGroup)].Get("raft.ctxn")
+	if err := ml.UpdateConfigFields(ChannelConfig{CleanupPolicy: CleanupCompact, SegmentBytes: 600, DeleteRetentionMs: 0, MinCleanableDirtyRatio: -1},
+		[]string{"cleanup_policy", "segment_bytes", "delete_retention_ms", "min_cleanable_dirty_ratio"}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(func() error {
+		for id, s := range c.st {
+			if l, _ := s.Get("raft.ctxn"); !l.Config().Compacted() || l.Config().SegmentBytes != 600 {
+				return fmt.Errorf("node %d config not applied yet", id)
+			}
+		}
+		return nil
+	})
+	seqs := map[int64]int32{}
+	write := func(l *Log, pid int64, commit bool, recs ...kv) {
+		t.Helper()
+		mustAppend(t, l, kvBatch(t, batchOpt{pid: pid, seq: seqs[pid], txn: true}, recs...))
+		seqs[pid] += int32(len(recs))
+		if _, err := l.WriteTxnMarker(TxnMarker{ProducerID: pid, Commit: commit}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain := func(l *Log, prefix string, n int) {
+		for i := range n {
+			mustAppend(t, l, kvBatch(t, batchOpt{}, kv{key: fmt.Sprintf("%s%d", prefix, i%5), value: fmt.Sprintf("%s-%d", prefix, i)}))
+		}
+	}
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.ctxn")
+	write(ll, 7, false, kv{key: "a", value: "a-aborted"}, kv{key: "b", value: "b-aborted"})
+	write(ll, 8, true, kv{key: "a", value: "a-1"}, kv{key: "c", value: "c-1"})
+	plain(ll, "g", 10)
+	write(ll, 9, true, kv{key: "a", value: "a-2"})
+	write(ll, 7, false, kv{key: "c", value: "c-aborted"})
+	plain(ll, "h", 20)
+	hw := ll.HighWatermark()
+	c.sameBytes("raft.ctxn", hw)
+	for range 3 {
+		c.st[lead].RunCleaner()
+	}
+	rawLen := func(id uint64) int {
+		l, _ := c.st[id].Get("raft.ctxn")
+		b, err := l.ReadRaw(0, 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
+	for id := range c.st {
+		if id != lead && rawLen(id) <= rawLen(lead) {
+			t.Fatalf("the leader's cleaner removed nothing: %d bytes, follower %d %d", rawLen(lead), id, rawLen(id))
+		}
+	}
+	c.stop(lead)
+	lead2 := c.leader(group)
+	l2, _ := c.st[lead2].Get("raft.ctxn")
+	c.eventually(func() error {
+		if l2.HighWatermark() != hw {
+			return fmt.Errorf("new leader high watermark %d, want %d", l2.HighWatermark(), hw)
+		}
+		return nil
+	})
+	write(l2, 10, false, kv{key: "a", value: "a-aborted2"})
+	write(l2, 11, true, kv{key: "b", value: "b-1"})
+	plain(l2, "i", 20)
+	for range 3 {
+		c.st[lead2].RunCleaner()
+	}
+	c.start(lead)
+	hw2 := l2.HighWatermark()
+	c.eventually(func() error {
+		for id, s := range c.st {
+			l, err := s.Get("raft.ctxn")
+			if err != nil {
+				return err
+			}
+			if l.HighWatermark() != hw2 || l.LastStable() != hw2 {
+				return fmt.Errorf("node %d hw %d LSO %d, want %d", id, l.HighWatermark(), l.LastStable(), hw2)
+			}
+		}
+		return nil
+	})
+	// The restarted node is uncleaned: its view is the reference for every offset.
+	rl, _ := c.st[lead].Get("raft.ctxn")
+	ref, _ := committedView(t, rl)
+	newest := func(view map[int64]string) map[string]int64 {
+		out := map[string]int64{}
+		for off, v := range view {
+			k := v[:bytes.IndexByte([]byte(v), '=')]
+			if o, ok := out[k]; !ok || off > o {
+				out[k] = off
+			}
+		}
+		return out
+	}
+	wantNewest := newest(ref)
+	if ref[wantNewest["a"]] != "a=a-2" || ref[wantNewest["b"]] != "b=b-1" || ref[wantNewest["c"]] != "c=c-1" {
+		t.Fatalf("uncleaned read_committed newest a, b, c: %q %q %q", ref[wantNewest["a"]], ref[wantNewest["b"]], ref[wantNewest["c"]])
+	}
+	for id, s := range c.st {
+		l, _ := s.Get("raft.ctxn")
+		for range 3 {
+			s.RunCleaner()
+		}
+		view, _ := committedView(t, l)
+		for off, v := range view {
+			if ref[off] != v {
+				t.Errorf("node %d offset %d reads %q, uncleaned %q", id, off, v, ref[off])
+			}
+		}
+		for k, off := range newest(view) {
+			if off != wantNewest[k] {
+				t.Errorf("node %d newest %s at %d, want %d", id, k, off, wantNewest[k])
+			}
+		}
+		if len(newest(view)) != len(wantNewest) {
+			t.Errorf("node %d has %d keys, want %d", id, len(newest(view)), len(wantNewest))
+		}
+	}
+}
