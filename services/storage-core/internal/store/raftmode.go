@@ -33,9 +33,10 @@ import (
 // yet, and the channels directory is derived state: it is emptied at start and rebuilt
 // by applying the WAL's committed entries again (snapshots and checkpoints are step 4).
 // Transaction markers are entries of the channel's group, written at apply.
-// Channel config changes are entries of the metadata group. Not replicated yet, so
-// refused in raft mode: queues and DeleteRecords; retention does not run (it would
-// diverge by clock).
+// Channel config changes are entries of the metadata group. DeleteRecords is an entry
+// of the channel's group (cmdRaftTrim), and time and size retention run on each
+// channel's leader only, which proposes the log start they leave as such an entry.
+// Not replicated yet, so refused in raft mode: queues.
 
 // Errors of raft mode.
 var (

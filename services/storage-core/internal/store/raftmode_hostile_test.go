@@ -339,3 +339,48 @@ func TestRaftHostileCompactedTxnFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestRaftHostileDeleteRecordsOpenTxn: DeleteRecords(-1) past an open transaction's
+// first offset, then its marker: every replica, and each after a restart, agrees on
+// the log start, the LSO and the aborted index.
+func TestRaftHostileDeleteRecordsOpenTxn(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.otxn")
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.otxn")
+	mustAppend(t, ll, kbatch(t, batchOpt{pid: 5, epoch: 1, seq: 0, txn: true}, "t0", "t1")) // 0-1
+	mustAppend(t, ll, kbatch(t, batchOpt{}, "p2"))                                          // 2
+	mustAppend(t, ll, kbatch(t, batchOpt{pid: 6, epoch: 1, seq: 0, txn: true}, "u3"))       // 3
+	if got, err := ll.DeleteRecords(-1); err != nil || got != 4 {
+		t.Fatalf("DeleteRecords(-1): %d %v, want 4", got, err)
+	}
+	mustMarker(t, ll, TxnMarker{ProducerID: 5, ProducerEpoch: 1})                     // 4: abort
+	mustAppend(t, ll, kbatch(t, batchOpt{pid: 6, epoch: 1, seq: 1, txn: true}, "u5")) // 5
+	mustMarker(t, ll, TxnMarker{ProducerID: 6, ProducerEpoch: 1, Commit: true})       // 6
+	state := func(l *Log) string {
+		return fmt.Sprintf("start %d hw %d lso %d aborted %+v", l.LogStart(), l.HighWatermark(), l.LastStable(), l.AbortedTxns(0, l.HighWatermark()))
+	}
+	want := state(ll)
+	t.Logf("leader: %s", want)
+	same := func() {
+		t.Helper()
+		c.eventually(func() error {
+			for id, s := range c.st {
+				l, err := s.Get("raft.otxn")
+				if err != nil {
+					return err
+				}
+				if got := state(l); got != want {
+					return fmt.Errorf("node %d: %s, leader had %s", id, got, want)
+				}
+			}
+			return nil
+		})
+	}
+	same()
+	for id := uint64(1); id <= 3; id++ {
+		c.stop(id)
+		c.start(id)
+		same()
+	}
+}
