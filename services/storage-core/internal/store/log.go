@@ -324,6 +324,13 @@ type AppendOptions struct {
 	// timestamp limits) and write nothing; producer state is neither checked nor
 	// changed. The result has BaseOffset -1.
 	ValidateOnly bool
+	// replica: raft mode's apply of an entry the leader checked against its config at
+	// propose. The checks that depend on the channel's config (max_message_bytes, null
+	// keys on a compacted channel) are left out, as a Kafka follower does not check
+	// what it replicates: a replica applies the entry at whatever point of the metadata
+	// group it is (live or replaying its WAL at start), so its config may be older or
+	// newer than the leader's was, and applying must not depend on it.
+	replica bool
 }
 
 // BeginAppendWith is BeginAppend with options.
@@ -369,8 +376,12 @@ func (l *Log) beginAppend(b []byte, o AppendOptions) (AppendResult, int64, error
 	if o.ValidateOnly {
 		return AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1}, 0, nil
 	}
-	return l.writeChecked(b, hdrs, l.st.nowMs())
+	return l.writeChecked(b, hdrs, l.st.nowMs(), l.logAppendTime())
 }
+
+// logAppendTime reports whether the channel stamps appends with the append time
+// (timestamp_type LogAppendTime).
+func (l *Log) logAppendTime() bool { return l.cfg.Load().TimestampType == TimestampLogAppendTime }
 
 // checkBatches checks b's framing and every frame (CRC, size, records) and returns
 // their headers, appended to hdrs.
@@ -379,19 +390,23 @@ func (l *Log) checkBatches(b []byte, o AppendOptions, hdrs []batchHeader) ([]bat
 		return nil, err
 	}
 	cfg := l.cfg.Load()
+	limit := decompressLimit(cfg.MaxMessageBytes)
+	if o.replica {
+		limit = maxDecompressedBytes
+	}
 	for p := 0; p < len(b); {
 		n, err := frameLen(b[p:])
 		if err != nil {
 			return nil, err
 		}
-		if n > int(cfg.MaxMessageBytes) {
+		if n > int(cfg.MaxMessageBytes) && !o.replica {
 			return nil, fmt.Errorf("%w: %d bytes > %d", ErrBatchTooLarge, n, cfg.MaxMessageBytes)
 		}
-		h, err := checkFrame(b[p:p+n], decompressLimit(cfg.MaxMessageBytes))
+		h, err := checkFrame(b[p:p+n], limit)
 		if err != nil {
 			return nil, err
 		}
-		if h.nullKey != 0 && cfg.Compacted() {
+		if h.nullKey != 0 && cfg.Compacted() && !o.replica {
 			return nil, &RecordError{Index: h.nullKey - 1, Msg: "compacted topic cannot accept a record without a key"}
 		}
 		hdrs = append(hdrs, h)
@@ -402,8 +417,8 @@ func (l *Log) checkBatches(b []byte, o AppendOptions, hdrs []batchHeader) ([]bat
 
 // writeChecked checks the frames b (headers hdrs, checked by checkBatches) against
 // the producer and transaction state, assigns offsets and writes them (writeLocked),
-// under Log.mu, with now as the append time.
-func (l *Log) writeChecked(b []byte, hdrs []batchHeader, now int64) (AppendResult, int64, error) {
+// under Log.mu, with now as the append time (stamped into every batch with logAppend).
+func (l *Log) writeChecked(b []byte, hdrs []batchHeader, now int64, logAppend bool) (AppendResult, int64, error) {
 	var pbuf [2]prevBatch
 	prev := pbuf[:0]
 	l.mu.Lock()
@@ -442,7 +457,7 @@ func (l *Log) writeChecked(b []byte, hdrs []batchHeader, now int64) (AppendResul
 			prev = append(prev, prevBatch{pid: h.ProducerID, epoch: h.ProducerEpoch, lastSeq: h.LastSequence()})
 		}
 	}
-	res, target, err := l.writeLocked(b, hdrs, now, nil)
+	res, target, err := l.writeLocked(b, hdrs, now, nil, logAppend)
 	l.mu.Unlock()
 	return res, target, err
 }
@@ -450,11 +465,10 @@ func (l *Log) writeChecked(b []byte, hdrs []batchHeader, now int64) (AppendResul
 // writeLocked assigns offsets to the checked frames b (headers hdrs), writes them and
 // applies them to the producer and transaction state (ctrl: what the control batch
 // among them says; nil when there is none), all before the high watermark can cover
-// them. Caller holds Log.mu. It returns the result and the offset bound its durability
-// waits for (0: none).
-func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64, ctrl *controlInfo) (AppendResult, int64, error) {
+// them; with logAppend every batch gets now as its timestamp. Caller holds Log.mu. It
+// returns the result and the offset bound its durability waits for (0: none).
+func (l *Log) writeLocked(b []byte, hdrs []batchHeader, now int64, ctrl *controlInfo, logAppend bool) (AppendResult, int64, error) {
 	res := AppendResult{BaseOffset: l.next, LogAppendTime: -1}
-	logAppend := l.cfg.Load().TimestampType == TimestampLogAppendTime
 	if logAppend {
 		res.LogAppendTime = now
 	}

@@ -23,8 +23,10 @@ import (
 // group id is raftnode.GroupID(name, index of its create entry), the same on every
 // replica, and new for every re-creation. A log append is proposed on the channel's
 // leader as the unstamped frames plus the leader's clock; each replica, applying the
-// committed entry, checks the frames again, de-duplicates idempotent producers, assigns
-// offsets, stamps the entry's term into every batch's partitionLeaderEpoch and writes
+// committed entry, checks the frames again (not against its channel config, which the
+// metadata group may have changed at another point of its own order: the leader checked
+// that at propose, and the entry carries the timestamp type), de-duplicates idempotent
+// producers, assigns offsets, stamps the entry's term into every batch's partitionLeaderEpoch and writes
 // the segment (writeChecked: deterministic, so replicas hold the same bytes). The
 // append is answered once its entry is applied on the leader; the high watermark moves
 // at apply on every replica (the entry is in a majority's fsynced WAL by then).
@@ -70,6 +72,10 @@ const (
 	// cmdRaftBatches: a log append (flags, leader clock, unstamped frames).
 	cmdRaftBatches = 2
 	flagSingle     = 1
+	// flagLogAppendTime (of an append or a marker): the leader's config said
+	// timestamp_type LogAppendTime when it proposed the entry; every replica stamps the
+	// leader's clock by it, not by its own config at apply.
+	flagLogAppendTime = 2
 	// cmdRaftMarker: a transaction marker (flags, leader clock, producer id, producer
 	// epoch, coordinator epoch), written by each replica at apply.
 	cmdRaftMarker = 3
@@ -462,7 +468,10 @@ func (l *Log) raftBeginAppend(b []byte, o AppendOptions) *PendingAppend {
 	payload := make([]byte, 10+len(b))
 	payload[0] = cmdRaftBatches
 	if o.SingleBatch {
-		payload[1] = flagSingle
+		payload[1] |= flagSingle
+	}
+	if l.logAppendTime() {
+		payload[1] |= flagLogAppendTime
 	}
 	binary.BigEndian.PutUint64(payload[2:], uint64(now))
 	copy(payload[10:], b)
@@ -476,7 +485,10 @@ func (l *Log) raftBeginMarker(m TxnMarker) *PendingAppend {
 	payload := make([]byte, raftMarkerLen)
 	payload[0] = cmdRaftMarker
 	if m.Commit {
-		payload[1] = flagCommit
+		payload[1] |= flagCommit
+	}
+	if l.logAppendTime() {
+		payload[1] |= flagLogAppendTime
 	}
 	binary.BigEndian.PutUint64(payload[2:], uint64(l.st.nowMs()))
 	binary.BigEndian.PutUint64(payload[10:], uint64(m.ProducerID))
@@ -558,7 +570,7 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 			ProducerEpoch:    int16(binary.BigEndian.Uint16(payload[18:])),
 			CoordinatorEpoch: int32(binary.BigEndian.Uint32(payload[20:])),
 		}
-		res, _, err := l.beginTxnMarker(mk, int64(binary.BigEndian.Uint64(payload[2:])), uint32(term))
+		res, _, err := l.beginTxnMarker(mk, int64(binary.BigEndian.Uint64(payload[2:])), uint32(term), payload[1]&flagLogAppendTime != 0)
 		return res, err
 	}
 	if len(payload) == raftTrimLen && payload[0] == cmdRaftTrim {
@@ -568,7 +580,7 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 		l.log.Error("unknown raft entry skipped", zap.Uint64("index", index))
 		return nil, fmt.Errorf("%w: entry %d", ErrInternal, index)
 	}
-	o := AppendOptions{SingleBatch: payload[1]&flagSingle != 0}
+	o := AppendOptions{SingleBatch: payload[1]&flagSingle != 0, replica: true}
 	now := int64(binary.BigEndian.Uint64(payload[2:]))
 	b := append([]byte(nil), payload[10:]...) // the entry stays in raft's log unchanged
 	for p := 0; p+batchHeaderLen <= len(b); {
@@ -583,7 +595,7 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, _, err := l.writeChecked(b, hdrs, now)
+	res, _, err := l.writeChecked(b, hdrs, now, payload[1]&flagLogAppendTime != 0)
 	return res, err
 }
 

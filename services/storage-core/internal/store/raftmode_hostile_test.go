@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -382,5 +383,51 @@ func TestRaftHostileDeleteRecordsOpenTxn(t *testing.T) {
 		c.stop(id)
 		c.start(id)
 		same()
+	}
+}
+
+// TestRaftHostileConfigReplayOrder: a channel entry is applied alike whatever config
+// a replica holds at that moment. Config changes are metadata group entries, applied
+// apart from the channel's own group (and, at a start, replayed ahead of it), so
+// records written under timestamp_type LogAppendTime, then null-key records, then the
+// channel made compacted (which refuses null keys) with a small max_message_bytes,
+// must all be rebuilt by every restarted replica at the same offsets, byte for byte.
+func TestRaftHostileConfigReplayOrder(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.cfgorder")
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.cfgorder")
+	setConfig := func(cfg ChannelConfig, mask ...string) {
+		t.Helper()
+		ml, _ := c.st[c.leader(metaGroup)].Get("raft.cfgorder")
+		if err := ml.UpdateConfigFields(cfg, mask); err != nil {
+			t.Fatal(err)
+		}
+		want := ml.Config()
+		c.eventually(func() error {
+			for id, s := range c.st {
+				if l, _ := s.Get("raft.cfgorder"); l.Config() != want {
+					return fmt.Errorf("node %d config not applied yet", id)
+				}
+			}
+			return nil
+		})
+	}
+	setConfig(ChannelConfig{TimestampType: TimestampLogAppendTime}, "timestamp_type")
+	for i := 0; i < 10; i++ {
+		mustAppend(t, ll, kbatch(t, batchOpt{}, fmt.Sprintf("lat%d", i)))
+	}
+	mustAppend(t, ll, kbatch(t, batchOpt{pid: 3, seq: 0, txn: true}, "txn10"))
+	mustMarker(t, ll, TxnMarker{ProducerID: 3, Commit: true}) // 11
+	setConfig(ChannelConfig{TimestampType: TimestampCreateTime}, "timestamp_type")
+	for i := 0; i < 40; i++ {
+		mustAppend(t, ll, EncodeBatch([]NewRecord{{Value: []byte(fmt.Sprintf("v%d-%s", i, strings.Repeat("x", 200)))}}, time.Now().UnixMilli())) // a null key
+	}
+	c.sameBytes("raft.cfgorder", 52)
+	setConfig(ChannelConfig{CleanupPolicy: CleanupCompact, MaxMessageBytes: 100}, "cleanup_policy", "max_message_bytes")
+	for id := uint64(1); id <= 3; id++ {
+		c.stop(id)
+		c.start(id)
+		c.sameBytes("raft.cfgorder", 52)
 	}
 }

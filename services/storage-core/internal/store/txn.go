@@ -388,13 +388,14 @@ func (l *Log) BeginTxnMarker(m TxnMarker) *PendingAppend {
 	if l.st.raft != nil {
 		return l.raftBeginMarker(m)
 	}
-	res, target, err := l.beginTxnMarker(m, l.st.nowMs(), 0)
+	res, target, err := l.beginTxnMarker(m, l.st.nowMs(), 0, l.logAppendTime())
 	return &PendingAppend{l: l, res: res, target: target, err: err}
 }
 
 // beginTxnMarker writes m's control batch at time now (ms), with partitionLeaderEpoch
-// leaderEpoch (raft mode: the term of the entry; 0 otherwise).
-func (l *Log) beginTxnMarker(m TxnMarker, now int64, leaderEpoch uint32) (AppendResult, int64, error) {
+// leaderEpoch (raft mode: the term of the entry; 0 otherwise), stamped with now as
+// its timestamp with logAppend (see writeLocked).
+func (l *Log) beginTxnMarker(m TxnMarker, now int64, leaderEpoch uint32, logAppend bool) (AppendResult, int64, error) {
 	b := encodeMarker(m, now)
 	binary.BigEndian.PutUint32(b[offPartitionLeaderEpoch:], leaderEpoch)
 	h := parseHeader(b)
@@ -418,7 +419,7 @@ func (l *Log) beginTxnMarker(m TxnMarker, now int64, leaderEpoch uint32) (Append
 		}
 		return AppendResult{BaseOffset: -1, LastOffset: -1, LogAppendTime: -1, Duplicate: true}, target, nil
 	}
-	return l.writeLocked(b, []batchHeader{h}, now, &controlInfo{commit: m.Commit, coordEpoch: m.CoordinatorEpoch})
+	return l.writeLocked(b, []batchHeader{h}, now, &controlInfo{commit: m.Commit, coordEpoch: m.CoordinatorEpoch}, logAppend)
 }
 
 // applyControl applies a written or recovered marker to the producer and transaction
