@@ -345,7 +345,8 @@ func (n *Node) Stats() Stats {
 // it. What the WAL replay holds for the group is loaded here (only entries up to the
 // replayed HardState.Commit are ever applied; a longer tail is raft's to keep or
 // replace). Errors: an id already in use, a replay that does not start right after
-// the initial snapshot (snapshots are step 4), raft's config errors.
+// the initial snapshot (snapshots are step 4), raft's config errors, ErrClosed (the
+// node is closing or failed).
 func (n *Node) AddGroup(id uint64, sm StateMachine, applied uint64) error {
 	voters := make([]uint64, 0, len(n.cfg.Peers))
 	for p := range n.cfg.Peers {
@@ -386,6 +387,12 @@ func (n *Node) AddGroup(id uint64, sm StateMachine, applied uint64) error {
 	g.applied.Store(max(applied, 1))
 	g.term.Store(hs.Term)
 	n.mu.Lock()
+	if n.err != nil {
+		// Closing (or failed): Close has taken, or is about to take, the list of
+		// groups whose apply goroutines it stops; one started now would never stop.
+		n.mu.Unlock()
+		return ErrClosed
+	}
 	if _, dup := n.groups[id]; dup {
 		n.mu.Unlock()
 		return fmt.Errorf("raftnode: group %d already exists", id)

@@ -524,3 +524,28 @@ func TestTLSTransport(t *testing.T) {
 		t.Fatal("a plaintext peer opened a raft stream to a TLS node")
 	}
 }
+
+// TestAddGroupAfterClose: a group added once the node is closing (a create entry
+// applied while the node shuts down) is refused with ErrClosed, not started with an
+// apply goroutine nothing stops (goleak checks).
+func TestAddGroupAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	rp := NewReplay()
+	w, err := wal.Open(dir, wal.Options{ReplayEntry: rp.Entry, ReplayHardState: rp.HardState}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Close() }()
+	n, err := New(Config{ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1"}, Tick: 10 * time.Millisecond}, w, rp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	if err := n.AddGroup(GroupID("a", 1), &logSM{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if err := n.AddGroup(GroupID("b", 2), &logSM{}, 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("AddGroup after Close: %v, want ErrClosed", err)
+	}
+}
