@@ -431,3 +431,47 @@ func TestRaftHostileConfigReplayOrder(t *testing.T) {
 		c.sameBytes("raft.cfgorder", 52)
 	}
 }
+
+// TestRaftHostileConfigRacesAppends: config changes (compacted or not, timestamp
+// type, max_message_bytes) race null-key appends of several sizes; whatever the
+// leader accepted, every replica holds the same bytes, also once restarted.
+func TestRaftHostileConfigRacesAppends(t *testing.T) {
+	c := newRaftCluster(t)
+	group := c.create("raft.cfgrace")
+	lead := c.leader(group)
+	ll, _ := c.st[lead].Get("raft.cfgrace")
+	ml, _ := c.st[c.leader(metaGroup)].Get("raft.cfgrace")
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cfgs := []ChannelConfig{
+			{CleanupPolicy: CleanupCompact, TimestampType: TimestampLogAppendTime, MaxMessageBytes: 300},
+			{CleanupPolicy: CleanupDelete, TimestampType: TimestampCreateTime, MaxMessageBytes: 1 << 20},
+		}
+		for i := 0; !stop.Load(); i++ {
+			if err := ml.UpdateConfigFields(cfgs[i%2], []string{"cleanup_policy", "timestamp_type", "max_message_bytes"}); err != nil {
+				t.Errorf("config change: %v", err)
+				return
+			}
+		}
+	}()
+	accepted := 0
+	for i, end := 0, time.Now().Add(1500*time.Millisecond); time.Now().Before(end); i++ {
+		v := fmt.Sprintf("v%d-%s", i, strings.Repeat("x", i%3*150))
+		if _, err := ll.AppendBatches(EncodeBatch([]NewRecord{{Value: []byte(v)}}, time.Now().UnixMilli())); err == nil {
+			accepted++
+		} else {
+			time.Sleep(200 * time.Microsecond) // a refusal costs no round trip
+		}
+	}
+	stop.Store(true)
+	<-done
+	t.Logf("%d appends accepted", accepted)
+	if accepted < 20 {
+		t.Fatalf("only %d appends accepted: the race did not run", accepted)
+	}
+	c.sameBytes("raft.cfgrace", int64(accepted))
+	c.restartFollower(lead)
+	c.sameBytes("raft.cfgrace", int64(accepted))
+}
