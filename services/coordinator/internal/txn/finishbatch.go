@@ -60,8 +60,9 @@ func (c *Coordinator) finishAfterAnswer(ctx context.Context, tid string) {
 // stored by the next batch (with the others queued with it, in one synchronous
 // Postgres commit, in the round trip that then locks the rows to finish) and, when it
 // was stored, the transaction is finished as by finishAfterAnswer. It returns the
-// decision's outcome once durable and the row locked for the finish; not OK changes
-// nothing and leaves the answer to EndTxn's locked path.
+// decision's outcome once durable and the row locked for the finish; not OK leaves
+// the answer to EndTxn's locked path (which takes a decision stored by a batch whose
+// COMMIT answer was lost for a retry).
 func (c *Coordinator) decideAndFinish(ctx context.Context, d store.Decision) (store.Decided, error) {
 	r := &finishReq{tid: d.ID, decide: &d, decided: make(chan struct{}), locked: make(chan struct{}), done: make(chan struct{})}
 	c.enqueueFinish(ctx, r)
@@ -186,6 +187,17 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 		byID[r.tid] = append(byID[r.tid], r)
 	}
 	decided := func(out []store.Decided, err error) {
+		if err != nil {
+			// The one statement failed for every decision of the batch (one id
+			// Postgres cannot take, such as one with a NUL byte, fails them all):
+			// none was stored, or, when only COMMIT's answer was lost, all were.
+			// Each goes EndTxn's locked path on its own, which stores its decision
+			// or recognises the stored one as a retry; only a failure of its own
+			// then fails its EndTxn.
+			c.log.Warn("could not store a batch of EndTxn decisions; each is decided alone",
+				zap.Int("decisions", len(dreqs)), zap.Error(err))
+			out, err = make([]store.Decided, len(dreqs)), nil
+		}
 		for i, r := range dreqs {
 			if err == nil {
 				r.res = out[i]
