@@ -3,6 +3,7 @@ package txn
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
@@ -86,8 +88,16 @@ func TestTwoReplicasProducersFencersAndSweep(t *testing.T) {
 	defer st2.Close()
 	var nextPID atomic.Int64
 	nextPID.Store(5000)
+	var timeouts atomic.Int64
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel),
+		zap.Hooks(func(en zapcore.Entry) error {
+			if en.Message == "transaction timed out, aborting" {
+				timeouts.Add(1)
+			}
+			return nil
+		}))
 	mk := func(st *store.Store) *Coordinator {
-		return New(Config{}, Deps{Store: st, Markers: lm, Log: zap.NewNop(),
+		return New(Config{}, Deps{Store: st, Markers: lm, Log: log,
 			NextProducerID: func(context.Context) (int64, error) { return nextPID.Add(1), nil },
 			Now:            func() time.Time { return time.UnixMilli(e.now.Load()) }})
 	}
@@ -115,8 +125,10 @@ func TestTwoReplicasProducersFencersAndSweep(t *testing.T) {
 	stop := make(chan struct{})
 	var bgWG sync.WaitGroup
 	// Both replicas sweep (in production only the lock holder does; two at once is
-	// harsher and must stay correct).
-	for _, c := range reps {
+	// harsher and must stay correct), and the clock runs fast: a transaction open
+	// for more than about 30 ms of the test's time times out (45 s) and is aborted
+	// by a sweep, racing its producer's adds and end.
+	for i, c := range reps {
 		bgWG.Add(1)
 		go func() {
 			defer bgWG.Done()
@@ -125,6 +137,9 @@ func TestTwoReplicasProducersFencersAndSweep(t *testing.T) {
 				case <-stop:
 					return
 				case <-time.After(20 * time.Millisecond):
+				}
+				if i == 0 {
+					e.advance(30 * time.Second)
 				}
 				_ = c.Sweep(ctx, time.UnixMilli(e.now.Load()))
 			}
@@ -162,7 +177,7 @@ func TestTwoReplicasProducersFencersAndSweep(t *testing.T) {
 			var epoch int32
 			init := func() bool {
 				for try := 0; try < 200; try++ {
-					code, p, ep, err := rep().InitProducerID(ctx, tid, 60000, -1, -1)
+					code, p, ep, err := rep().InitProducerID(ctx, tid, 45000, -1, -1)
 					if err == nil && code == 0 {
 						pid, epoch = p, ep
 						return true
@@ -393,8 +408,8 @@ func TestTwoReplicasProducersFencersAndSweep(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d transactions (%d committed), %d partition endings checked, %d fences, %d WriteMarkers calls",
-		len(outcomes), ncommit, checked, fences.Load(), lm.calls.Load())
+	t.Logf("%d transactions (%d committed), %d partition endings checked, %d fences, %d timeouts, %d WriteMarkers calls",
+		len(outcomes), ncommit, checked, fences.Load(), timeouts.Load(), lm.calls.Load())
 }
 
 func btoi(b bool) int32 {
