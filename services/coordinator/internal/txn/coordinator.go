@@ -19,8 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
@@ -177,6 +179,12 @@ func New(cfg Config, deps Deps) *Coordinator {
 	return &Coordinator{cfg: cfg, store: deps.Store, markers: deps.Markers, nextPID: deps.NextProducerID, log: log, now: now}
 }
 
+// storable reports whether Postgres can store s as text: valid UTF-8 without a NUL
+// byte. A transactional id (or topic) that is not can never have been stored, so it
+// names no transaction (no topic); sent into a batch's one statement it would fail
+// every other producer's member of the batch with it.
+func storable(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
 // errDone ends an InTx callback without committing anything (the answer is known).
 var errDone = errors.New("answered without a change")
 
@@ -241,7 +249,7 @@ func (c *Coordinator) InitProducerID(ctx context.Context, tid string, timeoutMs 
 	if tid == "" {
 		return codeInvalidRequest, -1, -1, nil
 	}
-	if len(tid) > MaxTransactionalIDBytes {
+	if len(tid) > MaxTransactionalIDBytes || !storable(tid) {
 		return codeUnknownServerError, -1, -1, nil
 	}
 	if timeoutMs <= 0 || time.Duration(timeoutMs)*time.Millisecond > c.cfg.MaxTimeout {
@@ -461,7 +469,20 @@ func (c *Coordinator) AddPartitions(ctx context.Context, req Partitions) ([]int1
 	if req.TransactionalID == "" {
 		return fill(codeInvalidRequest), nil
 	}
+	if !storable(req.TransactionalID) {
+		return fill(codeInvalidProducerIDMapping), nil
+	}
 	if !req.VerifyOnly {
+		if bad := unstorableTopics(req.Topics); bad != nil {
+			// No such topic (and one the add batch cannot take).
+			for i := range req.Topics {
+				codes[i] = codeOperationNotAttempted
+				if bad[i] {
+					codes[i] = codeUnknownTopicOrPartition
+				}
+			}
+			return codes, nil
+		}
 		c.waitFinish(ctx, req.TransactionalID)
 		// The common case (known partitions, the current producer, a transaction that
 		// can take them) in one statement, batched with concurrent adds (addbatch.go);
@@ -603,6 +624,21 @@ func (c *Coordinator) finishQuietly(ctx context.Context, tid string) {
 	}
 }
 
+// unstorableTopics marks the partitions whose topic name Postgres cannot store (nil
+// when there is none).
+func unstorableTopics(parts []store.TxnPartition) map[int]bool {
+	var bad map[int]bool
+	for i, p := range parts {
+		if !storable(p.Topic) {
+			if bad == nil {
+				bad = map[int]bool{}
+			}
+			bad[i] = true
+		}
+	}
+	return bad
+}
+
 // unknownPartitions marks the partitions whose topic is not registered or that are
 // beyond the topic's partition count (nil when all exist).
 func (c *Coordinator) unknownPartitions(ctx context.Context, parts []store.TxnPartition) (map[int]bool, error) {
@@ -639,6 +675,9 @@ func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epo
 	}
 	if group == "" {
 		return codeInvalidGroupID, nil
+	}
+	if !storable(tid) {
+		return codeInvalidProducerIDMapping, nil
 	}
 	c.waitFinish(ctx, tid)
 	code, finish := int16(codeNone), false
@@ -700,6 +739,11 @@ func (c *Coordinator) AddOffsets(ctx context.Context, tid string, pid int64, epo
 func (c *Coordinator) EndTxn(ctx context.Context, tid string, pid int64, epoch int32, commit, bump bool) (code int16, newPID int64, newEpoch int32, err error) {
 	if tid == "" {
 		return codeInvalidRequest, -1, -1, nil
+	}
+	if !storable(tid) {
+		// No such id; kept out of the decision batch, whose one statement it would
+		// fail for every EndTxn in it.
+		return codeInvalidProducerIDMapping, -1, -1, nil
 	}
 	newPID, newEpoch = pid, epoch
 	finish, retry, groups := false, false, false
@@ -846,6 +890,9 @@ func (c *Coordinator) TxnOffsetCommit(ctx context.Context, req OffsetCommit) ([]
 		return codes, nil
 	case req.Group == "":
 		fill(codeInvalidGroupID)
+		return codes, nil
+	case !storable(req.TransactionalID):
+		fill(codeInvalidProducerIDMapping)
 		return codes, nil
 	}
 	c.waitFinish(ctx, req.TransactionalID)

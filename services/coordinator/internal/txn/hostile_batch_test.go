@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
 // busyRunners makes every finish runner busy (an EndTxn each, its markers held at the
@@ -48,13 +50,12 @@ func waitQueued(t *testing.T, e *env, gate chan struct{}, n int) {
 	}
 }
 
-// TestDecisionBatchWithBadIDDecidesTheOthers: an EndTxn whose transactional id
-// Postgres cannot take (a NUL byte: any client can send one) shares a decision batch
-// with other producers' EndTxns. Only it may fail: the others are decided, answered
-// NONE and committed, not failed with it (each would answer
-// COORDINATOR_NOT_AVAILABLE, and a client sending such ids could keep every batch
-// failing).
-func TestDecisionBatchWithBadIDDecidesTheOthers(t *testing.T) {
+// TestDecisionBatchWithBadRowDecidesTheOthers: an EndTxn whose row Postgres refuses
+// to update (here a trigger raising for that row, as a constraint would) shares a
+// decision batch with other producers' EndTxns. Only it may fail: the others are
+// decided, answered NONE and committed, not failed with it (each answered
+// COORDINATOR_NOT_AVAILABLE and stayed Ongoing before).
+func TestDecisionBatchWithBadRowDecidesTheOthers(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	type prod struct {
@@ -63,13 +64,18 @@ func TestDecisionBatchWithBadIDDecidesTheOthers(t *testing.T) {
 		epoch int32
 	}
 	var ps []prod
-	for i := 0; i < 3; i++ {
-		tid := fmt.Sprintf("tx-good-%d", i)
+	for _, tid := range []string{"tx-good-0", "tx-poison", "tx-good-1", "tx-good-2"} {
 		pid, epoch := e.init(tid, 60000)
 		if got := e.add(tid, pid, epoch, tp("out", 0)); !codesEqual(got, 0) {
 			t.Fatalf("AddPartitions(%s) = %v", tid, got)
 		}
 		ps = append(ps, prod{tid, pid, epoch})
+	}
+	if _, err := e.st.Pool().Exec(ctx, `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'row refused' USING ERRCODE = 'check_violation'; END $$;
+		CREATE TRIGGER refuse_poison BEFORE UPDATE ON transactions FOR EACH ROW
+		WHEN (NEW.transactional_id = 'tx-poison' AND NEW.state LIKE 'Prepare%') EXECUTE FUNCTION refuse_poison()`); err != nil {
+		t.Fatal(err)
 	}
 	gate := busyRunners(t, e)
 	type answer struct {
@@ -77,43 +83,76 @@ func TestDecisionBatchWithBadIDDecidesTheOthers(t *testing.T) {
 		code int16
 		err  error
 	}
-	ended := make(chan answer, len(ps)+1)
-	for _, p := range ps[:1] {
+	ended := make(chan answer, len(ps))
+	for i, p := range ps {
 		go func() {
-			code, _, _, err := e.c.EndTxn(ctx, p.tid, p.pid, p.epoch, true, false)
+			code, _, _, err := e.c.EndTxn(ctx, p.tid, p.pid, p.epoch, true, i%2 == 0)
 			ended <- answer{p.tid, code, err}
 		}()
+		waitQueued(t, e, gate, i+1)
 	}
-	waitQueued(t, e, gate, 1)
-	go func() {
-		code, _, _, err := e.c.EndTxn(ctx, "bad\x00id", 1, 0, true, false)
-		ended <- answer{"bad", code, err}
-	}()
-	waitQueued(t, e, gate, 2)
-	for _, p := range ps[1:] {
-		go func() {
-			code, _, _, err := e.c.EndTxn(ctx, p.tid, p.pid, p.epoch, true, true)
-			ended <- answer{p.tid, code, err}
-		}()
-	}
-	waitQueued(t, e, gate, len(ps)+1)
 	close(gate)
-	for range len(ps) + 1 {
+	for range ps {
 		select {
 		case a := <-ended:
-			if a.tid == "bad" {
-				continue // an error or a code: its own business
+			if a.tid == "tx-poison" {
+				if a.err == nil && a.code == 0 {
+					t.Errorf("EndTxn(tx-poison) = NONE, but its decision cannot be stored")
+				}
+				continue
 			}
 			if a.err != nil || a.code != 0 {
-				t.Errorf("EndTxn(%s) sharing a batch with a bad id = %d, %v; want 0", a.tid, a.code, a.err)
+				t.Errorf("EndTxn(%s) sharing a batch with a refused row = %d, %v; want 0", a.tid, a.code, a.err)
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatal("an EndTxn did not answer")
 		}
 	}
 	for _, p := range ps {
-		if st := e.state(p.tid); st.State != StateCompleteCommit {
-			t.Errorf("%s: %s, want CompleteCommit", p.tid, st.State)
+		want := StateCompleteCommit
+		if p.tid == "tx-poison" {
+			want = StateOngoing
 		}
+		if st := e.state(p.tid); st.State != want {
+			t.Errorf("%s: %s, want %s", p.tid, st.State, want)
+		}
+	}
+}
+
+// TestUnstorableIDs: a transactional id or topic Postgres cannot store (a NUL byte)
+// names nothing: each call answers its code for that (UNKNOWN_SERVER_ERROR for
+// InitProducerId, as for an id too long; INVALID_PRODUCER_ID_MAPPING;
+// UNKNOWN_TOPIC_OR_PARTITION) rather than the database's error, retriable
+// (COORDINATOR_NOT_AVAILABLE) forever, and such an EndTxn or add never reaches a
+// batch, where its statement would fail the other producers'.
+func TestUnstorableIDs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tid := range []string{"tx-\x00-nul", "tx-\xff-utf8"} {
+		if code, _, _, err := e.c.InitProducerID(ctx, tid, 60000, -1, -1); err != nil || code != codeUnknownServerError {
+			t.Errorf("InitProducerID(%q) = %d, %v; want UNKNOWN_SERVER_ERROR", tid, code, err)
+		}
+		if code, _, _, err := e.c.EndTxn(ctx, tid, 1, 0, true, true); err != nil || code != codeInvalidProducerIDMapping {
+			t.Errorf("EndTxn(%q) = %d, %v; want INVALID_PRODUCER_ID_MAPPING", tid, code, err)
+		}
+		if codes, err := e.c.AddPartitions(ctx, Partitions{TransactionalID: tid, ProducerID: 1, Topics: []store.TxnPartition{tp("out", 0)}}); err != nil || !codesEqual(codes, codeInvalidProducerIDMapping) {
+			t.Errorf("AddPartitions(%q) = %v, %v", tid, codes, err)
+		}
+		if code, err := e.c.AddOffsets(ctx, tid, 1, 0, "g"); err != nil || code != codeInvalidProducerIDMapping {
+			t.Errorf("AddOffsets(%q) = %d, %v", tid, code, err)
+		}
+		if codes, err := e.c.TxnOffsetCommit(ctx, OffsetCommit{TransactionalID: tid, Group: "g", ProducerID: 1, Generation: -1,
+			Offsets: []store.TxnOffset{{Topic: "in", Partition: 0, Offset: 1}}}); err != nil || !codesEqual(codes, codeInvalidProducerIDMapping) {
+			t.Errorf("TxnOffsetCommit(%q) = %v, %v", tid, codes, err)
+		}
+	}
+	pid, epoch := e.init("tx-ok", 60000)
+	codes, err := e.c.AddPartitions(ctx, Partitions{TransactionalID: "tx-ok", ProducerID: pid, ProducerEpoch: epoch,
+		Topics: []store.TxnPartition{tp("out", 0), tp("o\x00ut", 0)}})
+	if err != nil || !codesEqual(codes, codeOperationNotAttempted, codeUnknownTopicOrPartition) {
+		t.Errorf("AddPartitions with a NUL topic = %v, %v", codes, err)
+	}
+	if st := e.state("tx-ok"); st.State != StateEmpty || len(st.Partitions) != 0 {
+		t.Errorf("after refused AddPartitions: %+v", st)
 	}
 }
