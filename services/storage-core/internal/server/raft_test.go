@@ -123,6 +123,22 @@ func TestRaftModeLeaderTrailer(t *testing.T) {
 	if redirected != 2 {
 		t.Fatalf("%d absent-channel markers were redirected, want 2 (the metadata group's followers)", redirected)
 	}
+	// Several markers for absent channels (looked up together, one barrier): per-marker
+	// UNKNOWN_TOPIC_OR_PARTITION on the metadata group's leader (the last node the
+	// redirects reached), NOT_LEADER_OR_FOLLOWER on its followers.
+	metaLeader := lastAddr
+	two := &storagev1.WriteTxnMarkersRequest{Markers: []*storagev1.TxnMarker{
+		{Channel: "kafka.nosuch", ProducerId: 1, Commit: true}, {Channel: "kafka.nosuch2", ProducerId: 1}}}
+	for _, a := range addrs {
+		r, err := clients[a].WriteTxnMarkers(ctx, two)
+		want := int32(6)
+		if a == metaLeader {
+			want = 3
+		}
+		if err != nil || len(r.GetResults()) != 2 || r.GetResults()[0].GetErrorCode() != want || r.GetResults()[1].GetErrorCode() != want {
+			t.Fatalf("two absent-channel markers via %s: %v %v, want code %d each", a, r.GetResults(), err, want)
+		}
+	}
 	leader := ""
 	for _, a := range addrs {
 		var seq int64

@@ -87,6 +87,29 @@ func (s *service) writableChannelFor(name string) (*store.Log, error) {
 		return nil, err
 	}
 	l, err := s.st.GetConfirmed(name)
+	return writable(name, l, err)
+}
+
+// writableChannelsFor is writableChannelFor of every name, the absent ones confirmed
+// together (store.GetConfirmedAll: one barrier for all).
+func (s *service) writableChannelsFor(names []string) ([]*store.Log, []error) {
+	logs, errs := make([]*store.Log, len(names)), make([]error, len(names))
+	var look []string
+	var at []int
+	for i, n := range names {
+		if errs[i] = channel.Validate(n); errs[i] == nil {
+			look, at = append(look, n), append(at, i)
+		}
+	}
+	ls, es := s.st.GetConfirmedAll(look)
+	for j, i := range at {
+		logs[i], errs[i] = writable(names[i], ls[j], es[j])
+	}
+	return logs, errs
+}
+
+// writable refuses a queue's log l (of name; err is its lookup's) for writes.
+func writable(name string, l *store.Log, err error) (*store.Log, error) {
 	if err == nil && l.Kind() == store.KindQueue {
 		return nil, fmt.Errorf("%w: %s is written by its bindings only (QueueService)", ErrQueueChannel, name)
 	}

@@ -326,6 +326,34 @@ func (s *Store) GetConfirmed(name string) (*Log, error) {
 	return s.Get(name)
 }
 
+// GetConfirmedAll is GetConfirmed of every name (logs[i] and errs[i] answer
+// names[i]), with one barrier for all the names this node does not hold, so a request
+// naming many absent channels (a WriteTxnMarkers of a deleted topic's partitions)
+// waits for one commit round, not one per name.
+func (s *Store) GetConfirmedAll(names []string) (logs []*Log, errs []error) {
+	logs, errs = make([]*Log, len(names)), make([]error, len(names))
+	missing := false
+	for i, n := range names {
+		logs[i], errs[i] = s.Get(n)
+		missing = missing || errors.Is(errs[i], ErrNotFound)
+	}
+	if s.raft == nil || !missing {
+		return logs, errs
+	}
+	berr := s.raft.barrier()
+	for i, n := range names {
+		if !errors.Is(errs[i], ErrNotFound) {
+			continue
+		}
+		if berr != nil {
+			errs[i] = berr
+			continue
+		}
+		logs[i], errs[i] = s.Get(n)
+	}
+	return logs, errs
+}
+
 // barrier commits and applies a no-op entry of the metadata group proposed after the
 // call began (so every entry committed before the call is applied here when it
 // returns). Concurrent callers share one proposal: at most one is under way, and the

@@ -475,3 +475,41 @@ func TestRaftHostileConfigRacesAppends(t *testing.T) {
 	c.restartFollower(lead)
 	c.sameBytes("raft.cfgrace", int64(accepted))
 }
+
+// TestRaftHostileGetConfirmedAll: one lookup of many absent channels and a present
+// one costs the metadata group one barrier entry, answers each absent channel
+// ErrNotFound and the present one its log; on a follower the absent ones are
+// ErrNotLeader.
+func TestRaftHostileGetConfirmedAll(t *testing.T) {
+	c := newRaftCluster(t)
+	c.create("raft.here")
+	meta := c.leader(metaGroup)
+	ms := c.st[meta]
+	names := []string{"raft.here"}
+	for i := 0; i < 1000; i++ {
+		names = append(names, fmt.Sprintf("kafka.gone-%d", i))
+	}
+	hs0, _ := ms.raft.w.HardState(metaGroup)
+	logs, errs := ms.GetConfirmedAll(names)
+	hs1, _ := ms.raft.w.HardState(metaGroup)
+	if logs[0] == nil || errs[0] != nil || logs[0].Name() != "raft.here" {
+		t.Fatalf("present channel: %v %v", logs[0], errs[0])
+	}
+	for i := 1; i < len(names); i++ {
+		if !errors.Is(errs[i], ErrNotFound) || logs[i] != nil {
+			t.Fatalf("%s: %v %v, want ErrNotFound", names[i], logs[i], errs[i])
+		}
+	}
+	if d := hs1.Commit - hs0.Commit; d > 2 {
+		t.Fatalf("one lookup of 1000 absent channels wrote %d metadata entries, want 1", d)
+	}
+	for id, s := range c.st {
+		if id == meta {
+			continue
+		}
+		_, errs := s.GetConfirmedAll(names[:3])
+		if errs[0] != nil || !errors.Is(errs[1], ErrNotLeader) || !errors.Is(errs[2], ErrNotLeader) {
+			t.Fatalf("follower %d: %v, want nil and ErrNotLeader", id, errs)
+		}
+	}
+}
