@@ -221,7 +221,9 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 		}
 	}
 	lockedIDs := make(map[string]bool, len(ids))
+	locked := false
 	err := c.store.FinishTxns(ctx, ds, ids, c.now, decided, func(ts []*store.Txn) ([]bool, []bool, error) {
+		locked = true
 		for _, t := range ts {
 			lockedIDs[t.ID] = true
 			for _, r := range byID[t.ID] {
@@ -240,6 +242,18 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 	})
 	if err != nil {
 		c.log.Warn("could not finish transaction markers", zap.Int("transactions", len(lockedIDs)), zap.Error(err))
+	}
+	if err != nil && !locked {
+		// Failed before any row was locked (the decisions' statement, which the
+		// batch's finishes share a round trip with, or the connection): the
+		// finishes of transactions decided already are done on their own rather
+		// than left to the producer's next call or a sweep.
+		for id, rs := range byID {
+			if len(rs) > 0 {
+				c.finishAlone(ctx, rs)
+			}
+			delete(byID, id)
+		}
 	}
 	for id, rs := range byID {
 		for _, r := range rs {

@@ -156,3 +156,44 @@ func TestUnstorableIDs(t *testing.T) {
 		t.Errorf("after refused AddPartitions: %+v", st)
 	}
 }
+
+// TestFailedDecisionsStillFinishTheBatch: a batch whose decision statement fails
+// (one refused row) also carries a finish of a transaction already decided (an
+// EndTxn whose decision took the locked path). That finish must still be done, not
+// dropped with the decisions: its EndTxn has answered NONE and its producer's next
+// call would meet PrepareCommit (CONCURRENT_TRANSACTIONS) until a sweep.
+func TestFailedDecisionsStillFinishTheBatch(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tid := range []string{"tx-decided", "tx-poison"} {
+		pid, epoch := e.init(tid, 60000)
+		if got := e.add(tid, pid, epoch, tp("out", 0)); !codesEqual(got, 0) {
+			t.Fatalf("AddPartitions(%s) = %v", tid, got)
+		}
+	}
+	if _, err := e.st.Pool().Exec(ctx, `UPDATE transactions SET state = 'PrepareCommit' WHERE transactional_id = 'tx-decided'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Pool().Exec(ctx, `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'row refused' USING ERRCODE = 'check_violation'; END $$;
+		CREATE TRIGGER refuse_poison BEFORE UPDATE ON transactions FOR EACH ROW
+		WHEN (NEW.transactional_id = 'tx-poison') EXECUTE FUNCTION refuse_poison()`); err != nil {
+		t.Fatal(err)
+	}
+	poison := e.state("tx-poison")
+	d := store.Decision{ID: "tx-poison", ProducerID: poison.ProducerID, ProducerEpoch: poison.ProducerEpoch, Prepare: StatePrepareCommit}
+	dr := &finishReq{tid: d.ID, decide: &d, decided: make(chan struct{}), locked: make(chan struct{}), done: make(chan struct{})}
+	fr := &finishReq{tid: "tx-decided", locked: make(chan struct{}), done: make(chan struct{})}
+	e.c.finishBatch(ctx, []*finishReq{dr, fr})
+	select {
+	case <-fr.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the finish did not end")
+	}
+	if st := e.state("tx-decided"); st.State != StateCompleteCommit {
+		t.Errorf("tx-decided after its batch: %s, want CompleteCommit", st.State)
+	}
+	if ms := e.written(); len(ms) != 1 || !ms[0].Commit {
+		t.Errorf("markers %+v, want tx-decided's COMMIT", ms)
+	}
+}
