@@ -23,6 +23,19 @@ import (
 // once per partition, none that the producer aborted, and no partition may be left
 // with an open transaction (the closing sentinel is readable).
 func TestTxnGroupCommitCoordinatorKills(t *testing.T) {
+	runGroupCommitKills(t, stack.Coordinator, stack.Coordinator, stack.Coordinator)
+}
+
+// TestTxnGroupCommitStorageKill: the same with storage-core killed (SIGKILL) and
+// started again between two coordinator kills, so that whole WriteTxnMarkers calls of
+// finish batches fail (their rows stay Prepare*, finished later) and produces fail.
+func TestTxnGroupCommitStorageKill(t *testing.T) {
+	runGroupCommitKills(t, stack.Coordinator, stack.StorageCore, stack.Coordinator)
+}
+
+// runGroupCommitKills runs the producers of TestTxnGroupCommitCoordinatorKills while
+// each victim in turn is killed with SIGKILL and started again.
+func runGroupCommitKills(t *testing.T, victims ...string) {
 	s := stack.StartT(t, stack.Options{Coordinators: 2})
 	adm := newAdmin(t, s.KafkaAddrs)
 	topic := topicName("txngc-kill")
@@ -102,15 +115,15 @@ func TestTxnGroupCommitCoordinatorKills(t *testing.T) {
 		}()
 	}
 	waitFor(t, time.Minute, "transactions ending", func() bool { return ends.Load() >= 200 })
-	for k := 0; k < 3; k++ {
+	for _, victim := range victims {
 		before := ends.Load()
-		if err := s.Kill(stack.Coordinator, syscall.SIGKILL); err != nil {
+		if err := s.Kill(victim, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("coordinator killed after %d ends; %d transactions left between decision and completion",
-			before, prepared(t, s))
+		t.Logf("%s killed after %d ends; %d transactions left between decision and completion",
+			victim, before, prepared(t, s))
 		time.Sleep(500 * time.Millisecond)
-		if err := s.Restart(ctxT(t, time.Minute), stack.Coordinator); err != nil {
+		if err := s.Restart(ctxT(t, time.Minute), victim); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 2*time.Minute, "transactions ending after the restart", func() bool { return ends.Load() >= before+200 })
