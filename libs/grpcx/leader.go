@@ -203,6 +203,18 @@ func (c *LeaderConn) Forget(key string) {
 	c.mu.Unlock()
 }
 
+// ForgetIf drops the leader of every key for which drop is true (a deleted topic's
+// channels): the leaders map otherwise keeps every key ever routed.
+func (c *LeaderConn) ForgetIf(drop func(key string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.leaders {
+		if drop(k) {
+			delete(c.leaders, k)
+		}
+	}
+}
+
 // Down records that addr did not answer: every leader learned at it is forgotten and,
 // when it is the default node, the default moves to the next configured node.
 func (c *LeaderConn) Down(addr string) {

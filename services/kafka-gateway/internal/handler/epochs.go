@@ -51,14 +51,20 @@ func (r *Router) learnChannel(ch string, c *storagev1.Channel) {
 // when topic is ""): their epochs and cached leaders, so a deleted topic leaves
 // nothing behind and a re-created one is asked afresh.
 func (r *Router) forgetTopic(topic string) {
+	of := func(ch string) bool {
+		t, _, ok := channel.ParseKafka(ch)
+		return ok && (topic == "" || t == topic)
+	}
 	r.emu.Lock()
-	defer r.emu.Unlock()
 	for ch := range r.epochs {
-		if t, _, ok := channel.ParseKafka(ch); ok && (topic == "" || t == topic) {
+		if of(ch) {
 			delete(r.epochs, ch)
-			r.lc.Forget(ch)
 		}
 	}
+	r.emu.Unlock()
+	// Leaders are also learned without an epoch (a produce's NOT_LEADER answers, a
+	// followed redirect): those go too.
+	r.lc.ForgetIf(of)
 }
 
 // epoch is ch's leader epoch as last learned (false: none yet).

@@ -312,9 +312,18 @@ func TestRouterLeaderEpochs(t *testing.T) {
 	if _, ok := r.epoch(ch); !ok {
 		t.Fatal("another topic's change dropped the epoch of ep")
 	}
+	// A leader learned without an epoch (as a produce's NOT_LEADER answer teaches it)
+	// goes too.
+	bare := channel.KafkaPartition("ep", 7)
+	if err := r.lc.Learn(bare, r.lc.Conns()[0].Target()); err != nil {
+		t.Fatal(err)
+	}
 	e.h.InvalidateTopic("ep")
 	if e, ok := r.epoch(ch); ok {
 		t.Fatalf("epoch %d of ep kept after its topic changed", e)
+	}
+	if r.lc.Cached(bare) || r.lc.Cached(ch) {
+		t.Fatal("a leader of ep's partitions kept after its topic changed")
 	}
 	if got := metaEpoch(); got != 2 {
 		t.Fatalf("Metadata leader epoch after the change %d, want 2 (asked again)", got)
