@@ -197,3 +197,81 @@ func TestFailedDecisionsStillFinishTheBatch(t *testing.T) {
 		t.Errorf("markers %+v, want tx-decided's COMMIT", ms)
 	}
 }
+
+// TestRetriedEndTxnWhileItsBatchRuns: a v5 EndTxn is decided and its finish batch is
+// writing the markers (held) when its retry (the answer was lost) arrives, on this
+// replica and on another on the same database. Neither retry may answer before the
+// markers are written, nor as a new end (PRODUCER_FENCED, another bump): both answer
+// NONE with the epoch of the first answer, and the markers are written once.
+func TestRetriedEndTxnWhileItsBatchRuns(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pid, epoch := e.init("tx-retry", 60000)
+	if got := e.add("tx-retry", pid, epoch, tp("out", 0), tp("out", 1)); !codesEqual(got, 0, 0) {
+		t.Fatalf("AddPartitions = %v", got)
+	}
+	gate := make(chan struct{})
+	e.markers.gate = gate
+	code, np, ne, err := e.c.EndTxn(ctx, "tx-retry", pid, epoch, true, true)
+	if err != nil || code != 0 || np != pid || ne != epoch+1 {
+		close(gate)
+		t.Fatalf("EndTxn = %d, %d/%d, %v; want 0, %d/%d", code, np, ne, err, pid, epoch+1)
+	}
+	other := New(Config{}, Deps{Store: e.st, Markers: e.markers, Log: e.c.log,
+		NextProducerID: e.c.nextPID, Now: e.c.now})
+	defer other.Close()
+	type answer struct {
+		who       string
+		code      int16
+		pid       int64
+		epoch     int32
+		err       error
+		afterGate bool
+	}
+	opened := make(chan struct{})
+	answers := make(chan answer, 2)
+	for _, r := range []struct {
+		who string
+		c   *Coordinator
+	}{{"same replica", e.c}, {"other replica", other}} {
+		go func() {
+			code, p, ep, err := r.c.EndTxn(ctx, "tx-retry", pid, epoch, true, true)
+			after := false
+			select {
+			case <-opened:
+				after = true
+			default:
+			}
+			answers <- answer{r.who, code, p, ep, err, after}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(opened)
+	close(gate)
+	for range 2 {
+		select {
+		case a := <-answers:
+			if a.err != nil || a.code != 0 || a.pid != pid || a.epoch != epoch+1 {
+				t.Errorf("retry on the %s = %d, %d/%d, %v; want 0, %d/%d", a.who, a.code, a.pid, a.epoch, a.err, pid, epoch+1)
+			}
+			if !a.afterGate {
+				t.Errorf("retry on the %s answered while the first end's markers were held", a.who)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a retry did not answer")
+		}
+	}
+	other.Close()
+	ms := e.written()
+	if len(ms) != 2 {
+		t.Errorf("markers %+v, want 2 (one per partition)", ms)
+	}
+	for _, m := range ms {
+		if !m.Commit || m.ProducerEpoch != epoch+1 {
+			t.Errorf("marker %+v, want COMMIT at epoch %d", m, epoch+1)
+		}
+	}
+	if st := e.state("tx-retry"); st.State != StateCompleteCommit || st.ProducerEpoch != epoch+1 {
+		t.Errorf("state %s epoch %d, want CompleteCommit at %d", st.State, st.ProducerEpoch, epoch+1)
+	}
+}
