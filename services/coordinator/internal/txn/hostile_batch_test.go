@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 )
 
@@ -273,5 +274,43 @@ func TestRetriedEndTxnWhileItsBatchRuns(t *testing.T) {
 	}
 	if st := e.state("tx-retry"); st.State != StateCompleteCommit || st.ProducerEpoch != epoch+1 {
 		t.Errorf("state %s epoch %d, want CompleteCommit at %d", st.State, st.ProducerEpoch, epoch+1)
+	}
+}
+
+// TestRoutedBatchUnreachablePartitionHoldsOnlyItsTransaction: in raft mode markers go
+// one per call; a partition whose calls stay UNAVAILABLE (its leader unreachable) must
+// leave only the transaction with a marker there Prepare*, not every transaction of
+// its finish batch (whose markers were written, and whose producers would meet
+// CONCURRENT_TRANSACTIONS until a sweep).
+func TestRoutedBatchUnreachablePartitionHoldsOnlyItsTransaction(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	f := &markerStorage{calls: map[string]int{}, script: map[string][]int32{
+		channel.KafkaPartition("out", 1): {-100, -100, -100, -100, -100, -100, -100, -100},
+	}}
+	c := New(Config{}, Deps{Store: e.st, Markers: StorageMarkers(f, true), Log: e.c.log, NextProducerID: e.c.nextPID, Now: e.c.now})
+	defer c.Close()
+	for tid, p := range map[string]int32{"tx-reachable": 0, "tx-unreachable": 1} {
+		pid, epoch := e.init(tid, 60000)
+		if got := e.add(tid, pid, epoch, tp("out", p), tp("in", 0)); !codesEqual(got, 0, 0) {
+			t.Fatalf("AddPartitions(%s) = %v", tid, got)
+		}
+	}
+	if _, err := e.st.Pool().Exec(ctx, `UPDATE transactions SET state = 'PrepareCommit'`); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []*finishReq
+	for _, tid := range []string{"tx-reachable", "tx-unreachable"} {
+		reqs = append(reqs, &finishReq{tid: tid, locked: make(chan struct{}), done: make(chan struct{})})
+	}
+	c.finishBatch(ctx, reqs)
+	for _, r := range reqs {
+		<-r.done
+	}
+	if st := e.state("tx-reachable"); st.State != StateCompleteCommit {
+		t.Errorf("tx-reachable: %s, want CompleteCommit (its markers were written)", st.State)
+	}
+	if st := e.state("tx-unreachable"); st.State != StatePrepareCommit || len(st.Partitions) != 2 {
+		t.Errorf("tx-unreachable: %+v, want PrepareCommit with its partitions", st)
 	}
 }

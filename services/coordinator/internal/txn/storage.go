@@ -84,8 +84,11 @@ const (
 // writeEach writes every marker in a call of its own (routed to its channel's leader),
 // at most maxMarkerCalls at once. A marker answered NOT_LEADER_OR_FOLLOWER or
 // NOT_ENOUGH_REPLICAS, or whose call is UNAVAILABLE, is resent (markers are idempotent)
-// up to markerRetries times, so one election does not redo the whole set; the first
-// call error left fails the whole.
+// up to markerRetries times, so one election does not redo the whole set. A marker
+// whose call still fails answers NOT_LEADER_OR_FOLLOWER (not written) when another
+// call answered, so that one unreachable leader leaves only the transactions with a
+// marker there unfinished, not every transaction of a finish batch; only when every
+// call failed does the whole fail, with the first error.
 func (s storageMarkers) writeEach(ctx context.Context, markers []*storagev1.TxnMarker) ([]int16, error) {
 	codes := make([]int16, len(markers))
 	errs := make([]error, len(markers))
@@ -100,8 +103,15 @@ func (s storageMarkers) writeEach(ctx context.Context, markers []*storagev1.TxnM
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	failed := 0
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			codes[i] = codeNotLeaderOrFollower
+		}
+	}
+	if failed == len(markers) {
+		return nil, errors.Join(errs...)
 	}
 	return codes, nil
 }

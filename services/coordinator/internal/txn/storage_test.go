@@ -49,7 +49,8 @@ func (f *markerStorage) WriteTxnMarkers(_ context.Context, req *storagev1.WriteT
 // TestRoutedMarkers: with a raft cluster behind it, markers go one per call, at most
 // maxMarkerCalls at once; a marker answered NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS
 // or UNAVAILABLE is resent alone (the others are not), other codes are kept, and a
-// marker still unavailable after markerRetries resends fails the set.
+// marker still unavailable after markerRetries resends answers NOT_LEADER_OR_FOLLOWER
+// (the set fails only when every marker's call does).
 func TestRoutedMarkers(t *testing.T) {
 	f := &markerStorage{calls: map[string]int{}, script: map[string][]int32{
 		channel.KafkaPartition("t", 3): {codeNotLeaderOrFollower},
@@ -95,11 +96,17 @@ func TestRoutedMarkers(t *testing.T) {
 
 	f.script = map[string][]int32{channel.KafkaPartition("t", 1): {-100, -100, -100, -100, -100, -100}}
 	f.calls = map[string]int{}
-	if _, err := w.WriteMarkers(context.Background(), ms[:3]); status.Code(err) != codes.Unavailable {
-		t.Fatalf("a marker unavailable on every try: %v, want UNAVAILABLE", err)
+	if got, err := w.WriteMarkers(context.Background(), ms[:3]); err != nil || !codesEqual(got, 0, codeNotLeaderOrFollower, 0) {
+		t.Fatalf("a marker unavailable on every try: %v, %v; want [0 NOT_LEADER_OR_FOLLOWER 0]", got, err)
 	}
 	if f.calls[channel.KafkaPartition("t", 1)] != markerRetries+1 {
 		t.Fatalf("unavailable marker sent %d times, want %d", f.calls[channel.KafkaPartition("t", 1)], markerRetries+1)
+	}
+	// Every call failing fails the whole (nothing is known written).
+	f.script = map[string][]int32{channel.KafkaPartition("t", 1): {-100, -100, -100, -100, -100, -100}}
+	f.calls = map[string]int{}
+	if _, err := w.WriteMarkers(context.Background(), ms[1:2]); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the only marker unavailable on every try: %v, want UNAVAILABLE", err)
 	}
 
 	// A transaction of one partition (the common case) is resent alike: an election
