@@ -72,10 +72,13 @@ const (
 	// cmdRaftBatches: a log append (flags, leader clock, unstamped frames).
 	cmdRaftBatches = 2
 	flagSingle     = 1
-	// flagLogAppendTime (of an append or a marker): the leader's config said
-	// timestamp_type LogAppendTime when it proposed the entry; every replica stamps the
-	// leader's clock by it, not by its own config at apply.
+	// flagLogAppendTime, flagCreateTime (of an append or a marker; the leader sets
+	// one): the leader's config said timestamp_type LogAppendTime, or CreateTime, when
+	// it proposed the entry; every replica stamps the leader's clock by it, not by its
+	// own config at apply. An entry with neither was written before they existed and
+	// is applied by the replica's config, as it was then (entryLogAppendTime).
 	flagLogAppendTime = 2
+	flagCreateTime    = 4
 	// cmdRaftMarker: a transaction marker (flags, leader clock, producer id, producer
 	// epoch, coordinator epoch), written by each replica at apply.
 	cmdRaftMarker = 3
@@ -498,9 +501,7 @@ func (l *Log) raftBeginAppend(b []byte, o AppendOptions) *PendingAppend {
 	if o.SingleBatch {
 		payload[1] |= flagSingle
 	}
-	if l.logAppendTime() {
-		payload[1] |= flagLogAppendTime
-	}
+	payload[1] |= l.timestampFlag()
 	binary.BigEndian.PutUint64(payload[2:], uint64(now))
 	copy(payload[10:], b)
 	return &PendingAppend{l: l, raft: l.st.raft.node.Begin(l.wal.group, payload)}
@@ -515,9 +516,7 @@ func (l *Log) raftBeginMarker(m TxnMarker) *PendingAppend {
 	if m.Commit {
 		payload[1] |= flagCommit
 	}
-	if l.logAppendTime() {
-		payload[1] |= flagLogAppendTime
-	}
+	payload[1] |= l.timestampFlag()
 	binary.BigEndian.PutUint64(payload[2:], uint64(l.st.nowMs()))
 	binary.BigEndian.PutUint64(payload[10:], uint64(m.ProducerID))
 	binary.BigEndian.PutUint16(payload[18:], uint16(m.ProducerEpoch))
@@ -586,6 +585,24 @@ func (p *PendingAppend) raftWait() (AppendResult, error) {
 	return r, nil
 }
 
+// timestampFlag is the entry flag of the leader's timestamp_type.
+func (l *Log) timestampFlag() byte {
+	if l.logAppendTime() {
+		return flagLogAppendTime
+	}
+	return flagCreateTime
+}
+
+// entryLogAppendTime reports whether an entry with flags is stamped with the append
+// time: as its leader's config said, or for an entry from before the flags, as this
+// replica's config says.
+func (l *Log) entryLogAppendTime(flags byte) bool {
+	if flags&(flagLogAppendTime|flagCreateTime) == 0 {
+		return l.logAppendTime()
+	}
+	return flags&flagLogAppendTime != 0
+}
+
 // logSM applies a channel group's committed appends.
 type logSM struct{ l *Log }
 
@@ -598,7 +615,7 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 			ProducerEpoch:    int16(binary.BigEndian.Uint16(payload[18:])),
 			CoordinatorEpoch: int32(binary.BigEndian.Uint32(payload[20:])),
 		}
-		res, _, err := l.beginTxnMarker(mk, int64(binary.BigEndian.Uint64(payload[2:])), uint32(term), payload[1]&flagLogAppendTime != 0)
+		res, _, err := l.beginTxnMarker(mk, int64(binary.BigEndian.Uint64(payload[2:])), uint32(term), l.entryLogAppendTime(payload[1]))
 		return res, err
 	}
 	if len(payload) == raftTrimLen && payload[0] == cmdRaftTrim {
@@ -623,7 +640,7 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, _, err := l.writeChecked(b, hdrs, now, payload[1]&flagLogAppendTime != 0)
+	res, _, err := l.writeChecked(b, hdrs, now, l.entryLogAppendTime(payload[1]))
 	return res, err
 }
 

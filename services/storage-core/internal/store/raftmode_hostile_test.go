@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -510,6 +511,46 @@ func TestRaftHostileGetConfirmedAll(t *testing.T) {
 		_, errs := s.GetConfirmedAll(names[:3])
 		if errs[0] != nil || !errors.Is(errs[1], ErrNotLeader) || !errors.Is(errs[2], ErrNotLeader) {
 			t.Fatalf("follower %d: %v, want nil and ErrNotLeader", id, errs)
+		}
+	}
+}
+
+// TestRaftEntryTimestampFlags: an applied append is stamped with the append time as
+// its entry's flag says, whatever the replica's config; an entry without either flag
+// (written before they existed) by the replica's config, as then.
+func TestRaftEntryTimestampFlags(t *testing.T) {
+	clk := &clock{}
+	clk.ms.Store(1_000_000)
+	s := openStore(t, t.TempDir(), clk)
+	defer func() { _ = s.Close() }()
+	lat := mustCreate(t, s, "lat", ChannelConfig{TimestampType: TimestampLogAppendTime})
+	ct := mustCreate(t, s, "ct", ChannelConfig{TimestampType: TimestampCreateTime})
+	entry := func(flags byte) []byte {
+		b := kbatch(t, batchOpt{}, "v")
+		p := make([]byte, 10+len(b))
+		p[0], p[1] = cmdRaftBatches, flags
+		binary.BigEndian.PutUint64(p[2:], 12345)
+		copy(p[10:], b)
+		return p
+	}
+	for _, tc := range []struct {
+		l     *Log
+		flags byte
+		want  int64
+	}{
+		{lat, flagCreateTime, -1},
+		{lat, flagLogAppendTime, 12345},
+		{ct, flagLogAppendTime, 12345},
+		{ct, flagCreateTime, -1},
+		{lat, 0, 12345}, // legacy: by the config
+		{ct, 0, -1},
+	} {
+		res, err := logSM{tc.l}.Apply(1, 1, entry(tc.flags))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.(AppendResult).LogAppendTime; got != tc.want {
+			t.Errorf("%s flags %d: log append time %d, want %d", tc.l.Name(), tc.flags, got, tc.want)
 		}
 	}
 }
