@@ -222,6 +222,7 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 	}
 	lockedIDs := make(map[string]bool, len(ids))
 	locked := false
+	var saved []string // rows whose markers were all written, to complete
 	err := c.store.FinishTxns(ctx, ds, ids, c.now, decided, func(ts []*store.Txn) ([]bool, []bool, error) {
 		locked = true
 		for _, t := range ts {
@@ -238,7 +239,15 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 				delete(byID, id)
 			}
 		}
-		return c.finishRows(ctx, ts)
+		save, commit, err := c.finishRows(ctx, ts)
+		if err == nil {
+			for i, t := range ts {
+				if save[i] {
+					saved = append(saved, t.ID)
+				}
+			}
+		}
+		return save, commit, err
 	})
 	if err != nil {
 		c.log.Warn("could not finish transaction markers", zap.Int("transactions", len(lockedIDs)), zap.Error(err))
@@ -255,11 +264,40 @@ func (c *Coordinator) finishBatch(ctx context.Context, batch []*finishReq) {
 			delete(byID, id)
 		}
 	}
+	if err != nil {
+		// The one Postgres transaction failed after the markers of the saved rows
+		// were written (one row's write failing fails them all, as could the
+		// COMMIT): each is completed on its own (its markers written again, which
+		// is harmless), so that only a row failing alone stays Prepare*.
+		for _, id := range saved {
+			if rs := byID[id]; len(rs) > 0 {
+				c.completeAlone(ctx, rs)
+			}
+			delete(byID, id)
+		}
+	}
 	for id, rs := range byID {
 		for _, r := range rs {
 			c.ended(r, lockedIDs[id])
 		}
 	}
+}
+
+// completeAlone finishes (finish) the requests of one id whose row lock a failed batch
+// held, in the background, bounded by finishTimeout; their locked is closed already.
+func (c *Coordinator) completeAlone(ctx context.Context, rs []*finishReq) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		defer cancel()
+		if _, err := c.finish(ctx, rs[0].tid); err != nil {
+			c.log.Warn("could not finish transaction markers", zap.String("transactional_id", rs[0].tid), zap.Error(err))
+		}
+		for _, r := range rs {
+			c.ended(r, true)
+		}
+	}()
 }
 
 // finishAlone finishes the requests of one id on their own (finishLocked), in the

@@ -314,3 +314,50 @@ func TestRoutedBatchUnreachablePartitionHoldsOnlyItsTransaction(t *testing.T) {
 		t.Errorf("tx-unreachable: %+v, want PrepareCommit with its partitions", st)
 	}
 }
+
+// TestFinishBatchRefusedCompletionHoldsOnlyItsRow: one row of a finish batch cannot
+// be completed (a trigger refuses it, as a constraint would), which fails the batch's
+// one Postgres transaction after every marker was written. The other rows must still
+// be completed (on their own), not left Prepare* for their producers' next calls to
+// meet CONCURRENT_TRANSACTIONS.
+func TestFinishBatchRefusedCompletionHoldsOnlyItsRow(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tids := []string{"tx-a", "tx-poison", "tx-b"}
+	for _, tid := range tids {
+		pid, epoch := e.init(tid, 60000)
+		if got := e.add(tid, pid, epoch, tp("out", 0)); !codesEqual(got, 0) {
+			t.Fatalf("AddPartitions(%s) = %v", tid, got)
+		}
+	}
+	if _, err := e.st.Pool().Exec(ctx, `UPDATE transactions SET state = 'PrepareCommit'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Pool().Exec(ctx, `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'row refused' USING ERRCODE = 'check_violation'; END $$;
+		CREATE TRIGGER refuse_poison BEFORE UPDATE ON transactions FOR EACH ROW
+		WHEN (NEW.transactional_id = 'tx-poison' AND NEW.state LIKE 'Complete%') EXECUTE FUNCTION refuse_poison()`); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []*finishReq
+	for _, tid := range tids {
+		reqs = append(reqs, &finishReq{tid: tid, locked: make(chan struct{}), done: make(chan struct{})})
+	}
+	e.c.finishBatch(ctx, reqs)
+	for _, r := range reqs {
+		select {
+		case <-r.done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s's finish did not end", r.tid)
+		}
+	}
+	for _, tid := range tids {
+		want := StateCompleteCommit
+		if tid == "tx-poison" {
+			want = StatePrepareCommit
+		}
+		if st := e.state(tid); st.State != want {
+			t.Errorf("%s: %s, want %s", tid, st.State, want)
+		}
+	}
+}
