@@ -21,7 +21,7 @@ const (
 	txnUnknown                     // an error left the outcome to the coordinator
 )
 
-// TestRaftKafkaTransactionsUnderLeaderKills: a kgo transactional producer runs 24
+// TestRaftKafkaTransactionsUnderLeaderKills: a kgo transactional producer runs 16
 // transactions of 9 records over 3 partitions (every fourth aborted) on a raft-mode
 // storage cluster while a node (half the time a partition's leader) is SIGKILLed and
 // restarted again and again, so kills land in produces, in EndTxn and between a
@@ -37,7 +37,7 @@ func TestRaftKafkaTransactionsUnderLeaderKills(t *testing.T) {
 		t.Skip("starts three storage-core processes")
 	}
 	topic := topicName("raft-txn-kill")
-	const partitions, txns, perTxn = 3, 24, 9
+	const partitions, txns, perTxn = 3, 16, 9
 	s, leader := startRaftStack(t, topic, partitions)
 	tid := topicName("raft-txn-kill-id")
 	open := func() *kgo.Client {
