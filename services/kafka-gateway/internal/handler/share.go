@@ -426,6 +426,18 @@ func acquiredRanges(recs []*storagev1.ShareAcquiredRecord) []kmsg.ShareFetchResp
 	return out
 }
 
+// storedAcquiredRanges converts storage-core's acquired ranges (ShareFetch answers
+// with stored batches) to AcquiredRecords.
+func storedAcquiredRanges(rs []*storagev1.ShareAcquiredRange) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
+	out := make([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, len(rs))
+	for i, r := range rs {
+		out[i] = kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
+		out[i].FirstOffset, out[i].LastOffset = r.GetFirstOffset(), r.GetLastOffset()
+		out[i].DeliveryCount = int16(min(r.GetDeliveryCount(), 32767))
+	}
+	return out
+}
+
 func derefString(s *string) string {
 	if s == nil {
 		return ""

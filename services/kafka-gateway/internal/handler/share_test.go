@@ -150,6 +150,9 @@ type fakeShare struct {
 	acks     []*storagev1.ShareAcknowledgeRequest
 	releases []*storagev1.ReleaseMemberRequest
 	ackErr   storagev1.ShareError
+	// stored, when set, answers fetches asking for stored batches with these bytes
+	// and acquired offsets 5..6 at delivery count 3, for every partition.
+	stored []byte
 }
 
 func (f *fakeShare) ShareFetch(_ context.Context, in *storagev1.ShareFetchRequest, _ ...grpc.CallOption) (*storagev1.ShareFetchResponse, error) {
@@ -161,6 +164,11 @@ func (f *fakeShare) ShareFetch(_ context.Context, in *storagev1.ShareFetchReques
 		out.AckResults = append(out.AckResults, &storagev1.ShareAckResult{Topic: a.Topic, Partition: a.Partition, Error: f.ackErr})
 	}
 	for _, p := range in.Partitions {
+		if f.stored != nil && in.StoredBatches {
+			out.Partitions = append(out.Partitions, &storagev1.SharePartitionRecords{Topic: p.Topic, Partition: p.Partition,
+				Batches: f.stored, Acquired: []*storagev1.ShareAcquiredRange{{FirstOffset: 5, LastOffset: 6, DeliveryCount: 3}}})
+			continue
+		}
 		out.Partitions = append(out.Partitions, &storagev1.SharePartitionRecords{Topic: p.Topic, Partition: p.Partition,
 			Records: []*storagev1.ShareAcquiredRecord{{DeliveryCount: 1, Record: &storagev1.Record{Sequence: 1, Value: []byte("v")}}}})
 	}
@@ -183,6 +191,47 @@ func (f *fakeShare) ReleaseMember(_ context.Context, in *storagev1.ReleaseMember
 	defer f.mu.Unlock()
 	f.releases = append(f.releases, in)
 	return &storagev1.ReleaseMemberResponse{}, nil
+}
+
+// TestShareFetchStoredBatchesPassedOn: ShareFetch asks storage-core for the log's
+// stored batches and passes them on byte for byte as the partition's Records, with
+// the acquired ranges as AcquiredRecords.
+func TestShareFetchStoredBatchesPassedOn(t *testing.T) {
+	st := fake.NewStorage()
+	co := fake.NewCoordinator(st)
+	fs := &fakeShare{stored: []byte("stored frames, as they are")}
+	h := New(Config{NodeID: 1, ClusterID: "unit", AutoCreateTopics: true, DefaultPartitions: 1},
+		Deps{Storage: st, Coordinator: co, Share: fs, Log: zaptest.NewLogger(t)})
+	e := &env{h: h, st: st, co: co}
+	e.createTopic(t, "t", 1, nil)
+	md := e.do(t, &kmsg.MetadataRequest{Topics: []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("t")}}}, 12).(*kmsg.MetadataResponse)
+	req := kmsg.NewPtrShareFetchRequest()
+	req.SetVersion(1)
+	req.GroupID, req.MemberID, req.MaxRecords = kmsg.StringPtr("g"), kmsg.StringPtr("m"), 10
+	rt := kmsg.NewShareFetchRequestTopic()
+	rt.TopicID = md.Topics[0].TopicID
+	rt.Partitions = []kmsg.ShareFetchRequestTopicPartition{kmsg.NewShareFetchRequestTopicPartition()}
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := h.Handle(ctx, &Request{Body: req, Session: NewSession(false, AnonymousPrincipal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := r.(*kmsg.ShareFetchResponse)
+	if len(fs.fetches) != 1 || !fs.fetches[0].StoredBatches {
+		t.Fatalf("storage fetches %+v, want one asking for stored batches", fs.fetches)
+	}
+	if resp.ErrorCode != 0 || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("answer %+v", resp)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if string(p.Records) != string(fs.stored) || len(p.AcquiredRecords) != 1 {
+		t.Fatalf("records %q, acquired %+v", p.Records, p.AcquiredRecords)
+	}
+	if a := p.AcquiredRecords[0]; a.FirstOffset != 5 || a.LastOffset != 6 || a.DeliveryCount != 3 {
+		t.Fatalf("acquired %+v, want 5..6 at delivery count 3", a)
+	}
 }
 
 // TestShareFetchHandler: the request checks Kafka makes before any storage call, the

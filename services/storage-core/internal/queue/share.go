@@ -541,3 +541,74 @@ func (q *Queue) ShareRelease(member string) (int, error) {
 	}
 	return n, op.wait()
 }
+
+// ShareFrames returns the frames of the share partition's source log that hold recs
+// (records ShareFetch acquired from this queue, in offset order), as the log stores
+// them: Kafka RecordBatch v2 frames in offset order, each holding at least one of recs
+// and a record at every offset of its range, uncompressed ones cut down to their
+// records from the first to the last of recs they hold (store.AppendFrameRange), at
+// most maxBytes in all. They may still hold records not in recs (those between two of
+// them, or in a compressed frame): a Kafka client delivers only the acquired offsets
+// of a share fetch's batches, as Kafka's broker also answers with its log's batches.
+// ok is false when recs cannot be given so (a frame with offsets missing, as after
+// compaction; more than maxBytes; the log trimmed, deleted or replaced since the
+// records were copied; a damaged frame): the caller then answers with recs themselves.
+func (q *Queue) ShareFrames(recs []ShareRecord, maxBytes int) (frames []byte, ok bool) {
+	if len(recs) == 0 || maxBytes <= 0 {
+		return nil, false
+	}
+	q.mu.Lock()
+	if len(q.bindings) != 1 {
+		q.mu.Unlock()
+		return nil, false
+	}
+	b := q.bindings[0]
+	q.mu.Unlock()
+	src, err := q.m.st.Get(b.source)
+	if err != nil || src.Kind() != store.KindLog || b.srcCreated != 0 && src.CreatedMs() != b.srcCreated {
+		return nil, false
+	}
+	size := 0 // what recs need, about: their bodies and framing
+	for _, r := range recs {
+		size += len(r.Record.Key) + len(r.Record.Value) + 32
+		for _, h := range r.Record.Headers {
+			size += len(h.Key) + len(h.Value) + 8
+		}
+	}
+	frames = make([]byte, 0, min(size+size/8+4<<10, maxBytes))
+	last := recs[len(recs)-1].Record.Offset
+	for i := 0; i < len(recs); {
+		raw, err := src.ReadRawUpTo(recs[i].Record.Offset, max(min(2*size, maxBytes-len(frames)), 64<<10), last+1, nil)
+		if err != nil || len(raw) == 0 {
+			return nil, false
+		}
+		took := false
+		for len(raw) > 0 && i < len(recs) {
+			n, base, next, count, err := store.FrameSpan(raw)
+			if err != nil {
+				return nil, false
+			}
+			frame := raw[:n]
+			raw = raw[n:]
+			first := recs[i].Record.Offset
+			if first >= next {
+				continue // no acquired record in it
+			}
+			if first < base || int64(count) != next-base {
+				return nil, false
+			}
+			j := i
+			for j+1 < len(recs) && recs[j+1].Record.Offset < next {
+				j++
+			}
+			if frames, err = store.AppendFrameRange(frames, frame, first, recs[j].Record.Offset); err != nil || len(frames) > maxBytes {
+				return nil, false
+			}
+			took, i = true, j+1
+		}
+		if !took {
+			return nil, false
+		}
+	}
+	return frames, true
+}

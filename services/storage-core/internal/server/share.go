@@ -181,6 +181,9 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	// Stored frames: at most maxShareFetchBytes in all, and twice what the records'
+	// own limit allows (framing, and records in them not acquired).
+	frameBudget := min(2*shareFetchBytes(req.MaxBytes), maxShareFetchBytes)
 	for k, i := range idx {
 		pr := resp.Partitions[i]
 		if errors.Is(errs[k], queue.ErrNotFound) {
@@ -192,12 +195,34 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 			pr.Error, pr.Message = shareError(errs[k])
 			continue
 		}
+		if req.StoredBatches {
+			if frames, ok := qs[k].ShareFrames(recs[k], int(frameBudget)); ok {
+				frameBudget -= int64(len(frames))
+				pr.Batches, pr.Acquired = frames, shareAcquiredRanges(recs[k])
+				continue
+			}
+		}
 		pr.Records = make([]*storagev1.ShareAcquiredRecord, len(recs[k]))
 		for j, r := range recs[k] {
 			pr.Records[j] = &storagev1.ShareAcquiredRecord{Record: shareRecordToProto(r.Record), DeliveryCount: r.DeliveryCount}
 		}
 	}
 	return resp, nil
+}
+
+// shareAcquiredRanges groups acquired records (in offset order) into ranges of
+// consecutive offsets of one delivery count (Kafka's AcquiredRecords).
+func shareAcquiredRanges(recs []queue.ShareRecord) []*storagev1.ShareAcquiredRange {
+	var out []*storagev1.ShareAcquiredRange
+	for _, r := range recs {
+		off := r.Record.Offset
+		if n := len(out); n > 0 && out[n-1].LastOffset+1 == off && out[n-1].DeliveryCount == r.DeliveryCount {
+			out[n-1].LastOffset = off
+			continue
+		}
+		out = append(out, &storagev1.ShareAcquiredRange{FirstOffset: off, LastOffset: off, DeliveryCount: r.DeliveryCount})
+	}
+	return out
 }
 
 // shareRecordToProto is the source record of an acquisition (Offset the source's).

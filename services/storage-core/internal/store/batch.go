@@ -127,6 +127,72 @@ func frameLen(b []byte) (int, error) {
 	return n, nil
 }
 
+// FrameSpan describes the stored frame b begins with (as Log.ReadRaw returns them):
+// its length in bytes, its base offset, the offset after its last record and its
+// record count. An error means b does not begin with a whole v2 frame.
+func FrameSpan(b []byte) (n int, base, next int64, records int32, err error) {
+	if n, err = frameLen(b); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	h := parseHeader(b)
+	return n, h.BaseOffset, h.NextOffset(), h.RecordCount, nil
+}
+
+// AppendFrameRange appends to dst the stored frame (one whole v2 frame, as FrameSpan
+// measures it) with only its records at offsets first..last: the frame as it is when
+// every record lies in that range or it is compressed, else the frame with the
+// records outside it cut off, as a compacted batch is (base offset, base and max
+// timestamp, last offset delta and the kept records' bytes unchanged; length, record
+// count and CRC set again, after the stored CRC was checked). An error (ErrDataLoss)
+// means the frame is damaged; dst is then returned as it was.
+func AppendFrameRange(dst, frame []byte, first, last int64) ([]byte, error) {
+	if _, err := frameLen(frame); err != nil {
+		return dst, fmt.Errorf("%w: %v", ErrDataLoss, err)
+	}
+	h := parseHeader(frame)
+	if first <= h.BaseOffset && last >= h.NextOffset()-1 || h.Attributes&attrCompressionMask != 0 {
+		return append(dst, frame...), nil
+	}
+	if crc32.Checksum(frame[offAttributes:], castagnoli) != binary.BigEndian.Uint32(frame[offCRC:]) {
+		return dst, fmt.Errorf("%w: CRC mismatch in the batch at offset %d", ErrDataLoss, h.BaseOffset)
+	}
+	recs := frame[batchHeaderLen:]
+	from, to, kept := -1, 0, 0
+	for pos, n := 0, 0; pos < len(recs) && n < int(h.RecordCount); n++ {
+		l, k := binary.Varint(recs[pos:])
+		if k <= 0 || l < 2 || int64(len(recs)-pos-k) < l {
+			return dst, fmt.Errorf("%w: record length in the batch at offset %d", ErrDataLoss, h.BaseOffset)
+		}
+		body := recs[pos+k : pos+k+int(l)]
+		_, tk := binary.Varint(body[1:])
+		if tk <= 0 {
+			return dst, fmt.Errorf("%w: record timestamp in the batch at offset %d", ErrDataLoss, h.BaseOffset)
+		}
+		od, ok := binary.Varint(body[1+tk:])
+		if ok <= 0 {
+			return dst, fmt.Errorf("%w: record offset in the batch at offset %d", ErrDataLoss, h.BaseOffset)
+		}
+		if off := h.BaseOffset + od; off >= first && off <= last {
+			if from < 0 {
+				from = pos
+			}
+			to, kept = pos+k+int(l), kept+1
+		}
+		pos += k + int(l)
+	}
+	if from < 0 {
+		from = 0
+	}
+	start := len(dst)
+	dst = append(dst, frame[:batchHeaderLen]...)
+	dst = append(dst, recs[from:to]...)
+	out := dst[start:]
+	binary.BigEndian.PutUint32(out[offBatchLength:], uint32(len(out)-batchLengthField))
+	binary.BigEndian.PutUint32(out[offRecordCount:], uint32(kept))
+	binary.BigEndian.PutUint32(out[offCRC:], crc32.Checksum(out[offAttributes:], castagnoli))
+	return dst, nil
+}
+
 // headerUpToMagic is the bytes of a frame up to and including magic: baseOffset,
 // batchLength, partitionLeaderEpoch, magic.
 const headerUpToMagic = offMagic + 1

@@ -491,8 +491,12 @@ type ShareFetchRequest struct {
 	// (transaction markers) are never acquired at either level. Applies to the
 	// records the partition takes from its log from this fetch on.
 	IsolationLevel IsolationLevel `protobuf:"varint,12,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Answer each partition's acquisitions, where it can, as the partition log's
+	// stored Kafka batches (SharePartitionRecords.batches and acquired) instead of
+	// records one by one.
+	StoredBatches bool `protobuf:"varint,13,opt,name=stored_batches,json=storedBatches,proto3" json:"stored_batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShareFetchRequest) Reset() {
@@ -609,6 +613,13 @@ func (x *ShareFetchRequest) GetIsolationLevel() IsolationLevel {
 	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
+func (x *ShareFetchRequest) GetStoredBatches() bool {
+	if x != nil {
+		return x.StoredBatches
+	}
+	return false
+}
+
 // ShareAcquiredRecord is one acquired record: the source log's record (its sequence
 // is the Kafka offset + 1) and its delivery count (1 on the first delivery).
 type ShareAcquiredRecord struct {
@@ -669,8 +680,16 @@ type SharePartitionRecords struct {
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	Error     ShareError             `protobuf:"varint,3,opt,name=error,proto3,enum=tributary.storage.v1.ShareError" json:"error,omitempty"`
 	Message   string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	// In offset order.
-	Records       []*ShareAcquiredRecord `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
+	// In offset order. Empty when batches is set.
+	Records []*ShareAcquiredRecord `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
+	// With ShareFetchRequest.stored_batches: the partition log's Kafka RecordBatch v2
+	// frames as stored, in offset order, each holding at least one acquired record and
+	// every offset of its range; they may hold records not acquired, which a client
+	// skips as it does in Kafka's ShareFetch answers (only offsets in acquired are
+	// delivered).
+	Batches []byte `protobuf:"bytes,6,opt,name=batches,proto3" json:"batches,omitempty"`
+	// The acquired offsets of batches: ranges of one delivery count, in offset order.
+	Acquired      []*ShareAcquiredRange `protobuf:"bytes,7,rep,name=acquired,proto3" json:"acquired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -740,6 +759,82 @@ func (x *SharePartitionRecords) GetRecords() []*ShareAcquiredRecord {
 	return nil
 }
 
+func (x *SharePartitionRecords) GetBatches() []byte {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+func (x *SharePartitionRecords) GetAcquired() []*ShareAcquiredRange {
+	if x != nil {
+		return x.Acquired
+	}
+	return nil
+}
+
+// ShareAcquiredRange is Kafka's AcquiredRecords entry: offsets first..last
+// (inclusive) acquired with delivery count delivery_count.
+type ShareAcquiredRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FirstOffset   int64                  `protobuf:"varint,1,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	LastOffset    int64                  `protobuf:"varint,2,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	DeliveryCount int32                  `protobuf:"varint,3,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareAcquiredRange) Reset() {
+	*x = ShareAcquiredRange{}
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareAcquiredRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareAcquiredRange) ProtoMessage() {}
+
+func (x *ShareAcquiredRange) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareAcquiredRange.ProtoReflect.Descriptor instead.
+func (*ShareAcquiredRange) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ShareAcquiredRange) GetFirstOffset() int64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+func (x *ShareAcquiredRange) GetLastOffset() int64 {
+	if x != nil {
+		return x.LastOffset
+	}
+	return 0
+}
+
+func (x *ShareAcquiredRange) GetDeliveryCount() int32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
 type ShareFetchResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	AckResults []*ShareAckResult      `protobuf:"bytes,1,rep,name=ack_results,json=ackResults,proto3" json:"ack_results,omitempty"`
@@ -751,7 +846,7 @@ type ShareFetchResponse struct {
 
 func (x *ShareFetchResponse) Reset() {
 	*x = ShareFetchResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[7]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +858,7 @@ func (x *ShareFetchResponse) String() string {
 func (*ShareFetchResponse) ProtoMessage() {}
 
 func (x *ShareFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[7]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +871,7 @@ func (x *ShareFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareFetchResponse.ProtoReflect.Descriptor instead.
 func (*ShareFetchResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{7}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ShareFetchResponse) GetAckResults() []*ShareAckResult {
@@ -806,7 +901,7 @@ type ShareAcknowledgeRequest struct {
 
 func (x *ShareAcknowledgeRequest) Reset() {
 	*x = ShareAcknowledgeRequest{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[8]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +913,7 @@ func (x *ShareAcknowledgeRequest) String() string {
 func (*ShareAcknowledgeRequest) ProtoMessage() {}
 
 func (x *ShareAcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[8]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +926,7 @@ func (x *ShareAcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareAcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*ShareAcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{8}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ShareAcknowledgeRequest) GetGroupId() string {
@@ -871,7 +966,7 @@ type ShareAcknowledgeResponse struct {
 
 func (x *ShareAcknowledgeResponse) Reset() {
 	*x = ShareAcknowledgeResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[9]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +978,7 @@ func (x *ShareAcknowledgeResponse) String() string {
 func (*ShareAcknowledgeResponse) ProtoMessage() {}
 
 func (x *ShareAcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[9]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +991,7 @@ func (x *ShareAcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareAcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*ShareAcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{9}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShareAcknowledgeResponse) GetResults() []*ShareAckResult {
@@ -918,7 +1013,7 @@ type ReleaseMemberRequest struct {
 
 func (x *ReleaseMemberRequest) Reset() {
 	*x = ReleaseMemberRequest{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[10]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1025,7 @@ func (x *ReleaseMemberRequest) String() string {
 func (*ReleaseMemberRequest) ProtoMessage() {}
 
 func (x *ReleaseMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[10]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1038,7 @@ func (x *ReleaseMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMemberRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseMemberRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{10}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseMemberRequest) GetGroupId() string {
@@ -977,7 +1072,7 @@ type ReleaseMemberResponse struct {
 
 func (x *ReleaseMemberResponse) Reset() {
 	*x = ReleaseMemberResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[11]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1084,7 @@ func (x *ReleaseMemberResponse) String() string {
 func (*ReleaseMemberResponse) ProtoMessage() {}
 
 func (x *ReleaseMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[11]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1097,7 @@ func (x *ReleaseMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseMemberResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseMemberResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{11}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseMemberResponse) GetReleased() int64 {
@@ -1022,7 +1117,7 @@ type DescribeSharePartitionsRequest struct {
 
 func (x *DescribeSharePartitionsRequest) Reset() {
 	*x = DescribeSharePartitionsRequest{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[12]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1129,7 @@ func (x *DescribeSharePartitionsRequest) String() string {
 func (*DescribeSharePartitionsRequest) ProtoMessage() {}
 
 func (x *DescribeSharePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[12]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1142,7 @@ func (x *DescribeSharePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSharePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeSharePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{12}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DescribeSharePartitionsRequest) GetGroupId() string {
@@ -1082,7 +1177,7 @@ type SharePartitionState struct {
 
 func (x *SharePartitionState) Reset() {
 	*x = SharePartitionState{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[13]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1189,7 @@ func (x *SharePartitionState) String() string {
 func (*SharePartitionState) ProtoMessage() {}
 
 func (x *SharePartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[13]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1202,7 @@ func (x *SharePartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharePartitionState.ProtoReflect.Descriptor instead.
 func (*SharePartitionState) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{13}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SharePartitionState) GetTopic() string {
@@ -1162,7 +1257,7 @@ type DescribeSharePartitionsResponse struct {
 
 func (x *DescribeSharePartitionsResponse) Reset() {
 	*x = DescribeSharePartitionsResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[14]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1269,7 @@ func (x *DescribeSharePartitionsResponse) String() string {
 func (*DescribeSharePartitionsResponse) ProtoMessage() {}
 
 func (x *DescribeSharePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[14]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1282,7 @@ func (x *DescribeSharePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSharePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeSharePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{14}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeSharePartitionsResponse) GetPartitions() []*SharePartitionState {
@@ -1206,7 +1301,7 @@ type ListSharePartitionsRequest struct {
 
 func (x *ListSharePartitionsRequest) Reset() {
 	*x = ListSharePartitionsRequest{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[15]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1313,7 @@ func (x *ListSharePartitionsRequest) String() string {
 func (*ListSharePartitionsRequest) ProtoMessage() {}
 
 func (x *ListSharePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[15]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1326,7 @@ func (x *ListSharePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSharePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{15}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSharePartitionsRequest) GetGroupId() string {
@@ -1252,7 +1347,7 @@ type ListSharePartitionsResponse struct {
 
 func (x *ListSharePartitionsResponse) Reset() {
 	*x = ListSharePartitionsResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[16]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1359,7 @@ func (x *ListSharePartitionsResponse) String() string {
 func (*ListSharePartitionsResponse) ProtoMessage() {}
 
 func (x *ListSharePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[16]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1372,7 @@ func (x *ListSharePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSharePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{16}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListSharePartitionsResponse) GetPartitions() []*SharePartitionState {
@@ -1300,7 +1395,7 @@ type SharePartitionOffset struct {
 
 func (x *SharePartitionOffset) Reset() {
 	*x = SharePartitionOffset{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[17]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1407,7 @@ func (x *SharePartitionOffset) String() string {
 func (*SharePartitionOffset) ProtoMessage() {}
 
 func (x *SharePartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[17]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1420,7 @@ func (x *SharePartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharePartitionOffset.ProtoReflect.Descriptor instead.
 func (*SharePartitionOffset) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{17}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SharePartitionOffset) GetTopic() string {
@@ -1359,7 +1454,7 @@ type AlterSharePartitionsRequest struct {
 
 func (x *AlterSharePartitionsRequest) Reset() {
 	*x = AlterSharePartitionsRequest{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[18]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1466,7 @@ func (x *AlterSharePartitionsRequest) String() string {
 func (*AlterSharePartitionsRequest) ProtoMessage() {}
 
 func (x *AlterSharePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[18]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1479,7 @@ func (x *AlterSharePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterSharePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*AlterSharePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{18}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AlterSharePartitionsRequest) GetGroupId() string {
@@ -1411,7 +1506,7 @@ type AlterSharePartitionsResponse struct {
 
 func (x *AlterSharePartitionsResponse) Reset() {
 	*x = AlterSharePartitionsResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[19]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1518,7 @@ func (x *AlterSharePartitionsResponse) String() string {
 func (*AlterSharePartitionsResponse) ProtoMessage() {}
 
 func (x *AlterSharePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[19]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1531,7 @@ func (x *AlterSharePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterSharePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*AlterSharePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{19}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AlterSharePartitionsResponse) GetPartitions() []*SharePartitionState {
@@ -1456,7 +1551,7 @@ type DeleteSharePartitionsRequest struct {
 
 func (x *DeleteSharePartitionsRequest) Reset() {
 	*x = DeleteSharePartitionsRequest{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[20]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1563,7 @@ func (x *DeleteSharePartitionsRequest) String() string {
 func (*DeleteSharePartitionsRequest) ProtoMessage() {}
 
 func (x *DeleteSharePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[20]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1576,7 @@ func (x *DeleteSharePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSharePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSharePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{20}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteSharePartitionsRequest) GetGroupId() string {
@@ -1508,7 +1603,7 @@ type DeleteSharePartitionsResponse struct {
 
 func (x *DeleteSharePartitionsResponse) Reset() {
 	*x = DeleteSharePartitionsResponse{}
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[21]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1615,7 @@ func (x *DeleteSharePartitionsResponse) String() string {
 func (*DeleteSharePartitionsResponse) ProtoMessage() {}
 
 func (x *DeleteSharePartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_share_proto_msgTypes[21]
+	mi := &file_tributary_storage_v1_share_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1628,7 @@ func (x *DeleteSharePartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSharePartitionsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSharePartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{21}
+	return file_tributary_storage_v1_share_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteSharePartitionsResponse) GetPartitions() []*SharePartitionState {
@@ -1564,7 +1659,7 @@ const file_tributary_storage_v1_share_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
 	"\x05error\x18\x03 \x01(\x0e2 .tributary.storage.v1.ShareErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xea\x04\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x91\x05\n" +
 	"\x11ShareFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12T\n" +
@@ -1581,16 +1676,24 @@ const file_tributary_storage_v1_share_proto_rawDesc = "" +
 	"\x0eby_duration_ms\x18\n" +
 	" \x01(\x03R\fbyDurationMs\x120\n" +
 	"\x14delivery_count_limit\x18\v \x01(\x05R\x12deliveryCountLimit\x12M\n" +
-	"\x0fisolation_level\x18\f \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\"r\n" +
+	"\x0fisolation_level\x18\f \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\x12%\n" +
+	"\x0estored_batches\x18\r \x01(\bR\rstoredBatches\"r\n" +
 	"\x13ShareAcquiredRecord\x124\n" +
 	"\x06record\x18\x01 \x01(\v2\x1c.tributary.storage.v1.RecordR\x06record\x12%\n" +
-	"\x0edelivery_count\x18\x02 \x01(\x05R\rdeliveryCount\"\xe2\x01\n" +
+	"\x0edelivery_count\x18\x02 \x01(\x05R\rdeliveryCount\"\xc2\x02\n" +
 	"\x15SharePartitionRecords\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
 	"\x05error\x18\x03 \x01(\x0e2 .tributary.storage.v1.ShareErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12C\n" +
-	"\arecords\x18\x05 \x03(\v2).tributary.storage.v1.ShareAcquiredRecordR\arecords\"\xa8\x01\n" +
+	"\arecords\x18\x05 \x03(\v2).tributary.storage.v1.ShareAcquiredRecordR\arecords\x12\x18\n" +
+	"\abatches\x18\x06 \x01(\fR\abatches\x12D\n" +
+	"\bacquired\x18\a \x03(\v2(.tributary.storage.v1.ShareAcquiredRangeR\bacquired\"\x7f\n" +
+	"\x12ShareAcquiredRange\x12!\n" +
+	"\ffirst_offset\x18\x01 \x01(\x03R\vfirstOffset\x12\x1f\n" +
+	"\vlast_offset\x18\x02 \x01(\x03R\n" +
+	"lastOffset\x12%\n" +
+	"\x0edelivery_count\x18\x03 \x01(\x05R\rdeliveryCount\"\xa8\x01\n" +
 	"\x12ShareFetchResponse\x12E\n" +
 	"\vack_results\x18\x01 \x03(\v2$.tributary.storage.v1.ShareAckResultR\n" +
 	"ackResults\x12K\n" +
@@ -1697,7 +1800,7 @@ func file_tributary_storage_v1_share_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_share_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tributary_storage_v1_share_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tributary_storage_v1_share_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_tributary_storage_v1_share_proto_goTypes = []any{
 	(ShareError)(0),                         // 0: tributary.storage.v1.ShareError
 	(ShareAcknowledgeType)(0),               // 1: tributary.storage.v1.ShareAcknowledgeType
@@ -1709,23 +1812,24 @@ var file_tributary_storage_v1_share_proto_goTypes = []any{
 	(*ShareFetchRequest)(nil),               // 7: tributary.storage.v1.ShareFetchRequest
 	(*ShareAcquiredRecord)(nil),             // 8: tributary.storage.v1.ShareAcquiredRecord
 	(*SharePartitionRecords)(nil),           // 9: tributary.storage.v1.SharePartitionRecords
-	(*ShareFetchResponse)(nil),              // 10: tributary.storage.v1.ShareFetchResponse
-	(*ShareAcknowledgeRequest)(nil),         // 11: tributary.storage.v1.ShareAcknowledgeRequest
-	(*ShareAcknowledgeResponse)(nil),        // 12: tributary.storage.v1.ShareAcknowledgeResponse
-	(*ReleaseMemberRequest)(nil),            // 13: tributary.storage.v1.ReleaseMemberRequest
-	(*ReleaseMemberResponse)(nil),           // 14: tributary.storage.v1.ReleaseMemberResponse
-	(*DescribeSharePartitionsRequest)(nil),  // 15: tributary.storage.v1.DescribeSharePartitionsRequest
-	(*SharePartitionState)(nil),             // 16: tributary.storage.v1.SharePartitionState
-	(*DescribeSharePartitionsResponse)(nil), // 17: tributary.storage.v1.DescribeSharePartitionsResponse
-	(*ListSharePartitionsRequest)(nil),      // 18: tributary.storage.v1.ListSharePartitionsRequest
-	(*ListSharePartitionsResponse)(nil),     // 19: tributary.storage.v1.ListSharePartitionsResponse
-	(*SharePartitionOffset)(nil),            // 20: tributary.storage.v1.SharePartitionOffset
-	(*AlterSharePartitionsRequest)(nil),     // 21: tributary.storage.v1.AlterSharePartitionsRequest
-	(*AlterSharePartitionsResponse)(nil),    // 22: tributary.storage.v1.AlterSharePartitionsResponse
-	(*DeleteSharePartitionsRequest)(nil),    // 23: tributary.storage.v1.DeleteSharePartitionsRequest
-	(*DeleteSharePartitionsResponse)(nil),   // 24: tributary.storage.v1.DeleteSharePartitionsResponse
-	(IsolationLevel)(0),                     // 25: tributary.storage.v1.IsolationLevel
-	(*Record)(nil),                          // 26: tributary.storage.v1.Record
+	(*ShareAcquiredRange)(nil),              // 10: tributary.storage.v1.ShareAcquiredRange
+	(*ShareFetchResponse)(nil),              // 11: tributary.storage.v1.ShareFetchResponse
+	(*ShareAcknowledgeRequest)(nil),         // 12: tributary.storage.v1.ShareAcknowledgeRequest
+	(*ShareAcknowledgeResponse)(nil),        // 13: tributary.storage.v1.ShareAcknowledgeResponse
+	(*ReleaseMemberRequest)(nil),            // 14: tributary.storage.v1.ReleaseMemberRequest
+	(*ReleaseMemberResponse)(nil),           // 15: tributary.storage.v1.ReleaseMemberResponse
+	(*DescribeSharePartitionsRequest)(nil),  // 16: tributary.storage.v1.DescribeSharePartitionsRequest
+	(*SharePartitionState)(nil),             // 17: tributary.storage.v1.SharePartitionState
+	(*DescribeSharePartitionsResponse)(nil), // 18: tributary.storage.v1.DescribeSharePartitionsResponse
+	(*ListSharePartitionsRequest)(nil),      // 19: tributary.storage.v1.ListSharePartitionsRequest
+	(*ListSharePartitionsResponse)(nil),     // 20: tributary.storage.v1.ListSharePartitionsResponse
+	(*SharePartitionOffset)(nil),            // 21: tributary.storage.v1.SharePartitionOffset
+	(*AlterSharePartitionsRequest)(nil),     // 22: tributary.storage.v1.AlterSharePartitionsRequest
+	(*AlterSharePartitionsResponse)(nil),    // 23: tributary.storage.v1.AlterSharePartitionsResponse
+	(*DeleteSharePartitionsRequest)(nil),    // 24: tributary.storage.v1.DeleteSharePartitionsRequest
+	(*DeleteSharePartitionsResponse)(nil),   // 25: tributary.storage.v1.DeleteSharePartitionsResponse
+	(IsolationLevel)(0),                     // 26: tributary.storage.v1.IsolationLevel
+	(*Record)(nil),                          // 27: tributary.storage.v1.Record
 }
 var file_tributary_storage_v1_share_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ShareAckBatch.types:type_name -> tributary.storage.v1.ShareAcknowledgeType
@@ -1734,42 +1838,43 @@ var file_tributary_storage_v1_share_proto_depIdxs = []int32{
 	5,  // 3: tributary.storage.v1.ShareFetchRequest.acknowledgements:type_name -> tributary.storage.v1.SharePartitionAcks
 	3,  // 4: tributary.storage.v1.ShareFetchRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
 	2,  // 5: tributary.storage.v1.ShareFetchRequest.auto_offset_reset:type_name -> tributary.storage.v1.ShareAutoOffsetReset
-	25, // 6: tributary.storage.v1.ShareFetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
-	26, // 7: tributary.storage.v1.ShareAcquiredRecord.record:type_name -> tributary.storage.v1.Record
+	26, // 6: tributary.storage.v1.ShareFetchRequest.isolation_level:type_name -> tributary.storage.v1.IsolationLevel
+	27, // 7: tributary.storage.v1.ShareAcquiredRecord.record:type_name -> tributary.storage.v1.Record
 	0,  // 8: tributary.storage.v1.SharePartitionRecords.error:type_name -> tributary.storage.v1.ShareError
 	8,  // 9: tributary.storage.v1.SharePartitionRecords.records:type_name -> tributary.storage.v1.ShareAcquiredRecord
-	6,  // 10: tributary.storage.v1.ShareFetchResponse.ack_results:type_name -> tributary.storage.v1.ShareAckResult
-	9,  // 11: tributary.storage.v1.ShareFetchResponse.partitions:type_name -> tributary.storage.v1.SharePartitionRecords
-	5,  // 12: tributary.storage.v1.ShareAcknowledgeRequest.acknowledgements:type_name -> tributary.storage.v1.SharePartitionAcks
-	6,  // 13: tributary.storage.v1.ShareAcknowledgeResponse.results:type_name -> tributary.storage.v1.ShareAckResult
-	3,  // 14: tributary.storage.v1.ReleaseMemberRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
-	3,  // 15: tributary.storage.v1.DescribeSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
-	0,  // 16: tributary.storage.v1.SharePartitionState.error:type_name -> tributary.storage.v1.ShareError
-	16, // 17: tributary.storage.v1.DescribeSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	16, // 18: tributary.storage.v1.ListSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	20, // 19: tributary.storage.v1.AlterSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionOffset
-	16, // 20: tributary.storage.v1.AlterSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	3,  // 21: tributary.storage.v1.DeleteSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
-	16, // 22: tributary.storage.v1.DeleteSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
-	7,  // 23: tributary.storage.v1.ShareService.ShareFetch:input_type -> tributary.storage.v1.ShareFetchRequest
-	11, // 24: tributary.storage.v1.ShareService.ShareAcknowledge:input_type -> tributary.storage.v1.ShareAcknowledgeRequest
-	13, // 25: tributary.storage.v1.ShareService.ReleaseMember:input_type -> tributary.storage.v1.ReleaseMemberRequest
-	15, // 26: tributary.storage.v1.ShareService.DescribeSharePartitions:input_type -> tributary.storage.v1.DescribeSharePartitionsRequest
-	18, // 27: tributary.storage.v1.ShareService.ListSharePartitions:input_type -> tributary.storage.v1.ListSharePartitionsRequest
-	21, // 28: tributary.storage.v1.ShareService.AlterSharePartitions:input_type -> tributary.storage.v1.AlterSharePartitionsRequest
-	23, // 29: tributary.storage.v1.ShareService.DeleteSharePartitions:input_type -> tributary.storage.v1.DeleteSharePartitionsRequest
-	10, // 30: tributary.storage.v1.ShareService.ShareFetch:output_type -> tributary.storage.v1.ShareFetchResponse
-	12, // 31: tributary.storage.v1.ShareService.ShareAcknowledge:output_type -> tributary.storage.v1.ShareAcknowledgeResponse
-	14, // 32: tributary.storage.v1.ShareService.ReleaseMember:output_type -> tributary.storage.v1.ReleaseMemberResponse
-	17, // 33: tributary.storage.v1.ShareService.DescribeSharePartitions:output_type -> tributary.storage.v1.DescribeSharePartitionsResponse
-	19, // 34: tributary.storage.v1.ShareService.ListSharePartitions:output_type -> tributary.storage.v1.ListSharePartitionsResponse
-	22, // 35: tributary.storage.v1.ShareService.AlterSharePartitions:output_type -> tributary.storage.v1.AlterSharePartitionsResponse
-	24, // 36: tributary.storage.v1.ShareService.DeleteSharePartitions:output_type -> tributary.storage.v1.DeleteSharePartitionsResponse
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	10, // 10: tributary.storage.v1.SharePartitionRecords.acquired:type_name -> tributary.storage.v1.ShareAcquiredRange
+	6,  // 11: tributary.storage.v1.ShareFetchResponse.ack_results:type_name -> tributary.storage.v1.ShareAckResult
+	9,  // 12: tributary.storage.v1.ShareFetchResponse.partitions:type_name -> tributary.storage.v1.SharePartitionRecords
+	5,  // 13: tributary.storage.v1.ShareAcknowledgeRequest.acknowledgements:type_name -> tributary.storage.v1.SharePartitionAcks
+	6,  // 14: tributary.storage.v1.ShareAcknowledgeResponse.results:type_name -> tributary.storage.v1.ShareAckResult
+	3,  // 15: tributary.storage.v1.ReleaseMemberRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
+	3,  // 16: tributary.storage.v1.DescribeSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
+	0,  // 17: tributary.storage.v1.SharePartitionState.error:type_name -> tributary.storage.v1.ShareError
+	17, // 18: tributary.storage.v1.DescribeSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	17, // 19: tributary.storage.v1.ListSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	21, // 20: tributary.storage.v1.AlterSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionOffset
+	17, // 21: tributary.storage.v1.AlterSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	3,  // 22: tributary.storage.v1.DeleteSharePartitionsRequest.partitions:type_name -> tributary.storage.v1.SharePartitionRef
+	17, // 23: tributary.storage.v1.DeleteSharePartitionsResponse.partitions:type_name -> tributary.storage.v1.SharePartitionState
+	7,  // 24: tributary.storage.v1.ShareService.ShareFetch:input_type -> tributary.storage.v1.ShareFetchRequest
+	12, // 25: tributary.storage.v1.ShareService.ShareAcknowledge:input_type -> tributary.storage.v1.ShareAcknowledgeRequest
+	14, // 26: tributary.storage.v1.ShareService.ReleaseMember:input_type -> tributary.storage.v1.ReleaseMemberRequest
+	16, // 27: tributary.storage.v1.ShareService.DescribeSharePartitions:input_type -> tributary.storage.v1.DescribeSharePartitionsRequest
+	19, // 28: tributary.storage.v1.ShareService.ListSharePartitions:input_type -> tributary.storage.v1.ListSharePartitionsRequest
+	22, // 29: tributary.storage.v1.ShareService.AlterSharePartitions:input_type -> tributary.storage.v1.AlterSharePartitionsRequest
+	24, // 30: tributary.storage.v1.ShareService.DeleteSharePartitions:input_type -> tributary.storage.v1.DeleteSharePartitionsRequest
+	11, // 31: tributary.storage.v1.ShareService.ShareFetch:output_type -> tributary.storage.v1.ShareFetchResponse
+	13, // 32: tributary.storage.v1.ShareService.ShareAcknowledge:output_type -> tributary.storage.v1.ShareAcknowledgeResponse
+	15, // 33: tributary.storage.v1.ShareService.ReleaseMember:output_type -> tributary.storage.v1.ReleaseMemberResponse
+	18, // 34: tributary.storage.v1.ShareService.DescribeSharePartitions:output_type -> tributary.storage.v1.DescribeSharePartitionsResponse
+	20, // 35: tributary.storage.v1.ShareService.ListSharePartitions:output_type -> tributary.storage.v1.ListSharePartitionsResponse
+	23, // 36: tributary.storage.v1.ShareService.AlterSharePartitions:output_type -> tributary.storage.v1.AlterSharePartitionsResponse
+	25, // 37: tributary.storage.v1.ShareService.DeleteSharePartitions:output_type -> tributary.storage.v1.DeleteSharePartitionsResponse
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_tributary_storage_v1_share_proto_init() }
@@ -1784,7 +1889,7 @@ func file_tributary_storage_v1_share_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_share_proto_rawDesc), len(file_tributary_storage_v1_share_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
