@@ -60,7 +60,16 @@ type stateDB struct {
 	queue   []*dbOp
 	closed  bool
 	stopped chan struct{}
+	// holds counts callers about to queue more ops for the commit they already
+	// queued some for (hold); queuedAt is when the queue last became non-empty.
+	holds    int
+	queuedAt time.Time
+	waking   bool // a timer will wake the committer at queuedAt + maxHold
 }
+
+// maxHold bounds how long holds delay a commit: past it ops are committed with
+// holders still queueing.
+const maxHold = 3 * time.Millisecond
 
 type dbOp struct {
 	fn   func(tx *bolt.Tx) error
@@ -176,10 +185,56 @@ func (d *stateDB) enqueue(fn func(tx *bolt.Tx) error) *dbOp {
 		close(o.done)
 		return o
 	}
+	if len(d.queue) == 0 {
+		d.queuedAt = time.Now()
+	}
 	d.queue = append(d.queue, o)
 	d.cond.Signal()
 	d.mu.Unlock()
 	return o
+}
+
+// hold keeps the committer from starting a commit until release is called (at most
+// maxHold after the first op was queued), so that the ops a caller queues in a row,
+// with work between them (a share fetch's acknowledgements of several partitions
+// and then its acquisitions), share one commit, one fdatasync, instead of the first
+// starting one alone and the rest waiting for it and then another. release may be
+// called more than once; it must be called before waiting for an op queued.
+func (d *stateDB) hold() (release func()) {
+	d.mu.Lock()
+	d.holds++
+	d.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			d.holds--
+			d.cond.Signal()
+			d.mu.Unlock()
+		})
+	}
+}
+
+// heldLocked reports whether holds keep the committer from committing the ops
+// queued now; when they do, a timer wakes it once maxHold has passed.
+func (d *stateDB) heldLocked() bool {
+	if d.holds == 0 || d.closed {
+		return false
+	}
+	left := time.Until(d.queuedAt.Add(maxHold))
+	if left <= 0 {
+		return false
+	}
+	if !d.waking {
+		d.waking = true
+		time.AfterFunc(left, func() {
+			d.mu.Lock()
+			d.waking = false
+			d.cond.Signal()
+			d.mu.Unlock()
+		})
+	}
+	return true
 }
 
 // update runs fn in a committed transaction (group commit) and returns its outcome.
@@ -196,7 +251,7 @@ func (d *stateDB) run() {
 	defer close(d.stopped)
 	for {
 		d.mu.Lock()
-		for len(d.queue) == 0 && !d.closed {
+		for len(d.queue) == 0 && !d.closed || len(d.queue) > 0 && d.heldLocked() {
 			d.cond.Wait()
 		}
 		ops := d.queue

@@ -252,7 +252,17 @@ type ShareFetchArgs struct {
 	Wait time.Duration
 	// Start is the partition acquisition starts at (rotated for fairness).
 	Start int
+	// Release, when set, is called once every partition's acquisitions are queued
+	// for commit and before any is waited for: the release of the caller's
+	// HoldCommits.
+	Release func()
 }
+
+// HoldCommits keeps the state file's committer from starting a commit until release
+// is called (and at most a few milliseconds): the commits queued meanwhile (a share
+// fetch's acknowledgements, then its acquisitions) share one fdatasync. release must
+// be called before waiting for any of them; calling it again does nothing.
+func (m *Manager) HoldCommits() (release func()) { return m.db.hold() }
 
 // ShareFetch acquires records of the share partitions qs for a.Member, waiting up to
 // a.Wait while none is available in any. It returns, per queue, its records in offset
@@ -305,6 +315,10 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 		}
 		// Every partition's delivery counts were queued before the first wait: one
 		// commit (one fdatasync) makes them all durable; records go out only then.
+		if a.Release != nil {
+			a.Release()
+			a.Release = nil
+		}
 		for _, p := range ops {
 			if err := p.op.wait(); err != nil {
 				errs[p.i], recs[p.i] = err, nil
@@ -575,10 +589,22 @@ func (q *Queue) ShareFrames(recs []ShareRecord, maxBytes int) (frames []byte, ok
 			size += len(h.Key) + len(h.Value) + 8
 		}
 	}
-	frames = make([]byte, 0, min(size+size/8+4<<10, maxBytes))
+	// Frames are read into frames' spare room and moved down in place as they are
+	// cut (a frame only ever moves towards the start), so each byte is copied from
+	// the file once, not into a read buffer and then again.
+	frames = make([]byte, 0, min(size+size/8+64<<10, maxBytes))
 	last := recs[len(recs)-1].Record.Offset
 	for i := 0; i < len(recs); {
-		raw, err := src.ReadRawUpTo(recs[i].Record.Offset, max(min(2*size, maxBytes-len(frames)), 64<<10), last+1, nil)
+		w := len(frames)
+		alloc := func(n int) []byte {
+			if n > cap(frames)-w {
+				grown := make([]byte, w, w+n)
+				copy(grown, frames)
+				frames = grown
+			}
+			return frames[w : w+n]
+		}
+		raw, err := src.ReadRawUpTo(recs[i].Record.Offset, max(min(2*size, maxBytes-w), 64<<10), last+1, alloc)
 		if err != nil || len(raw) == 0 {
 			return nil, false
 		}
@@ -601,6 +627,8 @@ func (q *Queue) ShareFrames(recs []ShareRecord, maxBytes int) (frames []byte, ok
 			for j+1 < len(recs) && recs[j+1].Record.Offset < next {
 				j++
 			}
+			// frame lies at or after frames' end in the same buffer: the append
+			// moves it down (memmove) before anything after it is touched.
 			if frames, err = store.AppendFrameRange(frames, frame, first, recs[j].Record.Offset); err != nil || len(frames) > maxBytes {
 				return nil, false
 			}

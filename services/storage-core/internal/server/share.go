@@ -92,7 +92,10 @@ func shareAckBatches(bs []*storagev1.ShareAckBatch) []queue.ShareAckBatch {
 // acknowledge applies each partition's acknowledgements (all or nothing per
 // partition), durable when it returns.
 func (ss *shareService) acknowledge(group, member string, acks []*storagev1.SharePartitionAcks, lockMs int64) []*storagev1.ShareAckResult {
-	return ss.acknowledgeStart(group, member, acks, lockMs)()
+	release := ss.qm.HoldCommits() // every partition's commit queued before one starts
+	finish := ss.acknowledgeStart(group, member, acks, lockMs)
+	release()
+	return finish()
 }
 
 // acknowledgeStart applies each partition's acknowledgements in memory and queues
@@ -145,10 +148,13 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 		return nil, status.Errorf(codes.InvalidArgument, "delivery_count_limit %d outside [2, 10]", req.DeliveryCountLimit)
 	}
 	// The acknowledgements apply before acquiring; their commit is shared with the
-	// acquisitions' and waited for before the answer.
+	// acquisitions' (the committer held until both are queued) and waited for before
+	// the answer.
+	release := ss.qm.HoldCommits()
 	acked := ss.acknowledgeStart(req.GroupId, req.MemberId, req.Acknowledgements, lockMs)
 	resp := &storagev1.ShareFetchResponse{}
 	defer func() { resp.AckResults = acked() }()
+	defer release() // before acked waits
 	reset := queue.ShareReset{Earliest: req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST,
 		ReadCommitted: req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED}
 	if req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION {
@@ -176,7 +182,7 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	defer cancel()
 	recs, errs, err := ss.qm.ShareFetch(wctx, qs, queue.ShareFetchArgs{
 		Member: req.MemberId, MaxRecords: int(req.MaxRecords), MaxBytes: shareFetchBytes(req.MaxBytes), LockMs: lockMs,
-		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait),
+		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait), Release: release,
 	})
 	if err != nil {
 		return nil, toStatus(err)
