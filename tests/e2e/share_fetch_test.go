@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"sort"
@@ -279,25 +278,18 @@ func decodeShareFetch(resp *kmsg.ShareFetchResponse) ([]acquired, map[int32]int1
 					counts[o] = ar.DeliveryCount
 				}
 			}
+			// The batches as a consumer decodes them (decompressed, CRC checked);
+			// they may hold records not acquired, which it skips.
 			n0 := len(out)
-			for b := p.Records; len(b) > 0; {
-				var rb kmsg.RecordBatch
-				if err := rb.ReadFrom(b); err != nil {
-					return nil, nil, fmt.Errorf("batch: %w", err)
-				}
-				b = b[12+int(rb.Length):]
-				recs := rb.Records
-				for i := int32(0); i < rb.NumRecords; i++ {
-					l, n := binary.Varint(recs)
-					var r kmsg.Record
-					if err := r.ReadFrom(recs[:n+int(l)]); err != nil {
-						return nil, nil, fmt.Errorf("record: %w", err)
-					}
-					recs = recs[n+int(l):]
-					off := rb.FirstOffset + int64(r.OffsetDelta)
-					if c, ok := counts[off]; ok {
-						out = append(out, acquired{p.Partition, off, string(r.Value), c})
-					}
+			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Topic: "share", Partition: p.Partition},
+				&kmsg.FetchResponseTopicPartition{Partition: p.Partition, RecordBatches: p.Records, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1},
+				kgo.DefaultDecompressor(), nil)
+			if fp.Err != nil {
+				return nil, nil, fmt.Errorf("partition %d: batches: %w", p.Partition, fp.Err)
+			}
+			for _, r := range fp.Records {
+				if c, ok := counts[r.Offset]; ok {
+					out = append(out, acquired{p.Partition, r.Offset, string(r.Value), c})
 				}
 			}
 			if len(out)-n0 != len(counts) {
