@@ -592,7 +592,9 @@ func (q *Queue) ShareFrames(recs []ShareRecord, maxBytes int) (frames []byte, ok
 	// Frames are read into frames' spare room and moved down in place as they are
 	// cut (a frame only ever moves towards the start), so each byte is copied from
 	// the file once, not into a read buffer and then again.
-	frames = make([]byte, 0, min(size+size/8+64<<10, maxBytes))
+	// Room for whole frames around the records (a frame is read whole before it is
+	// cut: about twice what they need when one holds them and as many others).
+	frames = make([]byte, 0, min(2*size+64<<10, maxBytes))
 	last := recs[len(recs)-1].Record.Offset
 	for i := 0; i < len(recs); {
 		w := len(frames)
@@ -604,7 +606,7 @@ func (q *Queue) ShareFrames(recs []ShareRecord, maxBytes int) (frames []byte, ok
 			}
 			return frames[w : w+n]
 		}
-		raw, err := src.ReadRawUpTo(recs[i].Record.Offset, max(min(2*size, maxBytes-w), 64<<10), last+1, alloc)
+		raw, err := src.ReadRawUpTo(recs[i].Record.Offset, min(max(cap(frames)-w, 64<<10), maxBytes-w), last+1, alloc)
 		if err != nil || len(raw) == 0 {
 			return nil, false
 		}
