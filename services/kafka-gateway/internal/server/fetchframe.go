@@ -40,19 +40,40 @@ type fetchFrame struct {
 // pass by reference or a marker was not where it should be: the caller then uses
 // encodeResponse.
 func (f *fetchFrame) encode(corr int32, resp *kmsg.FetchResponse) bool {
-	f.batches = f.batches[:0]
-	f.marks = f.marks[:0]
+	var fields []*[]byte
 	for ti := range resp.Topics {
 		for pi := range resp.Topics[ti].Partitions {
-			p := &resp.Topics[ti].Partitions[pi]
-			if len(p.RecordBatches) == 0 {
-				continue
-			}
-			f.marks = append(f.marks, fetchMarker[:]...)
-			f.marks = binary.BigEndian.AppendUint32(f.marks, uint32(len(f.batches)))
-			f.batches = append(f.batches, p.RecordBatches)
-			p.RecordBatches = f.marks[len(f.marks)-fetchMarkerLen:]
+			fields = append(fields, &resp.Topics[ti].Partitions[pi].RecordBatches)
 		}
+	}
+	return f.encodeFields(corr, resp, fields)
+}
+
+// encodeShare is encode for a ShareFetch response (KIP-932), whose partitions' Records
+// are the log's stored batches as a Fetch response's are.
+func (f *fetchFrame) encodeShare(corr int32, resp *kmsg.ShareFetchResponse) bool {
+	var fields []*[]byte
+	for ti := range resp.Topics {
+		for pi := range resp.Topics[ti].Partitions {
+			fields = append(fields, &resp.Topics[ti].Partitions[pi].Records)
+		}
+	}
+	return f.encodeFields(corr, resp, fields)
+}
+
+// encodeFields frames resp with the bytes fields (batches, in encoding order) passed
+// by reference.
+func (f *fetchFrame) encodeFields(corr int32, resp kmsg.Response, fields []*[]byte) bool {
+	f.batches = f.batches[:0]
+	f.marks = f.marks[:0]
+	for _, b := range fields {
+		if len(*b) == 0 {
+			continue
+		}
+		f.marks = append(f.marks, fetchMarker[:]...)
+		f.marks = binary.BigEndian.AppendUint32(f.marks, uint32(len(f.batches)))
+		f.batches = append(f.batches, *b)
+		*b = f.marks[len(f.marks)-fetchMarkerLen:]
 	}
 	if len(f.batches) == 0 {
 		return false
@@ -61,12 +82,10 @@ func (f *fetchFrame) encode(corr int32, resp *kmsg.FetchResponse) bool {
 	// Put the batches back (every non-empty one is a marker now): the response is the
 	// caller's again.
 	i := 0
-	for ti := range resp.Topics {
-		for pi := range resp.Topics[ti].Partitions {
-			if p := &resp.Topics[ti].Partitions[pi]; len(p.RecordBatches) > 0 {
-				p.RecordBatches = f.batches[i]
-				i++
-			}
+	for _, b := range fields {
+		if len(*b) > 0 {
+			*b = f.batches[i]
+			i++
 		}
 	}
 	flexible := resp.IsFlexible()

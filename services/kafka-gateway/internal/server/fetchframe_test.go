@@ -60,3 +60,52 @@ func TestFetchFrameMatchesEncodeResponse(t *testing.T) {
 		t.Fatal("a response without batches was framed in pieces")
 	}
 }
+
+// TestShareFetchFrameMatchesEncodeResponse: a ShareFetch response (its partitions'
+// Records the log's batches) framed in pieces is, joined, byte for byte the frame
+// encodeResponse makes, at every served version, with the records back in place.
+func TestShareFetchFrameMatchesEncodeResponse(t *testing.T) {
+	big := bytes.Repeat([]byte{0xcd}, 300)
+	build := func(v int16) *kmsg.ShareFetchResponse {
+		r := kmsg.NewPtrShareFetchResponse()
+		r.SetVersion(v)
+		r.AcquisitionLockTimeoutMillis = 30000
+		for ti := range 2 {
+			rt := kmsg.NewShareFetchResponseTopic()
+			rt.TopicID[0] = byte(ti + 1)
+			for p := int32(0); p < 3; p++ {
+				rp := kmsg.NewShareFetchResponseTopicPartition()
+				rp.Partition = p
+				if p != 1 {
+					rp.Records = append([]byte{byte(ti), byte(p)}, big[:100*(int(p)+1)]...)
+					ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
+					ar.FirstOffset, ar.LastOffset, ar.DeliveryCount = 5, 9, 2
+					rp.AcquiredRecords = append(rp.AcquiredRecords, ar)
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			r.Topics = append(r.Topics, rt)
+		}
+		return r
+	}
+	var ff fetchFrame
+	for v := int16(1); v <= 2; v++ {
+		resp := build(v)
+		want := encodeResponse(nil, 7, resp)
+		if !ff.encodeShare(7, resp) {
+			t.Fatalf("v%d: not framed in pieces", v)
+		}
+		if got := bytes.Join(ff.pieces(nil), nil); !bytes.Equal(got, want) {
+			t.Fatalf("v%d: pieces differ from encodeResponse (%d vs %d bytes)", v, len(got), len(want))
+		}
+		if !bytes.Equal(encodeResponse(nil, 7, resp), want) {
+			t.Fatalf("v%d: the response's records were not put back", v)
+		}
+		ff.reset()
+	}
+	empty := kmsg.NewPtrShareFetchResponse()
+	empty.SetVersion(1)
+	if ff.encodeShare(1, empty) {
+		t.Fatal("a response without records was framed in pieces")
+	}
+}

@@ -816,7 +816,14 @@ func (s *Server) writeLoop(ctx context.Context, c net.Conn, queue <-chan *pendin
 		if p.resp == nil {
 			continue
 		}
-		if fr, ok := p.resp.(*kmsg.FetchResponse); ok && ff.encode(p.corr, fr) {
+		framed := false
+		switch r := p.resp.(type) {
+		case *kmsg.FetchResponse:
+			framed = ff.encode(p.corr, r)
+		case *kmsg.ShareFetchResponse:
+			framed = ff.encodeShare(p.corr, r)
+		}
+		if framed {
 			p.resp = nil
 			pieces = ff.pieces(pieces[:0])
 			err := writePieces(bw, tcp, pieces)
