@@ -12,11 +12,9 @@ package handler
 // (AcknowledgeErrorCode INVALID_RECORD_STATE when an offset is not acquired by the
 // member); then up to MaxRecords records (0: 500) are acquired over the session's
 // partitions for group.share.record.lock.duration.ms, waiting up to MaxWaitMillis
-// while none is available. Each partition's records come with AcquiredRecords ranges
-// (delivery counts) as the log's stored batches, passed on as storage-core reads them
-// (uncompressed ones cut down to the acquired records; records in them not acquired
-// are skipped by the client, as with Kafka's log batches), or, where storage-core
-// cannot give them so (compacted batches), as one uncompressed batch at their offsets. A partition never
+// while none is available. Each partition's records come as one uncompressed batch at
+// their offsets with AcquiredRecords ranges (delivery counts), encoded by storage-core
+// and passed on as it is (written by reference). A partition never
 // fetched by the group starts at share.auto.offset.reset (latest by default). The
 // group's share.auto.offset.reset, share.record.lock.duration.ms,
 // share.delivery.count.limit and share.isolation.level (GROUP configs, read from the
@@ -248,7 +246,7 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: maxBytes,
 		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
 		AutoOffsetReset: chk.cfg.reset, ByDurationMs: chk.cfg.byDurationMs, DeliveryCountLimit: chk.cfg.limit,
-		IsolationLevel: chk.cfg.isolation, StoredBatches: true,
+		IsolationLevel: chk.cfg.isolation, AsBatch: true,
 	})
 	ackResults(fr.GetAckResults(), err)
 	for k, sp := range at {
@@ -265,11 +263,10 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 			continue
 		}
 		if b := pr.GetBatches(); len(b) > 0 {
-			// The log's own batches, passed on as they are: the client delivers the
-			// offsets in AcquiredRecords only.
+			// storage-core's batch of the acquired records, passed on as it is.
 			p := out.part(sp)
 			p.Records = b
-			p.AcquiredRecords = storedAcquiredRanges(pr.GetAcquired())
+			p.AcquiredRecords = batchAcquiredRanges(pr.GetAcquired())
 			continue
 		}
 		if len(pr.GetRecords()) == 0 {

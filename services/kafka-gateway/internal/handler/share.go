@@ -426,9 +426,9 @@ func acquiredRanges(recs []*storagev1.ShareAcquiredRecord) []kmsg.ShareFetchResp
 	return out
 }
 
-// storedAcquiredRanges converts storage-core's acquired ranges (ShareFetch answers
-// with stored batches) to AcquiredRecords.
-func storedAcquiredRanges(rs []*storagev1.ShareAcquiredRange) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
+// batchAcquiredRanges converts storage-core's acquired ranges (ShareFetch answers
+// with a batch) to AcquiredRecords.
+func batchAcquiredRanges(rs []*storagev1.ShareAcquiredRange) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
 	out := make([]kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, len(rs))
 	for i, r := range rs {
 		out[i] = kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()

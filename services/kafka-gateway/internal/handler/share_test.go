@@ -150,7 +150,7 @@ type fakeShare struct {
 	acks     []*storagev1.ShareAcknowledgeRequest
 	releases []*storagev1.ReleaseMemberRequest
 	ackErr   storagev1.ShareError
-	// stored, when set, answers fetches asking for stored batches with these bytes
+	// stored, when set, answers fetches asking for a batch with these bytes
 	// and acquired offsets 5..6 at delivery count 3, for every partition.
 	stored []byte
 }
@@ -164,7 +164,7 @@ func (f *fakeShare) ShareFetch(_ context.Context, in *storagev1.ShareFetchReques
 		out.AckResults = append(out.AckResults, &storagev1.ShareAckResult{Topic: a.Topic, Partition: a.Partition, Error: f.ackErr})
 	}
 	for _, p := range in.Partitions {
-		if f.stored != nil && in.StoredBatches {
+		if f.stored != nil && in.AsBatch {
 			out.Partitions = append(out.Partitions, &storagev1.SharePartitionRecords{Topic: p.Topic, Partition: p.Partition,
 				Batches: f.stored, Acquired: []*storagev1.ShareAcquiredRange{{FirstOffset: 5, LastOffset: 6, DeliveryCount: 3}}})
 			continue
@@ -193,13 +193,13 @@ func (f *fakeShare) ReleaseMember(_ context.Context, in *storagev1.ReleaseMember
 	return &storagev1.ReleaseMemberResponse{}, nil
 }
 
-// TestShareFetchStoredBatchesPassedOn: ShareFetch asks storage-core for the log's
+// TestShareFetchAsBatchPassedOn: ShareFetch asks storage-core for the log's
 // stored batches and passes them on byte for byte as the partition's Records, with
 // the acquired ranges as AcquiredRecords.
-func TestShareFetchStoredBatchesPassedOn(t *testing.T) {
+func TestShareFetchAsBatchPassedOn(t *testing.T) {
 	st := fake.NewStorage()
 	co := fake.NewCoordinator(st)
-	fs := &fakeShare{stored: []byte("stored frames, as they are")}
+	fs := &fakeShare{stored: []byte("a batch, as it is")}
 	h := New(Config{NodeID: 1, ClusterID: "unit", AutoCreateTopics: true, DefaultPartitions: 1},
 		Deps{Storage: st, Coordinator: co, Share: fs, Log: zaptest.NewLogger(t)})
 	e := &env{h: h, st: st, co: co}
@@ -219,8 +219,8 @@ func TestShareFetchStoredBatchesPassedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp := r.(*kmsg.ShareFetchResponse)
-	if len(fs.fetches) != 1 || !fs.fetches[0].StoredBatches {
-		t.Fatalf("storage fetches %+v, want one asking for stored batches", fs.fetches)
+	if len(fs.fetches) != 1 || !fs.fetches[0].AsBatch {
+		t.Fatalf("storage fetches %+v, want one asking for a batch", fs.fetches)
 	}
 	if resp.ErrorCode != 0 || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		t.Fatalf("answer %+v", resp)

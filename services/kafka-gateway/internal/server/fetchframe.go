@@ -50,7 +50,7 @@ func (f *fetchFrame) encode(corr int32, resp *kmsg.FetchResponse) bool {
 }
 
 // encodeShare is encode for a ShareFetch response (KIP-932), whose partitions' Records
-// are the log's stored batches as a Fetch response's are.
+// are record batches as a Fetch response's are.
 func (f *fetchFrame) encodeShare(corr int32, resp *kmsg.ShareFetchResponse) bool {
 	var fields []*[]byte
 	for ti := range resp.Topics {

@@ -491,10 +491,9 @@ type ShareFetchRequest struct {
 	// (transaction markers) are never acquired at either level. Applies to the
 	// records the partition takes from its log from this fetch on.
 	IsolationLevel IsolationLevel `protobuf:"varint,12,opt,name=isolation_level,json=isolationLevel,proto3,enum=tributary.storage.v1.IsolationLevel" json:"isolation_level,omitempty"`
-	// Answer each partition's acquisitions, where it can, as the partition log's
-	// stored Kafka batches (SharePartitionRecords.batches and acquired) instead of
-	// records one by one.
-	StoredBatches bool `protobuf:"varint,13,opt,name=stored_batches,json=storedBatches,proto3" json:"stored_batches,omitempty"`
+	// Answer each partition's acquisitions as one Kafka RecordBatch
+	// (SharePartitionRecords.batches and acquired) instead of records one by one.
+	AsBatch       bool `protobuf:"varint,13,opt,name=as_batch,json=asBatch,proto3" json:"as_batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,9 +612,9 @@ func (x *ShareFetchRequest) GetIsolationLevel() IsolationLevel {
 	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
 }
 
-func (x *ShareFetchRequest) GetStoredBatches() bool {
+func (x *ShareFetchRequest) GetAsBatch() bool {
 	if x != nil {
-		return x.StoredBatches
+		return x.AsBatch
 	}
 	return false
 }
@@ -680,15 +679,14 @@ type SharePartitionRecords struct {
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	Error     ShareError             `protobuf:"varint,3,opt,name=error,proto3,enum=tributary.storage.v1.ShareError" json:"error,omitempty"`
 	Message   string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	// In offset order. Empty when batches is set.
+	// In offset order. Empty with ShareFetchRequest.as_batch.
 	Records []*ShareAcquiredRecord `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
-	// With ShareFetchRequest.stored_batches: the partition log's Kafka RecordBatch v2
-	// frames as stored, in offset order, each holding at least one acquired record and
-	// every offset of its range; they may hold records not acquired, which a client
-	// skips as it does in Kafka's ShareFetch answers (only offsets in acquired are
-	// delivered).
+	// With ShareFetchRequest.as_batch: the acquired records as one uncompressed Kafka
+	// RecordBatch v2 at their offsets (gaps between them allowed), with their
+	// timestamps, keys, values and headers; empty when none was acquired.
 	Batches []byte `protobuf:"bytes,6,opt,name=batches,proto3" json:"batches,omitempty"`
-	// The acquired offsets of batches: ranges of one delivery count, in offset order.
+	// The offsets of batches' records: ranges of consecutive offsets of one delivery
+	// count, in offset order (Kafka's AcquiredRecords).
 	Acquired      []*ShareAcquiredRange `protobuf:"bytes,7,rep,name=acquired,proto3" json:"acquired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1659,7 +1657,7 @@ const file_tributary_storage_v1_share_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x126\n" +
 	"\x05error\x18\x03 \x01(\x0e2 .tributary.storage.v1.ShareErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x91\x05\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x85\x05\n" +
 	"\x11ShareFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12T\n" +
@@ -1676,8 +1674,8 @@ const file_tributary_storage_v1_share_proto_rawDesc = "" +
 	"\x0eby_duration_ms\x18\n" +
 	" \x01(\x03R\fbyDurationMs\x120\n" +
 	"\x14delivery_count_limit\x18\v \x01(\x05R\x12deliveryCountLimit\x12M\n" +
-	"\x0fisolation_level\x18\f \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\x12%\n" +
-	"\x0estored_batches\x18\r \x01(\bR\rstoredBatches\"r\n" +
+	"\x0fisolation_level\x18\f \x01(\x0e2$.tributary.storage.v1.IsolationLevelR\x0eisolationLevel\x12\x19\n" +
+	"\bas_batch\x18\r \x01(\bR\aasBatch\"r\n" +
 	"\x13ShareAcquiredRecord\x124\n" +
 	"\x06record\x18\x01 \x01(\v2\x1c.tributary.storage.v1.RecordR\x06record\x12%\n" +
 	"\x0edelivery_count\x18\x02 \x01(\x05R\rdeliveryCount\"\xc2\x02\n" +
