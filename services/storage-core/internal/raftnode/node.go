@@ -546,6 +546,13 @@ func (n *Node) Receive(from uint64, msgs []*storagev1.RaftMessage) {
 		if err := m.Unmarshal(rm.GetMessage()); err != nil || m.From != from || m.To != n.cfg.ID {
 			continue
 		}
+		if e := rm.GetEntries(); len(e) > 0 {
+			ents, err := decodeEntries(e, m.Entries)
+			if err != nil {
+				continue
+			}
+			m.Entries = ents
+		}
 		items = append(items, item{kind: itemRecv, g: g, m: m, quiesce: rm.GetQuiesce()})
 	}
 	n.mu.Unlock()
@@ -898,11 +905,11 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 			}
 		}
 		for _, r := range m.Responses {
-			n.route(g, r, out)
+			n.route(g, r, out, nil)
 		}
 	case itemStep:
 		for _, r := range it.msgs {
-			n.route(g, r, out)
+			n.route(g, r, out, nil)
 		}
 	case itemUnreachable:
 		n.mu.Lock()
@@ -948,11 +955,33 @@ func (n *Node) FirstIndex(id uint64) uint64 {
 	return 0
 }
 
+// entryCache holds the last entries encoded for a MsgApp (appendEntries), for the
+// other peers the same entries go to in one Ready.
+type entryCache struct {
+	lo, hi, term uint64
+	b            []byte
+}
+
 // route delivers a message raft produced: to this node's own raft, or to the batch
-// for another node.
-func (n *Node) route(g *group, m raftpb.Message, out map[uint64][]*storagev1.RaftMessage) {
+// for another node. A MsgApp's entries are encoded apart from the rest, once for all
+// the peers of the Ready that get the same ones (ec; nil outside a Ready).
+func (n *Node) route(g *group, m raftpb.Message, out map[uint64][]*storagev1.RaftMessage, ec *entryCache) {
 	if m.To == n.cfg.ID {
 		_ = g.rn.Step(m)
+		return
+	}
+	if ec != nil && m.Type == raftpb.MsgApp && len(m.Entries) > 0 {
+		lo, hi := m.Entries[0].Index, m.Entries[len(m.Entries)-1].Index
+		if term := m.Entries[len(m.Entries)-1].Term; ec.b == nil || ec.lo != lo || ec.hi != hi || ec.term != term {
+			*ec = entryCache{lo: lo, hi: hi, term: term, b: appendEntries(nil, m.Entries)}
+		}
+		m.Entries = nil
+		b, err := m.Marshal()
+		if err != nil {
+			n.log.Error("raft message marshal", zap.Error(err))
+			return
+		}
+		out[m.To] = append(out[m.To], &storagev1.RaftMessage{Group: g.id, Message: b, Entries: ec.b})
 		return
 	}
 	b, err := m.Marshal()
@@ -979,6 +1008,7 @@ func (n *Node) ready(g *group, out map[uint64][]*storagev1.RaftMessage) {
 	if !raft.IsEmptyHardState(rd.HardState) {
 		g.term.Store(rd.HardState.Term)
 	}
+	var ec entryCache
 	for _, m := range rd.Messages {
 		switch m.To {
 		case raft.LocalAppendThread:
@@ -996,7 +1026,7 @@ func (n *Node) ready(g *group, out map[uint64][]*storagev1.RaftMessage) {
 			if m.Type != raftpb.MsgHeartbeatResp {
 				n.wake(g, 0, out)
 			}
-			n.route(g, m, out)
+			n.route(g, m, out, &ec)
 		}
 	}
 }

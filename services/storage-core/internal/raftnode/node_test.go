@@ -167,7 +167,7 @@ func (c *cluster) start(id uint64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	srv := grpc.NewServer(append(grpcx.BulkServerOptions(), c.srvOpts...)...)
+	srv := grpc.NewServer(append(append(grpcx.BulkServerOptions(), ServerOptions()...), c.srvOpts...)...)
 	tr.RegisterOn(srv)
 	go func() { _ = srv.Serve(lis) }()
 	if err := tr.Start(); err != nil {

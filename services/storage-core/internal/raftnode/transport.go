@@ -92,7 +92,7 @@ func (t *Transport) Start() error {
 		if p < t.id {
 			continue
 		}
-		opts := append(append([]grpc.DialOption(nil), t.dialOpts...), grpcx.BulkDialOptions()...)
+		opts := append(append(append([]grpc.DialOption(nil), t.dialOpts...), grpcx.BulkDialOptions()...), dialOptions()...)
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcx.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcx.MaxMessageBytes)))
 		cc, err := grpc.NewClient(t.peers[p], opts...)
 		if err != nil {
@@ -178,7 +178,7 @@ func (t *Transport) dial(l *link, c storagev1.RaftTransportServiceClient) {
 func (t *Transport) runClient(l *link, c storagev1.RaftTransportServiceClient) error {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
-	st, err := c.Exchange(ctx)
+	st, err := c.Exchange(ctx, grpc.CallContentSubtype(codecName))
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func (t *Transport) sendLoop(ctx context.Context, l *link, send func(*storagev1.
 		sent := false
 		for _, b := range q {
 			for _, m := range b {
-				if size > 0 && size+len(m.Message) > maxRequestBytes {
+				if size > 0 && size+len(m.Message)+len(m.Entries) > maxRequestBytes {
 					if err := t.send(send, req); err != nil {
 						return err
 					}
@@ -276,7 +276,7 @@ func (t *Transport) sendLoop(ctx context.Context, l *link, send func(*storagev1.
 					size = 0
 				}
 				req.Messages = append(req.Messages, m)
-				size += len(m.Message) + 16
+				size += len(m.Message) + len(m.Entries) + 16
 			}
 		}
 		if len(req.Messages) > 0 || !sent && len(q) > 0 {

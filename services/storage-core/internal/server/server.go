@@ -18,6 +18,7 @@ import (
 	"github.com/tributary/tributary/libs/obs"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/queue"
+	"github.com/tributary/tributary/services/storage-core/internal/raftnode"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -230,10 +231,11 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 // transportOptions are the bulk transport sizes (grpcx.BulkServerOptions) for the
 // MiB-sized messages of AppendBatches and Fetch, the interceptors that answer Fetch
 // and Receive by reference and, in raft mode, those that name the leader in the
-// trailers of a not-leader answer.
+// trailers of a not-leader answer and the raft streams' buffer pool.
 func transportOptions(raft bool) []grpc.ServerOption {
 	if raft {
-		return append(grpcx.BulkServerOptions(), grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect, leaderUnary), grpc.ChainStreamInterceptor(leaderStream))
+		opts := append(grpcx.BulkServerOptions(), raftnode.ServerOptions()...)
+		return append(opts, grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect, leaderUnary), grpc.ChainStreamInterceptor(leaderStream))
 	}
 	return append(grpcx.BulkServerOptions(), grpc.ChainUnaryInterceptor(fetchByReference, receiveDirect))
 }

@@ -65,7 +65,7 @@ func (c *raftCluster) start(id uint64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	srv := grpc.NewServer(grpcx.BulkServerOptions()...)
+	srv := grpc.NewServer(append(grpcx.BulkServerOptions(), raftnode.ServerOptions()...)...)
 	s.RaftTransport().RegisterOn(srv)
 	go func() { _ = srv.Serve(lis) }()
 	c.st[id], c.srv[id] = s, srv

@@ -114,7 +114,13 @@ type RaftMessage struct {
 	// message from a node other than the leader woke it, or when it declined a quiesce
 	// heartbeat, so that the leader does not stay quiet while the follower ticks towards
 	// an election.
-	Wake          bool `protobuf:"varint,4,opt,name=wake,proto3" json:"wake,omitempty"`
+	Wake bool `protobuf:"varint,4,opt,name=wake,proto3" json:"wake,omitempty"`
+	// entries, when not empty, are the message's entries (raftpb.Message field 7), each
+	// in that field's encoding (tag, length, raftpb.Entry); message then holds the rest
+	// of the message. A leader encodes the entries of its MsgApps once for every peer
+	// they go to, and the receiver's entries keep their data in this buffer instead of
+	// copying it again. The receiver appends them to the entries message holds, if any.
+	Entries       []byte `protobuf:"bytes,5,opt,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -177,6 +183,13 @@ func (x *RaftMessage) GetWake() bool {
 	return false
 }
 
+func (x *RaftMessage) GetEntries() []byte {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_tributary_storage_v1_raft_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_raft_proto_rawDesc = "" +
@@ -185,12 +198,13 @@ const file_tributary_storage_v1_raft_proto_rawDesc = "" +
 	"\x0fExchangeRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12=\n" +
-	"\bmessages\x18\x03 \x03(\v2!.tributary.storage.v1.RaftMessageR\bmessages\"k\n" +
+	"\bmessages\x18\x03 \x03(\v2!.tributary.storage.v1.RaftMessageR\bmessages\"\x85\x01\n" +
 	"\vRaftMessage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\fR\amessage\x12\x18\n" +
 	"\aquiesce\x18\x03 \x01(\bR\aquiesce\x12\x12\n" +
-	"\x04wake\x18\x04 \x01(\bR\x04wake2t\n" +
+	"\x04wake\x18\x04 \x01(\bR\x04wake\x12\x18\n" +
+	"\aentries\x18\x05 \x01(\fR\aentries2t\n" +
 	"\x14RaftTransportService\x12\\\n" +
 	"\bExchange\x12%.tributary.storage.v1.ExchangeRequest\x1a%.tributary.storage.v1.ExchangeRequest(\x010\x01BIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
 
