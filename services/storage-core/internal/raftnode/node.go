@@ -440,6 +440,22 @@ type Proposal struct {
 // Begin proposes payload (copied) to group id without waiting: proposals begun one
 // after another on a group enter its log in that order. Call Wait exactly once.
 func (n *Node) Begin(id uint64, payload []byte) *Proposal {
+	data := make([]byte, HeaderLen+len(payload))
+	copy(data[HeaderLen:], payload)
+	return n.BeginOwned(id, data)
+}
+
+// HeaderLen is the room BeginOwned takes at the front of its data: the proposer's node
+// id and proposal id, which the apply of the entry reads back.
+const HeaderLen = 16
+
+// BeginOwned is Begin of the payload data[HeaderLen:] without copying it (a proposal is
+// usually a whole produce request): the node writes its header into data[:HeaderLen]
+// and keeps data as the entry, so the caller must not touch data again.
+func (n *Node) BeginOwned(id uint64, data []byte) *Proposal {
+	if len(data) < HeaderLen {
+		return &Proposal{err: fmt.Errorf("raftnode: proposal of %d bytes has no room for its header", len(data))}
+	}
 	g := n.group(id)
 	if g == nil {
 		return &Proposal{err: ErrNoGroup}
@@ -448,10 +464,8 @@ func (n *Node) Begin(id uint64, payload []byte) *Proposal {
 		return &Proposal{err: &NotLeaderError{Group: id, Leader: l, Addr: n.cfg.Peers[l]}}
 	}
 	p := &proposal{id: n.base + n.seq.Add(1), group: id, done: make(chan struct{})}
-	data := make([]byte, 16+len(payload))
 	binary.BigEndian.PutUint64(data, n.cfg.ID)
 	binary.BigEndian.PutUint64(data[8:], p.id)
-	copy(data[16:], payload)
 	n.pmu.Lock()
 	n.props[p.id] = p
 	n.pmu.Unlock()
@@ -1094,13 +1108,13 @@ func (g *group) apply(e *raftpb.Entry) {
 	if len(e.Data) == 0 {
 		return
 	}
-	if len(e.Data) < 16 {
+	if len(e.Data) < HeaderLen {
 		g.n.log.Error("raft entry without a proposal header", zap.Uint64("group", g.id), zap.Uint64("index", e.Index))
 		return
 	}
 	from := binary.BigEndian.Uint64(e.Data)
 	pid := binary.BigEndian.Uint64(e.Data[8:])
-	res, err := g.sm.Apply(e.Index, e.Term, e.Data[16:])
+	res, err := g.sm.Apply(e.Index, e.Term, e.Data[HeaderLen:])
 	if from != g.n.cfg.ID {
 		return
 	}

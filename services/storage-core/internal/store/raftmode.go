@@ -477,7 +477,7 @@ func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
 func (r *raftState) addLogGroup(l *Log) error {
 	g := l.wal.group
 	c := r.rp.Commit(g)
-	if err := r.node.AddGroup(g, logSM{l}, 0); err != nil {
+	if err := r.node.AddGroup(g, &logSM{l: l}, 0); err != nil {
 		return err
 	}
 	r.cmu.Lock()
@@ -496,7 +496,9 @@ func (l *Log) raftBeginAppend(b []byte, o AppendOptions) *PendingAppend {
 	if err != nil {
 		return &PendingAppend{l: l, err: err}
 	}
-	payload := make([]byte, 10+len(b))
+	// One copy of b, straight into the entry (the request's buffer is the caller's).
+	data := make([]byte, raftnode.HeaderLen+10+len(b))
+	payload := data[raftnode.HeaderLen:]
 	payload[0] = cmdRaftBatches
 	if o.SingleBatch {
 		payload[1] |= flagSingle
@@ -504,7 +506,7 @@ func (l *Log) raftBeginAppend(b []byte, o AppendOptions) *PendingAppend {
 	payload[1] |= l.timestampFlag()
 	binary.BigEndian.PutUint64(payload[2:], uint64(now))
 	copy(payload[10:], b)
-	return &PendingAppend{l: l, raft: l.st.raft.node.Begin(l.wal.group, payload)}
+	return &PendingAppend{l: l, raft: l.st.raft.node.BeginOwned(l.wal.group, data)}
 }
 
 // raftBeginMarker proposes transaction marker m; Wait waits for its apply, where the
@@ -603,10 +605,18 @@ func (l *Log) entryLogAppendTime(flags byte) bool {
 	return flags&flagLogAppendTime != 0
 }
 
-// logSM applies a channel group's committed appends.
-type logSM struct{ l *Log }
+// logSM applies a channel group's committed appends (on the group's apply goroutine).
+type logSM struct {
+	l *Log
+	// buf is the stamping copy of the last append, reused by the next one: nothing
+	// keeps the frames once writeChecked has written them.
+	buf []byte
+}
 
-func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
+// maxApplyBuf is the largest stamping copy a logSM keeps between appends.
+const maxApplyBuf = 4 << 20
+
+func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	l := m.l
 	if len(payload) == raftMarkerLen && payload[0] == cmdRaftMarker {
 		mk := TxnMarker{
@@ -627,7 +637,12 @@ func (m logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	}
 	o := AppendOptions{SingleBatch: payload[1]&flagSingle != 0, replica: true}
 	now := int64(binary.BigEndian.Uint64(payload[2:]))
-	b := append([]byte(nil), payload[10:]...) // the entry stays in raft's log unchanged
+	// Stamped in a copy: the entry stays in raft's log unchanged (the loop may be
+	// sending it to a follower meanwhile).
+	b := append(m.buf[:0], payload[10:]...)
+	if cap(b) <= maxApplyBuf {
+		m.buf = b
+	}
 	for p := 0; p+batchHeaderLen <= len(b); {
 		n, err := frameLen(b[p:])
 		if err != nil {

@@ -545,7 +545,7 @@ func TestRaftEntryTimestampFlags(t *testing.T) {
 		{lat, 0, 12345}, // legacy: by the config
 		{ct, 0, -1},
 	} {
-		res, err := logSM{tc.l}.Apply(1, 1, entry(tc.flags))
+		res, err := (&logSM{l: tc.l}).Apply(1, 1, entry(tc.flags))
 		if err != nil {
 			t.Fatal(err)
 		}
