@@ -40,6 +40,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,10 +112,13 @@ type Config struct {
 	ElectionTicks  int
 	HeartbeatTicks int
 	// KeepEntries is how many applied entries each group's MemoryStorage keeps for
-	// followers that fall behind (default 10,000); older ones are dropped every
-	// CompactTicks ticks (default 50), on a leader never past what a follower lacks.
-	// A follower behind the dropped prefix needs a snapshot (not built yet, step 4).
+	// followers that fall behind (default 10,000), and KeepBytes how many bytes of
+	// entry data at most (default 64 MiB: 10,000 produce requests of 1 MiB would be
+	// 10 GB of heap per group); older ones are dropped every CompactTicks ticks
+	// (default 50), on a leader never past what a follower lacks. A follower behind
+	// the dropped prefix needs a snapshot (not built yet, step 4).
 	KeepEntries  uint64
+	KeepBytes    uint64
 	CompactTicks int
 	// LivenessInterval is how often, at most, the node sends each peer an empty batch
 	// when it has nothing else for it (default a quarter of the election timeout,
@@ -288,6 +292,9 @@ func New(cfg Config, w *wal.WAL, replay *Replay, sender Sender) (*Node, error) {
 	}
 	if cfg.KeepEntries == 0 {
 		cfg.KeepEntries = 10000
+	}
+	if cfg.KeepBytes == 0 {
+		cfg.KeepBytes = 64 << 20
 	}
 	if cfg.CompactTicks <= 0 {
 		cfg.CompactTicks = 50
@@ -702,8 +709,10 @@ func (n *Node) run() {
 				}
 				n.mu.Unlock()
 				for _, g := range all {
-					if a := g.applied.Load(); !g.removed && a > n.cfg.KeepEntries {
-						n.compact(g, a-n.cfg.KeepEntries)
+					if !g.removed {
+						if idx := n.keepFrom(g); idx > 0 {
+							n.compact(g, idx)
+						}
 					}
 				}
 			}
@@ -940,6 +949,32 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 		delete(n.ticking, g)
 		n.failPending(g.id)
 	}
+}
+
+// keepFrom is the index up to which g's applied entries are beyond what the node keeps
+// (KeepEntries, KeepBytes); 0 for none. Loop goroutine only.
+func (n *Node) keepFrom(g *group) uint64 {
+	a := g.applied.Load()
+	idx := uint64(0)
+	if a > n.cfg.KeepEntries {
+		idx = a - n.cfg.KeepEntries
+	}
+	first, _ := g.ms.FirstIndex()
+	lo := max(first, idx+1)
+	if lo > a {
+		return idx
+	}
+	ents, err := g.ms.Entries(lo, a+1, math.MaxUint64)
+	if err != nil {
+		return idx
+	}
+	size := uint64(0)
+	for i := len(ents) - 1; i >= 0; i-- {
+		if size += uint64(len(ents[i].Data)); size > n.cfg.KeepBytes {
+			return max(idx, ents[i].Index)
+		}
+	}
+	return idx
 }
 
 // compact drops g's MemoryStorage entries up to index, clamped to what was applied
