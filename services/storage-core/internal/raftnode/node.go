@@ -205,6 +205,9 @@ type group struct {
 	// amu guards appends: MsgStorageAppends handed to the WAL, in lsn order.
 	amu     sync.Mutex
 	appends []pendingAppend
+	// hsTerm and hsVote are the term and vote of the last hard state handed to the
+	// WAL (loop goroutine only).
+	hsTerm, hsVote uint64
 
 	// qmu guards the apply queue.
 	qmu     sync.Mutex
@@ -393,6 +396,7 @@ func (n *Node) AddGroup(id uint64, sm StateMachine, applied uint64) error {
 	g.qcond = sync.NewCond(&g.qmu)
 	g.applied.Store(max(applied, 1))
 	g.term.Store(hs.Term)
+	g.hsTerm, g.hsVote = hs.Term, hs.Vote
 	n.mu.Lock()
 	if n.err != nil {
 		// Closing (or failed): Close has taken, or is about to take, the list of
@@ -689,6 +693,7 @@ func (n *Node) run() {
 		if tick {
 			ticks++
 			n.ticks.Add(1)
+			n.wal.Flush()
 			if !n.cfg.DisableQuiesce {
 				n.liveness(now, dirty, out)
 			}
@@ -1086,8 +1091,29 @@ func (n *Node) persist(g *group, m raftpb.Message) {
 	if m.Term != 0 || m.Vote != 0 || m.Commit != 0 {
 		hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
 	}
+	// A hard state whose only change is the commit index, with nothing else to write,
+	// rides with the WAL's next round (or the next tick's Flush) instead of starting
+	// one: raft does not need the commit index durable (a restarted node learns it from
+	// the leader), and on a follower every MsgApp moves it. Its responses still wait
+	// for the write, as every append's do; so that the wait never slows an election or
+	// a follower's probe, only acceptances of appends may wait.
+	lazy := hs != nil && len(m.Entries) == 0 && m.Snapshot == nil && hs.Term == g.hsTerm && hs.Vote == g.hsVote
+	for _, r := range m.Responses {
+		if r.Type != raftpb.MsgStorageAppendResp && (r.Type != raftpb.MsgAppResp || r.Reject) {
+			lazy = false
+		}
+	}
+	if hs != nil {
+		g.hsTerm, g.hsVote = hs.Term, hs.Vote
+	}
 	g.amu.Lock()
-	lsn, err := n.wal.Append(g.id, m.Entries, hs, g)
+	var lsn uint64
+	var err error
+	if lazy {
+		lsn, err = n.wal.AppendLazy(g.id, *hs, g)
+	} else {
+		lsn, err = n.wal.Append(g.id, m.Entries, hs, g)
+	}
 	if err == nil {
 		g.appends = append(g.appends, pendingAppend{lsn: lsn, m: m})
 	}

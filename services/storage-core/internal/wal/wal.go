@@ -110,6 +110,9 @@ type round struct {
 	waiters []Waiter
 	records int
 	lastLSN uint64
+	// eager: the round holds something other than lazy hard states (AppendLazy),
+	// so the writer writes it as soon as it is free.
+	eager bool
 }
 
 func newRound() *round { return &round{maxIdx: map[uint64]uint64{}} }
@@ -132,6 +135,9 @@ type WAL struct {
 	closing bool
 	kick    chan struct{}
 	done    chan struct{}
+	// flush: Flush asked for the pending round to be written even if it holds
+	// only lazy hard states.
+	flush bool
 
 	// filesMu guards files (appended by the writer, prefix removed by Truncate).
 	filesMu sync.Mutex
@@ -424,6 +430,36 @@ func grow(b []byte, n int) []byte {
 // and returns the lsn of the last record; w is told (Durable) once it is durable. The
 // caller keeps each group's entries in index order. Errors: ErrFailed, ErrClosed.
 func (w *WAL) Append(group uint64, ents []raftpb.Entry, hs *raftpb.HardState, wt Waiter) (uint64, error) {
+	return w.append(group, ents, hs, wt, true)
+}
+
+// AppendLazy is Append of a hard state alone that does not start a write of its own:
+// it is written (and wt told) with the next round an Append starts, or at the next
+// Flush. For a hard state whose only change is the commit index, which raft does not
+// need durable at once (etcd's MustSync is false for it): a follower learns a new
+// commit index with every MsgApp, and a write and fsync of its own for each would
+// delay the next entries' round.
+func (w *WAL) AppendLazy(group uint64, hs raftpb.HardState, wt Waiter) (uint64, error) {
+	return w.append(group, nil, &hs, wt, false)
+}
+
+// Flush has the writer write what was appended lazily (AppendLazy), if anything.
+func (w *WAL) Flush() {
+	w.mu.Lock()
+	pending := len(w.cur.buf) > 0 && !w.cur.eager
+	if pending {
+		w.flush = true
+	}
+	w.mu.Unlock()
+	if pending {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *WAL) append(group uint64, ents []raftpb.Entry, hs *raftpb.HardState, wt Waiter, eager bool) (uint64, error) {
 	w.mu.Lock()
 	if w.err != nil || w.closing {
 		err := w.err
@@ -454,11 +490,14 @@ func (w *WAL) Append(group uint64, ents []raftpb.Entry, hs *raftpb.HardState, wt
 		r.records++
 	}
 	r.lastLSN = w.lsn
+	r.eager = r.eager || eager
 	lsn := w.lsn
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	if eager {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 	}
 	return lsn, nil
 }
@@ -514,6 +553,7 @@ func (w *WAL) AppendData(group, term, index uint64, head, body []byte, wt Waiter
 	_ = e
 	r.records++
 	r.lastLSN = w.lsn
+	r.eager = true
 	lsn := w.lsn
 	w.mu.Unlock()
 	select {
@@ -540,13 +580,14 @@ func (w *WAL) writer() {
 		w.mu.Lock()
 		r := w.cur
 		closing := w.closing
-		if len(r.buf) == 0 && len(r.waiters) == 0 {
+		if len(r.buf) == 0 && len(r.waiters) == 0 || !r.eager && !w.flush && !closing {
 			w.mu.Unlock()
 			if closing {
 				return
 			}
 			continue
 		}
+		w.flush = false
 		w.cur, w.spare = w.spare, nil
 		w.mu.Unlock()
 		err := w.writeRound(r)
@@ -577,11 +618,11 @@ func (w *WAL) writer() {
 				wt.Failed(ferr)
 			}
 		}
-		r.buf, r.waiters, r.records, r.lastLSN = r.buf[:0], r.waiters[:0], 0, 0
+		r.buf, r.waiters, r.records, r.lastLSN, r.eager = r.buf[:0], r.waiters[:0], 0, 0, false
 		clear(r.maxIdx)
 		w.mu.Lock()
 		w.spare = r
-		if len(w.cur.buf) > 0 || w.closing {
+		if w.cur.eager || w.flush || w.closing {
 			select {
 			case w.kick <- struct{}{}:
 			default:

@@ -441,3 +441,63 @@ func TestAppendDataIsAnEntry(t *testing.T) {
 		t.Fatalf("replayed %+v", es)
 	}
 }
+
+// A lazy hard state (AppendLazy) starts no write: it is written, and its waiter told,
+// with the next round an Append starts, or at Flush; Close writes one still pending,
+// and replay finds it.
+func TestAppendLazy(t *testing.T) {
+	dir := t.TempDir()
+	w, _, err := open(t, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable := func(wt *waiter) uint64 {
+		wt.mu.Lock()
+		defer wt.mu.Unlock()
+		return wt.durable
+	}
+	lazy := newWaiter()
+	l1, err := w.AppendLazy(1, raftpb.HardState{Term: 2, Vote: 1, Commit: 5}, lazy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if d := durable(lazy); d >= l1 {
+		t.Fatalf("lazy hard state durable (%d) before any write", d)
+	}
+	other := newWaiter()
+	l2 := mustAppend(t, w, 2, 1, other)
+	if err := lazy.wait(l1); err != nil { // it rode with group 2's round
+		t.Fatal(err)
+	}
+	if err := other.wait(l2); err != nil {
+		t.Fatal(err)
+	}
+	l3, err := w.AppendLazy(1, raftpb.HardState{Term: 2, Vote: 1, Commit: 6}, lazy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if d := durable(lazy); d >= l3 {
+		t.Fatalf("second lazy hard state durable (%d) before any write", d)
+	}
+	w.Flush()
+	if err := lazy.wait(l3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AppendLazy(1, raftpb.HardState{Term: 2, Vote: 1, Commit: 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, r, err := open(t, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if hs := r.hs[1]; hs != (raftpb.HardState{Term: 2, Vote: 1, Commit: 7}) {
+		t.Fatalf("replayed hard state %+v, want commit 7", hs)
+	}
+	checkEntries(t, r, 2, 1, 1)
+}
