@@ -496,7 +496,11 @@ func TestRaftModeGetConfirmed(t *testing.T) {
 			lagging = id
 		}
 	}
-	c.srv[lagging].Stop() // the others' messages no longer reach it
+	// Cut it off: its server (the streams the others dialed) and its transport (the
+	// streams it dialed itself, which carry both directions). A server stop alone left
+	// a lower-id node reachable, and the test then raced the create's apply there.
+	c.srv[lagging].Stop()
+	c.st[lagging].raft.tr.Close()
 	if _, _, err := c.st[meta].Create("raft.lag", ChannelConfig{}, false); err != nil {
 		t.Fatal(err)
 	}
