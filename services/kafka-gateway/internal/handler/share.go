@@ -12,8 +12,6 @@ package handler
 
 import (
 	"context"
-	"encoding/binary"
-	"hash/crc32"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/kafkabatch"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
@@ -318,95 +317,25 @@ func shareAckBatches(first, last []int64, types [][]int8, renew bool) ([]*storag
 	return out, true
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // shareBatch encodes acquired records as one uncompressed RecordBatch v2 at their
 // offsets (gaps between them are allowed, as after compaction); the records keep
 // their timestamps, keys, values and headers. Records come in offset order. The
-// batch is written into one buffer of its exact size, header in place and CRC-32C
-// once: byte for byte what kmsg.RecordBatch.AppendTo of kmsg.Records gives
-// (TestShareBatchMatchesKmsg), without a copy or an allocation per record.
+// batch is written by libs/kafkabatch into one buffer of its exact size: byte for
+// byte what kmsg.RecordBatch.AppendTo of kmsg.Records gives (TestShareBatchMatchesKmsg).
+// This path serves a storage-core that answers records one by one (older than
+// as_batch); a current one sends the batch itself.
 func shareBatch(recs []*storagev1.ShareAcquiredRecord) []byte {
-	first := recs[0].GetRecord().GetSequence() - 1
-	ts0 := recs[0].GetRecord().GetTimestampMs()
-	maxTS := ts0
-	size := batchHeaderLen
-	for _, ar := range recs {
-		r := ar.GetRecord()
-		n := shareRecordLen(r, ts0, first)
-		size += varintLen(int64(n)) + n
-	}
-	b := make([]byte, batchHeaderLen, size)
-	for _, ar := range recs {
-		r := ar.GetRecord()
-		maxTS = max(maxTS, r.GetTimestampMs())
-		b = binary.AppendVarint(b, int64(shareRecordLen(r, ts0, first)))
-		b = append(b, 0) // attributes
-		b = binary.AppendVarint(b, r.GetTimestampMs()-ts0)
-		b = binary.AppendVarint(b, r.GetSequence()-1-first)
-		b = appendNullableBytes(b, r.Key)
-		b = appendNullableBytes(b, r.Value)
-		b = binary.AppendVarint(b, int64(len(r.GetHeaders())))
-		for _, hd := range r.GetHeaders() {
-			b = binary.AppendVarint(b, int64(len(hd.GetKey())))
-			b = append(b, hd.GetKey()...)
-			b = appendNullableBytes(b, hd.GetValue())
+	return kafkabatch.Encode(len(recs), func(i int) kafkabatch.Record {
+		r := recs[i].GetRecord()
+		var hs []kafkabatch.Header
+		if n := len(r.GetHeaders()); n > 0 {
+			hs = make([]kafkabatch.Header, n)
+			for j, hd := range r.GetHeaders() {
+				hs[j] = kafkabatch.Header{Key: hd.GetKey(), Value: hd.GetValue()}
+			}
 		}
-	}
-	last := recs[len(recs)-1].GetRecord().GetSequence() - 1
-	be := binary.BigEndian
-	be.PutUint64(b[0:], uint64(first))
-	be.PutUint32(b[8:], uint32(len(b)-12))
-	be.PutUint32(b[12:], 0) // partition leader epoch
-	b[16] = 2               // magic
-	be.PutUint16(b[21:], 0) // attributes: uncompressed, not transactional
-	be.PutUint32(b[23:], uint32(int32(last-first)))
-	be.PutUint64(b[27:], uint64(ts0))
-	be.PutUint64(b[35:], uint64(maxTS))
-	be.PutUint64(b[43:], ^uint64(0)) // producer id -1
-	be.PutUint16(b[51:], ^uint16(0)) // producer epoch -1
-	be.PutUint32(b[53:], ^uint32(0)) // first sequence -1
-	be.PutUint32(b[57:], uint32(len(recs)))
-	be.PutUint32(b[17:], crc32.Checksum(b[21:], castagnoli))
-	return b
-}
-
-// shareRecordLen is the size in bytes of r's Record v2 encoding after its Length
-// varint, at timestamp delta and offset delta from ts0 and first.
-func shareRecordLen(r *storagev1.Record, ts0, first int64) int {
-	n := 1 + varintLen(r.GetTimestampMs()-ts0) + varintLen(r.GetSequence()-1-first) +
-		nullableBytesLen(r.Key) + nullableBytesLen(r.Value) + varintLen(int64(len(r.GetHeaders())))
-	for _, hd := range r.GetHeaders() {
-		n += varintLen(int64(len(hd.GetKey()))) + len(hd.GetKey()) + nullableBytesLen(hd.GetValue())
-	}
-	return n
-}
-
-// varintLen is the size of v as a zig-zag varint, bytes.
-func varintLen(v int64) int {
-	u := uint64(v<<1) ^ uint64(v>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
-}
-
-// nullableBytesLen is the size of b as Kafka varint-length nullable bytes (nil: -1).
-func nullableBytesLen(b []byte) int {
-	if b == nil {
-		return 1
-	}
-	return varintLen(int64(len(b))) + len(b)
-}
-
-func appendNullableBytes(dst, b []byte) []byte {
-	if b == nil {
-		return append(dst, 1) // varint -1
-	}
-	dst = binary.AppendVarint(dst, int64(len(b)))
-	return append(dst, b...)
+		return kafkabatch.Record{Offset: r.GetSequence() - 1, TimestampMs: r.GetTimestampMs(), Key: r.Key, Value: r.Value, Headers: hs}
+	})
 }
 
 // acquiredRanges groups records into AcquiredRecords ranges: consecutive offsets of

@@ -2,13 +2,12 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"time"
 
 	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/grpcx"
+	"github.com/tributary/tributary/libs/kafkabatch"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/storage-core/internal/queue"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
@@ -232,95 +231,15 @@ func shareAcquiredRanges(recs []queue.ShareRecord) []*storagev1.ShareAcquiredRan
 // shareRecordBatch encodes acquired records (in offset order, gaps allowed) as one
 // uncompressed Kafka RecordBatch v2 at their source offsets, keeping their
 // timestamps, keys, values and headers: what the gateway answers a ShareFetch with.
-// It is written into one buffer of its exact size, header in place and CRC-32C once,
-// byte for byte what kmsg.RecordBatch.AppendTo of kmsg.Records gives
-// (TestShareRecordBatchMatchesKmsg). A message per record would cost the
-// marshalling here and the unmarshalling and encoding in the gateway.
+// It is written by libs/kafkabatch into one buffer of its exact size, byte for byte
+// what kmsg.RecordBatch.AppendTo of kmsg.Records gives (TestShareRecordBatchMatchesKmsg).
+// A message per record would cost the marshalling here and the unmarshalling and
+// encoding in the gateway.
 func shareRecordBatch(recs []queue.ShareRecord) []byte {
-	first := recs[0].Record.Offset
-	ts0 := recs[0].Record.Timestamp
-	maxTS := ts0
-	size := kafkaBatchHeaderLen
-	for i := range recs {
-		n := shareRecordLen(&recs[i].Record, ts0, first)
-		size += varintLen(int64(n)) + n
-	}
-	b := make([]byte, kafkaBatchHeaderLen, size)
-	for i := range recs {
+	return kafkabatch.Encode(len(recs), func(i int) kafkabatch.Record {
 		r := &recs[i].Record
-		maxTS = max(maxTS, r.Timestamp)
-		b = binary.AppendVarint(b, int64(shareRecordLen(r, ts0, first)))
-		b = append(b, 0) // attributes
-		b = binary.AppendVarint(b, r.Timestamp-ts0)
-		b = binary.AppendVarint(b, r.Offset-first)
-		b = appendNullableBytes(b, r.Key)
-		b = appendNullableBytes(b, r.Value)
-		b = binary.AppendVarint(b, int64(len(r.Headers)))
-		for _, hd := range r.Headers {
-			b = binary.AppendVarint(b, int64(len(hd.Key)))
-			b = append(b, hd.Key...)
-			b = appendNullableBytes(b, hd.Value)
-		}
-	}
-	last := recs[len(recs)-1].Record.Offset
-	be := binary.BigEndian
-	be.PutUint64(b[0:], uint64(first))
-	be.PutUint32(b[8:], uint32(len(b)-12))
-	be.PutUint32(b[12:], 0) // partition leader epoch
-	b[16] = 2               // magic
-	be.PutUint16(b[21:], 0) // attributes: uncompressed, not transactional
-	be.PutUint32(b[23:], uint32(int32(last-first)))
-	be.PutUint64(b[27:], uint64(ts0))
-	be.PutUint64(b[35:], uint64(maxTS))
-	be.PutUint64(b[43:], ^uint64(0)) // producer id -1
-	be.PutUint16(b[51:], ^uint16(0)) // producer epoch -1
-	be.PutUint32(b[53:], ^uint32(0)) // first sequence -1
-	be.PutUint32(b[57:], uint32(len(recs)))
-	be.PutUint32(b[17:], crc32.Checksum(b[21:], kafkaCastagnoli))
-	return b
-}
-
-// kafkaBatchHeaderLen is a RecordBatch v2 header's size in bytes.
-const kafkaBatchHeaderLen = 61
-
-var kafkaCastagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// shareRecordLen is the size in bytes of r's Record v2 encoding after its Length
-// varint, at timestamp delta and offset delta from ts0 and first.
-func shareRecordLen(r *store.Record, ts0, first int64) int {
-	n := 1 + varintLen(r.Timestamp-ts0) + varintLen(r.Offset-first) +
-		nullableBytesLen(r.Key) + nullableBytesLen(r.Value) + varintLen(int64(len(r.Headers)))
-	for _, hd := range r.Headers {
-		n += varintLen(int64(len(hd.Key))) + len(hd.Key) + nullableBytesLen(hd.Value)
-	}
-	return n
-}
-
-// varintLen is the size of v as a zig-zag varint, bytes.
-func varintLen(v int64) int {
-	u := uint64(v<<1) ^ uint64(v>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
-}
-
-// nullableBytesLen is the size of b as Kafka varint-length nullable bytes (nil: -1).
-func nullableBytesLen(b []byte) int {
-	if b == nil {
-		return 1
-	}
-	return varintLen(int64(len(b))) + len(b)
-}
-
-func appendNullableBytes(dst, b []byte) []byte {
-	if b == nil {
-		return append(dst, 1) // varint -1
-	}
-	dst = binary.AppendVarint(dst, int64(len(b)))
-	return append(dst, b...)
+		return kafkabatch.Record{Offset: r.Offset, TimestampMs: r.Timestamp, Key: r.Key, Value: r.Value, Headers: r.Headers}
+	})
 }
 
 // shareRecordToProto is the source record of an acquisition (Offset the source's).

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/tributary/tributary/libs/kafkabatch"
 )
 
 // Kafka RecordBatch v2 layout (KIP-98, Kafka DefaultRecordBatch.java). All integers big
@@ -372,10 +374,7 @@ func setCreateTime(b []byte, h *batchHeader) {
 // to Kafka consumers as sent) are replaced with U+FFFD, because decoded records go out
 // as proto strings (Read, Subscribe, Receive), which proto refuses to marshal otherwise,
 // failing the whole answer.
-type Header struct {
-	Key   string
-	Value []byte
-}
+type Header = kafkabatch.Header
 
 // Record is a decoded record. Offset is the Kafka offset (sequence - 1). Key and Value
 // are nil when null.
