@@ -321,7 +321,7 @@ func shareAckBatches(first, last []int64, types [][]int8, renew bool) ([]*storag
 // offsets (gaps between them are allowed, as after compaction); the records keep
 // their timestamps, keys, values and headers. Records come in offset order. The
 // batch is written by libs/kafkabatch into one buffer of its exact size: byte for
-// byte what kmsg.RecordBatch.AppendTo of kmsg.Records gives (TestShareBatchMatchesKmsg).
+// byte what kmsg.RecordBatch.AppendTo of kmsg.Records gives (libs/kafkabatch TestEncodeMatchesKmsg).
 // This path serves a storage-core that answers records one by one (older than
 // as_batch); a current one sends the batch itself.
 func shareBatch(recs []*storagev1.ShareAcquiredRecord) []byte {

@@ -1,12 +1,10 @@
 package handler
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -388,94 +386,5 @@ func TestShareFetchHandler(t *testing.T) {
 	// Without a Session (no connection state) the answer is an error, not a crash.
 	if r := e.do(t, fetch("m", 0, []int32{0}, nil), 1).(*kmsg.ShareFetchResponse); r.ErrorCode != kerr.UnknownServerError.Code {
 		t.Fatalf("no session state: %v", kerr.ErrorForCode(r.ErrorCode))
-	}
-}
-
-// kmsgShareBatch is shareBatch as kmsg encodes it (the reference for the wire bytes).
-func kmsgShareBatch(recs []*storagev1.ShareAcquiredRecord) []byte {
-	first := recs[0].GetRecord().GetSequence() - 1
-	ts0 := recs[0].GetRecord().GetTimestampMs()
-	maxTS := ts0
-	var body []byte
-	for _, ar := range recs {
-		r := ar.GetRecord()
-		maxTS = max(maxTS, r.GetTimestampMs())
-		kr := kmsg.Record{TimestampDelta64: r.GetTimestampMs() - ts0, OffsetDelta: int32(r.GetSequence() - 1 - first), Key: r.Key, Value: r.Value}
-		for _, hd := range r.GetHeaders() {
-			kr.Headers = append(kr.Headers, kmsg.Header{Key: hd.GetKey(), Value: hd.GetValue()})
-		}
-		enc := kr.AppendTo(nil)[1:] // without the Length varint (0, one byte)
-		body = binary.AppendVarint(body, int64(len(enc)))
-		body = append(body, enc...)
-	}
-	last := recs[len(recs)-1].GetRecord().GetSequence() - 1
-	rb := kmsg.RecordBatch{
-		FirstOffset: first, Magic: 2, LastOffsetDelta: int32(last - first),
-		FirstTimestamp: ts0, MaxTimestamp: maxTS, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
-		NumRecords: int32(len(recs)), Records: body,
-	}
-	b := rb.AppendTo(nil)
-	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
-}
-
-// TestShareBatchMatchesKmsg: shareBatch's bytes are kmsg's encoding of the same
-// records, for nil and empty keys, values and header values, negative and large
-// timestamp deltas, offset gaps, many headers and values past one-byte varints.
-func TestShareBatchMatchesKmsg(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	bytesOf := func() []byte {
-		switch rng.IntN(4) {
-		case 0:
-			return nil
-		case 1:
-			return []byte{}
-		default:
-			b := make([]byte, rng.IntN(300))
-			for i := range b {
-				b[i] = byte(rng.IntN(256))
-			}
-			return b
-		}
-	}
-	for round := 0; round < 300; round++ {
-		n := 1 + rng.IntN(40)
-		off := rng.Int64N(1 << 40)
-		ts := rng.Int64N(1<<42) - 1<<20
-		recs := make([]*storagev1.ShareAcquiredRecord, n)
-		for i := range recs {
-			r := &storagev1.Record{Sequence: off + 1, TimestampMs: ts + rng.Int64N(1<<30) - 1<<29, Key: bytesOf(), Value: bytesOf()}
-			for h := rng.IntN(5); h > 0; h-- {
-				r.Headers = append(r.Headers, &storagev1.Header{Key: string(bytesOf()), Value: bytesOf()})
-			}
-			recs[i] = &storagev1.ShareAcquiredRecord{Record: r, DeliveryCount: 1}
-			off += 1 + rng.Int64N(3)*rng.Int64N(1000)
-		}
-		got, want := shareBatch(recs), kmsgShareBatch(recs)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("round %d: %d records: shareBatch differs from kmsg's encoding\n got  %x\n want %x", round, n, got, want)
-		}
-		if cap(got) != len(got) {
-			t.Fatalf("round %d: buffer of %d bytes for a %d-byte batch", round, cap(got), len(got))
-		}
-	}
-}
-
-// BenchmarkShareBatch: 500 records of 1 KiB with one header, a full share fetch;
-// "kmsg" is the encoding through kmsg.Record and kmsg.RecordBatch it replaced.
-func BenchmarkShareBatch(b *testing.B) {
-	recs := make([]*storagev1.ShareAcquiredRecord, 500)
-	for i := range recs {
-		recs[i] = &storagev1.ShareAcquiredRecord{DeliveryCount: 1, Record: &storagev1.Record{Sequence: int64(i + 1), TimestampMs: 1_700_000_000_000 + int64(i),
-			Key: []byte("key-0001"), Value: make([]byte, 1024), Headers: []*storagev1.Header{{Key: "h", Value: []byte("v")}}}}
-	}
-	for name, enc := range map[string]func([]*storagev1.ShareAcquiredRecord) []byte{"inplace": shareBatch, "kmsg": kmsgShareBatch} {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				enc(recs)
-			}
-		})
 	}
 }

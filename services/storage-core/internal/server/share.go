@@ -232,7 +232,7 @@ func shareAcquiredRanges(recs []queue.ShareRecord) []*storagev1.ShareAcquiredRan
 // uncompressed Kafka RecordBatch v2 at their source offsets, keeping their
 // timestamps, keys, values and headers: what the gateway answers a ShareFetch with.
 // It is written by libs/kafkabatch into one buffer of its exact size, byte for byte
-// what kmsg.RecordBatch.AppendTo of kmsg.Records gives (TestShareRecordBatchMatchesKmsg).
+// what kmsg.RecordBatch.AppendTo of kmsg.Records gives (libs/kafkabatch TestEncodeMatchesKmsg).
 // A message per record would cost the marshalling here and the unmarshalling and
 // encoding in the gateway.
 func shareRecordBatch(recs []queue.ShareRecord) []byte {

@@ -1,12 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
-	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -18,8 +14,6 @@ import (
 	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
-	"github.com/tributary/tributary/services/storage-core/internal/queue"
-	"github.com/tributary/tributary/services/storage-core/internal/store"
 )
 
 // TestShareFetchAsBatch: a ShareFetch with stored_batches answers with the
@@ -136,76 +130,5 @@ func TestShareFetchAsBatch(t *testing.T) {
 	}
 	if want := []string{"12=b2/2", "13=b3/2", "14=b4/2"}; len(p.Batches) != 0 || !slices.Equal(got, want) {
 		t.Errorf("records one by one: %v (%d bytes of batches), want %v", got, len(p.Batches), want)
-	}
-}
-
-// kmsgShareBatch is shareRecordBatch through kmsg.Record and kmsg.RecordBatch.
-func kmsgShareBatch(recs []queue.ShareRecord) []byte {
-	first, ts0 := recs[0].Record.Offset, recs[0].Record.Timestamp
-	maxTS := ts0
-	var body []byte
-	for _, sr := range recs {
-		r := sr.Record
-		maxTS = max(maxTS, r.Timestamp)
-		kr := kmsg.Record{TimestampDelta64: r.Timestamp - ts0, OffsetDelta: int32(r.Offset - first), Key: r.Key, Value: r.Value}
-		for _, hd := range r.Headers {
-			kr.Headers = append(kr.Headers, kmsg.Header{Key: hd.Key, Value: hd.Value})
-		}
-		enc := kr.AppendTo(nil)[1:] // without the Length varint (0, one byte)
-		body = binary.AppendVarint(body, int64(len(enc)))
-		body = append(body, enc...)
-	}
-	last := recs[len(recs)-1].Record.Offset
-	rb := kmsg.RecordBatch{
-		FirstOffset: first, Magic: 2, LastOffsetDelta: int32(last - first),
-		FirstTimestamp: ts0, MaxTimestamp: maxTS, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
-		NumRecords: int32(len(recs)), Records: body,
-	}
-	b := rb.AppendTo(nil)
-	binary.BigEndian.PutUint32(b[8:12], uint32(len(b)-12))
-	binary.BigEndian.PutUint32(b[17:21], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
-}
-
-// TestShareRecordBatchMatchesKmsg: shareRecordBatch's bytes are kmsg's encoding of
-// the same records, for nil and empty keys, values and header values, negative and
-// large timestamp deltas, offset gaps, many headers and values past one-byte varints;
-// the buffer is exactly the batch's size.
-func TestShareRecordBatchMatchesKmsg(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	bytesOf := func() []byte {
-		switch rng.IntN(4) {
-		case 0:
-			return nil
-		case 1:
-			return []byte{}
-		default:
-			b := make([]byte, rng.IntN(300))
-			for i := range b {
-				b[i] = byte(rng.IntN(256))
-			}
-			return b
-		}
-	}
-	for round := 0; round < 300; round++ {
-		n := 1 + rng.IntN(40)
-		off := rng.Int64N(1 << 40)
-		ts := rng.Int64N(1<<42) - 1<<20
-		recs := make([]queue.ShareRecord, n)
-		for i := range recs {
-			r := store.Record{Offset: off, Timestamp: ts + rng.Int64N(1<<30) - 1<<29, Key: bytesOf(), Value: bytesOf()}
-			for h := rng.IntN(5); h > 0; h-- {
-				r.Headers = append(r.Headers, store.Header{Key: string(bytesOf()), Value: bytesOf()})
-			}
-			recs[i] = queue.ShareRecord{Record: r, DeliveryCount: 1}
-			off += 1 + rng.Int64N(3)*rng.Int64N(1000)
-		}
-		got, want := shareRecordBatch(recs), kmsgShareBatch(recs)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("round %d: %d records: shareRecordBatch differs from kmsg's encoding\n got  %x\n want %x", round, n, got, want)
-		}
-		if cap(got) != len(got) {
-			t.Fatalf("round %d: buffer of %d bytes for a %d-byte batch", round, cap(got), len(got))
-		}
 	}
 }
