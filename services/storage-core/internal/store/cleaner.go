@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,14 +58,22 @@ import (
 //   - Offsets never change: a rewritten batch keeps its base offset, last offset delta,
 //     max timestamp, producer fields and its records' offset deltas and timestamps
 //     (gaps, as Kafka); it is stored uncompressed with a new CRC. An emptied batch is
-//     dropped (but see the producers' last batches); a segment keeps its base offset and
-//     name even when emptied. The log start is unchanged.
-//   - A segment is swapped crash-safely (swapSegment): the new file is written and
-//     fsynced under a ".clean" name, the old index files are removed, the new file is
-//     renamed over the old, the directory fsynced, the new index files written. A crash
-//     leaves the old or the new file (openLog removes leftovers; a segment without index
-//     files is scanned); readers hold Log.segMu while they read a file, so a read sees
-//     the old or the new file whole.
+//     dropped (but see the producers' last batches). The log start is unchanged.
+//   - Consecutive segments whose bytes before the pass fit in segment_bytes (and whose
+//     offsets fit the index's 32-bit relative offsets) are written as one segment at
+//     the first one's base offset and name (Kafka Cleaner.groupSegmentsBySize), so a
+//     log cleaned again and again does not end as many near-empty segments; a
+//     segment the pass leaves unchanged and has no neighbour to merge with is not
+//     rewritten. A pass merges what earlier passes shrank.
+//   - Segments are swapped crash-safely (swapSegments): the new file is written and
+//     fsynced under a ".clean" name and renamed to "<base>.log.<end>.swap" (the
+//     commit point: it replaces every segment with a base in [base, end)), the old
+//     index files and the other old .log files removed, then the swap file renamed
+//     over the first .log, with a directory fsync after each step. A crash leaves
+//     the old segments or a swap file that openLog finishes (completeSwaps), never a
+//     mix; openLog removes ".clean" leftovers, and a segment without index files is
+//     scanned. Readers hold Log.segMu while they read a file, so a read sees the old
+//     or the new files whole.
 //
 // Channels with the delete policy are never looked at beyond a config check per pass.
 // In raft mode every replica cleans its own segments, as each Kafka replica runs its
@@ -391,52 +400,73 @@ func (c *cleaner) clean(l *Log, mapBytes int64, now int64) error {
 	}
 	txns := newTxnCleaner(l.abortedEntries(l.logStart.Load(), upper))
 	var read, written int64
+	var todo []*segment
 	for _, s := range segs {
 		if s.base >= mapEnd {
 			break
 		}
-		var out []byte
-		changed := false
-		err := c.scanSegment(s, func(h *batchHeader, frame []byte) (bool, error) {
-			read += int64(len(frame))
-			nb, keep, err := cleanBatch(frame, h, cleanCtx{
-				keys: keys, mapEnd: mapEnd, now: now, retentionMs: cfg.DeleteRetentionMs, txns: txns, due: &tombDue,
-				last: isLast(h),
+		todo = append(todo, s)
+	}
+	for _, g := range groupSegments(todo, l.logStart.Load(), cfg.SegmentBytes) {
+		var w *segWriter
+		for _, s := range g {
+			var out []byte
+			changed := false
+			err := c.scanSegment(s, func(h *batchHeader, frame []byte) (bool, error) {
+				read += int64(len(frame))
+				nb, keep, err := cleanBatch(frame, h, cleanCtx{
+					keys: keys, mapEnd: mapEnd, now: now, retentionMs: cfg.DeleteRetentionMs, txns: txns, due: &tombDue,
+					last: isLast(h),
+				})
+				switch {
+				case err != nil:
+					return false, err
+				case !keep:
+					changed = true
+				case nb != nil:
+					out = append(out, nb...)
+					changed = true
+				default:
+					out = append(out, frame...)
+				}
+				return true, nil
 			})
-			switch {
-			case err != nil:
-				return false, err
-			case !keep:
-				changed = true
-			case nb != nil:
-				out = append(out, nb...)
-				changed = true
-			default:
-				out = append(out, frame...)
-			}
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		// The index entries of aborted transactions with no record left go before any
-		// of their markers may (a read_committed consumer given an aborted range with
-		// no marker to end it would drop the producer's later records).
-		if len(txns.drop) > 0 {
-			if err := l.dropAborted(txns.drop); err != nil {
+			if err != nil {
+				w.discard()
 				return err
 			}
-			txns.drop = txns.drop[:0]
+			// The index entries of aborted transactions with no record left go before any
+			// of their markers may (a read_committed consumer given an aborted range with
+			// no marker to end it would drop the producer's later records).
+			if len(txns.drop) > 0 {
+				if err := l.dropAborted(txns.drop); err != nil {
+					w.discard()
+					return err
+				}
+				txns.drop = txns.drop[:0]
+			}
+			if len(g) == 1 && !changed {
+				break
+			}
+			if w == nil {
+				if w, err = l.newSegWriter(g[0]); err != nil {
+					return err
+				}
+			}
+			c.throttle(len(out))
+			if err := w.write(out); err != nil {
+				w.discard()
+				return err
+			}
+			written += int64(len(out))
+			l.st.metrics.CleanerWrittenBytes.Add(float64(len(out)))
 		}
-		if !changed {
+		if w == nil {
 			continue
 		}
-		c.throttle(len(out))
-		if err := l.swapSegment(s, out); err != nil {
+		if err := l.swapSegments(g, w); err != nil {
 			return err
 		}
-		written += int64(len(out))
-		l.st.metrics.CleanerWrittenBytes.Add(float64(len(out)))
 	}
 	l.clean.tombstoneDue.Store(tombDue)
 	if err := writeFileAtomic(l.dir, cleanerCheckpointFile, []byte(strconv.FormatInt(mapEnd, 10)+"\n")); err != nil {
@@ -812,85 +842,260 @@ func rebuildBatch(frame []byte, h *batchHeader, keep func(off int64, key, value 
 	return out, kept, total, nil
 }
 
-// swapSegment replaces the sealed segment old with a segment of the frames data, at
-// the same base offset (see the package comment for the crash-safe order).
-func (l *Log) swapSegment(old *segment, data []byte) error {
-	dir := l.dir
-	name := segmentName(old.base, ".log")
-	tmp := filepath.Join(dir, name+cleanSuffix)
+// groupSegments splits the segments a pass rewrites (consecutive, oldest first) into
+// the runs each rewritten as one segment, as Kafka's Cleaner.groupSegmentsBySize: a run
+// takes the next segment while the run's bytes before cleaning stay within maxBytes
+// (segment_bytes) and its offsets within math.MaxInt32 of its base (the index's
+// relative offsets), so the merged segment is no larger than a rolled one. Segments
+// wholly below logStart are left out (retention removes them whole; merged into a
+// live one they would stay, unreadable).
+func groupSegments(segs []*segment, logStart, maxBytes int64) [][]*segment {
+	var groups [][]*segment
+	var size int64
+	for i, s := range segs {
+		if i+1 < len(segs) && segs[i+1].base <= logStart {
+			continue
+		}
+		n := len(groups)
+		if n > 0 {
+			g := groups[n-1]
+			if size+s.size.Load() <= maxBytes && segEnd(segs, i)-g[0].base <= math.MaxInt32 {
+				groups[n-1] = append(g, s)
+				size += s.size.Load()
+				continue
+			}
+		}
+		groups = append(groups, []*segment{s})
+		size = s.size.Load()
+	}
+	return groups
+}
+
+// segWriter writes the cleaned frames of a run of segments into the file that is to
+// replace them (<base>.log.clean) and builds its indexes as it goes.
+type segWriter struct {
+	tmp string
+	f   *os.File
+	ns  *segment
+	pos int64
+}
+
+// newSegWriter creates the file of the segment replacing a run starting with first.
+func (l *Log) newSegWriter(first *segment) (*segWriter, error) {
+	tmp := filepath.Join(l.dir, segmentName(first.base, ".log")+cleanSuffix)
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrStorage, err)
+		return nil, fmt.Errorf("%w: %v", ErrStorage, err)
+	}
+	return &segWriter{tmp: tmp, f: f, ns: newSegment(first.base, first.path, f, first.createdMs)}, nil
+}
+
+// write appends the concatenated frames data.
+func (w *segWriter) write(data []byte) error {
+	if w.pos+int64(len(data)) > math.MaxUint32 {
+		return fmt.Errorf("%w: cleaned segment %s would exceed 4 GiB", ErrStorage, w.ns.path)
+	}
+	if _, err := w.f.Write(data); err != nil {
+		return fmt.Errorf("%w: write %s: %v", ErrStorage, w.tmp, err)
+	}
+	for p := 0; p < len(data); {
+		h := parseHeader(data[p:])
+		w.ns.addIndex(&h, w.pos+int64(p))
+		p += int(h.Length)
+	}
+	w.pos += int64(len(data))
+	w.ns.size.Store(w.pos)
+	return nil
+}
+
+// discard removes the unfinished file (nil: nothing written).
+func (w *segWriter) discard() {
+	if w == nil {
+		return
+	}
+	_ = w.f.Close()
+	_ = os.Remove(w.tmp)
+}
+
+// swapName is the name of a finished cleaned segment at base that replaces every
+// segment with a base in [base, end) (the commit point of swapSegments).
+func swapName(base, end int64) string {
+	return segmentName(base, ".log") + "." + segmentName(end, swapSuffix)
+}
+
+// parseSwapName returns the base and end of a swapName.
+func parseSwapName(name string) (base, end int64, ok bool) {
+	rest, ok := strings.CutSuffix(name, swapSuffix)
+	if !ok {
+		return 0, 0, false
+	}
+	b, e, ok := strings.Cut(rest, ".log.")
+	if !ok || len(b) != 20 || len(e) != 20 {
+		return 0, 0, false
+	}
+	base, err1 := strconv.ParseInt(b, 10, 64)
+	end, err2 := strconv.ParseInt(e, 10, 64)
+	return base, end, err1 == nil && err2 == nil && base < end
+}
+
+// swapSuffix ends the name of a finished cleaned segment not yet in place.
+const swapSuffix = ".swap"
+
+// Steps of swapSegments, passed to Options.swapHook (crash tests).
+const (
+	swapStepWritten  = "written"  // the .clean file is written and fsynced
+	swapStepCommit   = "commit"   // renamed to its swap name, directory fsynced
+	swapStepRemoved  = "removed"  // one old file removed (once per file)
+	swapStepRemoveOK = "removeok" // removals fsynced
+	swapStepRenamed  = "renamed"  // the swap file renamed to the segment's name
+	swapStepDone     = "done"     // directory fsynced, indexes written
+)
+
+// swapSegments replaces the sealed segments olds (consecutive in l.segs, oldest first)
+// with the segment w wrote, at olds[0]'s base and name. Crash-safe (kill -9 or power
+// loss at any step leaves, after openLog, the old segments or the new one, never
+// both nor a part): w's file is fsynced, then renamed to swapName(base, end) (end: the
+// base of the segment after olds) and the directory fsynced — the commit point; then
+// the old segments' index files and the old .log files other than the first are
+// removed, the directory fsynced, the swap file renamed over the first .log and the
+// directory fsynced again. openLog finishes a swap file it finds (completeSwaps) and
+// removes a .clean file. A run that retention changed meanwhile is left as it was
+// (nil). Errors: ErrStorage, ErrClosed.
+func (l *Log) swapSegments(olds []*segment, w *segWriter) error {
+	dir := l.dir
+	hook := func(step string) {
+		if h := l.st.opts.swapHook; h != nil {
+			h(step, len(olds))
+		}
 	}
 	fail := func(err error) error {
-		_ = f.Close()
-		_ = os.Remove(tmp)
-		return fmt.Errorf("%w: clean %s: %v", ErrStorage, old.path, err)
+		w.discard()
+		return fmt.Errorf("%w: clean %s: %v", ErrStorage, olds[0].path, err)
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := w.f.Sync(); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
+	ns := w.ns
+	last := olds[len(olds)-1]
+	ns.next = last.next
+	for _, s := range olds {
+		ns.maxTS.Store(max(ns.maxTS.Load(), s.maxTS.Load()))
 	}
-	ns := newSegment(old.base, old.path, f, old.createdMs)
-	ns.size.Store(int64(len(data)))
-	for pos := 0; pos < len(data); {
-		h := parseHeader(data[pos:])
-		ns.addIndex(&h, int64(pos))
-		pos += int(h.Length)
+	if olds[0].firstTS >= 0 {
+		ns.firstTS = olds[0].firstTS
 	}
-	ns.next = old.next
-	ns.maxTS.Store(max(ns.maxTS.Load(), old.maxTS.Load()))
-	if old.firstTS >= 0 {
-		ns.firstTS = old.firstTS
-	}
-	ns.lastBase = max(ns.lastBase, old.base)
+	ns.lastBase = max(ns.lastBase, olds[0].base)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		_ = f.Close()
-		_ = os.Remove(tmp)
+		w.discard()
 		return ErrClosed
 	}
 	idx := -1
 	for i, s := range l.segs {
-		if s == old {
+		if s == olds[0] {
 			idx = i
 		}
 	}
-	if idx < 0 || old == l.active {
-		// Retention removed it meanwhile.
-		_ = f.Close()
-		_ = os.Remove(tmp)
+	if idx < 0 || idx+len(olds) >= len(l.segs) || !slices.Equal(l.segs[idx:idx+len(olds)], olds) {
+		// Retention removed some meanwhile, or a run reached the active segment.
+		w.discard()
 		return nil
 	}
-	for _, ext := range []string{".index", ".timeindex"} {
-		if err := os.Remove(filepath.Join(dir, segmentName(old.base, ext))); err != nil && !os.IsNotExist(err) {
-			return fail(err)
+	hook(swapStepWritten)
+	end := l.segs[idx+len(olds)].base
+	swap := filepath.Join(dir, swapName(olds[0].base, end))
+	if err := os.Rename(w.tmp, swap); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(dir); err != nil {
+		_ = os.Remove(swap)
+		return fail(err)
+	}
+	// Committed: from here a failure stops the log (openLog finishes the swap).
+	stop := func(err error) error {
+		l.failLocked(err)
+		return fmt.Errorf("%w: clean %s: %v", ErrStorage, olds[0].path, err)
+	}
+	hook(swapStepCommit)
+	for i, s := range olds {
+		exts := []string{".index", ".timeindex", ".log"}
+		if i == 0 {
+			exts = exts[:2]
+		}
+		for _, ext := range exts {
+			if err := os.Remove(filepath.Join(dir, segmentName(s.base, ext))); err != nil && !os.IsNotExist(err) {
+				return stop(err)
+			}
+			hook(swapStepRemoved)
 		}
 	}
 	if err := syncDir(dir); err != nil {
-		return fail(err)
+		return stop(err)
 	}
-	if err := os.Rename(tmp, old.path); err != nil {
-		return fail(err)
+	hook(swapStepRemoveOK)
+	if err := os.Rename(swap, olds[0].path); err != nil {
+		return stop(err)
 	}
+	hook(swapStepRenamed)
 	if err := syncDir(dir); err != nil {
-		l.failLocked(err)
-		return fmt.Errorf("%w: %v", ErrStorage, err)
+		return stop(err)
 	}
-	segs := append([]*segment(nil), l.segs...)
-	segs[idx] = ns
+	segs := make([]*segment, 0, len(l.segs)-len(olds)+1)
+	segs = append(segs, l.segs[:idx]...)
+	segs = append(segs, ns)
+	segs = append(segs, l.segs[idx+len(olds):]...)
 	l.segMu.Lock()
 	l.segs = segs
 	l.segMu.Unlock()
-	_ = old.close()
+	for _, s := range olds {
+		_ = s.close()
+	}
 	if err := ns.writeIndexes(); err != nil {
 		l.log.Warn("write indexes of a cleaned segment (rebuilt at the next start)", zap.String("segment", ns.path), zap.Error(err))
 	}
+	hook(swapStepDone)
 	return nil
+}
+
+// completeSwaps finishes, in the channel directory dir at open, the swaps of
+// swapSegments a crash interrupted after their commit point: for each swap file, the
+// segment files with a base in its range are removed and it is renamed to its
+// segment's name. ok reports whether any was found.
+func completeSwaps(dir string, entries []os.DirEntry) (bool, error) {
+	found := false
+	for _, e := range entries {
+		base, end, ok := parseSwapName(e.Name())
+		if !ok {
+			continue
+		}
+		found = true
+		for _, o := range entries {
+			n := o.Name()
+			for _, ext := range []string{".log", ".index", ".timeindex"} {
+				b, ok := strings.CutSuffix(n, ext)
+				if !ok || len(b) != 20 {
+					continue
+				}
+				if v, err := strconv.ParseInt(b, 10, 64); err == nil && v >= base && v < end {
+					if err := os.Remove(filepath.Join(dir, n)); err != nil && !os.IsNotExist(err) {
+						return found, err
+					}
+				}
+			}
+		}
+		if err := syncDir(dir); err != nil {
+			return found, err
+		}
+		if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(dir, segmentName(base, ".log"))); err != nil {
+			return found, err
+		}
+		if err := syncDir(dir); err != nil {
+			return found, err
+		}
+	}
+	return found, nil
 }
 
 // isCleanLeftover reports a file of a cleaner pass a crash interrupted (openLog

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -331,4 +332,82 @@ func TestCleanerTxnAndProducers(t *testing.T) {
 	if _, err := l.AppendBatches(kbatch(t, batchOpt{pid: 9, epoch: 0, seq: 5}, "p")); !errors.Is(err, ErrOutOfOrderSequence) {
 		t.Fatalf("a sequence gap after a restart: %v, want ErrOutOfOrderSequence", err)
 	}
+}
+
+// TestCleanerMergesSegments: segments a pass shrank are merged by the next pass into
+// as few segments as fit in segment_bytes (Kafka Cleaner.groupSegmentsBySize), each at
+// the base offset of the first segment it replaces: every surviving record keeps its
+// offset and is found by an offset lookup (the merged segment's index), no sealed
+// segment outgrows segment_bytes, and the log reads the same after a restart that
+// loads the merged segments from their index files.
+func TestCleanerMergesSegments(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{}
+	clk.ms.Store(1_000_000)
+	s := openStore(t, dir, clk)
+	const segBytes = 8 << 10
+	l := mustCreate(t, s, "c", ChannelConfig{CleanupPolicy: CleanupCompact, SegmentBytes: segBytes, DeleteRetentionMs: 3_600_000, MinCleanableDirtyRatio: -1})
+	written := compactWorkload(t, l, clk, 200, 30)
+	if n := s.RunCleaner(); n != 1 {
+		t.Fatalf("pass 1: RunCleaner ran %d passes, want 1", n)
+	}
+	_, segs1 := l.Stats()
+	bases1 := segmentBases(l)
+	more := compactWorkload(t, l, clk, 20, 5) // a little dirt for a second pass
+	maps.Copy(written, more)
+	if n := s.RunCleaner(); n != 1 {
+		t.Fatalf("pass 2: RunCleaner ran %d passes, want 1", n)
+	}
+	_, segs2 := l.Stats()
+	t.Logf("%d segments after the first pass, %d after the second", segs1, segs2)
+	if segs2 >= segs1/2 {
+		t.Fatalf("%d segments after the second pass, %d after the first: the shrunken segments were not merged", segs2, segs1)
+	}
+	want := wantCompacted(written, l.activeBase(), false)
+	check := func(what string) {
+		t.Helper()
+		checkCompacted(t, l, written, want)
+		for _, b := range segmentBases(l) {
+			if !slices.Contains(bases1, b) && b < bases1[len(bases1)-1] {
+				t.Fatalf("%s: segment at %d, not the base of one it replaced (%v)", what, b, bases1)
+			}
+		}
+		l.segMu.RLock()
+		for _, sg := range l.segs[:len(l.segs)-1] {
+			if sg.size.Load() > segBytes {
+				t.Errorf("%s: segment %d holds %d bytes, more than segment_bytes %d", what, sg.base, sg.size.Load(), segBytes)
+			}
+		}
+		l.segMu.RUnlock()
+		for _, off := range want {
+			recs, _, err := l.ReadRecords(off, 1, 1<<20)
+			if err != nil || len(recs) == 0 || recs[0].Offset != off {
+				t.Fatalf("%s: read at %d: %v %v", what, off, recs, err)
+			}
+		}
+	}
+	check("after the merge")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range segmentBases(l) {
+		if _, err := os.Stat(filepath.Join(l.dir, segmentName(b, ".index"))); err != nil {
+			t.Fatalf("merged segment %d: %v", b, err)
+		}
+	}
+	s = openStore(t, dir, clk)
+	defer s.Close()
+	l, _ = s.Get("c")
+	check("after a restart")
+}
+
+// segmentBases returns the base offsets of l's segments, oldest first.
+func segmentBases(l *Log) []int64 {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	var out []int64
+	for _, s := range l.segs {
+		out = append(out, s.base)
+	}
+	return out
 }

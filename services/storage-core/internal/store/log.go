@@ -149,6 +149,13 @@ func openLog(st *Store, dir string) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	if swapped, err := completeSwaps(dir, entries); err != nil {
+		return nil, fmt.Errorf("finish an interrupted cleaner swap in %s: %w", dir, err)
+	} else if swapped {
+		if entries, err = os.ReadDir(dir); err != nil {
+			return nil, err
+		}
+	}
 	var bases []int64
 	for _, e := range entries {
 		n := e.Name()

@@ -57,6 +57,10 @@ type Options struct {
 	Cleaner CleanerOptions
 	// minSegmentBytes overrides MinSegmentBytes (tests with tiny segments); 0 = default.
 	minSegmentBytes int64
+	// swapHook, when set, is called at each step of the cleaner's segment swap
+	// (swapSegments' swapStep* names) with the number of segments replaced, under the
+	// log's mu (crash tests).
+	swapHook func(step string, segs int)
 }
 
 // minSegmentBytes is the segment_bytes lower bound Create and UpdateConfig apply.
