@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -93,14 +95,21 @@ func readCompactTxnView(t *testing.T, addrs []string, plain *kgo.Client, topic s
 // with no record left go after delete.retention.ms, leaving the one of the last
 // committed transaction, whose records remain. A transaction committed afterwards by
 // the same producer is read by read_committed (no aborted range without its marker
-// left behind).
+// left behind). storage-core is killed with SIGKILL twice while the cleaner works on
+// the topic (its read counter moving, slowed by its I/O limit): after each restart
+// every record read is the one written at its offset, read_committed shows no aborted
+// record and every key's newest committed one, and no read, before or after a kill,
+// shows a record (aborted or superseded) that an earlier read no longer showed.
 func TestCompactionTransactions(t *testing.T) {
-	s := stack.StartT(t, stack.Options{StorageFlags: []string{"--cleaner-backoff=200ms"}})
+	s := stack.StartT(t, stack.Options{StorageFlags: []string{"--cleaner-backoff=200ms", "--cleaner-io-bytes-per-second=40000"}})
 	adm := newAdmin(t, s.KafkaAddrs)
 	topic := compactTopic(t, adm, "compacttxn", 1000, 3000)
 	tx := txnProducer(t, s.KafkaAddrs, topicName("tid"))
 	plain := newClient(t, s.KafkaAddrs, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	want := map[string]string{}
+	written := map[int64]compactKV{}
+	aborted := map[int64]bool{}
+	newest := map[string]int64{}
 	const rounds = 10
 	for r := range rounds {
 		var ab []*kgo.Record
@@ -116,8 +125,71 @@ func TestCompactionTransactions(t *testing.T) {
 			want[key] = val
 		}
 		keyedTxn(t, tx, true, cm...)
+		for _, rec := range ab {
+			written[rec.Offset], aborted[rec.Offset] = compactKV{rec.Key, rec.Value}, true
+		}
+		for _, rec := range cm {
+			written[rec.Offset], newest[string(rec.Key)] = compactKV{rec.Key, rec.Value}, rec.Offset
+		}
 	}
 	time.Sleep(1100 * time.Millisecond) // past segment.ms: the next record rolls the segment
+
+	// seen checks a read against what was written and the reads before it at the same
+	// isolation: each record is the one written at its offset, none came back after a
+	// read without it, read_committed holds no aborted record and every key's newest.
+	last := map[bool]map[int64]compactKV{}
+	seen := func(what string, v compactTxnView, committed bool) {
+		t.Helper()
+		for off, kv := range v.data {
+			w, ok := written[off]
+			if !ok || !bytes.Equal(kv.key, w.key) || !bytes.Equal(kv.value, w.value) {
+				t.Fatalf("%s: offset %d holds %s=%s, written %s=%s", what, off, kv.key, kv.value, w.key, w.value)
+			}
+			if prev, ok := last[committed]; ok {
+				if _, was := prev[off]; !was {
+					t.Fatalf("%s: offset %d (%s=%s) is back after an earlier read without it", what, off, kv.key, kv.value)
+				}
+			}
+			if committed && aborted[off] {
+				t.Fatalf("%s: read_committed returns aborted record %d (%s=%s)", what, off, kv.key, kv.value)
+			}
+		}
+		if committed {
+			for key, off := range newest {
+				if _, ok := v.data[off]; !ok {
+					t.Fatalf("%s: the newest committed record of %s (offset %d) is lost", what, key, off)
+				}
+			}
+		}
+		last[committed] = v.data
+	}
+	n := 0
+	for kill := range 2 {
+		if err := plain.ProduceSync(ctxT(t, 20*time.Second), &kgo.Record{Topic: topic, Key: []byte("tick"), Value: []byte("roll")}).FirstErr(); err != nil {
+			t.Fatalf("produce tick: %v", err)
+		}
+		before := cleanerRead(t, s)
+		deadline := time.Now().Add(30 * time.Second)
+		for cleanerRead(t, s) == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: the cleaner did not start within 30 s", kill)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		killedAt := cleanerRead(t, s)
+		if err := s.KillStorage(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RestartStorage(ctxT(t, 60*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		what := fmt.Sprintf("after kill %d", kill)
+		seen(what+", read_uncommitted", readCompactTxnView(t, s.KafkaAddrs, plain, topic, false, &n), false)
+		seen(what+", read_committed", readCompactTxnView(t, s.KafkaAddrs, plain, topic, true, &n), true)
+		t.Logf("kill %d: after the cleaner read %.0f bytes", kill, killedAt-before)
+		time.Sleep(1100 * time.Millisecond) // the reads' ticks roll the segment: more to clean
+	}
 
 	match := func(v compactTxnView) string {
 		if len(v.data) != len(want) {
@@ -130,11 +202,12 @@ func TestCompactionTransactions(t *testing.T) {
 		}
 		return ""
 	}
-	n := 0
 	deadline := time.Now().Add(120 * time.Second)
 	for {
 		unc := readCompactTxnView(t, s.KafkaAddrs, plain, topic, false, &n)
 		com := readCompactTxnView(t, s.KafkaAddrs, plain, topic, true, &n)
+		seen("read_uncommitted", unc, false)
+		seen("read_committed", com, true)
 		du, dc := match(unc), match(com)
 		if du == "" && dc == "" && unc.markers == 1 && com.markers == 1 {
 			break
