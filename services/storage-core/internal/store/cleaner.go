@@ -1015,6 +1015,7 @@ func (l *Log) swapSegments(olds []*segment, w *segWriter) error {
 	}
 	// Committed: from here a failure stops the log (openLog finishes the swap).
 	stop := func(err error) error {
+		_ = w.f.Close()
 		l.failLocked(err)
 		return fmt.Errorf("%w: clean %s: %v", ErrStorage, olds[0].path, err)
 	}
