@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -8,24 +9,41 @@ import (
 
 // KafkaSharePrefix starts the name of every share-partition queue (KIP-932): the
 // state of share group G for topic T partition p is the queue
-// "_KAFKA_share.<hex(G)>.<T>" (partition 0) or "_KAFKA_share.<hex(G)>.<T>~<p>",
+// "_KAFKA_share.<key(G)>.<T>" (partition 0) or "_KAFKA_share.<key(G)>.<T>~<p>",
 // bound to the log KafkaPartition(T, p). The name is in the reserved "_" namespace:
 // only storage-core's ShareService builds and uses it, no external caller can read or
-// change the state through QueueService. The group id is hex-encoded: Kafka group
-// ids may hold any character, channel names may not.
+// change the state through QueueService. key(G) is KafkaShareGroupKey.
 const KafkaSharePrefix = "_KAFKA_share."
 
-// MaxShareGroupIDLen is the longest group id a share partition can be named for, in
+// maxHexShareGroupLen is the longest group id whose key is its hex encoding, in
 // bytes: the name (prefix, hex group, ".", the longest topic and "~255") fits
 // MaxNameLen.
-const MaxShareGroupIDLen = (MaxNameLen - len(KafkaSharePrefix) - 1 - MaxTopicNameLen - 4) / 2
+const maxHexShareGroupLen = (MaxNameLen - len(KafkaSharePrefix) - 1 - MaxTopicNameLen - 4) / 2
+
+// shareHashKeyPrefix starts the key of a group id longer than maxHexShareGroupLen.
+// 's' and '-' are not hex digits, so no hex key begins like it.
+const shareHashKeyPrefix = "sha256-"
+
+// KafkaShareGroupKey is the part of a share-partition queue's name that stands for
+// share group group: the hex encoding of the id (Kafka group ids may hold any byte,
+// channel names may not) when it has at most 122 bytes, else "sha256-" and the hex
+// SHA-256 of the id, so that any id Kafka accepts (a non-empty string16, up to 32767
+// bytes; Kafka sets no other bound) names a queue within MaxNameLen. Two ids share
+// a key only if SHA-256 collides; a hashed key never equals a hex one.
+func KafkaShareGroupKey(group string) string {
+	if len(group) <= maxHexShareGroupLen {
+		return hex.EncodeToString([]byte(group))
+	}
+	sum := sha256.Sum256([]byte(group))
+	return shareHashKeyPrefix + hex.EncodeToString(sum[:])
+}
 
 // KafkaSharePartition returns the queue holding share group group's state for Kafka
-// topic partition (topic, partition). Errors wrap ErrInvalidName (empty group, or one
-// longer than MaxShareGroupIDLen), ErrInvalidTopic or ErrInvalidPartition.
+// topic partition (topic, partition). Errors wrap ErrInvalidName (empty group),
+// ErrInvalidTopic or ErrInvalidPartition.
 func KafkaSharePartition(group, topic string, partition int32) (string, error) {
-	if group == "" || len(group) > MaxShareGroupIDLen {
-		return "", fmt.Errorf("%w: share group id of %d bytes; 1..%d allowed", ErrInvalidName, len(group), MaxShareGroupIDLen)
+	if group == "" {
+		return "", fmt.Errorf("%w: empty share group id", ErrInvalidName)
 	}
 	if err := ValidateKafkaTopic(topic); err != nil {
 		return "", err
@@ -33,35 +51,49 @@ func KafkaSharePartition(group, topic string, partition int32) (string, error) {
 	if partition < 0 || partition >= MaxPartitions {
 		return "", fmt.Errorf("%w: %d", ErrInvalidPartition, partition)
 	}
-	return KafkaSharePrefix + hex.EncodeToString([]byte(group)) + "." + KafkaPartition(topic, partition)[len(kafkaPrefix):], nil
+	return KafkaShareGroupPrefix(group) + KafkaPartition(topic, partition)[len(kafkaPrefix):], nil
 }
 
 // KafkaShareGroupPrefix is the name prefix of every share-partition queue of group
 // (to list them).
 func KafkaShareGroupPrefix(group string) string {
-	return KafkaSharePrefix + hex.EncodeToString([]byte(group)) + "."
+	return KafkaSharePrefix + KafkaShareGroupKey(group) + "."
 }
 
-// ParseKafkaSharePartition splits a share-partition queue name into group, topic and
-// partition; ok is false when name is not one.
-func ParseKafkaSharePartition(name string) (group, topic string, partition int32, ok bool) {
+// ParseKafkaSharePartition splits a share-partition queue name into the group's key
+// (KafkaShareGroupKey), topic and partition; ok is false when name is not one.
+func ParseKafkaSharePartition(name string) (groupKey, topic string, partition int32, ok bool) {
 	rest, found := strings.CutPrefix(name, KafkaSharePrefix)
 	if !found {
 		return "", "", 0, false
 	}
-	hg, part, found := strings.Cut(rest, ".")
-	if !found || hg == "" {
-		return "", "", 0, false
-	}
-	g, err := hex.DecodeString(hg)
-	if err != nil || hex.EncodeToString(g) != hg {
+	key, part, found := strings.Cut(rest, ".")
+	if !found || !validShareGroupKey(key) {
 		return "", "", 0, false
 	}
 	topic, partition, ok = ParseKafka(kafkaPrefix + part)
 	if !ok {
 		return "", "", 0, false
 	}
-	return string(g), topic, partition, true
+	return key, topic, partition, true
+}
+
+// validShareGroupKey reports whether key is one KafkaShareGroupKey returns for some
+// group id.
+func validShareGroupKey(key string) bool {
+	if h, hashed := strings.CutPrefix(key, shareHashKeyPrefix); hashed {
+		return len(h) == 2*sha256.Size && lowerHex(h)
+	}
+	return key != "" && len(key) <= 2*maxHexShareGroupLen && len(key)%2 == 0 && lowerHex(key)
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateStored checks a name storage-core may hold: any name Validate accepts,

@@ -10,9 +10,9 @@ package handler
 // member's epoch, its assignment (on a join, a full request or a change) and the
 // heartbeat interval (group.share.heartbeat.interval.ms, 5 s). The member id is the
 // client's own. Errors as Kafka 4.2: INVALID_REQUEST (empty member or group id, blank
-// rack, a join without topics, an epoch below -1, a group id over
-// channel.MaxShareGroupIDLen bytes: share state could not be named for it),
-// UNKNOWN_MEMBER_ID,
+// rack, a join without topics, an epoch below -1; a group id of any length is
+// served, as Kafka sets no bound: channel.KafkaShareGroupKey names its share
+// partitions), UNKNOWN_MEMBER_ID,
 // FENCED_MEMBER_EPOCH (neither the member's epoch nor the one before),
 // GROUP_MAX_SIZE_REACHED (group.share.max.size), GROUP_ID_NOT_FOUND (a missing group
 // on a heartbeat, or an id a classic or consumer group holds). Coordinator outage:
@@ -25,12 +25,10 @@ package handler
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
@@ -42,13 +40,6 @@ func init() {
 func (h *Handler) handleShareGroupHeartbeat(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.ShareGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
-	if len(req.GroupID) > channel.MaxShareGroupIDLen {
-		// Share-partition state is named for the group: a longer id could join but
-		// never ShareFetch, so it is refused here rather than at the first fetch.
-		resp.ErrorCode = kerr.InvalidRequest.Code
-		resp.ErrorMessage = kmsg.StringPtr(fmt.Sprintf("share group id of %d bytes; at most %d allowed", len(req.GroupID), channel.MaxShareGroupIDLen))
-		return resp, nil
-	}
 	x := h.access(ctx, r)
 	if code := x.groupCall(kafkaacl.OpRead, req.GroupID, req.SubscribedTopicNames, h.shares != nil); code != 0 {
 		resp.ErrorCode = code

@@ -173,13 +173,13 @@ type SharePartitionID struct {
 
 // ShareList returns group's share partitions, by topic then partition.
 func (m *Manager) ShareList(group string) []SharePartitionID {
-	prefix := channel.KafkaShareGroupPrefix(group)
+	prefix, key := channel.KafkaShareGroupPrefix(group), channel.KafkaShareGroupKey(group)
 	var out []SharePartitionID
 	for _, q := range m.list() {
 		if !strings.HasPrefix(q.name, prefix) {
 			continue
 		}
-		if g, t, p, ok := channel.ParseKafkaSharePartition(q.name); ok && g == group {
+		if k, t, p, ok := channel.ParseKafkaSharePartition(q.name); ok && k == key {
 			out = append(out, SharePartitionID{t, p})
 		}
 	}

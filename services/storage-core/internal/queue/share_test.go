@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,5 +219,46 @@ func TestShareFetchWaitsOnAnyPartition(t *testing.T) {
 	recs := <-done
 	if len(recs[0]) != 0 || len(recs[1]) != 1 || string(recs[1][0].Record.Value) != "x" {
 		t.Fatalf("got %v", recs)
+	}
+}
+
+// TestShareLongGroupIDs: share groups with ids longer than a hex-named queue can hold
+// (Kafka accepts any non-empty id) keep state of their own, each acquiring every
+// record, listed, surviving a restart, deleted alone.
+func TestShareLongGroupIDs(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("kafka.t")
+	publish(t, src, "a", "b")
+	g1, g2 := strings.Repeat("g", 254)+"1", strings.Repeat("g", 254)+"2"
+	for _, g := range []string{g1, g2} {
+		q, err := e.m.SharePartition(g, "t", 0, true, ShareReset{Earliest: true}, 0)
+		if err != nil {
+			t.Fatalf("%d-byte group id: %v", len(g), err)
+		}
+		if v := shareValues(shareFetch(t, e, "m", 2, q)); !slices.Equal(v, []string{"a", "b"}) {
+			t.Fatalf("group %s…%s acquired %v", g[:3], g[len(g)-1:], v)
+		}
+		if err := q.ShareAck("m", []ShareAckBatch{{First: 0, Last: 1, Types: []uint8{ShareAccept, ShareAccept}}}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.restart()
+	for _, g := range []string{g1, g2} {
+		if got := e.m.ShareList(g); !slices.Equal(got, []SharePartitionID{{"t", 0}}) {
+			t.Fatalf("list after restart %v", got)
+		}
+		q, err := e.m.SharePartition(g, "t", 0, false, ShareReset{}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if so, _, err := q.ShareState(); err != nil || so != 2 {
+			t.Fatalf("start offset after restart %d %v, want 2", so, err)
+		}
+	}
+	if err := e.m.ShareDelete(g1, "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got1, got2 := e.m.ShareList(g1), e.m.ShareList(g2); len(got1) != 0 || len(got2) != 1 {
+		t.Fatalf("after deleting one group's state: %v and %v", got1, got2)
 	}
 }

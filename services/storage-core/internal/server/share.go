@@ -66,8 +66,8 @@ func shareError(err error) (storagev1.ShareError, string) {
 }
 
 func checkShareIDs(group, member string, needMember bool) error {
-	if group == "" || len(group) > channel.MaxShareGroupIDLen {
-		return status.Errorf(codes.InvalidArgument, "group_id of %d bytes; 1..%d allowed", len(group), channel.MaxShareGroupIDLen)
+	if group == "" {
+		return status.Error(codes.InvalidArgument, "empty group_id")
 	}
 	if needMember && (member == "" || len(member) > maxShareMemberIDLen) {
 		return status.Errorf(codes.InvalidArgument, "member_id of %d bytes; 1..%d allowed", len(member), maxShareMemberIDLen)
