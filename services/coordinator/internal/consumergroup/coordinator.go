@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/rpcerr"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
@@ -87,7 +88,15 @@ type Coordinator struct {
 	log     *zap.Logger
 	now     func() time.Time
 	regexes sync.Map // regex source -> *regexp.Regexp
+
+	aclMu     sync.Mutex // one ACL load at a time; guards aclSet and aclLoaded
+	aclSet    *kafkaacl.Set
+	aclLoaded time.Time
 }
+
+// aclMaxAge bounds how old the Kafka ACLs a regex subscription is authorized with
+// may be; InvalidateAcls drops them sooner after a change made through this replica.
+const aclMaxAge = time.Second
 
 // New builds a Coordinator over st (migrated). now is the clock (time.Now when nil).
 func New(cfg Config, st *store.Store, log *zap.Logger, now func() time.Time) (*Coordinator, error) {
@@ -129,6 +138,12 @@ func (c *Coordinator) ConsumerGroupHeartbeat(ctx context.Context, req *coordinat
 	if err != nil {
 		return nil, rpcerr.Status(err)
 	}
+	var acls *kafkaacl.Set
+	if req.GetRegexAuthorization() != nil {
+		if acls, err = c.acls(ctx); err != nil {
+			return nil, rpcerr.Status(err)
+		}
+	}
 	id := req.GetGroupId()
 	var out *coordinatorv1.ConsumerGroupHeartbeatResponse
 	err = c.withDoc(ctx, id, req.GetMemberEpoch() == epochJoin, func(d *doc, now time.Time) (bool, error) {
@@ -136,7 +151,7 @@ func (c *Coordinator) ConsumerGroupHeartbeat(ctx context.Context, req *coordinat
 			out = answer(fail(kerr.GroupIDNotFound, "Group %s is not a consumer group.", id), nil)
 			return false, nil
 		}
-		o, changed := c.heartbeat(d, req, topics, now)
+		o, changed := c.heartbeat(d, req, topics, acls, now)
 		out = answer(o, d)
 		if ce := c.log.Check(zap.DebugLevel, "consumer group heartbeat"); ce != nil {
 			fields := []zap.Field{zap.String("group", id), zap.String("member", req.GetMemberId()),
@@ -278,6 +293,31 @@ func decodeDoc(raw []byte) (*doc, error) {
 		d.Topics = map[string]topicMeta{}
 	}
 	return d, nil
+}
+
+// acls returns the Kafka ACLs (AclService's bindings in Postgres), loaded again when
+// older than aclMaxAge or invalidated.
+func (c *Coordinator) acls(ctx context.Context) (*kafkaacl.Set, error) {
+	c.aclMu.Lock()
+	defer c.aclMu.Unlock()
+	now := time.Now()
+	if c.aclSet != nil && now.Sub(c.aclLoaded) < aclMaxAge {
+		return c.aclSet, nil
+	}
+	bs, err := c.store.Acls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.aclSet, c.aclLoaded = kafkaacl.NewSet(bs), now
+	return c.aclSet, nil
+}
+
+// InvalidateAcls makes the next regex authorization load the ACLs again (called
+// after a CreateAcls or DeleteAcls through this replica).
+func (c *Coordinator) InvalidateAcls() {
+	c.aclMu.Lock()
+	c.aclSet = nil
+	c.aclMu.Unlock()
 }
 
 // topics lists the registered topics and Kafka's internal topics.

@@ -61,7 +61,13 @@ type member struct {
 	RebalanceTimeoutMs int32    `json:"rt"`
 	Topics             []string `json:"t,omitempty"`
 	Regex              string   `json:"re,omitempty"`
-	Assignor           string   `json:"as,omitempty"`
+	// Authz is the caller the member's regex is authorized for (nil: every match is
+	// assigned). RegexAllowed are the sorted names among the regex's matches that
+	// caller may DESCRIBE, as of the member's last heartbeat: a topic that starts
+	// to match is assigned only once a heartbeat of the member finds it allowed.
+	Authz        *regexAuthz `json:"az,omitempty"`
+	RegexAllowed []string    `json:"ra,omitempty"`
+	Assignor     string      `json:"as,omitempty"`
 	// Assigned are the partitions the member may own now; Revoking the ones it must
 	// give up before it gets more.
 	Assigned assignment `json:"a,omitempty"`
@@ -70,6 +76,13 @@ type member struct {
 	SessionDeadline time.Time `json:"sd"`
 	// RevokeDeadline (unrevoked only): fenced unless it revokes by then.
 	RevokeDeadline time.Time `json:"rd,omitzero"`
+}
+
+// regexAuthz is a coordinatorv1.RegexAuthorization as a member keeps it.
+type regexAuthz struct {
+	Principal    string `json:"p"`
+	Host         string `json:"h"`
+	AllowIfNoACL bool   `json:"n,omitempty"`
 }
 
 // doc is a consumer group's whole state, stored as one JSON document under the

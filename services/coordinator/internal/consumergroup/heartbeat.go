@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -105,7 +106,9 @@ func (c *Coordinator) regex(re string) (*regexp.Regexp, error) {
 // heartbeat applies one valid heartbeat to d (Kafka's consumerGroupHeartbeat) and
 // reports whether d changed (a successful heartbeat always does: it extends the
 // member's session).
-func (c *Coordinator) heartbeat(d *doc, req *coordinatorv1.ConsumerGroupHeartbeatRequest, topics []topicInfo, now time.Time) (outcome, bool) {
+// acls are the Kafka ACLs a regex subscription is authorized with (nil only when the
+// request carries no RegexAuthorization).
+func (c *Coordinator) heartbeat(d *doc, req *coordinatorv1.ConsumerGroupHeartbeatRequest, topics []topicInfo, acls *kafkaacl.Set, now time.Time) (outcome, bool) {
 	id, e := req.GetMemberId(), req.GetMemberEpoch()
 	if e == epochLeave || e == epochStaticLeave {
 		return c.leave(d, req, topics, now)
@@ -181,6 +184,9 @@ func (c *Coordinator) heartbeat(d *doc, req *coordinatorv1.ConsumerGroupHeartbea
 	}
 	if req.SubscribedTopicRegex != nil && req.GetSubscribedTopicRegex() != m.Regex {
 		m.Regex, bump = req.GetSubscribedTopicRegex(), true
+	}
+	if c.authorizeRegex(m, req.GetRegexAuthorization(), topics, acls) {
+		bump = true
 	}
 	if req.ServerAssignor != nil && req.GetServerAssignor() != m.Assignor {
 		m.Assignor, bump = req.GetServerAssignor(), true
@@ -259,9 +265,43 @@ func (c *Coordinator) refreshTopics(d *doc, topics []topicInfo) bool {
 	return true
 }
 
+// authorizeRegex sets the caller member m's regex is authorized for (az, from this
+// heartbeat: nil when the gateway's authorizer is off or the caller is a super
+// user) and the regex's matches among topics it may DESCRIBE (Kafka's
+// filterTopicDescribeAuthorizedTopics, KIP-848), and reports whether what m
+// subscribes to changed. Kafka resolves a group's regex with the rights of the member
+// whose heartbeat refreshed it; here each member's matches are its own principal's,
+// so a member never gets a topic it may not describe. Named topics are not filtered:
+// the gateway refuses a heartbeat naming one with TOPIC_AUTHORIZATION_FAILED.
+func (c *Coordinator) authorizeRegex(m *member, az *coordinatorv1.RegexAuthorization, topics []topicInfo, acls *kafkaacl.Set) bool {
+	var next *regexAuthz
+	if az != nil {
+		next = &regexAuthz{Principal: az.GetPrincipal(), Host: az.GetHost(), AllowIfNoACL: az.GetAllowIfNoAcl()}
+	}
+	var allowed []string
+	if next != nil && m.Regex != "" {
+		if acls == nil {
+			acls = kafkaacl.NewSet(nil)
+		}
+		re, _ := c.regex(m.Regex)
+		rules := kafkaacl.Rules{AllowIfNoACL: next.AllowIfNoACL}
+		for _, t := range topics {
+			if re != nil && re.MatchString(t.Name) && acls.Authorize(rules, kafkaacl.Action{Principal: next.Principal, Host: next.Host,
+				Operation: kafkaacl.OpDescribe, ResourceType: kafkaacl.ResourceTopic, ResourceName: t.Name}) {
+				allowed = append(allowed, t.Name)
+			}
+		}
+		sort.Strings(allowed)
+	}
+	changed := (m.Authz == nil) != (next == nil) || !slices.Equal(allowed, m.RegexAllowed)
+	m.Authz, m.RegexAllowed = next, allowed
+	return changed
+}
+
 // subscribed resolves a member's subscription against the topics that exist: its
 // names, and the topics its regex matches whole (internal topics included, as Kafka
-// 4's broker-side resolution matches them).
+// 4's broker-side resolution matches them), with an authorized member only those it
+// may describe (authorizeRegex).
 func (c *Coordinator) subscribed(m *member, topics []topicInfo) []topicInfo {
 	var re *regexp.Regexp
 	if m.Regex != "" {
@@ -270,7 +310,11 @@ func (c *Coordinator) subscribed(m *member, topics []topicInfo) []topicInfo {
 	var out []topicInfo
 	for _, t := range topics {
 		_, named := slices.BinarySearch(m.Topics, t.Name)
-		if named || (re != nil && re.MatchString(t.Name)) {
+		matched := re != nil && re.MatchString(t.Name)
+		if matched && m.Authz != nil {
+			_, matched = slices.BinarySearch(m.RegexAllowed, t.Name)
+		}
+		if named || matched {
 			out = append(out, t)
 		}
 	}

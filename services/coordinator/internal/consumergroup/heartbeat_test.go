@@ -4,12 +4,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
 
@@ -85,7 +87,7 @@ func TestReconcileNeverDoubleOwns(t *testing.T) {
 				cl := &client{id: id, owns: assignment{}}
 				r := cl.req(0, []string{"a", "b"})
 				r.ServerAssignor = &assignor
-				o, _ := c.heartbeat(d, r, topics, now)
+				o, _ := c.heartbeat(d, r, topics, nil, now)
 				cl.apply(t, o, c, d)
 				clients = append(clients, cl)
 				check()
@@ -93,7 +95,7 @@ func TestReconcileNeverDoubleOwns(t *testing.T) {
 			beat := func(n int) {
 				for range n {
 					cl := clients[rng.IntN(len(clients))]
-					o, _ := c.heartbeat(d, cl.req(cl.epoch, nil), topics, now)
+					o, _ := c.heartbeat(d, cl.req(cl.epoch, nil), topics, nil, now)
 					cl.apply(t, o, c, d)
 					check()
 				}
@@ -104,7 +106,7 @@ func TestReconcileNeverDoubleOwns(t *testing.T) {
 			}
 			beat(50)
 			// m1 leaves; m4 joins; m2 is lost (its session ends).
-			o, _ := c.heartbeat(d, &coordinatorv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "m1", MemberEpoch: -1}, topics, now)
+			o, _ := c.heartbeat(d, &coordinatorv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "m1", MemberEpoch: -1}, topics, nil, now)
 			if o.code != 0 || o.epoch != -1 {
 				t.Fatalf("leave: %+v", o)
 			}
@@ -151,16 +153,16 @@ func TestHeartbeatErrors(t *testing.T) {
 	topics := []topicInfo{{Name: "a", ID: topicID(1), Partitions: 3}}
 	now := time.Unix(1000, 0)
 	cl := &client{id: "m", owns: assignment{}}
-	o, _ := c.heartbeat(d, cl.req(0, []string{"a"}), topics, now)
+	o, _ := c.heartbeat(d, cl.req(0, []string{"a"}), topics, nil, now)
 	cl.apply(t, o, c, d)
 	if cl.epoch != 1 || len(cl.owns[topicID(1)]) != 3 {
 		t.Fatalf("join: epoch %d owns %v", cl.epoch, cl.owns)
 	}
-	if o, _ := c.heartbeat(d, cl.req(5, nil), topics, now); o.code != kerr.FencedMemberEpoch.Code {
+	if o, _ := c.heartbeat(d, cl.req(5, nil), topics, nil, now); o.code != kerr.FencedMemberEpoch.Code {
 		t.Errorf("newer epoch: %d", o.code)
 	}
 	other := &client{id: "x", owns: assignment{}}
-	if o, _ := c.heartbeat(d, other.req(3, nil), topics, now); o.code != kerr.UnknownMemberID.Code {
+	if o, _ := c.heartbeat(d, other.req(3, nil), topics, nil, now); o.code != kerr.UnknownMemberID.Code {
 		t.Errorf("unknown member: %d", o.code)
 	}
 	bad := cl.req(0, nil)
@@ -186,26 +188,26 @@ func TestHeartbeatErrors(t *testing.T) {
 	s1 := &client{id: "s1", owns: assignment{}}
 	r := s1.req(0, []string{"a"})
 	r.InstanceId = &inst
-	o, _ = c.heartbeat(d, r, topics, now)
+	o, _ = c.heartbeat(d, r, topics, nil, now)
 	s1.apply(t, o, c, d)
 	s2 := &client{id: "s2", owns: assignment{}}
 	r2 := s2.req(0, []string{"a"})
 	r2.InstanceId = &inst
-	if o, _ := c.heartbeat(d, r2, topics, now); o.code != kerr.UnreleasedInstanceID.Code {
+	if o, _ := c.heartbeat(d, r2, topics, nil, now); o.code != kerr.UnreleasedInstanceID.Code {
 		t.Errorf("second static instance: %d", o.code)
 	}
 	for range 3 {
-		o, _ = c.heartbeat(d, cl.req(cl.epoch, nil), topics, now)
+		o, _ = c.heartbeat(d, cl.req(cl.epoch, nil), topics, nil, now)
 		cl.apply(t, o, c, d)
-		o, _ = c.heartbeat(d, s1.req(s1.epoch, nil), topics, now)
+		o, _ = c.heartbeat(d, s1.req(s1.epoch, nil), topics, nil, now)
 		s1.apply(t, o, c, d)
 	}
 	owned := s1.owns.clone()
 	lr := &coordinatorv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "s1", MemberEpoch: -2, InstanceId: &inst}
-	if o, _ := c.heartbeat(d, lr, topics, now); o.code != 0 || o.epoch != -2 {
+	if o, _ := c.heartbeat(d, lr, topics, nil, now); o.code != 0 || o.epoch != -2 {
 		t.Fatalf("static leave: %+v", o)
 	}
-	o, _ = c.heartbeat(d, r2, topics, now)
+	o, _ = c.heartbeat(d, r2, topics, nil, now)
 	s2.apply(t, o, c, d)
 	if !s2.owns.equal(owned) || s2.epoch != s1.epoch || d.Members["s1"] != nil {
 		t.Errorf("static rejoin: owns %v (was %v), epoch %d (was %d)", s2.owns, owned, s2.epoch, s1.epoch)
@@ -222,7 +224,7 @@ func TestRegexAndTopicChanges(t *testing.T) {
 	r := cl.req(0, nil)
 	re := "r.*|__consumer.*"
 	r.SubscribedTopicRegex = &re
-	o, _ := c.heartbeat(d, r, topics, now)
+	o, _ := c.heartbeat(d, r, topics, nil, now)
 	cl.apply(t, o, c, d)
 	// Whole names only (not x-ra); internal topics match, as on Kafka 4's brokers.
 	if len(cl.owns) != 3 || len(cl.owns[topicID(1)]) != 2 || len(cl.owns[topicID(2)]) != 1 || len(cl.owns[topicID(4)]) != 50 {
@@ -231,12 +233,12 @@ func TestRegexAndTopicChanges(t *testing.T) {
 	// rb deleted, ra grows to 3: the next heartbeat revokes rb and adds ra/2.
 	epoch := d.GroupEpoch
 	topics = []topicInfo{{Name: "ra", ID: topicID(1), Partitions: 3}}
-	o, _ = c.heartbeat(d, cl.req(cl.epoch, nil), topics, now)
+	o, _ = c.heartbeat(d, cl.req(cl.epoch, nil), topics, nil, now)
 	cl.apply(t, o, c, d)
 	if d.GroupEpoch != epoch+1 {
 		t.Errorf("group epoch %d after a topic change, want %d", d.GroupEpoch, epoch+1)
 	}
-	o, _ = c.heartbeat(d, cl.req(cl.epoch, nil), topics, now)
+	o, _ = c.heartbeat(d, cl.req(cl.epoch, nil), topics, nil, now)
 	cl.apply(t, o, c, d)
 	if len(cl.owns) != 1 || len(cl.owns[topicID(1)]) != 3 {
 		t.Errorf("after the topic change: %v", cl.owns)
@@ -292,7 +294,7 @@ func TestReconcileChaos(t *testing.T) {
 			if instance != "" {
 				r.InstanceId = &instance
 			}
-			o, _ := c.heartbeat(d, r, topics, now)
+			o, _ := c.heartbeat(d, r, topics, nil, now)
 			if o.code != 0 {
 				return // UNRELEASED_INSTANCE_ID and the like: not in the group
 			}
@@ -320,7 +322,7 @@ func TestReconcileChaos(t *testing.T) {
 				if s := inst[id]; s != "" {
 					epoch, ip = -2, &s
 				}
-				c.heartbeat(d, &coordinatorv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: cl.id, MemberEpoch: epoch, InstanceId: ip}, topics, now)
+				c.heartbeat(d, &coordinatorv1.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: cl.id, MemberEpoch: epoch, InstanceId: ip}, topics, nil, now)
 				delete(clients, id)
 				if s := inst[id]; s != "" {
 					join(s) // the static member comes back under a new id
@@ -338,7 +340,7 @@ func TestReconcileChaos(t *testing.T) {
 				if s := inst[cl.id]; s != "" {
 					r.InstanceId = &s
 				}
-				o, _ := c.heartbeat(d, r, topics, now)
+				o, _ := c.heartbeat(d, r, topics, nil, now)
 				if o.code != 0 {
 					t.Fatalf("seed %d step %d: %s heartbeat at epoch %d: %d %s", seed, step, cl.id, cl.epoch, o.code, o.msg)
 				}
@@ -354,5 +356,79 @@ func TestReconcileChaos(t *testing.T) {
 			}
 			check(fmt.Sprintf("step %d", step))
 		}
+	}
+}
+
+// TestRegexAuthorization: with the gateway's authorizer on, a regex member is
+// assigned only the matching topics its principal may DESCRIBE (KIP-848, Kafka's
+// filterTopicDescribeAuthorizedTopics): a grant adds a topic at the member's next
+// heartbeat, a topic created later is not assigned before a heartbeat of the member
+// finds it allowed (another member's heartbeat does not), a super user (no
+// authorization sent) gets every match, and allow.everyone.if.no.acl.found applies.
+func TestRegexAuthorization(t *testing.T) {
+	c := newTest(t)
+	d := newDoc()
+	topics := []topicInfo{{Name: "orders-eu", ID: topicID(1), Partitions: 2}, {Name: "orders-us", ID: topicID(2), Partitions: 2},
+		{Name: "shipments", ID: topicID(3), Partitions: 1}}
+	now := time.Unix(1000, 0)
+	allow := func(principal string, topics ...string) *kafkaacl.Set {
+		var bs []kafkaacl.Binding
+		for _, n := range topics {
+			bs = append(bs, kafkaacl.Binding{ResourceType: kafkaacl.ResourceTopic, ResourceName: n, PatternType: kafkaacl.PatternLiteral,
+				Principal: principal, Host: "*", Operation: kafkaacl.OpRead, Permission: kafkaacl.PermissionAllow})
+		}
+		return kafkaacl.NewSet(bs)
+	}
+	alice := &coordinatorv1.RegexAuthorization{Principal: "User:alice", Host: "127.0.0.1"}
+	re := "orders-.*"
+	a := &client{id: "a", owns: assignment{}}
+	hb := func(cl *client, az *coordinatorv1.RegexAuthorization, acls *kafkaacl.Set) {
+		t.Helper()
+		r := cl.req(cl.epoch, nil)
+		if cl.epoch == 0 {
+			r.SubscribedTopicRegex = &re
+		}
+		r.RegexAuthorization = az
+		o, _ := c.heartbeat(d, r, topics, acls, now)
+		cl.apply(t, o, c, d)
+	}
+	hb(a, alice, allow("User:alice", "orders-eu"))
+	if len(a.owns) != 1 || len(a.owns[topicID(1)]) != 2 {
+		t.Fatalf("alice may describe orders-eu only, assigned %v", a.owns)
+	}
+	// orders-us granted: assigned at alice's next heartbeat.
+	hb(a, alice, allow("User:alice", "orders-eu", "orders-us"))
+	if len(a.owns) != 2 || len(a.owns[topicID(2)]) != 2 {
+		t.Fatalf("after the grant: %v", a.owns)
+	}
+	// A topic created later that alice may not describe: another member's heartbeat
+	// does not give it to her, nor does hers.
+	topics = append(topics, topicInfo{Name: "orders-new", ID: topicID(4), Partitions: 1})
+	b := &client{id: "b", owns: assignment{}}
+	bob := &coordinatorv1.RegexAuthorization{Principal: "User:bob", Host: "127.0.0.1"}
+	acls := allow("User:alice", "orders-eu", "orders-us")
+	for range 3 {
+		hb(b, bob, acls)
+		hb(a, alice, acls)
+	}
+	if len(a.owns[topicID(4)]) != 0 || len(b.owns) != 0 {
+		t.Fatalf("undescribable topics assigned: alice %v, bob %v", a.owns, b.owns)
+	}
+	if _, ok := d.Topics["orders-new"]; ok {
+		t.Errorf("group subscribes to orders-new, which no member may describe: %v", d.Topics)
+	}
+	// bob as a super user (the gateway sends no authorization): every match.
+	for range 3 {
+		hb(b, nil, nil)
+		hb(a, alice, acls)
+	}
+	if len(b.owns[topicID(4)]) != 1 || len(a.owns[topicID(4)]) != 0 {
+		t.Fatalf("super user bob %v, alice %v", b.owns, a.owns)
+	}
+	// allow.everyone.if.no.acl.found: orders-new has no ACL, so alice may describe it.
+	open := &coordinatorv1.RegexAuthorization{Principal: "User:alice", Host: "127.0.0.1", AllowIfNoAcl: true}
+	hb(a, open, acls)
+	if got := a.owns; len(got[topicID(3)]) != 0 || !slices.Contains(d.Members["a"].RegexAllowed, "orders-new") {
+		t.Fatalf("allow if no acl: owns %v, allowed %v", got, d.Members["a"].RegexAllowed)
 	}
 }

@@ -180,7 +180,10 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 	s.pubsub = registry
 	coordinatorv1.RegisterPubSubRegistryServiceServer(s.grpc, registry)
 	coordinatorv1.RegisterPubSubSchemaServiceServer(s.grpc, pubsub.NewSchemas(s.store))
-	coordinatorv1.RegisterAclServiceServer(s.grpc, acl.New(s.store, s.aclsChanged))
+	coordinatorv1.RegisterAclServiceServer(s.grpc, acl.New(s.store, func() {
+		consumerGroups.InvalidateAcls()
+		s.aclsChanged()
+	}))
 	coordinatorv1.RegisterCredentialServiceServer(s.grpc, credentials.New(s.store, s.credentialsChanged))
 	coordinatorv1.RegisterMqttUserServiceServer(s.grpc, mqttusers.New(s.store, s.mqttUsersChanged))
 	expiry := cfg.PubSubExpiryInterval

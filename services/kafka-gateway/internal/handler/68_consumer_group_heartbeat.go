@@ -16,9 +16,11 @@ package handler
 // COORDINATOR_NOT_AVAILABLE.
 //
 // With the authorizer on: READ on the group, else GROUP_AUTHORIZATION_FAILED, and
-// DESCRIBE on each subscribed topic name, else TOPIC_AUTHORIZATION_FAILED. Topics a
-// regex matches are not filtered by the member's rights yet (Kafka drops those it may
-// not describe); Fetch still needs READ on each.
+// DESCRIBE on each subscribed topic name, else TOPIC_AUTHORIZATION_FAILED. Of the
+// topics a regex matches, the member is assigned only those its principal may
+// DESCRIBE (Kafka's filterTopicDescribeAuthorizedTopics): every heartbeat of a caller
+// that is no super user carries its principal, host and allow.everyone.if.no.acl.found,
+// and the coordinator decides with the ACLs it holds. Fetch still needs READ on each.
 //
 // KIPs: KIP-848, KIP-1082 (v1: client-side member ids).
 
@@ -53,6 +55,7 @@ func (h *Handler) handleConsumerGroupHeartbeat(ctx context.Context, r *Request) 
 	if r.ClientID != nil {
 		creq.ClientId = *r.ClientID
 	}
+	creq.RegexAuthorization = x.regexAuthorization()
 	for _, t := range req.Topics {
 		creq.TopicPartitions = append(creq.TopicPartitions, &coordinatorv1.TopicPartitions{TopicId: t.TopicID[:], Partitions: t.Partitions})
 	}

@@ -186,6 +186,16 @@ func (x *access) action(op kafkaacl.Operation, rt kafkaacl.ResourceType, name st
 	return kafkaacl.Action{Principal: x.principal, Host: x.host, Operation: op, ResourceType: rt, ResourceName: name}
 }
 
+// regexAuthorization is who a KIP-848 regex subscription is authorized for
+// (coordinatorv1.RegexAuthorization): nil with the authorizer off or for a super user,
+// whose every match may be assigned.
+func (x *access) regexAuthorization() *coordinatorv1.RegexAuthorization {
+	if x == nil || x.a.rules.SuperUsers[x.principal] {
+		return nil
+	}
+	return &coordinatorv1.RegexAuthorization{Principal: x.principal, Host: x.host, AllowIfNoAcl: x.a.rules.AllowIfNoACL}
+}
+
 // allowed reports whether the request may do op on the resource.
 func (x *access) allowed(op kafkaacl.Operation, rt kafkaacl.ResourceType, name string) bool {
 	if x == nil {

@@ -121,6 +121,11 @@ type ConsumerGroupHeartbeatRequest struct {
 	TopicPartitions    []*TopicPartitions `protobuf:"bytes,13,rep,name=topic_partitions,json=topicPartitions,proto3" json:"topic_partitions,omitempty"`
 	ClientId           string             `protobuf:"bytes,14,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	ClientHost         string             `protobuf:"bytes,15,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	// Set by kafka-gateway when its authorizer is on and the caller is not a super
+	// user: of the topics the member's regex matches, only those this principal may
+	// DESCRIBE are assigned to it (KIP-848; Kafka's
+	// filterTopicDescribeAuthorizedTopics). Unset: every match is assigned.
+	RegexAuthorization *RegexAuthorization `protobuf:"bytes,16,opt,name=regex_authorization,json=regexAuthorization,proto3" json:"regex_authorization,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -260,6 +265,79 @@ func (x *ConsumerGroupHeartbeatRequest) GetClientHost() string {
 	return ""
 }
 
+func (x *ConsumerGroupHeartbeatRequest) GetRegexAuthorization() *RegexAuthorization {
+	if x != nil {
+		return x.RegexAuthorization
+	}
+	return nil
+}
+
+// RegexAuthorization is the caller a regex subscription is authorized for, decided
+// by the coordinator with the Kafka ACLs it holds (AclService) and libs/kafkaacl's
+// rules.
+type RegexAuthorization struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// KafkaPrincipal, "User:alice".
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The client's address without port, as ACL hosts name it.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// allow.everyone.if.no.acl.found: a topic no ACL names may be described.
+	AllowIfNoAcl  bool `protobuf:"varint,3,opt,name=allow_if_no_acl,json=allowIfNoAcl,proto3" json:"allow_if_no_acl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegexAuthorization) Reset() {
+	*x = RegexAuthorization{}
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegexAuthorization) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegexAuthorization) ProtoMessage() {}
+
+func (x *RegexAuthorization) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegexAuthorization.ProtoReflect.Descriptor instead.
+func (*RegexAuthorization) Descriptor() ([]byte, []int) {
+	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RegexAuthorization) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *RegexAuthorization) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RegexAuthorization) GetAllowIfNoAcl() bool {
+	if x != nil {
+		return x.AllowIfNoAcl
+	}
+	return false
+}
+
 type ConsumerGroupHeartbeatResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	ErrorCode    int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
@@ -277,7 +355,7 @@ type ConsumerGroupHeartbeatResponse struct {
 
 func (x *ConsumerGroupHeartbeatResponse) Reset() {
 	*x = ConsumerGroupHeartbeatResponse{}
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[2]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -289,7 +367,7 @@ func (x *ConsumerGroupHeartbeatResponse) String() string {
 func (*ConsumerGroupHeartbeatResponse) ProtoMessage() {}
 
 func (x *ConsumerGroupHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[2]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -302,7 +380,7 @@ func (x *ConsumerGroupHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{2}
+	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConsumerGroupHeartbeatResponse) GetErrorCode() int32 {
@@ -363,7 +441,7 @@ type DescribeConsumerGroupsRequest struct {
 
 func (x *DescribeConsumerGroupsRequest) Reset() {
 	*x = DescribeConsumerGroupsRequest{}
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[3]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +453,7 @@ func (x *DescribeConsumerGroupsRequest) String() string {
 func (*DescribeConsumerGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[3]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +466,7 @@ func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{3}
+	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DescribeConsumerGroupsRequest) GetGroupIds() []string {
@@ -416,7 +494,7 @@ type ConsumerGroupMemberDescription struct {
 
 func (x *ConsumerGroupMemberDescription) Reset() {
 	*x = ConsumerGroupMemberDescription{}
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[4]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +506,7 @@ func (x *ConsumerGroupMemberDescription) String() string {
 func (*ConsumerGroupMemberDescription) ProtoMessage() {}
 
 func (x *ConsumerGroupMemberDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[4]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +519,7 @@ func (x *ConsumerGroupMemberDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupMemberDescription.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupMemberDescription) Descriptor() ([]byte, []int) {
-	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{4}
+	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConsumerGroupMemberDescription) GetMemberId() string {
@@ -531,7 +609,7 @@ type ConsumerGroupDescription struct {
 
 func (x *ConsumerGroupDescription) Reset() {
 	*x = ConsumerGroupDescription{}
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[5]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +621,7 @@ func (x *ConsumerGroupDescription) String() string {
 func (*ConsumerGroupDescription) ProtoMessage() {}
 
 func (x *ConsumerGroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[5]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +634,7 @@ func (x *ConsumerGroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupDescription.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupDescription) Descriptor() ([]byte, []int) {
-	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{5}
+	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConsumerGroupDescription) GetErrorCode() int32 {
@@ -624,7 +702,7 @@ type DescribeConsumerGroupsResponse struct {
 
 func (x *DescribeConsumerGroupsResponse) Reset() {
 	*x = DescribeConsumerGroupsResponse{}
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[6]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +714,7 @@ func (x *DescribeConsumerGroupsResponse) String() string {
 func (*DescribeConsumerGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[6]
+	mi := &file_tributary_coordinator_v1_consumer_group_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +727,7 @@ func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{6}
+	return file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DescribeConsumerGroupsResponse) GetGroups() []*ConsumerGroupDescription {
@@ -670,7 +748,7 @@ const file_tributary_coordinator_v1_consumer_group_proto_rawDesc = "" +
 	"topic_name\x18\x02 \x01(\tR\ttopicName\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\x05R\n" +
-	"partitions\"\xf7\x05\n" +
+	"partitions\"\xd6\x06\n" +
 	"\x1dConsumerGroupHeartbeatRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x19\n" +
 	"\bgroup_id\x18\x02 \x01(\tR\agroupId\x12\x1b\n" +
@@ -689,12 +767,17 @@ const file_tributary_coordinator_v1_consumer_group_proto_rawDesc = "" +
 	"\x10topic_partitions\x18\r \x03(\v2).tributary.coordinator.v1.TopicPartitionsR\x0ftopicPartitions\x12\x1b\n" +
 	"\tclient_id\x18\x0e \x01(\tR\bclientId\x12\x1f\n" +
 	"\vclient_host\x18\x0f \x01(\tR\n" +
-	"clientHostB\x0e\n" +
+	"clientHost\x12]\n" +
+	"\x13regex_authorization\x18\x10 \x01(\v2,.tributary.coordinator.v1.RegexAuthorizationR\x12regexAuthorizationB\x0e\n" +
 	"\f_instance_idB\n" +
 	"\n" +
 	"\b_rack_idB\x19\n" +
 	"\x17_subscribed_topic_regexB\x12\n" +
-	"\x10_server_assignor\"\xca\x02\n" +
+	"\x10_server_assignor\"m\n" +
+	"\x12RegexAuthorization\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12%\n" +
+	"\x0fallow_if_no_acl\x18\x03 \x01(\bR\fallowIfNoAcl\"\xca\x02\n" +
 	"\x1eConsumerGroupHeartbeatResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12#\n" +
@@ -757,32 +840,34 @@ func file_tributary_coordinator_v1_consumer_group_proto_rawDescGZIP() []byte {
 	return file_tributary_coordinator_v1_consumer_group_proto_rawDescData
 }
 
-var file_tributary_coordinator_v1_consumer_group_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_tributary_coordinator_v1_consumer_group_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_tributary_coordinator_v1_consumer_group_proto_goTypes = []any{
 	(*TopicPartitions)(nil),                // 0: tributary.coordinator.v1.TopicPartitions
 	(*ConsumerGroupHeartbeatRequest)(nil),  // 1: tributary.coordinator.v1.ConsumerGroupHeartbeatRequest
-	(*ConsumerGroupHeartbeatResponse)(nil), // 2: tributary.coordinator.v1.ConsumerGroupHeartbeatResponse
-	(*DescribeConsumerGroupsRequest)(nil),  // 3: tributary.coordinator.v1.DescribeConsumerGroupsRequest
-	(*ConsumerGroupMemberDescription)(nil), // 4: tributary.coordinator.v1.ConsumerGroupMemberDescription
-	(*ConsumerGroupDescription)(nil),       // 5: tributary.coordinator.v1.ConsumerGroupDescription
-	(*DescribeConsumerGroupsResponse)(nil), // 6: tributary.coordinator.v1.DescribeConsumerGroupsResponse
+	(*RegexAuthorization)(nil),             // 2: tributary.coordinator.v1.RegexAuthorization
+	(*ConsumerGroupHeartbeatResponse)(nil), // 3: tributary.coordinator.v1.ConsumerGroupHeartbeatResponse
+	(*DescribeConsumerGroupsRequest)(nil),  // 4: tributary.coordinator.v1.DescribeConsumerGroupsRequest
+	(*ConsumerGroupMemberDescription)(nil), // 5: tributary.coordinator.v1.ConsumerGroupMemberDescription
+	(*ConsumerGroupDescription)(nil),       // 6: tributary.coordinator.v1.ConsumerGroupDescription
+	(*DescribeConsumerGroupsResponse)(nil), // 7: tributary.coordinator.v1.DescribeConsumerGroupsResponse
 }
 var file_tributary_coordinator_v1_consumer_group_proto_depIdxs = []int32{
 	0, // 0: tributary.coordinator.v1.ConsumerGroupHeartbeatRequest.topic_partitions:type_name -> tributary.coordinator.v1.TopicPartitions
-	0, // 1: tributary.coordinator.v1.ConsumerGroupHeartbeatResponse.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
-	0, // 2: tributary.coordinator.v1.ConsumerGroupMemberDescription.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
-	0, // 3: tributary.coordinator.v1.ConsumerGroupMemberDescription.target_assignment:type_name -> tributary.coordinator.v1.TopicPartitions
-	4, // 4: tributary.coordinator.v1.ConsumerGroupDescription.members:type_name -> tributary.coordinator.v1.ConsumerGroupMemberDescription
-	5, // 5: tributary.coordinator.v1.DescribeConsumerGroupsResponse.groups:type_name -> tributary.coordinator.v1.ConsumerGroupDescription
-	1, // 6: tributary.coordinator.v1.ConsumerGroupService.ConsumerGroupHeartbeat:input_type -> tributary.coordinator.v1.ConsumerGroupHeartbeatRequest
-	3, // 7: tributary.coordinator.v1.ConsumerGroupService.DescribeConsumerGroups:input_type -> tributary.coordinator.v1.DescribeConsumerGroupsRequest
-	2, // 8: tributary.coordinator.v1.ConsumerGroupService.ConsumerGroupHeartbeat:output_type -> tributary.coordinator.v1.ConsumerGroupHeartbeatResponse
-	6, // 9: tributary.coordinator.v1.ConsumerGroupService.DescribeConsumerGroups:output_type -> tributary.coordinator.v1.DescribeConsumerGroupsResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	2, // 1: tributary.coordinator.v1.ConsumerGroupHeartbeatRequest.regex_authorization:type_name -> tributary.coordinator.v1.RegexAuthorization
+	0, // 2: tributary.coordinator.v1.ConsumerGroupHeartbeatResponse.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	0, // 3: tributary.coordinator.v1.ConsumerGroupMemberDescription.assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	0, // 4: tributary.coordinator.v1.ConsumerGroupMemberDescription.target_assignment:type_name -> tributary.coordinator.v1.TopicPartitions
+	5, // 5: tributary.coordinator.v1.ConsumerGroupDescription.members:type_name -> tributary.coordinator.v1.ConsumerGroupMemberDescription
+	6, // 6: tributary.coordinator.v1.DescribeConsumerGroupsResponse.groups:type_name -> tributary.coordinator.v1.ConsumerGroupDescription
+	1, // 7: tributary.coordinator.v1.ConsumerGroupService.ConsumerGroupHeartbeat:input_type -> tributary.coordinator.v1.ConsumerGroupHeartbeatRequest
+	4, // 8: tributary.coordinator.v1.ConsumerGroupService.DescribeConsumerGroups:input_type -> tributary.coordinator.v1.DescribeConsumerGroupsRequest
+	3, // 9: tributary.coordinator.v1.ConsumerGroupService.ConsumerGroupHeartbeat:output_type -> tributary.coordinator.v1.ConsumerGroupHeartbeatResponse
+	7, // 10: tributary.coordinator.v1.ConsumerGroupService.DescribeConsumerGroups:output_type -> tributary.coordinator.v1.DescribeConsumerGroupsResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_tributary_coordinator_v1_consumer_group_proto_init() }
@@ -791,14 +876,14 @@ func file_tributary_coordinator_v1_consumer_group_proto_init() {
 		return
 	}
 	file_tributary_coordinator_v1_consumer_group_proto_msgTypes[1].OneofWrappers = []any{}
-	file_tributary_coordinator_v1_consumer_group_proto_msgTypes[4].OneofWrappers = []any{}
+	file_tributary_coordinator_v1_consumer_group_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_coordinator_v1_consumer_group_proto_rawDesc), len(file_tributary_coordinator_v1_consumer_group_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
