@@ -11,13 +11,24 @@ type KafkaInternalTopic struct {
 	// Partitions is Kafka's default (offsets.topic.num.partitions,
 	// transaction.state.log.num.partitions: 50).
 	Partitions int32
+	// Configs are the topic configs Kafka creates it with (DescribeConfigs shows them
+	// set on the topic): GroupCoordinator.groupMetadataTopicConfigs and
+	// TransactionStateManager.transactionTopicConfigs at their defaults
+	// (offsets.topic.segment.bytes, transaction.state.log.segment.bytes: 100 MiB),
+	// without the transaction log's min.insync.replicas, which means nothing here.
+	Configs map[string]string
 }
 
 // KafkaInternalTopics are the internal topics Kafka 4 lists: __consumer_offsets and
 // __transaction_state.
 var KafkaInternalTopics = []KafkaInternalTopic{
-	{Name: "__consumer_offsets", Partitions: 50},
-	{Name: "__transaction_state", Partitions: 50},
+	{Name: "__consumer_offsets", Partitions: 50, Configs: map[string]string{
+		"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600",
+	}},
+	{Name: "__transaction_state", Partitions: 50, Configs: map[string]string{
+		"cleanup.policy": "compact", "compression.type": "uncompressed", "segment.bytes": "104857600",
+		"unclean.leader.election.enable": "false",
+	}},
 }
 
 // KafkaInternal returns the internal topic named name.

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/coordinator/internal/store"
 	"github.com/tributary/tributary/services/coordinator/internal/topicconfig"
@@ -14,12 +15,18 @@ import (
 
 // DescribeTopicConfigs returns, per named topic, every known topic config (or only
 // config_names; unknown names are left out, as Kafka does) with its value in force and
-// its source: TOPIC when set on the topic, DEFAULT otherwise. A missing topic is
-// UNKNOWN_TOPIC_OR_PARTITION (3).
+// its source: TOPIC when set on the topic, DEFAULT otherwise. Kafka's internal topics
+// (channel.KafkaInternalTopics) are described with the configs Kafka creates them
+// with. A missing topic is UNKNOWN_TOPIC_OR_PARTITION (3).
 func (h *Handler) DescribeTopicConfigs(ctx context.Context, req *coordinatorv1.DescribeTopicConfigsRequest) (*coordinatorv1.DescribeTopicConfigsResponse, error) {
 	found, err := h.store.Topics(ctx, req.GetNames())
 	if err != nil {
 		return nil, statusError(err)
+	}
+	for _, name := range req.GetNames() {
+		if it, ok := channel.KafkaInternal(name); ok {
+			found[name] = &store.Topic{Name: name, Partitions: it.Partitions, Configs: it.Configs}
+		}
 	}
 	want := map[string]bool{}
 	for _, n := range req.GetConfigNames() {

@@ -420,6 +420,26 @@ func TestTopicConfigs(t *testing.T) {
 	if err != nil || missing.GetTopics()[0].GetErrorCode() != 3 {
 		t.Fatalf("describe missing topic: %v %v", missing, err)
 	}
+	// Kafka's internal topics: described with the configs Kafka creates them with.
+	internal, err := r.client.DescribeTopicConfigs(ctxT(t), &coordinatorv1.DescribeTopicConfigsRequest{Names: []string{"__consumer_offsets", "__transaction_state"}})
+	if err != nil || len(internal.GetTopics()) != 2 {
+		t.Fatalf("describe internal topics: %v %v", internal, err)
+	}
+	for i, want := range []map[string]string{
+		{"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"},
+		{"cleanup.policy": "compact", "compression.type": "uncompressed", "segment.bytes": "104857600", "unclean.leader.election.enable": "false"},
+	} {
+		tc := internal.GetTopics()[i]
+		set := map[string]string{}
+		for _, e := range tc.GetEntries() {
+			if e.GetSource() == coordinatorv1.ConfigSource_CONFIG_SOURCE_TOPIC {
+				set[e.GetName()] = e.GetValue()
+			}
+		}
+		if tc.GetErrorCode() != 0 || len(tc.GetEntries()) != len(all) || !maps.Equal(set, want) {
+			t.Errorf("%s: error %d, %d entries, set on the topic %v; want %v", tc.GetName(), tc.GetErrorCode(), len(tc.GetEntries()), set, want)
+		}
+	}
 
 	alter := func(validateOnly bool, alts ...*coordinatorv1.ConfigAlteration) *coordinatorv1.TopicResult {
 		resp, err := r.client.AlterTopicConfigs(ctxT(t), &coordinatorv1.AlterTopicConfigsRequest{ValidateOnly: validateOnly, Topics: []*coordinatorv1.TopicAlteration{{Name: "cfg", Alterations: alts}}})

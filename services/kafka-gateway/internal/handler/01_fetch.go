@@ -27,6 +27,12 @@ package handler
 //     without waiting, as Kafka completes a fetch with a partition error at once.
 //   - With the authorizer on: READ on each topic, else TOPIC_AUTHORIZATION_FAILED for
 //     its partitions (an unknown topic id stays UNKNOWN_TOPIC_ID).
+//   - Kafka's internal topics (channel.KafkaInternalTopics, listed by Metadata) are
+//     read as empty logs: READ decides as for any topic, then offset 0 is the log
+//     start and the high watermark (an empty answer, after max_wait_ms when nothing
+//     else is asked), any other offset OFFSET_OUT_OF_RANGE, a partition past the
+//     topic's count UNKNOWN_TOPIC_OR_PARTITION. Kafka serves its offset and
+//     transaction records there; ours live in the coordinator's Postgres.
 //   - Preferred read replica (KIP-392): never set (-1); any replica serves any partition.
 //   - Fetch-ahead (fetchahead.go): when every partition of an answer returned data and
 //     has more, the next ranges are read from storage-core right away, and the
@@ -79,6 +85,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		channels []*storagev1.FetchChannel
 		slots    []slot
 		fenced   bool // a slot has an epochErr
+		idle     bool // an internal topic's partition waits for records (internalFetch)
 	)
 	x := h.access(ctx, r)
 	for _, t := range req.Topics {
@@ -89,6 +96,9 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		topicCode := int16(0)
 		if req.Version >= 13 {
 			ti, err := h.topicByID(ctx, t.TopicID)
+			if it := h.internalTopic("", t.TopicID); it != nil {
+				ti, err = it, nil
+			}
 			switch {
 			case err != nil:
 				topicCode = kerr.NotLeaderForPartition.Code
@@ -105,6 +115,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		case req.Version < 13 && !validTopicName(name):
 			topicCode = kerr.UnknownTopicOrPartition.Code
 		}
+		internal, isInternal := channel.KafkaInternal(name)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -118,7 +129,7 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 			var epochErr int16
 			switch {
 			case req.Version < 9:
-			case h.router == nil:
+			case h.router == nil, isInternal:
 				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
 			case topicCode == 0 && p.Partition >= 0 && p.Partition < channel.MaxPartitions:
 				epochErr = h.router.epochCode(ctx, channel.KafkaPartition(name, p.Partition), p.CurrentLeaderEpoch)
@@ -128,6 +139,9 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 				rp.ErrorCode = topicCode
 			case p.Partition < 0 || p.Partition >= channel.MaxPartitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case isInternal:
+				rp.ErrorCode = internalFetch(&rp, internal, p.FetchOffset, epochErr)
+				idle = idle || rp.ErrorCode == 0
 			case epochErr != 0:
 				// Read only to learn that the partition exists: the least data, from
 				// a valid sequence whatever the fetch offset.
@@ -154,6 +168,10 @@ func (h *Handler) handleFetch(ctx context.Context, r *Request) (kmsg.Response, e
 		resp.Topics = append(resp.Topics, rt)
 	}
 	if len(channels) == 0 {
+		if idle {
+			// Nothing will ever arrive: wait as Kafka waits on an empty partition.
+			h.idleWait(ctx, time.Duration(req.MaxWaitMillis)*time.Millisecond)
+		}
 		return resp, nil
 	}
 

@@ -19,6 +19,10 @@ package handler
 //     0 (as Metadata reports it), after the partition is known to exist (Kafka:
 //     Partition.localLogWithEpochOrThrow): above it UNKNOWN_LEADER_EPOCH, below it
 //     FENCED_LEADER_EPOCH.
+//   - Kafka's internal topics (channel.KafkaInternalTopics) answer as empty logs
+//     (their records live in the coordinator's Postgres): latest and earliest 0,
+//     every other lookup offset -1, timestamp -1; a partition past the topic's count
+//     UNKNOWN_TOPIC_OR_PARTITION.
 //   - With the authorizer on: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED.
 //   - A topic-partition listed more than once is INVALID_REQUEST and not looked up, in
 //     every version (Kafka: ListOffsetsRequest.duplicatePartitions, checked first in
@@ -78,6 +82,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 		}
 		valid := validTopicName(t.Topic)
 		authorized := x.topic(kafkaacl.OpDescribe, t.Topic)
+		internal, isInternal := channel.KafkaInternal(t.Topic)
 		for _, p := range t.Partitions {
 			k := tp{t.Topic, p.Partition}
 			if done[k] {
@@ -90,7 +95,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 			var epochErr int16
 			switch {
 			case req.Version < 4:
-			case h.router == nil:
+			case h.router == nil, isInternal:
 				epochErr = leaderEpochCode(p.CurrentLeaderEpoch)
 			case authorized && valid && p.Partition >= 0 && p.Partition < channel.MaxPartitions:
 				epochErr = h.router.epochCode(ctx, channel.KafkaPartition(t.Topic, p.Partition), p.CurrentLeaderEpoch)
@@ -100,8 +105,14 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			case seen[k] > 1:
 				rp.ErrorCode = kerr.InvalidRequest.Code
-			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
+			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions, isInternal && p.Partition >= internal.Partitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case isInternal && epochErr != 0:
+				rp.ErrorCode = epochErr
+			case isInternal:
+				if ts := p.Timestamp; ts == -1 || ts == -2 || ts == -4 {
+					rp.Offset, rp.LeaderEpoch = 0, 0 // an empty log: start = end = 0
+				}
 			case p.Timestamp == -5 && epochErr == 0:
 				// Nothing is tiered.
 			default:

@@ -20,8 +20,9 @@ package handler
 //   - Kafka's internal topics __consumer_offsets and __transaction_state (50
 //     partitions each) are listed as Kafka lists them, is_internal set, with an id
 //     stable per cluster (channel.KafkaInternalTopicID); they are never created, hold
-//     no records here (the coordinator keeps offsets and transactions in Postgres),
-//     and a Produce to them is INVALID_TOPIC_EXCEPTION.
+//     no records here (the coordinator keeps offsets and transactions in Postgres):
+//     Fetch and ListOffsets read them as empty logs, and a Produce or DeleteRecords
+//     is INVALID_TOPIC_EXCEPTION, as Kafka refuses those on internal topics.
 //   - With the authorizer on (authorizer.go), as Kafka's handleTopicMetadataRequest:
 //     the all-topics form lists only the topics the principal may DESCRIBE; a named
 //     topic it may not describe is TOPIC_AUTHORIZATION_FAILED (by id: with the id and

@@ -8,7 +8,9 @@ package handler
 // log start only moves forward: an offset below it is no error and changes nothing (the
 // low watermark is the current log start). An offset past the high watermark or below
 // -1 is OFFSET_OUT_OF_RANGE; unknown partitions UNKNOWN_TOPIC_OR_PARTITION; storage
-// outage NOT_LEADER_OR_FOLLOWER (retriable).
+// outage NOT_LEADER_OR_FOLLOWER (retriable). A partition of one of Kafka's internal
+// topics (channel.KafkaInternalTopics) is INVALID_TOPIC_EXCEPTION, as Kafka's
+// ReplicaManager refuses to delete records there.
 //
 // With the authorizer on: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED.
 //
@@ -47,6 +49,7 @@ func (h *Handler) handleDeleteRecords(ctx context.Context, r *Request) (kmsg.Res
 	for ti, t := range req.Topics {
 		valid := validTopicName(t.Topic)
 		authorized := x.topic(kafkaacl.OpDelete, t.Topic)
+		internal, isInternal := channel.KafkaInternal(t.Topic)
 		for pi, p := range t.Partitions {
 			rp := &resp.Topics[ti].Partitions[pi]
 			*rp = kmsg.NewDeleteRecordsResponseTopicPartition()
@@ -55,8 +58,10 @@ func (h *Handler) handleDeleteRecords(ctx context.Context, r *Request) (kmsg.Res
 			switch {
 			case !authorized:
 				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
+			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions, isInternal && p.Partition >= internal.Partitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case isInternal:
+				rp.ErrorCode = kerr.InvalidTopicException.Code // Kafka: "Cannot delete records of internal topic"
 			case p.Offset < -1:
 				rp.ErrorCode = kerr.OffsetOutOfRange.Code
 			default:

@@ -15,8 +15,10 @@ package handler
 // other than -1 (not given) is FENCED_LEADER_EPOCH (leaderEpochCode, shared with
 // ListOffsets; Kafka's Partition.checkCurrentLeaderEpoch); a requested
 // epoch below 0 returns epoch -1 / offset -1 (UNDEFINED). Unknown partition:
-// UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER. With the
-// authorizer on: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED.
+// UNKNOWN_TOPIC_OR_PARTITION; storage outage: NOT_LEADER_OR_FOLLOWER. Kafka's
+// internal topics (channel.KafkaInternalTopics) are empty logs at epoch 0: epoch 0
+// ends at offset 0, any other is UNDEFINED. With the authorizer on: DESCRIBE on
+// each topic, else TOPIC_AUTHORIZATION_FAILED.
 //
 // KIPs: KIP-101, KIP-279, KIP-320 (v2 current epoch), KIP-392 (v3 replica id),
 // KIP-482 (flexible v4).
@@ -56,6 +58,7 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 	for ti, t := range req.Topics {
 		valid := validTopicName(t.Topic)
 		authorized := x.topic(kafkaacl.OpDescribe, t.Topic)
+		internal, isInternal := channel.KafkaInternal(t.Topic)
 		for pi, p := range t.Partitions {
 			rp := &resp.Topics[ti].Partitions[pi]
 			*rp = kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
@@ -64,8 +67,13 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 			switch {
 			case !authorized:
 				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions:
+			case !valid, p.Partition < 0, p.Partition >= channel.MaxPartitions, isInternal && p.Partition >= internal.Partitions:
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case isInternal:
+				// An empty log at epoch 0 forever.
+				if rp.ErrorCode = leaderEpochCode(p.CurrentLeaderEpoch); rp.ErrorCode == 0 && p.LeaderEpoch == 0 {
+					rp.LeaderEpoch, rp.EndOffset = 0, 0
+				}
 			case h.router == nil && leaderEpochCode(p.CurrentLeaderEpoch) != 0:
 				rp.ErrorCode = leaderEpochCode(p.CurrentLeaderEpoch)
 			case p.LeaderEpoch < 0 && h.router == nil:

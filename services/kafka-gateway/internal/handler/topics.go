@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -456,6 +457,39 @@ func (h *Handler) internalTopic(name string, id [16]byte) *topicInfo {
 		}
 	}
 	return nil
+}
+
+// internalFetch answers a Fetch of partition rp.Partition of Kafka internal topic it
+// from offset as an empty log's: offsets 0, epochErr (leaderEpochCode) first, then
+// UNKNOWN_TOPIC_OR_PARTITION past the topic's partitions, OFFSET_OUT_OF_RANGE from
+// any offset but 0; 0 otherwise (the caller waits, nothing to send).
+func internalFetch(rp *kmsg.FetchResponseTopicPartition, it channel.KafkaInternalTopic, offset int64, epochErr int16) int16 {
+	switch {
+	case rp.Partition >= it.Partitions:
+		return kerr.UnknownTopicOrPartition.Code
+	case epochErr != 0:
+		return epochErr
+	}
+	rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = 0, 0, 0
+	if offset != 0 {
+		return kerr.OffsetOutOfRange.Code
+	}
+	return 0
+}
+
+// idleWait blocks for d (at most fetchMaxWait), or until ctx ends or the handler
+// drains.
+func (h *Handler) idleWait(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(min(d, fetchMaxWait))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-h.drainCtx.Done():
+	}
 }
 
 func validTopicName(name string) bool { return channel.ValidateKafkaTopic(name) == nil }
