@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -493,5 +494,42 @@ func TestShareGroupBadInput(t *testing.T) {
 	// The connection still answers.
 	if _, err := adm.ListGroupsByType(ctx, []string{"share"}); err != nil {
 		t.Errorf("ListGroups after the bad input: %v", err)
+	}
+}
+
+// TestShareGroupLongID: a kgo share consumer whose group id has 255 bytes (Kafka
+// sets no bound; share state was named by the id's hex, which fits 122 bytes) joins
+// and reads every record of a topic, and kadm describes the group's offsets.
+func TestShareGroupLongID(t *testing.T) {
+	s := sharedStack(t)
+	adm := newAdmin(t, s.KafkaAddrs)
+	topic := topicName("sharelong")
+	createTopic(t, adm, topic, 2, nil)
+	base := topicName("sharelong-g")
+	group := base + strings.Repeat("g", 255-len(base))
+	ctx := ctxT(t, 2*time.Minute)
+	setShareGroupConfigs(t, newClient(t, s.KafkaAddrs), group, "share.auto.offset.reset", "earliest")
+	produceKeyed(t, newClient(t, s.KafkaAddrs, kgo.DefaultProduceTopic(topic)), topic, "k", 20)
+
+	cl := newClient(t, s.KafkaAddrs, kgo.ShareGroup(group), kgo.ConsumeTopics(topic))
+	seen := map[string]bool{}
+	for len(seen) < 20 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d of 20 records read", len(seen))
+		}
+		for _, e := range fs.Errors() {
+			t.Fatalf("share fetch with a %d-byte group id: %v", len(group), e)
+		}
+		for _, r := range fs.Records() {
+			seen[string(r.Key)] = true
+		}
+	}
+	offsets, err := adm.DescribeShareGroupOffsets(ctx, group)
+	if err != nil {
+		t.Fatalf("DescribeShareGroupOffsets: %v", err)
+	}
+	if g, ok := offsets[group]; !ok || g.Err != nil {
+		t.Fatalf("DescribeShareGroupOffsets %d-byte group: %+v", len(group), offsets)
 	}
 }
