@@ -4,26 +4,34 @@ import "crypto/sha256"
 
 // KafkaInternalTopic is a Kafka internal topic as Kafka lists it in Metadata
 // (is_internal true). Ours hold no log: Kafka's own records there (offset commits,
-// transaction state) live in the coordinator's Postgres. Clients may not create,
-// delete or produce to them.
+// transaction state, share-group state) live in the coordinator's Postgres and in
+// storage-core's queues. Clients may not create, delete or produce to them.
 type KafkaInternalTopic struct {
 	Name string
 	// Partitions is Kafka's default (offsets.topic.num.partitions,
-	// transaction.state.log.num.partitions: 50).
+	// transaction.state.log.num.partitions, share.coordinator.state.topic.num.partitions:
+	// 50).
 	Partitions int32
 	// Configs are the topic configs Kafka creates it with (DescribeConfigs shows them
-	// set on the topic): GroupCoordinator.groupMetadataTopicConfigs and
+	// set on the topic): GroupCoordinator.groupMetadataTopicConfigs,
+	// ShareCoordinatorService.shareGroupStateTopicConfigs and
 	// TransactionStateManager.transactionTopicConfigs at their defaults
-	// (offsets.topic.segment.bytes, transaction.state.log.segment.bytes: 100 MiB),
-	// without the transaction log's min.insync.replicas, which means nothing here.
+	// (offsets.topic.segment.bytes, share.coordinator.state.topic.segment.bytes,
+	// transaction.state.log.segment.bytes: 100 MiB), without the transaction log's
+	// min.insync.replicas, which means nothing here.
 	Configs map[string]string
 }
 
-// KafkaInternalTopics are the internal topics Kafka 4 lists: __consumer_offsets and
-// __transaction_state.
+// KafkaInternalTopics are the topics Kafka 4's Topic.isInternal names:
+// __consumer_offsets, __transaction_state and KIP-932's __share_group_state (the share
+// groups served here are KIP-932's, so a client may expect it, and Kafka refuses
+// appends to it as to the other two).
 var KafkaInternalTopics = []KafkaInternalTopic{
 	{Name: "__consumer_offsets", Partitions: 50, Configs: map[string]string{
 		"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600",
+	}},
+	{Name: "__share_group_state", Partitions: 50, Configs: map[string]string{
+		"cleanup.policy": "delete", "compression.type": "producer", "segment.bytes": "104857600",
 	}},
 	{Name: "__transaction_state", Partitions: 50, Configs: map[string]string{
 		"cleanup.policy": "compact", "compression.type": "uncompressed", "segment.bytes": "104857600",

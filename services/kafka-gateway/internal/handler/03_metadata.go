@@ -17,12 +17,14 @@ package handler
 //     else UNKNOWN_TOPIC_OR_PARTITION. Invalid names are INVALID_TOPIC_EXCEPTION. When
 //     the coordinator cannot be reached, uncached topics are LEADER_NOT_AVAILABLE
 //     (retriable).
-//   - Kafka's internal topics __consumer_offsets and __transaction_state (50
-//     partitions each) are listed as Kafka lists them, is_internal set, with an id
-//     stable per cluster (channel.KafkaInternalTopicID); they are never created, hold
-//     no records here (the coordinator keeps offsets and transactions in Postgres):
-//     Fetch and ListOffsets read them as empty logs, and a Produce or DeleteRecords
-//     is INVALID_TOPIC_EXCEPTION, as Kafka refuses those on internal topics.
+//   - Kafka's internal topics __consumer_offsets, __share_group_state and
+//     __transaction_state (Kafka 4's Topic.isInternal; 50 partitions each) are listed
+//     as Kafka lists them, is_internal set, with an id stable per cluster
+//     (channel.KafkaInternalTopicID); they are never created, hold no records here
+//     (offsets, share-group state and transactions live in the coordinator and
+//     storage-core): Fetch and ListOffsets read them as empty logs, and a Produce or
+//     DeleteRecords is INVALID_TOPIC_EXCEPTION, as Kafka refuses those on internal
+//     topics.
 //   - With the authorizer on (authorizer.go), as Kafka's handleTopicMetadataRequest:
 //     the all-topics form lists only the topics the principal may DESCRIBE; a named
 //     topic it may not describe is TOPIC_AUTHORIZATION_FAILED (by id: with the id and

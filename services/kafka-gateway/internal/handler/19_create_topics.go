@@ -11,7 +11,7 @@ package handler
 //   - Replication factor -1 or 1 is accepted (storage-core keeps one durable copy); any
 //     other is INVALID_REPLICATION_FACTOR. Manual replica assignments are
 //     INVALID_REQUEST. A name given twice in one request is INVALID_REQUEST for both.
-//   - Kafka's internal topics (__consumer_offsets, __transaction_state) exist already:
+//   - Kafka's internal topics (channel.KafkaInternalTopics) exist already:
 //     TOPIC_ALREADY_EXISTS.
 //   - validate_only is passed through. The created topic is put in the metadata cache
 //     at once, so a Produce right after CreateTopics finds it.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tributary/tributary/libs/channel"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/fake"
 )
@@ -494,7 +495,7 @@ func TestMetadata(t *testing.T) {
 	all := kmsg.NewPtrMetadataRequest()
 	all.Topics = nil
 	allResp := e.do(t, all, 12).(*kmsg.MetadataResponse)
-	if got := len(allResp.Topics); got != 4 {
+	if got := len(allResp.Topics); got != 2+len(channel.KafkaInternalTopics) {
 		t.Errorf("all topics: %d", got)
 	}
 	internal := map[string]kmsg.MetadataResponseTopic{}
@@ -504,11 +505,11 @@ func TestMetadata(t *testing.T) {
 		}
 	}
 	co, ok := internal["__consumer_offsets"]
-	if len(internal) != 2 || !ok || len(co.Partitions) != 50 || co.TopicID == [16]byte{} {
+	if len(internal) != len(channel.KafkaInternalTopics) || !ok || len(co.Partitions) != 50 || co.TopicID == [16]byte{} {
 		t.Errorf("internal topics listed: %+v", internal)
 	}
 	all.Topics = []kmsg.MetadataRequestTopic{}
-	if got := len(e.do(t, all, 0).(*kmsg.MetadataResponse).Topics); got != 4 {
+	if got := len(e.do(t, all, 0).(*kmsg.MetadataResponse).Topics); got != 2+len(channel.KafkaInternalTopics) {
 		t.Errorf("all topics v0: %d", got)
 	}
 	named := kmsg.NewPtrMetadataRequest()
@@ -543,6 +544,32 @@ func TestMetadata(t *testing.T) {
 	e.h.InvalidateTopic("")
 	if got := e.do(t, req, 12).(*kmsg.MetadataResponse).Topics[0]; got.ErrorCode != kerr.LeaderNotAvailable.Code {
 		t.Errorf("coordinator down: %s", code(got.ErrorCode))
+	}
+}
+
+// TestInternalTopicsAsKafka4: every topic Kafka 4's Topic.isInternal names
+// (__consumer_offsets, __transaction_state and KIP-932's __share_group_state) is listed
+// with is_internal, exists already for CreateTopics, and refuses appends (Kafka's
+// ReplicaManager: INVALID_TOPIC_EXCEPTION) instead of being auto-created as a user
+// topic by the first Produce or Metadata naming it.
+func TestInternalTopicsAsKafka4(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, name := range []string{"__consumer_offsets", "__transaction_state", "__share_group_state"} {
+		if p := e.produce(t, name, 0, fake.Batch("x")); p.ErrorCode != kerr.InvalidTopicException.Code {
+			t.Errorf("Produce to %s: %s, want INVALID_TOPIC_EXCEPTION", name, code(p.ErrorCode))
+		}
+		if r := e.createTopic(t, name, 1, nil); r.ErrorCode != kerr.TopicAlreadyExists.Code {
+			t.Errorf("CreateTopics %s: %s, want TOPIC_ALREADY_EXISTS", name, code(r.ErrorCode))
+		}
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = true
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		req.Topics = append(req.Topics, mt)
+		got := e.do(t, req, 12).(*kmsg.MetadataResponse).Topics[0]
+		if got.ErrorCode != 0 || !got.IsInternal || got.TopicID == [16]byte{} {
+			t.Errorf("Metadata %s: %s internal=%v id=%x, want an internal topic", name, code(got.ErrorCode), got.IsInternal, got.TopicID)
+		}
 	}
 }
 
