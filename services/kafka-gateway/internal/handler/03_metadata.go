@@ -11,7 +11,9 @@ package handler
 //     leader epoch 0 (with several storage nodes: the partition's Raft term, epochs.go). Any replica serves any partition, so leader placement only spreads
 //     load and never causes NOT_LEADER_OR_FOLLOWER.
 //   - Topic ids (v10+) are the coordinator's UUIDs; topics may be asked by id (v10+),
-//     an unknown id is UNKNOWN_TOPIC_ID.
+//     an unknown id is UNKNOWN_TOPIC_ID. A topic asked several times (by name, or by
+//     id) is answered once, in the order first asked, as Kafka answers the set of the
+//     requested topics.
 //   - Unknown topics are created (default partition count) when auto-create is enabled
 //     and the client allows it (always for v0-3, allow_auto_topic_creation for v4+);
 //     else UNKNOWN_TOPIC_OR_PARTITION. Invalid names are INVALID_TOPIC_EXCEPTION. When
@@ -105,14 +107,33 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	}
 
 	allowCreate := req.Version < 4 || req.AllowAutoTopicCreation
-	var names []string
+	// Each topic is answered once, however often it is asked (Kafka answers the set of
+	// the requested names or ids): a repeated name would otherwise cost its whole
+	// partition list per repetition.
+	asked := make([]kmsg.MetadataRequestTopic, 0, len(req.Topics))
+	seenNames, seenIDs := map[string]bool{}, map[[16]byte]bool{}
 	for _, t := range req.Topics {
+		if t.Topic != nil {
+			if seenNames[*t.Topic] {
+				continue
+			}
+			seenNames[*t.Topic] = true
+		} else {
+			if seenIDs[t.TopicID] {
+				continue
+			}
+			seenIDs[t.TopicID] = true
+		}
+		asked = append(asked, t)
+	}
+	var names []string
+	for _, t := range asked {
 		if t.Topic != nil && validTopicName(*t.Topic) && x.topic(kafkaacl.OpDescribe, *t.Topic) && h.internalTopic(*t.Topic, [16]byte{}) == nil {
 			names = append(names, *t.Topic)
 		}
 	}
 	infos, codes, _ := h.resolveTopics(ctx, names, allowCreate, x.createCheck())
-	for _, t := range req.Topics {
+	for _, t := range asked {
 		var mt kmsg.MetadataResponseTopic
 		switch {
 		case t.Topic == nil:

@@ -547,6 +547,36 @@ func TestMetadata(t *testing.T) {
 	}
 }
 
+// TestMetadataDuplicateTopics: a topic named (or asked by id) several times in one
+// Metadata request is answered once, as Kafka's handleTopicMetadataRequest answers the
+// set of the requested topics: a small request repeating a topic with many partitions
+// must not cost a response (and gateway memory) of that size times the repetitions.
+func TestMetadataDuplicateTopics(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTopic(t, "wide", 64, nil)
+	id := e.createTopic(t, "other", 2, nil).TopicID
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range []string{"wide", "wide", "missing", "wide", "missing"} {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, mt)
+	}
+	got := e.do(t, req, 12).(*kmsg.MetadataResponse).Topics
+	if len(got) != 2 || *got[0].Topic != "wide" || len(got[0].Partitions) != 64 || *got[1].Topic != "missing" ||
+		got[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
+		t.Errorf("Metadata naming wide 3 times and missing twice: %d topics answered, want wide then missing once each", len(got))
+	}
+	byID := kmsg.NewPtrMetadataRequest()
+	for i := 0; i < 3; i++ {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.TopicID = id
+		byID.Topics = append(byID.Topics, mt)
+	}
+	if got := e.do(t, byID, 12).(*kmsg.MetadataResponse).Topics; len(got) != 1 || got[0].Topic == nil || *got[0].Topic != "other" {
+		t.Errorf("Metadata asking one topic id 3 times: %d topics answered, want other once", len(got))
+	}
+}
+
 // TestInternalTopicsAsKafka4: every topic Kafka 4's Topic.isInternal names
 // (__consumer_offsets, __transaction_state and KIP-932's __share_group_state) is listed
 // with is_internal, exists already for CreateTopics, and refuses appends (Kafka's
