@@ -15,25 +15,20 @@ import (
 	"github.com/tributary/tributary/tests/e2e/stack"
 )
 
-// TestTxnGroupCommitCoordinatorKills: 32 transactional producers (kgo) run short
-// transactions over three partitions, so that EndTxn decisions and finishes go in
-// the coordinator's batches, while the coordinator the gateway uses (one of two on
-// the database) is killed with SIGKILL three times, mid-batch, and started again.
-// read_committed must then hold every transaction whose commit was answered, exactly
-// once per partition, none that the producer aborted, and no partition may be left
-// with an open transaction (the closing sentinel is readable).
-func TestTxnGroupCommitCoordinatorKills(t *testing.T) {
-	runGroupCommitKills(t, stack.Coordinator, stack.Coordinator, stack.Coordinator)
-}
-
-// TestTxnGroupCommitStorageKill: the same with storage-core killed (SIGKILL) and
-// started again between two coordinator kills, so that whole WriteTxnMarkers calls of
-// finish batches fail (their rows stay Prepare*, finished later) and produces fail.
-func TestTxnGroupCommitStorageKill(t *testing.T) {
+// TestTxnGroupCommitKills: 32 transactional producers (kgo) run short transactions
+// over three partitions, so that EndTxn decisions and finishes go in the coordinator's
+// batches, while the coordinator the gateway uses (one of two on the database) is
+// killed with SIGKILL, mid-batch, then storage-core, then the coordinator again, each
+// started again after its kill. The storage-core kill makes whole WriteTxnMarkers
+// calls of finish batches fail (their rows stay Prepare*, finished later) and
+// produces fail. read_committed must then hold every transaction whose commit was
+// answered, exactly once per partition, none that the producer aborted, and no
+// partition may be left with an open transaction (the closing sentinel is readable).
+func TestTxnGroupCommitKills(t *testing.T) {
 	runGroupCommitKills(t, stack.Coordinator, stack.StorageCore, stack.Coordinator)
 }
 
-// runGroupCommitKills runs the producers of TestTxnGroupCommitCoordinatorKills while
+// runGroupCommitKills runs the producers of TestTxnGroupCommitKills while
 // each victim in turn is killed with SIGKILL and started again.
 func runGroupCommitKills(t *testing.T, victims ...string) {
 	s := stack.StartT(t, stack.Options{Coordinators: 2})
