@@ -42,8 +42,8 @@ unit: ## Unit and in-process integration tests (needs Postgres and NATS, as .ci/
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 .PHONY: e2e
-e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC clients
-	$(GO) test -count=1 -timeout 25m ./tests/e2e/...
+e2e: ## End-to-end tests: real binaries driven by kcat, kgo/kadm and gRPC clients, in concurrent shards (E2E_SHARDS, E2E_RUN)
+	GO=$(GO) scripts/ci/e2e.sh
 
 .PHONY: e2e-franz-go
 e2e-franz-go: ## franz-go's own integration tests (pkg/kgo at the go.mod version: group, KIP-848, regex) against a stack
