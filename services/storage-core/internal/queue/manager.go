@@ -134,7 +134,16 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 		_ = db.close()
 		return nil, err
 	}
+	var legacyShares []*Queue
 	for _, qm := range metas {
+		if qm.Share != nil {
+			if err := m.openShare(qm); err != nil {
+				m.closeQueues()
+				_ = db.close()
+				return nil, fmt.Errorf("open share partition %s: %w", qm.Name, err)
+			}
+			continue
+		}
 		l, err := st.Get(qm.Name)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			// The log exists but failed to load (fenced): keep its state for a restart
@@ -161,6 +170,16 @@ func Open(st *store.Store, path string, opts Options, log *zap.Logger) (*Manager
 			return nil, fmt.Errorf("open queue %s: %w", qm.Name, err)
 		}
 		m.queues[qm.Name] = q
+		if _, _, _, ok := channel.ParseKafkaSharePartition(qm.Name); ok {
+			legacyShares = append(legacyShares, q)
+		}
+	}
+	for _, q := range legacyShares {
+		if err := m.migrateShare(q); err != nil {
+			m.closeQueues()
+			_ = db.close()
+			return nil, fmt.Errorf("migrate share partition %s: %w", q.name, err)
+		}
 	}
 	for _, l := range st.List("") {
 		if l.Kind() != store.KindQueue || m.queues[l.Name()] != nil {
@@ -469,8 +488,11 @@ func (q *Queue) recoverCursors(from int64) error {
 }
 
 func (m *Manager) newQueue(qm queueMeta, l *store.Log) *Queue {
-	q := &Queue{m: m, name: qm.Name, inc: qm.Incarnation, log: l, meta: qm,
+	q := &Queue{m: m, name: qm.Name, inc: qm.Incarnation, log: l, meta: qm, share: qm.Share,
 		attempts: map[int64]delivered{}, leaseSeq: m.leaseBase, notify: make(chan struct{}), pumpStop: make(chan struct{})}
+	if qm.Share != nil {
+		q.shareCommitted.Store(qm.Share.ReadCommitted)
+	}
 	for _, bm := range qm.Bindings {
 		f, err := ParseFilter(bm.Filter)
 		if err != nil {
@@ -771,8 +793,10 @@ func (m *Manager) delete(name string, ifExists bool) error {
 	if err := m.dropState(name); err != nil {
 		return err
 	}
-	if err := m.st.Delete(name, true); err != nil {
-		return err
+	if q.share == nil { // a share partition's log is its Kafka partition's, not its own
+		if err := m.st.Delete(name, true); err != nil {
+			return err
+		}
 	}
 	m.log.Info("queue deleted", zap.String("queue", name))
 	return nil

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tributary/tributary/libs/channel"
@@ -84,6 +85,9 @@ type queueMeta struct {
 	Detached    bool      `json:"detached,omitempty"`
 	CreatedMs   int64     `json:"created_ms"`
 	Incarnation uint64    `json:"incarnation"`
+	// Share: a Kafka share partition reading its partition log in place (share.go);
+	// it has no log and no bindings of its own.
+	Share *shareMeta `json:"share,omitempty"`
 }
 
 // Queue is one queue channel: its log (records appended by its bindings) plus
@@ -97,7 +101,13 @@ type Queue struct {
 	m    *Manager
 	name string
 	inc  uint64 // meta.Incarnation (immutable; read without mu)
-	log  *store.Log
+	// log is the queue's own log; for a share partition (share, immutable) the Kafka
+	// partition log it reads in place, whose offsets are the window's.
+	log   *store.Log
+	share *shareMeta
+	// shareCommitted: a share partition loads at isolation read_committed
+	// (share.isolation.level; SetShareIsolation).
+	shareCommitted atomic.Bool
 
 	fillMu sync.Mutex
 	stage  fillStage // under fillMu
@@ -211,6 +221,14 @@ func (q *Queue) floorLocked() int64 {
 // headers. Caller holds Queue.mu, or is opening the queue.
 func (q *Queue) newMsg(r store.Record) *msg {
 	m := &msg{off: r.Offset}
+	if q.share != nil {
+		// The partition log's own record: no internal headers to split off, and a
+		// producer's headers are kept whatever their names.
+		m.source, m.srcSeq = q.share.Source, channel.OffsetToSequence(r.Offset)
+		m.rec = copyRecord(r)
+		m.size = recordSize(m.rec)
+		return m
+	}
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderSource:
@@ -220,13 +238,18 @@ func (q *Queue) newMsg(r store.Record) *msg {
 		}
 	}
 	m.rec = ownRecord(r)
-	hs := m.rec.Headers
-	m.key = orderingKey(q.meta.Config.OrderingKeyHeader, hs)
-	m.size = int64(len(r.Key) + len(r.Value))
-	for _, h := range hs {
-		m.size += int64(len(h.Key) + len(h.Value))
-	}
+	m.key = orderingKey(q.meta.Config.OrderingKeyHeader, m.rec.Headers)
+	m.size = recordSize(m.rec)
 	return m
+}
+
+// recordSize is the bytes of r's key, value and headers.
+func recordSize(r store.Record) int64 {
+	n := int64(len(r.Key) + len(r.Value))
+	for _, h := range r.Headers {
+		n += int64(len(h.Key) + len(h.Value))
+	}
+	return n
 }
 
 // sourceName returns the source log name v as a string: the binding's own when a
@@ -250,10 +273,18 @@ func isInternalHeader(key string) bool { return key == HeaderSource || key == He
 // per message, not one per read shared by its messages: such a slab would stay whole
 // while any one of them is unacked, so a few slow messages could hold far more
 // memory than MaxLoadedBytes counts.
-func ownRecord(r store.Record) store.Record {
+func ownRecord(r store.Record) store.Record { return ownRecordKeep(r, isInternalHeader) }
+
+// copyRecord is ownRecord keeping every header.
+func copyRecord(r store.Record) store.Record {
+	return ownRecordKeep(r, func(string) bool { return false })
+}
+
+// ownRecordKeep is ownRecord dropping the headers whose key drop reports.
+func ownRecordKeep(r store.Record, drop func(key string) bool) store.Record {
 	n, nh := len(r.Key)+len(r.Value), 0
 	for _, h := range r.Headers {
-		if !isInternalHeader(h.Key) {
+		if !drop(h.Key) {
 			n += len(h.Value)
 			nh++
 		}
@@ -270,7 +301,7 @@ func ownRecord(r store.Record) store.Record {
 	if nh > 0 {
 		hs := make([]store.Header, 0, nh)
 		for _, h := range r.Headers {
-			if !isInternalHeader(h.Key) {
+			if !drop(h.Key) {
 				hs = append(hs, store.Header{Key: h.Key, Value: own(h.Value)})
 			}
 		}
@@ -368,9 +399,10 @@ func (q *Queue) fillLocked() {
 		if start := q.log.LogStart(); pos < start {
 			pos = start // below the log start: gone with retention
 		}
-		if !st.holds(pos, gen) {
+		committed := q.share != nil && q.shareCommitted.Load()
+		if !st.holds(pos, gen, committed) {
 			st.drop()
-			if pos >= q.log.HighWatermark() {
+			if pos >= q.loadEnd(committed) {
 				q.mu.Lock()
 				if q.gen == gen && q.loadPos < pos {
 					q.loadPos = pos
@@ -378,7 +410,7 @@ func (q *Queue) fillLocked() {
 				q.mu.Unlock()
 				return
 			}
-			if err := st.read(q.log, pos, gen); err != nil {
+			if err := st.read(q.log, pos, gen, q.share != nil, committed); err != nil {
 				if !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrOutOfRange) {
 					q.m.log.Warn("queue log read failed", zap.String("queue", q.name), zap.Int64("offset", pos), zap.Error(err))
 				}
@@ -401,6 +433,15 @@ func (q *Queue) fillLocked() {
 			st.drop() // every record read is owned by the window now: the buffer is free
 		}
 	}
+}
+
+// loadEnd is the queue log offset fill loads up to: the high watermark, or for a
+// share partition at read_committed its partition's last stable offset.
+func (q *Queue) loadEnd(committed bool) int64 {
+	if committed {
+		return q.log.LastStable()
+	}
+	return q.log.HighWatermark()
 }
 
 // roomLocked is how many more messages, and bytes, the window may load.
@@ -458,7 +499,7 @@ func (q *Queue) loadAppended(recs []store.Record) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.deleted || q.loadPos != base || q.stage.holds(base, q.gen) {
+	if q.deleted || q.loadPos != base || q.stage.holds(base, q.gen, false) {
 		return
 	}
 	room, roomBytes := q.roomLocked()
@@ -503,16 +544,21 @@ type fillStage struct {
 	recs []store.Record // read, not loaded yet, by offset
 	next int64          // queue offset after the read
 	gen  uint64         // Queue.gen of the read: a rebuilt window discards it
-	buf  *[]byte        // read buffer the records alias, from fillBufs
+	// committed: read at read_committed (a share partition's level at the read).
+	committed bool
+	buf       *[]byte // read buffer the records alias, from fillBufs
 }
 
-// holds reports whether the stage continues the window at offset pos of generation gen.
-func (s *fillStage) holds(pos int64, gen uint64) bool {
-	return len(s.recs) > 0 && s.gen == gen && s.recs[0].Offset == pos
+// holds reports whether the stage continues the window at offset pos of generation
+// gen, read at isolation committed.
+func (s *fillStage) holds(pos int64, gen uint64, committed bool) bool {
+	return len(s.recs) > 0 && s.gen == gen && s.recs[0].Offset == pos && s.committed == committed
 }
 
-// read replaces the stage with the records of a read at pos.
-func (s *fillStage) read(l *store.Log, pos int64, gen uint64) error {
+// read replaces the stage with the records of a read at pos: of a queue's own log,
+// or with data (a share partition's partition log) its data records only, at
+// isolation committed (store.Log.ReadDataRecords).
+func (s *fillStage) read(l *store.Log, pos int64, gen uint64, data, committed bool) error {
 	s.drop()
 	bp, _ := fillBufs.Get().(*[]byte)
 	alloc := func(n int) []byte {
@@ -522,13 +568,20 @@ func (s *fillStage) read(l *store.Log, pos int64, gen uint64) error {
 		}
 		return (*bp)[:n]
 	}
-	recs, next, err := l.ReadBatchRecords(pos, fillReadBytes, alloc)
+	var recs []store.Record
+	var next int64
+	var err error
+	if data {
+		recs, next, err = l.ReadDataRecords(pos, fillReadBytes, committed, alloc)
+	} else {
+		recs, next, err = l.ReadBatchRecords(pos, fillReadBytes, alloc)
+	}
 	s.buf = bp
 	if err != nil {
 		s.drop()
 		return err
 	}
-	s.recs, s.next, s.gen = recs, next, gen
+	s.recs, s.next, s.gen, s.committed = recs, next, gen, committed
 	return nil
 }
 

@@ -47,6 +47,9 @@ func (q *Queue) maintain(snapFloor int64, pinned bool) {
 		q.m.opts.Metrics.Dropped.Add(float64(len(expired)))
 		q.m.log.Info("dropped unacked messages past the retention period", zap.String("queue", q.name), zap.Int("messages", len(expired)))
 	}
+	if q.share != nil {
+		return // the partition log is Kafka's: its own retention moves its start
+	}
 	trim := floor
 	if pinned {
 		trim = min(trim, snapFloor)

@@ -12,12 +12,19 @@ import (
 
 	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/services/storage-core/internal/store"
+	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
 )
 
-// Share partitions (Kafka KIP-932 share groups) are queues of this engine: the state
-// of share group G for Kafka partition T-p is the queue channel.KafkaSharePartition(G,
-// T, p) with one binding, the partition's log, and no filter. The queue's rules are
-// the share partition's:
+// Share partitions (Kafka KIP-932 share groups) are queues of this engine that read
+// their Kafka partition's log in place: the state of share group G for Kafka
+// partition T-p is the queue channel.KafkaSharePartition(G, T, p) whose log is the
+// partition log kafka.T~p itself (queueMeta.Share), with no log and no binding of its
+// own, so its offsets are the partition's. As in Kafka's SharePartition, the durable
+// state is offsets only: the share-partition start offset (SPSO, the queue's ack
+// floor), the offsets acked above it, and the delivery counts; the records are the
+// log's, read into the window as it has room and handed out from there. The queue's
+// rules are the share partition's:
 //   - an acquisition is a lease held by one member (msg.owner), for the acquisition
 //     lock duration; the delivery count is the delivery attempt;
 //   - ACCEPT and REJECT ack (done, never delivered again), RELEASE nacks (available
@@ -25,18 +32,22 @@ import (
 //     archives;
 //   - a message released or whose lock expired after ArchiveAfter deliveries is
 //     archived (acked, copied nowhere): group.share.delivery.count.limit;
-//   - the share-partition start offset (SPSO) is the source offset of the window's
-//     first unacked message, or the binding's cursor when everything copied is done;
-//   - control records (transaction markers) are never copied, so never acquired; at
-//     share.isolation.level=read_committed the binding copies only below the log's
+//   - the SPSO is the offset of the window's first unacked message, or the next
+//     offset to load when everything loaded is done; the share-partition end offset
+//     (SPEO) is the next offset to load (loadPos);
+//   - control records (transaction markers) are never loaded, so never acquired; at
+//     share.isolation.level=read_committed the window loads only below the log's
 //     last stable offset and skips aborted transactions' records (Kafka archives
-//     them: the SPSO moves past them). The level is the binding's ReadCommitted,
-//     set again by every share fetch (SetShareIsolation); records copied before a
-//     change keep the level they were copied at.
+//     them: the SPSO moves past them). The level is set again by every share fetch
+//     (SetShareIsolation); records loaded before a change keep the level they were
+//     loaded at;
+//   - the log's own retention and DeleteRecords move its start: loading resumes at
+//     the new start (the records below it are gone), and the queue engine's retention
+//     never trims the partition log (maintain).
 //
-// Kafka acknowledges by source offset. The binding copies its source's records in
-// order, once, so along the window the source sequences of the messages grow: an
-// offset is found by binary search (srcIndexLocked).
+// Share partitions of an earlier layout copied the partition's records into a queue
+// log of their own through a binding; Open converts each (migrateShare) to this one
+// at its start offset.
 
 // Errors of the share verbs.
 var (
@@ -97,7 +108,7 @@ func (m *Manager) SharePartition(group, topic string, partition int32, create bo
 	if l.Kind() != store.KindLog {
 		return nil, fmt.Errorf("%w: %s is not a log", store.ErrNotFound, src)
 	}
-	var start int64 // 0: the high watermark
+	start := l.HighWatermark()
 	switch {
 	case reset.ByDurationMs > 0:
 		off, _, found, err := l.LookupTime(m.nowMs() - reset.ByDurationMs)
@@ -105,13 +116,155 @@ func (m *Manager) SharePartition(group, topic string, partition int32, create bo
 			return nil, err
 		}
 		if found {
-			start = channel.OffsetToSequence(off)
+			start = off
 		}
 	case reset.Earliest:
-		start = channel.OffsetToSequence(l.LogStart())
+		start = l.LogStart()
 	}
-	q, _, err = m.create(name, shareConfig(deliveryLimit), []Binding{{Source: src, StartSequence: start, ReadCommitted: reset.ReadCommitted}}, true)
-	return q, err
+	return m.createShare(name, shareConfig(deliveryLimit), l, start, reset.ReadCommitted)
+}
+
+// shareMeta describes a share partition's partition log (queueMeta.Share).
+type shareMeta struct {
+	// Source is the partition log (channel.KafkaPartition); SourceCreatedMs its
+	// creation time: a log deleted and created again is another log, whose share
+	// state starts anew.
+	Source          string `json:"source"`
+	SourceCreatedMs int64  `json:"source_created_ms"`
+	// ReadCommitted is the isolation level the partition was created at
+	// (share.isolation.level); after a restart it applies until a share fetch sets
+	// the group's (SetShareIsolation).
+	ReadCommitted bool `json:"read_committed,omitempty"`
+}
+
+// createShare creates share partition name reading src from start (clamped to the
+// log's start and high watermark), or returns the one that exists. Errors:
+// store.ErrNotFound (src deleted meanwhile), ErrClosed, ErrState.
+func (m *Manager) createShare(name string, cfg Config, src *store.Log, start int64, committed bool) (*Queue, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	m.mu.RLock()
+	q, ok := m.queues[name]
+	closed := m.closed
+	m.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if ok {
+		return q, nil
+	}
+	// Under adminMu a partition log's deletion (DeleteChannel) is either done, and
+	// src is no longer the store's, or not begun, and takes this state along.
+	if cur, err := m.st.Get(src.Name()); err != nil || cur != src {
+		return nil, fmt.Errorf("%w: %s was deleted", store.ErrNotFound, src.Name())
+	}
+	start = min(max(start, src.LogStart()), src.HighWatermark())
+	qm := queueMeta{Name: name, Config: cfg, CreatedMs: m.nowMs(), Incarnation: randomIncarnation(),
+		Share: &shareMeta{Source: src.Name(), SourceCreatedMs: src.CreatedMs(), ReadCommitted: committed}}
+	err := m.db.update(func(tx *bolt.Tx) error {
+		if err := putJSON(tx.Bucket(bktQueues), name, qm); err != nil {
+			return err
+		}
+		b, err := createStateBucket(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(keyFloor, offKey(start)); err != nil {
+			return err
+		}
+		if err := b.Put(keyDelivered, offKey(start)); err != nil {
+			return err
+		}
+		return b.Put(keyInc, offKey(int64(qm.Incarnation)))
+	})
+	if err != nil {
+		return nil, err
+	}
+	q = m.newQueue(qm, src)
+	q.loadPos, q.deliveredMark = start, start
+	m.mu.Lock()
+	m.queues[name] = q
+	m.mu.Unlock()
+	m.log.Info("share partition created", zap.String("queue", name), zap.Int64("start_offset", start))
+	return q, nil
+}
+
+// openShare opens a share partition's state at start. Its partition log deleted (or
+// deleted and created again) while storage-core was down: the state is removed, as a
+// topic's deletion removes it. A log that failed to load fences the partition.
+func (m *Manager) openShare(qm queueMeta) error {
+	l, err := m.st.Get(qm.Share.Source)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		m.log.Error("share partition's log unavailable; share partition fenced", zap.String("queue", qm.Name), zap.Error(err))
+		m.fenced[qm.Name] = err
+		return nil
+	}
+	if err != nil || l.Kind() != store.KindLog || l.CreatedMs() != qm.Share.SourceCreatedMs {
+		m.log.Warn("share partition's log was deleted; removing its state", zap.String("queue", qm.Name), zap.String("log", qm.Share.Source))
+		return m.dropState(qm.Name)
+	}
+	q, err := m.openQueue(qm, l)
+	if err != nil {
+		return err
+	}
+	m.queues[qm.Name] = q
+	return nil
+}
+
+// migrateShare converts a share partition of the earlier layout (a queue log of its
+// own filled by a binding) to one reading its partition log in place, at its start
+// offset, keeping its delivery limit and isolation level; the old queue log is
+// deleted. Acknowledgements above the start offset and delivery counts are not
+// carried over: those records are delivered again, as Kafka's share consumers
+// tolerate (delivery is at least once). Called at Open only.
+func (m *Manager) migrateShare(q *Queue) error {
+	start, err := q.legacyShareStart()
+	if err != nil {
+		return err
+	}
+	var src *store.Log
+	committed := false
+	if len(q.bindings) == 1 {
+		b := q.bindings[0]
+		committed = b.committed.Load()
+		if l, err := m.st.Get(b.source); err == nil && l.Kind() == store.KindLog && (b.srcCreated == 0 || l.CreatedMs() == b.srcCreated) {
+			src = l
+		}
+	}
+	if err := m.delete(q.name, true); err != nil {
+		return err
+	}
+	if src == nil {
+		m.log.Warn("share partition of the earlier layout without its partition log removed", zap.String("queue", q.name))
+		return nil
+	}
+	if _, err := m.createShare(q.name, shareConfig(q.meta.Config.ArchiveAfter), src, start, committed); err != nil {
+		return err
+	}
+	m.log.Warn("share partition converted to offsets-only state; records in flight above the start offset are delivered again",
+		zap.String("queue", q.name), zap.Int64("start_offset", start))
+	return nil
+}
+
+// legacyShareStart is the start offset of a share partition of the earlier layout:
+// the source offset of its window's first unacked message, or its binding's cursor
+// when everything copied is done.
+func (q *Queue) legacyShareStart() (int64, error) {
+	q.fill()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.bindings) != 1 {
+		return 0, fmt.Errorf("%w: %s has %d bindings", ErrState, q.name, len(q.bindings))
+	}
+	for _, m := range q.pending {
+		if m.state != stAcked {
+			return channel.SequenceToOffset(m.srcSeq), nil
+		}
+	}
+	return channel.SequenceToOffset(q.bindings[0].cursor.Load()), nil
 }
 
 func shareConfig(deliveryLimit int32) Config {
@@ -137,20 +290,21 @@ func (m *Manager) ShareAlter(group, topic string, partition int32, startOffset i
 	if err != nil {
 		return 0, err
 	}
+	if l.Kind() != store.KindLog {
+		return 0, fmt.Errorf("%w: %s is not a log", store.ErrNotFound, src)
+	}
 	limit, committed := int32(0), false
 	if q, err := m.get(name); err == nil {
 		q.mu.Lock()
 		limit = q.meta.Config.ArchiveAfter
-		if len(q.bindings) == 1 {
-			committed = q.bindings[0].committed.Load()
-		}
 		q.mu.Unlock()
+		committed = q.shareCommitted.Load()
 	}
 	if err := m.delete(name, true); err != nil {
 		return 0, err
 	}
 	off := min(max(startOffset, l.LogStart()), l.HighWatermark())
-	if _, _, err := m.create(name, shareConfig(limit), []Binding{{Source: src, StartSequence: channel.OffsetToSequence(off), ReadCommitted: committed}}, true); err != nil {
+	if _, err := m.createShare(name, shareConfig(limit), l, off, committed); err != nil {
 		return 0, err
 	}
 	return off, nil
@@ -193,16 +347,10 @@ func (m *Manager) ShareList(group string) []SharePartitionID {
 }
 
 // SetShareIsolation sets the share partition's isolation level for the records its
-// binding copies from now on (share.isolation.level; the group config may change
+// window loads from now on (share.isolation.level; the group config may change
 // while the partition exists). Kept in memory: after a restart the level the
 // partition was created with applies until the next share fetch sets it again.
-func (q *Queue) SetShareIsolation(readCommitted bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, b := range q.bindings {
-		b.committed.Store(readCommitted)
-	}
-}
+func (q *Queue) SetShareIsolation(readCommitted bool) { q.shareCommitted.Store(readCommitted) }
 
 // ShareState returns the share partition's start offset and lag: the records from the
 // start offset up to the source's high watermark not yet done.
@@ -213,24 +361,18 @@ func (q *Queue) ShareState() (startOffset, lag int64, err error) {
 	if err := q.usableLocked(); err != nil {
 		return 0, 0, err
 	}
-	if len(q.bindings) != 1 {
+	if q.share == nil {
 		return 0, 0, fmt.Errorf("%w: %s is not a share partition", ErrInvalidArgument, q.name)
 	}
-	b := q.bindings[0]
-	next := channel.SequenceToOffset(b.cursor.Load()) // next source offset to copy
-	startOffset = next
+	startOffset = q.loadPos
 	for _, m := range q.pending {
 		if m.state != stAcked {
-			startOffset = channel.SequenceToOffset(m.srcSeq)
+			startOffset = m.off
 			break
 		}
 	}
 	hw := max(q.log.HighWatermark(), q.loadPos)
-	backlog := max(int64(len(q.pending)-q.tombs)+hw-q.loadPos-q.ackedAhead.count(q.loadPos, hw), 0)
-	if src, err := q.m.st.Get(b.source); err == nil {
-		backlog += max(src.HighWatermark()-next, 0)
-	}
-	return startOffset, backlog, nil
+	return startOffset, max(int64(len(q.pending)-q.tombs)+hw-q.loadPos-q.ackedAhead.count(q.loadPos, hw), 0), nil
 }
 
 // ShareRecord is one acquired record: the source record (Offset the source offset)
@@ -293,6 +435,12 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 			q := qs[i]
 			if total >= a.MaxRecords || a.MaxBytes > 0 && size >= a.MaxBytes {
 				break
+			}
+			if q.share != nil {
+				// New records of the partition log are loaded by the next fill
+				// (a waiting fetch's): its change wakes the wait, taken before
+				// the fill so none is missed.
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.log.Changed())})
 			}
 			q.tryFill()
 			out, ch, ev, op, err := q.shareAcquire(now, a.Member, a.MaxRecords-total, max(a.MaxBytes-size, 0), a.LockMs)

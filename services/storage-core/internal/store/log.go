@@ -967,6 +967,53 @@ func (l *Log) ReadBatchRecords(off int64, maxBytes int, alloc func(n int) []byte
 	return recs, next, nil
 }
 
+// ReadDataRecords is ReadBatchRecords for a reader of data records at an isolation
+// level (a Kafka share partition reading its log in place): control batches
+// (transaction markers) are skipped, and with committed (read_committed) only frames
+// below the last stable offset are read and the batches of aborted transactions are
+// skipped too. next moves past the frames skipped, so a caller resuming there never
+// sees them; an off at or past the last stable offset (committed) returns no record
+// and next = off. Errors: as ReadBatchRecords.
+func (l *Log) ReadDataRecords(off int64, maxBytes int, committed bool, alloc func(n int) []byte) (recs []Record, next int64, err error) {
+	limit := int64(math.MaxInt64)
+	var aborted map[int64][][2]int64
+	if committed {
+		limit = l.LastStable()
+		if off >= limit {
+			return nil, off, nil
+		}
+		aborted = l.abortedSpans(off, limit)
+	}
+	raw, err := l.ReadRawUpTo(off, maxBytes, limit, alloc)
+	if err != nil {
+		return nil, off, err
+	}
+	next = off
+	for len(raw) > 0 {
+		n, err := frameLen(raw)
+		if err != nil {
+			return nil, off, fmt.Errorf("%w: %v", ErrDataLoss, err)
+		}
+		h := parseHeader(raw)
+		if attr := binary.BigEndian.Uint16(raw[offAttributes:]); attr&(attrTransactional|attrControl) == 0 ||
+			attr&attrControl == 0 && !isAborted(aborted, &h) {
+			if recs, err = appendBatch(recs, raw[:n], next, math.MaxInt, math.MaxInt); err != nil {
+				return nil, off, err
+			}
+		}
+		next = max(next, h.NextOffset())
+		raw = raw[n:]
+	}
+	if next > limit { // a batch across a log start that clamped the LSO
+		i := len(recs)
+		for i > 0 && recs[i-1].Offset >= limit {
+			i--
+		}
+		recs, next = recs[:i], limit
+	}
+	return recs, next, nil
+}
+
 // Wait blocks until the high watermark passes off, ctx ends or timeout passes. It
 // reports whether data is available.
 func (l *Log) Wait(ctx context.Context, off int64, timeout time.Duration) bool {
