@@ -64,3 +64,48 @@ func TestReadBatchRecords(t *testing.T) {
 		t.Fatalf("at the high watermark: %v, next %d, %v", recs, next, err)
 	}
 }
+
+// TestReadDataRecords: control batches are never returned; at read_committed neither
+// are aborted transactions' batches nor anything from the last stable offset on, and
+// next moves past what was skipped (to the LSO at most); read_uncommitted returns every
+// data record.
+func TestReadDataRecords(t *testing.T) {
+	s := openStore(t, t.TempDir(), nil)
+	defer s.Close()
+	l := mustCreate(t, s, "kafka.t", ChannelConfig{})
+	mustAppend(t, l, kbatch(t, batchOpt{}, "p0"))                                   // 0
+	mustAppend(t, l, kbatch(t, batchOpt{pid: 1, txn: true}, "a1", "a2"))            // 1-2, aborted
+	mustAppend(t, l, kbatch(t, batchOpt{pid: 2, txn: true}, "c3"))                  // 3, committed
+	for _, m := range []TxnMarker{{ProducerID: 1}, {ProducerID: 2, Commit: true}} { // 4, 5
+		if _, err := l.WriteTxnMarker(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustAppend(t, l, kbatch(t, batchOpt{pid: 3, txn: true}, "o6")) // 6, open: the LSO
+	mustAppend(t, l, kbatch(t, batchOpt{}, "p7"))                  // 7
+	read := func(off int64, committed bool) (got []string, next int64) {
+		t.Helper()
+		for {
+			recs, n, err := l.ReadDataRecords(off, 1<<20, committed, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				got = append(got, fmt.Sprintf("%d=%s", r.Offset, r.Value))
+			}
+			if n == off {
+				return got, n
+			}
+			off = n
+		}
+	}
+	if got, next := read(0, true); fmt.Sprint(got) != "[0=p0 3=c3]" || next != 6 {
+		t.Fatalf("read_committed: %v, next %d; want [0=p0 3=c3] and 6", got, next)
+	}
+	if got, next := read(0, false); fmt.Sprint(got) != "[0=p0 1=a1 2=a2 3=c3 6=o6 7=p7]" || next != 8 {
+		t.Fatalf("read_uncommitted: %v, next %d", got, next)
+	}
+	if got, next := read(6, true); len(got) != 0 || next != 6 {
+		t.Fatalf("read_committed at the LSO: %v, next %d", got, next)
+	}
+}
