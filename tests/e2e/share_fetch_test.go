@@ -823,7 +823,12 @@ func testShareConsumersKill(t *testing.T, perPartition, victimAfter, maxRecords 
 			t.Errorf("%s accepted %d times: %+v", v, accepted[v], es)
 		}
 		for i := 1; i < len(es); i++ {
-			if es[i].count != es[i-1].count+1 {
+			// kgo fetches ahead of the polls: the victim's next ShareFetch, carrying
+			// its RELEASE of a record, may be in flight when it freezes and acquire
+			// that record again, a delivery nobody polls (the lock expires). That is
+			// the one count allowed to go unseen.
+			unseen := es[i-1].member == "c2" && es[i-1].ack == kgo.AckRelease && es[i].count == es[i-1].count+2
+			if es[i].count != es[i-1].count+1 && !unseen {
 				t.Errorf("%s: delivery counts %+v, want each redelivery one higher", v, es)
 			}
 		}

@@ -219,20 +219,29 @@ func (m *Manager) openShare(qm queueMeta) error {
 // offset, keeping its delivery limit and isolation level; the old queue log is
 // deleted. Acknowledgements above the start offset and delivery counts are not
 // carried over: those records are delivered again, as Kafka's share consumers
-// tolerate (delivery is at least once). Called at Open only.
+// tolerate (delivery is at least once). A partition log that exists but failed to
+// load fences the share partition, its state kept for the next open; one that is
+// gone (or replaced) takes the state along. Called at Open only.
 func (m *Manager) migrateShare(q *Queue) error {
-	start, err := q.legacyShareStart()
-	if err != nil {
-		return err
-	}
 	var src *store.Log
 	committed := false
 	if len(q.bindings) == 1 {
 		b := q.bindings[0]
 		committed = b.committed.Load()
-		if l, err := m.st.Get(b.source); err == nil && l.Kind() == store.KindLog && (b.srcCreated == 0 || l.CreatedMs() == b.srcCreated) {
+		l, err := m.st.Get(b.source)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			m.log.Error("share partition's log unavailable; share partition fenced", zap.String("queue", q.name), zap.Error(err))
+			delete(m.queues, q.name)
+			m.fenced[q.name] = err
+			return nil
+		}
+		if err == nil && l.Kind() == store.KindLog && (b.srcCreated == 0 || l.CreatedMs() == b.srcCreated) {
 			src = l
 		}
+	}
+	var start int64
+	if src != nil {
+		start = q.legacyShareStart()
 	}
 	if err := m.delete(q.name, true); err != nil {
 		return err
@@ -249,22 +258,19 @@ func (m *Manager) migrateShare(q *Queue) error {
 	return nil
 }
 
-// legacyShareStart is the start offset of a share partition of the earlier layout:
-// the source offset of its window's first unacked message, or its binding's cursor
-// when everything copied is done.
-func (q *Queue) legacyShareStart() (int64, error) {
+// legacyShareStart is the start offset of a share partition of the earlier layout
+// (one binding): the source offset of its window's first unacked message, or its
+// binding's cursor when everything copied is done.
+func (q *Queue) legacyShareStart() int64 {
 	q.fill()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.bindings) != 1 {
-		return 0, fmt.Errorf("%w: %s has %d bindings", ErrState, q.name, len(q.bindings))
-	}
 	for _, m := range q.pending {
 		if m.state != stAcked {
-			return channel.SequenceToOffset(m.srcSeq), nil
+			return channel.SequenceToOffset(m.srcSeq)
 		}
 	}
-	return channel.SequenceToOffset(q.bindings[0].cursor.Load()), nil
+	return channel.SequenceToOffset(q.bindings[0].cursor.Load())
 }
 
 func shareConfig(deliveryLimit int32) Config {
