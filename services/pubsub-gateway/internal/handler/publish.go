@@ -28,6 +28,13 @@ const (
 	maxOrderingKeyLen    = 1024
 )
 
+// MaxClientMessageBytes is the largest gRPC message read from a Pub/Sub client, in
+// bytes: twice Google's publish request limit, so a publish somewhat over the limit is
+// still answered with Google's INVALID_ARGUMENT (validatePublish) while a bigger one is
+// refused by gRPC (RESOURCE_EXHAUSTED) before it is held in memory. Google's clients
+// keep every request under the publish limit (acknowledgements under 512 KiB).
+const MaxClientMessageBytes = 2 * maxPublishBytes
+
 // Reserved headers on gcp.<topic> records: visible to native readers, stripped for
 // Pub/Sub clients (every header starting with "_" is).
 const (

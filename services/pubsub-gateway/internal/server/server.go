@@ -147,6 +147,9 @@ func New(cfg Config, log *zap.Logger) (s *Server, err error) {
 
 	edge := handler.NewEdge(log.Named("edge"))
 	srv.grpc = grpcx.NewServer(log.Named("grpc"), append([]grpc.ServerOption{
+		// Clients are not the internal bus: their messages are held to Pub/Sub's size
+		// (the option overrides grpcx's 256 MiB; replies keep grpcx's limit).
+		grpc.MaxRecvMsgSize(handler.MaxClientMessageBytes),
 		grpc.ChainUnaryInterceptor(srv.logUnary, srv.gateUnary, edge.Unary),
 		grpc.ChainStreamInterceptor(srv.logStream, srv.gateStream, edge.Stream),
 	}, tlsOpts...)...)

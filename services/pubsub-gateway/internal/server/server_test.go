@@ -92,3 +92,45 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("%+v refused: %v", ok, err)
 	}
 }
+
+// TestClientMessageLimit: a client's gRPC message is read only up to
+// handler.MaxClientMessageBytes (twice Google's 10 MB publish limit): a bigger one is
+// refused by gRPC (RESOURCE_EXHAUSTED) before it is held in memory, where the internal
+// bus's 256 MiB limit let a few concurrent publishes of that size hold gigabytes only
+// to answer INVALID_ARGUMENT. A publish under the cap is still read and answered (here
+// by the readiness gate, the backends being absent).
+func TestClientMessageLimit(t *testing.T) {
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", StorageAddr: deadAddr(t), CoordinatorAddr: deadAddr(t)}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	pub := pubsubpb.NewPublisherClient(cc)
+	publish := func(n int) error {
+		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer ccancel()
+		_, err := pub.Publish(cctx, &pubsubpb.PublishRequest{Topic: "projects/p/topics/abcd",
+			Messages: []*pubsubpb.PubsubMessage{{Data: make([]byte, n)}}})
+		return err
+	}
+	if err := publish(12 << 20); status.Code(err) != codes.Unavailable {
+		t.Errorf("12 MiB publish while not ready: %v, want UNAVAILABLE (read, then refused by the gate)", err)
+	}
+	if err := publish(40 << 20); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("40 MiB publish: %v, want RESOURCE_EXHAUSTED (over the client message limit)", err)
+	}
+}
