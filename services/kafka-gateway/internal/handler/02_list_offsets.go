@@ -10,7 +10,9 @@ package handler
 //     offset; timestamp -1.
 //   - -3 max timestamp (v7+, KIP-734): the record with the largest timestamp; offset -1,
 //     timestamp -1 on an empty log.
-//   - -5 latest-tiered (v9+, KIP-1005): nothing is tiered: offset -1, timestamp -1.
+//   - -5 latest-tiered (v9+, KIP-1005): nothing is tiered: offset -1, timestamp -1, once
+//     the partition is known to exist (an unknown one is UNKNOWN_TOPIC_OR_PARTITION, as
+//     for every timestamp).
 //   - t >= 0: the first record with timestamp >= t; offset -1, timestamp -1 when none
 //     (as Kafka).
 //   - Leader epoch 0 on answers with an offset, -1 otherwise. Unknown topic/partition:
@@ -56,6 +58,9 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 		ch       string
 		ts       int64
 		epochErr int16 // answer once the partition is known to exist
+		// existsOnly: looked up only to learn that the partition exists (latest
+		// tiered: nothing is tiered, so the answer stays offset -1).
+		existsOnly bool
 	}
 	type tp struct {
 		topic string
@@ -113,17 +118,16 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 				if ts := p.Timestamp; ts == -1 || ts == -2 || ts == -4 {
 					rp.Offset, rp.LeaderEpoch = 0, 0 // an empty log: start = end = 0
 				}
-			case p.Timestamp == -5 && epochErr == 0:
-				// Nothing is tiered.
 			default:
 				ts := p.Timestamp
 				if ts == -4 {
 					ts = -2
 				}
-				if epochErr != 0 {
+				existsOnly := ts == -5
+				if epochErr != 0 || existsOnly {
 					ts = -1 // looked up only to learn that the partition exists
 				}
-				jobs = append(jobs, job{t: ti, p: len(resp.Topics[ti].Partitions), ch: channel.KafkaPartition(t.Topic, p.Partition), ts: ts, epochErr: epochErr})
+				jobs = append(jobs, job{t: ti, p: len(resp.Topics[ti].Partitions), ch: channel.KafkaPartition(t.Topic, p.Partition), ts: ts, epochErr: epochErr, existsOnly: existsOnly})
 			}
 			resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, rp)
 		}
@@ -148,7 +152,7 @@ func (h *Handler) handleListOffsets(ctx context.Context, r *Request) (kmsg.Respo
 			j.rp.ErrorCode = j.epochErr
 			return
 		}
-		if !out.GetFound() {
+		if !out.GetFound() || j.existsOnly {
 			return
 		}
 		j.rp.Offset = channel.SequenceToOffset(out.GetSequence())

@@ -449,6 +449,36 @@ func TestListOffsets(t *testing.T) {
 	}
 }
 
+// TestListOffsetsLatestTieredUnknownPartition: latest-tiered (-5, KIP-1005) answers
+// offset -1 only for a partition that exists (nothing is tiered); for an unknown topic
+// or partition it is UNKNOWN_TOPIC_OR_PARTITION as for every other timestamp, since
+// Kafka's ReplicaManager looks the partition up before it looks at the timestamp.
+func TestListOffsetsLatestTieredUnknownPartition(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTopic(t, "lt", 1, nil)
+	ask := func(topic string, partition int32) kmsg.ListOffsetsResponseTopicPartition {
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp, rp.CurrentLeaderEpoch = partition, -5, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		return e.do(t, req, 9).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+	}
+	if p := ask("lt", 0); p.ErrorCode != 0 || p.Offset != -1 || p.Timestamp != -1 {
+		t.Errorf("latest tiered of lt/0: %s offset %d timestamp %d, want NONE -1 -1", code(p.ErrorCode), p.Offset, p.Timestamp)
+	}
+	for _, c := range []struct {
+		topic string
+		part  int32
+	}{{"lt", 3}, {"missing", 0}} {
+		if p := ask(c.topic, c.part); p.ErrorCode != kerr.UnknownTopicOrPartition.Code {
+			t.Errorf("latest tiered of %s/%d: %s, want UNKNOWN_TOPIC_OR_PARTITION", c.topic, c.part, code(p.ErrorCode))
+		}
+	}
+}
+
 func TestMetadata(t *testing.T) {
 	e := newEnv(t, nil)
 	ct := e.createTopic(t, "m", 6, nil)
