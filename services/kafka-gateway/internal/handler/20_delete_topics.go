@@ -4,9 +4,12 @@ package handler
 //
 // Behaviour: topics are named (v1-5: names; v6+: name or topic id, KIP-516). Ids are
 // resolved to names through the metadata cache (refreshed on a miss); an unknown id is
-// UNKNOWN_TOPIC_ID. The coordinator deletes the topic, its channels and the groups'
-// committed offsets of it (as Kafka's group coordinator does) in one call; an
-// unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one INVALID_TOPIC_EXCEPTION.
+// UNKNOWN_TOPIC_ID. As Kafka's ControllerApis.deleteTopics: a name or id given more
+// than once is answered once, INVALID_REQUEST, and not deleted; a row with both a name
+// and an id, or neither, is INVALID_REQUEST. The coordinator deletes the topic, its
+// channels and the groups' committed offsets of it (as Kafka's group coordinator does)
+// in one call; an unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one
+// INVALID_TOPIC_EXCEPTION.
 // Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
 // With the authorizer on, as Kafka 4's ControllerApis.deleteTopics: DELETE on the
 // cluster allows every topic; else each needs DELETE on the topic, otherwise
@@ -46,11 +49,47 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 			items = append(items, item{name: &n})
 		}
 	}
+	// Rows Kafka's ControllerApis.deleteTopics refuses before deleting anything: a name
+	// or id given more than once (answered once, not deleted), a row with both a name
+	// and an id, or neither.
+	names, ids := map[string]int{}, map[[16]byte]int{}
+	for _, it := range items {
+		switch {
+		case it.name != nil && it.id == [16]byte{}:
+			names[*it.name]++
+		case it.name == nil && it.id != [16]byte{}:
+			ids[it.id]++
+		}
+	}
+	refused := func(name *string, id [16]byte, msg string) {
+		rt := kmsg.NewDeleteTopicsResponseTopic()
+		rt.Topic, rt.TopicID = name, id
+		rt.ErrorCode, rt.ErrorMessage = kerr.InvalidRequest.Code, &msg
+		resp.Topics = append(resp.Topics, rt)
+	}
 	dreq := &coordinatorv1.DeleteTopicsRequest{}
 	idx := map[string][]int{}
 	x := h.access(ctx, r)
 	all := x.cluster(kafkaacl.OpDelete)
 	for _, it := range items {
+		switch {
+		case it.name != nil && it.id != [16]byte{}:
+			refused(it.name, it.id, "You may not specify both topic name and topic id.")
+			continue
+		case it.name == nil && it.id == [16]byte{}:
+			refused(nil, it.id, "Neither topic name nor id were specified.")
+			continue
+		case it.name != nil && names[*it.name] > 1:
+			refused(it.name, it.id, "Duplicate topic name.")
+			names[*it.name] = -1 // answered; its other rows are skipped
+			continue
+		case it.name == nil && ids[it.id] > 1:
+			refused(nil, it.id, "Duplicate topic id.")
+			ids[it.id] = -1
+			continue
+		case it.name != nil && names[*it.name] < 0, it.name == nil && ids[it.id] < 0:
+			continue
+		}
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic, rt.TopicID = it.name, it.id
 		i := len(resp.Topics)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"strings"
 	"testing"
@@ -676,6 +677,55 @@ func TestDeleteTopics(t *testing.T) {
 	old.TopicNames = []string{"da"}
 	if r := e.do(t, old, 1).(*kmsg.DeleteTopicsResponse); r.Topics[0].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Errorf("delete again: %s", code(r.Topics[0].ErrorCode))
+	}
+}
+
+// TestDeleteTopicsDuplicates: as Kafka's ControllerApis.deleteTopics, a topic named (or
+// asked by id) twice is answered once with INVALID_REQUEST and is not deleted; a row
+// with both a name and an id, or neither, is INVALID_REQUEST; the other rows are
+// served.
+func TestDeleteTopicsDuplicates(t *testing.T) {
+	e := newEnv(t, nil)
+	e.createTopic(t, "dup", 1, nil)
+	byID := e.createTopic(t, "dupid", 1, nil).TopicID
+	both := e.createTopic(t, "both", 1, nil).TopicID
+	e.createTopic(t, "gone", 1, nil)
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.Topics = []kmsg.DeleteTopicsRequestTopic{
+		{Topic: kmsg.StringPtr("dup")}, {TopicID: byID}, {Topic: kmsg.StringPtr("gone")},
+		{Topic: kmsg.StringPtr("dup")}, {TopicID: byID}, {Topic: kmsg.StringPtr("both"), TopicID: both}, {},
+	}
+	resp := e.do(t, req, 6).(*kmsg.DeleteTopicsResponse)
+	got := map[string]int16{}
+	for _, rt := range resp.Topics {
+		k := fmt.Sprintf("%x", rt.TopicID)
+		if rt.Topic != nil {
+			k = *rt.Topic
+		}
+		if _, seen := got[k]; seen {
+			t.Errorf("%s answered twice", k)
+		}
+		got[k] = rt.ErrorCode
+	}
+	want := map[string]int16{
+		"dup": kerr.InvalidRequest.Code, fmt.Sprintf("%x", byID): kerr.InvalidRequest.Code, "gone": 0,
+		"both": kerr.InvalidRequest.Code, fmt.Sprintf("%x", [16]byte{}): kerr.InvalidRequest.Code,
+	}
+	for k, w := range want {
+		if c, ok := got[k]; !ok || c != w {
+			t.Errorf("DeleteTopics row %s: %s (answered %v), want %s", k, code(c), ok, code(w))
+		}
+	}
+	meta := kmsg.NewPtrMetadataRequest()
+	for _, n := range []string{"dup", "dupid", "both", "gone"} {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(n)
+		meta.Topics = append(meta.Topics, mt)
+	}
+	for _, mt := range e.do(t, meta, 12).(*kmsg.MetadataResponse).Topics {
+		if exists := mt.ErrorCode == 0; exists != (*mt.Topic != "gone") {
+			t.Errorf("after DeleteTopics, %s: %s", *mt.Topic, code(mt.ErrorCode))
+		}
 	}
 }
 
