@@ -12,7 +12,8 @@ package handler
 //     other is INVALID_REPLICATION_FACTOR. Manual replica assignments are
 //     INVALID_REQUEST. A name given twice in one request is INVALID_REQUEST for both.
 //   - Kafka's internal topics (channel.KafkaInternalTopics) exist already:
-//     TOPIC_ALREADY_EXISTS.
+//     TOPIC_ALREADY_EXISTS. __cluster_metadata (KRaft's metadata log) is INVALID_REQUEST,
+//     "Creation of internal topic __cluster_metadata is prohibited.", as in Kafka.
 //   - validate_only is passed through. The created topic is put in the metadata cache
 //     at once, so a Produce right after CreateTopics finds it.
 //   - v5+ answers carry the partition count, replication factor 1 and the topic's
@@ -40,6 +41,10 @@ import (
 
 func init() { register(kmsg.CreateTopics.Int16(), 2, 7, (*Handler).handleCreateTopics) }
 
+// clusterMetadataTopic is KRaft's metadata log (Kafka's Topic.CLUSTER_METADATA_TOPIC_NAME),
+// which Kafka's ControllerApis.createTopics refuses to create (INVALID_REQUEST).
+const clusterMetadataTopic = "__cluster_metadata"
+
 func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.CreateTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
@@ -59,6 +64,9 @@ func (h *Handler) handleCreateTopics(ctx context.Context, r *Request) (kmsg.Resp
 		case count[t.Topic] > 1:
 			rt.ErrorCode = kerr.InvalidRequest.Code
 			rt.ErrorMessage = strPtr("topic named more than once in the request")
+		case t.Topic == clusterMetadataTopic:
+			rt.ErrorCode = kerr.InvalidRequest.Code
+			rt.ErrorMessage = strPtr("Creation of internal topic " + clusterMetadataTopic + " is prohibited.")
 		case !x.mayCreate(t.Topic):
 			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			rt.ErrorMessage = strPtr("Authorization failed.")

@@ -148,6 +148,11 @@ func TestCreateTopicsErrors(t *testing.T) {
 	if got := e.createTopic(t, "dflt", 1, nil).ErrorCode; got != kerr.TopicAlreadyExists.Code {
 		t.Errorf("create twice: %s", code(got))
 	}
+	// KRaft's metadata log: Kafka's ControllerApis.createTopics prohibits the name.
+	if got := e.createTopic(t, "__cluster_metadata", 1, nil); got.ErrorCode != kerr.InvalidRequest.Code || got.ErrorMessage == nil ||
+		*got.ErrorMessage != "Creation of internal topic __cluster_metadata is prohibited." {
+		t.Errorf("create __cluster_metadata: %s %v, want INVALID_REQUEST", code(got.ErrorCode), got.ErrorMessage)
+	}
 
 	req := kmsg.NewPtrCreateTopicsRequest()
 	for _, rf := range []int16{3, 1, -1} {
