@@ -77,6 +77,8 @@ type Log struct {
 	wal walLog
 	// clean is the log cleaner's state (compacted channels; cleaner.go).
 	clean cleanerLog
+	// epochs is the leader-epoch index (raft mode; epochs.go), nil otherwise.
+	epochs *epochIndex
 }
 
 // Name is the channel name.
@@ -237,6 +239,12 @@ func openLog(st *Store, dir string) (*Log, error) {
 	l.durable = l.next
 	l.logStart.Store(min(max(m.LogStartOffset, l.segs[0].base), l.next))
 	l.trimTxns(l.logStart.Load())
+	if st.opts.Raft != nil {
+		if err := l.openEpochs(); err != nil {
+			l.closeFiles()
+			return nil, err
+		}
+	}
 	l.publish(hwMark{next: l.next, segBase: l.active.base, pos: l.active.size.Load()})
 	l.LastStable() // drops the recovered markers from the not-yet-durable list
 	return l, nil
@@ -1221,7 +1229,8 @@ func (l *Log) enforceRetention(nowMs int64) {
 	}
 	// In raft mode only DeleteRecords' entries run this (at apply): what it changes
 	// must not depend on this replica's clock or segment sizes, so neither producer
-	// expiry nor time and size retention run here.
+	// expiry (the leader proposes it: raftExpireProducers) nor time and size
+	// retention run here.
 	raft := l.st.raft != nil
 	if !raft {
 		l.prods.expire(nowMs, func(pid int64) bool { _, ok := l.openTxn(pid); return ok })

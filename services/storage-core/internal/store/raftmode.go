@@ -37,7 +37,10 @@ import (
 // Transaction markers are entries of the channel's group, written at apply.
 // Channel config changes are entries of the metadata group. DeleteRecords is an entry
 // of the channel's group (cmdRaftTrim), and time and size retention run on each
-// channel's leader only, which proposes the log start they leave as such an entry.
+// channel's leader only, which proposes the log start they leave as such an entry;
+// producer-state expiry likewise (cmdRaftExpire, raftmode_expiry.go). Each entry that
+// writes records assigns its term in the channel's leader-epoch index
+// (raftmode_epochs.go), which OffsetForLeaderEpoch answers from.
 // Not replicated yet, so refused in raft mode: queues.
 
 // Errors of raft mode.
@@ -618,7 +621,13 @@ const maxApplyBuf = 4 << 20
 
 func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	l := m.l
+	if res, ok, err := l.applyRaftOther(term, payload); ok {
+		return res, err
+	}
 	if len(payload) == raftMarkerLen && payload[0] == cmdRaftMarker {
+		if err := l.assignEpoch(term); err != nil {
+			return nil, err
+		}
 		mk := TxnMarker{
 			Commit:           payload[1]&flagCommit != 0,
 			ProducerID:       int64(binary.BigEndian.Uint64(payload[10:])),
@@ -629,7 +638,11 @@ func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
 		return res, err
 	}
 	if len(payload) == raftTrimLen && payload[0] == cmdRaftTrim {
-		return l.deleteRecords(int64(binary.BigEndian.Uint64(payload[10:])))
+		start, err := l.deleteRecords(int64(binary.BigEndian.Uint64(payload[10:])))
+		if err == nil {
+			err = l.epochs.trimStart(start)
+		}
+		return start, err
 	}
 	if len(payload) < 10 || payload[0] != cmdRaftBatches {
 		l.log.Error("unknown raft entry skipped", zap.Uint64("index", index))
@@ -653,6 +666,9 @@ func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	}
 	hdrs, err := l.checkBatches(b, o, nil)
 	if err != nil {
+		return nil, err
+	}
+	if err := l.assignEpoch(term); err != nil {
 		return nil, err
 	}
 	res, _, err := l.writeChecked(b, hdrs, now, l.entryLogAppendTime(payload[1]))

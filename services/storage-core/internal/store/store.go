@@ -270,14 +270,16 @@ func (s *Store) snapshot() []*Log {
 	return out
 }
 
-// RunRetention applies retention to every channel once. In raft mode it runs on each
-// channel's leader only, which proposes the log start its own segments' time and size
-// retention leave as a DeleteRecords entry (raftRetention).
+// RunRetention applies retention and producer-state expiry to every channel once. In
+// raft mode it runs on each channel's leader only, which proposes the log start its own
+// segments' time and size retention leave as a DeleteRecords entry (raftRetention) and
+// the producers it expires as an expiry entry (raftExpireProducers).
 func (s *Store) RunRetention() {
 	now := s.nowMs()
 	for _, l := range s.snapshot() {
 		if s.raft != nil {
 			l.raftRetention(now)
+			l.raftExpireProducers(now)
 			continue
 		}
 		l.enforceRetention(now)
