@@ -65,7 +65,8 @@ func StorageReads(method string) bool {
 	switch method {
 	case storagev1.StorageService_GetChannel_FullMethodName, storagev1.StorageService_ListChannels_FullMethodName,
 		storagev1.StorageService_Read_FullMethodName, storagev1.StorageService_LookupSequence_FullMethodName,
-		storagev1.StorageService_Fetch_FullMethodName, storagev1.StorageService_DescribeProducers_FullMethodName:
+		storagev1.StorageService_Fetch_FullMethodName, storagev1.StorageService_DescribeProducers_FullMethodName,
+		storagev1.StorageService_OffsetForLeaderEpoch_FullMethodName:
 		return true
 	}
 	return false

@@ -122,6 +122,13 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		next[p] = p
 	}
 	got := 0
+	// Partition 0's epochs in offset order, each with its first offset (the batches'
+	// partitionLeaderEpoch: the Raft term each was committed in).
+	type epochStart struct {
+		epoch  int32
+		offset int64
+	}
+	var p0 []epochStart
 	for got < n {
 		fs := consumer.PollFetches(cctx)
 		if err := cctx.Err(); err != nil {
@@ -136,12 +143,36 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 			}
 			next[p] += partitions
 			got++
+			if p == 0 && (len(p0) == 0 || r.LeaderEpoch > p0[len(p0)-1].epoch) {
+				p0 = append(p0, epochStart{r.LeaderEpoch, r.Offset})
+			}
 		})
 	}
 	// Partition 0 has a new leader, elected in a later Raft term: its leader epoch grew.
 	if after := partitionEpoch(t, s.KafkaAddrs, topic, 0); epochBefore <= 0 || after <= epochBefore {
 		t.Fatalf("partition 0 leader epoch %d before its leader was killed, %d after; want a positive one that grew", epochBefore, after)
 	}
+	// OffsetForLeaderEpoch answers from the leader's epoch index: each epoch partition 0
+	// was written in ends where the next one begins, the last at the end of the log.
+	if len(p0) < 2 {
+		t.Fatalf("partition 0's records carry the epochs %v, want at least two (the leader was killed)", p0)
+	}
+	var req kadm.OffsetForLeaderEpochRequest
+	for i, e := range p0 {
+		req.Add(topic, 0, e.epoch)
+		oe, err := newAdmin(t, s.KafkaAddrs).OffsetForLeaderEpoch(ctxT(t, 10*time.Second), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := int64(n / partitions)
+		if i+1 < len(p0) {
+			end = p0[i+1].offset
+		}
+		if r := oe[topic][0]; r.Err != nil || r.LeaderEpoch != e.epoch || r.EndOffset != end {
+			t.Fatalf("OffsetForLeaderEpoch of partition 0 epoch %d (epochs %v): %+v, want epoch %d end offset %d", e.epoch, p0, r, e.epoch, end)
+		}
+	}
+	t.Logf("partition 0 epochs (epoch, first offset): %v", p0)
 	// Nothing after the last value: each end offset is its count of values.
 	ends, err := newAdmin(t, s.KafkaAddrs).ListEndOffsets(ctxT(t, 10*time.Second), topic)
 	if err != nil {

@@ -4,13 +4,18 @@ package handler
 //
 // With one storage node every partition has leader epoch 0 forever (one durable copy,
 // any replica serves it). With several (raft mode, epochs.go) the leader epoch is the
-// term of the channel's Raft group: current_leader_epoch is checked against it
-// (FENCED_LEADER_EPOCH below, UNKNOWN_LEADER_EPOCH above), a requested epoch up to the
-// term is answered with that epoch and the high watermark as its end offset (the end
-// of an earlier epoch is not indexed; committed records are never truncated in raft
-// mode, so a larger end offset never makes a client truncate), one above the term or
-// below 0 with epoch -1 / offset -1 (UNDEFINED). Behaviour with one node, per partition: a requested epoch of 0 or more returns epoch 0 and end
-// offset = the high watermark (storage-core GetChannel); a current_leader_epoch above 0
+// term of the channel's Raft group, and each partition is asked of its leader
+// (storage-core OffsetForLeaderEpoch, answered from the channel's leader-epoch index
+// as Kafka's leader answers from its leader-epoch cache): for the current epoch, that
+// epoch and the high watermark; for an older one, the largest epoch at or below it and
+// the start offset of the next epoch; one above the current or below 0 epoch -1 /
+// offset -1 (UNDEFINED). current_leader_epoch is checked against the term that answer
+// was computed in (FENCED_LEADER_EPOCH below it, UNKNOWN_LEADER_EPOCH above, -1 not
+// checked), as Kafka's Partition.checkCurrentLeaderEpoch does. Behaviour with one node,
+// per partition: a requested epoch of 0 or more returns epoch 0 and end
+// offset = the high watermark (storage-core GetChannel; stored batches keep the
+// partitionLeaderEpoch their producer sent, so a consumer may ask with any epoch and
+// must not see a truncation); a current_leader_epoch above 0
 // is UNKNOWN_LEADER_EPOCH (the client knows an epoch we never handed out), one below 0
 // other than -1 (not given) is FENCED_LEADER_EPOCH (leaderEpochCode, shared with
 // ListOffsets; Kafka's Partition.checkCurrentLeaderEpoch); a requested
@@ -86,26 +91,16 @@ func (h *Handler) handleOffsetForLeaderEpoch(ctx context.Context, r *Request) (k
 		j := jobs[i]
 		cctx, cancel := context.WithTimeout(ctx, storageCallTimeout)
 		defer cancel()
+		if h.router != nil {
+			h.router.offsetForLeaderEpoch(cctx, j.rp, j.ch, j.requested, j.current)
+			return
+		}
 		out, err := h.storage.GetChannel(cctx, &storagev1.GetChannelRequest{Name: j.ch})
 		if err != nil {
 			j.rp.ErrorCode = dataCode(err)
 			return
 		}
-		if h.router == nil {
-			j.rp.LeaderEpoch = 0
-			j.rp.EndOffset = out.GetChannel().GetHighWatermark()
-			return
-		}
-		h.router.learnChannel(j.ch, out.GetChannel())
-		if code := h.router.epochCode(ctx, j.ch, j.current); code != 0 {
-			j.rp.ErrorCode = code
-			return
-		}
-		term, ok := h.router.epoch(j.ch)
-		if !ok || j.requested < 0 || j.requested > term {
-			return // UNDEFINED, as Kafka answers an epoch it never had
-		}
-		j.rp.LeaderEpoch = j.requested
+		j.rp.LeaderEpoch = 0
 		j.rp.EndOffset = out.GetChannel().GetHighWatermark()
 	})
 	return resp, nil

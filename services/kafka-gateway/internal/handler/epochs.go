@@ -22,6 +22,7 @@ import (
 	"math"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
@@ -135,4 +136,31 @@ func (h *Handler) leaderEpoch(ch string) int32 {
 		return e
 	}
 	return -1
+}
+
+// offsetForLeaderEpoch answers rp (OffsetForLeaderEpoch of channel ch) from the
+// channel's leader: its answer for requested, current checked against the term it
+// answered in (which the Router then keeps for ch).
+func (r *Router) offsetForLeaderEpoch(ctx context.Context, rp *kmsg.OffsetForLeaderEpochResponseTopicPartition, ch string, requested, current int32) {
+	out, err := r.StorageServiceClient.OffsetForLeaderEpoch(ctx, &storagev1.OffsetForLeaderEpochRequest{Channel: ch, LeaderEpoch: requested})
+	if err != nil {
+		rp.ErrorCode = dataCode(err)
+		return
+	}
+	term := out.GetCurrentLeaderEpoch()
+	if term > 0 {
+		r.emu.Lock()
+		r.epochs[ch] = term
+		r.emu.Unlock()
+	}
+	switch {
+	case current == -1:
+	case current < term:
+		rp.ErrorCode = kerr.FencedLeaderEpoch.Code
+		return
+	case current > term:
+		rp.ErrorCode = kerr.UnknownLeaderEpoch.Code
+		return
+	}
+	rp.LeaderEpoch, rp.EndOffset = out.GetLeaderEpoch(), out.GetEndSequence()
 }

@@ -64,6 +64,27 @@ func (n *routeNode) GetChannel(_ context.Context, in *storagev1.GetChannelReques
 	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: in.GetName(), LeaderAddress: n.leader, LeaderTerm: n.term.Load(), HighWatermark: 3}}, nil
 }
 
+// OffsetForLeaderEpoch answers from the epoch index {1: 0, term: 3} and high
+// watermark 5, on the channel's leader only.
+func (n *routeNode) OffsetForLeaderEpoch(ctx context.Context, in *storagev1.OffsetForLeaderEpochRequest) (*storagev1.OffsetForLeaderEpochResponse, error) {
+	if !n.leads[in.GetChannel()] {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(grpcx.LeaderTrailer, n.leader))
+		return nil, status.Error(codes.FailedPrecondition, "not the leader")
+	}
+	term, req := int32(n.term.Load()), in.GetLeaderEpoch()
+	out := &storagev1.OffsetForLeaderEpochResponse{LeaderEpoch: -1, EndSequence: -1, CurrentLeaderEpoch: term}
+	switch {
+	case req < 0 || req > term:
+	case req == term:
+		out.LeaderEpoch, out.EndSequence = term, 5
+	case req < 1:
+		out.LeaderEpoch, out.EndSequence = req, 0
+	default:
+		out.LeaderEpoch, out.EndSequence = 1, 3
+	}
+	return out, nil
+}
+
 func (n *routeNode) Fetch(_ context.Context, in *storagev1.FetchRequest) (*storagev1.FetchResponse, error) {
 	out := &storagev1.FetchResponse{}
 	for _, c := range in.GetChannels() {
@@ -206,9 +227,10 @@ func TestRouterProduceCodes(t *testing.T) {
 // current epoch or -1, get FENCED_LEADER_EPOCH with the epoch before the election and
 // UNKNOWN_LEADER_EPOCH with one no node has reached (an epoch other than the cached
 // one is asked again, so a re-created channel's smaller term reads); ListOffsets
-// answers the term; OffsetForLeaderEpoch answers a requested epoch up to the term
-// with the high watermark, one above it UNDEFINED, and checks current_leader_epoch
-// too.
+// answers the term; OffsetForLeaderEpoch passes on the leader's answer (storage-core
+// OffsetForLeaderEpoch: the epoch at or below the one asked and the next epoch's
+// start, the current epoch's end at the high watermark, one above it UNDEFINED), and
+// checks current_leader_epoch against the term of that answer.
 func TestRouterLeaderEpochs(t *testing.T) {
 	nodes, _ := startRouteNodes(t, 1)
 	n := nodes[0]
@@ -270,8 +292,12 @@ func TestRouterLeaderEpochs(t *testing.T) {
 			t.Fatalf("ListOffsets with epoch %d: %s, leader epoch %d, want 4", ep, code(p.ErrorCode), p.LeaderEpoch)
 		}
 	}
-	if p := forEpoch(4, 2); p.ErrorCode != 0 || p.LeaderEpoch != 2 || p.EndOffset != 3 {
-		t.Fatalf("OffsetForLeaderEpoch of epoch 2: %+v, want epoch 2 end offset 3", p)
+	// The leader's answer from its epoch index: epoch 2 lies between 1 and the term.
+	if p := forEpoch(4, 2); p.ErrorCode != 0 || p.LeaderEpoch != 1 || p.EndOffset != 3 {
+		t.Fatalf("OffsetForLeaderEpoch of epoch 2: %+v, want epoch 1 end offset 3", p)
+	}
+	if p := forEpoch(-1, 4); p.ErrorCode != 0 || p.LeaderEpoch != 4 || p.EndOffset != 5 {
+		t.Fatalf("OffsetForLeaderEpoch of the current epoch 4: %+v, want epoch 4 end offset 5", p)
 	}
 	if p := forEpoch(-1, 5); p.ErrorCode != 0 || p.LeaderEpoch != -1 || p.EndOffset != -1 {
 		t.Fatalf("OffsetForLeaderEpoch of epoch 5 (above the term): %+v, want UNDEFINED", p)

@@ -18,13 +18,14 @@ var authRules = grpcx.Rules{
 	storagev1.StorageService_CreateChannel_FullMethodName: {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.CreateChannelRequest) string { return m.GetName() })},
 	storagev1.StorageService_GetChannel_FullMethodName:    {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.GetChannelRequest) string { return m.GetName() })},
 	// A listing is allowed when a right covers the whole prefix asked for.
-	storagev1.StorageService_ListChannels_FullMethodName:        {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.ListChannelsRequest) string { return m.GetPrefix() })},
-	storagev1.StorageService_DeleteChannel_FullMethodName:       {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.DeleteChannelRequest) string { return m.GetName() })},
-	storagev1.StorageService_UpdateChannelConfig_FullMethodName: {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.UpdateChannelConfigRequest) string { return m.GetName() })},
-	storagev1.StorageService_Append_FullMethodName:              {Verb: grpcx.VerbAppend, Resources: one(func(m *storagev1.AppendRequest) string { return m.GetChannel() })},
-	storagev1.StorageService_Read_FullMethodName:                {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.ReadRequest) string { return m.GetChannel() })},
-	storagev1.StorageService_Subscribe_FullMethodName:           {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.SubscribeRequest) string { return m.GetChannel() })},
-	storagev1.StorageService_LookupSequence_FullMethodName:      {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.LookupSequenceRequest) string { return m.GetChannel() })},
+	storagev1.StorageService_ListChannels_FullMethodName:         {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.ListChannelsRequest) string { return m.GetPrefix() })},
+	storagev1.StorageService_DeleteChannel_FullMethodName:        {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.DeleteChannelRequest) string { return m.GetName() })},
+	storagev1.StorageService_UpdateChannelConfig_FullMethodName:  {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.UpdateChannelConfigRequest) string { return m.GetName() })},
+	storagev1.StorageService_Append_FullMethodName:               {Verb: grpcx.VerbAppend, Resources: one(func(m *storagev1.AppendRequest) string { return m.GetChannel() })},
+	storagev1.StorageService_Read_FullMethodName:                 {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.ReadRequest) string { return m.GetChannel() })},
+	storagev1.StorageService_Subscribe_FullMethodName:            {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.SubscribeRequest) string { return m.GetChannel() })},
+	storagev1.StorageService_LookupSequence_FullMethodName:       {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.LookupSequenceRequest) string { return m.GetChannel() })},
+	storagev1.StorageService_OffsetForLeaderEpoch_FullMethodName: {Verb: grpcx.VerbRead, Resources: one(func(m *storagev1.OffsetForLeaderEpochRequest) string { return m.GetChannel() })},
 	// Kafka's DeleteRecords is a DELETE on the topic: an admin act here.
 	storagev1.StorageService_DeleteRecords_FullMethodName: {Verb: grpcx.VerbAdmin, Resources: one(func(m *storagev1.DeleteRecordsRequest) string { return m.GetChannel() })},
 	storagev1.StorageService_AppendBatches_FullMethodName: {Verb: grpcx.VerbAppend, Resources: func(m any) []string {

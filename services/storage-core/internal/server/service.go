@@ -456,6 +456,19 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 	}
 }
 
+func (s *service) OffsetForLeaderEpoch(_ context.Context, req *storagev1.OffsetForLeaderEpochRequest) (_ *storagev1.OffsetForLeaderEpochResponse, err error) {
+	defer func() { s.count("OffsetForLeaderEpoch", err) }()
+	l, err := s.channelFor(req.Channel)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	e, err := l.OffsetForLeaderEpoch(req.LeaderEpoch)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &storagev1.OffsetForLeaderEpochResponse{LeaderEpoch: e.Epoch, EndSequence: e.EndOffset, CurrentLeaderEpoch: e.Current}, nil
+}
+
 func (s *service) DeleteRecords(_ context.Context, req *storagev1.DeleteRecordsRequest) (_ *storagev1.DeleteRecordsResponse, err error) {
 	defer func() { s.count("DeleteRecords", err) }()
 	l, err := s.writableChannelFor(req.Channel)

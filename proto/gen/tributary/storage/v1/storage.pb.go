@@ -3175,6 +3175,125 @@ func (x *WriteTxnMarkersResponse) GetResults() []*TxnMarkerResult {
 	return nil
 }
 
+type OffsetForLeaderEpochRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Channel string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	// The leader epoch asked about (Kafka leader_epoch).
+	LeaderEpoch   int32 `protobuf:"varint,2,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochRequest) Reset() {
+	*x = OffsetForLeaderEpochRequest{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochRequest) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochRequest.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochRequest) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *OffsetForLeaderEpochRequest) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *OffsetForLeaderEpochRequest) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+type OffsetForLeaderEpochResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The largest epoch at or below the one asked (the one asked when it is older than
+	// every epoch the log keeps); -1 for UNDEFINED.
+	LeaderEpoch int32 `protobuf:"varint,1,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	// The sequence of the epoch's last record, numerically Kafka's end_offset (the offset
+	// after it), as high_watermark is; -1 for UNDEFINED.
+	EndSequence int64 `protobuf:"varint,2,opt,name=end_sequence,json=endSequence,proto3" json:"end_sequence,omitempty"`
+	// The channel's current leader epoch on the answering leader (its Raft term; 0 with
+	// one node), for Kafka's current_leader_epoch check.
+	CurrentLeaderEpoch int32 `protobuf:"varint,3,opt,name=current_leader_epoch,json=currentLeaderEpoch,proto3" json:"current_leader_epoch,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochResponse) Reset() {
+	*x = OffsetForLeaderEpochResponse{}
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochResponse) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochResponse.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochResponse) Descriptor() ([]byte, []int) {
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *OffsetForLeaderEpochResponse) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochResponse) GetEndSequence() int64 {
+	if x != nil {
+		return x.EndSequence
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochResponse) GetCurrentLeaderEpoch() int32 {
+	if x != nil {
+		return x.CurrentLeaderEpoch
+	}
+	return 0
+}
+
 type DescribeProducersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Channels      []string               `protobuf:"bytes,1,rep,name=channels,proto3" json:"channels,omitempty"`
@@ -3184,7 +3303,7 @@ type DescribeProducersRequest struct {
 
 func (x *DescribeProducersRequest) Reset() {
 	*x = DescribeProducersRequest{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3315,7 @@ func (x *DescribeProducersRequest) String() string {
 func (*DescribeProducersRequest) ProtoMessage() {}
 
 func (x *DescribeProducersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[41]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3328,7 @@ func (x *DescribeProducersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProducersRequest.ProtoReflect.Descriptor instead.
 func (*DescribeProducersRequest) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{41}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DescribeProducersRequest) GetChannels() []string {
@@ -3240,7 +3359,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3371,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[42]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3384,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{42}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ProducerState) GetProducerId() int64 {
@@ -3323,7 +3442,7 @@ type ChannelProducers struct {
 
 func (x *ChannelProducers) Reset() {
 	*x = ChannelProducers{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3454,7 @@ func (x *ChannelProducers) String() string {
 func (*ChannelProducers) ProtoMessage() {}
 
 func (x *ChannelProducers) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[43]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3467,7 @@ func (x *ChannelProducers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelProducers.ProtoReflect.Descriptor instead.
 func (*ChannelProducers) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{43}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ChannelProducers) GetChannel() string {
@@ -3389,7 +3508,7 @@ type DescribeProducersResponse struct {
 
 func (x *DescribeProducersResponse) Reset() {
 	*x = DescribeProducersResponse{}
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3520,7 @@ func (x *DescribeProducersResponse) String() string {
 func (*DescribeProducersResponse) ProtoMessage() {}
 
 func (x *DescribeProducersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tributary_storage_v1_storage_proto_msgTypes[44]
+	mi := &file_tributary_storage_v1_storage_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3533,7 @@ func (x *DescribeProducersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProducersResponse.ProtoReflect.Descriptor instead.
 func (*DescribeProducersResponse) Descriptor() ([]byte, []int) {
-	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{44}
+	return file_tributary_storage_v1_storage_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeProducersResponse) GetResults() []*ChannelProducers {
@@ -3635,7 +3754,14 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\x12'\n" +
 	"\x0fmarker_sequence\x18\x05 \x01(\x03R\x0emarkerSequence\"Z\n" +
 	"\x17WriteTxnMarkersResponse\x12?\n" +
-	"\aresults\x18\x01 \x03(\v2%.tributary.storage.v1.TxnMarkerResultR\aresults\"6\n" +
+	"\aresults\x18\x01 \x03(\v2%.tributary.storage.v1.TxnMarkerResultR\aresults\"Z\n" +
+	"\x1bOffsetForLeaderEpochRequest\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12!\n" +
+	"\fleader_epoch\x18\x02 \x01(\x05R\vleaderEpoch\"\x96\x01\n" +
+	"\x1cOffsetForLeaderEpochResponse\x12!\n" +
+	"\fleader_epoch\x18\x01 \x01(\x05R\vleaderEpoch\x12!\n" +
+	"\fend_sequence\x18\x02 \x01(\x03R\vendSequence\x120\n" +
+	"\x14current_leader_epoch\x18\x03 \x01(\x05R\x12currentLeaderEpoch\"6\n" +
 	"\x18DescribeProducersRequest\x12\x1a\n" +
 	"\bchannels\x18\x01 \x03(\tR\bchannels\"\x92\x02\n" +
 	"\rProducerState\x12\x1f\n" +
@@ -3687,7 +3813,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\x0eIsolationLevel\x12\x1f\n" +
 	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
 	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
-	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\x90\f\n" +
+	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x022\x8f\r\n" +
 	"\x0eStorageService\x12h\n" +
 	"\rCreateChannel\x12*.tributary.storage.v1.CreateChannelRequest\x1a+.tributary.storage.v1.CreateChannelResponse\x12_\n" +
 	"\n" +
@@ -3704,7 +3830,8 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	"\fAppendStream\x12).tributary.storage.v1.AppendStreamRequest\x1a*.tributary.storage.v1.AppendStreamResponse(\x010\x01\x12P\n" +
 	"\x05Fetch\x12\".tributary.storage.v1.FetchRequest\x1a#.tributary.storage.v1.FetchResponse\x12n\n" +
 	"\x0fWriteTxnMarkers\x12,.tributary.storage.v1.WriteTxnMarkersRequest\x1a-.tributary.storage.v1.WriteTxnMarkersResponse\x12t\n" +
-	"\x11DescribeProducers\x12..tributary.storage.v1.DescribeProducersRequest\x1a/.tributary.storage.v1.DescribeProducersResponseBIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
+	"\x11DescribeProducers\x12..tributary.storage.v1.DescribeProducersRequest\x1a/.tributary.storage.v1.DescribeProducersResponse\x12}\n" +
+	"\x14OffsetForLeaderEpoch\x121.tributary.storage.v1.OffsetForLeaderEpochRequest\x1a2.tributary.storage.v1.OffsetForLeaderEpochResponseBIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
 
 var (
 	file_tributary_storage_v1_storage_proto_rawDescOnce sync.Once
@@ -3719,58 +3846,60 @@ func file_tributary_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_tributary_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_tributary_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_tributary_storage_v1_storage_proto_goTypes = []any{
-	(ErrorCode)(0),                      // 0: tributary.storage.v1.ErrorCode
-	(CleanupPolicy)(0),                  // 1: tributary.storage.v1.CleanupPolicy
-	(TimestampType)(0),                  // 2: tributary.storage.v1.TimestampType
-	(ChannelKind)(0),                    // 3: tributary.storage.v1.ChannelKind
-	(IsolationLevel)(0),                 // 4: tributary.storage.v1.IsolationLevel
-	(*ChannelConfig)(nil),               // 5: tributary.storage.v1.ChannelConfig
-	(*Channel)(nil),                     // 6: tributary.storage.v1.Channel
-	(*CreateChannelRequest)(nil),        // 7: tributary.storage.v1.CreateChannelRequest
-	(*CreateChannelResponse)(nil),       // 8: tributary.storage.v1.CreateChannelResponse
-	(*GetChannelRequest)(nil),           // 9: tributary.storage.v1.GetChannelRequest
-	(*GetChannelResponse)(nil),          // 10: tributary.storage.v1.GetChannelResponse
-	(*ListChannelsRequest)(nil),         // 11: tributary.storage.v1.ListChannelsRequest
-	(*ListChannelsResponse)(nil),        // 12: tributary.storage.v1.ListChannelsResponse
-	(*DeleteChannelRequest)(nil),        // 13: tributary.storage.v1.DeleteChannelRequest
-	(*DeleteChannelResponse)(nil),       // 14: tributary.storage.v1.DeleteChannelResponse
-	(*UpdateChannelConfigRequest)(nil),  // 15: tributary.storage.v1.UpdateChannelConfigRequest
-	(*UpdateChannelConfigResponse)(nil), // 16: tributary.storage.v1.UpdateChannelConfigResponse
-	(*Header)(nil),                      // 17: tributary.storage.v1.Header
-	(*Record)(nil),                      // 18: tributary.storage.v1.Record
-	(*AppendRecord)(nil),                // 19: tributary.storage.v1.AppendRecord
-	(*AppendRequest)(nil),               // 20: tributary.storage.v1.AppendRequest
-	(*AppendProducer)(nil),              // 21: tributary.storage.v1.AppendProducer
-	(*AppendResponse)(nil),              // 22: tributary.storage.v1.AppendResponse
-	(*ReadRequest)(nil),                 // 23: tributary.storage.v1.ReadRequest
-	(*ReadResponse)(nil),                // 24: tributary.storage.v1.ReadResponse
-	(*SubscribeRequest)(nil),            // 25: tributary.storage.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),           // 26: tributary.storage.v1.SubscribeResponse
-	(*LookupSequenceRequest)(nil),       // 27: tributary.storage.v1.LookupSequenceRequest
-	(*LookupSequenceResponse)(nil),      // 28: tributary.storage.v1.LookupSequenceResponse
-	(*DeleteRecordsRequest)(nil),        // 29: tributary.storage.v1.DeleteRecordsRequest
-	(*DeleteRecordsResponse)(nil),       // 30: tributary.storage.v1.DeleteRecordsResponse
-	(*ChannelBatches)(nil),              // 31: tributary.storage.v1.ChannelBatches
-	(*AppendBatchesRequest)(nil),        // 32: tributary.storage.v1.AppendBatchesRequest
-	(*ChannelAppendResult)(nil),         // 33: tributary.storage.v1.ChannelAppendResult
-	(*AppendBatchesResponse)(nil),       // 34: tributary.storage.v1.AppendBatchesResponse
-	(*AppendStreamRequest)(nil),         // 35: tributary.storage.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),        // 36: tributary.storage.v1.AppendStreamResponse
-	(*FetchChannel)(nil),                // 37: tributary.storage.v1.FetchChannel
-	(*FetchRequest)(nil),                // 38: tributary.storage.v1.FetchRequest
-	(*FetchChannelResult)(nil),          // 39: tributary.storage.v1.FetchChannelResult
-	(*AbortedTransaction)(nil),          // 40: tributary.storage.v1.AbortedTransaction
-	(*FetchResponse)(nil),               // 41: tributary.storage.v1.FetchResponse
-	(*TxnMarker)(nil),                   // 42: tributary.storage.v1.TxnMarker
-	(*WriteTxnMarkersRequest)(nil),      // 43: tributary.storage.v1.WriteTxnMarkersRequest
-	(*TxnMarkerResult)(nil),             // 44: tributary.storage.v1.TxnMarkerResult
-	(*WriteTxnMarkersResponse)(nil),     // 45: tributary.storage.v1.WriteTxnMarkersResponse
-	(*DescribeProducersRequest)(nil),    // 46: tributary.storage.v1.DescribeProducersRequest
-	(*ProducerState)(nil),               // 47: tributary.storage.v1.ProducerState
-	(*ChannelProducers)(nil),            // 48: tributary.storage.v1.ChannelProducers
-	(*DescribeProducersResponse)(nil),   // 49: tributary.storage.v1.DescribeProducersResponse
+	(ErrorCode)(0),                       // 0: tributary.storage.v1.ErrorCode
+	(CleanupPolicy)(0),                   // 1: tributary.storage.v1.CleanupPolicy
+	(TimestampType)(0),                   // 2: tributary.storage.v1.TimestampType
+	(ChannelKind)(0),                     // 3: tributary.storage.v1.ChannelKind
+	(IsolationLevel)(0),                  // 4: tributary.storage.v1.IsolationLevel
+	(*ChannelConfig)(nil),                // 5: tributary.storage.v1.ChannelConfig
+	(*Channel)(nil),                      // 6: tributary.storage.v1.Channel
+	(*CreateChannelRequest)(nil),         // 7: tributary.storage.v1.CreateChannelRequest
+	(*CreateChannelResponse)(nil),        // 8: tributary.storage.v1.CreateChannelResponse
+	(*GetChannelRequest)(nil),            // 9: tributary.storage.v1.GetChannelRequest
+	(*GetChannelResponse)(nil),           // 10: tributary.storage.v1.GetChannelResponse
+	(*ListChannelsRequest)(nil),          // 11: tributary.storage.v1.ListChannelsRequest
+	(*ListChannelsResponse)(nil),         // 12: tributary.storage.v1.ListChannelsResponse
+	(*DeleteChannelRequest)(nil),         // 13: tributary.storage.v1.DeleteChannelRequest
+	(*DeleteChannelResponse)(nil),        // 14: tributary.storage.v1.DeleteChannelResponse
+	(*UpdateChannelConfigRequest)(nil),   // 15: tributary.storage.v1.UpdateChannelConfigRequest
+	(*UpdateChannelConfigResponse)(nil),  // 16: tributary.storage.v1.UpdateChannelConfigResponse
+	(*Header)(nil),                       // 17: tributary.storage.v1.Header
+	(*Record)(nil),                       // 18: tributary.storage.v1.Record
+	(*AppendRecord)(nil),                 // 19: tributary.storage.v1.AppendRecord
+	(*AppendRequest)(nil),                // 20: tributary.storage.v1.AppendRequest
+	(*AppendProducer)(nil),               // 21: tributary.storage.v1.AppendProducer
+	(*AppendResponse)(nil),               // 22: tributary.storage.v1.AppendResponse
+	(*ReadRequest)(nil),                  // 23: tributary.storage.v1.ReadRequest
+	(*ReadResponse)(nil),                 // 24: tributary.storage.v1.ReadResponse
+	(*SubscribeRequest)(nil),             // 25: tributary.storage.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),            // 26: tributary.storage.v1.SubscribeResponse
+	(*LookupSequenceRequest)(nil),        // 27: tributary.storage.v1.LookupSequenceRequest
+	(*LookupSequenceResponse)(nil),       // 28: tributary.storage.v1.LookupSequenceResponse
+	(*DeleteRecordsRequest)(nil),         // 29: tributary.storage.v1.DeleteRecordsRequest
+	(*DeleteRecordsResponse)(nil),        // 30: tributary.storage.v1.DeleteRecordsResponse
+	(*ChannelBatches)(nil),               // 31: tributary.storage.v1.ChannelBatches
+	(*AppendBatchesRequest)(nil),         // 32: tributary.storage.v1.AppendBatchesRequest
+	(*ChannelAppendResult)(nil),          // 33: tributary.storage.v1.ChannelAppendResult
+	(*AppendBatchesResponse)(nil),        // 34: tributary.storage.v1.AppendBatchesResponse
+	(*AppendStreamRequest)(nil),          // 35: tributary.storage.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),         // 36: tributary.storage.v1.AppendStreamResponse
+	(*FetchChannel)(nil),                 // 37: tributary.storage.v1.FetchChannel
+	(*FetchRequest)(nil),                 // 38: tributary.storage.v1.FetchRequest
+	(*FetchChannelResult)(nil),           // 39: tributary.storage.v1.FetchChannelResult
+	(*AbortedTransaction)(nil),           // 40: tributary.storage.v1.AbortedTransaction
+	(*FetchResponse)(nil),                // 41: tributary.storage.v1.FetchResponse
+	(*TxnMarker)(nil),                    // 42: tributary.storage.v1.TxnMarker
+	(*WriteTxnMarkersRequest)(nil),       // 43: tributary.storage.v1.WriteTxnMarkersRequest
+	(*TxnMarkerResult)(nil),              // 44: tributary.storage.v1.TxnMarkerResult
+	(*WriteTxnMarkersResponse)(nil),      // 45: tributary.storage.v1.WriteTxnMarkersResponse
+	(*OffsetForLeaderEpochRequest)(nil),  // 46: tributary.storage.v1.OffsetForLeaderEpochRequest
+	(*OffsetForLeaderEpochResponse)(nil), // 47: tributary.storage.v1.OffsetForLeaderEpochResponse
+	(*DescribeProducersRequest)(nil),     // 48: tributary.storage.v1.DescribeProducersRequest
+	(*ProducerState)(nil),                // 49: tributary.storage.v1.ProducerState
+	(*ChannelProducers)(nil),             // 50: tributary.storage.v1.ChannelProducers
+	(*DescribeProducersResponse)(nil),    // 51: tributary.storage.v1.DescribeProducersResponse
 }
 var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	1,  // 0: tributary.storage.v1.ChannelConfig.cleanup_policy:type_name -> tributary.storage.v1.CleanupPolicy
@@ -3806,8 +3935,8 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	42, // 30: tributary.storage.v1.WriteTxnMarkersRequest.markers:type_name -> tributary.storage.v1.TxnMarker
 	44, // 31: tributary.storage.v1.WriteTxnMarkersResponse.results:type_name -> tributary.storage.v1.TxnMarkerResult
 	0,  // 32: tributary.storage.v1.ChannelProducers.error:type_name -> tributary.storage.v1.ErrorCode
-	47, // 33: tributary.storage.v1.ChannelProducers.producers:type_name -> tributary.storage.v1.ProducerState
-	48, // 34: tributary.storage.v1.DescribeProducersResponse.results:type_name -> tributary.storage.v1.ChannelProducers
+	49, // 33: tributary.storage.v1.ChannelProducers.producers:type_name -> tributary.storage.v1.ProducerState
+	50, // 34: tributary.storage.v1.DescribeProducersResponse.results:type_name -> tributary.storage.v1.ChannelProducers
 	7,  // 35: tributary.storage.v1.StorageService.CreateChannel:input_type -> tributary.storage.v1.CreateChannelRequest
 	9,  // 36: tributary.storage.v1.StorageService.GetChannel:input_type -> tributary.storage.v1.GetChannelRequest
 	11, // 37: tributary.storage.v1.StorageService.ListChannels:input_type -> tributary.storage.v1.ListChannelsRequest
@@ -3822,24 +3951,26 @@ var file_tributary_storage_v1_storage_proto_depIdxs = []int32{
 	35, // 46: tributary.storage.v1.StorageService.AppendStream:input_type -> tributary.storage.v1.AppendStreamRequest
 	38, // 47: tributary.storage.v1.StorageService.Fetch:input_type -> tributary.storage.v1.FetchRequest
 	43, // 48: tributary.storage.v1.StorageService.WriteTxnMarkers:input_type -> tributary.storage.v1.WriteTxnMarkersRequest
-	46, // 49: tributary.storage.v1.StorageService.DescribeProducers:input_type -> tributary.storage.v1.DescribeProducersRequest
-	8,  // 50: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
-	10, // 51: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
-	12, // 52: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
-	14, // 53: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
-	16, // 54: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
-	22, // 55: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
-	24, // 56: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
-	26, // 57: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
-	28, // 58: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
-	30, // 59: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
-	34, // 60: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
-	36, // 61: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
-	41, // 62: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
-	45, // 63: tributary.storage.v1.StorageService.WriteTxnMarkers:output_type -> tributary.storage.v1.WriteTxnMarkersResponse
-	49, // 64: tributary.storage.v1.StorageService.DescribeProducers:output_type -> tributary.storage.v1.DescribeProducersResponse
-	50, // [50:65] is the sub-list for method output_type
-	35, // [35:50] is the sub-list for method input_type
+	48, // 49: tributary.storage.v1.StorageService.DescribeProducers:input_type -> tributary.storage.v1.DescribeProducersRequest
+	46, // 50: tributary.storage.v1.StorageService.OffsetForLeaderEpoch:input_type -> tributary.storage.v1.OffsetForLeaderEpochRequest
+	8,  // 51: tributary.storage.v1.StorageService.CreateChannel:output_type -> tributary.storage.v1.CreateChannelResponse
+	10, // 52: tributary.storage.v1.StorageService.GetChannel:output_type -> tributary.storage.v1.GetChannelResponse
+	12, // 53: tributary.storage.v1.StorageService.ListChannels:output_type -> tributary.storage.v1.ListChannelsResponse
+	14, // 54: tributary.storage.v1.StorageService.DeleteChannel:output_type -> tributary.storage.v1.DeleteChannelResponse
+	16, // 55: tributary.storage.v1.StorageService.UpdateChannelConfig:output_type -> tributary.storage.v1.UpdateChannelConfigResponse
+	22, // 56: tributary.storage.v1.StorageService.Append:output_type -> tributary.storage.v1.AppendResponse
+	24, // 57: tributary.storage.v1.StorageService.Read:output_type -> tributary.storage.v1.ReadResponse
+	26, // 58: tributary.storage.v1.StorageService.Subscribe:output_type -> tributary.storage.v1.SubscribeResponse
+	28, // 59: tributary.storage.v1.StorageService.LookupSequence:output_type -> tributary.storage.v1.LookupSequenceResponse
+	30, // 60: tributary.storage.v1.StorageService.DeleteRecords:output_type -> tributary.storage.v1.DeleteRecordsResponse
+	34, // 61: tributary.storage.v1.StorageService.AppendBatches:output_type -> tributary.storage.v1.AppendBatchesResponse
+	36, // 62: tributary.storage.v1.StorageService.AppendStream:output_type -> tributary.storage.v1.AppendStreamResponse
+	41, // 63: tributary.storage.v1.StorageService.Fetch:output_type -> tributary.storage.v1.FetchResponse
+	45, // 64: tributary.storage.v1.StorageService.WriteTxnMarkers:output_type -> tributary.storage.v1.WriteTxnMarkersResponse
+	51, // 65: tributary.storage.v1.StorageService.DescribeProducers:output_type -> tributary.storage.v1.DescribeProducersResponse
+	47, // 66: tributary.storage.v1.StorageService.OffsetForLeaderEpoch:output_type -> tributary.storage.v1.OffsetForLeaderEpochResponse
+	51, // [51:67] is the sub-list for method output_type
+	35, // [35:51] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3867,7 +3998,7 @@ func file_tributary_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tributary_storage_v1_storage_proto_rawDesc), len(file_tributary_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,21 +34,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	StorageService_CreateChannel_FullMethodName       = "/tributary.storage.v1.StorageService/CreateChannel"
-	StorageService_GetChannel_FullMethodName          = "/tributary.storage.v1.StorageService/GetChannel"
-	StorageService_ListChannels_FullMethodName        = "/tributary.storage.v1.StorageService/ListChannels"
-	StorageService_DeleteChannel_FullMethodName       = "/tributary.storage.v1.StorageService/DeleteChannel"
-	StorageService_UpdateChannelConfig_FullMethodName = "/tributary.storage.v1.StorageService/UpdateChannelConfig"
-	StorageService_Append_FullMethodName              = "/tributary.storage.v1.StorageService/Append"
-	StorageService_Read_FullMethodName                = "/tributary.storage.v1.StorageService/Read"
-	StorageService_Subscribe_FullMethodName           = "/tributary.storage.v1.StorageService/Subscribe"
-	StorageService_LookupSequence_FullMethodName      = "/tributary.storage.v1.StorageService/LookupSequence"
-	StorageService_DeleteRecords_FullMethodName       = "/tributary.storage.v1.StorageService/DeleteRecords"
-	StorageService_AppendBatches_FullMethodName       = "/tributary.storage.v1.StorageService/AppendBatches"
-	StorageService_AppendStream_FullMethodName        = "/tributary.storage.v1.StorageService/AppendStream"
-	StorageService_Fetch_FullMethodName               = "/tributary.storage.v1.StorageService/Fetch"
-	StorageService_WriteTxnMarkers_FullMethodName     = "/tributary.storage.v1.StorageService/WriteTxnMarkers"
-	StorageService_DescribeProducers_FullMethodName   = "/tributary.storage.v1.StorageService/DescribeProducers"
+	StorageService_CreateChannel_FullMethodName        = "/tributary.storage.v1.StorageService/CreateChannel"
+	StorageService_GetChannel_FullMethodName           = "/tributary.storage.v1.StorageService/GetChannel"
+	StorageService_ListChannels_FullMethodName         = "/tributary.storage.v1.StorageService/ListChannels"
+	StorageService_DeleteChannel_FullMethodName        = "/tributary.storage.v1.StorageService/DeleteChannel"
+	StorageService_UpdateChannelConfig_FullMethodName  = "/tributary.storage.v1.StorageService/UpdateChannelConfig"
+	StorageService_Append_FullMethodName               = "/tributary.storage.v1.StorageService/Append"
+	StorageService_Read_FullMethodName                 = "/tributary.storage.v1.StorageService/Read"
+	StorageService_Subscribe_FullMethodName            = "/tributary.storage.v1.StorageService/Subscribe"
+	StorageService_LookupSequence_FullMethodName       = "/tributary.storage.v1.StorageService/LookupSequence"
+	StorageService_DeleteRecords_FullMethodName        = "/tributary.storage.v1.StorageService/DeleteRecords"
+	StorageService_AppendBatches_FullMethodName        = "/tributary.storage.v1.StorageService/AppendBatches"
+	StorageService_AppendStream_FullMethodName         = "/tributary.storage.v1.StorageService/AppendStream"
+	StorageService_Fetch_FullMethodName                = "/tributary.storage.v1.StorageService/Fetch"
+	StorageService_WriteTxnMarkers_FullMethodName      = "/tributary.storage.v1.StorageService/WriteTxnMarkers"
+	StorageService_DescribeProducers_FullMethodName    = "/tributary.storage.v1.StorageService/DescribeProducers"
+	StorageService_OffsetForLeaderEpoch_FullMethodName = "/tributary.storage.v1.StorageService/OffsetForLeaderEpoch"
 )
 
 // StorageServiceClient is the client API for StorageService service.
@@ -114,6 +115,15 @@ type StorageServiceClient interface {
 	// DescribeProducers lists, per channel, the producers whose state storage-core keeps
 	// (Kafka DescribeProducers, API 61). Per-channel errors in the results.
 	DescribeProducers(ctx context.Context, in *DescribeProducersRequest, opts ...grpc.CallOption) (*DescribeProducersResponse, error)
+	// OffsetForLeaderEpoch answers Kafka's OffsetForLeaderEpoch (API 23; KIP-101,
+	// KIP-279) for one channel as its leader does. In raft mode the leader epochs are the
+	// channel's Raft terms and the answer comes from its leader-epoch index: for the
+	// current epoch, that epoch and the high watermark; for an older one, the largest
+	// epoch at or below it and the first sequence of the next epoch; for one above the
+	// current, or -1, UNDEFINED (-1, -1). A node that does not lead the channel answers
+	// FAILED_PRECONDITION with the tributary-leader trailer. With one node the epoch is
+	// 0: any epoch >= 0 answers (0, high watermark).
+	OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error)
 }
 
 type storageServiceClient struct {
@@ -286,6 +296,16 @@ func (c *storageServiceClient) DescribeProducers(ctx context.Context, in *Descri
 	return out, nil
 }
 
+func (c *storageServiceClient) OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OffsetForLeaderEpochResponse)
+	err := c.cc.Invoke(ctx, StorageService_OffsetForLeaderEpoch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServiceServer is the server API for StorageService service.
 // All implementations must embed UnimplementedStorageServiceServer
 // for forward compatibility.
@@ -349,6 +369,15 @@ type StorageServiceServer interface {
 	// DescribeProducers lists, per channel, the producers whose state storage-core keeps
 	// (Kafka DescribeProducers, API 61). Per-channel errors in the results.
 	DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error)
+	// OffsetForLeaderEpoch answers Kafka's OffsetForLeaderEpoch (API 23; KIP-101,
+	// KIP-279) for one channel as its leader does. In raft mode the leader epochs are the
+	// channel's Raft terms and the answer comes from its leader-epoch index: for the
+	// current epoch, that epoch and the high watermark; for an older one, the largest
+	// epoch at or below it and the first sequence of the next epoch; for one above the
+	// current, or -1, UNDEFINED (-1, -1). A node that does not lead the channel answers
+	// FAILED_PRECONDITION with the tributary-leader trailer. With one node the epoch is
+	// 0: any epoch >= 0 answers (0, high watermark).
+	OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error)
 	mustEmbedUnimplementedStorageServiceServer()
 }
 
@@ -403,6 +432,9 @@ func (UnimplementedStorageServiceServer) WriteTxnMarkers(context.Context, *Write
 }
 func (UnimplementedStorageServiceServer) DescribeProducers(context.Context, *DescribeProducersRequest) (*DescribeProducersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeProducers not implemented")
+}
+func (UnimplementedStorageServiceServer) OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OffsetForLeaderEpoch not implemented")
 }
 func (UnimplementedStorageServiceServer) mustEmbedUnimplementedStorageServiceServer() {}
 func (UnimplementedStorageServiceServer) testEmbeddedByValue()                        {}
@@ -677,6 +709,24 @@ func _StorageService_DescribeProducers_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_OffsetForLeaderEpoch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OffsetForLeaderEpochRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).OffsetForLeaderEpoch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_OffsetForLeaderEpoch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).OffsetForLeaderEpoch(ctx, req.(*OffsetForLeaderEpochRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StorageService_ServiceDesc is the grpc.ServiceDesc for StorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -735,6 +785,10 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeProducers",
 			Handler:    _StorageService_DescribeProducers_Handler,
+		},
+		{
+			MethodName: "OffsetForLeaderEpoch",
+			Handler:    _StorageService_OffsetForLeaderEpoch_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
