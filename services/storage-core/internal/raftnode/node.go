@@ -150,6 +150,7 @@ const (
 	itemRemove
 	itemAdd
 	itemWake
+	itemFunc
 )
 
 type item struct {
@@ -162,6 +163,8 @@ type item struct {
 	peer uint64
 	// quiesce: an itemRecv of a heartbeat marked quiesce.
 	quiesce bool
+	// fn: an itemFunc's call, run on the loop goroutine (replicas.go).
+	fn func()
 }
 
 type proposal struct {
@@ -867,6 +870,8 @@ func (n *Node) wake(g *group, from uint64, out map[uint64][]*storagev1.RaftMessa
 func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 	g := it.g
 	switch it.kind {
+	case itemFunc:
+		it.fn()
 	case itemAdd:
 		if !g.removed {
 			n.ticking[g] = struct{}{}

@@ -171,7 +171,7 @@ func (s *service) CreateChannel(_ context.Context, req *storagev1.CreateChannelR
 	return &storagev1.CreateChannelResponse{Channel: describe(l), Created: created}, nil
 }
 
-func (s *service) GetChannel(_ context.Context, req *storagev1.GetChannelRequest) (_ *storagev1.GetChannelResponse, err error) {
+func (s *service) GetChannel(ctx context.Context, req *storagev1.GetChannelRequest) (_ *storagev1.GetChannelResponse, err error) {
 	defer func() { s.count("GetChannel", err) }()
 	l, err := s.channelFor(req.Name)
 	if err != nil {
@@ -181,6 +181,10 @@ func (s *service) GetChannel(_ context.Context, req *storagev1.GetChannelRequest
 	if s.raft {
 		if id, addr, term, err := s.st.RaftLeader(req.Name); err == nil {
 			ch.LeaderId, ch.LeaderAddress, ch.LeaderTerm = id, addr, term
+		}
+		// Only the leader knows its followers' progress; elsewhere the lists stay empty.
+		if r, err := s.st.RaftReplicas(ctx, req.Name); err == nil {
+			ch.ReplicaIds, ch.IsrIds = r.Voters, r.InSync
 		}
 	}
 	return &storagev1.GetChannelResponse{Channel: ch}, nil

@@ -229,4 +229,3 @@ func TestEpochIndex(t *testing.T) {
 		t.Fatalf("file %v %v %v", got, ok, err)
 	}
 }
-

@@ -523,6 +523,12 @@ type Channel struct {
 	LeaderId      uint64 `protobuf:"varint,10,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderAddress string `protobuf:"bytes,11,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
 	LeaderTerm    uint64 `protobuf:"varint,12,opt,name=leader_term,json=leaderTerm,proto3" json:"leader_term,omitempty"`
+	// Raft mode, GetChannel answered by the channel's leader only (empty elsewhere): the
+	// group's voting members and those in sync (alive, replicating and within 1000
+	// entries of the leader's log; the leader included), node ids ascending: Kafka
+	// Metadata's replicas and ISR.
+	ReplicaIds    []uint64 `protobuf:"varint,13,rep,packed,name=replica_ids,json=replicaIds,proto3" json:"replica_ids,omitempty"`
+	IsrIds        []uint64 `protobuf:"varint,14,rep,packed,name=isr_ids,json=isrIds,proto3" json:"isr_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -639,6 +645,20 @@ func (x *Channel) GetLeaderTerm() uint64 {
 		return x.LeaderTerm
 	}
 	return 0
+}
+
+func (x *Channel) GetReplicaIds() []uint64 {
+	if x != nil {
+		return x.ReplicaIds
+	}
+	return nil
+}
+
+func (x *Channel) GetIsrIds() []uint64 {
+	if x != nil {
+		return x.IsrIds
+	}
+	return nil
 }
 
 type CreateChannelRequest struct {
@@ -3563,7 +3583,7 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	" \x01(\x01R\x16minCleanableDirtyRatio\x121\n" +
 	"\x15min_compaction_lag_ms\x18\v \x01(\x03R\x12minCompactionLagMs\x121\n" +
 	"\x15max_compaction_lag_ms\x18\f \x01(\x03R\x12maxCompactionLagMs\x12.\n" +
-	"\x13delete_retention_ms\x18\r \x01(\x03R\x11deleteRetentionMs\"\xe0\x03\n" +
+	"\x13delete_retention_ms\x18\r \x01(\x03R\x11deleteRetentionMs\"\x9a\x04\n" +
 	"\aChannel\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
@@ -3580,7 +3600,10 @@ const file_tributary_storage_v1_storage_proto_rawDesc = "" +
 	" \x01(\x04R\bleaderId\x12%\n" +
 	"\x0eleader_address\x18\v \x01(\tR\rleaderAddress\x12\x1f\n" +
 	"\vleader_term\x18\f \x01(\x04R\n" +
-	"leaderTerm\"\xc2\x01\n" +
+	"leaderTerm\x12\x1f\n" +
+	"\vreplica_ids\x18\r \x03(\x04R\n" +
+	"replicaIds\x12\x17\n" +
+	"\aisr_ids\x18\x0e \x03(\x04R\x06isrIds\"\xc2\x01\n" +
 	"\x14CreateChannelRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\x04kind\x18\x02 \x01(\x0e2!.tributary.storage.v1.ChannelKindR\x04kind\x12;\n" +
