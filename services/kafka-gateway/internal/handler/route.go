@@ -43,11 +43,12 @@ type Router struct {
 	lc                             *grpcx.LeaderConn
 	emu                            sync.RWMutex
 	epochs                         map[string]int32 // channel → leader epoch
+	nodes                          map[uint64]bool  // storage node ids learned (replicas.go)
 }
 
 // NewRouter routes over lc.
 func NewRouter(lc *grpcx.LeaderConn) *Router {
-	return &Router{StorageServiceClient: storagev1.NewStorageServiceClient(lc), lc: lc, epochs: map[string]int32{}}
+	return &Router{StorageServiceClient: storagev1.NewStorageServiceClient(lc), lc: lc, epochs: map[string]int32{}, nodes: map[uint64]bool{}}
 }
 
 // asRouter is c as a Router, or nil.
