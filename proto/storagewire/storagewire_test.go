@@ -40,6 +40,13 @@ func TestFieldNumbers(t *testing.T) {
 			"producer_id": fRecProducerID, "producer_epoch": fRecProducerEpoch, "transactional": fRecTransactional, "control": fRecControl,
 		}},
 		{&storagev1.Header{}, map[string]protowire.Number{"key": fHdrKey, "value": fHdrValue}},
+		{&storagev1.ShareFetchResponse{}, map[string]protowire.Number{"ack_results": fShareAckResults, "partitions": fSharePartitions}},
+		{&storagev1.SharePartitionRecords{}, map[string]protowire.Number{
+			"topic": fSPTopic, "partition": fSPPartition, "error": fSPError, "message": fSPMessage,
+			"records": fSPRecords, "batches": fSPBatches, "acquired": fSPAcquired,
+		}},
+		{&storagev1.ShareAckResult{}, map[string]protowire.Number{"topic": fSPTopic, "partition": fSPPartition, "error": fSPError, "message": fSPMessage}},
+		{&storagev1.ShareAcquiredRange{}, map[string]protowire.Number{"first_offset": fRangeFirst, "last_offset": fRangeLast, "delivery_count": fRangeCount}},
 	} {
 		md := c.m.ProtoReflect().Descriptor()
 		fs := md.Fields()

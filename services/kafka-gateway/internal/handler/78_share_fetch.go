@@ -241,13 +241,16 @@ func (h *Handler) handleShareFetch(ctx context.Context, r *Request) (kmsg.Respon
 	defer cancel()
 	stop := context.AfterFunc(h.drainCtx, cancel)
 	defer stop()
-	fr, err := h.share.ShareFetch(fctx, &storagev1.ShareFetchRequest{
+	fr, buf, err := shareFetchOwned(fctx, h.share, &storagev1.ShareFetchRequest{
 		GroupId: group, MemberId: member, Partitions: fetch, Acknowledgements: acks,
 		MaxRecords: min(maxRecords, maxShareRecords), MaxBytes: maxBytes,
 		LockDurationMs: lockMs, WaitMs: int32(wait.Milliseconds()),
 		AutoOffsetReset: chk.cfg.reset, ByDurationMs: chk.cfg.byDurationMs, DeliveryCountLimit: chk.cfg.limit,
 		IsolationLevel: chk.cfg.isolation, AsBatch: true,
 	})
+	if buf != nil {
+		r.release = append(r.release, buf.release) // the batches are views of buf until written
+	}
 	ackResults(fr.GetAckResults(), err)
 	for k, sp := range at {
 		if err != nil {

@@ -28,7 +28,6 @@ import (
 	"github.com/tributary/tributary/libs/natsx"
 	"github.com/tributary/tributary/libs/obs"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
-	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/cluster"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/handler"
 	"github.com/tributary/tributary/services/kafka-gateway/internal/sasl"
@@ -101,7 +100,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 			s.grpc = append(s.grpc, cc)
 			storage = handler.NewStorageClient(cc)
 			if share == nil {
-				share = storagev1.NewShareServiceClient(cc)
+				share = handler.NewShareClient(cc)
 			}
 			s.httpCheck("storage-core", cc)
 		}
