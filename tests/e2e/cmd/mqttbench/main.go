@@ -15,6 +15,8 @@
 // publishers.
 //
 // Run from tests/e2e: go run ./cmd/mqttbench [-duration 5s] [-cases 100x1,1000x1,1x100]
+// [-profile DIR]: -profile also writes pprof CPU and allocs profiles of mqtt-bridge and
+// storage-core taken over each case's listener run (go tool pprof merges the files).
 // It needs the test Postgres, NATS and Mosquitto (TRIBUTARY_TEST_MQTT_ADDR);
 // TRIBUTARY_BIN_DIR reuses prebuilt binaries.
 package main
@@ -57,6 +59,7 @@ func run() error {
 	caseList := flag.String("cases", "100x1,1000x1,1x100", "comma-separated cases: publishers x QoS 1 messages each keeps in flight")
 	size := flag.Int("bytes", 1024, "payload size")
 	fsync := flag.String("fsync", "always", "storage-core --fsync (always, or interval=<dur> to see what waiting for the disk costs)")
+	profileDir := flag.String("profile", "", "directory for CPU and allocs profiles of mqtt-bridge and storage-core over each case's listener run (-duration less a second), one file per case")
 	flag.Parse()
 	cases, err := parseCases(*caseList)
 	if err != nil {
@@ -147,8 +150,16 @@ mqtt-to-kafka:
 		}
 
 		// Listener: PUBACK after fsync.
+		var profiled func()
+		if *profileDir != "" {
+			profiled = profile(*profileDir, fmt.Sprintf("%dx%d", c.publishers, c.inflight), *duration, map[string]string{"mqtt-bridge": bridge.HTTPAddr, "storage-core": storage.HTTPAddr})
+		}
+		appendsBefore, _ := metric(storage.HTTPAddr, "tributary_storage_appends_total", "")
 		cpuBefore := [3]time.Duration{stack.CPUTime(bridge.Pid()), stack.CPUTime(storage.Pid()), stack.CPUTime(os.Getpid())}
 		lisN, err := publish(ctx, lis, "bench/l", c, *duration, payload)
+		if profiled != nil {
+			profiled()
+		}
 		if err != nil {
 			return err
 		}
@@ -163,6 +174,9 @@ mqtt-to-kafka:
 				return float64((stack.CPUTime(pid) - cpuBefore[i]).Microseconds()) / float64(lisN)
 			}
 			fmt.Printf("  %-44s %7.1f µs mqtt-bridge, %.1f µs storage-core, %.1f µs clients (this process)\n", "  CPU per message", per(0, bridge.Pid()), per(1, storage.Pid()), per(2, os.Getpid()))
+			if after, err := metric(storage.HTTPAddr, "tributary_storage_appends_total", ""); err == nil && after > appendsBefore {
+				fmt.Printf("  %-44s %7.1f (%.0f Appends)\n", "  messages per storage-core Append", float64(lisN)/(after-appendsBefore), after-appendsBefore)
+			}
 		}
 		if lisRate < bar*mosqRate {
 			fmt.Printf("  listener below %.1f× Mosquitto's rate\n", bar)
@@ -196,6 +210,31 @@ mqtt-to-kafka:
 	upRate := stored / time.Since(start).Seconds()
 	fmt.Printf(" %d publishers × %d in flight\n  %-44s %10.0f msg/s   (%d published, %.0f stored)\n", cases[0].publishers, cases[0].inflight, "upstream (Mosquitto → bridge → fsync)", upRate, upN, stored)
 	return nil
+}
+
+// profile starts taking a CPU and an allocs profile of each named process (its
+// /debug/pprof address) into dir as <name>.<kind>.<label>.pb.gz, over d less a second
+// (at least one), and returns a wait for them.
+func profile(dir, label string, d time.Duration, addrs map[string]string) func() {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return nil
+	}
+	sec := max(1, int(d.Seconds())-1)
+	var wg sync.WaitGroup
+	for name, addr := range addrs {
+		for _, kind := range []string{"profile", "allocs"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := fmt.Sprintf("%s/%s.%s.%s.pb.gz", dir, name, kind, label)
+				if err := stack.FetchProfile(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, sec), path); err != nil {
+					fmt.Fprintln(os.Stderr, "profile:", err)
+				}
+			}()
+		}
+	}
+	return wg.Wait
 }
 
 func connect(ctx context.Context, addr, id string, onPublish func(paho.PublishReceived) (bool, error)) (*paho.Client, error) {
@@ -307,6 +346,8 @@ func mosquittoPid(addr string) int {
 	return pid
 }
 
+// metric is the value of the series name{mapping="<mapping>"} (of name without labels
+// when mapping is empty) at httpAddr's /metrics; 0 when there is none.
 func metric(httpAddr, name, mapping string) (float64, error) {
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -314,6 +355,9 @@ func metric(httpAddr, name, mapping string) (float64, error) {
 	}
 	defer resp.Body.Close()
 	prefix := name + `{mapping="` + mapping + `"} `
+	if mapping == "" {
+		prefix = name + " "
+	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
