@@ -222,7 +222,7 @@ func (h *authHook) certificateUser(cl *mqtt.Client) (string, bool) {
 	if !h.cfg.CertificateLogin {
 		return "", false
 	}
-	tc, ok := cl.Net.Conn.(*tls.Conn)
+	tc, ok := rawConn(cl.Net.Conn).(*tls.Conn)
 	if !ok {
 		return "", false
 	}

@@ -3,9 +3,12 @@ package bridge
 import (
 	"sync"
 
+	"go.uber.org/zap"
+
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/tributary/tributary/services/mqtt-bridge/internal/mapping"
 	"github.com/tributary/tributary/services/mqtt-bridge/internal/sessions"
 )
 
@@ -62,9 +65,10 @@ type flow struct {
 // pending is one QoS 1/2 PUBLISH of a flow.
 type pending struct {
 	pk packets.Packet
-	// wait, when set, waits for the message's appends and returns the answer (run by
-	// the flow's goroutine); without it the answer is code.
-	wait func() packets.Code
+	// queued, when set, are the message's appends (msg's) to wait for (in the flow's
+	// goroutine: outcome); without them the answer is code.
+	queued *queued
+	msg    *mapping.Message
 	// code is the answer: success (the library then acknowledges and delivers the
 	// message), or the refusal.
 	code packets.Code
@@ -105,11 +109,22 @@ func (f *flow) reserve(p *pending) bool {
 	return true
 }
 
-// enqueue queues p (reserved) behind what f holds.
+// enqueue queues p (reserved) behind what f holds, and wakes f's goroutine unless
+// it is busy with an earlier publish and p's appends will wake it once answered
+// (queued.wakes). An idle goroutine is always woken: it must learn p's deadline, since
+// an append storage-core does not answer is sent again until it is, and its wake
+// may never come.
 func (f *flow) enqueue(p *pending) {
+	// Looked at before f's goroutine can see p (and its groups change): if p's appends
+	// are answered after this, their wake comes after it too.
+	later := p.queued != nil && p.queued.wakes && !p.queued.ready()
 	f.mu.Lock()
+	busy := len(f.queue) > 0
 	f.queue = append(f.queue, p)
 	f.mu.Unlock()
+	if later && busy {
+		return
+	}
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -126,7 +141,18 @@ func (f *flow) push(p *pending) bool {
 }
 
 // run answers f's queue in order, until the connection ended and the queue is empty.
+// While the answers at the head of the queue are known already, the connection is
+// corked, so that they are written together; it is uncorked before run waits.
 func (f *flow) run() {
+	conn, _ := f.cl.Net.Conn.(*corkConn)
+	corked := false
+	uncork := func() {
+		if corked {
+			conn.uncork()
+			corked = false
+		}
+	}
+	defer uncork()
 	for {
 		f.mu.Lock()
 		var p *pending
@@ -135,6 +161,7 @@ func (f *flow) run() {
 		}
 		f.mu.Unlock()
 		if p == nil {
+			uncork()
 			select {
 			case <-f.wake:
 				continue
@@ -148,7 +175,24 @@ func (f *flow) run() {
 				continue
 			}
 		}
-		f.answer(p)
+		switch {
+		case p.queued != nil && !p.queued.ready():
+			uncork()
+			if p.queued.wakes {
+				// Woken as its appends are answered (or when f's next publish comes);
+				// at its deadline or once the connection ended, wait in answer.
+				select {
+				case <-f.wake:
+					continue
+				case <-p.queued.ctx.Done():
+				case <-f.stop:
+				}
+			}
+		case conn != nil && !corked:
+			conn.cork()
+			corked = true
+		}
+		f.answer(p, uncork)
 		f.mu.Lock()
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
@@ -156,14 +200,32 @@ func (f *flow) run() {
 	}
 }
 
-// answer waits for p's outcome and answers it.
-func (f *flow) answer(p *pending) {
+// outcome waits for p's appends and returns its answer: success once they are all
+// durable, 0x97 otherwise (a message left in doubt is remembered for its retry).
+func (f *flow) outcome(p *pending) packets.Code {
+	l := f.l
+	err := p.queued.wait()
+	l.b.m.held.Dec()
+	<-l.slots
+	if err != nil {
+		if inDoubtGroups(p.queued.groups) {
+			l.doubts.keep(f.cl.ID, p.msg, p.queued.groups)
+		}
+		l.log.Warn("store failed; refusing the publish", zap.String("client", f.cl.ID), zap.Error(err))
+		return packets.ErrQuotaExceeded
+	}
+	return packets.CodeSuccess
+}
+
+// answer waits for p's outcome and answers it; blocked is called before it waits for
+// a subscriber's room (pace).
+func (f *flow) answer(p *pending, blocked func()) {
 	h := &storeHook{l: f.l}
-	if p.wait != nil {
-		p.code = p.wait()
+	if p.queued != nil {
+		p.code = f.outcome(p)
 	}
 	if p.code == packets.CodeSuccess && p.first == nil {
-		f.l.pace.hold(f.l.b.ctx, p.pk.TopicName, p.pk.FixedHeader.Qos, f.cl)
+		f.l.pace.hold(f.l.b.ctx, p.pk.TopicName, p.pk.FixedHeader.Qos, f.cl, blocked)
 	}
 	f.mu.Lock()
 	f.unanswered--

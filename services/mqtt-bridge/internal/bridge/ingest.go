@@ -98,42 +98,100 @@ const scanGroups = 8
 // It returns the errors joined (an *inDoubtError for a group that is still in doubt
 // when ctx ends; the group keeps it in pending).
 func (b *Bridge) appendGroups(ctx context.Context, groups []*target) error {
-	return b.queueGroups(ctx, groups)()
+	return b.queueGroups(ctx, groups, nil).wait()
+}
+
+// queued is what queueGroups queued; wait for its outcome.
+type queued struct {
+	b      *Bridge
+	ctx    context.Context
+	groups []*target
+	reqs   []*appendReq
+	errs   []error
+	// one holds reqs and errs for a single group (a listener message of one mapping),
+	// which then cost no allocation of their own.
+	one    [1]*appendReq
+	oneErr [1]error
+	// wakes: wake (queueGroups') is signalled when each append that is not answered
+	// yet is, so that ready can be looked at again then (no group waits for an
+	// earlier append in doubt).
+	wakes bool
 }
 
 // queueGroups queues the appends of groups (not done, no earlier append in doubt) on
 // their channels at once, so that what one caller queues after another is stored after
-// it, and returns the wait for all of them (appendGroups' outcome).
-func (b *Bridge) queueGroups(ctx context.Context, groups []*target) (wait func() error) {
-	reqs := make([]*appendReq, len(groups))
-	errs := make([]error, len(groups))
+// it, and returns them to wait for (appendGroups' outcome). wake, when set, is
+// signalled as each append is answered.
+func (b *Bridge) queueGroups(ctx context.Context, groups []*target, wake chan struct{}) *queued {
+	q := &queued{b: b, ctx: ctx, groups: groups, wakes: wake != nil}
+	if len(groups) == 1 {
+		q.reqs, q.errs = q.one[:], q.oneErr[:]
+	} else {
+		q.reqs, q.errs = make([]*appendReq, len(groups)), make([]error, len(groups))
+	}
 	for i, g := range groups {
-		if g.done || g.pending != nil {
+		if g.done {
+			continue
+		}
+		if g.pending != nil {
+			q.wakes = false
 			continue
 		}
 		b.m.mapping(g.route.Cfg.ID).sent.Add(float64(len(g.recs)))
-		reqs[i], errs[i] = b.store.enqueue(ctx, g.topic, g.partition, g.recs, g.origin)
+		q.reqs[i], q.errs[i] = b.store.enqueue(ctx, g.topic, g.partition, g.recs, g.origin, wake)
 	}
-	return func() error {
-		var wg sync.WaitGroup
-		for i, g := range groups {
-			switch {
-			case g.done:
-			case reqs[i] != nil:
-				errs[i] = b.finish(g, b.store.await(ctx, reqs[i]))
-			case errs[i] != nil:
-				errs[i] = b.finish(g, errs[i])
-			default:
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[i] = b.afterDoubt(ctx, g)
-				}()
+	return q
+}
+
+// ready reports whether wait would return at once: every group is done, failed to
+// queue, or its append was answered.
+func (q *queued) ready() bool {
+	for i, g := range q.groups {
+		switch {
+		case g.done:
+		case q.reqs[i] != nil:
+			if len(q.reqs[i].done) == 0 {
+				return false
 			}
+		case q.errs[i] == nil:
+			return false // waits for an earlier append in doubt
 		}
-		wg.Wait()
-		return errors.Join(errs...)
 	}
+	return true
+}
+
+// wait waits for the appends and returns their errors joined (see appendGroups).
+func (q *queued) wait() error {
+	b, ctx, errs := q.b, q.ctx, q.errs
+	var doubted []int
+	for i, g := range q.groups {
+		switch {
+		case g.done:
+		case q.reqs[i] != nil:
+			errs[i] = b.finish(g, b.store.await(ctx, q.reqs[i]))
+		case errs[i] != nil:
+			errs[i] = b.finish(g, errs[i])
+		default:
+			doubted = append(doubted, i)
+		}
+	}
+	if len(doubted) > 0 {
+		q.afterDoubts(doubted)
+	}
+	return errors.Join(errs...)
+}
+
+// afterDoubts runs afterDoubt for the groups at indexes, concurrently, into q.errs.
+func (q *queued) afterDoubts(indexes []int) {
+	var wg sync.WaitGroup
+	for _, i := range indexes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q.errs[i] = q.b.afterDoubt(q.ctx, q.groups[i])
+		}()
+	}
+	wg.Wait()
 }
 
 // afterDoubt waits for the outcome of g's earlier append, which is in doubt, and
@@ -189,4 +247,33 @@ func inDoubtGroups(groups []*target) bool {
 		}
 	}
 	return false
+}
+
+// deadlineStep is how finely deadlines rounds a store-timeout up.
+const deadlineStep = 10 * time.Millisecond
+
+// deadlines hands out the contexts of stored listener publishes: each ends its
+// store-timeout after now, rounded up to the next deadlineStep, and the publishes of
+// one step share it (one context and timer per step instead of one per message;
+// the timeout is at most a step longer). A context is never cancelled early: it ends
+// at its deadline, or with its parent.
+type deadlines struct {
+	mu  sync.Mutex
+	at  time.Time
+	ctx context.Context
+}
+
+// get is a context ending timeout (rounded up) from now, or with parent.
+func (d *deadlines) get(parent context.Context, timeout time.Duration) context.Context {
+	at := time.Now().Add(timeout + deadlineStep - 1).Truncate(deadlineStep)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx == nil || !d.at.Equal(at) || d.ctx.Err() != nil {
+		// Its cancel is its deadline: the context releases its timer and its place
+		// in parent when it ends.
+		ctx, cancel := context.WithDeadline(parent, at)
+		_ = cancel
+		d.at, d.ctx = at, ctx
+	}
+	return d.ctx
 }

@@ -42,6 +42,8 @@ type listener struct {
 	slots  chan struct{}
 	log    *zap.Logger
 	doubts doubts
+	// deadlines gives stored publishes their store-timeout.
+	deadlines deadlines
 	// flows holds each client's QoS 1/2 publishes waiting for their answer.
 	flows flows
 	// pace holds publishers back while a subscriber is full.
@@ -303,6 +305,7 @@ func (g *guardedListener) Accept() (net.Conn, error) {
 	if g.tls != nil {
 		c = tls.Server(c, g.tls)
 	}
+	c = &corkConn{Conn: c}
 	g.mu.Lock()
 	_ = c.SetDeadline(time.Now().Add(g.timeout))
 	if g.closed {
@@ -354,9 +357,14 @@ func (l *listener) publish(ctx context.Context, m mapping.Message) (byte, error)
 	for _, u := range m.UserProperties {
 		pk.Properties.User = append(pk.Properties.User, packets.UserProperty{Key: u.Key, Val: u.Value})
 	}
-	l.pace.hold(ctx, m.Topic, m.QoS, nil)
+	l.pace.hold(ctx, m.Topic, m.QoS, nil, nil)
 	return 0, l.srv.InjectPacket(l.inline, pk)
 }
+
+// errRejectPacket is packets.ErrRejectPacket as an error, made once: a packets.Code
+// converted to an error where it is returned is an allocation, and every stored
+// publish returns it.
+var errRejectPacket error = packets.ErrRejectPacket
 
 // sysMarker prefixes the topic of a PUBLISH to $SYS between OnPacketRead and
 // OnPublish; no client topic holds a NUL (OnPacketRead ends such connections).
@@ -494,13 +502,13 @@ func (h *storeHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Pa
 	case strings.ContainsAny(pk.TopicName, "+#\x00"):
 		h.l.log.Warn("publish to an invalid topic name; disconnecting", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
 		_ = h.l.srv.DisconnectClient(cl, packets.ErrTopicNameInvalid)
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	case len(pk.TopicName) >= len(mqtt.SysPrefix) && strings.EqualFold(pk.TopicName[:len(mqtt.SysPrefix)], mqtt.SysPrefix),
 		strings.HasPrefix(pk.TopicName, eventsPrefix):
 		h.l.log.Warn("publish to a $SYS or event topic; refused", zap.String("client", cl.ID), zap.String("topic", pk.TopicName))
 		if pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion != 5 {
 			_ = h.l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
-			return pk, packets.ErrRejectPacket
+			return pk, errRejectPacket
 		}
 		// An error here would end the connection; marked, it reaches OnPublish, which
 		// refuses it (the library itself would drop it before).
@@ -539,11 +547,11 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		if !f.push(&pending{pk: pk, code: code}) {
 			return h.overReceiveMaximum(cl)
 		}
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	}
 	if strings.HasPrefix(pk.TopicName, sysMarker) {
 		if pk.FixedHeader.Qos == 0 {
-			return pk, packets.ErrRejectPacket
+			return pk, errRejectPacket
 		}
 		return answer(packets.ErrNotAuthorized)
 	}
@@ -552,7 +560,7 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		// resolves aliases before this hook and lets an unknown one through).
 		h.l.log.Warn("publish with an unknown topic alias; disconnecting", zap.String("client", cl.ID), zap.Uint16("alias", pk.Properties.TopicAlias))
 		_ = h.l.srv.DisconnectClient(cl, packets.ErrProtocolViolation)
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	}
 	msg := fromMochi(cl, pk)
 	routes := l.routes[:0:0]
@@ -622,10 +630,10 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 		return answerNow(packets.ErrQuotaExceeded)
 	}
 	if !stored {
-		wait := l.b.queueGroups(ctx, groups)
+		q := l.b.queueGroups(ctx, groups, nil)
 		go func() {
 			defer func() { <-l.slots }()
-			if err := wait(); err != nil {
+			if err := q.wait(); err != nil {
 				l.log.Warn("store failed after acknowledging (QoS 0 or acknowledge: routed)", zap.Error(err))
 			}
 		}()
@@ -642,29 +650,15 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	if p.first != nil {
 		<-l.slots // a repeat of a PUBLISH still queued: answered with it
 		f.enqueue(p)
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	}
 	l.b.m.held.Inc()
 	// Queued now, in the read loop: the client's messages reach each channel in the
-	// order they came. The flow's goroutine waits for them.
-	sctx, cancel := context.WithTimeout(ctx, l.b.cfg.StoreTimeout)
-	wait := l.b.queueGroups(sctx, groups)
-	p.wait = func() packets.Code {
-		err := wait()
-		cancel()
-		l.b.m.held.Dec()
-		<-l.slots
-		if err != nil {
-			if inDoubtGroups(groups) {
-				l.doubts.keep(cl.ID, msg, groups)
-			}
-			l.log.Warn("store failed; refusing the publish", zap.String("client", cl.ID), zap.Error(err))
-			return packets.ErrQuotaExceeded
-		}
-		return packets.CodeSuccess
-	}
+	// order they came. The flow's goroutine waits for them (flow.outcome).
+	p.msg = msg
+	p.queued = l.b.queueGroups(l.deadlines.get(ctx, l.b.cfg.StoreTimeout), groups, f.wake)
 	f.enqueue(p)
-	return pk, packets.ErrRejectPacket
+	return pk, errRejectPacket
 }
 
 // overReceiveMaximum ends the connection of a client that has more QoS 1/2 publishes
@@ -672,7 +666,7 @@ func (h *storeHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 func (h *storeHook) overReceiveMaximum(cl *mqtt.Client) (packets.Packet, error) {
 	h.l.log.Warn("more publishes in flight than Receive Maximum; disconnecting", zap.String("client", cl.ID))
 	_ = h.l.srv.DisconnectClient(cl, packets.ErrReceiveMaximum)
-	return packets.Packet{}, packets.ErrRejectPacket
+	return packets.Packet{}, errRejectPacket
 }
 
 // retryWindow is how long a message refused while its append was in doubt is
@@ -781,7 +775,7 @@ func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code
 		}
 	}
 	if pk.FixedHeader.Qos == 0 {
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	}
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
 	if pk.FixedHeader.Qos == 2 {
@@ -794,7 +788,7 @@ func (h *storeHook) refuse(cl *mqtt.Client, pk packets.Packet, code packets.Code
 	// Acknowledged ourselves for MQTT 3.1.1: given the code, the library would also
 	// deliver the message to the listener's subscribers and retain it, stored or not.
 	_ = cl.WritePacket(ack)
-	return pk, packets.ErrRejectPacket
+	return pk, errRejectPacket
 }
 
 func fromMochi(cl *mqtt.Client, pk packets.Packet) *mapping.Message {

@@ -154,9 +154,14 @@ func (p *pace) forget(cl *mqtt.Client) {
 }
 
 // hold waits until every subscriber of topic that gets it at QoS 1/2 (published at
-// qos by origin, nil for kafka-to-mqtt) has room for it, or is stalled, or ctx ends (see admit).
-func (p *pace) hold(ctx context.Context, topic string, qos byte, origin *mqtt.Client) {
+// qos by origin, nil for kafka-to-mqtt) has room for it, or is stalled, or ctx ends (see
+// admit). blocked, when set, is called once before it first waits.
+func (p *pace) hold(ctx context.Context, topic string, qos byte, origin *mqtt.Client, blocked func()) {
 	for !p.admit(topic, qos, origin) {
+		if blocked != nil {
+			blocked()
+			blocked = nil
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -164,10 +164,24 @@ type appendReq struct {
 	// journaling: upstream, QoS 0, a session that ends with its connection).
 	origin *sessions.Origin
 	done   chan error // the definite outcome
+	// wake, when set, is signalled (without blocking) once done has the outcome: the
+	// listener client's flow waits on it for all of its publishes at once.
+	wake chan struct{}
 	// state moves from reqQueued to reqSent (by the writer) or reqAbandoned (by the
 	// caller), once; out is set before reqSent.
 	state atomic.Int32
 	out   *sessions.Outcome
+}
+
+// answer gives r its outcome.
+func (r *appendReq) answer(err error) {
+	r.done <- err
+	if r.wake != nil {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // inDoubtError is an append whose caller's deadline came while its batch was sent and
@@ -321,7 +335,7 @@ func (s *store) fetchTopic(ctx context.Context, topic string, create int32) (*co
 // not sent (they never will be), or an *inDoubtError if they were (they may be stored;
 // its outcome tells).
 func (s *store) append(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin) error {
-	req, err := s.enqueue(ctx, topic, p, recs, o)
+	req, err := s.enqueue(ctx, topic, p, recs, o, nil)
 	if err != nil {
 		return err
 	}
@@ -331,9 +345,10 @@ func (s *store) append(ctx context.Context, topic string, p int32, recs []*stora
 // enqueue queues recs for the channel of topic partition p (behind what was queued
 // for it before, so that records queued one after the other are stored in that order)
 // and returns the request to await; ctx's error if it ended before there was room.
-func (s *store) enqueue(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin) (*appendReq, error) {
+// wake, when set, is signalled once the outcome is known (appendReq.wake).
+func (s *store) enqueue(ctx context.Context, topic string, p int32, recs []*storagev1.AppendRecord, o *sessions.Origin, wake chan struct{}) (*appendReq, error) {
 	w, limit := s.writer(topic, p)
-	req := &appendReq{ctx: ctx, recs: recs, limit: limit, origin: o, done: make(chan error, 1)}
+	req := &appendReq{ctx: ctx, recs: recs, limit: limit, origin: o, done: make(chan error, 1), wake: wake}
 	select {
 	case w <- req:
 		return req, nil
@@ -447,7 +462,7 @@ func (s *store) write(name string, w chan *appendReq) {
 		for _, r := range batch {
 			r.out = out
 			if r.ctx.Err() != nil || !r.state.CompareAndSwap(reqQueued, reqSent) {
-				r.done <- r.ctx.Err()
+				r.answer(r.ctx.Err())
 				continue
 			}
 			live = append(live, r)
@@ -479,7 +494,7 @@ func (s *store) write(name string, w chan *appendReq) {
 			defer release()
 			err := s.send(name, slot, &slots[slot], recs, origins, latest, out, release)
 			for _, r := range live {
-				r.done <- err
+				r.answer(err)
 			}
 		}()
 	}
