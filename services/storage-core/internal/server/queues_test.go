@@ -381,3 +381,30 @@ func TestReceiveCatchUpGRPC(t *testing.T) {
 		}
 	}
 }
+
+// startShareServer starts a storage-core server on a temp dir for the test and
+// returns a context ended at the test's cleanup (which stops the server) and
+// StorageService and ShareService clients of it.
+func startShareServer(t *testing.T) (context.Context, storagev1.StorageServiceClient, storagev1.ShareServiceClient) {
+	t.Helper()
+	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	cc, err := grpcx.Dial(srv.GRPCAddr())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cc.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return ctx, storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+}

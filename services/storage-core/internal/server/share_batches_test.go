@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,10 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/tributary/tributary/libs/channel"
-	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 )
 
@@ -22,26 +18,7 @@ import (
 // with their delivery counts; a released record comes again in its frame with
 // delivery count 2. Without stored_batches the records come one by one.
 func TestShareFetchAsBatch(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: dir}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcx.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	ctx, sc, shc := startShareServer(t)
 	ch := channel.KafkaPartition("orders", 0)
 	if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: ch}); err != nil {
 		t.Fatal(err)

@@ -1,14 +1,11 @@
 package server
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/tributary/tributary/libs/channel"
-	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
-	"go.uber.org/zap/zaptest"
 )
 
 // TestShareFetchStateDeletedMidWait: a ShareFetch long poll whose share-partition
@@ -16,25 +13,7 @@ import (
 // with no error, as Kafka's ShareFetch does for a partition with nothing to acquire;
 // it is not INVALID_RECORD_STATE, which is only for acknowledgements.
 func TestShareFetchStateDeletedMidWait(t *testing.T) {
-	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcx.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	ctx, sc, shc := startShareServer(t)
 	if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: channel.KafkaPartition("orders", 0)}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,25 +53,7 @@ func TestShareFetchStateDeletedMidWait(t *testing.T) {
 // does not hold in existing state. Alone (ShareAcknowledge) and piggybacked
 // (ShareFetch), whose fetch then starts the state afresh.
 func TestShareAcknowledgeStateDeleted(t *testing.T) {
-	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcx.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	ctx, sc, shc := startShareServer(t)
 	for _, p := range []int32{0, 1} {
 		if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: channel.KafkaPartition("orders", p)}); err != nil {
 			t.Fatal(err)
@@ -145,25 +106,7 @@ func TestShareAcknowledgeStateDeleted(t *testing.T) {
 // its share partitions afresh (share.auto.offset.reset, delivery count 1) instead of
 // inheriting the old topic's start offset and in-flight records.
 func TestSharePartitionGoesWithTopic(t *testing.T) {
-	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcx.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	ctx, sc, shc := startShareServer(t)
 	create := func(topic string, p int32) {
 		t.Helper()
 		if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: channel.KafkaPartition(topic, p)}); err != nil {

@@ -1,14 +1,11 @@
 package server
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/tributary/tributary/libs/channel"
-	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
-	"go.uber.org/zap/zaptest"
 )
 
 // TestShareFetchLongGroupID: ShareService serves a share group whose id is longer
@@ -16,25 +13,7 @@ import (
 // ShareGroupHeartbeat lets such a member join): ShareFetch starts its state, the
 // partition is listed and described. An empty id stays INVALID_ARGUMENT.
 func TestShareFetchLongGroupID(t *testing.T) {
-	srv, err := New(Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir()}, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	cc, err := grpcx.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cc.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	sc, shc := storagev1.NewStorageServiceClient(cc), storagev1.NewShareServiceClient(cc)
+	ctx, sc, shc := startShareServer(t)
 	if _, err := sc.CreateChannel(ctx, &storagev1.CreateChannelRequest{Name: channel.KafkaPartition("orders", 0)}); err != nil {
 		t.Fatal(err)
 	}
