@@ -3,6 +3,8 @@ package bridge
 import (
 	"net"
 	"sync"
+
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // corkLimit is how many bytes a corked connection holds before it writes them anyway,
@@ -19,6 +21,7 @@ const (
 // one write (one syscall, one TLS record) instead of one each. Whatever else is written
 // meanwhile (deliveries, PINGRESP) joins the held bytes in order. The flow uncorks it
 // before it waits for anything, so an answer is never held while the bridge waits.
+// Its reads go through frames (see Read).
 type corkConn struct {
 	net.Conn
 
@@ -26,6 +29,65 @@ type corkConn struct {
 	corked bool
 	held   []byte
 	err    error // the write error that ended the connection
+
+	// frames checks what the client sends (nil: nothing is checked); read only in
+	// the library's read loop, like disconnect and readErr.
+	frames *frames
+	// disconnect ends the connection of a connected MQTT 5 client with a DISCONNECT
+	// (set by storeHook.OnConnect).
+	disconnect func(packets.Code)
+	// readErr is the protocol error that ends the connection, once frames found it;
+	// refused is set once the client was told.
+	readErr *protocolError
+	refused bool
+}
+
+// Read reads what the client sends, through frames. Once a packet breaks the
+// protocol, the bytes before it are passed on, then the client is told (CONNACK or
+// DISCONNECT with the reason code, MQTT 5 section 4.13; nothing for MQTT 3.1.1, which
+// has no code for it) and the read fails with the protocolError, which ends the
+// connection (and sends the Will, section 3.1.2.5).
+func (c *corkConn) Read(b []byte) (int, error) {
+	if c.frames == nil {
+		return c.Conn.Read(b)
+	}
+	if c.readErr != nil {
+		c.refuse()
+		return 0, c.readErr
+	}
+	n, err := c.Conn.Read(b)
+	k, code, bad := c.frames.scan(b[:n])
+	if !bad {
+		return n, err
+	}
+	c.readErr = &protocolError{code: code}
+	if k > 0 {
+		return k, nil // the packets before it first; the next read fails
+	}
+	c.refuse()
+	return 0, c.readErr
+}
+
+// refuse tells an MQTT 5 client why its connection ends: in a CONNACK when its
+// CONNECT broke the protocol, else in a DISCONNECT, written after what the library
+// wrote before. It does so once.
+func (c *corkConn) refuse() {
+	if c.refused || c.frames.version != 5 {
+		return
+	}
+	c.refused = true
+	rc := packets.ErrMalformedPacket
+	switch c.readErr.code {
+	case codeProtocolError:
+		rc = packets.ErrProtocolViolation
+	case codePacketTooLarge:
+		rc = packets.ErrPacketTooLarge
+	}
+	if c.disconnect != nil {
+		c.disconnect(rc)
+		return
+	}
+	_, _ = c.Write([]byte{packets.Connack << 4, 3, 0, rc.Code, 0})
 }
 
 // Write writes b, or holds a copy of it while c is corked (reporting it written: a

@@ -197,7 +197,7 @@ func newListener(b *Bridge, c config.ListenerConfig, routes []*mapping.Route) (_
 	if c.ConnectTimeout > 0 {
 		timeout = c.ConnectTimeout
 	}
-	l.guard = &guardedListener{Listener: raw, tls: tlsCfg, timeout: timeout, pending: map[net.Conn]struct{}{}}
+	l.guard = &guardedListener{Listener: raw, tls: tlsCfg, timeout: timeout, maxPacket: int(caps.MaximumPacketSize), pending: map[net.Conn]struct{}{}}
 	l.ln = listeners.NewNet("tributary", l.guard)
 	if err := l.srv.AddListener(l.ln); err != nil {
 		_ = raw.Close()
@@ -290,6 +290,8 @@ func (l *listener) closeClients(listenerID string) {
 type guardedListener struct {
 	net.Listener
 	tls *tls.Config
+	// maxPacket is the Maximum Packet Size, in bytes, frames holds clients to.
+	maxPacket int
 
 	mu      sync.Mutex
 	timeout time.Duration
@@ -305,7 +307,7 @@ func (g *guardedListener) Accept() (net.Conn, error) {
 	if g.tls != nil {
 		c = tls.Server(c, g.tls)
 	}
-	c = &corkConn{Conn: c}
+	c = &corkConn{Conn: c, frames: &frames{limit: g.maxPacket}}
 	g.mu.Lock()
 	_ = c.SetDeadline(time.Now().Add(g.timeout))
 	if g.closed {
@@ -384,11 +386,16 @@ func (h *storeHook) Provides(b byte) bool {
 		b == mqtt.OnSessionEstablish || b == mqtt.OnSessionEstablished
 }
 
-// OnConnect hands the connection from the CONNECT guard to the library, and applies
-// max-keepalive: an MQTT 5 client asking for a longer keep alive, or none, gets the
-// maximum as Server Keep Alive; an MQTT 3.1.1 one is refused with CONNACK 0x02.
+// OnConnect hands the connection from the CONNECT guard to the library, gives an
+// MQTT 5 client's connection the way to DISCONNECT it when it breaks the protocol
+// (corkConn.Read), and applies max-keepalive: an MQTT 5 client asking for a longer
+// keep alive, or none, gets the maximum as Server Keep Alive; an MQTT 3.1.1 one is
+// refused with CONNACK 0x02.
 func (h *storeHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	h.l.guard.connected(cl.Net.Conn)
+	if cc, ok := cl.Net.Conn.(*corkConn); ok && cl.Properties.ProtocolVersion == 5 {
+		cc.disconnect = func(code packets.Code) { _ = h.l.srv.DisconnectClient(cl, code) }
+	}
 	maxKA := h.l.cfg.MaxKeepAlive / time.Second
 	if maxKA <= 0 || maxKA >= 65535 {
 		return nil

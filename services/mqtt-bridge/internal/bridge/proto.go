@@ -1,0 +1,418 @@
+package bridge
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unicode/utf8"
+)
+
+// MQTT 5 reason codes the frame check answers with (MQTT 5 section 2.4).
+const (
+	codeMalformed      = 0x81
+	codeProtocolError  = 0x82
+	codePacketTooLarge = 0x95
+)
+
+// Control packet types (MQTT 5 section 2.1.2).
+const (
+	typeConnect     = 1
+	typePublish     = 3
+	typePubrel      = 6
+	typeSubscribe   = 8
+	typeUnsubscribe = 10
+	typePingreq     = 12
+)
+
+// protocolError is the read error of a connection whose client broke the protocol:
+// code is the MQTT 5 reason code it was (or would have been, for MQTT 3.1.1) told.
+type protocolError struct{ code byte }
+
+func (e *protocolError) Error() string {
+	return fmt.Sprintf("mqtt listener: client broke the protocol (reason code %#x)", e.code)
+}
+
+// frames follows the packets a client sends, reading only their fixed headers, and
+// checks what the library takes without checking or refuses without saying why:
+// the CONNECT (its flags and properties), each SUBSCRIBE (its properties and
+// subscription options), each PINGREQ (no body), and the fixed header flags and
+// size (at most limit + 1 bytes with the first byte, as the library counts) of every
+// packet. The body of any other packet (a PUBLISH's above all) is skipped unread.
+//
+// Before its CONNECT is known, a client is only followed; a first packet that is not
+// a CONNECT, a CONNECT of a protocol other than MQTT 3.1, 3.1.1 or 5, and a packet
+// over limit are left to the library (it refuses them all).
+type frames struct {
+	// limit is the listener's Maximum Packet Size in bytes, which the library holds a
+	// packet's body and first byte to (caps.MaximumPacketSize).
+	limit int
+	// version is the CONNECT's protocol level (3, 4 or 5), 0 before it.
+	version byte
+	// off is set once the client is left to the library.
+	off bool
+
+	hdr  [5]byte // the fixed header being read
+	nhdr int
+	skip int    // bytes of the current body still to pass unread
+	body []byte // the current body being collected to be checked
+	want int    // its length
+	typ  byte   // its packet type
+}
+
+// scan follows b, the next bytes read from the client. When a packet in it breaks
+// the protocol, bad is true, n is how many bytes of b come before that packet (the
+// rest are not to be passed on) and code says how (codeMalformed, codeProtocolError,
+// codePacketTooLarge).
+func (f *frames) scan(b []byte) (n int, code byte, bad bool) {
+	start := 0 // where the current packet starts in b (0: in an earlier read)
+	for i := 0; i < len(b) && !f.off; {
+		switch {
+		case f.skip > 0:
+			k := min(f.skip, len(b)-i)
+			f.skip -= k
+			i += k
+		case f.want > 0:
+			k := min(f.want-len(f.body), len(b)-i)
+			f.body = append(f.body, b[i:i+k]...)
+			i += k
+			if len(f.body) == f.want {
+				if code := f.check(); code != 0 {
+					return start, code, true
+				}
+				f.body, f.want = nil, 0
+			}
+		default:
+			if f.nhdr == 0 {
+				start = i
+			}
+			f.hdr[f.nhdr] = b[i]
+			f.nhdr++
+			i++
+			if f.nhdr == 1 {
+				continue
+			}
+			if b[i-1]&0x80 != 0 {
+				if f.nhdr == len(f.hdr) {
+					return start, codeMalformed, true // a Remaining Length of over 4 bytes
+				}
+				continue
+			}
+			rem := 0
+			for k := f.nhdr - 1; k >= 1; k-- {
+				rem = rem<<7 | int(f.hdr[k]&0x7f)
+			}
+			f.nhdr = 0
+			if code := f.header(f.hdr[0], rem); code != 0 {
+				return start, code, true
+			}
+		}
+	}
+	return len(b), 0, false
+}
+
+// header checks the fixed header of a packet whose body is rem bytes long and says
+// what to do with the body: skip it, or collect it to be checked.
+func (f *frames) header(first byte, rem int) byte {
+	typ, flags := first>>4, first&0x0f
+	if f.version == 0 {
+		if typ != typeConnect || rem > f.limit {
+			f.off = true
+			return 0
+		}
+	} else {
+		switch typ {
+		case 0:
+			return codeMalformed // reserved packet type
+		case typePublish:
+			if flags&0x06 == 0x06 {
+				return codeMalformed // QoS 3 [MQTT-3.3.1-4]
+			}
+			if flags&0x0e == 0x08 {
+				return codeProtocolError // DUP on QoS 0 [MQTT-3.3.1-2]
+			}
+		case typePubrel, typeSubscribe, typeUnsubscribe:
+			if flags != 0x02 {
+				return codeMalformed // [MQTT-3.6.1-1] [MQTT-3.8.1-1] [MQTT-3.10.1-1]
+			}
+		default:
+			if flags != 0 {
+				return codeMalformed // reserved flags (MQTT 5 section 2.1.3)
+			}
+		}
+		if typ == typePingreq && rem != 0 {
+			return codeMalformed // a PINGREQ has no body (section 3.12)
+		}
+		if rem+1 > f.limit {
+			return codePacketTooLarge // section 3.1.2.11.4
+		}
+	}
+	if (typ == typeSubscribe || f.version == 0) && rem <= f.limit {
+		if rem == 0 {
+			f.typ, f.body = typ, nil
+			return f.check()
+		}
+		f.typ, f.want, f.body = typ, rem, make([]byte, 0, rem)
+		return 0
+	}
+	f.skip = rem
+	return 0
+}
+
+// check checks the collected body of a CONNECT or SUBSCRIBE.
+func (f *frames) check() byte {
+	if f.typ == typeConnect {
+		return f.checkConnect(f.body)
+	}
+	return f.checkSubscribe(f.body)
+}
+
+// reader takes a packet body apart; a read past its end sets short.
+type reader struct {
+	b     []byte
+	short bool
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.short || n > len(r.b) {
+		r.short = true
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if v := r.bytes(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (r *reader) uint16() int {
+	if v := r.bytes(2); v != nil {
+		return int(binary.BigEndian.Uint16(v))
+	}
+	return 0
+}
+
+// binary reads Binary Data (a two-byte length and as many bytes).
+func (r *reader) binary() []byte { return r.bytes(r.uint16()) }
+
+// string reads a UTF-8 Encoded String, and says whether it is well formed (MQTT 5
+// section 1.5.4: valid UTF-8 without U+0000).
+func (r *reader) string() bool {
+	s := r.binary()
+	if r.short {
+		return false
+	}
+	for _, c := range s {
+		if c == 0 {
+			return false
+		}
+	}
+	return utf8.Valid(s)
+}
+
+// varint reads a Variable Byte Integer (section 1.5.5).
+func (r *reader) varint() (int, bool) {
+	v := 0
+	for k := 0; k < 4; k++ {
+		c := r.byte()
+		if r.short {
+			return 0, false
+		}
+		v |= int(c&0x7f) << (7 * k)
+		if c&0x80 == 0 {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// Property identifiers (MQTT 5 section 2.2.2.2).
+const (
+	propPayloadFormat      = 0x01
+	propMessageExpiry      = 0x02
+	propContentType        = 0x03
+	propResponseTopic      = 0x08
+	propCorrelationData    = 0x09
+	propSubscriptionID     = 0x0b
+	propSessionExpiry      = 0x11
+	propAuthMethod         = 0x15
+	propAuthData           = 0x16
+	propRequestProblemInfo = 0x17
+	propWillDelay          = 0x18
+	propRequestRespInfo    = 0x19
+	propReceiveMaximum     = 0x21
+	propTopicAliasMaximum  = 0x22
+	propUser               = 0x26
+	propMaximumPacketSize  = 0x27
+)
+
+// Properties allowed in a CONNECT, its Will Properties and a SUBSCRIBE (sections
+// 3.1.2.11, 3.1.3.2, 3.8.2.1), as sets of identifiers.
+const (
+	connectProps = 1<<propSessionExpiry | 1<<propAuthMethod | 1<<propAuthData | 1<<propRequestProblemInfo |
+		1<<propRequestRespInfo | 1<<propReceiveMaximum | 1<<propTopicAliasMaximum | 1<<propUser | 1<<propMaximumPacketSize
+	willProps = 1<<propWillDelay | 1<<propPayloadFormat | 1<<propMessageExpiry | 1<<propContentType |
+		1<<propResponseTopic | 1<<propCorrelationData | 1<<propUser
+	subscribeProps = 1<<propSubscriptionID | 1<<propUser
+)
+
+// properties reads a property list and checks it: an identifier not allowed in the
+// packet (allowed), a value of the wrong type or a list overrunning the packet is a
+// Malformed Packet (section 2.2.2.2); a property other than a User Property given
+// twice, and the values the spec forbids (0 for Receive Maximum, Maximum Packet Size
+// and a Subscription Identifier, other than 0 or 1 for the two Request flags, and
+// Authentication Data without a method) are Protocol Errors (sections 3.1.2.11.x,
+// 3.8.2.1.2).
+func (r *reader) properties(allowed uint64) byte {
+	n, ok := r.varint()
+	if !ok || n > len(r.b) {
+		return codeMalformed
+	}
+	p := &reader{b: r.bytes(n)}
+	var seen uint64
+	for len(p.b) > 0 {
+		id := p.byte()
+		if id >= 64 || allowed&(1<<id) == 0 {
+			return codeMalformed
+		}
+		if seen&(1<<id) != 0 && id != propUser {
+			return codeProtocolError
+		}
+		seen |= 1 << id
+		var v int
+		switch id {
+		case propPayloadFormat, propRequestProblemInfo, propRequestRespInfo:
+			v = int(p.byte())
+			if id != propPayloadFormat && v > 1 {
+				return codeProtocolError
+			}
+		case propReceiveMaximum, propTopicAliasMaximum:
+			v = p.uint16()
+			if id == propReceiveMaximum && v == 0 && !p.short {
+				return codeProtocolError
+			}
+		case propMessageExpiry, propSessionExpiry, propWillDelay, propMaximumPacketSize:
+			if b := p.bytes(4); b != nil && id == propMaximumPacketSize && binary.BigEndian.Uint32(b) == 0 {
+				return codeProtocolError
+			}
+		case propContentType, propResponseTopic, propAuthMethod:
+			if !p.string() {
+				return codeMalformed
+			}
+		case propCorrelationData, propAuthData:
+			p.binary()
+		case propUser:
+			key := p.string()
+			if val := p.string(); !key || !val {
+				return codeMalformed
+			}
+		case propSubscriptionID:
+			if v, ok = p.varint(); !ok {
+				return codeMalformed
+			}
+			if v == 0 {
+				return codeProtocolError
+			}
+		}
+		if p.short {
+			return codeMalformed
+		}
+	}
+	if seen&(1<<propAuthData) != 0 && seen&(1<<propAuthMethod) == 0 {
+		return codeProtocolError
+	}
+	return 0
+}
+
+// checkConnect checks a CONNECT body (section 3.1; MQTT 3.1.1 section 3.1) and
+// learns the client's protocol version. Left to the library: the protocol name and
+// level, the reserved flag, and what its ConnectValidate checks.
+func (f *frames) checkConnect(b []byte) byte {
+	r := &reader{b: b}
+	name := string(r.binary())
+	level := r.byte()
+	flags := r.byte()
+	r.uint16() // Keep Alive
+	if r.short || !(name == "MQTT" && (level == 4 || level == 5) || name == "MQIsdp" && level == 3) || flags&0x01 != 0 {
+		f.off = true
+		return 0
+	}
+	f.version = level
+	will, willQoS, willRetain := flags&0x04 != 0, flags>>3&0x03, flags&0x20 != 0
+	username, password := flags&0x80 != 0, flags&0x40 != 0
+	switch {
+	case willQoS == 3, !will && (willQoS != 0 || willRetain):
+		return codeMalformed // [MQTT-3.1.2-11] [MQTT-3.1.2-12] [MQTT-3.1.2-13] [MQTT-3.1.2-15]
+	case level < 5 && password && !username:
+		return codeProtocolError // MQTT 3.1.1 [MQTT-3.1.2-22]
+	}
+	if level == 5 {
+		if code := r.properties(connectProps); code != 0 {
+			return code
+		}
+	}
+	if !r.string() { // Client Identifier
+		return codeMalformed
+	}
+	if will {
+		if level == 5 {
+			if code := r.properties(willProps); code != 0 {
+				return code
+			}
+		}
+		if !r.string() { // Will Topic
+			return codeMalformed
+		}
+		r.binary() // Will Payload
+	}
+	if username && !r.string() {
+		return codeMalformed
+	}
+	if password {
+		r.binary()
+	}
+	if r.short || len(r.b) > 0 {
+		return codeMalformed
+	}
+	return 0
+}
+
+// checkSubscribe checks a SUBSCRIBE body (section 3.8; MQTT 3.1.1 section 3.8): its
+// properties, that it has a subscription, that each Topic Filter is a well-formed
+// string, and each Subscription Options byte: QoS 3 or a reserved bit set is a
+// Malformed Packet [MQTT-3.8.3-5], Retain Handling 3 a Protocol Error.
+func (f *frames) checkSubscribe(b []byte) byte {
+	r := &reader{b: b}
+	r.uint16() // Packet Identifier
+	if f.version == 5 {
+		if code := r.properties(subscribeProps); code != 0 {
+			return code
+		}
+	}
+	if r.short {
+		return codeMalformed
+	}
+	if len(r.b) == 0 {
+		return codeProtocolError // no subscription [MQTT-3.8.3-2]
+	}
+	reserved := byte(0xc0)
+	if f.version < 5 {
+		reserved = 0xfc
+	}
+	for len(r.b) > 0 {
+		if !r.string() {
+			return codeMalformed
+		}
+		o := r.byte()
+		switch {
+		case r.short, o&reserved != 0, o&0x03 == 0x03:
+			return codeMalformed
+		case o>>4&0x03 == 0x03:
+			return codeProtocolError
+		}
+	}
+	return 0
+}
