@@ -40,6 +40,8 @@ type corkConn struct {
 	// refused is set once the client was told.
 	readErr *protocolError
 	refused bool
+	// forget, when set, is called on Close (the CONNECT guard forgets the connection).
+	forget func()
 }
 
 // Read reads what the client sends, through frames. Once a packet breaks the
@@ -123,11 +125,14 @@ func (c *corkConn) uncork() {
 	c.mu.Unlock()
 }
 
-// Close writes what is held (a DISCONNECT the library wrote just before, the answers
-// before it), then closes the connection. A write in progress (a peer that does not
-// read) is not waited for: the connection is closed under it, which ends it, as
-// without the cork.
+// Close calls forget, writes what is held (a DISCONNECT the library wrote just
+// before, the answers before it), then closes the connection. A write in progress (a
+// peer that does not read) is not waited for: the connection is closed under it,
+// which ends it, as without the cork.
 func (c *corkConn) Close() error {
+	if c.forget != nil {
+		c.forget()
+	}
 	if c.mu.TryLock() {
 		c.corked = false
 		c.flushLocked()

@@ -307,19 +307,23 @@ func (g *guardedListener) Accept() (net.Conn, error) {
 	if g.tls != nil {
 		c = tls.Server(c, g.tls)
 	}
-	c = &corkConn{Conn: c, frames: &frames{limit: g.maxPacket}}
+	cc := &corkConn{Conn: c, frames: &frames{limit: g.maxPacket}}
+	cc.forget = func() { g.connected(cc) }
 	g.mu.Lock()
-	_ = c.SetDeadline(time.Now().Add(g.timeout))
-	if g.closed {
-		_ = c.Close()
-	} else {
-		g.pending[c] = struct{}{}
+	_ = cc.SetDeadline(time.Now().Add(g.timeout))
+	closed := g.closed
+	if !closed {
+		g.pending[cc] = struct{}{}
 	}
 	g.mu.Unlock()
-	return c, nil
+	if closed {
+		_ = cc.Close()
+	}
+	return cc, nil
 }
 
-// connected forgets c: it sent its CONNECT and is the library's now.
+// connected forgets c: it sent its CONNECT and is the library's now, or it is closed
+// (refused before, by the library or by frames).
 func (g *guardedListener) connected(c net.Conn) {
 	g.mu.Lock()
 	delete(g.pending, c)
@@ -328,12 +332,13 @@ func (g *guardedListener) connected(c net.Conn) {
 
 func (g *guardedListener) closePending() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.closed = true
-	for c := range g.pending {
-		_ = c.Close()
+	pending := g.pending
+	g.pending = map[net.Conn]struct{}{}
+	g.mu.Unlock()
+	for c := range pending {
+		_ = c.Close() // which calls connected: not under g.mu
 	}
-	clear(g.pending)
 }
 
 // publish hands m to the embedded broker's subscribers, once those that get it have

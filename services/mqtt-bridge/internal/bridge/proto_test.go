@@ -131,6 +131,13 @@ func TestListenerProtocolErrors(t *testing.T) {
 			expectEnd(t, conn, c.first, at, c.code)
 		})
 	}
+	// The CONNECT guard forgot the connections refused before their CONNECT was taken.
+	b.listener.guard.mu.Lock()
+	pending := len(b.listener.guard.pending)
+	b.listener.guard.mu.Unlock()
+	if pending != 0 {
+		t.Errorf("the CONNECT guard still holds %d closed connections", pending)
+	}
 	// Others are unaffected.
 	cl := connect(t, b.ListenerAddr(), "after")
 	if rc, err := publish(cl, "dev/1", "ok"); err != nil || rc != 0 {
