@@ -41,6 +41,8 @@ func (q *Queue) resetLocked(floor int64, acked spans) *dbOp {
 	q.lanes, q.laneMsgs = nil, 0
 	clear(q.dirty)
 	q.dirty = q.dirty[:0]
+	clear(q.shareCounts)
+	q.shareCounts, q.shareMarkDirty = q.shareCounts[:0], false
 	q.wakeLocked()
 	put := append(spans(nil), acked...)
 	name, inc := q.name, q.inc

@@ -905,8 +905,15 @@ func (m *Manager) Close() error {
 	return m.db.close()
 }
 
+// closeQueues stops the queues' pumps and enqueues the share partitions' delivery
+// counts not written yet, committed by the state file's close.
 func (m *Manager) closeQueues() {
 	for _, q := range m.queues {
 		q.stopPumps()
+		if q.share != nil {
+			q.mu.Lock()
+			q.flushShareCountsLocked()
+			q.mu.Unlock()
+		}
 	}
 }

@@ -46,7 +46,7 @@ type msg struct {
 	key       string // ordering key ("" = none)
 	size      int64
 	state     uint8
-	attempts  int32 // deliveries so far (durable at each Receive)
+	attempts  int32 // deliveries so far (durable at each Receive; a share partition's: shareCounts)
 	notBefore int64 // ms; retry backoff
 	// keyed: the state file holds an attempts record of this message, to be deleted
 	// with its ack (a first delivery in order is covered by the delivered mark).
@@ -56,6 +56,8 @@ type msg struct {
 	// owner is the share-group member holding the lease (share partitions only,
 	// share.go); meaningful while stLeased.
 	owner string
+	// countDirty: q.shareCounts holds m (share partitions only).
+	countDirty bool
 }
 
 // Delivery is one leased message handed out by Receive.
@@ -147,10 +149,19 @@ type Queue struct {
 	laneMsgs int
 	// dirty lists messages whose backoff changed (nack, expiry) and is not enqueued
 	// for the state file yet (flushDirtyLocked).
-	dirty    []*msg
-	gen      uint64 // bumped when the window is rebuilt (purge, seek, detach)
-	leased   int
-	leaseSeq uint64
+	dirty []*msg
+	// shareCounts lists a share partition's messages acquired since its last state
+	// write, whose delivery counts are not enqueued for the state file yet, and
+	// shareMarkDirty says the delivered mark moved since: as in Kafka's
+	// SharePartition.acquire, an acquisition changes memory only, and its counts go
+	// with the partition's next state write (shareCountsLocked: an acknowledgement,
+	// a release, a lock's expiry, an archive, Close). After a crash the records
+	// acquired since are delivered again with the counts last written.
+	shareCounts    []*msg
+	shareMarkDirty bool
+	gen            uint64 // bumped when the window is rebuilt (purge, seek, detach)
+	leased         int
+	leaseSeq       uint64
 	// busyTo, busyMin: every pending message below offset busyTo is leased until
 	// busyMin or later, acked or being dead-lettered, so while busyMin is in the
 	// future a Receive has nothing to do there and starts its scan at busyTo (the
@@ -630,14 +641,20 @@ func (q *Queue) expireLocked(m *msg, now int64) bool {
 		return true
 	}
 	m.state = stAvailable
-	if d := cfg.backoffMs(m.attempts); d > 0 {
+	d := cfg.backoffMs(m.attempts)
+	if d > 0 {
 		m.notBefore = now + d
+	}
+	// A share partition writes every release and lock expiry (with the counts of
+	// its acquisitions since the last write); a queue's counts are durable already.
+	if d > 0 || q.share != nil {
 		q.dirty = append(q.dirty, m)
 	}
 	return false
 }
 
-// flushDirtyLocked enqueues the backoffs of q.dirty for the state file (nil: none).
+// flushDirtyLocked enqueues the backoffs of q.dirty for the state file, and a share
+// partition's delivery counts not written yet with them (nil: none).
 func (q *Queue) flushDirtyLocked() *dbOp {
 	if len(q.dirty) == 0 {
 		return nil
@@ -645,7 +662,7 @@ func (q *Queue) flushDirtyLocked() *dbOp {
 	offs := make([]int64, 0, len(q.dirty))
 	vals := make([][]byte, 0, len(q.dirty))
 	for _, m := range q.dirty {
-		if m.state == stAvailable && q.find(m.off) == m {
+		if m.state == stAvailable && !m.countDirty && q.find(m.off) == m {
 			m.keyed = true
 			offs = append(offs, m.off)
 			vals = append(vals, delivered{m.attempts, m.notBefore}.encode())
@@ -653,7 +670,42 @@ func (q *Queue) flushDirtyLocked() *dbOp {
 	}
 	clear(q.dirty)
 	q.dirty = q.dirty[:0]
-	return q.putDeliveredLocked(offs, vals, -1)
+	offs, vals, mark := q.shareCountsLocked(offs, vals)
+	return q.putDeliveredLocked(offs, vals, mark)
+}
+
+// shareCountsLocked appends to offs and vals the delivery records of q.shareCounts
+// still in the window and unacked, and empties it; mark is the delivered mark to
+// write with them, or -1 when it is written already. A queue that is not a share
+// partition has none (-1).
+func (q *Queue) shareCountsLocked(offs []int64, vals [][]byte) ([]int64, [][]byte, int64) {
+	for _, m := range q.shareCounts {
+		m.countDirty = false
+		if m.state == stAcked || q.find(m.off) != m {
+			continue
+		}
+		// Below the delivered mark (written with these) a first delivery needs no
+		// record of its own, as in leaseLocked.
+		if m.keyed || m.attempts > 1 || m.off >= q.deliveredMark {
+			m.keyed = true
+			offs = append(offs, m.off)
+			vals = append(vals, delivered{m.attempts, m.notBefore}.encode())
+		}
+	}
+	clear(q.shareCounts)
+	q.shareCounts = q.shareCounts[:0]
+	mark := int64(-1)
+	if q.shareMarkDirty {
+		mark, q.shareMarkDirty = q.deliveredMark, false
+	}
+	return offs, vals, mark
+}
+
+// flushShareCountsLocked enqueues a share partition's delivery counts not written
+// yet (nil: none).
+func (q *Queue) flushShareCountsLocked() *dbOp {
+	offs, vals, mark := q.shareCountsLocked(nil, nil)
+	return q.putDeliveredLocked(offs, vals, mark)
 }
 
 // putDeliveredLocked enqueues delivery records (attempts bucket) for offs and, when
@@ -712,7 +764,10 @@ func decodeDelivered(b []byte) delivered {
 // leases that expired (returning those to dead-letter) and reports the earliest future
 // time (ms) a lease ends or a backoff passes (0: none), for a waiting Receive. With
 // exact, maxBytes binds the first message too: when the first available one is larger,
-// nothing is leased and tooBig is its size.
+// nothing is leased and tooBig is its size. The delivery counts are durable once op
+// is (nil: nothing to write); a share partition's are kept for its next state write
+// (shareCounts) and op is nil, unless leases expired here, whose write is enqueued
+// and not waited for.
 func (q *Queue) leaseLocked(now int64, maxMsgs int, maxBytes, leaseMs int64, exact bool) (out []Delivery, dl []*msg, nextEvent, tooBig int64, op *dbOp) {
 	ordered := q.meta.Config.OrderingKeyHeader != ""
 	var seen map[string]struct{}
@@ -842,6 +897,19 @@ scan:
 	}
 	q.busyTo, q.busyMin = runEnd, runMin
 	q.m.opts.Metrics.Deliveries.Add(float64(len(out)))
+	if q.share != nil {
+		for _, m := range leased {
+			if !m.countDirty {
+				m.countDirty = true
+				q.shareCounts = append(q.shareCounts, m)
+			}
+		}
+		if q.advanceDeliveredLocked() >= 0 {
+			q.shareMarkDirty = true
+		}
+		q.flushDirtyLocked() // locks that expired here, with the counts: not waited for
+		return out, dl, nextEvent, tooBig, nil
+	}
 	q.flushDirtyLocked() // backoffs of leases that expired here: not waited for
 	mark := q.advanceDeliveredLocked()
 	var leasedOffs []int64
@@ -1155,8 +1223,10 @@ func (q *Queue) ackLocked(m *msg) {
 
 // commitAcksLocked drops the messages just acked (ackLocked) from the window and
 // enqueues their durable ack: the new floor, the acked offsets above it (as runs of
-// consecutive offsets), their delivery records (keyed) removed.
+// consecutive offsets), their delivery records (keyed) removed; a share partition's
+// delivery counts not written yet go with it (shareCountsLocked).
 func (q *Queue) commitAcksLocked(acked []*msg) *dbOp {
+	countOffs, countVals, mark := q.shareCountsLocked(nil, nil)
 	q.compactLocked()
 	floor := q.floorLocked()
 	var above, delKeys []int64
@@ -1180,6 +1250,16 @@ func (q *Queue) commitAcksLocked(acked []*msg) *dbOp {
 			return err
 		}
 		ab, at := b.Bucket(bktAcked), b.Bucket(bktAttempts)
+		if mark >= 0 {
+			if err := b.Put(keyDelivered, offKey(mark)); err != nil {
+				return err
+			}
+		}
+		for i, off := range countOffs {
+			if err := at.Put(offKey(off), countVals[i]); err != nil {
+				return err
+			}
+		}
 		for i := 0; i < len(above); {
 			j := i + 1
 			for j < len(above) && above[j] <= above[j-1]+1 {

@@ -26,7 +26,12 @@ import (
 // log's, read into the window as it has room and handed out from there. The queue's
 // rules are the share partition's:
 //   - an acquisition is a lease held by one member (msg.owner), for the acquisition
-//     lock duration; the delivery count is the delivery attempt;
+//     lock duration; the delivery count is the delivery attempt. As in Kafka's
+//     SharePartition.acquire it changes memory only: the counts are written with
+//     the partition's next state write (an acknowledgement, a release, a lock's
+//     expiry, an archive; Queue.shareCounts), so after a crash the records acquired
+//     since are delivered again with the counts last written. Acknowledgements are
+//     answered only once durable;
 //   - ACCEPT and REJECT ack (done, never delivered again), RELEASE nacks (available
 //     at once, the count kept), RENEW moves the lock's end to now + lock duration, GAP
 //     archives;
@@ -400,21 +405,20 @@ type ShareFetchArgs struct {
 	Wait time.Duration
 	// Start is the partition acquisition starts at (rotated for fairness).
 	Start int
-	// Release, when set, is called once every partition's acquisitions are queued
-	// for commit and before any is waited for: the release of the caller's
-	// HoldCommits.
-	Release func()
 }
 
 // HoldCommits keeps the state file's committer from starting a commit until release
 // is called (and at most a few milliseconds): the commits queued meanwhile (a share
-// fetch's acknowledgements, then its acquisitions) share one fdatasync. release must
-// be called before waiting for any of them; calling it again does nothing.
+// request's acknowledgements of several partitions) share one fdatasync. release
+// must be called before waiting for any of them; calling it again does nothing.
 func (m *Manager) HoldCommits() (release func()) { return m.db.hold() }
 
 // ShareFetch acquires records of the share partitions qs for a.Member, waiting up to
 // a.Wait while none is available in any. It returns, per queue, its records in offset
-// order and its error (deleted, storage failure); err is ctx's or ErrClosed.
+// order and its error (deleted, storage failure); err is ctx's or ErrClosed. As in
+// Kafka's SharePartition.acquire, the acquisitions change memory only and nothing is
+// waited for: their delivery counts go with the partition's next state write
+// (Queue.shareCounts).
 func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs) (recs [][]ShareRecord, errs []error, err error) {
 	if a.Member == "" || a.MaxRecords < 1 || a.MaxBytes < 0 || a.LockMs < MinShareLockMs || a.LockMs > MaxShareLockMs || a.Wait < 0 {
 		return nil, nil, fmt.Errorf("%w: member %q, max records %d, max bytes %d, lock %d ms (%d..%d), wait %v",
@@ -423,11 +427,6 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 	recs, errs = make([][]ShareRecord, len(qs)), make([]error, len(qs))
 	end := time.Now().Add(a.Wait)
 	cases := make([]reflect.SelectCase, 0, len(qs)+3)
-	type pendingOp struct {
-		i  int
-		op *dbOp
-	}
-	var ops []pendingOp
 	for {
 		total, size := 0, int64(0)
 		cases = cases[:0]
@@ -449,13 +448,10 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.log.Changed())})
 			}
 			q.tryFill()
-			out, ch, ev, op, err := q.shareAcquire(now, a.Member, a.MaxRecords-total, max(a.MaxBytes-size, 0), a.LockMs)
+			out, ch, ev, err := q.shareAcquire(now, a.Member, a.MaxRecords-total, max(a.MaxBytes-size, 0), a.LockMs)
 			if err != nil {
 				errs[i] = err
 				continue
-			}
-			if op != nil {
-				ops = append(ops, pendingOp{i, op})
 			}
 			for _, r := range out {
 				size += int64(len(r.Record.Key) + len(r.Record.Value))
@@ -467,18 +463,6 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 				next = ev
 			}
 		}
-		// Every partition's delivery counts were queued before the first wait: one
-		// commit (one fdatasync) makes them all durable; records go out only then.
-		if a.Release != nil {
-			a.Release()
-			a.Release = nil
-		}
-		for _, p := range ops {
-			if err := p.op.wait(); err != nil {
-				errs[p.i], recs[p.i] = err, nil
-			}
-		}
-		ops = ops[:0]
 		remaining := time.Until(end)
 		if total > 0 || remaining <= 0 || len(cases) == 0 {
 			return recs, errs, nil
@@ -503,17 +487,16 @@ func (m *Manager) ShareFetch(ctx context.Context, qs []*Queue, a ShareFetchArgs)
 }
 
 // shareAcquire leases up to maxMsgs available messages to member for lockMs, without
-// waiting; the delivery counts are durable once the returned op is (nil: nothing to
-// commit), and no record may be handed out before. It also returns the queue's change
-// channel and the next time (ms) a lock ends or a backoff passes (0: none), for a
-// waiting ShareFetch.
-func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lockMs int64) ([]ShareRecord, <-chan struct{}, int64, *dbOp, error) {
+// waiting, in memory only: the delivery counts go with the partition's next state
+// write (leaseLocked). It also returns the queue's change channel and the next time
+// (ms) a lock ends or a backoff passes (0: none), for a waiting ShareFetch.
+func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lockMs int64) ([]ShareRecord, <-chan struct{}, int64, error) {
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
-		return nil, nil, 0, nil, err
+		return nil, nil, 0, err
 	}
-	out, dl, next, _, op := q.leaseLocked(now, maxMsgs, maxBytes, lockMs, false)
+	out, dl, next, _, _ := q.leaseLocked(now, maxMsgs, maxBytes, lockMs, false)
 	recs := make([]ShareRecord, len(out))
 	for i, d := range out {
 		if a, ok := parseAckID(d.AckID); ok {
@@ -530,7 +513,7 @@ func (q *Queue) shareAcquire(now int64, member string, maxMsgs int, maxBytes, lo
 	if len(dl) > 0 {
 		q.deadLetter(dl)
 	}
-	return recs, ch, next, op, nil
+	return recs, ch, next, nil
 }
 
 // ShareAckBatch acknowledges the source offsets First..Last (inclusive): all with

@@ -101,8 +101,7 @@ func (ss *shareService) acknowledge(group, member string, acks []*storagev1.Shar
 
 // acknowledgeStart applies each partition's acknowledgements in memory and queues
 // their commits; finish waits until they are durable and returns the results. Every
-// commit queued before the first wait (also a ShareFetch's acquisitions) shares one
-// fdatasync.
+// commit queued under the caller's HoldCommits shares one fdatasync.
 func (ss *shareService) acknowledgeStart(group, member string, acks []*storagev1.SharePartitionAcks, lockMs int64) (finish func() []*storagev1.ShareAckResult) {
 	out := make([]*storagev1.ShareAckResult, len(acks))
 	waits := make([]func() error, len(acks))
@@ -148,14 +147,14 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	case req.DeliveryCountLimit != 0 && (req.DeliveryCountLimit < 2 || req.DeliveryCountLimit > 10):
 		return nil, status.Errorf(codes.InvalidArgument, "delivery_count_limit %d outside [2, 10]", req.DeliveryCountLimit)
 	}
-	// The acknowledgements apply before acquiring; their commit is shared with the
-	// acquisitions' (the committer held until both are queued) and waited for before
-	// the answer.
+	// The acknowledgements apply before acquiring, their commit (one for all
+	// partitions) runs under the acquisitions, which write nothing (Kafka's
+	// SharePartition.acquire), and is waited for before the answer.
 	release := ss.qm.HoldCommits()
 	acked := ss.acknowledgeStart(req.GroupId, req.MemberId, req.Acknowledgements, lockMs)
+	release()
 	resp := &storagev1.ShareFetchResponse{}
 	defer func() { resp.AckResults = acked() }()
-	defer release() // before acked waits
 	reset := queue.ShareReset{Earliest: req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_EARLIEST,
 		ReadCommitted: req.IsolationLevel == storagev1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED}
 	if req.AutoOffsetReset == storagev1.ShareAutoOffsetReset_SHARE_AUTO_OFFSET_RESET_BY_DURATION {
@@ -183,7 +182,7 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 	defer cancel()
 	recs, errs, err := ss.qm.ShareFetch(wctx, qs, queue.ShareFetchArgs{
 		Member: req.MemberId, MaxRecords: int(req.MaxRecords), MaxBytes: shareFetchBytes(req.MaxBytes), LockMs: lockMs,
-		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait), Release: release,
+		Wait: min(time.Duration(req.WaitMs)*time.Millisecond, maxWait),
 	})
 	if err != nil {
 		return nil, toStatus(err)
