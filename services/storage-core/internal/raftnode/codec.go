@@ -179,6 +179,8 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 			varint(4, 1)
 		}
 		field(5, m.GetEntries())
+		varint(6, m.GetCompactIndex())
+		varint(7, m.GetCompactTerm())
 	}
 	flush()
 	return out, nil
@@ -200,6 +202,12 @@ func raftMessageSize(m *storagev1.RaftMessage) int {
 	}
 	if p := m.GetEntries(); len(p) > 0 {
 		n += protowire.SizeTag(5) + protowire.SizeBytes(len(p))
+	}
+	if x := m.GetCompactIndex(); x != 0 {
+		n += protowire.SizeTag(6) + protowire.SizeVarint(x)
+	}
+	if x := m.GetCompactTerm(); x != 0 {
+		n += protowire.SizeTag(7) + protowire.SizeVarint(x)
 	}
 	return n
 }
@@ -267,7 +275,7 @@ func decodeRaftMessage(b []byte) (*storagev1.RaftMessage, error) {
 		}
 		b = b[n:]
 		switch {
-		case (num == 1 || num == 3 || num == 4) && typ == protowire.VarintType:
+		case (num == 1 || num == 3 || num == 4 || num == 6 || num == 7) && typ == protowire.VarintType:
 			x, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return nil, errBadBatch
@@ -278,8 +286,12 @@ func decodeRaftMessage(b []byte) (*storagev1.RaftMessage, error) {
 				m.Group = x
 			case 3:
 				m.Quiesce = x != 0
-			default:
+			case 4:
 				m.Wake = x != 0
+			case 6:
+				m.CompactIndex = x
+			default:
+				m.CompactTerm = x
 			}
 		case (num == 2 || num == 5) && typ == protowire.BytesType:
 			p, n := protowire.ConsumeBytes(b)

@@ -80,6 +80,7 @@ func TestCodec(t *testing.T) {
 		{Group: 7, Message: []byte("head"), Entries: big},
 		{Group: 1 << 40, Message: bytes.Repeat([]byte("m"), 5000), Quiesce: true},
 		{Group: 9, Wake: true},
+		{Group: 11, CompactIndex: 1 << 33, CompactTerm: 7},
 		{},
 	}}
 	c := codec{}

@@ -120,7 +120,16 @@ type RaftMessage struct {
 	// of the message. A leader encodes the entries of its MsgApps once for every peer
 	// they go to, and the receiver's entries keep their data in this buffer instead of
 	// copying it again. The receiver appends them to the entries message holds, if any.
-	Entries       []byte `protobuf:"bytes,5,opt,name=entries,proto3" json:"entries,omitempty"`
+	Entries []byte `protobuf:"bytes,5,opt,name=entries,proto3" json:"entries,omitempty"`
+	// compact_index, when not 0, is the sender's word, as the group's leader, that every
+	// voter of the group has persisted its log up to this index (the smallest match index
+	// of the voters, at most the commit index), and compact_term is that entry's term.
+	// That never stops being true, so any node may drop the entries up to it from its
+	// memory and, once they are also below its own checkpoint, from its WAL: no leader
+	// will have to send them again. Sent when it grows and with every quiesce heartbeat;
+	// message may then be empty.
+	CompactIndex  uint64 `protobuf:"varint,6,opt,name=compact_index,json=compactIndex,proto3" json:"compact_index,omitempty"`
+	CompactTerm   uint64 `protobuf:"varint,7,opt,name=compact_term,json=compactTerm,proto3" json:"compact_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -190,6 +199,20 @@ func (x *RaftMessage) GetEntries() []byte {
 	return nil
 }
 
+func (x *RaftMessage) GetCompactIndex() uint64 {
+	if x != nil {
+		return x.CompactIndex
+	}
+	return 0
+}
+
+func (x *RaftMessage) GetCompactTerm() uint64 {
+	if x != nil {
+		return x.CompactTerm
+	}
+	return 0
+}
+
 var File_tributary_storage_v1_raft_proto protoreflect.FileDescriptor
 
 const file_tributary_storage_v1_raft_proto_rawDesc = "" +
@@ -198,13 +221,15 @@ const file_tributary_storage_v1_raft_proto_rawDesc = "" +
 	"\x0fExchangeRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12=\n" +
-	"\bmessages\x18\x03 \x03(\v2!.tributary.storage.v1.RaftMessageR\bmessages\"\x85\x01\n" +
+	"\bmessages\x18\x03 \x03(\v2!.tributary.storage.v1.RaftMessageR\bmessages\"\xcd\x01\n" +
 	"\vRaftMessage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\fR\amessage\x12\x18\n" +
 	"\aquiesce\x18\x03 \x01(\bR\aquiesce\x12\x12\n" +
 	"\x04wake\x18\x04 \x01(\bR\x04wake\x12\x18\n" +
-	"\aentries\x18\x05 \x01(\fR\aentries2t\n" +
+	"\aentries\x18\x05 \x01(\fR\aentries\x12#\n" +
+	"\rcompact_index\x18\x06 \x01(\x04R\fcompactIndex\x12!\n" +
+	"\fcompact_term\x18\a \x01(\x04R\vcompactTerm2t\n" +
 	"\x14RaftTransportService\x12\\\n" +
 	"\bExchange\x12%.tributary.storage.v1.ExchangeRequest\x1a%.tributary.storage.v1.ExchangeRequest(\x010\x01BIZGgithub.com/tributary/tributary/proto/gen/tributary/storage/v1;storagev1b\x06proto3"
 
