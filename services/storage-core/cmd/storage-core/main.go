@@ -30,7 +30,7 @@ func run() error {
 	fs.StringVar(&cfg.Fsync, "fsync", "always", "always (fsync before ack, group commit) or interval=<duration>")
 	grpcx.RegisterServerFlags(fs, &cfg.Security)
 	fs.BoolVar(&cfg.WAL, "wal", false, "node write-ahead log: appends of all channels share one fsync, segments are fsynced in the background (needs --fsync=always)")
-	fs.Int64Var(&cfg.WALFileBytes, "wal-file-bytes", 64<<20, "with --wal: size at which a write-ahead log file is closed and a new one started (at least 1 MiB)")
+	fs.Int64Var(&cfg.WALFileBytes, "wal-file-bytes", 64<<20, "with --wal or in raft mode: size at which a write-ahead log file is closed and a new one started (at least 1 MiB)")
 	fs.Uint64Var(&cfg.NodeID, "node-id", 0, "raft mode (with --peers): this node's id; every channel is replicated on every peer (off: 0)")
 	fs.StringVar(&cfg.Peers, "peers", "", "raft mode: every node of the cluster as id=host:port (its --grpc-addr), comma-separated, this one included")
 	peerSec := grpcx.RegisterClientFlags(fs, "peer")

@@ -5,7 +5,14 @@
 // its responses are delivered once the WAL reports the append durable; MsgStorageApply
 // goes to the group's apply goroutine, which hands each committed data entry to the
 // group's StateMachine and answers the proposer. raft's read side is a
-// raft.MemoryStorage per group, fed at start from the WAL replay (Replay).
+// raft.MemoryStorage per group, fed at start from the WAL replay (Replay), from the
+// group's Restart point on.
+//
+// Compaction without snapshots (step 4, first part): a leader tells the other nodes
+// the index every voter has persisted the log up to (Compacted; RaftMessage's
+// compact_index), which no leader will ever need to send again; each node drops those
+// entries from its MemoryStorage, and its caller may set the group's WAL floor to the
+// smaller of that and its own checkpoint.
 //
 // Membership is static (step 2): every configured peer is a voter of every group, and a
 // group starts from the same synthetic snapshot on every node (index 1, term 1, the
@@ -116,7 +123,8 @@ type Config struct {
 	// entry data at most (default 64 MiB: 10,000 produce requests of 1 MiB would be
 	// 10 GB of heap per group); older ones are dropped every CompactTicks ticks
 	// (default 50), on a leader never past what a follower lacks. A follower behind
-	// the dropped prefix needs a snapshot (not built yet, step 4).
+	// the dropped prefix needs a snapshot (not built yet, step 4). Entries up to the
+	// Compacted point are dropped every CompactTicks too, whatever these say.
 	KeepEntries  uint64
 	KeepBytes    uint64
 	CompactTicks int
@@ -137,6 +145,24 @@ type Stats struct {
 	Groups, Quiesced int
 	// Ticks counts the loop's ticks; GroupTicks the RawNode ticks over all groups.
 	Ticks, GroupTicks uint64
+	// Applies counts the entries handed to the groups' StateMachines since New (a
+	// restart from a checkpoint applies only the entries above it again).
+	Applies uint64
+}
+
+// Floor is a log position: an entry's index and term.
+type Floor struct{ Index, Term uint64 }
+
+// Restart is where a group resumes on this node (AddGroup); the zero Restart is a group
+// that starts from nothing.
+type Restart struct {
+	// Applied is the last entry whose effects the StateMachine holds durably (a
+	// checkpoint): raft hands it the entries after it only.
+	Applied Floor
+	// Floor is the entry up to which the node WAL may have dropped the group's entries
+	// (the smaller of Applied and a Compacted point, as the caller last set with
+	// wal.SetFloor): the group's log restarts after it.
+	Floor Floor
 }
 
 type itemKind uint8
@@ -151,6 +177,7 @@ const (
 	itemAdd
 	itemWake
 	itemFunc
+	itemCompact
 )
 
 type item struct {
@@ -165,6 +192,8 @@ type item struct {
 	quiesce bool
 	// fn: an itemFunc's call, run on the loop goroutine (replicas.go).
 	fn func()
+	// compact: an itemCompact's point.
+	compact Floor
 }
 
 type proposal struct {
@@ -217,8 +246,17 @@ type group struct {
 	qcond   *sync.Cond
 	applyQ  []raftpb.Message
 	stopped bool
-	applied atomic.Uint64
-	done    chan struct{}
+	// applyMu is held while an entry is applied and applied / appliedTerm (the last
+	// applied entry) move past it (WithApplied).
+	applyMu     sync.Mutex
+	applied     atomic.Uint64
+	appliedTerm atomic.Uint64
+	done        chan struct{}
+
+	// cmu guards compacted: the point up to which every voter has persisted the log
+	// (the leader's word, RaftMessage.compact_index; or this node's, leading).
+	cmu       sync.Mutex
+	compacted Floor
 }
 
 // Durable delivers the appends the WAL made durable up to lsn (wal.Waiter).
@@ -273,8 +311,8 @@ type Node struct {
 	sentAt  map[uint64]time.Time
 	heard   map[uint64]*atomic.Int64
 
-	ticks, groupTicks atomic.Uint64
-	quiesced          atomic.Int64
+	ticks, groupTicks, applies atomic.Uint64
+	quiesced                   atomic.Int64
 }
 
 // New returns a Node that persists through w (opened with replay's callbacks; the
@@ -350,54 +388,75 @@ func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	groups := len(n.groups)
 	n.mu.Unlock()
-	return Stats{Groups: groups, Quiesced: int(n.quiesced.Load()), Ticks: n.ticks.Load(), GroupTicks: n.groupTicks.Load()}
+	return Stats{Groups: groups, Quiesced: int(n.quiesced.Load()), Ticks: n.ticks.Load(), GroupTicks: n.groupTicks.Load(),
+		Applies: n.applies.Load()}
 }
 
-// AddGroup starts group id with sm as its state machine. applied is the last index
-// the state machine already holds durably (0 for none): raft hands it entries after
-// it. What the WAL replay holds for the group is loaded here (only entries up to the
-// replayed HardState.Commit are ever applied; a longer tail is raft's to keep or
-// replace). Errors: an id already in use, a replay that does not start right after
-// the initial snapshot (snapshots are step 4), raft's config errors, ErrClosed (the
-// node is closing or failed).
-func (n *Node) AddGroup(id uint64, sm StateMachine, applied uint64) error {
+// AddGroup starts group id with sm as its state machine, resuming at r (the zero
+// Restart for a new group). What the WAL replay holds for the group above r.Floor is
+// loaded here (only entries up to the replayed HardState.Commit, or r.Applied if
+// later, are ever applied; a longer tail is raft's to keep or replace). A group's log
+// starts from the same synthetic snapshot on every node (index 1, term 1, every peer
+// a voter), or from one at r.Floor: the entries up to it are persisted by every voter
+// (Compacted), so no leader needs to send them. If the WAL ends before r.Applied (the
+// entries were applied on a quorum's word before this node's own WAL write was
+// durable, and lost with it), the log restarts at r.Applied instead. Errors: an id
+// already in use, a replay that does not continue right after the floor (that would
+// take a snapshot: step 4), raft's config errors, ErrClosed (the node is closing or
+// failed).
+func (n *Node) AddGroup(id uint64, sm StateMachine, r Restart) error {
 	voters := make([]uint64, 0, len(n.cfg.Peers))
 	for p := range n.cfg.Peers {
 		voters = append(voters, p)
 	}
-	ms := raft.NewMemoryStorage()
-	if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
-		Index: 1, Term: 1, ConfState: raftpb.ConfState{Voters: voters}}}); err != nil {
-		return err
+	floor := Floor{Index: 1, Term: 1}
+	if r.Floor.Index > 1 {
+		floor = r.Floor
 	}
+	snap := floor
 	hs, ents := n.replay.take(id)
-	for len(ents) > 0 && ents[0].Index <= 1 {
+	for len(ents) > 0 && ents[0].Index <= snap.Index {
 		ents = ents[1:]
 	}
-	if len(ents) > 0 && ents[0].Index != 2 {
-		return fmt.Errorf("raftnode: group %d: the WAL holds entries from index %d only (snapshots are not built yet)", id, ents[0].Index)
+	if len(ents) > 0 && ents[0].Index != snap.Index+1 {
+		return fmt.Errorf("raftnode: group %d: the WAL holds entries from index %d only, its floor is %d (snapshots are not built yet)", id, ents[0].Index, snap.Index)
+	}
+	if last := snap.Index + uint64(len(ents)); r.Applied.Index > last {
+		n.log.Warn("raft log restarts at the applied entry: the WAL ends before it", zap.Uint64("group", id),
+			zap.Uint64("applied", r.Applied.Index), zap.Uint64("wal_last", last))
+		snap, ents = r.Applied, nil
+	}
+	ms := raft.NewMemoryStorage()
+	if err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
+		Index: snap.Index, Term: snap.Term, ConfState: raftpb.ConfState{Voters: voters}}}); err != nil {
+		return err
 	}
 	if err := ms.Append(ents); err != nil {
 		return err
 	}
-	if raft.IsEmptyHardState(hs) {
-		hs = raftpb.HardState{Term: 1, Commit: 1}
-	}
+	applied := max(r.Applied.Index, snap.Index)
+	hs.Term = max(hs.Term, snap.Term)
+	hs.Commit = max(hs.Commit, applied)
 	if err := ms.SetHardState(hs); err != nil {
 		return err
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: n.cfg.ID, ElectionTick: n.cfg.ElectionTicks, HeartbeatTick: n.cfg.HeartbeatTicks,
-		Storage: ms, Applied: max(applied, 1), MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256,
+		Storage: ms, Applied: applied, MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256,
 		MaxUncommittedEntriesSize: 64 << 20, CheckQuorum: true, PreVote: true,
 		AsyncStorageWrites: true, DisableProposalForwarding: true, Logger: n.rlog,
 	})
 	if err != nil {
 		return err
 	}
-	g := &group{id: id, n: n, rn: rn, ms: ms, sm: sm, done: make(chan struct{})}
+	g := &group{id: id, n: n, rn: rn, ms: ms, sm: sm, done: make(chan struct{}), compacted: floor}
 	g.qcond = sync.NewCond(&g.qmu)
-	g.applied.Store(max(applied, 1))
+	g.applied.Store(applied)
+	if applied == r.Applied.Index {
+		g.appliedTerm.Store(r.Applied.Term)
+	} else {
+		g.appliedTerm.Store(snap.Term)
+	}
 	g.term.Store(hs.Term)
 	g.hsTerm, g.hsVote = hs.Term, hs.Vote
 	n.mu.Lock()
@@ -530,6 +589,101 @@ func (n *Node) WaitApplied(ctx context.Context, id, index uint64) error {
 	return nil
 }
 
+// WithApplied calls fn with the index and term of the last entry group id applied,
+// while no entry is being applied, so that what fn reads of the StateMachine is the
+// state right after that entry (a checkpoint's). Entries keep being applied once fn
+// returns; fn must not wait for the group. Errors: ErrNoGroup.
+func (n *Node) WithApplied(id uint64, fn func(index, term uint64)) error {
+	g := n.group(id)
+	if g == nil {
+		return ErrNoGroup
+	}
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	fn(g.applied.Load(), g.appliedTerm.Load())
+	return nil
+}
+
+// DurableIndex is the last index of group id's log in this node's WAL, fsynced
+// (entries enter the group's MemoryStorage once the WAL reports them durable; a leader
+// may apply an entry a quorum of followers persisted before its own write is durable).
+// Errors: ErrNoGroup.
+func (n *Node) DurableIndex(id uint64) (uint64, error) {
+	g := n.group(id)
+	if g == nil {
+		return 0, ErrNoGroup
+	}
+	last, err := g.ms.LastIndex()
+	return last, err
+}
+
+// Compacted is the point up to which every voter of group id has persisted the log,
+// as the group's leader last computed it (the smallest match index of all voters,
+// at most the commit index, every CompactTicks ticks and when the group quiesces) and
+// sent it: no leader will ever have to send those entries again, so the node may drop
+// them (its MemoryStorage does, every CompactTicks ticks) and the caller may set the
+// WAL floor to the smaller of it and its own checkpoint. A voter that does not answer
+// (down, cut off) holds it back: without snapshots (step 4) a follower behind it
+// could not catch up. Errors: ErrNoGroup.
+func (n *Node) Compacted(id uint64) (Floor, error) {
+	g := n.group(id)
+	if g == nil {
+		return Floor{}, ErrNoGroup
+	}
+	g.cmu.Lock()
+	defer g.cmu.Unlock()
+	return g.compacted, nil
+}
+
+// setCompacted moves g's compacted point forward to f (never back).
+func (g *group) setCompacted(f Floor) bool {
+	g.cmu.Lock()
+	defer g.cmu.Unlock()
+	if f.Index <= g.compacted.Index {
+		return false
+	}
+	g.compacted = f
+	return true
+}
+
+func (g *group) compactedFloor() Floor {
+	g.cmu.Lock()
+	defer g.cmu.Unlock()
+	return g.compacted
+}
+
+// advanceCompacted, on the leader, computes the point every voter has persisted the
+// log up to (at most the commit index) and records it if it grew; it reports whether
+// it grew. Loop goroutine only.
+func (n *Node) advanceCompacted(g *group) bool {
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		return false
+	}
+	c := bs.Commit
+	g.rn.WithProgress(func(_ uint64, _ raft.ProgressType, pr tracker.Progress) {
+		c = min(c, pr.Match)
+	})
+	if c <= g.compactedFloor().Index {
+		return false
+	}
+	term, err := g.ms.Term(c)
+	if err != nil {
+		return false // not in this leader's storage (it restarted at its applied entry)
+	}
+	return g.setCompacted(Floor{Index: c, Term: term})
+}
+
+// sendCompacted sends g's compacted point to every other voter. Loop goroutine only.
+func (n *Node) sendCompacted(g *group, out map[uint64][]*storagev1.RaftMessage) {
+	f := g.compactedFloor()
+	for p := range n.cfg.Peers {
+		if p != n.cfg.ID {
+			out[p] = append(out[p], &storagev1.RaftMessage{Group: g.id, CompactIndex: f.Index, CompactTerm: f.Term})
+		}
+	}
+}
+
 // RemoveGroup stops group id (a deleted channel) on this node and lets the WAL drop
 // its records. Proposals pending on it end with ErrLeadershipLost.
 func (n *Node) RemoveGroup(id uint64) {
@@ -569,6 +723,12 @@ func (n *Node) Receive(from uint64, msgs []*storagev1.RaftMessage) {
 		if rm.GetWake() {
 			items = append(items, item{kind: itemWake, g: g})
 			continue
+		}
+		if c := rm.GetCompactIndex(); c > 0 {
+			items = append(items, item{kind: itemCompact, g: g, compact: Floor{Index: c, Term: rm.GetCompactTerm()}})
+			if len(rm.GetMessage()) == 0 {
+				continue
+			}
 		}
 		var m raftpb.Message
 		if err := m.Unmarshal(rm.GetMessage()); err != nil || m.From != from || m.To != n.cfg.ID {
@@ -717,10 +877,14 @@ func (n *Node) run() {
 				}
 				n.mu.Unlock()
 				for _, g := range all {
-					if !g.removed {
-						if idx := n.keepFrom(g); idx > 0 {
-							n.compact(g, idx)
-						}
+					if g.removed {
+						continue
+					}
+					if n.advanceCompacted(g) {
+						n.sendCompacted(g, out)
+					}
+					if idx := max(n.keepFrom(g), g.compactedFloor().Index); idx > 1 {
+						n.compact(g, idx)
 					}
 				}
 			}
@@ -825,6 +989,11 @@ func (n *Node) maybeQuiesce(g *group, out map[uint64][]*storagev1.RaftMessage) b
 		return false
 	}
 	n.quiesce(g)
+	// The group's last word before it goes quiet carries the compacted point: every
+	// voter persisted up to the commit index unless one is down; a follower that
+	// restarted gets it again when its return wakes the group and it quiesces again.
+	n.advanceCompacted(g)
+	cf := g.compactedFloor()
 	for id, pr := range st.Progress {
 		if id == n.cfg.ID {
 			continue
@@ -835,7 +1004,8 @@ func (n *Node) maybeQuiesce(g *group, out map[uint64][]*storagev1.RaftMessage) b
 			n.log.Error("raft message marshal", zap.Error(err))
 			continue
 		}
-		out[id] = append(out[id], &storagev1.RaftMessage{Group: g.id, Message: b, Quiesce: pr.Match >= st.Commit})
+		out[id] = append(out[id], &storagev1.RaftMessage{Group: g.id, Message: b, Quiesce: pr.Match >= st.Commit,
+			CompactIndex: cf.Index, CompactTerm: cf.Term})
 	}
 	return true
 }
@@ -880,6 +1050,9 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 		if !g.removed {
 			n.wake(g, 0, out)
 		}
+	case itemCompact:
+		// Kept for the next compaction tick; it wakes nothing.
+		g.setCompacted(it.compact)
 	case itemRecv:
 		if g.removed {
 			return
@@ -1156,10 +1329,12 @@ func (g *group) applyLoop() {
 		g.applyQ = g.applyQ[1:]
 		g.qmu.Unlock()
 		for i := range m.Entries {
-			g.apply(&m.Entries[i])
-		}
-		if k := len(m.Entries); k > 0 {
-			g.applied.Store(m.Entries[k-1].Index)
+			e := &m.Entries[i]
+			g.applyMu.Lock()
+			g.apply(e)
+			g.applied.Store(e.Index)
+			g.appliedTerm.Store(e.Term)
+			g.applyMu.Unlock()
 		}
 		g.n.post(item{kind: itemStep, g: g, msgs: m.Responses})
 	}
@@ -1180,6 +1355,7 @@ func (g *group) apply(e *raftpb.Entry) {
 	}
 	from := binary.BigEndian.Uint64(e.Data)
 	pid := binary.BigEndian.Uint64(e.Data[8:])
+	g.n.applies.Add(1)
 	res, err := g.sm.Apply(e.Index, e.Term, e.Data[HeaderLen:])
 	if from != g.n.cfg.ID {
 		return

@@ -151,7 +151,7 @@ func (c *cluster) start(id uint64) {
 	m.sms = map[uint64]*logSM{}
 	for _, g := range c.groups {
 		m.sms[g] = &logSM{}
-		if err := n.AddGroup(g, m.sms[g], 0); err != nil {
+		if err := n.AddGroup(g, m.sms[g], Restart{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -541,11 +541,11 @@ func TestAddGroupAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.Start()
-	if err := n.AddGroup(GroupID("a", 1), &logSM{}, 0); err != nil {
+	if err := n.AddGroup(GroupID("a", 1), &logSM{}, Restart{}); err != nil {
 		t.Fatal(err)
 	}
 	n.Close()
-	if err := n.AddGroup(GroupID("b", 2), &logSM{}, 0); !errors.Is(err, ErrClosed) {
+	if err := n.AddGroup(GroupID("b", 2), &logSM{}, Restart{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("AddGroup after Close: %v, want ErrClosed", err)
 	}
 }

@@ -238,7 +238,7 @@ func (c *cleaner) throttle(n int) {
 // comment), oldest first.
 func (l *Log) cleanableSegs(cfg *ChannelConfig, now int64) []*segment {
 	bound := l.LastStable()
-	if l.st.opts.WAL {
+	if l.st.opts.WAL || l.st.opts.Raft != nil {
 		l.st.ckptMu.Lock()
 		bound = min(bound, l.wal.ckptNext)
 		l.st.ckptMu.Unlock()

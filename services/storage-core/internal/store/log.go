@@ -175,6 +175,12 @@ func openLog(st *Store, dir string) (*Log, error) {
 		}
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	end := st.raftCutAt(m.Group)
+	if end < math.MaxInt64 {
+		if bases, err = cutSegments(dir, bases, end); err != nil {
+			return nil, err
+		}
+	}
 	// Recovered producers count as active now: their expiry restarts at open.
 	openMs := st.nowMs()
 	visit := func(h *batchHeader, frame []byte) { l.recoverBatch(h, frame, openMs) }
@@ -218,7 +224,7 @@ func openLog(st *Store, dir string) (*Log, error) {
 			l.segs = append(l.segs, s)
 			continue
 		}
-		s, truncated, nbad, err := recoverActive(path, b, st.walCutFrom(m.Group), visit)
+		s, truncated, nbad, err := recoverActive(path, b, st.walCutFrom(m.Group), end, visit)
 		if err != nil {
 			l.closeFiles()
 			return nil, err

@@ -31,9 +31,10 @@ import (
 // append is answered once its entry is applied on the leader; the high watermark moves
 // at apply on every replica (the entry is in a majority's fsynced WAL by then).
 //
-// The node WAL (<data-dir>/raft-wal) holds every group's entries and is not truncated
-// yet, and the channels directory is derived state: it is emptied at start and rebuilt
-// by applying the WAL's committed entries again (snapshots and checkpoints are step 4).
+// The node WAL (<data-dir>/raft-wal) holds every group's entries above its floor: the
+// checkpoint loop truncates it below the smaller of each group's checkpoint and the
+// point every voter has persisted, and a start resumes each group at its checkpoint,
+// replaying only the WAL above it (raftckpt.go; snapshots are step 4).
 // Transaction markers are entries of the channel's group, written at apply.
 // Channel config changes are entries of the metadata group. DeleteRecords is an entry
 // of the channel's group (cmdRaftTrim), and time and size retention run on each
@@ -110,6 +111,10 @@ type raftState struct {
 	bmu      sync.Mutex
 	bRunning bool
 	bWaiting []chan error
+	// ckpts are the groups' checkpoints (raftckpt.go), guarded by Store.ckptMu.
+	ckpts map[uint64]raftCheckpoint
+	// skipCloseCheckpoint: Close writes no last checkpoint (tests: a crash's state).
+	skipCloseCheckpoint bool
 }
 
 // prepareRaft checks raft mode's options and fills their defaults (before the data
@@ -138,8 +143,12 @@ func (s *Store) resetChannels() error {
 
 func (s *Store) openRaft() error {
 	o := *s.opts.Raft
-	r := &raftState{s: s, opts: o, rp: raftnode.NewReplay(), commits: map[uint64]uint64{}}
-	w, err := wal.Open(filepath.Join(s.dir, raftWALDir), wal.Options{ReplayEntry: r.rp.Entry, ReplayHardState: r.rp.HardState}, s.log)
+	r := &raftState{s: s, opts: o, rp: raftnode.NewReplay(), commits: map[uint64]uint64{}, ckpts: map[uint64]raftCheckpoint{}}
+	for g, c := range s.raftResume {
+		r.ckpts[g] = c
+	}
+	w, err := wal.Open(filepath.Join(s.dir, raftWALDir), wal.Options{SegmentBytes: s.opts.WALFileBytes,
+		ReplayEntry: r.rp.Entry, ReplayHardState: r.rp.HardState}, s.log)
 	if err != nil {
 		return err
 	}
@@ -152,11 +161,25 @@ func (s *Store) openRaft() error {
 	r.tr = raftnode.NewTransport(o.NodeID, o.Peers, r.node, o.DialOptions, s.log)
 	r.node.SetSender(r.tr)
 	metaCommit := r.rp.Commit(metaGroup)
-	if err := r.node.AddGroup(metaGroup, metaSM{s}, 0); err != nil {
+	s.raft = r
+	// The channels kept from the last run resume at their checkpoints, before the
+	// metadata group's entries above its own are applied again.
+	for _, l := range s.logs {
+		c := r.ckpts[l.wal.group]
+		l.wal.ckptIndex, l.wal.ckptNext = c.index, c.next
+		if err := r.addGroupAt(l, c); err != nil {
+			s.raft = nil
+			r.node.Close()
+			_ = w.Close()
+			return fmt.Errorf("raft group of channel %s: %w", l.name, err)
+		}
+	}
+	if err := r.node.AddGroup(metaGroup, metaSM{s}, r.ckpts[metaGroup].restart()); err != nil {
+		s.raft = nil
+		r.node.Close()
 		_ = w.Close()
 		return err
 	}
-	s.raft = r
 	if err := r.tr.Start(); err != nil {
 		return err
 	}
@@ -424,16 +447,29 @@ func (s *Store) raftUpdateConfig(name string, in ChannelConfig, mask []string) e
 // on every node.
 type metaSM struct{ s *Store }
 
-func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
+func (m metaSM) Apply(index, term uint64, payload []byte) (any, error) {
 	s := m.s
 	var c metaCmd
 	if err := json.Unmarshal(payload, &c); err != nil {
 		s.log.Error("undecodable metadata entry skipped", zap.Uint64("index", index), zap.Error(err))
 		return nil, fmt.Errorf("%w: metadata entry %d: %v", ErrInternal, index, err)
 	}
+	if c.Op != "barrier" {
+		// A change is durable once applied: checkpoint it now, so that a restart
+		// applies again at most this entry, to a state that may already have it.
+		defer s.raft.checkpointMeta(index, term)
+	}
 	switch c.Op {
 	case "create":
-		l, created, err := s.createAt(c.Name, c.Kind, c.Config, c.IfNotExists, c.NowMs, raftnode.GroupID(c.Name, index))
+		group := raftnode.GroupID(c.Name, index)
+		s.mu.RLock()
+		l := s.logs[c.Name]
+		s.mu.RUnlock()
+		if l != nil && l.wal.group == group {
+			// This very entry, applied before a restart (its group resumed at open).
+			return createResult{l: l, created: true}, nil
+		}
+		l, created, err := s.createAt(c.Name, c.Kind, c.Config, c.IfNotExists, c.NowMs, group)
 		if err != nil {
 			return nil, err
 		}
@@ -453,6 +489,7 @@ func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
 		}
 		if l != nil {
 			s.raft.node.RemoveGroup(l.wal.group)
+			s.raft.forget(l.wal.group)
 		}
 		return nil, nil
 	case "config":
@@ -478,13 +515,19 @@ func (m metaSM) Apply(index, _ uint64, payload []byte) (any, error) {
 }
 
 func (r *raftState) addLogGroup(l *Log) error {
+	return r.addGroupAt(l, raftCheckpoint{})
+}
+
+// addGroupAt starts channel l's group at checkpoint c (the zero one for a new channel)
+// and records the commit index its WAL replay holds, for Open to wait for.
+func (r *raftState) addGroupAt(l *Log, c raftCheckpoint) error {
 	g := l.wal.group
-	c := r.rp.Commit(g)
-	if err := r.node.AddGroup(g, &logSM{l: l}, 0); err != nil {
+	commit := r.rp.Commit(g)
+	if err := r.node.AddGroup(g, &logSM{l: l, last: raftnode.Floor{Index: c.index, Term: c.term}}, c.restart()); err != nil {
 		return err
 	}
 	r.cmu.Lock()
-	r.commits[g] = c
+	r.commits[g] = commit
 	r.cmu.Unlock()
 	return nil
 }
@@ -614,12 +657,16 @@ type logSM struct {
 	// buf is the stamping copy of the last append, reused by the next one: nothing
 	// keeps the frames once writeChecked has written them.
 	buf []byte
+	// last is the last entry applied (raft's empty entries never reach Apply: the
+	// state after last is the state after them too).
+	last raftnode.Floor
 }
 
 // maxApplyBuf is the largest stamping copy a logSM keeps between appends.
 const maxApplyBuf = 4 << 20
 
 func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
+	defer func() { m.last = raftnode.Floor{Index: index, Term: term} }()
 	l := m.l
 	if res, ok, err := l.applyRaftOther(term, payload); ok {
 		return res, err
@@ -638,6 +685,12 @@ func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
 		return res, err
 	}
 	if len(payload) == raftTrimLen && payload[0] == cmdRaftTrim {
+		// Segments may go: checkpoint first, so that the cut at the next start is at
+		// an offset of the active segment, which DeleteRecords keeps.
+		if err := l.st.raft.checkpointLog(l, m.last); err != nil {
+			l.log.Error("checkpoint before DeleteRecords", zap.Error(err))
+			return nil, fmt.Errorf("%w: checkpoint: %v", ErrStorage, err)
+		}
 		start, err := l.deleteRecords(int64(binary.BigEndian.Uint64(payload[10:])))
 		if err == nil {
 			err = l.epochs.trimStart(start)

@@ -258,6 +258,9 @@ func TestRaftHostileCompactedTxnFailover(t *testing.T) {
 	plain(ll, "h", 20)
 	hw := ll.HighWatermark()
 	c.sameBytes("raft.ctxn", hw)
+	if err := c.st[lead].RunRaftCheckpoint(); err != nil { // the cleaner stays below it
+		t.Fatal(err)
+	}
 	for range 3 {
 		c.st[lead].RunCleaner()
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -314,7 +315,7 @@ func loadIndexed(path string, base, next int64) (*segment, bool) {
 // intact one is ErrDataLoss (validFrameAfter), nothing is truncated, unless the bad
 // batch is at or past offset cutFrom (WAL mode: the segment is fsynced only below the
 // checkpoint, the rest is replayed from the WAL; math.MaxInt64 otherwise).
-func recoverActive(path string, base, cutFrom int64, visit func(*batchHeader, []byte)) (*segment, int64, int, error) {
+func recoverActive(path string, base, cutFrom, end int64, visit func(*batchHeader, []byte)) (*segment, int64, int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, 0, 0, err
@@ -330,7 +331,7 @@ func recoverActive(path string, base, cutFrom int64, visit func(*batchHeader, []
 	pos := int64(0)
 	buf := make([]byte, 0, 64<<10)
 	bad := false
-	for pos < fileSize {
+	for pos < fileSize && s.next < end {
 		if fileSize-pos < batchHeaderLen {
 			bad = true
 			break
@@ -369,6 +370,25 @@ func recoverActive(path string, base, cutFrom int64, visit func(*batchHeader, []
 	}
 	truncated := fileSize - pos
 	nbad := 0
+	if end < math.MaxInt64 {
+		// Raft mode resuming from a checkpoint: what lies past end is not damage but
+		// the effect of entries above the checkpoint, which are applied again.
+		if s.next != end {
+			_ = f.Close()
+			return nil, 0, 0, fmt.Errorf("%w: %s holds offsets up to %d only, but its checkpoint says %d", ErrDataLoss, path, s.next, end)
+		}
+		if pos < fileSize {
+			if err := f.Truncate(pos); err != nil {
+				_ = f.Close()
+				return nil, 0, 0, fmt.Errorf("truncate %s at %d: %w", path, pos, err)
+			}
+			if err := f.Sync(); err != nil {
+				_ = f.Close()
+				return nil, 0, 0, fmt.Errorf("sync %s: %w", path, err)
+			}
+		}
+		bad, truncated = false, 0
+	}
 	if bad {
 		if at, ok := validFrameAfter(f, pos, fileSize, s.next); ok && s.next < cutFrom {
 			_ = f.Close()

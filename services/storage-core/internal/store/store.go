@@ -45,10 +45,10 @@ type Options struct {
 	// fsynced in the background. Off (the default), every channel fsyncs its own
 	// segment (group commit per channel). Not with FsyncInterval.
 	WAL bool
-	// WALFileBytes is the size WAL files roll at (WAL mode); 0 = 64 MiB.
+	// WALFileBytes is the size WAL files roll at (WAL mode and raft mode); 0 = 64 MiB.
 	WALFileBytes int64
-	// CheckpointInterval is how often WAL mode fsyncs segments and checkpoints
-	// (RunCheckpoint); 0 = 1 s; < 0 disables the loop.
+	// CheckpointInterval is how often WAL mode and raft mode fsync segments and
+	// checkpoint (RunCheckpoint, RunRaftCheckpoint); 0 = 1 s; < 0 disables the loop.
 	CheckpointInterval time.Duration
 	// Raft, when set, turns on raft mode (raftmode.go, issue 16 step 2): every channel
 	// is a Raft group replicated on every peer. Not with WAL or FsyncInterval.
@@ -103,8 +103,10 @@ type Store struct {
 	wal    *wal.WAL
 	ckpt   map[uint64]checkpoint
 	ckptMu sync.Mutex
-	// raft: raft mode (raftmode.go), nil otherwise.
-	raft *raftState
+	// raft: raft mode (raftmode.go), nil otherwise. raftResume: the checkpoints raft
+	// mode resumes from (raftckpt.go), nil when it rebuilds the channels from the WAL.
+	raft       *raftState
+	raftResume map[uint64]raftCheckpoint
 }
 
 // fencedChannel is a channel that failed to load at start.
@@ -159,10 +161,15 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 	}
 	_ = os.MkdirAll(s.trashDir(), 0o755)
 	if opts.Raft != nil {
-		if err := s.resetChannels(); err != nil {
+		ck, ok, err := readRaftCheckpoint(filepath.Join(dir, raftWALDir))
+		if err == nil && !ok {
+			err = s.resetChannels()
+		}
+		if err != nil {
 			s.closeAll()
 			return nil, err
 		}
+		s.raftResume = ck
 	}
 	if opts.WAL {
 		if s.ckpt, err = readCheckpoint(s.walDir()); err != nil {
@@ -210,6 +217,14 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 			s.closeAll()
 			return nil, err
 		}
+	}
+	if opts.Raft != nil && opts.CheckpointInterval > 0 {
+		s.wg.Add(1)
+		go s.loop(opts.CheckpointInterval, func() {
+			if err := s.RunRaftCheckpoint(); err != nil {
+				log.Error("raft checkpoint", zap.Error(err))
+			}
+		})
 	}
 	if opts.WAL {
 		if err := s.openWAL(); err != nil {
@@ -528,6 +543,11 @@ func (s *Store) closeAll() error {
 	}
 	if s.wal != nil {
 		if err := s.closeWAL(closed); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.raft != nil && !s.raft.skipCloseCheckpoint {
+		if err := s.raft.closeCheckpoint(closed); err != nil {
 			errs = append(errs, err)
 		}
 	}
