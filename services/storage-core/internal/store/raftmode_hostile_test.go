@@ -214,10 +214,11 @@ func (c *raftCluster) getStore(id uint64) *Store {
 
 // TestRaftHostileCompactedTxnFailover: a compacted channel with committed and aborted
 // transactions on a raft cluster. Only the leader cleans; then it stops, the new
-// leader takes more transactions and cleans, and the old one comes back (rebuilt
-// from its WAL, uncleaned). Every node agrees on the high watermark, the LSO and, in
-// its read_committed view, on the newest value of every key; what a node's view holds
-// at an offset is what the uncleaned view held there.
+// leader takes more transactions and cleans, and the old one comes back (resuming
+// from its checkpoint, with the segments it cleaned). Every node agrees on the high
+// watermark, the LSO and, in its read_committed view, on the newest value of every
+// key; what a node's view holds at an offset is what the view of the node that has not
+// cleaned yet held there.
 func TestRaftHostileCompactedTxnFailover(t *testing.T) {
 	c := newRaftCluster(t)
 	group := c.create("raft.ctxn")
@@ -306,8 +307,15 @@ func TestRaftHostileCompactedTxnFailover(t *testing.T) {
 		}
 		return nil
 	})
-	// The restarted node is uncleaned: its view is the reference for every offset.
-	rl, _ := c.st[lead].Get("raft.ctxn")
+	// The node that has not run its cleaner yet is the reference for every offset (the
+	// restarted one keeps the segments it cleaned before its stop).
+	third := uint64(0)
+	for id := range c.st {
+		if id != lead && id != lead2 {
+			third = id
+		}
+	}
+	rl, _ := c.st[third].Get("raft.ctxn")
 	ref, _ := committedView(t, rl)
 	newest := func(view map[int64]string) map[string]int64 {
 		out := map[string]int64{}
