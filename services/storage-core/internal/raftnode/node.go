@@ -1160,11 +1160,19 @@ func (n *Node) keepFrom(g *group) uint64 {
 	return idx
 }
 
-// compact drops g's MemoryStorage entries up to index, clamped to what was applied
-// and, on the leader, to what every follower already has. Loop goroutine only.
+// compact drops g's MemoryStorage entries up to index, clamped to what raft knows
+// was applied (it reads the entries after that again, e.g. to look for conf changes
+// before a campaign; the apply goroutine runs ahead of it until its response is
+// stepped) and is in the MemoryStorage (a leader may apply an entry before its own
+// WAL write of it is durable) and, on the leader, to what every follower already has.
+// Loop goroutine only.
 func (n *Node) compact(g *group, index uint64) {
-	idx := min(index, g.applied.Load())
-	if g.rn.BasicStatus().RaftState == raft.StateLeader {
+	bs := g.rn.BasicStatus()
+	idx := min(index, bs.Applied)
+	if last, err := g.ms.LastIndex(); err == nil {
+		idx = min(idx, last)
+	}
+	if bs.RaftState == raft.StateLeader {
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 			if id != n.cfg.ID {
 				idx = min(idx, pr.Match)

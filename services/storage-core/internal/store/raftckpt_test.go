@@ -182,9 +182,12 @@ func TestRaftModeResumeAfterDeleteRecords(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				if l.HighWatermark() != 13 || l.LogStart() != 10 {
+					return fmt.Errorf("node %d: high watermark %d, log start %d", id, l.HighWatermark(), l.LogStart())
+				}
 				b, err := l.ReadRaw(10, 1<<20)
-				if err != nil || l.HighWatermark() != 13 || l.LogStart() != 10 {
-					return fmt.Errorf("node %d: high watermark %d, log start %d, %v", id, l.HighWatermark(), l.LogStart(), err)
+				if err != nil {
+					return fmt.Errorf("node %d: %v", id, err)
 				}
 				if ref != nil && !bytes.Equal(b, ref) {
 					t.Fatalf("node %d holds other bytes from offset 10", id)
