@@ -216,6 +216,30 @@ func (r *raftState) checkpointLog(l *Log, at raftnode.Floor) error {
 	return err
 }
 
+// sealProducers makes channel l's producer state durable as it is after entry at (a
+// producer expiry, on the apply goroutine): a start rebuilds it from the producer
+// snapshot of its last segment and that segment's batches, so the active segment is
+// rolled (its successor's snapshot is the state now) or, when empty, its snapshot
+// rewritten, and the channel checkpointed at the entry, so the next start cuts no
+// earlier than that. Errors as checkpointLog's, or the roll's (the channel is fenced).
+func (r *raftState) sealProducers(l *Log, at raftnode.Floor) error {
+	l.mu.Lock()
+	var err error
+	if l.active.size.Load() > 0 {
+		err = l.rollLocked(r.s.nowMs())
+	} else {
+		err = writeSnapshot(l.dir, l.active.base, l.prods, l.txn.Load(), l.logStart.Load())
+	}
+	if err != nil {
+		l.failLocked(err)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return r.checkpointLog(l, at)
+}
+
 // RunRaftCheckpoint checkpoints every group (raft mode; the checkpoint loop runs it
 // every Options.CheckpointInterval): the metadata group at its applied entry, each
 // channel written since its last checkpoint at its applied entry once its active

@@ -669,6 +669,14 @@ func (m *logSM) Apply(index, term uint64, payload []byte) (any, error) {
 	defer func() { m.last = raftnode.Floor{Index: index, Term: term} }()
 	l := m.l
 	if res, ok, err := l.applyRaftOther(term, payload); ok {
+		if n, _ := res.(int); err == nil && n > 0 && payload[0] == cmdRaftExpire {
+			// Producer state is rebuilt from the segments at start, which still hold
+			// the dropped producers' batches: make the drops durable at once.
+			if err := l.st.raft.sealProducers(l, raftnode.Floor{Index: index, Term: term}); err != nil {
+				l.log.Error("checkpoint after producer expiry", zap.Error(err))
+				return nil, fmt.Errorf("%w: checkpoint: %v", ErrStorage, err)
+			}
+		}
 		return res, err
 	}
 	if len(payload) == raftMarkerLen && payload[0] == cmdRaftMarker {

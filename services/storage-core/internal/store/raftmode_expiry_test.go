@@ -70,4 +70,21 @@ func TestRaftModeProducerExpiry(t *testing.T) {
 	}
 	c.sameBytes(ch, 5)
 	producersAre(11, 12)
+
+	// A follower stopped without its last checkpoint resumes with the expiry's drops
+	// (its segments still hold producer 13's batches).
+	var f uint64
+	for id := range c.st {
+		if id != lead {
+			f = id
+		}
+	}
+	if err := c.st[f].RunRaftCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	c.st[f].raft.skipCloseCheckpoint = true
+	c.stop(f)
+	c.start(f)
+	c.sameBytes(ch, 5)
+	producersAre(11, 12)
 }
