@@ -127,3 +127,43 @@ func TestShareCrashAfterAcquisitions(t *testing.T) {
 		}
 	}
 }
+
+// TestShareLockExpiryWritesCounts: a lock's expiry is a state write, as in Kafka
+// (the acquisition lock timeout): it carries the delivery counts, so after a crash
+// the expired record, and the one still acquired with it, come back as
+// redeliveries.
+func TestShareLockExpiryWritesCounts(t *testing.T) {
+	e := newEnv(t)
+	src := e.log("kafka.t")
+	publish(t, src, "0", "1")
+	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.m.ShareFetch(context.Background(), []*Queue{q}, ShareFetchArgs{Member: "m1", MaxRecords: 1, LockMs: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	shareFetch(t, e, "m1", 1, q) // offset 1, locked 30 s
+	e.clk.add(2 * time.Second)
+	if got := e.m.Sweep(); len(got) != 1 {
+		t.Fatalf("sweep changed %v, want the share partition", got)
+	}
+	// The sweep's write is queued, not waited for: this commit follows it.
+	if err := e.m.db.update(func(*bolt.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
+	copyDir(t, e.dir, crashed.dir)
+	crashed.open()
+	defer crashed.close()
+	q2, err := crashed.m.SharePartition("g", "t", 0, false, ShareReset{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range shareFetch(t, crashed, "m2", 2, q2) {
+		if r.DeliveryCount != 2 {
+			t.Fatalf("after the crash offset %d count %d, want 2", r.Record.Offset, r.DeliveryCount)
+		}
+	}
+}
