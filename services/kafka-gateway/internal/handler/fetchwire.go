@@ -89,16 +89,26 @@ type fetchReply struct {
 // for the fields FetchChannelResult has; anything else (unknown fields, wrong wire
 // types, bad UTF-8) is left to proto.Unmarshal, which reports the errors it always
 // reports (and copies what it keeps, so the buffer goes back at once).
-func (f *fetchReply) UnmarshalBuffers(data mem.BufferSlice, _ mem.BufferPool) error {
+func (f *fetchReply) UnmarshalBuffers(data mem.BufferSlice, _ mem.BufferPool) (err error) {
+	f.buf, err = unmarshalPooled(data, &f.resp, storagewire.DecodeFetchResponse)
+	return err
+}
+
+// unmarshalPooled copies data into a grpcx.BufferPool buffer and decodes it into m
+// with decode, whose views of the buffer stay valid while the returned fetchBuf (one
+// holder) is held. When decode declines (unknown fields, wrong wire types, bad UTF-8)
+// m is reset and left to proto.Unmarshal, which copies what it keeps: the buffer goes
+// back at once and the fetchBuf is nil. Errors: proto.Unmarshal's.
+func unmarshalPooled[M proto.Message](data mem.BufferSlice, m M, decode func([]byte, M) bool) (*fetchBuf, error) {
 	bp := grpcx.BufferPool.Get(data.Len())
 	b := (*bp)[:data.CopyTo(*bp)]
-	if !storagewire.DecodeFetchResponse(b, &f.resp) {
-		f.resp.Reset()
-		err := proto.Unmarshal(b, &f.resp)
+	if !decode(b, m) {
+		proto.Reset(m)
+		err := proto.Unmarshal(b, m)
 		grpcx.BufferPool.Put(bp)
-		return err
+		return nil, err
 	}
-	f.buf = &fetchBuf{bp: bp}
-	f.buf.refs.Store(1)
-	return nil
+	buf := &fetchBuf{bp: bp}
+	buf.refs.Store(1)
+	return buf, nil
 }

@@ -5,9 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/tributary/tributary/libs/grpcx"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/proto/storagewire"
 )
@@ -66,16 +64,7 @@ type shareFetchReply struct {
 // UnmarshalBuffers implements grpcx.BufferUnmarshaler: storagewire.
 // DecodeShareFetchResponse, anything it does not handle left to proto.Unmarshal (which
 // copies what it keeps, so the buffer goes back at once).
-func (f *shareFetchReply) UnmarshalBuffers(data mem.BufferSlice, _ mem.BufferPool) error {
-	bp := grpcx.BufferPool.Get(data.Len())
-	b := (*bp)[:data.CopyTo(*bp)]
-	if !storagewire.DecodeShareFetchResponse(b, &f.resp) {
-		f.resp.Reset()
-		err := proto.Unmarshal(b, &f.resp)
-		grpcx.BufferPool.Put(bp)
-		return err
-	}
-	f.buf = &fetchBuf{bp: bp}
-	f.buf.refs.Store(1)
-	return nil
+func (f *shareFetchReply) UnmarshalBuffers(data mem.BufferSlice, _ mem.BufferPool) (err error) {
+	f.buf, err = unmarshalPooled(data, &f.resp, storagewire.DecodeShareFetchResponse)
+	return err
 }
