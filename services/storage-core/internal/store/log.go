@@ -965,16 +965,26 @@ func (l *Log) ReadBatchRecords(off int64, maxBytes int, alloc func(n int) []byte
 	if err != nil {
 		return nil, off, err
 	}
+	return frameRecords(raw, off, nil)
+}
+
+// frameRecords decodes the records of the whole frames in raw, read from offset off,
+// skipping the frames keep (when not nil) refuses. next is the offset after the last
+// frame (off when raw holds none). Errors: ErrDataLoss for a damaged frame, and
+// appendBatch's.
+func frameRecords(raw []byte, off int64, keep func(frame []byte, h *batchHeader) bool) (recs []Record, next int64, err error) {
 	next = off
 	for len(raw) > 0 {
 		n, err := frameLen(raw)
 		if err != nil {
 			return nil, off, fmt.Errorf("%w: %v", ErrDataLoss, err)
 		}
-		if recs, err = appendBatch(recs, raw[:n], next, math.MaxInt, math.MaxInt); err != nil {
-			return nil, off, err
-		}
 		h := parseHeader(raw)
+		if keep == nil || keep(raw[:n], &h) {
+			if recs, err = appendBatch(recs, raw[:n], next, math.MaxInt, math.MaxInt); err != nil {
+				return nil, off, err
+			}
+		}
 		next = max(next, h.NextOffset())
 		raw = raw[n:]
 	}
@@ -1002,21 +1012,12 @@ func (l *Log) ReadDataRecords(off int64, maxBytes int, committed bool, alloc fun
 	if err != nil {
 		return nil, off, err
 	}
-	next = off
-	for len(raw) > 0 {
-		n, err := frameLen(raw)
-		if err != nil {
-			return nil, off, fmt.Errorf("%w: %v", ErrDataLoss, err)
-		}
-		h := parseHeader(raw)
-		if attr := binary.BigEndian.Uint16(raw[offAttributes:]); attr&(attrTransactional|attrControl) == 0 ||
-			attr&attrControl == 0 && !isAborted(aborted, &h) {
-			if recs, err = appendBatch(recs, raw[:n], next, math.MaxInt, math.MaxInt); err != nil {
-				return nil, off, err
-			}
-		}
-		next = max(next, h.NextOffset())
-		raw = raw[n:]
+	recs, next, err = frameRecords(raw, off, func(frame []byte, h *batchHeader) bool {
+		attr := binary.BigEndian.Uint16(frame[offAttributes:])
+		return attr&(attrTransactional|attrControl) == 0 || attr&attrControl == 0 && !isAborted(aborted, h)
+	})
+	if err != nil {
+		return nil, off, err
 	}
 	if next > limit { // a batch across a log start that clamped the LSO
 		i := len(recs)
