@@ -661,6 +661,18 @@ func (m *Manager) Create(name string, cfg Config, bindings []Binding, ifNotExist
 	return m.create(name, cfg, bindings, ifNotExists)
 }
 
+// lookupOpen returns queue name and whether it exists. Errors: ErrClosed once the
+// manager is closed.
+func (m *Manager) lookupOpen(name string) (*Queue, bool, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, false, ErrClosed
+	}
+	q, ok := m.queues[name]
+	return q, ok, nil
+}
+
 // create is Create for a name already validated.
 func (m *Manager) create(name string, cfg Config, bindings []Binding, ifNotExists bool) (*Queue, bool, error) {
 	if err := cfg.Validate(); err != nil {
@@ -668,12 +680,9 @@ func (m *Manager) create(name string, cfg Config, bindings []Binding, ifNotExist
 	}
 	m.adminMu.Lock()
 	defer m.adminMu.Unlock()
-	m.mu.RLock()
-	q, ok := m.queues[name]
-	closed := m.closed
-	m.mu.RUnlock()
-	if closed {
-		return nil, false, ErrClosed
+	q, ok, err := m.lookupOpen(name)
+	if err != nil {
+		return nil, false, err
 	}
 	if ok {
 		if ifNotExists {

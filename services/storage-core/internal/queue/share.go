@@ -151,15 +151,8 @@ func (m *Manager) createShare(name string, cfg Config, src *store.Log, start int
 	}
 	m.adminMu.Lock()
 	defer m.adminMu.Unlock()
-	m.mu.RLock()
-	q, ok := m.queues[name]
-	closed := m.closed
-	m.mu.RUnlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if ok {
-		return q, nil
+	if q, ok, err := m.lookupOpen(name); err != nil || ok {
+		return q, err
 	}
 	// Under adminMu a partition log's deletion (DeleteChannel) is either done, and
 	// src is no longer the store's, or not begun, and takes this state along.
@@ -188,7 +181,7 @@ func (m *Manager) createShare(name string, cfg Config, src *store.Log, start int
 	if err != nil {
 		return nil, err
 	}
-	q = m.newQueue(qm, src)
+	q := m.newQueue(qm, src)
 	q.loadPos, q.deliveredMark = start, start
 	m.mu.Lock()
 	m.queues[name] = q
