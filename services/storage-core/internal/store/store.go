@@ -163,6 +163,15 @@ func Open(dir string, opts Options, log *zap.Logger) (*Store, error) {
 	if opts.Raft != nil {
 		ck, ok, err := readRaftCheckpoint(filepath.Join(dir, raftWALDir))
 		if err == nil && !ok {
+			// Rebuilding from the WAL needs all of it: once files were removed
+			// below a checkpoint, only that checkpoint says where the kept
+			// segments end, so the channels stay and the start is refused.
+			var cut bool
+			if cut, err = wal.Truncated(filepath.Join(dir, raftWALDir)); err == nil && cut {
+				err = fmt.Errorf("%w: %s is missing and the WAL was truncated below it; the node cannot rebuild its channels from the WAL", ErrDataLoss, filepath.Join(dir, raftWALDir, raftCheckpointFile))
+			}
+		}
+		if err == nil && !ok {
 			err = s.resetChannels()
 		}
 		if err != nil {

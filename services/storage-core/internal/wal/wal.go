@@ -186,6 +186,20 @@ func Open(dir string, opts Options, log *zap.Logger) (*WAL, error) {
 	return w, nil
 }
 
+// Truncated reports whether files were ever removed from the WAL in dir (Truncate):
+// its oldest file is not the first one written. A directory without files is not.
+// Errors: reading dir.
+func Truncated(dir string) (bool, error) {
+	seqs, err := listFiles(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(seqs) > 0 && seqs[0] > 1, nil
+}
+
 func fileName(seq uint64) string { return fmt.Sprintf("%020d%s", seq, fileExt) }
 
 func listFiles(dir string) ([]uint64, error) {
