@@ -8,11 +8,8 @@ package handler
 //     is derived from --cluster-id (stable across replicas and restarts).
 //   - Partition leaders are spread deterministically over the sorted live brokers:
 //     leader = brokers[(fnv32a(topic) + partition) % n]; replicas = isr = [leader],
-//     leader epoch 0. Any replica serves any partition, so leader placement only spreads
-//     load and never causes NOT_LEADER_OR_FOLLOWER. With several storage nodes (raft
-//     mode, replicas.go) the storage nodes are brokers too (ids from 2^30, at gateway
-//     addresses), and each partition's leader, replicas and ISR are its Raft group's
-//     leader, voters and in-sync voters, its leader epoch the Raft term (epochs.go).
+//     leader epoch 0 (with several storage nodes: the partition's Raft term, epochs.go). Any replica serves any partition, so leader placement only spreads
+//     load and never causes NOT_LEADER_OR_FOLLOWER.
 //   - Topic ids (v10+) are the coordinator's UUIDs; topics may be asked by id (v10+),
 //     an unknown id is UNKNOWN_TOPIC_ID. A topic asked several times (by name, or by
 //     id) is answered once, in the order first asked, as Kafka answers the set of the
@@ -72,8 +69,11 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
 
 	brokers := h.liveBrokers(r.Listener)
-	// Listed last: the storage brokers include the nodes the partitions below name.
-	defer func() { resp.Brokers = h.metadataBrokers(brokers) }()
+	for _, b := range brokers {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port, mb.Rack = b.NodeID, b.Host, b.Port, b.Rack
+		resp.Brokers = append(resp.Brokers, mb)
+	}
 	cid := h.kafkaID
 	resp.ClusterID = &cid
 	resp.ControllerID = brokers[0].NodeID
@@ -100,7 +100,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 		sort.Slice(topics, func(i, j int) bool { return topics[i].Name < topics[j].Name })
 		for _, ti := range topics {
 			if x.topic(kafkaacl.OpDescribe, ti.Name) {
-				resp.Topics = append(resp.Topics, describe(h.metadataTopic(ctx, ti, brokers)))
+				resp.Topics = append(resp.Topics, describe(h.metadataTopic(ctx, req.Version, ti, brokers)))
 			}
 		}
 		return resp, nil
@@ -156,7 +156,7 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 				mt.TopicID = t.TopicID
 				mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 			default:
-				mt = describe(h.metadataTopic(ctx, ti, brokers))
+				mt = describe(h.metadataTopic(ctx, req.Version, ti, brokers))
 			}
 		case !x.topic(kafkaacl.OpDescribe, *t.Topic):
 			mt = kmsg.NewMetadataResponseTopic()
@@ -167,9 +167,9 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 			mt.Topic = t.Topic
 			mt.ErrorCode = kerr.InvalidTopicException.Code
 		case h.internalTopic(*t.Topic, [16]byte{}) != nil:
-			mt = describe(h.metadataTopic(ctx, h.internalTopic(*t.Topic, [16]byte{}), brokers))
+			mt = describe(h.metadataTopic(ctx, req.Version, h.internalTopic(*t.Topic, [16]byte{}), brokers))
 		case infos[*t.Topic] != nil:
-			mt = describe(h.metadataTopic(ctx, infos[*t.Topic], brokers))
+			mt = describe(h.metadataTopic(ctx, req.Version, infos[*t.Topic], brokers))
 		default:
 			mt = kmsg.NewMetadataResponseTopic()
 			mt.Topic = t.Topic
@@ -184,38 +184,32 @@ func (h *Handler) handleMetadata(ctx context.Context, r *Request) (kmsg.Response
 }
 
 // metadataTopic describes one topic with its partitions led by brokers. Leader epochs
-// (v7+) are 0 with one storage node; with a Router each partition's Raft term, and its
-// leader, replicas and ISR the storage brokers of its Raft group (replicas.go), asked
-// of storage-core now (one GetChannel per partition; epoch -1 and a gateway as leader
-// where none answered).
-func (h *Handler) metadataTopic(ctx context.Context, ti *topicInfo, brokers []Broker) kmsg.MetadataResponseTopic {
+// (v7+) are 0 with one storage node; with a Router each partition's Raft term, asked
+// of storage-core now (one GetChannel per partition; -1 where none answered).
+func (h *Handler) metadataTopic(ctx context.Context, version int16, ti *topicInfo, brokers []Broker) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := ti.Name
 	mt.Topic = &name
 	mt.TopicID = ti.ID
 	mt.IsInternal = ti.Internal
-	var states []partitionState
-	if h.router != nil && !ti.Internal {
+	var epochs []int32
+	if h.router != nil && version >= 7 && !ti.Internal {
 		chs := make([]string, ti.Partitions)
 		for p := range chs {
 			chs[p] = channel.KafkaPartition(ti.Name, int32(p))
 		}
-		states = h.router.partitionStates(ctx, chs)
+		epochs = h.router.leaderEpochs(ctx, chs)
 	}
 	for p := int32(0); p < ti.Partitions; p++ {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = p
 		mp.Leader = leaderFor(ti.Name, p, brokers)
 		mp.LeaderEpoch = 0
+		if epochs != nil {
+			mp.LeaderEpoch = epochs[p]
+		}
 		mp.Replicas = []int32{mp.Leader}
 		mp.ISR = []int32{mp.Leader}
-		if states != nil {
-			st := states[p]
-			mp.LeaderEpoch = st.epoch
-			if st.leader >= 0 {
-				mp.Leader, mp.Replicas, mp.ISR = st.leader, st.replicas, st.isr
-			}
-		}
 		mp.OfflineReplicas = []int32{}
 		mt.Partitions = append(mt.Partitions, mp)
 	}

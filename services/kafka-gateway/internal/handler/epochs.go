@@ -36,18 +36,16 @@ func kafkaEpoch(term uint64) int32 {
 	return int32(term)
 }
 
-// learnChannel remembers what GetChannel said of ch: its leader (when named), term and
-// the storage node ids it names.
+// learnChannel remembers what GetChannel said of ch: its leader (when named) and term.
 func (r *Router) learnChannel(ch string, c *storagev1.Channel) {
 	if l := c.GetLeaderAddress(); l != "" {
 		_ = r.lc.Learn(ch, l)
 	}
-	r.emu.Lock()
 	if t := c.GetLeaderTerm(); t > 0 {
+		r.emu.Lock()
 		r.epochs[ch] = kafkaEpoch(t)
+		r.emu.Unlock()
 	}
-	r.learnNodes(c)
-	r.emu.Unlock()
 }
 
 // forgetTopic drops what was learned of topic's partition channels (every topic's
@@ -92,6 +90,19 @@ func (r *Router) refreshEpoch(ctx context.Context, ch string) (int32, bool) {
 		return kafkaEpoch(t), true
 	}
 	return 0, false
+}
+
+// leaderEpochs returns the leader epoch of each of chs, asked of storage-core now
+// (-1 where it did not answer).
+func (r *Router) leaderEpochs(ctx context.Context, chs []string) []int32 {
+	out := make([]int32, len(chs))
+	forEach(len(chs), func(i int) {
+		out[i] = -1
+		if e, ok := r.refreshEpoch(ctx, chs[i]); ok {
+			out[i] = e
+		}
+	})
+	return out
 }
 
 // epochCode checks current_leader_epoch current of ch against its term (see above):

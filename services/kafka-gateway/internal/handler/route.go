@@ -43,12 +43,11 @@ type Router struct {
 	lc                             *grpcx.LeaderConn
 	emu                            sync.RWMutex
 	epochs                         map[string]int32 // channel → leader epoch
-	nodes                          map[uint64]bool  // storage node ids learned (replicas.go)
 }
 
 // NewRouter routes over lc.
 func NewRouter(lc *grpcx.LeaderConn) *Router {
-	return &Router{StorageServiceClient: storagev1.NewStorageServiceClient(lc), lc: lc, epochs: map[string]int32{}, nodes: map[uint64]bool{}}
+	return &Router{StorageServiceClient: storagev1.NewStorageServiceClient(lc), lc: lc, epochs: map[string]int32{}}
 }
 
 // asRouter is c as a Router, or nil.

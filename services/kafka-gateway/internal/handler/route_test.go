@@ -3,7 +3,6 @@ package handler
 import (
 	"context"
 	"net"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,11 +31,8 @@ type routeNode struct {
 	leads  map[string]bool
 	code   storagev1.ErrorCode // when set, every append's answer
 	term   atomic.Uint64       // GetChannel's leader_term
-	// GetChannel's leader_id, replica_ids and isr_ids (guarded by mu).
-	id            uint64
-	replicas, isr []uint64
-	mu            sync.Mutex
-	calls         map[string]int // per channel: appends received
+	mu     sync.Mutex
+	calls  map[string]int // per channel: appends received
 }
 
 func (n *routeNode) AppendBatches(_ context.Context, in *storagev1.AppendBatchesRequest) (*storagev1.AppendBatchesResponse, error) {
@@ -65,10 +61,7 @@ func (n *routeNode) LookupSequence(ctx context.Context, in *storagev1.LookupSequ
 }
 
 func (n *routeNode) GetChannel(_ context.Context, in *storagev1.GetChannelRequest) (*storagev1.GetChannelResponse, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: in.GetName(), LeaderAddress: n.leader, LeaderTerm: n.term.Load(), HighWatermark: 3,
-		LeaderId: n.id, ReplicaIds: n.replicas, IsrIds: n.isr}}, nil
+	return &storagev1.GetChannelResponse{Channel: &storagev1.Channel{Name: in.GetName(), LeaderAddress: n.leader, LeaderTerm: n.term.Load(), HighWatermark: 3}}, nil
 }
 
 // OffsetForLeaderEpoch answers from the epoch index {1: 0, term: 3} and high
@@ -360,61 +353,5 @@ func TestRouterLeaderEpochs(t *testing.T) {
 	}
 	if got := metaEpoch(); got != 2 {
 		t.Fatalf("Metadata leader epoch after the change %d, want 2 (asked again)", got)
-	}
-}
-
-// TestRouterMetadataReplicas: through a Router, Metadata names storage nodes as
-// brokers (storageBrokerBase + node id, at the gateway's address) and each
-// partition's leader, replicas and ISR as its Raft group's leader, voters and in-sync
-// voters; with no leader named (an election) the partition falls back to a gateway
-// leading alone, and the storage brokers learned stay listed.
-func TestRouterMetadataReplicas(t *testing.T) {
-	nodes, _ := startRouteNodes(t, 1)
-	n := nodes[0]
-	n.leader = n.addr
-	n.leads["kafka.md"] = true
-	n.term.Store(3)
-	n.id, n.replicas, n.isr = 2, []uint64{1, 2, 3}, []uint64{2, 3}
-	lc, err := grpcx.NewLeaderConn([]string{n.addr}, grpcx.StorageReads)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lc.Close)
-	st := fake.NewStorage()
-	co := fake.NewCoordinator(st)
-	brokers := []Broker{{NodeID: 1, Host: "gw1", Port: 9092}}
-	e := &env{h: New(Config{NodeID: 1, ClusterID: "unit", AutoCreateTopics: true, DefaultPartitions: 1},
-		Deps{Storage: NewRouter(lc), Coordinator: co, Brokers: func() []Broker { return brokers }, Log: zaptest.NewLogger(t)}), st: st, co: co}
-	e.createTopic(t, "md", 1, nil)
-	b := func(id int32) int32 { return storageBrokerBase + id }
-	for _, v := range []int16{1, 12} {
-		resp := e.do(t, metadataReq("md"), v).(*kmsg.MetadataResponse)
-		var ids []int32
-		for _, br := range resp.Brokers {
-			ids = append(ids, br.NodeID)
-			if br.Host != "gw1" || br.Port != 9092 {
-				t.Fatalf("v%d broker %d at %s:%d, want the gateway's address", v, br.NodeID, br.Host, br.Port)
-			}
-		}
-		if want := []int32{1, b(1), b(2), b(3)}; !reflect.DeepEqual(ids, want) {
-			t.Fatalf("v%d brokers %v, want %v", v, ids, want)
-		}
-		p := resp.Topics[0].Partitions[0]
-		if p.Leader != b(2) || !reflect.DeepEqual(p.Replicas, []int32{b(1), b(2), b(3)}) || !reflect.DeepEqual(p.ISR, []int32{b(2), b(3)}) {
-			t.Fatalf("v%d partition leader %d replicas %v isr %v, want %d %v %v", v, p.Leader, p.Replicas, p.ISR, b(2), []int32{b(1), b(2), b(3)}, []int32{b(2), b(3)})
-		}
-		if v >= 7 && p.LeaderEpoch != 3 {
-			t.Fatalf("v%d leader epoch %d, want the term 3", v, p.LeaderEpoch)
-		}
-	}
-	n.mu.Lock()
-	n.id, n.replicas, n.isr = 0, nil, nil // an election
-	n.mu.Unlock()
-	resp := e.do(t, metadataReq("md"), 12).(*kmsg.MetadataResponse)
-	if p := resp.Topics[0].Partitions[0]; p.Leader != 1 || !reflect.DeepEqual(p.Replicas, []int32{1}) || !reflect.DeepEqual(p.ISR, []int32{1}) {
-		t.Fatalf("no leader named: leader %d replicas %v isr %v, want the gateway 1 alone", p.Leader, p.Replicas, p.ISR)
-	}
-	if len(resp.Brokers) != 4 {
-		t.Fatalf("brokers %d during an election, want the gateway and the 3 storage nodes learned", len(resp.Brokers))
 	}
 }
