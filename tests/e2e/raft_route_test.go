@@ -11,6 +11,7 @@ import (
 
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
+	"github.com/tributary/tributary/tests/e2e/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -173,6 +174,18 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 		}
 	}
 	t.Logf("partition 0 epochs (epoch, first offset): %v", p0)
+	// librdkafka (kcat) reads every record too, each at its acknowledged offset: it
+	// follows the brokers and leaders Metadata names, which kgo copes with more freely.
+	kcat := testenv.RequireBinary(t, "kcat")
+	lines := kcatConsume(t, kcat, s.KafkaAddrs[0], topic, n)
+	if len(lines) != n {
+		t.Fatalf("kcat read %d records of %d", len(lines), n)
+	}
+	for _, l := range lines {
+		if _, v, _ := strings.Cut(l.line, ":"); l.offset != acked[v] {
+			t.Fatalf("kcat: partition %d offset %d holds %q, acknowledged at offset %d", l.partition, l.offset, v, acked[v])
+		}
+	}
 	// Nothing after the last value: each end offset is its count of values.
 	ends, err := newAdmin(t, s.KafkaAddrs).ListEndOffsets(ctxT(t, 10*time.Second), topic)
 	if err != nil {
