@@ -28,10 +28,7 @@ func TestShareFetchWritesNothing(t *testing.T) {
 	e := newEnv(t)
 	src := e.log("kafka.t")
 	publish(t, src, "0", "1", "2", "3")
-	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := earliestSharePartition(t, e)
 	before := testutil.ToFloat64(e.m.opts.Metrics.StateCommits)
 	if rs := shareFetch(t, e, "m", 4, q); rs[3].DeliveryCount != 1 {
 		t.Fatalf("first delivery count %d", rs[3].DeliveryCount)
@@ -65,10 +62,7 @@ func TestShareCrashAfterAcquisitions(t *testing.T) {
 	e := newEnv(t)
 	src := e.log("kafka.t")
 	publish(t, src, "0", "1", "2", "3")
-	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := earliestSharePartition(t, e)
 	shareFetch(t, e, "m1", 4, q)
 	// Written: 0 accepted, 1 released at count 1, 2 and 3 acquired at count 1.
 	if err := q.ShareAck("m1", []ShareAckBatch{{First: 0, Last: 1, Types: []uint8{ShareAccept, ShareRelease}}}, 0); err != nil {
@@ -81,14 +75,7 @@ func TestShareCrashAfterAcquisitions(t *testing.T) {
 		t.Fatalf("acquired %v, offset 1 count %d", got, rs[0].DeliveryCount)
 	}
 
-	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
-	copyDir(t, e.dir, crashed.dir)
-	crashed.open()
-	defer crashed.close()
-	q2, err := crashed.m.SharePartition("g", "t", 0, false, ShareReset{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashed, q2 := crashCopyShare(t, e)
 	if so, lag, err := q2.ShareState(); err != nil || so != 1 || lag != 5 {
 		t.Fatalf("after the crash: start offset %d lag %d %v, want 1 and 5", so, lag, err)
 	}
@@ -136,10 +123,7 @@ func TestShareLockExpiryWritesCounts(t *testing.T) {
 	e := newEnv(t)
 	src := e.log("kafka.t")
 	publish(t, src, "0", "1")
-	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := earliestSharePartition(t, e)
 	if _, _, err := e.m.ShareFetch(context.Background(), []*Queue{q}, ShareFetchArgs{Member: "m1", MaxRecords: 1, LockMs: 1000}); err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +137,7 @@ func TestShareLockExpiryWritesCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
-	copyDir(t, e.dir, crashed.dir)
-	crashed.open()
-	defer crashed.close()
-	q2, err := crashed.m.SharePartition("g", "t", 0, false, ShareReset{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashed, q2 := crashCopyShare(t, e)
 	for _, r := range shareFetch(t, crashed, "m2", 2, q2) {
 		if r.DeliveryCount != 2 {
 			t.Fatalf("after the crash offset %d count %d, want 2", r.Record.Offset, r.DeliveryCount)

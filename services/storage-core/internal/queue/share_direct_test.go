@@ -23,10 +23,7 @@ func TestShareStateOffsetsOnly(t *testing.T) {
 		vals[i] = strconv.Itoa(i)
 	}
 	publish(t, src, vals...)
-	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := earliestSharePartition(t, e)
 	if _, err := e.st.Get(q.Name()); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("share partition has a log of its own: %v", err)
 	}
@@ -46,14 +43,7 @@ func TestShareStateOffsetsOnly(t *testing.T) {
 		t.Fatalf("partition log [%d, %d) after the queue engine's retention, want [0, 10)", start, hw)
 	}
 
-	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
-	copyDir(t, e.dir, crashed.dir)
-	crashed.open()
-	defer crashed.close()
-	q2, err := crashed.m.SharePartition("g", "t", 0, false, ShareReset{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	crashed, q2 := crashCopyShare(t, e)
 	if so, lag, err := q2.ShareState(); err != nil || so != 4 || lag != 5 {
 		t.Fatalf("after the crash: start offset %d lag %d %v, want 4 and 5", so, lag, err)
 	}
@@ -74,10 +64,7 @@ func TestShareLogStartMoves(t *testing.T) {
 	e := newEnv(t)
 	src := e.log("kafka.t")
 	publish(t, src, "0", "1", "2", "3", "4", "5")
-	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := earliestSharePartition(t, e)
 	if _, err := src.DeleteRecords(4); err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +127,31 @@ func TestShareMigratesLegacyState(t *testing.T) {
 	if l := e.mustGet("kafka.t"); l.LogStart() != 0 || l.HighWatermark() != 6 {
 		t.Fatalf("partition log [%d, %d)", l.LogStart(), l.HighWatermark())
 	}
+}
+
+// earliestSharePartition creates group g's share partition of kafka.t partition 0,
+// starting at the log start (share.auto.offset.reset=earliest).
+func earliestSharePartition(t *testing.T, e *env) *Queue {
+	t.Helper()
+	q, err := e.m.SharePartition("g", "t", 0, true, ShareReset{Earliest: true}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// crashCopyShare opens a copy of e's directory as a kill -9 leaves it (what was
+// written, no close) and returns it, closed at the test's end, with group g's share
+// partition of kafka.t partition 0 in it.
+func crashCopyShare(t *testing.T, e *env) (*env, *Queue) {
+	t.Helper()
+	crashed := &env{t: t, dir: t.TempDir(), clk: e.clk}
+	copyDir(t, e.dir, crashed.dir)
+	crashed.open()
+	t.Cleanup(crashed.close)
+	q, err := crashed.m.SharePartition("g", "t", 0, false, ShareReset{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crashed, q
 }

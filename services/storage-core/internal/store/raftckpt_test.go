@@ -222,11 +222,7 @@ func TestRaftModeResumeRecreatedChannel(t *testing.T) {
 	c := newRaftClusterWith(t, func(o *Options) { o.CheckpointInterval = -1 })
 	const name = "raft.again"
 	old := c.create(name)
-	for i := 0; i < 3; i++ {
-		if _, err := c.appendOn(c.leader(old), name, fmt.Sprintf("old%d", i), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.appendValues(old, name, "old", 3)
 	c.sameBytes(name, 3)
 	if err := c.st[c.leader(metaGroup)].Delete(name, false); err != nil {
 		t.Fatal(err)
@@ -243,11 +239,7 @@ func TestRaftModeResumeRecreatedChannel(t *testing.T) {
 	if group == old {
 		t.Fatal("the re-created channel has the deleted one's group")
 	}
-	for i := 0; i < 2; i++ {
-		if _, err := c.appendOn(c.leader(group), name, fmt.Sprintf("new%d", i), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.appendValues(group, name, "new", 2)
 	raw := c.sameBytes(name, 2)
 	for id := range c.dirs {
 		c.st[id].raft.skipCloseCheckpoint = true

@@ -19,11 +19,7 @@ func TestRaftKillTornCheckpoint(t *testing.T) {
 	c := newRaftClusterWith(t, func(o *Options) { o.CheckpointInterval = -1 })
 	const name = "raft.torn"
 	group := c.create(name)
-	for i := 0; i < 5; i++ {
-		if _, err := c.appendOn(c.leader(group), name, fmt.Sprintf("v%d", i), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.appendValues(group, name, "v", 5)
 	c.sameBytes(name, 5)
 	f := uint64(1)
 	if c.leader(group) == f {

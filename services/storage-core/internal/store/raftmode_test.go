@@ -174,6 +174,17 @@ func (c *raftCluster) appendOn(id uint64, name, v string, p *Producer) (AppendRe
 }
 
 // sameBytes waits until every live node holds want records of name and their raw
+// appendValues appends n records "<prefix><i>" (i from 0) to channel name through the
+// leader of its group, one append each, failing the test on an error.
+func (c *raftCluster) appendValues(group uint64, name, prefix string, n int) {
+	c.t.Helper()
+	for i := 0; i < n; i++ {
+		if _, err := c.appendOn(c.leader(group), name, fmt.Sprintf("%s%d", prefix, i), nil); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
 // bytes are identical; it returns them.
 func (c *raftCluster) sameBytes(name string, want int64) []byte {
 	c.t.Helper()
