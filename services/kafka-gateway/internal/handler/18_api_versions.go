@@ -17,6 +17,11 @@ package handler
 // share.version 1). With group.share.enable off the share group APIs (shareGroupKeys)
 // are left out of the list.
 //
+// From v3 the client names its software (KIP-511). A name or version that is not
+// letters and digits, with '.' and '-' allowed inside, is answered with INVALID_REQUEST
+// (42) and no API keys, as Kafka's ApiVersionsRequest.isValid does; the connection stays
+// open.
+//
 // KIPs: KIP-35, KIP-482 (flexible v3), KIP-511 (client software name/version, v3),
 // KIP-584 (features), KIP-890, KIP-848, KIP-932.
 
@@ -33,6 +38,10 @@ func init() { register(kmsg.ApiVersions.Int16(), 0, 4, (*Handler).handleAPIVersi
 func (h *Handler) handleAPIVersions(_ context.Context, r *Request) (kmsg.Response, error) {
 	req := r.Body.(*kmsg.ApiVersionsRequest)
 	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+	if req.Version >= 3 && !(validSoftwareName(req.ClientSoftwareName) && validSoftwareName(req.ClientSoftwareVersion)) {
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
 	resp.ApiKeys = h.APIKeys()
 	if req.Version >= 3 {
 		sf := kmsg.NewApiVersionsResponseSupportedFeature()
@@ -60,6 +69,24 @@ func (h *Handler) handleAPIVersions(_ context.Context, r *Request) (kmsg.Respons
 		resp.FinalizedFeaturesEpoch = 1
 	}
 	return resp, nil
+}
+
+// validSoftwareName reports whether s is a valid KIP-511 client software name or
+// version: non-empty ASCII letters and digits, with '.' and '-' allowed except first and
+// last (Kafka's pattern [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?).
+func validSoftwareName(s string) bool {
+	if s == "" {
+		return false
+	}
+	alnum := func(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' }
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if alnum(c) || (c == '.' || c == '-') && i != 0 && i != len(s)-1 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // The share.version feature (KIP-932): 1 is share groups.

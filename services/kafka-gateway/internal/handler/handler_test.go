@@ -865,7 +865,7 @@ func TestInitProducerIDAndDescribeCluster(t *testing.T) {
 
 func TestAPIVersionsFromRegistrations(t *testing.T) {
 	e := newEnv(t, nil)
-	resp := e.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
+	resp := e.do(t, apiVersionsV3(), 3).(*kmsg.ApiVersionsResponse)
 	got := map[int16][2]int16{}
 	for _, k := range resp.ApiKeys {
 		got[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
@@ -1004,5 +1004,41 @@ func TestNullConfigValues(t *testing.T) {
 	}
 	if vals["max.message.bytes"] != "1048588" || vals["cleanup.policy"] != "delete" || vals["retention.ms"] != "604800000" {
 		t.Errorf("configs after the refused alterations and the DELETE: %v", vals)
+	}
+}
+
+// apiVersionsV3 is an ApiVersions request naming its software as a v3+ client must
+// (KIP-511).
+func apiVersionsV3() *kmsg.ApiVersionsRequest {
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "unit-test", "1.0.0"
+	return req
+}
+
+// TestAPIVersionsSoftwareNames: a v3+ ApiVersions whose client software name or version
+// breaks KIP-511's pattern gets INVALID_REQUEST and no keys, as Kafka answers; v0-2
+// carry no names and a valid pair is served.
+func TestAPIVersionsSoftwareNames(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, c := range []struct {
+		name, version string
+		ok            bool
+	}{
+		{"librdkafka", "2.3.0", true}, {"kgo", "v1.22.3", true}, {"apache-kafka-java", "4.1.0-SNAPSHOT", true},
+		{"a", "1", true}, {"", "1.0", false}, {"kgo", "", false}, {"-kgo", "1", false}, {"kgo.", "1", false},
+		{"k go", "1", false}, {"kgo", "1.0 beta", false}, {"kgö", "1", false}, {"kgo", "(devel)", false}, {"kgo\x00", "1", false},
+	} {
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.ClientSoftwareName, req.ClientSoftwareVersion = c.name, c.version
+		for v := int16(0); v <= 4; v++ {
+			resp := e.do(t, req, v).(*kmsg.ApiVersionsResponse)
+			valid := c.ok || v < 3
+			if valid && (resp.ErrorCode != 0 || len(resp.ApiKeys) == 0) {
+				t.Errorf("v%d %q %q: error %s, %d keys; want served", v, c.name, c.version, code(resp.ErrorCode), len(resp.ApiKeys))
+			}
+			if !valid && (resp.ErrorCode != kerr.InvalidRequest.Code || len(resp.ApiKeys) != 0) {
+				t.Errorf("v%d %q %q: error %s, %d keys; want INVALID_REQUEST and none", v, c.name, c.version, code(resp.ErrorCode), len(resp.ApiKeys))
+			}
+		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // API the gateway does not serve; on, they are listed and answered.
 func TestShareGroupsDisabled(t *testing.T) {
 	off := newEnv(t, func(c *Config) { c.DisableShareGroups = true })
-	resp := off.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
+	resp := off.do(t, apiVersionsV3(), 3).(*kmsg.ApiVersionsResponse)
 	for _, k := range resp.ApiKeys {
 		for _, s := range shareGroupKeys {
 			if k.ApiKey == s {
@@ -42,7 +42,7 @@ func TestShareGroupsDisabled(t *testing.T) {
 	}
 
 	on := newEnv(t, nil)
-	resp = on.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
+	resp = on.do(t, apiVersionsV3(), 3).(*kmsg.ApiVersionsResponse)
 	listed := map[int16]bool{}
 	for _, k := range resp.ApiKeys {
 		listed[k.ApiKey] = true

@@ -161,7 +161,7 @@ func TestTxnFencedByVersion(t *testing.T) {
 
 func TestAPIVersionsAdvertisesTransactionVersion(t *testing.T) {
 	e, _ := newTxnEnv(t)
-	resp := e.do(t, kmsg.NewPtrApiVersionsRequest(), 3).(*kmsg.ApiVersionsResponse)
+	resp := e.do(t, apiVersionsV3(), 3).(*kmsg.ApiVersionsResponse)
 	if len(resp.FinalizedFeatures) != 3 || resp.FinalizedFeatures[0].Name != "transaction.version" || resp.FinalizedFeatures[0].MaxVersionLevel != 2 ||
 		len(resp.SupportedFeatures) != 3 || resp.SupportedFeatures[0].MaxVersion != 2 {
 		t.Errorf("features: supported %+v finalized %+v", resp.SupportedFeatures, resp.FinalizedFeatures)
