@@ -34,9 +34,11 @@ func (e *protocolError) Error() string {
 // frames follows the packets a client sends, reading only their fixed headers, and
 // checks what the library takes without checking or refuses without saying why:
 // the CONNECT (its flags and properties), each SUBSCRIBE (its properties and
-// subscription options), each PINGREQ (no body), and the fixed header flags and
-// size (at most limit + 1 bytes with the first byte, as the library counts) of every
-// packet. The body of any other packet (a PUBLISH's above all) is skipped unread.
+// subscription options), each PUBLISH's Topic Name (a well-formed UTF-8 string,
+// MQTT 5 sections 1.5.4 and 3.3.2.1), each PINGREQ (no body), and the fixed header
+// flags and size (at most limit + 1 bytes with the first byte, as the library
+// counts) of every packet. The rest of a PUBLISH, and the body of any other packet,
+// is skipped unread.
 //
 // Before its CONNECT is known, a client is only followed; a first packet that is not
 // a CONNECT, a CONNECT of a protocol other than MQTT 3.1, 3.1.1 or 5, and a packet
@@ -53,9 +55,12 @@ type frames struct {
 	hdr  [5]byte // the fixed header being read
 	nhdr int
 	skip int    // bytes of the current body still to pass unread
-	body []byte // the current body being collected to be checked
-	want int    // its length
+	body []byte // the current body (a PUBLISH's: its start) being collected to be checked
+	want int    // how many bytes of it to collect
 	typ  byte   // its packet type
+	rem  int    // the length of the current PUBLISH's body
+	// topic is the buffer a PUBLISH's Topic Name is collected in, kept between packets.
+	topic []byte
 }
 
 // scan follows b, the next bytes read from the client. When a packet in it breaks
@@ -78,7 +83,6 @@ func (f *frames) scan(b []byte) (n int, code byte, bad bool) {
 				if code := f.check(); code != 0 {
 					return start, code, true
 				}
-				f.body, f.want = nil, 0
 			}
 		default:
 			if f.nhdr == 0 {
@@ -145,6 +149,13 @@ func (f *frames) header(first byte, rem int) byte {
 			return codePacketTooLarge // section 3.1.2.11.4
 		}
 	}
+	if typ == typePublish { // (after the CONNECT: see above)
+		if rem < 2 {
+			return codeMalformed // no room for the Topic Name's length
+		}
+		f.typ, f.rem, f.want, f.body = typ, rem, 2, f.topic[:0]
+		return 0
+	}
 	if (typ == typeSubscribe || f.version == 0) && rem <= f.limit {
 		if rem == 0 {
 			f.typ, f.body = typ, nil
@@ -157,12 +168,36 @@ func (f *frames) header(first byte, rem int) byte {
 	return 0
 }
 
-// check checks the collected body of a CONNECT or SUBSCRIBE.
+// check checks what was collected of the current packet (a CONNECT's or SUBSCRIBE's
+// body, a PUBLISH's Topic Name) and says what comes next: the next packet, the rest of
+// the Topic Name, or the rest of the PUBLISH skipped.
 func (f *frames) check() byte {
-	if f.typ == typeConnect {
-		return f.checkConnect(f.body)
+	var code byte
+	switch f.typ {
+	case typeConnect:
+		code = f.checkConnect(f.body)
+	case typeSubscribe:
+		code = f.checkSubscribe(f.body)
+	case typePublish:
+		if f.want == 2 {
+			n := int(binary.BigEndian.Uint16(f.body))
+			if 2+n > f.rem {
+				return codeMalformed // the Topic Name overruns the packet
+			}
+			if n > 0 {
+				f.want = 2 + n
+				return 0
+			}
+		}
+		if r := (&reader{b: f.body}); !r.string() {
+			return codeMalformed // [MQTT-1.5.4-1] [MQTT-1.5.4-2]
+		}
+		f.topic, f.skip = f.body[:0], f.rem-len(f.body)
+		f.body, f.want = nil, 0
+		return 0
 	}
-	return f.checkSubscribe(f.body)
+	f.body, f.want = nil, 0
+	return code
 }
 
 // reader takes a packet body apart; a read past its end sets short.

@@ -102,6 +102,11 @@ func TestListenerProtocolErrors(t *testing.T) {
 		{name: "pingreq with a body", send: [][]byte{v5, {0xc0, 1, 0}}, first: 0xe0, code: 0x81, afterConns: true},
 		{name: "packet over the maximum size", send: [][]byte{v5, {0x32, 0xff, 0xff, 0xff, 0x7f}}, first: 0xe0, code: 0x95, afterConns: true},
 		{name: "publish qos 3", send: [][]byte{v5, rawPacket(0x36, str("dev/1"), []byte{0, 1}, []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish topic not utf-8", send: [][]byte{v5, rawPacket(0x32, str("dev/\xc3"), []byte{0, 1, 0}, []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish topic with U+0000", send: [][]byte{v5, rawPacket(0x30, str("dev/\x00"), []byte{0}, []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish topic over the packet", send: [][]byte{v5, rawPacket(0x30, []byte{0, 9}, []byte("dev"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish without a topic length", send: [][]byte{v5, rawPacket(0x30, []byte{0})}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "3.1.1 publish topic not utf-8", send: [][]byte{v4, rawPacket(0x32, str("dev/\xff"), []byte{0, 1}, []byte("x"))}, afterConns: true},
 		{name: "3.1.1 password without username", send: [][]byte{connect4(0x42, str("p"))}},
 		{name: "3.1.1 will qos without will", send: [][]byte{connect4(0x02 | 0x10)}},
 		{name: "3.1.1 pingreq with a body", send: [][]byte{v4, {0xc0, 1, 0}}, afterConns: true},
@@ -155,30 +160,36 @@ func TestFramesSplitReads(t *testing.T) {
 		rawPacket(0x3b, str("dev/1"), []byte{0, 2, 0}, bytes.Repeat([]byte("p"), 300)),
 		{0xc0, 0},
 		rawPacket(0x30, str("dev/1"), []byte{0}, []byte("q")),
+		rawPacket(0x30, str(""), []byte{2, 0x23, 0, 1}, []byte("alias")),
 	}, nil)
-	bad := append(append([]byte{}, good...), 0xc0, 1, 0)
-	for size := 1; size <= 8; size++ {
-		f := &frames{limit: 1 << 20}
-		for i := 0; i < len(good); i += size {
-			if n, code, isBad := f.scan(good[i:min(i+size, len(good))]); isBad {
-				t.Fatalf("split %d: offset %d: bad (%#x, %d)", size, i, code, n)
-			}
-		}
-		f = &frames{limit: 1 << 20}
-		passed := 0
-		for i := 0; i < len(bad); i += size {
-			n, code, isBad := f.scan(bad[i:min(i+size, len(bad))])
-			passed += n
-			if isBad {
-				// Of the bad packet, what earlier reads held has gone on: never all of it.
-				if code != codeMalformed || passed < len(good) || passed >= len(bad) {
-					t.Fatalf("split %d: code %#x, %d bytes passed, want 0x81 after %d", size, code, passed, len(good))
+	for _, tail := range [][]byte{
+		{0xc0, 1, 0}, // a PINGREQ with a body
+		rawPacket(0x32, str("dev/\xed\xa0\x80"), []byte{0, 3, 0}, []byte("p")), // a surrogate in the Topic Name
+	} {
+		bad := append(append([]byte{}, good...), tail...)
+		for size := 1; size <= 8; size++ {
+			f := &frames{limit: 1 << 20}
+			for i := 0; i < len(good); i += size {
+				if n, code, isBad := f.scan(good[i:min(i+size, len(good))]); isBad {
+					t.Fatalf("split %d: offset %d: bad (%#x, %d)", size, i, code, n)
 				}
-				break
 			}
-		}
-		if passed == len(bad) {
-			t.Fatalf("split %d: the PINGREQ with a body passed", size)
+			f = &frames{limit: 1 << 20}
+			passed := 0
+			for i := 0; i < len(bad); i += size {
+				n, code, isBad := f.scan(bad[i:min(i+size, len(bad))])
+				passed += n
+				if isBad {
+					// Of the bad packet, what earlier reads held has gone on: never all of it.
+					if code != codeMalformed || passed < len(good) || passed >= len(bad) {
+						t.Fatalf("split %d: code %#x, %d bytes passed, want 0x81 after %d", size, code, passed, len(good))
+					}
+					break
+				}
+			}
+			if passed == len(bad) {
+				t.Fatalf("split %d: the bad packet %x passed", size, tail)
+			}
 		}
 	}
 }
