@@ -11,6 +11,13 @@ package handler
 // in one call; an unknown name is UNKNOWN_TOPIC_OR_PARTITION, an invalid one
 // INVALID_TOPIC_EXCEPTION.
 // Deleted topics leave the cache at once. Coordinator outage: REQUEST_TIMED_OUT.
+// Kafka's internal topics (channel.KafkaInternalTopics, by name or by their id) are
+// never deleted: TOPIC_DELETION_DISABLED (v3+; INVALID_REQUEST before, as Kafka answers
+// with delete.topic.enable=false). Kafka 4's controller deletes them like any topic
+// (only kafka-topics.sh refuses, client side), losing every committed offset; ours hold
+// the coordinator's state in Postgres, which a topic deletion must not drop.
+// __cluster_metadata is no topic (Kafka's ControllerApis finds no id for it):
+// UNKNOWN_TOPIC_OR_PARTITION.
 // With the authorizer on, as Kafka 4's ControllerApis.deleteTopics: DELETE on the
 // cluster allows every topic; else each needs DELETE on the topic, otherwise
 // TOPIC_AUTHORIZATION_FAILED, and by id the name of a topic the principal may not
@@ -97,6 +104,9 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 		name := ""
 		if it.name != nil {
 			name = *it.name
+		} else if ti := h.internalTopic("", it.id); ti != nil {
+			name = ti.Name
+			resp.Topics[i].Topic = &name
 		} else {
 			ti, err := h.topicByID(ctx, it.id)
 			switch {
@@ -122,6 +132,14 @@ func (h *Handler) handleDeleteTopics(ctx context.Context, r *Request) (kmsg.Resp
 		}
 		if !validTopicName(name) {
 			resp.Topics[i].ErrorCode = kerr.InvalidTopicException.Code
+			continue
+		}
+		if isInternalTopic(name) {
+			resp.Topics[i].ErrorCode = kerr.TopicDeletionDisabled.Code
+			if req.Version < 3 {
+				resp.Topics[i].ErrorCode = kerr.InvalidRequest.Code
+			}
+			resp.Topics[i].ErrorMessage = strPtr("Internal topic " + name + " cannot be deleted: its records are the coordinator's state.")
 			continue
 		}
 		if _, dup := idx[name]; !dup {

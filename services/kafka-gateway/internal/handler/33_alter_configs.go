@@ -12,8 +12,9 @@ package handler
 // changes nothing. Before that, per resource as Kafka's ConfigAdminManager does: a
 // resource given twice, a config named twice or a null value is INVALID_REQUEST; broker
 // configs are read-only (INVALID_REQUEST), other resource types INVALID_REQUEST; an
-// empty topic name INVALID_REQUEST, an invalid one INVALID_TOPIC_EXCEPTION, an unknown
-// one UNKNOWN_TOPIC_OR_PARTITION. Altered topics leave the metadata cache at once.
+// empty topic name INVALID_REQUEST, an invalid one INVALID_TOPIC_EXCEPTION, one of
+// Kafka's internal topics POLICY_VIOLATION (their configs are fixed), an unknown one
+// UNKNOWN_TOPIC_OR_PARTITION. Altered topics leave the metadata cache at once.
 // Coordinator outage: REQUEST_TIMED_OUT.
 //
 // With the authorizer on: ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED),

@@ -8,6 +8,14 @@ package handler
 // validate_only is passed through. Grown topics leave the metadata cache at once.
 // Coordinator outage: REQUEST_TIMED_OUT.
 //
+// Kafka's internal topics (channel.KafkaInternalTopics) keep their partition count:
+// INVALID_PARTITIONS, for a count at or below it with the messages of Kafka 4's
+// ReplicationControlManager.createPartitions ("Topic already has 50 partition(s).",
+// "... would not be an increase."); a larger count, which Kafka's controller would
+// apply, is INVALID_PARTITIONS too, since a consumer group's or transactional id's
+// place is fixed by that count. __cluster_metadata is no topic:
+// UNKNOWN_TOPIC_OR_PARTITION, as in Kafka.
+//
 // With the authorizer on (Kafka 4's ControllerApis.createPartitions): ALTER on the
 // cluster allows every topic, else each needs ALTER on it, otherwise
 // TOPIC_AUTHORIZATION_FAILED.
@@ -16,11 +24,13 @@ package handler
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
@@ -42,6 +52,7 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 	for _, t := range req.Topics {
 		rt := kmsg.NewCreatePartitionsResponseTopic()
 		rt.Topic = t.Topic
+		fixed := internalPartitions(t.Topic, t.Count)
 		switch {
 		case count[t.Topic] > 1:
 			rt.ErrorCode = kerr.InvalidRequest.Code
@@ -50,6 +61,9 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		case !validTopicName(t.Topic):
 			rt.ErrorCode = kerr.InvalidTopicException.Code
+		case fixed != "":
+			rt.ErrorCode = kerr.InvalidPartitions.Code
+			rt.ErrorMessage = &fixed
 		case len(t.Assignment) > 0:
 			rt.ErrorCode = kerr.InvalidRequest.Code
 			rt.ErrorMessage = strPtr("manual partition assignment is not supported")
@@ -84,4 +98,20 @@ func (h *Handler) handleCreatePartitions(ctx context.Context, r *Request) (kmsg.
 		}
 	}
 	return resp, nil
+}
+
+// internalPartitions returns why topic, when it is one of Kafka's internal topics, may
+// not have count partitions ("" when it is no internal topic).
+func internalPartitions(topic string, count int32) string {
+	it, ok := channel.KafkaInternal(topic)
+	switch {
+	case !ok:
+		return ""
+	case count == it.Partitions:
+		return "Topic already has " + strconv.Itoa(int(it.Partitions)) + " partition(s)."
+	case count < it.Partitions:
+		return "The topic " + topic + " currently has " + strconv.Itoa(int(it.Partitions)) + " partition(s); " +
+			strconv.Itoa(int(count)) + " would not be an increase."
+	}
+	return "The partition count of internal topic " + topic + " is fixed at " + strconv.Itoa(int(it.Partitions)) + "."
 }

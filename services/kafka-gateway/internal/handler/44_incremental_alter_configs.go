@@ -15,7 +15,8 @@ package handler
 // names, bad values, APPEND and SUBTRACT INVALID_CONFIG; an empty name INVALID_REQUEST;
 // ALTER_CONFIGS on the group, else GROUP_AUTHORIZATION_FAILED); other resource types
 // INVALID_REQUEST; an empty topic name
-// INVALID_REQUEST, an invalid one INVALID_TOPIC_EXCEPTION. validate_only is passed
+// INVALID_REQUEST, an invalid one INVALID_TOPIC_EXCEPTION, one of Kafka's internal
+// topics POLICY_VIOLATION (their configs are fixed). validate_only is passed
 // through. Altered topics leave the metadata cache at once. Coordinator outage:
 // REQUEST_TIMED_OUT.
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/tributary/tributary/libs/channel"
 	"github.com/tributary/tributary/libs/kafkaacl"
 	coordinatorv1 "github.com/tributary/tributary/proto/gen/tributary/coordinator/v1"
 )
@@ -53,7 +54,12 @@ type resourceKey struct {
 //     coordinator checks names and values);
 //   - another non-topic type: INVALID_REQUEST;
 //   - an empty topic name (Kafka's default topic resource): INVALID_REQUEST;
-//   - an invalid topic name: INVALID_TOPIC_EXCEPTION.
+//   - an invalid topic name: INVALID_TOPIC_EXCEPTION;
+//   - one of Kafka's internal topics (channel.KafkaInternalTopics): POLICY_VIOLATION,
+//     validate_only or not. Kafka 4's controller would apply the change; ours hold no
+//     log for a config to act on, and their configs are the fixed ones DescribeConfigs
+//     shows. __cluster_metadata is no topic: the coordinator answers
+//     UNKNOWN_TOPIC_OR_PARTITION, as Kafka's controller does.
 func checkAlterResources(x *access, rs []configResource, groups bool) ([]int16, []*string) {
 	count := make(map[resourceKey]int, len(rs))
 	for _, r := range rs {
@@ -88,6 +94,9 @@ func checkAlterResources(x *access, rs []configResource, groups bool) ([]int16, 
 			msg = "Default topic resources are not allowed."
 		case !validTopicName(r.name):
 			codes[i] = kerr.InvalidTopicException.Code
+			continue
+		case isInternalTopic(r.name):
+			codes[i], msgs[i] = kerr.PolicyViolation.Code, strPtr("The configs of internal topic "+r.name+" are fixed.")
 			continue
 		default:
 			continue
@@ -195,4 +204,9 @@ func (h *Handler) alterGroupConfigs(ctx context.Context, greq *coordinatorv1.Alt
 			set(i, int16(r.GetErrorCode()), strPtr(r.GetErrorMessage()))
 		}
 	}
+}
+
+func isInternalTopic(name string) bool {
+	_, ok := channel.KafkaInternal(name)
+	return ok
 }

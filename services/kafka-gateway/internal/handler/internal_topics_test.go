@@ -129,3 +129,26 @@ func TestInternalTopicsAuthorized(t *testing.T) {
 		t.Errorf("DeleteRecords without DELETE: %s", code(p.ErrorCode))
 	}
 }
+
+// TestInternalTopicsNotDeleted: DeleteTopics naming an internal topic is
+// TOPIC_DELETION_DISABLED from v3, INVALID_REQUEST at v1-2 (the code Kafka answers
+// there when deletion is disabled); DELETE is checked first, as for any topic.
+func TestInternalTopicsNotDeleted(t *testing.T) {
+	e := newAuthEnv(t)
+	const ts = "__transaction_state"
+	del := func(v int16) int16 {
+		req := kmsg.NewPtrDeleteTopicsRequest()
+		req.TopicNames = []string{ts}
+		return e.as(t, alice, req, v).(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode
+	}
+	if c := del(4); c != kerr.TopicAuthorizationFailed.Code {
+		t.Errorf("DeleteTopics without DELETE: %s", code(c))
+	}
+	e.acls.add(grant(kafkaacl.ResourceTopic, ts, alice, kafkaacl.OpDelete))
+	e.h.InvalidateAcls()
+	for v, want := range map[int16]int16{1: kerr.InvalidRequest.Code, 2: kerr.InvalidRequest.Code, 3: kerr.TopicDeletionDisabled.Code, 5: kerr.TopicDeletionDisabled.Code} {
+		if c := del(v); c != want {
+			t.Errorf("DeleteTopics v%d: %s, want %s", v, code(c), code(want))
+		}
+	}
+}
