@@ -398,12 +398,14 @@ func (n *Node) Stats() Stats {
 // later, are ever applied; a longer tail is raft's to keep or replace). A group's log
 // starts from the same synthetic snapshot on every node (index 1, term 1, every peer
 // a voter), or from one at r.Floor: the entries up to it are persisted by every voter
-// (Compacted), so no leader needs to send them. If the WAL ends before r.Applied (the
-// entries were applied on a quorum's word before this node's own WAL write was
-// durable, and lost with it), the log restarts at r.Applied instead. Errors: an id
-// already in use, a replay that does not continue right after the floor (that would
-// take a snapshot: step 4), raft's config errors, ErrClosed (the node is closing or
-// failed).
+// (Compacted), so no leader needs to send them. The log restarts at r.Applied instead
+// when the WAL ends before it, or when it lacks entries above the floor (it resumes
+// above it, or its indices jump: a checkpoint file older than the WAL's last
+// truncation, or a log restarted at r.Applied before) but has every one after
+// r.Applied: the StateMachine holds the effects of those it lacks. Errors: an id
+// already in use, a replay that lacks entries above r.Applied (that would take a
+// snapshot: step 4) or whose entry at r.Applied has another term, raft's config
+// errors, ErrClosed (the node is closing or failed).
 func (n *Node) AddGroup(id uint64, sm StateMachine, r Restart) error {
 	voters := make([]uint64, 0, len(n.cfg.Peers))
 	for p := range n.cfg.Peers {
@@ -418,8 +420,28 @@ func (n *Node) AddGroup(id uint64, sm StateMachine, r Restart) error {
 	for len(ents) > 0 && ents[0].Index <= snap.Index {
 		ents = ents[1:]
 	}
-	if len(ents) > 0 && ents[0].Index != snap.Index+1 {
-		return fmt.Errorf("raftnode: group %d: the WAL holds entries from index %d only, its floor is %d (snapshots are not built yet)", id, ents[0].Index, snap.Index)
+	if j := lastRun(ents); len(ents) > 0 && ents[j].Index != snap.Index+1 {
+		// The WAL resumes above the floor, or jumps: the entries before ents[j] are
+		// missing. Those up to r.Applied are in the StateMachine's durable state, so
+		// the log can restart there if the WAL has every entry after it.
+		missing := snap.Index + 1
+		if j > 0 {
+			missing = ents[j-1].Index + 1
+		}
+		if ents[j].Index > r.Applied.Index+1 {
+			return fmt.Errorf("raftnode: group %d: the WAL lacks entries %d to %d, above the checkpoint at %d (floor %d; snapshots are not built yet)",
+				id, missing, ents[j].Index-1, r.Applied.Index, snap.Index)
+		}
+		ents = ents[j:]
+		for len(ents) > 0 && ents[0].Index <= r.Applied.Index {
+			if ents[0].Index == r.Applied.Index && ents[0].Term != r.Applied.Term {
+				return fmt.Errorf("raftnode: group %d: the WAL's entry %d has term %d, the checkpoint's term %d", id, r.Applied.Index, ents[0].Term, r.Applied.Term)
+			}
+			ents = ents[1:]
+		}
+		n.log.Warn("raft log restarts at the applied entry: the WAL lacks entries below it", zap.Uint64("group", id),
+			zap.Uint64("applied", r.Applied.Index), zap.Uint64("floor", snap.Index), zap.Uint64("missing_from", missing))
+		snap = r.Applied
 	}
 	if last := snap.Index + uint64(len(ents)); r.Applied.Index > last {
 		n.log.Warn("raft log restarts at the applied entry: the WAL ends before it", zap.Uint64("group", id),
@@ -476,6 +498,17 @@ func (n *Node) AddGroup(id uint64, sm StateMachine, r Restart) error {
 	go g.applyLoop()
 	n.post(item{kind: itemAdd, g: g})
 	return nil
+}
+
+// lastRun is the position in ents (in index order) where their last run of
+// consecutive indices starts.
+func lastRun(ents []raftpb.Entry) int {
+	for i := len(ents) - 1; i > 0; i-- {
+		if ents[i].Index != ents[i-1].Index+1 {
+			return i
+		}
+	}
+	return 0
 }
 
 // Leader is the group's leader as this node knows it (0 while none is known), its

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"sort"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -33,6 +34,8 @@ func GroupID(channel string, incarnation uint64) uint64 {
 // log rule is applied here: an entry at index i replaces every earlier-logged entry
 // from i on (the WAL keeps records in lsn order and never rewrites, so a deposed
 // leader's uncommitted tail and its replacement are both in it; the later one wins).
+// The entries kept are in index order but not always contiguous: AddGroup decides what
+// a jump means.
 type Replay struct {
 	mu     sync.Mutex
 	groups map[uint64]*replayed
@@ -64,12 +67,10 @@ func (r *Replay) Entry(g uint64, e *raftpb.Entry) error {
 	c := *e
 	c.Data = append([]byte(nil), e.Data...)
 	if n := len(rg.ents); n > 0 && c.Index <= rg.ents[n-1].Index {
-		first := rg.ents[0].Index
-		if c.Index < first {
-			rg.ents = rg.ents[:0]
-		} else {
-			rg.ents = rg.ents[:c.Index-first]
-		}
+		// By search, not by offset: the indices may jump (a log restarted above
+		// the WAL's end, AddGroup).
+		k := sort.Search(n, func(i int) bool { return rg.ents[i].Index >= c.Index })
+		rg.ents = rg.ents[:k]
 	}
 	rg.ents = append(rg.ents, c)
 	return nil

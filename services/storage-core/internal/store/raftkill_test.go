@@ -214,3 +214,106 @@ func TestRaftKillMissingCheckpointAfterTruncation(t *testing.T) {
 		t.Fatalf("the failed Open left %d of %d segment files", len(after), len(segs))
 	}
 }
+
+// TestRaftKillFloorBehindTruncation: a follower restarts from a checkpoint file whose
+// WAL floor is older than the WAL's truncation (the checkpoint as it was before a
+// round that raised the floor and removed the files below it: what a copy of the data
+// directory that read the checkpoint before the WAL holds). Its WAL resumes above the
+// old floor but not above the old checkpoint's applied entry, so the follower
+// restarts its log at that entry: it starts, holds every acknowledged record and
+// takes part in the appends that follow. Before, Open refused: "the WAL holds entries
+// from index N only, its floor is F".
+func TestRaftKillFloorBehindTruncation(t *testing.T) {
+	c := newRaftClusterWith(t, func(o *Options) { o.WALFileBytes = 16 << 10; o.CheckpointInterval = -1 })
+	const name = "raft.stalefloor"
+	group := c.create(name)
+	value := strings.Repeat("f", 1000)
+	next := 0
+	appendN := func(k int) {
+		t.Helper()
+		for i := 0; i < k; i++ {
+			if _, err := c.appendOn(c.leader(group), name, fmt.Sprintf("%06d%s", next, value), nil); err != nil {
+				t.Fatal(err)
+			}
+			next++
+		}
+		c.sameBytes(name, int64(next))
+	}
+	appendN(20)
+	lead := c.leader(group)
+	var f, x uint64
+	for id := range c.st {
+		switch {
+		case id == lead:
+		case f == 0:
+			f = id
+		default:
+			x = id
+		}
+	}
+	// With x down the floor stays at x's match while f's checkpoint moves on.
+	c.stop(x)
+	appendN(100)
+	if err := c.st[f].RunRaftCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(c.dirs[f], raftWALDir, raftCheckpointFile)
+	stale, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, err := readRaftCheckpoint(filepath.Join(c.dirs[f], raftWALDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck := old[group]; ck.floor.Index >= ck.index {
+		t.Fatalf("checkpoint %d, floor %d: the floor should lag while node %d is down", ck.index, ck.floor.Index, x)
+	}
+	// x back: the compacted point reaches the commit index and f's floor follows it,
+	// removing the WAL files the old floor still needed.
+	c.start(x)
+	c.sameBytes(name, int64(next))
+	c.eventually(func() error {
+		if err := c.st[f].RunRaftCheckpoint(); err != nil {
+			return err
+		}
+		seqs, err := os.ReadDir(filepath.Join(c.dirs[f], raftWALDir))
+		if err != nil {
+			return err
+		}
+		if n := c.st[f].raft.w.Files(); n > 2 || len(seqs) == 0 {
+			return fmt.Errorf("node %d has %d WAL files", f, n)
+		}
+		return nil
+	})
+	c.st[f].raft.skipCloseCheckpoint = true
+	c.stop(f)
+	if err := os.WriteFile(path, stale, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		c.sameBytes(name, int64(next))
+		l, _ := c.st[f].Get(name)
+		recs := readAll(t, l, 0)
+		if len(recs) != next {
+			t.Fatalf("node %d holds %d records, want %d", f, len(recs), next)
+		}
+		for i, r := range recs {
+			if want := fmt.Sprintf("%06d%s", i, value); r.Offset != int64(i) || string(r.Value) != want {
+				t.Fatalf("node %d record %d: offset %d value %.10q", f, i, r.Offset, r.Value)
+			}
+		}
+	}
+	c.start(f)
+	check()
+	appendN(10)
+	check()
+	// Again, from the log it restarted at the checkpoint (its floor is still the old
+	// one): the WAL holds every entry after the checkpoint.
+	c.st[f].raft.skipCloseCheckpoint = true
+	c.stop(f)
+	c.start(f)
+	appendN(5)
+	check()
+}
