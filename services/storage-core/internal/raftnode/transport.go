@@ -12,6 +12,7 @@ import (
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -27,6 +28,8 @@ const (
 	maxRequestBytes = 2 << 20
 	backoffMin      = 50 * time.Millisecond
 	backoffMax      = time.Second
+	// connectTimeout bounds one connection attempt to a peer (TCP and TLS).
+	connectTimeout = 5 * time.Second
 )
 
 // Transport is the RaftTransportService of one node: one Exchange stream per node pair
@@ -86,14 +89,21 @@ func NewTransport(id uint64, peers map[uint64]string, node *Node, dial []grpc.Di
 // RegisterOn registers the service on s.
 func (t *Transport) RegisterOn(s *grpc.Server) { storagev1.RegisterRaftTransportServiceServer(s, t) }
 
-// Start dials the peers with a higher id. Errors: a peer address grpc cannot parse.
+// Start dials the peers with a higher id, retrying a failed connection after at most
+// 1 s (backoffMax). Errors: a peer address grpc cannot parse.
 func (t *Transport) Start() error {
 	for p, l := range t.links {
 		if p < t.id {
 			continue
 		}
 		opts := append(append(append([]grpc.DialOption(nil), t.dialOpts...), grpcx.BulkDialOptions()...), dialOptions()...)
-		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcx.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcx.MaxMessageBytes)))
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcx.MaxMessageBytes), grpc.MaxCallSendMsgSize(grpcx.MaxMessageBytes)),
+			// gRPC's own reconnect backoff (1 s growing to 2 minutes by default) would
+			// keep a peer that was down for minutes out of every group for up to 2
+			// minutes after it is back; the stream's retries are at most 1 s apart,
+			// and so are the connection's.
+			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: connectTimeout,
+				Backoff: backoff.Config{BaseDelay: backoffMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: backoffMax}}))
 		cc, err := grpc.NewClient(t.peers[p], opts...)
 		if err != nil {
 			return fmt.Errorf("raft transport: peer %d at %q: %w", p, t.peers[p], err)
