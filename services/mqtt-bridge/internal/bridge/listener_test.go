@@ -8,10 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -247,6 +250,55 @@ func TestListenerHoldsPubackUntilStored(t *testing.T) {
 	}
 	if n := len(f.stored("kafka.devices")); n != 1 {
 		t.Fatalf("unmapped publish stored: %d records", n)
+	}
+}
+
+// countPublish counts the passes of the library's OnPublish hooks that reach it (the
+// listener's, first, lets a message through only when it is answered).
+type countPublish struct {
+	mqtt.HookBase
+	n atomic.Int32
+}
+
+func (h *countPublish) ID() string           { return "count-publish" }
+func (h *countPublish) Provides(b byte) bool { return b == mqtt.OnPublish }
+func (h *countPublish) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	h.n.Add(1)
+	return pk, nil
+}
+
+// A stored QoS 1 publish that no one subscribes to is acknowledged by the client's
+// flow (PUBACK 0x00, after the append), not handed back to the library for a second
+// pass of its hooks; one that a subscriber gets still is, and is delivered.
+func TestListenerStoredPublishAnsweredByFlow(t *testing.T) {
+	f, addr := startBackend(t)
+	b := startListenerBridge(t, addr, 8)
+	h := &countPublish{}
+	if err := b.listener.srv.AddHook(h, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, b.ListenerAddr(), "dev-1")
+	if rc, err := publish(c, "dev/1/temp", "21.5"); err != nil || rc != 0 {
+		t.Fatalf("publish: %#x %v", rc, err)
+	}
+	if n := len(f.stored("kafka.devices")); n != 1 {
+		t.Fatalf("stored %d records, want 1", n)
+	}
+	if n := h.n.Load(); n != 0 {
+		t.Fatalf("the stored publish nobody subscribes to went through the library's OnPublish hooks %d times after it was answered, want 0", n)
+	}
+	sub := stuckSubscriber(t, b.ListenerAddr(), "sub", "dev/2/#")
+	if rc, err := publish(c, "dev/2/temp", "22.5"); err != nil || rc != 0 {
+		t.Fatalf("publish with a subscriber: %#x %v", rc, err)
+	}
+	if typ, body := readPacket(t, sub); typ&0xf0 != 0x30 || !strings.HasSuffix(string(body), "22.5") {
+		t.Fatalf("delivery: %#x %q", typ, body)
+	}
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("the stored publish with a subscriber went through the library's OnPublish hooks %d times after it was answered, want 1", n)
+	}
+	if n := len(f.stored("kafka.devices")); n != 2 {
+		t.Fatalf("stored %d records, want 2", n)
 	}
 }
 

@@ -170,6 +170,13 @@ func (p *pace) hold(ctx context.Context, topic string, qos byte, origin *mqtt.Cl
 	}
 }
 
+// subscribed reports whether any subscription (a client's, shared or inline) matches
+// topic.
+func (l *listener) subscribed(topic string) bool {
+	s := l.srv.Topics.Subscribers(topic)
+	return len(s.Subscriptions)+len(s.Shared)+len(s.InlineSubscriptions) > 0
+}
+
 // admit reports whether every subscriber of topic that gets it at QoS 1/2 (published
 // at qos by origin) has room for one more message (fewer than
 // subscriberQueue, or its MQTT 5 Receive Maximum, held or admitted), or is stalled;
