@@ -299,6 +299,9 @@ func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *stor
 	if req.FromSequence < 0 || req.MaxRecords < 0 || req.MaxBytes < 0 || req.WaitMs < 0 {
 		return nil, status.Error(codes.InvalidArgument, "from_sequence, max_records, max_bytes and wait_ms must not be negative")
 	}
+	if err := checkIsolation(req.IsolationLevel); err != nil {
+		return nil, err
+	}
 	maxRecs := int(req.MaxRecords)
 	if maxRecs == 0 {
 		maxRecs = defaultReadRecords
@@ -335,6 +338,17 @@ func (s *service) Read(ctx context.Context, req *storagev1.ReadRequest) (_ *stor
 	}, nil
 }
 
+// checkIsolation refuses an isolation level the API does not define with
+// InvalidArgument: read as READ_UNCOMMITTED, as the reads did before, a client asking
+// for a stricter level this server does not know would be handed open and aborted
+// transactions' records.
+func checkIsolation(l storagev1.IsolationLevel) error {
+	if _, ok := storagev1.IsolationLevel_name[int32(l)]; !ok {
+		return status.Errorf(codes.InvalidArgument, "isolation_level %d is none of UNSPECIFIED, READ_UNCOMMITTED (1), READ_COMMITTED (2)", l)
+	}
+	return nil
+}
+
 // waitCtx is ctx, also cancelled at shutdown.
 func (s *service) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -354,8 +368,14 @@ func (s *service) Subscribe(req *storagev1.SubscribeRequest, stream storagev1.St
 	if err != nil {
 		return toStatus(err)
 	}
+	if req.MaxRecordsPerMessage < 0 {
+		return status.Error(codes.InvalidArgument, "max_records_per_message must not be negative")
+	}
+	if err := checkIsolation(req.IsolationLevel); err != nil {
+		return err
+	}
 	per := int(req.MaxRecordsPerMessage)
-	if per <= 0 {
+	if per == 0 {
 		per = defaultSubscribeRecs
 	}
 	per = min(per, maxReadRecords)
@@ -423,6 +443,9 @@ func (s *service) LookupSequence(_ context.Context, req *storagev1.LookupSequenc
 	l, err := s.channelFor(req.Channel)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if err := checkIsolation(req.IsolationLevel); err != nil {
+		return nil, err
 	}
 	// At read_committed (Kafka ListOffsets isolation_level 1) a lookup answers
 	// nothing at or past the last stable offset, and -1 answers it.
@@ -680,6 +703,9 @@ func (s *service) Fetch(ctx context.Context, req *storagev1.FetchRequest) (_ *st
 	defer func() { s.count("Fetch", err) }()
 	if req.MaxWaitMs < 0 {
 		return nil, status.Error(codes.InvalidArgument, "max_wait_ms must not be negative")
+	}
+	if err := checkIsolation(req.IsolationLevel); err != nil {
+		return nil, err
 	}
 	logs := make([]*store.Log, len(req.Channels))
 	errs := make([]error, len(req.Channels))

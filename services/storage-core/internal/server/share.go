@@ -146,6 +146,8 @@ func (ss *shareService) ShareFetch(ctx context.Context, req *storagev1.ShareFetc
 		return nil, status.Error(codes.InvalidArgument, "wait_ms, max_bytes and by_duration_ms must not be negative")
 	case req.DeliveryCountLimit != 0 && (req.DeliveryCountLimit < 2 || req.DeliveryCountLimit > 10):
 		return nil, status.Errorf(codes.InvalidArgument, "delivery_count_limit %d outside [2, 10]", req.DeliveryCountLimit)
+	case checkIsolation(req.IsolationLevel) != nil:
+		return nil, checkIsolation(req.IsolationLevel)
 	}
 	// The acknowledgements apply before acquiring, their commit (one for all
 	// partitions) runs under the acquisitions, which write nothing (Kafka's
