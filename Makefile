@@ -50,7 +50,7 @@ e2e-franz-go: ## franz-go's own integration tests (pkg/kgo at the go.mod version
 	cd tests/e2e && TRIBUTARY_E2E_FRANZGO=1 $(GO) test -count=1 -timeout 30m -run '^TestFranzGoSuite$$' -v .
 
 .PHONY: bench
-bench: ## Kafka (share groups included), consumer-group, Pub/Sub and MQTT benchmarks: our stack beside kfake / pstest / Mosquitto, same run
+bench: ## Kafka (share groups included), consumer-group, Pub/Sub, MQTT and log-cleaner benchmarks: our stack beside kfake / pstest / Mosquitto / dd, same run
 	$(GO) run ./tests/e2e/cmd/kafkabench
 	$(GO) run ./tests/e2e/cmd/groupbench
 	$(GO) run ./tests/e2e/cmd/pubsubbench
