@@ -36,11 +36,18 @@ func mqttPacket(first byte, body ...[]byte) []byte {
 // mqttStr is an MQTT string: a two-byte length, then s's bytes as they are.
 func mqttStr(s string) []byte { return append([]byte{byte(len(s) >> 8), byte(len(s))}, s...) }
 
-// TestMQTTListenerMalformedTopic: a raw MQTT 5 client whose PUBLISH has a Topic Name
-// that is not valid UTF-8, or holds U+0000, is sent DISCONNECT 0x81 (Malformed Packet)
-// before its connection is closed (MQTT 5 sections 1.5.4 and 4.13); an MQTT 3.1.1
-// client's connection is closed without an answer. Nothing of theirs is stored, and a
-// well-behaved paho client publishing next is stored alone.
+// mqttProps is an MQTT 5 property list of fewer than 128 bytes: its length, then p.
+func mqttProps(p ...[]byte) []byte {
+	b := bytes.Join(p, nil)
+	return append([]byte{byte(len(b))}, b...)
+}
+
+// TestMQTTListenerMalformedTopic: a raw MQTT 5 client whose PUBLISH has a Topic Name,
+// or a string property (Content Type, Response Topic, a User Property's name or
+// value), that is not valid UTF-8, or holds U+0000, is sent DISCONNECT 0x81 (Malformed
+// Packet) before its connection is closed (MQTT 5 sections 1.5.4, 2.2.2.2 and 4.13);
+// an MQTT 3.1.1 client's connection is closed without an answer. Nothing of theirs is
+// stored, and a well-behaved paho client publishing next is stored alone.
 func TestMQTTListenerMalformedTopic(t *testing.T) {
 	s := stack.StartT(t, stack.Options{})
 	id := mqttID()
@@ -59,11 +66,16 @@ mqtt-to-kafka:
 		name  string
 		level byte   // protocol level: 5 (answered with DISCONNECT 0x81) or 4 (3.1.1)
 		topic string // the PUBLISH's Topic Name bytes
+		props []byte // its MQTT 5 property list (nil: an empty one)
 	}{
 		{name: "v5 not utf-8", level: 5, topic: "dev/" + id + "/\xc3("},
 		{name: "v5 surrogate", level: 5, topic: "dev/" + id + "/\xed\xa0\x80"},
 		{name: "v5 U+0000", level: 5, topic: "dev/" + id + "/a\x00b"},
 		{name: "v3.1.1 not utf-8", level: 4, topic: "dev/" + id + "/\xff"},
+		{name: "v5 content type not utf-8", level: 5, topic: "dev/" + id + "/ct", props: mqttProps([]byte{0x03}, mqttStr("text/\xff"))},
+		{name: "v5 response topic surrogate", level: 5, topic: "dev/" + id + "/rt", props: mqttProps([]byte{0x08}, mqttStr("re/\xed\xb0\x80"))},
+		{name: "v5 user property name U+0000", level: 5, topic: "dev/" + id + "/un", props: mqttProps([]byte{0x26}, mqttStr("k\x00"), mqttStr("v"))},
+		{name: "v5 user property value not utf-8", level: 5, topic: "dev/" + id + "/uv", props: mqttProps([]byte{0x01, 0, 0x26}, mqttStr("k"), mqttStr("\xc0\xaf"))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			conn, err := net.Dial("tcp", lis)
@@ -72,11 +84,14 @@ mqtt-to-kafka:
 			}
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-			var props []byte
+			var connProps, props []byte // none in 3.1.1
 			if c.level == 5 {
-				props = []byte{0} // no properties
+				connProps, props = mqttProps(), c.props
+				if props == nil {
+					props = mqttProps()
+				}
 			}
-			vh := append(append(mqttStr("MQTT"), c.level, 0x02, 0, 30), props...)
+			vh := append(append(mqttStr("MQTT"), c.level, 0x02, 0, 30), connProps...)
 			if _, err := conn.Write(mqttPacket(0x10, vh, mqttStr(fmt.Sprintf("bad-%s-%d", id, c.level)))); err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +103,7 @@ mqtt-to-kafka:
 			if _, err := io.ReadFull(conn, ack); err != nil || ack[1] != 0 {
 				t.Fatalf("CONNACK body %x %v, want success", ack, err)
 			}
-			// QoS 1, packet id 1, no properties (MQTT 5), payload "bad".
+			// QoS 1, packet id 1, c.props (MQTT 5), payload "bad".
 			pub := mqttPacket(0x32, mqttStr(c.topic), []byte{0, 1}, props, []byte("bad"))
 			if _, err := conn.Write(pub); err != nil {
 				t.Fatal(err)
@@ -100,7 +115,7 @@ mqtt-to-kafka:
 			}
 			switch {
 			case c.level == 5 && (len(got) < 3 || got[0] != 0xe0 || got[1] < 1 || int(got[1]) != len(got)-2 || got[2] != 0x81):
-				t.Fatalf("after the PUBLISH of topic %q: got %x, then the end; want one DISCONNECT with reason code 0x81", c.topic, got)
+				t.Fatalf("after the PUBLISH of topic %q, properties %x: got %x, then the end; want one DISCONNECT with reason code 0x81", c.topic, c.props, got)
 			case c.level == 4 && len(got) > 0:
 				t.Fatalf("after the PUBLISH of topic %q: got %x, want the connection closed unanswered", c.topic, got)
 			}

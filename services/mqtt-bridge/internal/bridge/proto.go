@@ -17,10 +17,15 @@ const (
 const (
 	typeConnect     = 1
 	typePublish     = 3
+	typePuback      = 4
+	typePubrec      = 5
 	typePubrel      = 6
+	typePubcomp     = 7
 	typeSubscribe   = 8
 	typeUnsubscribe = 10
 	typePingreq     = 12
+	typeDisconnect  = 14
+	typeAuth        = 15
 )
 
 // protocolError is the read error of a connection whose client broke the protocol:
@@ -34,11 +39,13 @@ func (e *protocolError) Error() string {
 // frames follows the packets a client sends, reading only their fixed headers, and
 // checks what the library takes without checking or refuses without saying why:
 // the CONNECT (its flags and properties), each SUBSCRIBE (its properties and
-// subscription options), each PUBLISH's Topic Name (a well-formed UTF-8 string,
-// MQTT 5 sections 1.5.4 and 3.3.2.1), each PINGREQ (no body), and the fixed header
-// flags and size (at most limit + 1 bytes with the first byte, as the library
-// counts) of every packet. The rest of a PUBLISH, and the body of any other packet,
-// is skipped unread.
+// subscription options), each PUBLISH's variable header (a well-formed UTF-8 Topic
+// Name, MQTT 5 sections 1.5.4 and 3.3.2.1, its Packet Identifier and, in MQTT 5, its
+// properties, section 3.3.2.3), in MQTT 5 the bodies of PUBACK, PUBREC, PUBREL,
+// PUBCOMP, UNSUBSCRIBE, DISCONNECT and AUTH (their properties, and an UNSUBSCRIBE's
+// Topic Filters), each PINGREQ (no body), and the fixed header flags and size (at
+// most limit + 1 bytes with the first byte, as the library counts) of every packet.
+// A PUBLISH's payload, and the body of any other packet, is skipped unread.
 //
 // Before its CONNECT is known, a client is only followed; a first packet that is not
 // a CONNECT, a CONNECT of a protocol other than MQTT 3.1, 3.1.1 or 5, and a packet
@@ -55,13 +62,19 @@ type frames struct {
 	hdr  [5]byte // the fixed header being read
 	nhdr int
 	skip int    // bytes of the current body still to pass unread
-	body []byte // the current body (a PUBLISH's: its start) being collected to be checked
+	body []byte // the current body (a PUBLISH's: its variable header) being collected to be checked
 	want int    // how many bytes of it to collect
 	typ  byte   // its packet type
-	rem  int    // the length of the current PUBLISH's body
-	// topic is the buffer a PUBLISH's Topic Name is collected in, kept between packets.
-	topic []byte
+	qos  byte   // the current PUBLISH's QoS
+	rem  int    // the length of the current body
+	// buf is the buffer the bodies other than a CONNECT's or SUBSCRIBE's are collected
+	// in, kept between packets while it is at most keptBody bytes.
+	buf []byte
 }
+
+// keptBody is the largest collecting buffer, in bytes, a connection keeps between
+// packets (a PUBLISH's variable header or an acknowledgement takes a few dozen).
+const keptBody = 512
 
 // scan follows b, the next bytes read from the client. When a packet in it breaks
 // the protocol, bad is true, n is how many bytes of b come before that packet (the
@@ -149,28 +162,29 @@ func (f *frames) header(first byte, rem int) byte {
 			return codePacketTooLarge // section 3.1.2.11.4
 		}
 	}
-	if typ == typePublish { // (after the CONNECT: see above)
+	switch {
+	case typ == typePublish: // (after the CONNECT: see above)
 		if rem < 2 {
 			return codeMalformed // no room for the Topic Name's length
 		}
-		f.typ, f.rem, f.want, f.body = typ, rem, 2, f.topic[:0]
-		return 0
-	}
-	if (typ == typeSubscribe || f.version == 0) && rem <= f.limit {
+		f.typ, f.qos, f.rem, f.want, f.body = typ, flags>>1&0x03, rem, 2, f.buf[:0]
+	case (typ == typeSubscribe || f.version == 0) && rem <= f.limit:
 		if rem == 0 {
 			f.typ, f.body = typ, nil
 			return f.check()
 		}
-		f.typ, f.want, f.body = typ, rem, make([]byte, 0, rem)
-		return 0
+		f.typ, f.rem, f.want, f.body = typ, rem, rem, make([]byte, 0, rem)
+	case f.version == 5 && rem > 0 && (typ >= typePuback && typ <= typePubcomp || typ == typeUnsubscribe || typ >= typeDisconnect):
+		f.typ, f.rem, f.want, f.body = typ, rem, rem, f.buf[:0]
+	default:
+		f.skip = rem
 	}
-	f.skip = rem
 	return 0
 }
 
-// check checks what was collected of the current packet (a CONNECT's or SUBSCRIBE's
-// body, a PUBLISH's Topic Name) and says what comes next: the next packet, the rest of
-// the Topic Name, or the rest of the PUBLISH skipped.
+// check checks what was collected of the current packet (a body, or the start of a
+// PUBLISH's) and says what comes next: the next packet, more of the PUBLISH's
+// variable header, or the rest of the PUBLISH (its payload) skipped.
 func (f *frames) check() byte {
 	var code byte
 	switch f.typ {
@@ -179,25 +193,131 @@ func (f *frames) check() byte {
 	case typeSubscribe:
 		code = f.checkSubscribe(f.body)
 	case typePublish:
-		if f.want == 2 {
-			n := int(binary.BigEndian.Uint16(f.body))
-			if 2+n > f.rem {
-				return codeMalformed // the Topic Name overruns the packet
-			}
-			if n > 0 {
-				f.want = 2 + n
-				return 0
-			}
+		need := f.publishHeader(f.body)
+		if need > f.rem {
+			return codeMalformed // the variable header overruns the packet
 		}
-		if r := (&reader{b: f.body}); !r.string() {
-			return codeMalformed // [MQTT-1.5.4-1] [MQTT-1.5.4-2]
+		if need > len(f.body) {
+			f.want = need
+			return 0
 		}
-		f.topic, f.skip = f.body[:0], f.rem-len(f.body)
-		f.body, f.want = nil, 0
-		return 0
+		if code = f.checkPublish(f.body); code == 0 {
+			f.skip = f.rem - len(f.body)
+		}
+	case typeUnsubscribe:
+		code = checkUnsubscribe(f.body)
+	default:
+		code = checkAck(f.typ, f.body)
+	}
+	if cap(f.body) <= keptBody && f.typ != typeConnect && f.typ != typeSubscribe {
+		f.buf = f.body[:0]
 	}
 	f.body, f.want = nil, 0
 	return code
+}
+
+// publishHeader says how long the variable header of the current PUBLISH is (its
+// Topic Name, its Packet Identifier when its QoS is over 0 and, in MQTT 5, its
+// Property Length and properties; MQTT 5 section 3.3.2), given b, its first bytes:
+// that length once b holds enough of it to tell, else more than len(b) (how much
+// more b must hold to tell more). A Property Length of over 4 bytes counts as 5.
+func (f *frames) publishHeader(b []byte) int {
+	if len(b) < 2 {
+		return 2
+	}
+	n := 2 + int(binary.BigEndian.Uint16(b))
+	if f.qos > 0 {
+		n += 2
+	}
+	if f.version < 5 {
+		return n
+	}
+	v := 0
+	for k := 0; k < 4; k++ {
+		if len(b) <= n+k {
+			return n + k + 1
+		}
+		v |= int(b[n+k]&0x7f) << (7 * k)
+		if b[n+k]&0x80 == 0 {
+			return n + k + 1 + v
+		}
+	}
+	return n + 5
+}
+
+// checkPublish checks a PUBLISH's variable header, b (section 3.3.2; MQTT 3.1.1
+// section 3.3.2): a well-formed Topic Name [MQTT-1.5.4-1] [MQTT-1.5.4-2] and, in MQTT
+// 5, properties of a PUBLISH, each of its type (section 2.2.2.2). Left to the library:
+// the Packet Identifier's value, the Topic Alias's, and a Subscription Identifier sent
+// by a client (its PublishValidate refuses them with a DISCONNECT).
+func (f *frames) checkPublish(b []byte) byte {
+	r := &reader{b: b}
+	if !r.string() {
+		return codeMalformed
+	}
+	if f.qos > 0 {
+		r.uint16()
+	}
+	if f.version == 5 {
+		return r.properties(publishProps)
+	}
+	return 0
+}
+
+// checkUnsubscribe checks an MQTT 5 UNSUBSCRIBE body (section 3.10): its Packet
+// Identifier, properties, and that each Topic Filter is a well-formed string
+// [MQTT-3.10.3-1]. An UNSUBSCRIBE without a filter is left to the library (its
+// UnsubscribeValidate refuses it with a DISCONNECT).
+func checkUnsubscribe(b []byte) byte {
+	r := &reader{b: b}
+	r.uint16()
+	if r.short {
+		return codeMalformed
+	}
+	if code := r.properties(unsubscribeProps); code != 0 {
+		return code
+	}
+	for len(r.b) > 0 {
+		if !r.string() {
+			return codeMalformed
+		}
+	}
+	return 0
+}
+
+// checkAck checks the body of an MQTT 5 PUBACK, PUBREC, PUBREL, PUBCOMP (a Packet
+// Identifier, then optionally a Reason Code and properties: sections 3.4.2 to
+// 3.7.2), DISCONNECT or AUTH (optionally a Reason Code and properties: sections
+// 3.14.2, 3.15.2), of type typ: it must hold what its length says, and properties of
+// its packet type. The Reason Code's value is left to the library.
+func checkAck(typ byte, b []byte) byte {
+	r := &reader{b: b}
+	allowed := uint64(ackProps)
+	switch typ {
+	case typeDisconnect:
+		allowed = disconnectProps
+	case typeAuth:
+		allowed = authProps
+	default:
+		r.uint16() // Packet Identifier
+		if r.short {
+			return codeMalformed
+		}
+	}
+	if len(r.b) == 0 {
+		return 0
+	}
+	r.byte() // Reason Code
+	if len(r.b) == 0 {
+		return 0
+	}
+	if code := r.properties(allowed); code != 0 {
+		return code
+	}
+	if len(r.b) > 0 {
+		return codeMalformed // bytes after the properties
+	}
+	return 0
 }
 
 // reader takes a packet body apart; a read past its end sets short.
@@ -278,20 +398,31 @@ const (
 	propRequestProblemInfo = 0x17
 	propWillDelay          = 0x18
 	propRequestRespInfo    = 0x19
+	propServerReference    = 0x1c
+	propReasonString       = 0x1f
 	propReceiveMaximum     = 0x21
 	propTopicAliasMaximum  = 0x22
+	propTopicAlias         = 0x23
 	propUser               = 0x26
 	propMaximumPacketSize  = 0x27
 )
 
-// Properties allowed in a CONNECT, its Will Properties and a SUBSCRIBE (sections
-// 3.1.2.11, 3.1.3.2, 3.8.2.1), as sets of identifiers.
+// Properties allowed in a CONNECT, its Will Properties, a SUBSCRIBE, a PUBLISH, an
+// UNSUBSCRIBE, a PUBACK, PUBREC, PUBREL or PUBCOMP, a DISCONNECT and an AUTH (sections
+// 3.1.2.11, 3.1.3.2, 3.8.2.1, 3.3.2.3, 3.10.2.1, 3.4.2.2 to 3.7.2.2, 3.14.2.2,
+// 3.15.2.2; table 2-4), as sets of identifiers.
 const (
 	connectProps = 1<<propSessionExpiry | 1<<propAuthMethod | 1<<propAuthData | 1<<propRequestProblemInfo |
 		1<<propRequestRespInfo | 1<<propReceiveMaximum | 1<<propTopicAliasMaximum | 1<<propUser | 1<<propMaximumPacketSize
 	willProps = 1<<propWillDelay | 1<<propPayloadFormat | 1<<propMessageExpiry | 1<<propContentType |
 		1<<propResponseTopic | 1<<propCorrelationData | 1<<propUser
 	subscribeProps = 1<<propSubscriptionID | 1<<propUser
+	publishProps   = 1<<propPayloadFormat | 1<<propMessageExpiry | 1<<propContentType | 1<<propResponseTopic |
+		1<<propCorrelationData | 1<<propSubscriptionID | 1<<propTopicAlias | 1<<propUser
+	unsubscribeProps = 1 << propUser
+	ackProps         = 1<<propReasonString | 1<<propUser
+	disconnectProps  = 1<<propSessionExpiry | 1<<propReasonString | 1<<propServerReference | 1<<propUser
+	authProps        = 1<<propAuthMethod | 1<<propAuthData | 1<<propReasonString | 1<<propUser
 )
 
 // properties reads a property list and checks it: an identifier not allowed in the
@@ -324,7 +455,7 @@ func (r *reader) properties(allowed uint64) byte {
 			if id != propPayloadFormat && v > 1 {
 				return codeProtocolError
 			}
-		case propReceiveMaximum, propTopicAliasMaximum:
+		case propReceiveMaximum, propTopicAliasMaximum, propTopicAlias:
 			v = p.uint16()
 			if id == propReceiveMaximum && v == 0 && !p.short {
 				return codeProtocolError
@@ -333,7 +464,7 @@ func (r *reader) properties(allowed uint64) byte {
 			if b := p.bytes(4); b != nil && id == propMaximumPacketSize && binary.BigEndian.Uint32(b) == 0 {
 				return codeProtocolError
 			}
-		case propContentType, propResponseTopic, propAuthMethod:
+		case propContentType, propResponseTopic, propAuthMethod, propReasonString, propServerReference:
 			if !p.string() {
 				return codeMalformed
 			}

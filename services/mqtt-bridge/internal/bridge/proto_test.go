@@ -32,6 +32,12 @@ func rawPacket(first byte, body ...[]byte) []byte {
 // str is an MQTT string (two-byte length, then s).
 func str(s string) []byte { return append([]byte{byte(len(s) >> 8), byte(len(s))}, s...) }
 
+// props is an MQTT 5 property list: its length (a Variable Byte Integer), then the
+// properties p.
+func props(p ...[]byte) []byte {
+	return rawPacket(0, p...)[1:]
+}
+
 // connect5 is an MQTT 5 CONNECT with flags, properties props (without their length)
 // and payload after the client id "r".
 func connect5(flags byte, props []byte, payload ...[]byte) []byte {
@@ -106,6 +112,19 @@ func TestListenerProtocolErrors(t *testing.T) {
 		{name: "publish topic with U+0000", send: [][]byte{v5, rawPacket(0x30, str("dev/\x00"), []byte{0}, []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
 		{name: "publish topic over the packet", send: [][]byte{v5, rawPacket(0x30, []byte{0, 9}, []byte("dev"))}, first: 0xe0, code: 0x81, afterConns: true},
 		{name: "publish without a topic length", send: [][]byte{v5, rawPacket(0x30, []byte{0})}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish content type not utf-8", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, props([]byte{0x03}, str("text/\xff")), []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish response topic with U+0000", send: [][]byte{v5, rawPacket(0x30, str("dev/1"), props([]byte{0x08}, str("re\x00ply")), []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish user property name not utf-8", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, props([]byte{0x26}, str("k\xc3"), str("v")), []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish user property value surrogate", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, props([]byte{0x26}, str("k"), str("\xed\xa0\x80")), []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish property not of PUBLISH", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, props([]byte{0x11, 0, 0, 0, 9}), []byte("x"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish property over the list", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, []byte{3, 0x09, 0, 4}, []byte("xxxx"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish properties over the packet", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, []byte{9, 0x01, 1})}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "publish payload format twice", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0, 1}, props([]byte{0x01, 1, 0x01, 1}), []byte("x"))}, first: 0xe0, code: 0x82, afterConns: true},
+		{name: "publish qos 1 without packet id", send: [][]byte{v5, rawPacket(0x32, str("dev/1"), []byte{0})}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "puback reason string not utf-8", send: [][]byte{v5, rawPacket(0x40, []byte{0, 1, 0}, props([]byte{0x1f}, str("\xff")))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "unsubscribe filter not utf-8", send: [][]byte{v5, rawPacket(0xa2, []byte{0, 1, 0}, str("a/\xc3"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "unsubscribe user property with U+0000", send: [][]byte{v5, rawPacket(0xa2, []byte{0, 1}, props([]byte{0x26}, str("k"), str("\x00")), str("a"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "disconnect reason string not utf-8", send: [][]byte{v5, rawPacket(0xe0, []byte{0}, props([]byte{0x1f}, str("bye\xff")))}, first: 0xe0, code: 0x81, afterConns: true},
 		{name: "3.1.1 publish topic not utf-8", send: [][]byte{v4, rawPacket(0x32, str("dev/\xff"), []byte{0, 1}, []byte("x"))}, afterConns: true},
 		{name: "3.1.1 password without username", send: [][]byte{connect4(0x42, str("p"))}},
 		{name: "3.1.1 will qos without will", send: [][]byte{connect4(0x02 | 0x10)}},
@@ -160,11 +179,18 @@ func TestFramesSplitReads(t *testing.T) {
 		rawPacket(0x3b, str("dev/1"), []byte{0, 2, 0}, bytes.Repeat([]byte("p"), 300)),
 		{0xc0, 0},
 		rawPacket(0x30, str("dev/1"), []byte{0}, []byte("q")),
-		rawPacket(0x30, str(""), []byte{2, 0x23, 0, 1}, []byte("alias")),
+		rawPacket(0x30, str(""), []byte{3, 0x23, 0, 1}, []byte("alias")),
+		rawPacket(0x33, str("dev/2"), []byte{0, 4}, props([]byte{0x01, 1, 0x02, 0, 0, 0, 60, 0x03}, str("text/plain"), []byte{0x08}, str("re/ply"),
+			[]byte{0x09}, str(string(bytes.Repeat([]byte{0xff}, 200))), []byte{0x26}, str("k"), str("v"), []byte{0x26}, str("k"), str("v")), []byte("payload")),
+		rawPacket(0x40, []byte{0, 1}),
+		rawPacket(0x50, []byte{0, 4, 0x10}, props([]byte{0x1f}, str("why"))),
+		rawPacket(0xa2, []byte{0, 2}, props([]byte{0x26}, str("k"), str("v")), str("a/+"), str("b/#")),
 	}, nil)
 	for _, tail := range [][]byte{
 		{0xc0, 1, 0}, // a PINGREQ with a body
-		rawPacket(0x32, str("dev/\xed\xa0\x80"), []byte{0, 3, 0}, []byte("p")), // a surrogate in the Topic Name
+		rawPacket(0x32, str("dev/\xed\xa0\x80"), []byte{0, 3, 0}, []byte("p")),                                                                                            // a surrogate in the Topic Name
+		rawPacket(0x32, str("dev/3"), []byte{0, 5}, props([]byte{0x09}, str(string(bytes.Repeat([]byte{0xff}, 200))), []byte{0x26}, str("k"), str("v\x00")), []byte("p")), // U+0000 in a User Property
+		rawPacket(0x62, []byte{0, 4, 0}, props([]byte{0x1f}, str("\xc3("))),                                                                                               // a PUBREL's Reason String not UTF-8
 	} {
 		bad := append(append([]byte{}, good...), tail...)
 		for size := 1; size <= 8; size++ {
@@ -194,31 +220,40 @@ func TestFramesSplitReads(t *testing.T) {
 	}
 }
 
-// What following the frames costs a stream of small PUBLISHes, beside the library's
-// decoding of the same packets (its least work per PUBLISH).
+// What following the frames costs a stream of small PUBLISHes, without properties and
+// with a Content Type and a User Property, beside the library's decoding of the same
+// packets (its least work per PUBLISH).
 func BenchmarkFramesPublish(b *testing.B) {
-	pub := rawPacket(0x32, str("dev/sensor/17"), []byte{0, 1, 0}, bytes.Repeat([]byte("x"), 32))
-	chunk := bytes.Repeat(pub, 2048/len(pub))
-	n := len(chunk) / len(pub)
-	b.Run("frames", func(b *testing.B) {
-		f := &frames{limit: 1 << 20}
-		_, _, _ = f.scan(connect5(0x02, nil))
-		for i := 0; i < b.N; i++ {
-			if _, _, bad := f.scan(chunk); bad {
-				b.Fatal("bad")
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/publish")
-	})
-	b.Run("mochi-decode", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			for k := 0; k < n; k++ {
-				pk := packets.Packet{ProtocolVersion: 5, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Remaining: len(pub) - 2}}
-				if err := pk.PublishDecode(append([]byte{}, pub[2:]...)); err != nil {
-					b.Fatal(err)
+	for _, c := range []struct {
+		name string
+		pub  []byte
+	}{
+		{"plain", rawPacket(0x32, str("dev/sensor/17"), []byte{0, 1, 0}, bytes.Repeat([]byte("x"), 32))},
+		{"props", rawPacket(0x32, str("dev/sensor/17"), []byte{0, 1}, props([]byte{0x03}, str("application/json"), []byte{0x26}, str("site"), str("north")), bytes.Repeat([]byte("x"), 32))},
+	} {
+		pub := c.pub
+		chunk := bytes.Repeat(pub, 2048/len(pub))
+		n := len(chunk) / len(pub)
+		b.Run(c.name+"/frames", func(b *testing.B) {
+			f := &frames{limit: 1 << 20}
+			_, _, _ = f.scan(connect5(0x02, nil))
+			for i := 0; i < b.N; i++ {
+				if _, _, bad := f.scan(chunk); bad {
+					b.Fatal("bad")
 				}
 			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/publish")
-	})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/publish")
+		})
+		b.Run(c.name+"/mochi-decode", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				for k := 0; k < n; k++ {
+					pk := packets.Packet{ProtocolVersion: 5, FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Remaining: len(pub) - 2}}
+					if err := pk.PublishDecode(append([]byte{}, pub[2:]...)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/publish")
+		})
+	}
 }
