@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,12 +49,26 @@ var (
 
 // stateDB wraps the bbolt file with a group committer: writers enqueue a function
 // and wait; one goroutine runs every function queued so far in one read-write
-// transaction (one fsync for all of them) and wakes their waiters. Functions run in
-// enqueue order, so callers that enqueue under their own lock get their changes
-// applied in that lock's order.
+// transaction (one fsync for all of them) and wakes their waiters, or, when each of
+// them has a journal record, appends the records to the state journal (journal.go:
+// one fdatasync) and applies them to the bbolt file with a later transaction.
+// Functions run in enqueue order, so callers that enqueue under their own lock get
+// their changes applied in that lock's order.
 type stateDB struct {
-	b       *bolt.DB
-	commits prometheus.Counter
+	b              *bolt.DB
+	j              *journal
+	commits        prometheus.Counter
+	journalCommits prometheus.Counter
+
+	// Owned by the committer goroutine: the journaled changes not yet in the bbolt
+	// file (their records' bytes, when the first was appended), and the error that
+	// stopped every commit (a journaled change the bbolt file refused).
+	pending      []func(*bolt.Tx) error
+	pendingBytes int
+	pendingSince time.Time
+	failed       error
+	// hasPending: pending is not empty (read by view).
+	hasPending atomic.Bool
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -72,7 +87,9 @@ type stateDB struct {
 const maxHold = 3 * time.Millisecond
 
 type dbOp struct {
-	fn   func(tx *bolt.Tx) error
+	fn func(tx *bolt.Tx) error
+	// rec is fn's change as a journal record (nil: none, fn goes to bbolt).
+	rec  []byte
 	done chan struct{}
 	err  error
 }
@@ -120,7 +137,12 @@ func openStateDB(path string, m *Metrics) (d *stateDB, err error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
 	}
-	d = &stateDB{b: b, commits: m.StateCommits, stopped: make(chan struct{})}
+	j, err := openJournal(b, path+".journal")
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	d = &stateDB{b: b, j: j, commits: m.StateCommits, journalCommits: m.StateJournalCommits, stopped: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	go d.run()
 	return d, nil
@@ -177,7 +199,13 @@ func checkStateFile(path string) (err error) {
 
 // enqueue queues fn for the next commit and returns at once.
 func (d *stateDB) enqueue(fn func(tx *bolt.Tx) error) *dbOp {
-	o := &dbOp{fn: fn, done: make(chan struct{})}
+	return d.enqueueRec(fn, nil)
+}
+
+// enqueueRec is enqueue of a change that rec (decodeJournal) also describes, so it
+// may be made durable through the journal.
+func (d *stateDB) enqueueRec(fn func(tx *bolt.Tx) error, rec []byte) *dbOp {
+	o := &dbOp{fn: fn, rec: rec, done: make(chan struct{})}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -240,7 +268,14 @@ func (d *stateDB) heldLocked() bool {
 // update runs fn in a committed transaction (group commit) and returns its outcome.
 func (d *stateDB) update(fn func(tx *bolt.Tx) error) error { return d.enqueue(fn).wait() }
 
+// view runs fn in a read transaction that sees every change committed so far (the
+// journaled ones are applied first).
 func (d *stateDB) view(fn func(tx *bolt.Tx) error) error {
+	if d.hasPending.Load() {
+		if err := d.update(func(*bolt.Tx) error { return nil }); err != nil {
+			return err
+		}
+	}
 	if err := d.b.View(fn); err != nil {
 		return fmt.Errorf("%w: %v", ErrState, err)
 	}
@@ -258,8 +293,8 @@ func (d *stateDB) run() {
 		d.queue = nil
 		closed := d.closed
 		d.mu.Unlock()
-		if len(ops) > 0 {
-			d.commit(ops)
+		if len(ops) > 0 || closed && d.hasPending.Load() {
+			d.commit(ops) // at close, the journaled changes go to the bbolt file
 		}
 		if closed && len(ops) == 0 {
 			return
@@ -267,10 +302,61 @@ func (d *stateDB) run() {
 	}
 }
 
-// commit applies ops in one transaction. When the transaction fails, each op is
-// retried alone so one bad op does not fail the others.
+// commit makes ops durable: through the journal when each has a record and the
+// pending records are within maxJournalBytes and maxJournalAge, else in one bbolt
+// transaction (commitTx).
 func (d *stateDB) commit(ops []*dbOp) {
+	if d.failed == nil && len(ops) > 0 && d.journalable(ops) {
+		recs := make([][]byte, len(ops))
+		for i, o := range ops {
+			recs[i] = o.rec
+		}
+		if err := d.j.append(recs); err == nil {
+			if len(d.pending) == 0 {
+				d.pendingSince = time.Now()
+			}
+			for _, o := range ops {
+				d.pending = append(d.pending, o.fn)
+				d.pendingBytes += len(o.rec)
+			}
+			d.hasPending.Store(true)
+			d.commits.Inc()
+			d.journalCommits.Inc()
+			finish(ops, nil)
+			return
+		}
+		// A failed append answers nothing: the bbolt transaction makes them durable.
+	}
+	d.commitTx(ops)
+}
+
+func (d *stateDB) journalable(ops []*dbOp) bool {
+	if len(d.pending) > 0 && time.Since(d.pendingSince) >= maxJournalAge {
+		return false
+	}
+	n := d.pendingBytes
+	for _, o := range ops {
+		if o.rec == nil {
+			return false
+		}
+		n += len(o.rec)
+	}
+	return n <= maxJournalBytes
+}
+
+// commitTx applies the pending journaled changes, then ops, in one transaction
+// (the checkpoint of the journal). When the transaction fails, the pending changes
+// are applied alone (their failure stops every later commit with ErrState: they were
+// answered) and each op is retried alone, so one bad op does not fail the others.
+func (d *stateDB) commitTx(ops []*dbOp) {
+	if d.failed != nil {
+		finish(ops, d.failed)
+		return
+	}
 	err := d.b.Update(func(tx *bolt.Tx) error {
+		if err := d.applyPending(tx); err != nil {
+			return err
+		}
 		for _, o := range ops {
 			if err := o.fn(tx); err != nil {
 				return err
@@ -280,17 +366,62 @@ func (d *stateDB) commit(ops []*dbOp) {
 	})
 	if err == nil {
 		d.commits.Inc()
+		d.checkpointed()
+		finish(ops, nil)
+		return
 	}
-	if err != nil && len(ops) > 1 {
+	if len(d.pending) > 0 {
+		if err := d.b.Update(d.applyPending); err != nil {
+			d.failed = fmt.Errorf("%w: applying the state journal to queues.db: %v", ErrState, err)
+			finish(ops, d.failed)
+			return
+		}
+		d.commits.Inc()
+		d.checkpointed()
+		d.commitTx(ops)
+		return
+	}
+	if len(ops) > 1 {
 		for _, o := range ops {
-			d.commit([]*dbOp{o})
+			d.commitTx([]*dbOp{o})
 		}
 		return
 	}
-	for _, o := range ops {
-		if err != nil {
-			o.err = fmt.Errorf("%w: %w", ErrState, err)
+	finish(ops, fmt.Errorf("%w: %w", ErrState, err))
+}
+
+// applyPending applies the journaled changes not yet in the bbolt file and records the
+// last sequence given as applied (those of a failed append too, whose changes come
+// after it in the same transaction).
+func (d *stateDB) applyPending(tx *bolt.Tx) error {
+	for _, fn := range d.pending {
+		if err := fn(tx); err != nil {
+			return err
 		}
+	}
+	if d.j.seq == d.j.applied {
+		return nil
+	}
+	return putApplied(tx, d.j.seq)
+}
+
+// checkpointed forgets the pending changes once a transaction applied them, and
+// empties the journal.
+func (d *stateDB) checkpointed() {
+	if len(d.pending) > 0 {
+		clear(d.pending)
+		d.pending, d.pendingBytes = d.pending[:0], 0
+		d.hasPending.Store(false)
+	}
+	if d.j.seq != d.j.applied || d.j.size > 0 {
+		d.j.applied = d.j.seq
+		_ = d.j.reset() // on failure its records stay, at or below journal/applied: skipped
+	}
+}
+
+func finish(ops []*dbOp, err error) {
+	for _, o := range ops {
+		o.err = err
 		close(o.done)
 	}
 }
@@ -302,7 +433,11 @@ func (d *stateDB) close() error {
 	d.cond.Signal()
 	d.mu.Unlock()
 	<-d.stopped
-	return d.b.Close()
+	jerr := d.j.f.Close()
+	if err := d.b.Close(); err != nil {
+		return err
+	}
+	return jerr
 }
 
 func offKey(off int64) []byte {

@@ -1240,48 +1240,8 @@ func (q *Queue) commitAcksLocked(acked []*msg) *dbOp {
 		}
 	}
 	slices.Sort(above)
-	name, inc := q.name, q.inc
-	return q.m.db.enqueue(func(tx *bolt.Tx) error {
-		b := incStateBucket(tx, name, inc)
-		if b == nil {
-			return nil
-		}
-		if err := b.Put(keyFloor, offKey(floor)); err != nil {
-			return err
-		}
-		ab, at := b.Bucket(bktAcked), b.Bucket(bktAttempts)
-		if mark >= 0 {
-			if err := b.Put(keyDelivered, offKey(mark)); err != nil {
-				return err
-			}
-		}
-		for i, off := range countOffs {
-			if err := at.Put(offKey(off), countVals[i]); err != nil {
-				return err
-			}
-		}
-		for i := 0; i < len(above); {
-			j := i + 1
-			for j < len(above) && above[j] <= above[j-1]+1 {
-				j++
-			}
-			if err := putAckedRange(ab, above[i], above[j-1]+1); err != nil {
-				return err
-			}
-			i = j
-		}
-		// Attempts below the floor go with deleteBelow; deleting them one by one as
-		// well cost a B+tree descent each.
-		for _, off := range delKeys {
-			if err := at.Delete(offKey(off)); err != nil {
-				return err
-			}
-		}
-		if err := trimAckedBelow(ab, floor); err != nil {
-			return err
-		}
-		return deleteBelow(at, floor)
-	})
+	c := &ackCommit{name: q.name, inc: q.inc, floor: floor, mark: mark, countOffs: countOffs, countVals: countVals, above: above, delKeys: delKeys}
+	return q.m.db.enqueueRec(c.apply, c.encode())
 }
 
 // compactLocked removes acked (tombstoned) messages from the window: those at its
