@@ -110,8 +110,15 @@ func (c *raftCluster) leader(group uint64) uint64 {
 
 func (c *raftCluster) create(name string) uint64 {
 	c.t.Helper()
+	return c.createWith(name, ChannelConfig{})
+}
+
+// createWith creates channel name with config cfg through the metadata group's
+// leader, waits until every live node holds it and returns its group id.
+func (c *raftCluster) createWith(name string, cfg ChannelConfig) uint64 {
+	c.t.Helper()
 	for i := 0; ; i++ {
-		_, _, err := c.st[c.leader(metaGroup)].Create(name, ChannelConfig{}, false)
+		_, _, err := c.st[c.leader(metaGroup)].Create(name, cfg, false)
 		if err == nil {
 			break
 		}
@@ -211,6 +218,28 @@ func (c *raftCluster) sameBytes(name string, want int64) []byte {
 		return nil
 	})
 	return ref
+}
+
+// checkReplicas stops every live node and checks with CheckReplicas that the three
+// data directories agree over the prefix they all hold; it fails the test on any
+// difference and returns each channel's compared range.
+func (c *raftCluster) checkReplicas() map[string]ChannelRange {
+	c.t.Helper()
+	for id := range c.st {
+		c.stop(id)
+	}
+	rep, err := CheckReplicas([]string{c.dirs[1], c.dirs[2], c.dirs[3]})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, d := range rep.Diffs {
+		c.t.Errorf("replicas differ: %+v", d)
+	}
+	out := map[string]ChannelRange{}
+	for _, r := range rep.Channels {
+		out[r.Channel] = r
+	}
+	return out
 }
 
 // epochs lists each batch's partitionLeaderEpoch in raw.
@@ -323,6 +352,9 @@ func TestRaftModeReplicates(t *testing.T) {
 	l, _ := c.st[l2].Get("raft.log")
 	if hw := l.HighWatermark(); hw != 30 {
 		t.Fatalf("high watermark %d after the failed append", hw)
+	}
+	if r := c.checkReplicas()["raft.log"]; r.From != 0 || r.To != 30 || r.Batches != 30 {
+		t.Fatalf("replicas compared over %+v, want offsets [0, 30) in 30 batches", r)
 	}
 }
 
