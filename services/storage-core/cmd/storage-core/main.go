@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,12 +14,48 @@ import (
 	"github.com/tributary/tributary/libs/grpcx"
 	"github.com/tributary/tributary/libs/obs"
 	"github.com/tributary/tributary/services/storage-core/internal/server"
+	"github.com/tributary/tributary/services/storage-core/internal/store"
 	"go.uber.org/zap"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check-replicas" {
+		flagenv.Exit("storage-core check-replicas", checkReplicas(os.Args[2:]))
+	}
 	obs.TuneDataPathGC()
 	flagenv.Exit("storage-core", run())
+}
+
+// dirList is a repeatable --data-dir flag.
+type dirList []string
+
+func (d *dirList) String() string     { return fmt.Sprint(*d) }
+func (d *dirList) Set(v string) error { *d = append(*d, v); return nil }
+
+// checkReplicas is "storage-core check-replicas --data-dir A --data-dir B ...": it
+// compares the replicas' channels (store.CheckReplicas), prints each channel's
+// compared range and every difference, and fails when there is one.
+func checkReplicas(args []string) error {
+	var dirs dirList
+	fs := flag.NewFlagSet("storage-core check-replicas", flag.ContinueOnError)
+	fs.Var(&dirs, "data-dir", "data directory of one replica (of a stopped node), given once per replica, at least twice")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rep, err := store.CheckReplicas(dirs)
+	if err != nil {
+		return err
+	}
+	for _, c := range rep.Channels {
+		fmt.Printf("%s: offsets [%d, %d) compared, %d batches, %d bytes\n", c.Channel, c.From, c.To, c.Batches, c.Bytes)
+	}
+	for _, d := range rep.Diffs {
+		fmt.Printf("%s: %s differs from %s at offset %d: %s\n", d.Channel, dirs[d.Replica], dirs[d.Ref], d.Offset, d.What)
+	}
+	if n := len(rep.Diffs); n > 0 {
+		return fmt.Errorf("%d differences between the replicas", n)
+	}
+	return nil
 }
 
 func run() error {
