@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary/tributary/libs/channel"
 	storagev1 "github.com/tributary/tributary/proto/gen/tributary/storage/v1"
 	"github.com/tributary/tributary/tests/e2e/stack"
 	"github.com/tributary/tributary/tests/e2e/testenv"
@@ -194,6 +195,16 @@ func TestRaftKafkaLeaderKill(t *testing.T) {
 	for p := int32(0); p < partitions; p++ {
 		if o, ok := ends.Lookup(topic, p); !ok || o.Err != nil || o.Offset != int64(n/partitions) {
 			t.Fatalf("partition %d end offset %+v, want %d", p, o, n/partitions)
+		}
+	}
+	// The three replicas of each partition are byte-identical over all its records.
+	wantEnds := map[string]int64{}
+	for p := int32(0); p < partitions; p++ {
+		wantEnds[channel.KafkaPartition(topic, p)] = n / partitions
+	}
+	for ch, r := range checkStackReplicas(t, s, wantEnds) {
+		if _, ok := wantEnds[ch]; ok && r[0] != 0 {
+			t.Fatalf("check-replicas compared %s from offset %d, want 0", ch, r[0])
 		}
 	}
 }

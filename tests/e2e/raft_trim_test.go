@@ -105,6 +105,10 @@ func TestRaftKafkaDeleteRecordsLeaderKill(t *testing.T) {
 	if recs := fs.Records(); len(recs) == 0 || recs[0].Offset != 100 || string(recs[0].Value) != "d100" {
 		t.Fatalf("consumer from the start after the kill: %d records, first %v (errors %v)", len(recs), firstRec(recs), fs.Errors())
 	}
+	// The replicas are byte-identical from the log start every node moved to.
+	if r := checkStackReplicas(t, s, map[string]int64{ch: 110})[ch]; r[0] != 100 {
+		t.Fatalf("check-replicas compared %s over %v, want from offset 100", ch, r)
+	}
 }
 
 func firstRec(recs []*kgo.Record) any {

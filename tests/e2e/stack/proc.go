@@ -26,6 +26,8 @@ type Proc struct {
 	HTTPAddr string
 	// LogPath receives the process's stdout and stderr (appended across restarts).
 	LogPath string
+	// DataDir is a storage-core process's --data-dir ("" for the other services).
+	DataDir string
 
 	bin  string
 	args []string

@@ -181,7 +181,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.StorageNodes <= 1 {
 		s.Storage = &Proc{
 			Name: StorageCore, HTTPAddr: storageHTTP, LogPath: filepath.Join(s.LogDir, StorageCore+".log"),
-			bin: filepath.Join(bin, StorageCore),
+			DataDir: s.DataDir, bin: filepath.Join(bin, StorageCore),
 			args: append([]string{
 				"--grpc-addr", storageGRPC, "--http-addr", storageHTTP,
 				"--data-dir", s.DataDir, "--fsync", opts.Fsync, "--log-level", opts.LogLevel,
@@ -198,13 +198,13 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		s.StorageAddr = strings.Join(addrs, ",")
 		for i, a := range addrs {
 			name := fmt.Sprintf("%s-%d", StorageCore, i+1)
-			httpAddr := freeAddr()
+			httpAddr, dataDir := freeAddr(), filepath.Join(s.DataDir, name)
 			s.Storages = append(s.Storages, &Proc{
 				Name: name, HTTPAddr: httpAddr, LogPath: filepath.Join(s.LogDir, name+".log"),
-				bin: filepath.Join(bin, StorageCore),
+				DataDir: dataDir, bin: filepath.Join(bin, StorageCore),
 				args: append([]string{
 					"--grpc-addr", a, "--http-addr", httpAddr,
-					"--data-dir", filepath.Join(s.DataDir, name), "--log-level", opts.LogLevel,
+					"--data-dir", dataDir, "--log-level", opts.LogLevel,
 					fmt.Sprintf("--node-id=%d", i+1), "--peers=" + strings.Join(peers, ","),
 				}, opts.StorageFlags...),
 			})
