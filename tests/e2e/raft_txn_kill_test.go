@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tributary/tributary/libs/channel"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -151,6 +152,18 @@ func TestRaftKafkaTransactionsUnderLeaderKills(t *testing.T) {
 	if len(seen) != 0 {
 		t.Fatalf("read_committed saw values no transaction wrote: %v", seen)
 	}
+	// Each partition's replicas are byte-identical up to its end, markers, epochs and
+	// producer state included.
+	ends, err := newAdmin(t, s.KafkaAddrs).ListEndOffsets(ctxT(t, 10*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[channel.KafkaPartition(topic, o.Partition)] = o.Offset })
+	if len(want) != partitions {
+		t.Fatalf("end offsets of %d partitions, want %d", len(want), partitions)
+	}
+	checkStackReplicas(t, s, want)
 }
 
 func txnValue(n, i int) string { return fmt.Sprintf("k%02d-%d", n, i) }

@@ -35,8 +35,10 @@ import (
 //     same base with the same bytes (a missing file is rebuilt at start: not a
 //     difference);
 //   - the producer snapshot both hold at the same base: producers, epochs, coordinator
-//     epochs and last batches, open and aborted transactions (not the last-append
-//     time, which a replica resets to its own clock when it opens a channel).
+//     epochs and last batches, open transactions and the aborted ones whose marker is
+//     in the range (not the last-append time, which a replica resets to its own clock
+//     when it opens a channel, nor aborted ones below the range, which a replica's
+//     cleaner drops once it removed their batches).
 //
 // The directories should be of stopped nodes (or copies): a running node's active
 // segment, cleaner swaps and snapshot files change while they are read.
@@ -228,7 +230,7 @@ func checkChannel(rep *ReplicaReport, name string, reps []replicaChannel) {
 			compareIndexes(ref, &ok[i], from, rng.To, diff)
 		}
 	}
-	compareSnapshots(ok, rng.To, diff)
+	compareSnapshots(ok, from, rng.To, diff)
 }
 
 // frameStream reads a replica's batches in offset order across its segments.
@@ -446,8 +448,10 @@ func sameFile(a, b string) bool {
 }
 
 // compareSnapshots compares the producer snapshots the replicas hold at the same
-// base at or below to (each keeps the one of its active segment).
-func compareSnapshots(reps []replicaChannel, to int64, diff func(r, ref *replicaChannel, off int64, format string, args ...any)) {
+// base at or below to (each keeps the one of its active segment). Aborted
+// transactions whose marker is below from are left out: a replica's cleaner drops
+// the entry of one whose batches it removed (dropAborted), each on its own segments.
+func compareSnapshots(reps []replicaChannel, from, to int64, diff func(r, ref *replicaChannel, off int64, format string, args ...any)) {
 	state := func(r *replicaChannel) (int64, string, bool) {
 		if len(r.bases) == 0 {
 			return 0, "", false
@@ -462,7 +466,7 @@ func compareSnapshots(reps []replicaChannel, to int64, diff func(r, ref *replica
 			diff(r, &reps[0], b, "producer snapshot %d: %v", b, err)
 			return 0, "", false
 		}
-		return b, producerStateText(ps, t), true
+		return b, producerStateText(ps, t, from), true
 	}
 	rb, rs, ok := state(&reps[0])
 	if !ok {
@@ -476,8 +480,9 @@ func compareSnapshots(reps []replicaChannel, to int64, diff func(r, ref *replica
 	}
 }
 
-// producerStateText renders ps and t in a canonical order, without last-append times.
-func producerStateText(ps producers, t *txnState) string {
+// producerStateText renders ps and t in a canonical order, without last-append times
+// and without the aborted transactions whose marker is below from.
+func producerStateText(ps producers, t *txnState, from int64) string {
 	var sb strings.Builder
 	pids := make([]int64, 0, len(ps))
 	for pid := range ps {
@@ -494,7 +499,15 @@ func producerStateText(ps producers, t *txnState) string {
 			open = append(open, [2]int64{pid, first})
 		}
 		slices.SortFunc(open, func(a, b [2]int64) int { return int(a[0] - b[0]) })
-		fmt.Fprintf(&sb, "open %v aborted %v", open, t.aborted)
+		var aborted []abortedTxn
+		for _, a := range t.aborted {
+			if a.last >= from {
+				aborted = append(aborted, a)
+			}
+		}
+		if len(open) > 0 || len(aborted) > 0 { // as no transaction state at all
+			fmt.Fprintf(&sb, "open %v aborted %v", open, aborted)
+		}
 	}
 	return sb.String()
 }

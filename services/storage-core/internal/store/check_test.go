@@ -100,3 +100,27 @@ func TestCheckReplicas(t *testing.T) {
 		t.Fatalf("differences %q, want %q (%+v)", got, want, rep.Diffs)
 	}
 }
+
+// TestProducerStateTextCleaned: the producer state a replica check compares leaves
+// out aborted transactions whose marker is below the compared range (each replica's
+// cleaner drops them on its own), and state left with no transaction equals none.
+func TestProducerStateTextCleaned(t *testing.T) {
+	ps := producers{1: {epoch: 2, coordEpoch: -1, lastMs: 5}}
+	kept := newTxnState()
+	kept.aborted = []abortedTxn{{pid: 1, first: 3, last: 9, lso: 10}, {pid: 1, first: 20, last: 30, lso: 31}}
+	cleaned := newTxnState()
+	cleaned.aborted = []abortedTxn{{pid: 1, first: 20, last: 30, lso: 31}}
+	if a, b := producerStateText(ps, kept, 15), producerStateText(ps, cleaned, 15); a != b {
+		t.Fatalf("aborted entry below the range compared: %q vs %q", a, b)
+	}
+	if a, b := producerStateText(ps, kept, 31), producerStateText(ps, nil, 31); a != b {
+		t.Fatalf("only aborted entries below the range differ from no transaction state: %q vs %q", a, b)
+	}
+	other := producers{1: {epoch: 2, coordEpoch: -1, lastMs: 6}}
+	if a, b := producerStateText(ps, nil, 0), producerStateText(other, nil, 0); a != b {
+		t.Fatalf("last-append time compared: %q vs %q", a, b)
+	}
+	if a, b := producerStateText(ps, kept, 0), producerStateText(ps, cleaned, 0); a == b {
+		t.Fatalf("aborted entry in the range not compared: %q", a)
+	}
+}
