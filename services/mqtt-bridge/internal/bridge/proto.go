@@ -266,7 +266,7 @@ func (f *frames) checkPublish(b []byte) byte {
 
 // checkUnsubscribe checks an MQTT 5 UNSUBSCRIBE body (section 3.10): its Packet
 // Identifier, properties, and that each Topic Filter is a well-formed string
-// [MQTT-3.10.3-1]. An UNSUBSCRIBE without a filter is left to the library (its
+// [MQTT-3.10.3-1] with its wildcards in place (reader.filter). An UNSUBSCRIBE without a filter is left to the library (its
 // UnsubscribeValidate refuses it with a DISCONNECT).
 func checkUnsubscribe(b []byte) byte {
 	r := &reader{b: b}
@@ -278,7 +278,7 @@ func checkUnsubscribe(b []byte) byte {
 		return code
 	}
 	for len(r.b) > 0 {
-		if !r.string() {
+		if !r.filter() {
 			return codeMalformed
 		}
 	}
@@ -366,6 +366,27 @@ func (r *reader) string() bool {
 		}
 	}
 	return utf8.Valid(s)
+}
+
+// filter reads a Topic Filter, and says whether it is a well-formed string whose
+// wildcards each take a whole level, '#' only the last (MQTT 5 section 4.7.1,
+// [MQTT-4.7.1-1] [MQTT-4.7.1-2]; MQTT 3.1.1 section 4.7.1 alike). The library checks
+// only that '#' is the last character: it would subscribe "a#" or "a/b+" as filters no
+// topic matches and answer success.
+func (r *reader) filter() bool {
+	start := r.b
+	if !r.string() {
+		return false
+	}
+	f := start[2 : len(start)-len(r.b)]
+	for i, c := range f {
+		switch {
+		case c == '#' && (i != len(f)-1 || i > 0 && f[i-1] != '/'),
+			c == '+' && (i > 0 && f[i-1] != '/' || i < len(f)-1 && f[i+1] != '/'):
+			return false
+		}
+	}
+	return true
 }
 
 // varint reads a Variable Byte Integer (section 1.5.5).
@@ -548,7 +569,8 @@ func (f *frames) checkConnect(b []byte) byte {
 
 // checkSubscribe checks a SUBSCRIBE body (section 3.8; MQTT 3.1.1 section 3.8): its
 // properties, that it has a subscription, that each Topic Filter is a well-formed
-// string, and each Subscription Options byte: QoS 3 or a reserved bit set is a
+// string with its wildcards in place (reader.filter), and each Subscription Options
+// byte: QoS 3 or a reserved bit set is a
 // Malformed Packet [MQTT-3.8.3-5], Retain Handling 3 a Protocol Error.
 func (f *frames) checkSubscribe(b []byte) byte {
 	r := &reader{b: b}
@@ -569,7 +591,7 @@ func (f *frames) checkSubscribe(b []byte) byte {
 		reserved = 0xfc
 	}
 	for len(r.b) > 0 {
-		if !r.string() {
+		if !r.filter() {
 			return codeMalformed
 		}
 		o := r.byte()

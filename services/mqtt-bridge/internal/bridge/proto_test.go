@@ -125,6 +125,12 @@ func TestListenerProtocolErrors(t *testing.T) {
 		{name: "unsubscribe filter not utf-8", send: [][]byte{v5, rawPacket(0xa2, []byte{0, 1, 0}, str("a/\xc3"))}, first: 0xe0, code: 0x81, afterConns: true},
 		{name: "unsubscribe user property with U+0000", send: [][]byte{v5, rawPacket(0xa2, []byte{0, 1}, props([]byte{0x26}, str("k"), str("\x00")), str("a"))}, first: 0xe0, code: 0x81, afterConns: true},
 		{name: "disconnect reason string not utf-8", send: [][]byte{v5, rawPacket(0xe0, []byte{0}, props([]byte{0x1f}, str("bye\xff")))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "subscription filter a#", send: [][]byte{v5, subscribe5("dev/a#", 0)}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "subscription filter # not last", send: [][]byte{v5, subscribe5("#/a", 0)}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "subscription filter a+", send: [][]byte{v5, subscribe5("dev/a+/x", 0)}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "subscription filter +a", send: [][]byte{v5, subscribe5("+a", 0)}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "unsubscribe filter a+", send: [][]byte{v5, rawPacket(0xa2, []byte{0, 1, 0}, str("dev/x+"))}, first: 0xe0, code: 0x81, afterConns: true},
+		{name: "3.1.1 subscription filter a#", send: [][]byte{v4, rawPacket(0x82, []byte{0, 1}, str("dev/a#"), []byte{0})}, afterConns: true},
 		{name: "3.1.1 publish topic not utf-8", send: [][]byte{v4, rawPacket(0x32, str("dev/\xff"), []byte{0, 1}, []byte("x"))}, afterConns: true},
 		{name: "3.1.1 password without username", send: [][]byte{connect4(0x42, str("p"))}},
 		{name: "3.1.1 will qos without will", send: [][]byte{connect4(0x02 | 0x10)}},
@@ -255,5 +261,19 @@ func BenchmarkFramesPublish(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/publish")
 		})
+	}
+}
+
+// Topic Filters whose wildcards take whole levels pass the frame check; those that do
+// not are refused (MQTT 5 section 4.7.1).
+func TestFramesFilterWildcards(t *testing.T) {
+	for f, want := range map[string]bool{
+		"#": true, "+": true, "/#": true, "a/#": true, "+/+": true, "a/+/b": true, "+/a/#": true, "a//b": true,
+		"$share/g/dev/+/t": true, "": true, "dev/a#": false, "#/a": false, "a/#/b": false, "##": false,
+		"a+": false, "+a": false, "a/b+/c": false, "++": false, "a/+b": false,
+	} {
+		if got := (&reader{b: str(f)}).filter(); got != want {
+			t.Errorf("filter %q: %v, want %v", f, got, want)
+		}
 	}
 }
