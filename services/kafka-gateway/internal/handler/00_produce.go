@@ -11,7 +11,9 @@ package handler
 //   - acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition); acks=0
 //     gets no response at all, and a failed partition closes the connection (as Kafka
 //     does) so the client refreshes its metadata. Every ack level waits for
-//     storage-core's fsync.
+//     storage-core's fsync. A produce read in full is stored even when its connection
+//     ends before it is answered, as Kafka's broker does (server.serveConn runs it on a
+//     context the connection's end does not cancel).
 //   - Topic names are validated (INVALID_TOPIC_EXCEPTION); unknown topics are created
 //     with the default partition count when auto-create is on (else
 //     UNKNOWN_TOPIC_OR_PARTITION); a partition beyond the topic's count is

@@ -554,12 +554,22 @@ type pending struct {
 // responses in request order. A frame that is too large (MaxAuthFrameBytes before SASL
 // authentication), or cannot be parsed, an unknown API key or an unsupported version
 // (other than ApiVersions) closes the connection.
+//
+// The end of the connection cancels the requests in flight, except Produce: like
+// Kafka's broker, which appends every produce request it has read whether or not its
+// client is still there to be answered, the gateway stores a produce it has read in
+// full, so an acks=0 producer that closes the connection right after writing (kcat -X
+// acks=0 does) loses nothing. Produce handlers run on produceCtx, which ends only once
+// every handler has returned (each is bounded by its request timeout, at least 30 s);
+// it also bounds the connection's append stream to storage-core.
 func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 	ctx, cancel := context.WithCancel(ctx)
+	produceCtx, produceCancel := context.WithCancel(context.WithoutCancel(ctx))
 	log := s.log.With(zap.String("remote", c.RemoteAddr().String()), zap.String("listener", l.spec.name))
 	c, sess, err := s.secure(c, l, log)
 	if err != nil {
 		cancel()
+		produceCancel()
 		_ = c.Close()
 		return
 	}
@@ -577,6 +587,7 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 		<-writerDone
 		cancel()
 		handlers.Wait()
+		produceCancel()
 		_ = c.Close()
 		s.h.ConnectionClosed(sess)
 	}()
@@ -692,10 +703,14 @@ func (s *Server) serveConn(ctx context.Context, c net.Conn, l *kafkaListener) {
 				}
 				continue
 			}
+			hctx := ctx
+			if key == kmsg.Produce.Int16() {
+				hctx = produceCtx
+			}
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()
-				resp, err := s.h.Handle(ctx, req)
+				resp, err := s.h.Handle(hctx, req)
 				mem.release(int64(size))
 				if pooled && !req.BodyInUse() {
 					s.bodies.put(frame)
