@@ -9,7 +9,9 @@ import (
 )
 
 // TestKeepFrom: a group keeps its last KeepEntries applied entries, and of those no
-// more than KeepBytes of data; entries not yet applied are always kept.
+// more than KeepBytes of data; entries not yet applied are always kept; an applied
+// index past the MemoryStorage's last entry (a leader applies before its own WAL
+// write is durable) is weighed up to that entry, without raft's out-of-bound panic.
 func TestKeepFrom(t *testing.T) {
 	ms := raft.NewMemoryStorage()
 	var ents []raftpb.Entry
@@ -28,6 +30,7 @@ func TestKeepFrom(t *testing.T) {
 		{15, 10, 350, 12},     // 16..20 are not applied: kept whatever their size
 		{5, 10, 1 << 20, 0},   // nothing beyond the window
 		{5, 10, 150, 4},       // only 5 fits in 150 bytes
+		{25, 10, 350, 17},     // applied past the storage (a leader ahead of its WAL): weighed up to 20
 	} {
 		g.applied.Store(c.applied)
 		n := &Node{cfg: Config{KeepEntries: c.keepEntries, KeepBytes: c.keepBytes}}

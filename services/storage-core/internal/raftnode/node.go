@@ -1171,6 +1171,12 @@ func (n *Node) handle(it *item, out map[uint64][]*storagev1.RaftMessage) {
 // (KeepEntries, KeepBytes); 0 for none. Loop goroutine only.
 func (n *Node) keepFrom(g *group) uint64 {
 	a := g.applied.Load()
+	if last, _ := g.ms.LastIndex(); a > last {
+		// A leader may apply an entry before its own WAL write of it is durable (it
+		// enters the MemoryStorage then): the entries past the storage's last are not
+		// there to weigh, and asking for them panics.
+		a = last
+	}
 	idx := uint64(0)
 	if a > n.cfg.KeepEntries {
 		idx = a - n.cfg.KeepEntries
