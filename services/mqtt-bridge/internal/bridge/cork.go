@@ -84,6 +84,8 @@ func (c *corkConn) refuse() {
 		rc = packets.ErrProtocolViolation
 	case codePacketTooLarge:
 		rc = packets.ErrPacketTooLarge
+	case codeBadAuthMethod:
+		rc = packets.ErrBadAuthenticationMethod
 	}
 	if c.disconnect != nil {
 		c.disconnect(rc)

@@ -11,6 +11,7 @@ const (
 	codeMalformed      = 0x81
 	codeProtocolError  = 0x82
 	codePacketTooLarge = 0x95
+	codeBadAuthMethod  = 0x8c
 )
 
 // Control packet types (MQTT 5 section 2.1.2).
@@ -174,6 +175,8 @@ func (f *frames) header(first byte, rem int) byte {
 			return f.check()
 		}
 		f.typ, f.rem, f.want, f.body = typ, rem, rem, make([]byte, 0, rem)
+	case f.version == 5 && rem == 0 && typ == typeAuth:
+		return codeProtocolError // no Authentication Method was taken (checkConnect)
 	case f.version == 5 && rem > 0 && (typ >= typePuback && typ <= typePubcomp || typ == typeUnsubscribe || typ >= typeDisconnect):
 		f.typ, f.rem, f.want, f.body = typ, rem, rem, f.buf[:0]
 	default:
@@ -208,6 +211,9 @@ func (f *frames) check() byte {
 		code = checkUnsubscribe(f.body)
 	default:
 		code = checkAck(f.typ, f.body)
+		if code == 0 && f.typ == typeAuth {
+			code = codeProtocolError // no Authentication Method was taken (checkConnect)
+		}
 	}
 	if cap(f.body) <= keptBody && f.typ != typeConnect && f.typ != typeSubscribe {
 		f.buf = f.body[:0]
@@ -324,6 +330,8 @@ func checkAck(typ byte, b []byte) byte {
 type reader struct {
 	b     []byte
 	short bool
+	// seen is the set of identifiers of the last property list read (properties).
+	seen uint64
 }
 
 func (r *reader) bytes(n int) []byte {
@@ -511,12 +519,17 @@ func (r *reader) properties(allowed uint64) byte {
 	if seen&(1<<propAuthData) != 0 && seen&(1<<propAuthMethod) == 0 {
 		return codeProtocolError
 	}
+	r.seen = seen
 	return 0
 }
 
 // checkConnect checks a CONNECT body (section 3.1; MQTT 3.1.1 section 3.1) and
-// learns the client's protocol version. Left to the library: the protocol name and
-// level, the reserved flag, and what its ConnectValidate checks.
+// learns the client's protocol version. An otherwise well-formed CONNECT naming an
+// Authentication Method is refused with 0x8C (Bad authentication method): the
+// listener has no enhanced authentication (section 4.12, [MQTT-4.12.0-1]), and the
+// library would accept it as if none were asked for. So no AUTH packet may follow a
+// CONNECT it takes: one is a Protocol Error (header, check). Left to the library: the
+// protocol name and level, the reserved flag, and what its ConnectValidate checks.
 func (f *frames) checkConnect(b []byte) byte {
 	r := &reader{b: b}
 	name := string(r.binary())
@@ -541,6 +554,7 @@ func (f *frames) checkConnect(b []byte) byte {
 			return code
 		}
 	}
+	enhanced := r.seen&(1<<propAuthMethod) != 0
 	if !r.string() { // Client Identifier
 		return codeMalformed
 	}
@@ -563,6 +577,9 @@ func (f *frames) checkConnect(b []byte) byte {
 	}
 	if r.short || len(r.b) > 0 {
 		return codeMalformed
+	}
+	if enhanced {
+		return codeBadAuthMethod
 	}
 	return 0
 }
