@@ -1,8 +1,10 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -608,16 +610,28 @@ func (f *frames) checkSubscribe(b []byte) byte {
 		reserved = 0xfc
 	}
 	for len(r.b) > 0 {
+		start := r.b
 		if !r.filter() {
 			return codeMalformed
 		}
+		filter := start[2 : len(start)-len(r.b)]
 		o := r.byte()
 		switch {
 		case r.short, o&reserved != 0, o&0x03 == 0x03:
 			return codeMalformed
-		case o>>4&0x03 == 0x03:
+		case o>>4&0x03 == 0x03, o&0x04 != 0 && shared(filter):
 			return codeProtocolError
 		}
 	}
 	return 0
+}
+
+// shared reports whether filter is a Shared Subscription's, as the library tells one
+// ("$share" as its first level, in any case, and more levels after it): No Local on
+// one is a Protocol Error [MQTT-3.8.3-4], which the library answers with a SUBACK
+// reason code 0x82 that SUBACK does not have (MQTT 5 section 3.9.3), keeping the
+// connection.
+func shared(filter []byte) bool {
+	i := bytes.IndexByte(filter, '/')
+	return i >= 0 && strings.EqualFold(string(filter[:i]), "$share")
 }

@@ -136,6 +136,8 @@ func TestListenerProtocolErrors(t *testing.T) {
 		{name: "auth without an authentication method", send: [][]byte{v5, rawPacket(0xf0, []byte{0x18, 0})}, first: 0xe0, code: 0x82, afterConns: true},
 		{name: "re-auth without an authentication method", send: [][]byte{v5, rawPacket(0xf0, []byte{0x19, 0})}, first: 0xe0, code: 0x82, afterConns: true},
 		{name: "empty auth without an authentication method", send: [][]byte{v5, {0xf0, 0}}, first: 0xe0, code: 0x82, afterConns: true},
+		{name: "no local on a shared subscription", send: [][]byte{v5, subscribe5("$share/g/dev/#", 0x04)}, first: 0xe0, code: 0x82, afterConns: true},
+		{name: "no local on a $SHARE subscription", send: [][]byte{v5, subscribe5("$SHARE/g/dev/+", 0x05)}, first: 0xe0, code: 0x82, afterConns: true},
 		{name: "3.1.1 publish topic not utf-8", send: [][]byte{v4, rawPacket(0x32, str("dev/\xff"), []byte{0, 1}, []byte("x"))}, afterConns: true},
 		{name: "3.1.1 password without username", send: [][]byte{connect4(0x42, str("p"))}},
 		{name: "3.1.1 will qos without will", send: [][]byte{connect4(0x02 | 0x10)}},
@@ -279,6 +281,27 @@ func TestFramesFilterWildcards(t *testing.T) {
 	} {
 		if got := (&reader{b: str(f)}).filter(); got != want {
 			t.Errorf("filter %q: %v, want %v", f, got, want)
+		}
+	}
+}
+
+// No Local is a Protocol Error on a Shared Subscription only.
+func TestFramesSharedNoLocal(t *testing.T) {
+	for _, c := range []struct {
+		filter string
+		opts   byte
+		bad    bool
+	}{
+		{"$share/g/dev/#", 0x04, true}, {"$Share/g/a", 0x05, true}, {"$share/g/dev/#", 0x01, false},
+		{"dev/#", 0x04, false}, {"$sharex/g/a", 0x04, false}, {"a/$share/b", 0x04, false},
+	} {
+		f := &frames{limit: 1 << 20}
+		if _, _, bad := f.scan(connect5(0x02, nil)); bad {
+			t.Fatal("CONNECT refused")
+		}
+		_, code, bad := f.scan(subscribe5(c.filter, c.opts))
+		if bad != c.bad || bad && code != codeProtocolError {
+			t.Errorf("SUBSCRIBE %q options %#x: bad %v (%#x), want %v", c.filter, c.opts, bad, code, c.bad)
 		}
 	}
 }
