@@ -21,21 +21,37 @@ func TestStateDBHold(t *testing.T) {
 	}
 	defer d.close()
 	noop := func(*bolt.Tx) error { return nil }
-	before := testutil.ToFloat64(m.StateCommits)
-	release := d.hold()
-	first := d.enqueue(noop)
-	time.Sleep(maxHold / 3) // the committer would have started on first alone
-	second := d.enqueue(noop)
-	release()
-	release() // a second call does nothing
-	if err := first.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if n := testutil.ToFloat64(m.StateCommits) - before; n != 1 {
-		t.Fatalf("%v commits for two ops queued under one hold, want 1", n)
+	// An attempt whose release came maxHold or more after the first op was queued
+	// (this goroutine descheduled under load) rightly committed it alone and says
+	// nothing about the hold: it is repeated. One released in time must share a
+	// commit.
+	for attempt := 0; ; attempt++ {
+		if attempt == 50 {
+			t.Fatalf("no attempt released its hold within %v of queueing", maxHold)
+		}
+		before := testutil.ToFloat64(m.StateCommits)
+		start := time.Now()
+		release := d.hold()
+		first := d.enqueue(noop)
+		time.Sleep(maxHold / 3) // the committer would have started on first alone
+		second := d.enqueue(noop)
+		release()
+		inTime := time.Since(start) < maxHold
+		release() // a second call does nothing
+		if err := first.wait(); err != nil {
+			t.Fatal(err)
+		}
+		if err := second.wait(); err != nil {
+			t.Fatal(err)
+		}
+		n := testutil.ToFloat64(m.StateCommits) - before
+		if !inTime {
+			continue
+		}
+		if n != 1 {
+			t.Fatalf("%v commits for two ops queued under one hold, want 1", n)
+		}
+		break
 	}
 
 	_ = d.hold() // never released
