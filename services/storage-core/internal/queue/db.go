@@ -67,6 +67,8 @@ type stateDB struct {
 	pendingBytes int
 	pendingSince time.Time
 	failed       error
+	// txID: the id of the last transaction applyPending ran in.
+	txID uint64
 	// hasPending: pending is not empty (read by view).
 	hasPending atomic.Bool
 
@@ -125,19 +127,32 @@ func openStateDB(path string, m *Metrics) (d *stateDB, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrState, path, err)
 	}
-	err = b.Update(func(tx *bolt.Tx) error {
+	// The journal's records verify against the last commit (epoch), so nothing may
+	// commit before its replay but the creation of a new file's buckets.
+	var epoch uint64
+	exist := true
+	err = b.View(func(tx *bolt.Tx) error {
+		epoch = uint64(tx.ID())
 		for _, n := range [][]byte{bktQueues, bktState, bktSnapshots} {
-			if _, err := tx.CreateBucketIfNotExists(n); err != nil {
-				return err
-			}
+			exist = exist && tx.Bucket(n) != nil
 		}
 		return nil
 	})
+	if err == nil && !exist {
+		err = b.Update(func(tx *bolt.Tx) error {
+			for _, n := range [][]byte{bktQueues, bktState, bktSnapshots} {
+				if _, err := tx.CreateBucketIfNotExists(n); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: init %s: %v", ErrState, path, err)
 	}
-	j, err := openJournal(b, path+".journal")
+	j, err := openJournal(b, path+".journal", epoch)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
@@ -334,6 +349,11 @@ func (d *stateDB) journalable(ops []*dbOp) bool {
 	if len(d.pending) > 0 && time.Since(d.pendingSince) >= maxJournalAge {
 		return false
 	}
+	// Records of an earlier epoch that a failed emptying left would end the reading
+	// before the new ones.
+	if len(d.pending) == 0 && d.j.size > 0 {
+		return false
+	}
 	n := d.pendingBytes
 	for _, o := range ops {
 		if o.rec == nil {
@@ -392,8 +412,10 @@ func (d *stateDB) commitTx(ops []*dbOp) {
 
 // applyPending applies the journaled changes not yet in the bbolt file and records the
 // last sequence given as applied (those of a failed append too, whose changes come
-// after it in the same transaction).
+// after it in the same transaction). Every bbolt transaction of the committer runs it
+// (its id, once committed, is the journal's next epoch: checkpointed).
 func (d *stateDB) applyPending(tx *bolt.Tx) error {
+	d.txID = uint64(tx.ID())
 	for _, fn := range d.pending {
 		if err := fn(tx); err != nil {
 			return err
@@ -405,9 +427,10 @@ func (d *stateDB) applyPending(tx *bolt.Tx) error {
 	return putApplied(tx, d.j.seq)
 }
 
-// checkpointed forgets the pending changes once a transaction applied them, and
-// empties the journal.
+// checkpointed forgets the pending changes once a transaction applied them, moves the
+// journal to that transaction's epoch, and empties it.
 func (d *stateDB) checkpointed() {
+	d.j.epoch = d.txID
 	if len(d.pending) > 0 {
 		clear(d.pending)
 		d.pending, d.pendingBytes = d.pending[:0], 0

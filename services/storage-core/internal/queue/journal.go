@@ -27,11 +27,18 @@ import (
 // transaction, in order: the changes answered before a crash are all there, and
 // none twice.
 //
-// Record: payload length (4 bytes, big-endian), CRC-32C of sequence and payload (4),
-// sequence (8), payload (a kind byte, then the change: ackCommit.encode). Reading
+// Record: payload length (4 bytes, big-endian), CRC-32C of the epoch, sequence and
+// payload (4), sequence (8), payload (a kind byte, then the change:
+// ackCommit.encode). The epoch (8 bytes, not stored in the record) is the bbolt
+// transaction id of queues.db's last commit, which each checkpoint and the replay at
+// start advance: a record verifies only until queues.db is committed again. Reading
 // stops at the first record that is short, fails its CRC or has a sequence not above
 // its predecessor's: a torn last append, whose changes were never answered, or what
-// an emptying that did not reach the disk left after newer records.
+// an emptying that did not reach the disk left after newer records. The epoch covers
+// what sequences cannot: the emptying at start lost in a crash leaves the bytes after
+// a torn record, whose sequences the next run gives again, under its records; and a
+// queues.db committed by another writer (a binary without the journal, a restore)
+// holds changes newer than the journal's.
 const (
 	journalHeader = 16
 	// maxJournalBytes and maxJournalAge bound the pending records: the memory they
@@ -58,7 +65,17 @@ type journal struct {
 	// seq is the last sequence given to a record, applied the last one queues.db
 	// holds (journal/applied).
 	seq, applied uint64
-	buf          []byte
+	// epoch is the bbolt transaction id of queues.db's last commit: the CRC seed of
+	// the records appended until the next (recordCRC).
+	epoch uint64
+	buf   []byte
+}
+
+// recordCRC is the CRC-32C of epoch, then h[8:] (the sequence), then payload.
+func recordCRC(epoch uint64, h, payload []byte) uint32 {
+	var e [8]byte
+	binary.BigEndian.PutUint64(e[:], epoch)
+	return crc32.Update(crc32.Update(crc32.Checksum(e[:], castagnoli), castagnoli, h[8:journalHeader]), castagnoli, payload)
 }
 
 // append writes recs as records after the last one and fdatasyncs them. On failure
@@ -72,8 +89,7 @@ func (j *journal) append(recs [][]byte) error {
 		var h [journalHeader]byte
 		binary.BigEndian.PutUint32(h[0:], uint32(len(r)))
 		binary.BigEndian.PutUint64(h[8:], seq)
-		crc := crc32.Update(crc32.Checksum(h[8:], castagnoli), castagnoli, r)
-		binary.BigEndian.PutUint32(h[4:], crc)
+		binary.BigEndian.PutUint32(h[4:], recordCRC(j.epoch, h[:], r))
 		b = append(append(b, h[:]...), r...)
 	}
 	j.buf = b
@@ -105,8 +121,9 @@ type journalRecord struct {
 	payload []byte
 }
 
-// readJournal returns the records of r in order, up to the first torn or damaged one.
-func readJournal(r io.Reader) ([]journalRecord, error) {
+// readJournal returns the records of r appended at epoch, in order, up to the first
+// torn or damaged one, or one of another epoch.
+func readJournal(r io.Reader, epoch uint64) ([]journalRecord, error) {
 	var out []journalRecord
 	var h [journalHeader]byte
 	for {
@@ -128,7 +145,7 @@ func readJournal(r io.Reader) ([]journalRecord, error) {
 			}
 			return nil, err
 		}
-		if crc32.Update(crc32.Checksum(h[8:], castagnoli), castagnoli, p) != binary.BigEndian.Uint32(h[4:]) {
+		if recordCRC(epoch, h[:], p) != binary.BigEndian.Uint32(h[4:]) {
 			return out, nil
 		}
 		out = append(out, journalRecord{seq, p})
@@ -136,14 +153,16 @@ func readJournal(r io.Reader) ([]journalRecord, error) {
 }
 
 // openJournal opens the journal at path and applies to b, in one transaction, every
-// record above journal/applied, then empties it. Errors: a record that does not
-// decode (ErrState: written by another version, or damaged past its CRC), I/O.
-func openJournal(b *bolt.DB, path string) (*journal, error) {
+// record above journal/applied appended at epoch (the transaction id of b's last
+// commit, read before b was changed by this open), then empties it. Errors: a record
+// that does not decode (ErrState: written by another version, or damaged past its
+// CRC), I/O.
+func openJournal(b *bolt.DB, path string, epoch uint64) (*journal, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	j := &journal{f: f}
+	j := &journal{f: f, epoch: epoch}
 	if err := j.replay(b, path); err != nil {
 		_ = f.Close()
 		return nil, err
@@ -152,11 +171,13 @@ func openJournal(b *bolt.DB, path string) (*journal, error) {
 }
 
 func (j *journal) replay(b *bolt.DB, path string) error {
-	recs, err := readJournal(j.f)
+	recs, err := readJournal(j.f, j.epoch)
 	if err != nil {
 		return fmt.Errorf("%w: read %s: %v", ErrState, path, err)
 	}
+	var epoch uint64
 	err = b.Update(func(tx *bolt.Tx) error {
+		epoch = uint64(tx.ID())
 		jb, err := tx.CreateBucketIfNotExists(bktJournal)
 		if err != nil {
 			return err
@@ -184,7 +205,7 @@ func (j *journal) replay(b *bolt.DB, path string) error {
 	if err != nil {
 		return err
 	}
-	j.applied = j.seq
+	j.applied, j.epoch = j.seq, epoch
 	// Only once the records are in queues.db.
 	return j.reset()
 }

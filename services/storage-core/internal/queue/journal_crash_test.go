@@ -294,3 +294,118 @@ func TestStateJournalRacingChanges(t *testing.T) {
 		t.Fatalf("after a restart: floor %d (incarnation %d found: %v), want %d", f, inc, ok, next)
 	}
 }
+
+// TestStateJournalStaleAfterReplay: the bytes after a torn record (here a whole
+// record of the same unanswered append, written out of order) are cut at start,
+// but a crash may lose that cut: the records appended after the restart then lie
+// over the old file, and an old record right after them whose sequence is above
+// theirs (sequences restart from the last applied one) would be applied over the
+// newer state. Records verify only against the queues.db commit they followed.
+func TestStateJournalStaleAfterReplay(t *testing.T) {
+	dir, d, _ := newJournalTestDB(t)
+	jpath := filepath.Join(dir, "queues.db.journal")
+	ackFloor(t, d, 1)
+	r1 := len(readFile(t, jpath))
+	ackFloor(t, d, 2)
+	ackFloor(t, d, 9)
+	old := readFile(t, jpath)
+	r3 := r1 + (len(old)-r1)/2 // the records have one length: the third starts here
+	old[r3-1] ^= 0xff          // the second torn; the third on disk, never answered
+
+	dir2, d2 := crashCopy(t, dir, old)
+	if f := boltFloor(t, d2); f != 1 {
+		t.Fatalf("floor %d after the torn record, want 1", f)
+	}
+	setFloor(t, d2, 0) // a seek back
+	// An ack whose record ends where the old third one starts (padded with a
+	// delivery record above the floor).
+	for pad := 0; ; pad++ {
+		c := &ackCommit{name: jq, inc: jinc, floor: 0, mark: -1, countOffs: []int64{100}, countVals: [][]byte{make([]byte, pad)}}
+		if n := journalHeader + len(c.encode()); n < r3 {
+			continue
+		} else if n > r3 {
+			t.Fatalf("no padding makes a record of %d bytes", r3)
+		}
+		if err := d2.enqueueRec(c.apply, c.encode()).wait(); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	j2 := readFile(t, filepath.Join(dir2, "queues.db.journal"))
+	if len(j2) != r3 {
+		t.Fatalf("journal of %d bytes, want %d", len(j2), r3)
+	}
+	_, d3 := crashCopy(t, dir2, append(j2, old[r3:]...)) // the cut at start lost
+	if f := boltFloor(t, d3); f != 0 {
+		t.Fatalf("floor %d after the second crash, want 0 (the seek, then the ack to 0; 9 is the unanswered ack of the first run)", f)
+	}
+}
+
+// TestStateJournalOtherWriter: records appended after the last commit of queues.db
+// are not applied to a queues.db that was committed again since (written by a
+// binary without the journal, or restored): they would land over changes made
+// after them. The restart succeeds with queues.db as it is.
+func TestStateJournalOtherWriter(t *testing.T) {
+	dir, d, _ := newJournalTestDB(t)
+	ackFloor(t, d, 5)
+	to := t.TempDir()
+	for _, f := range []string{"queues.db", "queues.db.journal"} {
+		if err := os.WriteFile(filepath.Join(to, f), readFile(t, filepath.Join(dir, f)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := bolt.Open(filepath.Join(to, "queues.db"), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error { return incStateBucket(tx, jq, jinc).Put(keyFloor, offKey(2)) })
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, _ := openJournalTestDB(t, to)
+	if f := boltFloor(t, d2); f != 2 {
+		t.Fatalf("floor %d, want 2 (the other writer's change; the journal's ack to 5 came before it)", f)
+	}
+}
+
+// TestStateJournalResetFails: a checkpoint whose emptying of the journal fails
+// (here a descriptor that refuses it) leaves records of the epoch before it; acks
+// then go to queues.db transactions, not behind them, where the reading would stop,
+// until an emptying succeeds.
+func TestStateJournalResetFails(t *testing.T) {
+	dir, d, m := newJournalTestDB(t)
+	jpath := filepath.Join(dir, "queues.db.journal")
+	ackFloor(t, d, 1)
+	ro, err := os.Open(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := d.j.f
+	d.j.f = ro // the committer is idle: no append runs meanwhile
+	setFloor(t, d, 2)
+	d.j.f = rw
+	_ = ro.Close()
+	if n := len(readFile(t, jpath)); n == 0 {
+		t.Fatal("journal emptied through a descriptor that refuses it")
+	}
+	journaled := testutil.ToFloat64(m.StateJournalCommits)
+	ackFloor(t, d, 3)
+	if n := testutil.ToFloat64(m.StateJournalCommits) - journaled; n != 0 {
+		t.Fatalf("%v journal commits behind the records left, want 0", n)
+	}
+	_, c := crashCopy(t, dir, nil)
+	if f := boltFloor(t, c); f != 3 {
+		t.Fatalf("floor %d after a crash, want 3", f)
+	}
+	ackFloor(t, d, 4) // the last commit emptied the journal: through it again
+	if n := testutil.ToFloat64(m.StateJournalCommits) - journaled; n != 1 {
+		t.Fatalf("%v journal commits once the journal was emptied, want 1", n)
+	}
+	_, c = crashCopy(t, dir, nil)
+	if f := boltFloor(t, c); f != 4 {
+		t.Fatalf("floor %d after a crash, want 4", f)
+	}
+}
