@@ -332,7 +332,7 @@ func (d *stateDB) commit(ops []*dbOp) {
 			}
 			for _, o := range ops {
 				d.pending = append(d.pending, o.fn)
-				d.pendingBytes += len(o.rec)
+				d.pendingBytes += journalHeader + len(o.rec)
 			}
 			d.hasPending.Store(true)
 			d.commits.Inc()
@@ -359,7 +359,7 @@ func (d *stateDB) journalable(ops []*dbOp) bool {
 		if o.rec == nil {
 			return false
 		}
-		n += len(o.rec)
+		n += journalHeader + len(o.rec)
 	}
 	return n <= maxJournalBytes
 }

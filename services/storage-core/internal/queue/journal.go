@@ -41,8 +41,9 @@ import (
 // holds changes newer than the journal's.
 const (
 	journalHeader = 16
-	// maxJournalBytes and maxJournalAge bound the pending records: the memory they
-	// hold and the work of the replay after a crash.
+	// maxJournalBytes (the file's size: headers and payloads) and maxJournalAge
+	// bound the pending records: the memory they hold and the work of the replay
+	// after a crash.
 	maxJournalBytes = 8 << 20
 	maxJournalAge   = time.Second
 	// maxJournalRecord bounds one record's payload when reading.

@@ -409,3 +409,20 @@ func TestStateJournalResetFails(t *testing.T) {
 		t.Fatalf("floor %d after a crash, want 4", f)
 	}
 }
+
+// TestStateJournalBytesBound: the bytes maxJournalBytes bounds are those of the
+// journal file, each record's header with its payload (the pending count equals the
+// file's size), so the file never grows past it.
+func TestStateJournalBytesBound(t *testing.T) {
+	dir, d, _ := newJournalTestDB(t)
+	for f := range int64(5) {
+		ackFloor(t, d, f)
+		fi, err := os.Stat(filepath.Join(dir, "queues.db.journal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(d.pendingBytes) != fi.Size() { // the committer is idle
+			t.Fatalf("%d pending bytes counted against the bound for a journal of %d", d.pendingBytes, fi.Size())
+		}
+	}
+}
