@@ -7,10 +7,11 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tributary/tributary/services/storage-core/internal/diskio"
 )
 
 // The state journal, <data-dir>/queues.db.journal, makes the most frequent state
@@ -98,7 +99,7 @@ func (j *journal) append(recs [][]byte) error {
 	if _, err := j.f.WriteAt(b, j.size); err != nil {
 		return err
 	}
-	if err := fdatasync(j.f); err != nil {
+	if err := diskio.Fdatasync(j.f); err != nil {
 		return err
 	}
 	j.size += int64(len(b))
@@ -395,17 +396,4 @@ func (r *journalReader) u64() uint64 {
 	v := binary.BigEndian.Uint64(r.p)
 	r.p = r.p[8:]
 	return v
-}
-
-// fdatasync flushes f's data and the metadata needed to read it back (fdatasync(2)).
-func fdatasync(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = syscall.Fdatasync(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
 }

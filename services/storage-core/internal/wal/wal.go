@@ -43,6 +43,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
+
+	"github.com/tributary/tributary/services/storage-core/internal/diskio"
 )
 
 // Record kinds.
@@ -663,7 +665,7 @@ func (w *WAL) writeRound(r *round) error {
 		if _, err := w.f.WriteAt(r.buf, w.fpos); err != nil {
 			return err
 		}
-		if err := fdatasync(w.f); err != nil {
+		if err := diskio.Fdatasync(w.f); err != nil {
 			return err
 		}
 		w.fpos += int64(len(r.buf))
@@ -829,18 +831,6 @@ func fallocate(f *os.File, off, n int64) error {
 	}
 	var ferr error
 	if err := rc.Control(func(fd uintptr) { ferr = syscall.Fallocate(int(fd), 0, off, n) }); err != nil {
-		return err
-	}
-	return ferr
-}
-
-func fdatasync(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = syscall.Fdatasync(int(fd)) }); err != nil {
 		return err
 	}
 	return ferr
